@@ -1,0 +1,19 @@
+//! Model providers for arbor.
+//!
+//! A [`ModelProvider`] turns a [`ModelRequest`] (the transcript so far and the tools on offer)
+//! into a stream of [`ModelEvent`]s: text deltas, complete tool calls, the usage the turn
+//! reported, and how it finished. Dropping the stream cancels the call.
+//!
+//! [`ScriptedProvider`] plays an agent's turns from a [`Script`]: text, tool calls, usage,
+//! delays and injected failures. It is deterministic, needs no network, and is what the tests,
+//! the benchmarks and the demo run on.
+
+mod error;
+mod provider;
+mod scripted;
+
+pub use error::{ModelError, ModelErrorKind};
+pub use provider::{
+    FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolSpec,
+};
+pub use scripted::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};

@@ -1,0 +1,105 @@
+//! The provider trait and the values it exchanges.
+
+use std::fmt;
+use std::pin::Pin;
+
+use arbor_protocol::{Message, ToolCall, Usage};
+use async_trait::async_trait;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ModelError;
+
+/// A tool the model may call: its name, what it does and the JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// One provider call: borrowed, so building it each turn copies nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    /// The model to ask.
+    pub model: &'a str,
+    /// The system prompt.
+    pub system: Option<&'a str>,
+    /// The conversation so far, oldest first.
+    pub messages: &'a [Message],
+    /// The tools on offer.
+    pub tools: &'a [ToolSpec],
+}
+
+/// How a provider turn finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model finished its answer.
+    Stop,
+    /// The model asked for tool calls.
+    ToolCalls,
+    /// The provider's output limit cut the answer.
+    Length,
+    /// The provider refused.
+    Refusal,
+    /// Another reason, as the provider named it.
+    Other(String),
+}
+
+/// One item of a provider stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEvent {
+    /// Text the model produced.
+    TextDelta(String),
+    /// A complete tool call (providers that stream fragments assemble them first).
+    ToolCall(ToolCall),
+    /// Usage of this turn. Providers may send it more than once; the last value counts.
+    Usage(Usage),
+    /// The turn is over.
+    Finished(FinishReason),
+}
+
+/// The stream a provider call returns. Dropping it cancels the call.
+pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, ModelError>> + Send>>;
+
+/// A source of model turns.
+///
+/// Implementations must be cancel-safe by drop: when the caller drops the future or the
+/// stream, the call stops and nothing is left running.
+#[async_trait]
+pub trait ModelProvider: fmt::Debug + Send + Sync {
+    /// A short name for reports and errors (`scripted`, `openai`, …).
+    fn name(&self) -> &str;
+
+    /// Starts one turn.
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError>;
+
+    /// Checks that `model` can be used (configured, offered, credentials accepted). The
+    /// default accepts every model.
+    async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        let _ = model;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<T: ModelProvider + ?Sized> ModelProvider for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        (**self).stream(request).await
+    }
+
+    async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        (**self).preflight(model).await
+    }
+}
+
+// The trait must stay object safe: agents hold `Arc<dyn ModelProvider>`.
+const _: fn(&dyn ModelProvider) = |_| {};

@@ -1,0 +1,32 @@
+//! Wire types of the arbor runtime.
+//!
+//! This crate owns the values that cross a boundary: between the runtime and a host, between
+//! processes through the store, and over the HTTP service. It has no runtime behaviour and
+//! depends only on serde and uuid.
+//!
+//! - [`ids`]: newtype identifiers ([`SessionId`], [`RunId`]) that are stable across processes.
+//! - [`usage`]: token [`Usage`] and the arithmetic the accounting rules need.
+//! - [`message`]: transcript [`Message`]s and [`ToolCall`]s.
+//! - [`run`]: a run's terminal [`RunStatus`], [`StopReason`] and [`RunLimitBreach`].
+//! - [`limits`]: the run limits an agent carries ([`RunLimits`]) and the [`LimitKind`] names.
+//! - [`event`]: the typed [`AgentEvent`]s a run publishes.
+//! - [`session`]: a session's [`SessionStatus`].
+//! - [`transcript`]: the append-only [`TranscriptEntry`] records a session persists.
+
+pub mod event;
+pub mod ids;
+pub mod limits;
+pub mod message;
+pub mod run;
+pub mod session;
+pub mod transcript;
+pub mod usage;
+
+pub use event::{AgentEvent, EventEnvelope, ToolOutcome};
+pub use ids::{IdError, RunId, SessionId, Timestamp};
+pub use limits::{LimitKind, RunLimits};
+pub use message::{Message, Role, ToolCall, ToolResult};
+pub use run::{RunLimitBreach, RunStatus, StopReason};
+pub use session::SessionStatus;
+pub use transcript::{EntryKind, TranscriptEntry};
+pub use usage::Usage;

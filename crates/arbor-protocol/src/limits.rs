@@ -1,0 +1,166 @@
+//! Run limits an agent carries, and the names of the limits a breach reports.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Which limit fired. Serialized as the key a host configures it with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// Model turns in one run.
+    MaxSteps,
+    /// Tool calls in one run.
+    MaxToolCalls,
+    /// Total tokens of one run (checked after each provider turn).
+    MaxTokens,
+    /// Wall time of one run, in milliseconds.
+    TimeoutMs,
+}
+
+impl LimitKind {
+    /// The configuration key of this limit.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::MaxSteps => "max_steps",
+            Self::MaxToolCalls => "max_tool_calls",
+            Self::MaxTokens => "max_tokens",
+            Self::TimeoutMs => "timeout_ms",
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Limits of one run. Each run of a session is checked against them on its own.
+///
+/// Values narrow and never widen: [`RunLimits::narrow`] takes the lower of each field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunLimits {
+    /// Most model turns in one run.
+    pub max_steps: u32,
+    /// Most tool calls in one run (checked before any of a turn's calls run).
+    pub max_tool_calls: u32,
+    /// Most total tokens in one run; may overshoot by at most one provider turn, because
+    /// providers report usage after generating.
+    pub max_tokens: u64,
+    /// Wall-time limit of one run, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+impl RunLimits {
+    /// Defaults: 8 steps, 32 tool calls, 20,000 tokens, 60 seconds.
+    pub const DEFAULT: RunLimits = RunLimits {
+        max_steps: 8,
+        max_tool_calls: 32,
+        max_tokens: 20_000,
+        timeout_ms: 60_000,
+    };
+
+    /// Hard caps no configuration may exceed: 64 steps, 256 tool calls, 1,000,000 tokens,
+    /// 30 minutes.
+    pub const HARD: RunLimits = RunLimits {
+        max_steps: 64,
+        max_tool_calls: 256,
+        max_tokens: 1_000_000,
+        timeout_ms: 30 * 60 * 1000,
+    };
+
+    /// The lower of each field of `self` and `other`.
+    pub fn narrow(&self, other: &RunLimits) -> RunLimits {
+        RunLimits {
+            max_steps: self.max_steps.min(other.max_steps),
+            max_tool_calls: self.max_tool_calls.min(other.max_tool_calls),
+            max_tokens: self.max_tokens.min(other.max_tokens),
+            timeout_ms: self.timeout_ms.min(other.timeout_ms),
+        }
+    }
+
+    /// The wall-time limit as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// The value of one limit, widened to u64.
+    pub fn get(&self, kind: LimitKind) -> u64 {
+        match kind {
+            LimitKind::MaxSteps => u64::from(self.max_steps),
+            LimitKind::MaxToolCalls => u64::from(self.max_tool_calls),
+            LimitKind::MaxTokens => self.max_tokens,
+            LimitKind::TimeoutMs => self.timeout_ms,
+        }
+    }
+
+    /// Checks every field is at least 1 and at most its hard cap; the error names the first
+    /// key that is not, as `<key> must be a positive integer at most <hard>`.
+    pub fn validate(&self) -> Result<(), String> {
+        for kind in [
+            LimitKind::MaxSteps,
+            LimitKind::MaxToolCalls,
+            LimitKind::MaxTokens,
+            LimitKind::TimeoutMs,
+        ] {
+            let value = self.get(kind);
+            let hard = Self::HARD.get(kind);
+            if value == 0 || value > hard {
+                return Err(format!("{kind} must be a positive integer at most {hard}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrow_takes_the_lower_value() {
+        let a = RunLimits {
+            max_steps: 3,
+            ..RunLimits::DEFAULT
+        };
+        let b = RunLimits {
+            max_tokens: 100,
+            ..RunLimits::DEFAULT
+        };
+        let n = a.narrow(&b);
+        assert_eq!(n.max_steps, 3);
+        assert_eq!(n.max_tokens, 100);
+        assert_eq!(n.max_tool_calls, 32);
+    }
+
+    #[test]
+    fn validate_names_the_key() {
+        let bad = RunLimits {
+            max_tool_calls: 257,
+            ..RunLimits::DEFAULT
+        };
+        assert_eq!(
+            bad.validate().unwrap_err(),
+            "max_tool_calls must be a positive integer at most 256"
+        );
+        let zero = RunLimits {
+            max_steps: 0,
+            ..RunLimits::DEFAULT
+        };
+        assert_eq!(
+            zero.validate().unwrap_err(),
+            "max_steps must be a positive integer at most 64"
+        );
+        assert!(RunLimits::DEFAULT.validate().is_ok());
+        assert!(RunLimits::HARD.validate().is_ok());
+    }
+}

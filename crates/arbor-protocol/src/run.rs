@@ -1,0 +1,124 @@
+//! How a run ended.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::LimitKind;
+
+/// The terminal status of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The model gave its final answer.
+    Succeeded,
+    /// A provider error, a fatal tool error or a limit ended the run.
+    Failed,
+    /// The run was cancelled.
+    Aborted,
+    /// The run waits for a human decision and can be resumed.
+    Suspended,
+    /// A host policy refused to let the run go on.
+    Denied,
+}
+
+impl RunStatus {
+    /// The status as its wire string.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Aborted => "aborted",
+            Self::Suspended => "suspended",
+            Self::Denied => "denied",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model answered without asking for tools.
+    Completed,
+    /// `max_steps` fired.
+    TurnLimit,
+    /// `max_tool_calls` fired.
+    ToolCallLimit,
+    /// `max_tokens` fired.
+    TokenLimit,
+    /// `timeout_ms` fired.
+    Timeout,
+    /// The run's cancellation token fired.
+    Cancelled,
+    /// The provider failed.
+    ProviderError,
+    /// A tool failed in a way that ends the run (for example it panicked).
+    ToolError,
+    /// A permission policy halted the run.
+    HostPolicy,
+    /// A tool call waits for approval.
+    ApprovalRequired,
+}
+
+impl StopReason {
+    /// The stop reason a breach of `limit` gives.
+    pub fn for_limit(limit: LimitKind) -> Self {
+        match limit {
+            LimitKind::MaxSteps => Self::TurnLimit,
+            LimitKind::MaxToolCalls => Self::ToolCallLimit,
+            LimitKind::MaxTokens => Self::TokenLimit,
+            LimitKind::TimeoutMs => Self::Timeout,
+        }
+    }
+
+    /// The stop reason as its wire string.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::TurnLimit => "turn_limit",
+            Self::ToolCallLimit => "tool_call_limit",
+            Self::TokenLimit => "token_limit",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::ProviderError => "provider_error",
+            Self::ToolError => "tool_error",
+            Self::HostPolicy => "host_policy",
+            Self::ApprovalRequired => "approval_required",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A configured limit that fired: which one, its maximum and the value observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunLimitBreach {
+    /// The limit that fired.
+    pub limit: LimitKind,
+    /// Its configured maximum.
+    pub maximum: u64,
+    /// The value that went past it.
+    pub observed: u64,
+}
+
+impl fmt::Display for RunLimitBreach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "run limit {} exceeded (maximum {}, observed {})",
+            self.limit, self.maximum, self.observed
+        )
+    }
+}

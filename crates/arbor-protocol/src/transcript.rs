@@ -1,0 +1,80 @@
+//! The append-only records a session persists.
+//!
+//! A transcript is the durable history of a session: its messages, the usage each provider
+//! turn reported, and the start and end of each run. A later process rebuilds a session from
+//! it, so every figure a report shows can be recomputed from the entries alone.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{RunId, Timestamp};
+use crate::message::Message;
+use crate::run::{RunLimitBreach, RunStatus, StopReason};
+use crate::usage::Usage;
+
+/// What one transcript entry records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A message of the conversation.
+    Message {
+        /// The message.
+        message: Message,
+    },
+    /// The usage one provider turn reported.
+    Usage {
+        /// Turn number within the run.
+        turn: u32,
+        /// What the provider reported.
+        usage: Usage,
+        /// The session's context size after this turn: the prompt tokens of this turn.
+        context_tokens: u64,
+    },
+    /// A run began.
+    RunStarted {
+        /// The agent's name.
+        agent: String,
+        /// The model used.
+        model: String,
+    },
+    /// A run ended.
+    RunFinished {
+        /// Terminal status.
+        status: RunStatus,
+        /// Why it stopped.
+        stop_reason: StopReason,
+        /// The run's own usage.
+        usage: Usage,
+        /// The limit that fired, if one did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        breach: Option<RunLimitBreach>,
+        /// The error text of a failed run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl EntryKind {
+    /// The entry's `kind` tag.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::Message { .. } => "message",
+            Self::Usage { .. } => "usage",
+            Self::RunStarted { .. } => "run_started",
+            Self::RunFinished { .. } => "run_finished",
+        }
+    }
+}
+
+/// One stored transcript entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscriptEntry {
+    /// Position in the session's transcript, from 1, assigned by the store.
+    pub seq: u64,
+    /// When it was written.
+    pub at: Timestamp,
+    /// The run that wrote it.
+    pub run_id: RunId,
+    /// What it records.
+    #[serde(flatten)]
+    pub kind: EntryKind,
+}

@@ -1,0 +1,20 @@
+//! Storage for arbor.
+//!
+//! [`Store`] is the one trait every backend implements: session records (with a version for
+//! compare-and-swap updates) and their append-only transcripts. [`MemoryStore`] is the
+//! in-memory backend (the library's default); `arbor-store-sqlite` is the embedded durable one.
+//! With the `conformance` feature, [`conformance`] holds the suite every backend's tests run,
+//! so the backends cannot drift apart.
+
+mod error;
+mod memory;
+mod record;
+mod store;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{StoreError, StoreErrorKind};
+pub use memory::MemoryStore;
+pub use record::{SessionQuery, SessionRecord, SessionUpdate};
+pub use store::{Store, StoreResult};

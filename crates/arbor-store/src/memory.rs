@@ -1,0 +1,178 @@
+//! The in-memory backend.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::record::{SessionQuery, SessionRecord, SessionUpdate};
+use crate::store::{Store, StoreResult, is_live};
+
+#[derive(Debug, Default)]
+struct Inner {
+    sessions: HashMap<SessionId, SessionRecord>,
+    transcripts: HashMap<SessionId, Vec<TranscriptEntry>>,
+}
+
+/// Keeps everything in memory; nothing survives the process. Safe to share between tasks.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied write: every write
+        // checks first and mutates last, so the data is usable even if the lock is poisoned.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn check_version(record: &SessionRecord, update: &SessionUpdate) -> StoreResult<()> {
+    match update.expected_version {
+        Some(expected) if expected != record.version => Err(StoreError::Conflict {
+            expected,
+            actual: record.version,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn sort(records: &mut [SessionRecord]) {
+    records.sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if inner.sessions.contains_key(&record.id) {
+            return Err(StoreError::AlreadyExists {
+                what: "session",
+                id: record.id.to_string(),
+            });
+        }
+        if let Some(parent) = record.parent_id
+            && !inner.sessions.contains_key(&parent)
+        {
+            return Err(StoreError::session_not_found(parent));
+        }
+        inner.sessions.insert(record.id, record.clone());
+        inner.transcripts.insert(record.id, Vec::new());
+        Ok(())
+    }
+
+    async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
+        Ok(self.lock().sessions.get(&id).cloned())
+    }
+
+    async fn update_session(
+        &self,
+        id: SessionId,
+        update: &SessionUpdate,
+    ) -> StoreResult<SessionRecord> {
+        let mut inner = self.lock();
+        let record = inner
+            .sessions
+            .get_mut(&id)
+            .ok_or_else(|| StoreError::session_not_found(id))?;
+        check_version(record, update)?;
+        record.apply(update);
+        Ok(record.clone())
+    }
+
+    async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+        let inner = self.lock();
+        let mut out: Vec<SessionRecord> = inner
+            .sessions
+            .values()
+            .filter(|r| match query {
+                SessionQuery::Roots => r.parent_id.is_none(),
+                SessionQuery::Children(parent) => r.parent_id == Some(parent),
+                SessionQuery::Tree(root) => r.root_id == root,
+            })
+            .cloned()
+            .collect();
+        sort(&mut out);
+        Ok(out)
+    }
+
+    async fn append(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+    ) -> StoreResult<u64> {
+        let mut inner = self.lock();
+        let Inner {
+            sessions,
+            transcripts,
+        } = &mut *inner;
+        let record = sessions
+            .get_mut(&session)
+            .ok_or_else(|| StoreError::session_not_found(session))?;
+        if let Some(update) = update {
+            check_version(record, update)?;
+        }
+        let log = transcripts.entry(session).or_default();
+        let at = Timestamp::now();
+        let mut seq = log.last().map_or(0, |e| e.seq);
+        log.reserve(entries.len());
+        for kind in entries {
+            seq += 1;
+            log.push(TranscriptEntry {
+                seq,
+                at,
+                run_id: run,
+                kind: kind.clone(),
+            });
+        }
+        if let Some(update) = update {
+            record.apply(update);
+        }
+        Ok(seq)
+    }
+
+    async fn transcript(
+        &self,
+        session: SessionId,
+        after: u64,
+        limit: Option<usize>,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let inner = self.lock();
+        let log = inner
+            .transcripts
+            .get(&session)
+            .ok_or_else(|| StoreError::session_not_found(session))?;
+        // Sequence numbers are 1..=n without gaps, so `after` is also an index.
+        let start = usize::try_from(after).unwrap_or(usize::MAX).min(log.len());
+        let rest = &log[start..];
+        let take = limit.unwrap_or(rest.len()).min(rest.len());
+        Ok(rest[..take].to_vec())
+    }
+
+    async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
+        let mut inner = self.lock();
+        let mut ids = Vec::new();
+        for record in inner.sessions.values_mut() {
+            if is_live(record.status) {
+                record.apply(&SessionUpdate::status(SessionStatus::Interrupted));
+                ids.push(record.id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+}

@@ -1,0 +1,144 @@
+//! Session records and the updates and queries over them.
+
+use arbor_protocol::{SessionId, SessionStatus, Timestamp, Usage};
+use serde::{Deserialize, Serialize};
+
+/// What the store keeps of one session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session.
+    pub id: SessionId,
+    /// The session that delegated to it; `None` for a root.
+    pub parent_id: Option<SessionId>,
+    /// The root of its tree (itself for a root).
+    pub root_id: SessionId,
+    /// Readable name, unique among its siblings.
+    pub name: String,
+    /// The agent definition it runs.
+    pub agent: String,
+    /// The model it uses.
+    pub model: String,
+    /// 0 for a root, parent's depth + 1 otherwise.
+    pub depth: u32,
+    /// Where it stands.
+    pub status: SessionStatus,
+    /// Tokens its own provider turns used.
+    pub own_usage: Usage,
+    /// Tokens attributed to it from its descendants.
+    pub attributed_usage: Usage,
+    /// Prompt tokens of its last provider turn: how full its context is.
+    pub context_tokens: u64,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+    /// Host data (for a root: the definition it ran). Never credentials.
+    pub meta: serde_json::Value,
+    /// Bumped by every update, from 1 at creation.
+    pub version: u64,
+}
+
+impl SessionRecord {
+    /// A new root session record, version 1, status `idle`.
+    pub fn new_root(name: impl Into<String>, agent: impl Into<String>, model: impl Into<String>) -> Self {
+        let id = SessionId::new();
+        let now = Timestamp::now();
+        Self {
+            id,
+            parent_id: None,
+            root_id: id,
+            name: name.into(),
+            agent: agent.into(),
+            model: model.into(),
+            depth: 0,
+            status: SessionStatus::Idle,
+            own_usage: Usage::default(),
+            attributed_usage: Usage::default(),
+            context_tokens: 0,
+            created_at: now,
+            updated_at: now,
+            meta: serde_json::Value::Null,
+            version: 1,
+        }
+    }
+
+    /// A new child of `parent`, version 1, status `idle`.
+    pub fn new_child(
+        parent: &SessionRecord,
+        name: impl Into<String>,
+        agent: impl Into<String>,
+        model: impl Into<String>,
+    ) -> Self {
+        let mut record = Self::new_root(name, agent, model);
+        record.parent_id = Some(parent.id);
+        record.root_id = parent.root_id;
+        record.depth = parent.depth + 1;
+        record
+    }
+
+    /// Own plus attributed usage: what the session is billed for.
+    pub fn aggregate_usage(&self) -> Usage {
+        self.own_usage + self.attributed_usage
+    }
+
+    /// Applies `update` in place (without the version check), bumping version and time.
+    pub fn apply(&mut self, update: &SessionUpdate) {
+        if let Some(status) = update.status {
+            self.status = status;
+        }
+        if let Some(usage) = update.own_usage {
+            self.own_usage = usage;
+        }
+        if let Some(usage) = update.attributed_usage {
+            self.attributed_usage = usage;
+        }
+        if let Some(tokens) = update.context_tokens {
+            self.context_tokens = tokens;
+        }
+        if let Some(meta) = &update.meta {
+            self.meta = meta.clone();
+        }
+        self.version += 1;
+        self.updated_at = Timestamp::now().max(self.updated_at);
+    }
+}
+
+/// A change to a session record. Fields left `None` keep their value. Usage values are
+/// absolute (not increments), so replaying an update is harmless.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionUpdate {
+    /// Refuse the update unless the stored version is this one.
+    pub expected_version: Option<u64>,
+    /// New status.
+    pub status: Option<SessionStatus>,
+    /// New own usage.
+    pub own_usage: Option<Usage>,
+    /// New attributed usage.
+    pub attributed_usage: Option<Usage>,
+    /// New context size.
+    pub context_tokens: Option<u64>,
+    /// New host data.
+    pub meta: Option<serde_json::Value>,
+}
+
+impl SessionUpdate {
+    /// An update of the status only.
+    pub fn status(status: SessionStatus) -> Self {
+        Self {
+            status: Some(status),
+            ..Self::default()
+        }
+    }
+}
+
+/// Which sessions [`Store::list_sessions`](crate::Store::list_sessions) returns, oldest first
+/// (creation time, then id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionQuery {
+    /// Every root session.
+    Roots,
+    /// The direct children of a session.
+    Children(SessionId),
+    /// Every session of a tree, the root included.
+    Tree(SessionId),
+}

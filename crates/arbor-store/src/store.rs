@@ -1,0 +1,121 @@
+//! The [`Store`] trait.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, TranscriptEntry};
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::record::{SessionQuery, SessionRecord, SessionUpdate};
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Durable (or in-memory) state of sessions and their transcripts.
+///
+/// Every write is atomic: it happens whole or not at all, and a failed write leaves the store
+/// as it was. Backends must pass [`conformance`](crate) (feature `conformance`).
+#[async_trait]
+pub trait Store: fmt::Debug + Send + Sync {
+    /// Creates a session. Fails with `AlreadyExists` when its id is taken, and with
+    /// `NotFound` when its parent does not exist.
+    async fn create_session(&self, record: &SessionRecord) -> StoreResult<()>;
+
+    /// The session with this id, if any.
+    async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>>;
+
+    /// Applies `update` and returns the new record. Fails with `NotFound` for an unknown
+    /// session and with `Conflict` (changing nothing) when `expected_version` is set and
+    /// differs from the stored version.
+    async fn update_session(&self, id: SessionId, update: &SessionUpdate)
+    -> StoreResult<SessionRecord>;
+
+    /// Sessions matching `query`, oldest first.
+    async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>>;
+
+    /// Appends `entries` to a session's transcript, numbering them after the last entry, and
+    /// applies `update` to the session in the same atomic write. Returns the sequence number
+    /// of the last entry written (the current last one when `entries` is empty).
+    async fn append(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+    ) -> StoreResult<u64>;
+
+    /// Transcript entries with a sequence number above `after`, oldest first, at most `limit`.
+    async fn transcript(
+        &self,
+        session: SessionId,
+        after: u64,
+        limit: Option<usize>,
+    ) -> StoreResult<Vec<TranscriptEntry>>;
+
+    /// Marks every session whose status is `running` as `interrupted` and returns their ids:
+    /// what a process calls at start-up on a durable store, since no run survives the process
+    /// that ran it.
+    async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>>;
+
+    /// Backend name for reports (`memory`, `sqlite`).
+    fn backend(&self) -> &'static str;
+}
+
+macro_rules! forward {
+    ($ty:ty) => {
+        #[async_trait]
+        impl<T: Store + ?Sized> Store for $ty {
+            async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
+                (**self).create_session(record).await
+            }
+            async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
+                (**self).session(id).await
+            }
+            async fn update_session(
+                &self,
+                id: SessionId,
+                update: &SessionUpdate,
+            ) -> StoreResult<SessionRecord> {
+                (**self).update_session(id, update).await
+            }
+            async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+                (**self).list_sessions(query).await
+            }
+            async fn append(
+                &self,
+                session: SessionId,
+                run: RunId,
+                entries: &[EntryKind],
+                update: Option<&SessionUpdate>,
+            ) -> StoreResult<u64> {
+                (**self).append(session, run, entries, update).await
+            }
+            async fn transcript(
+                &self,
+                session: SessionId,
+                after: u64,
+                limit: Option<usize>,
+            ) -> StoreResult<Vec<TranscriptEntry>> {
+                (**self).transcript(session, after, limit).await
+            }
+            async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
+                (**self).mark_interrupted().await
+            }
+            fn backend(&self) -> &'static str {
+                (**self).backend()
+            }
+        }
+    };
+}
+
+forward!(Arc<T>);
+forward!(Box<T>);
+
+// `Store` must stay object safe: the runtime holds `Arc<dyn Store>`.
+const _: fn(&dyn Store) = |_| {};
+
+/// Status values that count as "a run is live" for [`Store::mark_interrupted`].
+pub(crate) fn is_live(status: SessionStatus) -> bool {
+    status.is_live()
+}
