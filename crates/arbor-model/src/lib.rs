@@ -13,7 +13,5 @@ mod provider;
 mod scripted;
 
 pub use error::{ModelError, ModelErrorKind};
-pub use provider::{
-    FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolSpec,
-};
+pub use provider::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolSpec};
 pub use scripted::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};

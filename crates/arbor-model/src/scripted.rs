@@ -160,7 +160,10 @@ fn prompt_chars(request: &ModelRequest<'_>) -> usize {
         .messages
         .iter()
         .map(|m| match m {
-            Message::Assistant { content, tool_calls } => {
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
                 content.len()
                     + tool_calls
                         .iter()
@@ -310,7 +313,13 @@ mod tests {
         );
         let third = vec![Message::assistant(""), Message::assistant("")];
         let err = provider.stream(request(&third)).await.err().unwrap();
-        assert_eq!(err, ModelError::ScriptExhausted { turn: 3, available: 2 });
+        assert_eq!(
+            err,
+            ModelError::ScriptExhausted {
+                turn: 3,
+                available: 2
+            }
+        );
         assert_eq!(err.to_string(), "script has no turn 3 (it has 2)");
     }
 
@@ -325,7 +334,10 @@ mod tests {
             .try_collect()
             .await
             .unwrap();
-        assert!(events.contains(&ModelEvent::Usage(Usage::new(2, 2))), "{events:?}");
+        assert!(
+            events.contains(&ModelEvent::Usage(Usage::new(2, 2))),
+            "{events:?}"
+        );
     }
 
     #[tokio::test]
@@ -346,7 +358,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn delay_and_hang_use_tokio_time() {
         let provider = ScriptedProvider::new(Script::new([
-            ScriptedTurn::text("x").with_delay(Duration::from_secs(5)),
+            ScriptedTurn::text("x").with_delay(Duration::from_secs(5))
         ]));
         let msgs = vec![Message::user("go")];
         let start = tokio::time::Instant::now();

@@ -61,7 +61,9 @@ impl Add for Usage {
             output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
             total_tokens: self.total_tokens.saturating_add(rhs.total_tokens),
             cache_read_tokens: self.cache_read_tokens.saturating_add(rhs.cache_read_tokens),
-            cache_write_tokens: self.cache_write_tokens.saturating_add(rhs.cache_write_tokens),
+            cache_write_tokens: self
+                .cache_write_tokens
+                .saturating_add(rhs.cache_write_tokens),
         }
     }
 }

@@ -46,7 +46,7 @@ fn check_version(record: &SessionRecord, update: &SessionUpdate) -> StoreResult<
 }
 
 fn sort(records: &mut [SessionRecord]) {
-    records.sort_by(|a, b| (a.created_at, a.id).cmp(&(b.created_at, b.id)));
+    records.sort_by_key(|r| (r.created_at, r.id));
 }
 
 #[async_trait]

@@ -40,7 +40,11 @@ pub struct SessionRecord {
 
 impl SessionRecord {
     /// A new root session record, version 1, status `idle`.
-    pub fn new_root(name: impl Into<String>, agent: impl Into<String>, model: impl Into<String>) -> Self {
+    pub fn new_root(
+        name: impl Into<String>,
+        agent: impl Into<String>,
+        model: impl Into<String>,
+    ) -> Self {
         let id = SessionId::new();
         let now = Timestamp::now();
         Self {

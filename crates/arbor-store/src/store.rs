@@ -28,8 +28,11 @@ pub trait Store: fmt::Debug + Send + Sync {
     /// Applies `update` and returns the new record. Fails with `NotFound` for an unknown
     /// session and with `Conflict` (changing nothing) when `expected_version` is set and
     /// differs from the stored version.
-    async fn update_session(&self, id: SessionId, update: &SessionUpdate)
-    -> StoreResult<SessionRecord>;
+    async fn update_session(
+        &self,
+        id: SessionId,
+        update: &SessionUpdate,
+    ) -> StoreResult<SessionRecord>;
 
     /// Sessions matching `query`, oldest first.
     async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>>;

@@ -1,0 +1,85 @@
+//! Options of a [`SqliteStore`](crate::SqliteStore) connection.
+
+use std::path::Path;
+use std::time::Duration;
+
+use arbor_store::StoreResult;
+
+use crate::store::SqliteStore;
+
+/// How hard SQLite pushes each commit to disk (`PRAGMA synchronous`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Synchronous {
+    /// `NORMAL`: with WAL, a commit survives a process crash; a power loss may lose the last
+    /// commits but never corrupts the file. The default.
+    #[default]
+    Normal,
+    /// `FULL`: every commit is synced to disk before it returns; survives a power loss.
+    Full,
+}
+
+impl Synchronous {
+    /// The pragma value.
+    pub(crate) fn as_pragma(self) -> &'static str {
+        match self {
+            Self::Normal => "NORMAL",
+            Self::Full => "FULL",
+        }
+    }
+}
+
+/// How a [`SqliteStore`] opens its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteOptions {
+    pub(crate) busy_timeout: Duration,
+    pub(crate) synchronous: Synchronous,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            synchronous: Synchronous::Normal,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// The defaults: a busy timeout of 5 s and [`Synchronous::Normal`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long an operation waits for another connection to release the file before it
+    /// fails with `Locked`.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// The durability of each commit.
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// The configured busy timeout.
+    pub fn busy_timeout_value(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    /// The configured durability.
+    pub fn synchronous_value(&self) -> Synchronous {
+        self.synchronous
+    }
+
+    /// Opens (creating it if missing) the store file at `path`; see [`SqliteStore::open`].
+    pub fn open(&self, path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        SqliteStore::open_with(path, self)
+    }
+
+    /// Opens a private in-memory store; see [`SqliteStore::open_in_memory`].
+    pub fn open_in_memory(&self) -> StoreResult<SqliteStore> {
+        SqliteStore::open_in_memory_with(self)
+    }
+}

@@ -1,0 +1,318 @@
+//! [`SqliteStore`]: opening the file and the [`Store`] operations.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
+use arbor_store::{SessionQuery, SessionRecord, SessionUpdate, Store, StoreError, StoreResult};
+use async_trait::async_trait;
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+
+use crate::codec::{
+    ENTRY_COLUMNS, SESSION_COLUMNS, entry_body, entry_from_row, insert_session, session_from_row,
+    to_sql, write_session,
+};
+use crate::error::{SqlResultExt, open_error, unavailable};
+use crate::options::SqliteOptions;
+use crate::schema;
+
+/// A store in one SQLite file. Safe to share between tasks; several processes may open the
+/// same file, and each write is atomic against all of them.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: String,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store file at `path` with the default [`SqliteOptions`], creating the file
+    /// (not its directory) if missing and migrating its schema.
+    ///
+    /// Fails with `Unavailable` naming the path when the file cannot be opened, is not an
+    /// arbor store, or was created by a newer arbor (the file is left untouched), and with
+    /// `Locked` when another process holds it longer than the busy timeout.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, &SqliteOptions::default())
+    }
+
+    /// [`open`](Self::open) with explicit options.
+    pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
+        let path = path.as_ref();
+        let display = path.display().to_string();
+        if path.is_dir() {
+            return Err(unavailable(&display, "it is a directory, not a store file"));
+        }
+        let conn = Connection::open(path).map_err(|e| open_error(&display, e))?;
+        Self::setup(conn, display, options)
+    }
+
+    /// A private in-memory store, gone when dropped: for tests.
+    pub fn open_in_memory() -> StoreResult<Self> {
+        Self::open_in_memory_with(&SqliteOptions::default())
+    }
+
+    /// [`open_in_memory`](Self::open_in_memory) with explicit options.
+    pub fn open_in_memory_with(options: &SqliteOptions) -> StoreResult<Self> {
+        let path = ":memory:".to_owned();
+        let conn = Connection::open_in_memory().map_err(|e| open_error(&path, e))?;
+        Self::setup(conn, path, options)
+    }
+
+    fn setup(mut conn: Connection, path: String, options: &SqliteOptions) -> StoreResult<Self> {
+        conn.busy_timeout(options.busy_timeout).at(&path)?;
+        // Check before anything writes: a foreign or newer file must stay as it is.
+        let version = schema::check(&conn, &path)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(|e| open_error(&path, e))?;
+        if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
+            tracing::warn!(path, mode, "the store could not switch to WAL mode");
+        }
+        conn.pragma_update(None, "foreign_keys", true).at(&path)?;
+        conn.pragma_update(None, "synchronous", options.synchronous.as_pragma())
+            .at(&path)?;
+        schema::migrate(&mut conn, &path, version)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// The store's location as errors name it (`:memory:` for an in-memory store).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic inside an operation drops its transaction, which rolls back: the connection
+        // is usable even if the lock is poisoned.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn transaction<T>(
+        &self,
+        behavior: TransactionBehavior,
+        f: impl FnOnce(&Transaction<'_>, &str) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(behavior).at(&self.path)?;
+        let out = f(&tx, &self.path)?;
+        tx.commit().at(&self.path)?;
+        Ok(out)
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed only if `f` succeeds.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>, &str) -> StoreResult<T>) -> StoreResult<T> {
+        self.transaction(TransactionBehavior::Immediate, f)
+    }
+
+    /// Runs `f` in one read transaction, so its statements see one snapshot.
+    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>, &str) -> StoreResult<T>) -> StoreResult<T> {
+        self.transaction(TransactionBehavior::Deferred, f)
+    }
+}
+
+fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
+    conn.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.exists([id.to_string()]))
+        .at(path)
+}
+
+fn load(conn: &Connection, path: &str, id: SessionId) -> StoreResult<Option<SessionRecord>> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1");
+    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut rows = stmt.query([id.to_string()]).at(path)?;
+    rows.next().at(path)?.map(session_from_row).transpose()
+}
+
+fn select_sessions(
+    conn: &Connection,
+    path: &str,
+    filter: &str,
+    param: Option<String>,
+) -> StoreResult<Vec<SessionRecord>> {
+    let sql =
+        format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} ORDER BY created_at, id");
+    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut rows = match param {
+        Some(param) => stmt.query([param]),
+        None => stmt.query([]),
+    }
+    .at(path)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().at(path)? {
+        out.push(session_from_row(row)?);
+    }
+    Ok(out)
+}
+
+fn check_version(record: &SessionRecord, update: &SessionUpdate) -> StoreResult<()> {
+    match update.expected_version {
+        Some(expected) if expected != record.version => Err(StoreError::Conflict {
+            expected,
+            actual: record.version,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Loads `id`, checks `update`'s expected version, applies it and writes the record back.
+fn apply_update(
+    conn: &Connection,
+    path: &str,
+    id: SessionId,
+    update: &SessionUpdate,
+) -> StoreResult<SessionRecord> {
+    let mut record = load(conn, path, id)?.ok_or_else(|| StoreError::session_not_found(id))?;
+    check_version(&record, update)?;
+    record.apply(update);
+    write_session(conn, path, &record)?;
+    Ok(record)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
+        self.write(|tx, path| {
+            if exists(tx, path, record.id)? {
+                return Err(StoreError::AlreadyExists {
+                    what: "session",
+                    id: record.id.to_string(),
+                });
+            }
+            if let Some(parent) = record.parent_id
+                && !exists(tx, path, parent)?
+            {
+                return Err(StoreError::session_not_found(parent));
+            }
+            insert_session(tx, path, record)
+        })
+    }
+
+    async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
+        let conn = self.lock();
+        load(&conn, &self.path, id)
+    }
+
+    async fn update_session(
+        &self,
+        id: SessionId,
+        update: &SessionUpdate,
+    ) -> StoreResult<SessionRecord> {
+        self.write(|tx, path| apply_update(tx, path, id, update))
+    }
+
+    async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+        let conn = self.lock();
+        let (filter, param) = match query {
+            SessionQuery::Roots => ("parent_id IS NULL", None),
+            SessionQuery::Children(parent) => ("parent_id = ?1", Some(parent.to_string())),
+            SessionQuery::Tree(root) => ("root_id = ?1", Some(root.to_string())),
+        };
+        select_sessions(&conn, &self.path, filter, param)
+    }
+
+    async fn append(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+    ) -> StoreResult<u64> {
+        let bodies = entries
+            .iter()
+            .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        self.write(|tx, path| {
+            match update {
+                Some(update) => drop(apply_update(tx, path, session, update)?),
+                None if !exists(tx, path, session)? => {
+                    return Err(StoreError::session_not_found(session));
+                }
+                None => {}
+            }
+            let last: i64 = tx
+                .prepare_cached(
+                    "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = ?1",
+                )
+                .and_then(|mut stmt| stmt.query_row([session.to_string()], |row| row.get(0)))
+                .at(path)?;
+            let (session, run) = (session.to_string(), run.to_string());
+            let at = to_sql(Timestamp::now().0);
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO transcript_entries (session_id, seq, at, run_id, kind, body) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .at(path)?;
+            let mut seq = last;
+            for (kind, body) in &bodies {
+                seq += 1;
+                insert
+                    .execute(params![session, seq, at, run, kind, body])
+                    .at(path)?;
+            }
+            u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("transcript seq {seq}")))
+        })
+    }
+
+    async fn transcript(
+        &self,
+        session: SessionId,
+        after: u64,
+        limit: Option<usize>,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        // A negative LIMIT means none.
+        let limit = limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        self.read(|tx, path| {
+            if !exists(tx, path, session)? {
+                return Err(StoreError::session_not_found(session));
+            }
+            let sql = format!(
+                "SELECT {ENTRY_COLUMNS} FROM transcript_entries \
+                 WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+            );
+            let mut stmt = tx.prepare_cached(&sql).at(path)?;
+            let mut rows = stmt
+                .query(params![session.to_string(), after, limit])
+                .at(path)?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().at(path)? {
+                out.push(entry_from_row(row)?);
+            }
+            Ok(out)
+        })
+    }
+
+    async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
+        self.write(|tx, path| {
+            let running = select_sessions(
+                tx,
+                path,
+                "status = ?1",
+                Some(SessionStatus::Running.as_str().to_owned()),
+            )?;
+            let mut ids = Vec::with_capacity(running.len());
+            for mut record in running {
+                record.apply(&SessionUpdate::status(SessionStatus::Interrupted));
+                write_session(tx, path, &record)?;
+                ids.push(record.id);
+            }
+            ids.sort();
+            Ok(ids)
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}

@@ -1,0 +1,455 @@
+//! Checks of session records: create, get, update and list.
+
+use arbor_protocol::{SessionId, SessionStatus, Timestamp, Usage};
+use serde_json::json;
+
+use super::{child, create, expect_err, get, root};
+use crate::{SessionQuery, SessionRecord, SessionUpdate, Store, StoreError, StoreErrorKind};
+
+/// A created session reads back equal, every field included: ids, depth, status, both usages
+/// (up to `u64::MAX`), context size, timestamps, meta JSON of every shape and the version.
+pub async fn create_round_trips_every_field(store: &dyn Store) {
+    const CHECK: &str = "create_round_trips_every_field";
+    let b = store.backend();
+
+    let mut top = SessionRecord::new_root("root \"one\" 'quoted' ✓", "planner", "model-a");
+    top.status = SessionStatus::Suspended;
+    top.own_usage = Usage {
+        input_tokens: 11,
+        output_tokens: 22,
+        total_tokens: 33,
+        cache_read_tokens: 44,
+        cache_write_tokens: 55,
+    };
+    top.attributed_usage = Usage {
+        input_tokens: 1,
+        output_tokens: 2,
+        total_tokens: u64::MAX,
+        cache_read_tokens: 4,
+        cache_write_tokens: 1 << 40,
+    };
+    top.context_tokens = 12_345;
+    top.created_at = Timestamp(1_700_000_000_001);
+    top.updated_at = Timestamp(1_700_000_000_999);
+    top.meta = json!({
+        "definition": {"name": "planner", "tools": ["a", "b"]},
+        "numbers": {"int": 1, "neg": -3, "float": 1.5, "big": u64::MAX},
+        "flags": [true, false, null],
+        "text": "héllo ✓ \u{1F600} a'b\"c\\d\n",
+        "empty": {},
+    });
+    top.version = 7;
+    create(store, CHECK, &top).await;
+    assert_eq!(
+        get(store, CHECK, top.id).await,
+        top,
+        "[{b}] {CHECK}: root differs"
+    );
+
+    let mut mid = child(&top, "child");
+    mid.status = SessionStatus::Failed;
+    mid.meta = json!([1, "two", {"three": 3}]);
+    mid.context_tokens = u64::MAX;
+    create(store, CHECK, &mid).await;
+    let got = get(store, CHECK, mid.id).await;
+    assert_eq!(got, mid, "[{b}] {CHECK}: child differs");
+    assert_eq!(
+        got.parent_id,
+        Some(top.id),
+        "[{b}] {CHECK}: child parent_id"
+    );
+    assert_eq!(got.root_id, top.id, "[{b}] {CHECK}: child root_id");
+    assert_eq!(got.depth, 1, "[{b}] {CHECK}: child depth");
+
+    let mut leaf = child(&mid, "grandchild");
+    leaf.meta = json!("just a string");
+    create(store, CHECK, &leaf).await;
+    let got = get(store, CHECK, leaf.id).await;
+    assert_eq!(got, leaf, "[{b}] {CHECK}: grandchild differs");
+    assert_eq!(got.root_id, top.id, "[{b}] {CHECK}: grandchild root_id");
+    assert_eq!(got.depth, 2, "[{b}] {CHECK}: grandchild depth");
+
+    // Defaults: null meta, zero usage, idle.
+    let plain = child(&mid, "plain");
+    create(store, CHECK, &plain).await;
+    assert_eq!(
+        get(store, CHECK, plain.id).await,
+        plain,
+        "[{b}] {CHECK}: defaults differ"
+    );
+}
+
+/// Creating a session whose id exists fails with `AlreadyExists` and changes nothing.
+pub async fn create_duplicate_id_is_refused(store: &dyn Store) {
+    const CHECK: &str = "create_duplicate_id_is_refused";
+    let b = store.backend();
+    let original = root("original");
+    create(store, CHECK, &original).await;
+
+    let mut dup = original.clone();
+    dup.name = "impostor".into();
+    dup.status = SessionStatus::Failed;
+    dup.meta = json!({"impostor": true});
+    let err = expect_err(
+        b,
+        CHECK,
+        store.create_session(&dup).await,
+        StoreErrorKind::AlreadyExists,
+    );
+    assert_eq!(
+        err,
+        StoreError::AlreadyExists {
+            what: "session",
+            id: original.id.to_string()
+        },
+        "[{b}] {CHECK}"
+    );
+    assert_eq!(
+        get(store, CHECK, original.id).await,
+        original,
+        "[{b}] {CHECK}: record changed"
+    );
+    let roots = store.list_sessions(SessionQuery::Roots).await.unwrap();
+    let copies = roots.iter().filter(|r| r.id == original.id).count();
+    assert_eq!(copies, 1, "[{b}] {CHECK}: {copies} sessions with one id");
+}
+
+/// Creating a child of a session that does not exist fails with `NotFound` and creates
+/// nothing.
+pub async fn create_child_of_unknown_parent_is_not_found(store: &dyn Store) {
+    const CHECK: &str = "create_child_of_unknown_parent_is_not_found";
+    let b = store.backend();
+    let phantom = root("never created");
+    let orphan = child(&phantom, "orphan");
+    let err = expect_err(
+        b,
+        CHECK,
+        store.create_session(&orphan).await,
+        StoreErrorKind::NotFound,
+    );
+    assert_eq!(
+        err,
+        StoreError::session_not_found(phantom.id),
+        "[{b}] {CHECK}"
+    );
+    assert_eq!(
+        store.session(orphan.id).await.unwrap(),
+        None,
+        "[{b}] {CHECK}: orphan stored"
+    );
+    assert_eq!(
+        store.session(phantom.id).await.unwrap(),
+        None,
+        "[{b}] {CHECK}: parent stored"
+    );
+}
+
+/// Getting an unknown session is `Ok(None)`, not an error.
+pub async fn unknown_session_is_none(store: &dyn Store) {
+    let b = store.backend();
+    let got = store.session(SessionId::new()).await;
+    assert_eq!(got, Ok(None), "[{b}] unknown_session_is_none");
+}
+
+/// `before` with the fields `update` sets, the version bumped and `updated_at` as stored.
+fn expected_after(
+    before: &SessionRecord,
+    update: &SessionUpdate,
+    got: &SessionRecord,
+) -> SessionRecord {
+    let mut expected = before.clone();
+    if let Some(status) = update.status {
+        expected.status = status;
+    }
+    if let Some(usage) = update.own_usage {
+        expected.own_usage = usage;
+    }
+    if let Some(usage) = update.attributed_usage {
+        expected.attributed_usage = usage;
+    }
+    if let Some(tokens) = update.context_tokens {
+        expected.context_tokens = tokens;
+    }
+    if let Some(meta) = &update.meta {
+        expected.meta = meta.clone();
+    }
+    expected.version = before.version + 1;
+    expected.updated_at = got.updated_at;
+    expected
+}
+
+/// An update changes only the fields it sets, bumps the version by exactly 1, moves
+/// `updated_at` forward (never back) and returns the stored record.
+pub async fn update_applies_only_set_fields(store: &dyn Store) {
+    const CHECK: &str = "update_applies_only_set_fields";
+    let b = store.backend();
+    let mut record = root("updated");
+    record.own_usage = Usage::new(1, 1);
+    record.meta = json!({"before": true});
+    create(store, CHECK, &record).await;
+
+    let updates = [
+        ("status", SessionUpdate::status(SessionStatus::Succeeded)),
+        (
+            "own_usage",
+            SessionUpdate {
+                own_usage: Some(Usage::new(10, 5)),
+                ..SessionUpdate::default()
+            },
+        ),
+        (
+            "attributed_usage",
+            SessionUpdate {
+                attributed_usage: Some(Usage {
+                    cache_read_tokens: 9,
+                    ..Usage::new(7, 3)
+                }),
+                ..SessionUpdate::default()
+            },
+        ),
+        (
+            "context_tokens",
+            SessionUpdate {
+                context_tokens: Some(4321),
+                ..SessionUpdate::default()
+            },
+        ),
+        (
+            "meta",
+            SessionUpdate {
+                meta: Some(json!({"after": [1, 2, 3]})),
+                ..SessionUpdate::default()
+            },
+        ),
+        ("nothing", SessionUpdate::default()),
+        (
+            "everything",
+            SessionUpdate {
+                expected_version: Some(record.version + 6),
+                status: Some(SessionStatus::Aborted),
+                own_usage: Some(Usage::new(100, 50)),
+                attributed_usage: Some(Usage::new(200, 70)),
+                context_tokens: Some(99),
+                meta: Some(serde_json::Value::Null),
+            },
+        ),
+    ];
+    for (label, update) in updates {
+        let before = get(store, CHECK, record.id).await;
+        let t0 = Timestamp::now();
+        let got = store
+            .update_session(record.id, &update)
+            .await
+            .unwrap_or_else(|e| panic!("[{b}] {CHECK}: update {label} failed: {e}"));
+        assert_eq!(
+            got,
+            expected_after(&before, &update, &got),
+            "[{b}] {CHECK}: update {label} changed the wrong fields"
+        );
+        assert!(
+            got.updated_at >= before.updated_at.max(t0),
+            "[{b}] {CHECK}: update {label}: updated_at {:?} is before {:?}",
+            got.updated_at,
+            before.updated_at.max(t0)
+        );
+        assert_eq!(
+            get(store, CHECK, record.id).await,
+            got,
+            "[{b}] {CHECK}: update {label} returned another record than it stored"
+        );
+    }
+    assert_eq!(
+        get(store, CHECK, record.id).await.version,
+        8,
+        "[{b}] {CHECK}: final version"
+    );
+}
+
+/// An update whose `expected_version` differs from the stored version fails with
+/// `Conflict { expected, actual }` and changes nothing.
+pub async fn update_with_stale_version_conflicts(store: &dyn Store) {
+    const CHECK: &str = "update_with_stale_version_conflicts";
+    let b = store.backend();
+    let record = root("cas");
+    create(store, CHECK, &record).await;
+
+    let cas = |expected: u64, tokens: u64| SessionUpdate {
+        expected_version: Some(expected),
+        context_tokens: Some(tokens),
+        status: Some(SessionStatus::Failed),
+        ..SessionUpdate::default()
+    };
+    let got = store.update_session(record.id, &cas(1, 10)).await;
+    let current = got.unwrap_or_else(|e| panic!("[{b}] {CHECK}: matching CAS failed: {e}"));
+    assert_eq!(current.version, 2, "[{b}] {CHECK}: version after CAS");
+    assert_eq!(current.context_tokens, 10, "[{b}] {CHECK}");
+
+    for stale in [1, 0, 3, 99] {
+        let err = expect_err(
+            b,
+            CHECK,
+            store.update_session(record.id, &cas(stale, 20)).await,
+            StoreErrorKind::Conflict,
+        );
+        assert_eq!(
+            err,
+            StoreError::Conflict {
+                expected: stale,
+                actual: 2
+            },
+            "[{b}] {CHECK}: conflict fields"
+        );
+        assert_eq!(
+            get(store, CHECK, record.id).await,
+            current,
+            "[{b}] {CHECK}: a refused update (expected {stale}) changed the record"
+        );
+    }
+    let got = store.update_session(record.id, &cas(2, 30)).await;
+    let next = got.unwrap_or_else(|e| panic!("[{b}] {CHECK}: second CAS failed: {e}"));
+    assert_eq!(
+        (next.version, next.context_tokens),
+        (3, 30),
+        "[{b}] {CHECK}"
+    );
+}
+
+/// Updating an unknown session fails with `NotFound` and creates nothing.
+pub async fn update_unknown_is_not_found(store: &dyn Store) {
+    const CHECK: &str = "update_unknown_is_not_found";
+    let b = store.backend();
+    let id = SessionId::new();
+    for update in [
+        SessionUpdate::status(SessionStatus::Failed),
+        SessionUpdate {
+            expected_version: Some(1),
+            ..SessionUpdate::default()
+        },
+    ] {
+        let err = expect_err(
+            b,
+            CHECK,
+            store.update_session(id, &update).await,
+            StoreErrorKind::NotFound,
+        );
+        assert_eq!(err, StoreError::session_not_found(id), "[{b}] {CHECK}");
+    }
+    assert_eq!(
+        store.session(id).await.unwrap(),
+        None,
+        "[{b}] {CHECK}: session created"
+    );
+}
+
+fn ids(records: &[SessionRecord]) -> Vec<SessionId> {
+    records.iter().map(|r| r.id).collect()
+}
+
+fn assert_sorted(backend: &str, what: &str, records: &[SessionRecord]) {
+    let sorted = records
+        .windows(2)
+        .all(|w| (w[0].created_at, w[0].id) < (w[1].created_at, w[1].id));
+    assert!(
+        sorted,
+        "[{backend}] list_sessions: {what} is not oldest first: {:?}",
+        ids(records)
+    );
+}
+
+/// `list_sessions` returns sessions oldest first (creation time, then id) and scopes them:
+/// `Roots` only roots, `Children(p)` only `p`'s direct children, `Tree(r)` the root `r` and
+/// all its descendants, nothing of other trees.
+pub async fn list_sessions_orders_and_scopes(store: &dyn Store) {
+    const CHECK: &str = "list_sessions_orders_and_scopes";
+    let b = store.backend();
+    let base = 1_800_000_000_000;
+    let at = |offset: u64| Timestamp(base + offset);
+
+    // Ids are time-ordered: r1 < r2 < r3 and c1 < c2 < c3.
+    let (mut r1, mut r2, mut r3) = (root("r1"), root("r2"), root("r3"));
+    r1.created_at = at(20);
+    r2.created_at = at(10);
+    r3.created_at = at(10);
+    for r in [&r3, &r1, &r2] {
+        create(store, CHECK, r).await;
+    }
+    let (mut c1, mut c2, mut c3) = (child(&r2, "c1"), child(&r2, "c2"), child(&r2, "c3"));
+    c1.created_at = at(30);
+    c2.created_at = at(15);
+    c3.created_at = at(15);
+    for c in [&c3, &c1, &c2] {
+        create(store, CHECK, c).await;
+    }
+    let mut g1 = child(&c1, "g1");
+    g1.created_at = at(40);
+    let mut g2 = child(&c2, "g2");
+    g2.created_at = at(35);
+    let mut d1 = child(&r1, "d1");
+    d1.created_at = at(25);
+    for s in [&g1, &g2, &d1] {
+        create(store, CHECK, s).await;
+    }
+
+    let list = |query| async move {
+        store
+            .list_sessions(query)
+            .await
+            .unwrap_or_else(|e| panic!("[{b}] {CHECK}: list_sessions({query:?}) failed: {e}"))
+    };
+
+    let roots = list(SessionQuery::Roots).await;
+    assert_sorted(b, "Roots", &roots);
+    assert!(
+        roots.iter().all(|r| r.parent_id.is_none()),
+        "[{b}] {CHECK}: Roots holds a child"
+    );
+    let ours: Vec<SessionRecord> = roots
+        .into_iter()
+        .filter(|r| [r1.id, r2.id, r3.id].contains(&r.id))
+        .collect();
+    assert_eq!(
+        ours,
+        vec![r2.clone(), r3.clone(), r1.clone()],
+        "[{b}] {CHECK}: Roots"
+    );
+
+    let cases = [
+        (
+            "Children(r2)",
+            SessionQuery::Children(r2.id),
+            vec![&c2, &c3, &c1],
+        ),
+        ("Children(c1)", SessionQuery::Children(c1.id), vec![&g1]),
+        ("Children(c2)", SessionQuery::Children(c2.id), vec![&g2]),
+        ("Children(r1)", SessionQuery::Children(r1.id), vec![&d1]),
+        ("Children(r3)", SessionQuery::Children(r3.id), vec![]),
+        ("Children(g1)", SessionQuery::Children(g1.id), vec![]),
+        (
+            "Children(unknown)",
+            SessionQuery::Children(SessionId::new()),
+            vec![],
+        ),
+        (
+            "Tree(r2)",
+            SessionQuery::Tree(r2.id),
+            vec![&r2, &c2, &c3, &c1, &g2, &g1],
+        ),
+        ("Tree(r1)", SessionQuery::Tree(r1.id), vec![&r1, &d1]),
+        ("Tree(r3)", SessionQuery::Tree(r3.id), vec![&r3]),
+        (
+            "Tree(unknown)",
+            SessionQuery::Tree(SessionId::new()),
+            vec![],
+        ),
+    ];
+    for (label, query, expected) in cases {
+        let got = list(query).await;
+        let expected: Vec<SessionRecord> = expected.into_iter().cloned().collect();
+        assert_eq!(
+            ids(&got),
+            ids(&expected),
+            "[{b}] {CHECK}: {label} returned the wrong sessions or order"
+        );
+        assert_eq!(got, expected, "[{b}] {CHECK}: {label} records differ");
+    }
+}
