@@ -1,1 +1,44 @@
-//! placeholder
+//! The arbor runtime.
+//!
+//! An [`Agent`] is an immutable configuration: a model provider and model, a system prompt,
+//! [`tool`]s, a [`Permission`] of AND-composed policies, and [`RunLimits`]. A [`Session`] is
+//! one conversation of an agent, kept in a [`Store`](arbor_store::Store); [`Session::run`]
+//! drives one input through model turns and tool calls until the model answers, a limit
+//! fires, a policy halts it or it is cancelled, and returns a [`RunResult`]. Every run
+//! publishes typed events on the session's [`EventBus`].
+//!
+//! ```
+//! # async fn demo() -> Result<(), arbor_core::CoreError> {
+//! use arbor_core::{Agent, RunOptions};
+//! use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+//!
+//! let agent = Agent::builder("helper")
+//!     .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text("hello")])))
+//!     .build()?;
+//! let mut session = agent.session().create().await?;
+//! let result = session.run("say hello", RunOptions::default()).await?;
+//! assert_eq!(result.text, "hello");
+//! # Ok(()) }
+//! ```
+
+mod agent;
+pub mod builtin;
+mod dispatch;
+mod error;
+pub mod events;
+pub mod permission;
+mod run;
+mod session;
+pub mod tool;
+
+pub use agent::{
+    Agent, AgentBuilder, DEFAULT_EVENT_CAPACITY, DEFAULT_TOOL_CONCURRENCY, MAX_TOOL_CONCURRENCY,
+    validate_agent_name,
+};
+pub use arbor_protocol::RunLimits;
+pub use error::{CoreError, CoreErrorKind, CoreResult};
+pub use events::{EventBus, Subscription};
+pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest};
+pub use run::{RunOptions, RunResult};
+pub use session::{Session, SessionBuilder};
+pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};

@@ -1,0 +1,275 @@
+//! Agents: immutable configurations that sessions run.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arbor_model::ModelProvider;
+use arbor_protocol::RunLimits;
+
+use crate::error::{CoreError, CoreResult};
+use crate::permission::{Permission, PermissionPolicy};
+use crate::tool::{DynTool, Tool, ToolSet, Typed};
+
+/// Default `tool_concurrency`: how many non-exclusive calls of one turn run at once.
+pub const DEFAULT_TOOL_CONCURRENCY: usize = 4;
+/// Most calls of one turn that may run at once.
+pub const MAX_TOOL_CONCURRENCY: usize = 64;
+/// Default capacity of each event subscription's queue.
+pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
+
+/// An agent: model, prompt, tools, permission and limits. Immutable and cheap to clone;
+/// build one with [`Agent::builder`].
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+struct AgentInner {
+    name: String,
+    provider: Arc<dyn ModelProvider>,
+    model: String,
+    system: Option<String>,
+    tools: ToolSet,
+    permission: Permission,
+    limits: RunLimits,
+    tool_concurrency: usize,
+    event_capacity: usize,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.inner.name)
+            .field("provider", &self.inner.provider.name())
+            .field("model", &self.inner.model)
+            .field("tools", &self.inner.tools.len())
+            .field("limits", &self.inner.limits)
+            .finish()
+    }
+}
+
+impl Agent {
+    /// Starts building an agent named `name`.
+    pub fn builder(name: impl Into<String>) -> AgentBuilder {
+        AgentBuilder {
+            name: name.into(),
+            provider: None,
+            model: None,
+            system: None,
+            tools: Vec::new(),
+            permission: Permission::allow_all(),
+            limits: RunLimits::DEFAULT,
+            tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
+            event_capacity: DEFAULT_EVENT_CAPACITY,
+        }
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The provider it calls.
+    pub fn provider(&self) -> &Arc<dyn ModelProvider> {
+        &self.inner.provider
+    }
+
+    /// The model it asks for.
+    pub fn model(&self) -> &str {
+        &self.inner.model
+    }
+
+    /// Its system prompt.
+    pub fn system(&self) -> Option<&str> {
+        self.inner.system.as_deref()
+    }
+
+    /// Its tools.
+    pub fn tools(&self) -> &ToolSet {
+        &self.inner.tools
+    }
+
+    /// Its permission (AND-composed policies).
+    pub fn permission(&self) -> &Permission {
+        &self.inner.permission
+    }
+
+    /// Its run limits.
+    pub fn limits(&self) -> RunLimits {
+        self.inner.limits
+    }
+
+    /// How many non-exclusive tool calls of one turn run at once.
+    pub fn tool_concurrency(&self) -> usize {
+        self.inner.tool_concurrency
+    }
+
+    /// Capacity of each event subscription's queue.
+    pub fn event_capacity(&self) -> usize {
+        self.inner.event_capacity
+    }
+
+    /// A builder starting from this agent's configuration, to derive a variant.
+    pub fn to_builder(&self) -> AgentBuilder {
+        let i = &self.inner;
+        AgentBuilder {
+            name: i.name.clone(),
+            provider: Some(i.provider.clone()),
+            model: Some(i.model.clone()),
+            system: i.system.clone(),
+            tools: i
+                .tools
+                .specs()
+                .iter()
+                .filter_map(|s| i.tools.get(&s.name).cloned())
+                .collect(),
+            permission: i.permission.clone(),
+            limits: i.limits,
+            tool_concurrency: i.tool_concurrency,
+            event_capacity: i.event_capacity,
+        }
+    }
+}
+
+/// Builds an [`Agent`].
+#[must_use]
+pub struct AgentBuilder {
+    name: String,
+    provider: Option<Arc<dyn ModelProvider>>,
+    model: Option<String>,
+    system: Option<String>,
+    tools: Vec<Arc<dyn DynTool>>,
+    permission: Permission,
+    limits: RunLimits,
+    tool_concurrency: usize,
+    event_capacity: usize,
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder").field("name", &self.name).finish()
+    }
+}
+
+impl AgentBuilder {
+    /// The provider to call (required).
+    pub fn provider(mut self, provider: impl ModelProvider + 'static) -> Self {
+        self.provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// The provider to call, shared.
+    pub fn shared_provider(mut self, provider: Arc<dyn ModelProvider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The model to ask for; defaults to the provider's name.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Adds a typed tool.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.push(Arc::new(Typed::new(tool)));
+        self
+    }
+
+    /// Adds an erased tool.
+    pub fn dyn_tool(mut self, tool: Arc<dyn DynTool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Replaces the permission.
+    pub fn permission(mut self, permission: Permission) -> Self {
+        self.permission = permission;
+        self
+    }
+
+    /// AND-composes one more policy after the existing ones.
+    pub fn policy(mut self, policy: impl PermissionPolicy + 'static) -> Self {
+        self.permission = self.permission.and_policy(policy);
+        self
+    }
+
+    /// The run limits (each at least 1 and at most its hard cap).
+    pub fn limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// How many non-exclusive tool calls of one turn run at once (1–64).
+    pub fn tool_concurrency(mut self, n: usize) -> Self {
+        self.tool_concurrency = n;
+        self
+    }
+
+    /// Capacity of each event subscription's queue (1–65536).
+    pub fn event_capacity(mut self, n: usize) -> Self {
+        self.event_capacity = n;
+        self
+    }
+
+    /// Validates and builds the agent.
+    pub fn build(self) -> CoreResult<Agent> {
+        validate_agent_name(&self.name)?;
+        let provider = self
+            .provider
+            .ok_or_else(|| CoreError::validation(format!("agent {:?} has no provider", self.name)))?;
+        let model = self.model.unwrap_or_else(|| provider.name().to_owned());
+        if model.trim().is_empty() {
+            return Err(CoreError::validation(format!(
+                "agent {:?} has an empty model name",
+                self.name
+            )));
+        }
+        self.limits.validate().map_err(CoreError::Validation)?;
+        if self.tool_concurrency == 0 || self.tool_concurrency > MAX_TOOL_CONCURRENCY {
+            return Err(CoreError::validation(format!(
+                "tool_concurrency must be a positive integer at most {MAX_TOOL_CONCURRENCY}"
+            )));
+        }
+        if self.event_capacity == 0 || self.event_capacity > 65_536 {
+            return Err(CoreError::validation(
+                "event_capacity must be a positive integer at most 65536",
+            ));
+        }
+        let tools = ToolSet::new(self.tools)?;
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                name: self.name,
+                provider,
+                model,
+                system: self.system,
+                tools,
+                permission: self.permission,
+                limits: self.limits,
+                tool_concurrency: self.tool_concurrency,
+                event_capacity: self.event_capacity,
+            }),
+        })
+    }
+}
+
+/// Checks an agent name: 1–64 characters, starting with an ASCII letter or digit, then
+/// letters, digits, `.`, `_`, `:` or `-`.
+pub fn validate_agent_name(name: &str) -> CoreResult<()> {
+    let mut bytes = name.bytes();
+    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
+    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if first_ok && rest_ok && name.len() <= 64 {
+        Ok(())
+    } else {
+        Err(CoreError::validation(format!(
+            "invalid agent name {name:?}: use 1-64 ASCII letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+        )))
+    }
+}

@@ -1,0 +1,197 @@
+//! Tool dispatch: permission, lookup, concurrency and containment of one turn's calls.
+//!
+//! Every call first passes the agent's AND-composed permission. Calls of one turn run
+//! concurrently up to the agent's `tool_concurrency`, or one at a time when any of them is
+//! exclusive; results keep the order of the calls. A tool that panics is contained: the call
+//! gets an error result and the run ends `failed`.
+
+use std::panic::AssertUnwindSafe;
+
+use arbor_protocol::{AgentEvent, RunId, ToolCall, ToolResult};
+use futures::{FutureExt, StreamExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::permission::{Decision, PermissionRequest};
+use crate::session::Session;
+use crate::tool::{ToolContext, ToolError};
+
+/// A call outcome that ends the run.
+#[derive(Debug, Clone)]
+pub(crate) enum CallStop {
+    /// The run fails with this message.
+    Fatal(String),
+    /// A policy halted the run.
+    Halt(String),
+}
+
+#[derive(Debug)]
+pub(crate) struct CallOutcome {
+    pub(crate) result: ToolResult,
+    pub(crate) stop: Option<CallStop>,
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}
+
+impl Session {
+    pub(crate) async fn dispatch(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        calls: &[ToolCall],
+        token: &CancellationToken,
+    ) -> Vec<CallOutcome> {
+        let tools = self.agent.tools();
+        let exclusive = calls
+            .iter()
+            .any(|c| tools.get(&c.name).is_some_and(|t| t.exclusive()));
+        let concurrency = if exclusive {
+            1
+        } else {
+            self.agent.tool_concurrency()
+        };
+        futures::stream::iter(calls)
+            .map(|call| self.execute(run_id, turn, call, token))
+            .buffered(concurrency)
+            .collect()
+            .await
+    }
+
+    async fn execute(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        call: &ToolCall,
+        token: &CancellationToken,
+    ) -> CallOutcome {
+        let bus = &self.bus;
+        let error_result = |content: String| ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content,
+            is_error: true,
+        };
+        let request = PermissionRequest {
+            agent: self.agent.name(),
+            session_id: self.id(),
+            tool: &call.name,
+            arguments: &call.arguments,
+        };
+        let (reason, stop) = match self.agent.permission().check(&request) {
+            Decision::Allow => (None, None),
+            Decision::Deny { reason } => (Some(reason), None),
+            Decision::Halt { reason } => (Some(reason.clone()), Some(CallStop::Halt(reason))),
+        };
+        if let Some(reason) = reason {
+            bus.publish(
+                run_id,
+                AgentEvent::ToolExecutionBlocked {
+                    turn,
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    reason: reason.clone(),
+                },
+            );
+            return CallOutcome {
+                result: error_result(format!("permission denied: {reason}")),
+                stop,
+            };
+        }
+        let Some(tool) = self.agent.tools().get(&call.name) else {
+            let names: Vec<&str> = self
+                .agent
+                .tools()
+                .specs()
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            let error = if names.is_empty() {
+                format!("unknown tool `{}`: this agent has no tools", call.name)
+            } else {
+                format!("unknown tool `{}`; available: {}", call.name, names.join(", "))
+            };
+            bus.publish(
+                run_id,
+                AgentEvent::ToolExecutionError {
+                    turn,
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    error: error.clone(),
+                },
+            );
+            return CallOutcome {
+                result: error_result(error),
+                stop: None,
+            };
+        };
+        bus.publish(
+            run_id,
+            AgentEvent::ToolExecutionStarted {
+                turn,
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+            },
+        );
+        let ctx = ToolContext {
+            agent: self.agent.name().to_owned(),
+            session_id: self.id(),
+            run_id,
+            call_id: call.id.clone(),
+            turn,
+            cancel: token.child_token(),
+        };
+        let outcome = AssertUnwindSafe(tool.call_json(call.arguments.clone(), ctx))
+            .catch_unwind()
+            .await;
+        let (result, stop) = match outcome {
+            Ok(Ok(content)) => {
+                bus.publish(
+                    run_id,
+                    AgentEvent::ToolExecutionFinished {
+                        turn,
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        output_bytes: content.len() as u64,
+                    },
+                );
+                let result = ToolResult {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content,
+                    is_error: false,
+                };
+                return CallOutcome { result, stop: None };
+            }
+            Ok(Err(ToolError::ToModel(message))) => (message, None),
+            Ok(Err(ToolError::Fatal(message))) => {
+                let text = format!("tool `{}` failed: {message}", call.name);
+                (text.clone(), Some(CallStop::Fatal(text)))
+            }
+            Err(payload) => {
+                let text = format!("tool `{}` panicked: {}", call.name, panic_message(&*payload));
+                tracing::warn!(tool = %call.name, "{text}");
+                (text.clone(), Some(CallStop::Fatal(text)))
+            }
+        };
+        bus.publish(
+            run_id,
+            AgentEvent::ToolExecutionError {
+                turn,
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                error: result.clone(),
+            },
+        );
+        CallOutcome {
+            result: error_result(result),
+            stop,
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The event bus of a session.
+//!
+//! Each session owns one [`EventBus`]. Publishing stamps an event with the session's next
+//! sequence number and hands it to every [`Subscription`] at once; each subscription reads
+//! at its own pace from a bounded queue. A subscription that falls more than the capacity
+//! behind loses the oldest events it had not read, and its next read returns
+//! [`AgentEvent::EventsLagged`] with the exact count it missed, before the event it resumes
+//! at. Publishing never waits for a subscriber.
+
+use std::sync::{Arc, Mutex};
+
+use arbor_protocol::{AgentEvent, EventEnvelope, RunId, SessionId, Timestamp};
+use tokio::sync::broadcast;
+
+/// Publishes a session's events. Cheap to clone; clones share the sequence.
+#[derive(Debug, Clone)]
+pub struct EventBus {
+    inner: Arc<BusInner>,
+}
+
+#[derive(Debug)]
+struct BusInner {
+    session_id: SessionId,
+    // Sequence and send happen under one lock so every subscriber sees events in `seq`
+    // order even when concurrent tool calls publish at once.
+    seq: Mutex<u64>,
+    sender: broadcast::Sender<Arc<EventEnvelope>>,
+}
+
+impl EventBus {
+    /// A bus whose subscriptions hold at most `capacity` unread events (at least 1).
+    pub fn new(session_id: SessionId, capacity: usize) -> Self {
+        let (sender, _) = broadcast::channel(capacity.max(1));
+        Self {
+            inner: Arc::new(BusInner {
+                session_id,
+                seq: Mutex::new(0),
+                sender,
+            }),
+        }
+    }
+
+    /// A new subscription; it receives events published from now on.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            rx: self.inner.sender.subscribe(),
+            session_id: self.inner.session_id,
+            pending: None,
+        }
+    }
+
+    /// How many subscriptions are open.
+    pub fn subscriber_count(&self) -> usize {
+        self.inner.sender.receiver_count()
+    }
+
+    /// Publishes one event of `run` and returns its sequence number.
+    pub fn publish(&self, run_id: RunId, event: AgentEvent) -> u64 {
+        let mut seq = self.inner.seq.lock().unwrap_or_else(|p| p.into_inner());
+        *seq += 1;
+        if self.inner.sender.receiver_count() > 0 {
+            let envelope = EventEnvelope {
+                seq: *seq,
+                at: Timestamp::now(),
+                session_id: self.inner.session_id,
+                run_id,
+                event,
+            };
+            // Fails only when every subscriber is gone, which is fine.
+            let _ = self.inner.sender.send(Arc::new(envelope));
+        }
+        *seq
+    }
+}
+
+/// One subscriber's view of a session's events.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: broadcast::Receiver<Arc<EventEnvelope>>,
+    session_id: SessionId,
+    pending: Option<Arc<EventEnvelope>>,
+}
+
+impl Subscription {
+    /// The next event, a lag marker when events were missed, or `None` once the session is
+    /// gone and every event was read.
+    ///
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn recv(&mut self) -> Option<Arc<EventEnvelope>> {
+        if let Some(next) = self.pending.take() {
+            return Some(next);
+        }
+        match self.rx.recv().await {
+            Ok(envelope) => Some(envelope),
+            Err(broadcast::error::RecvError::Closed) => None,
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(self.lag_marker(missed).await),
+        }
+    }
+
+    /// Like [`recv`](Self::recv) without waiting: `None` when nothing is ready.
+    pub fn try_recv(&mut self) -> Option<Arc<EventEnvelope>> {
+        if let Some(next) = self.pending.take() {
+            return Some(next);
+        }
+        match self.rx.try_recv() {
+            Ok(envelope) => Some(envelope),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                let next = self.rx.try_recv().ok();
+                Some(self.marker_before(missed, next))
+            }
+            Err(_) => None,
+        }
+    }
+
+    async fn lag_marker(&mut self, missed: u64) -> Arc<EventEnvelope> {
+        // The marker carries the sequence number of the event it precedes, so read that
+        // event now and hand it out on the next call.
+        match self.rx.recv().await {
+            Ok(envelope) => self.marker_before(missed, Some(envelope)),
+            Err(broadcast::error::RecvError::Closed) => self.marker_before(missed, None),
+            // More were lost while we looked: they add to the same gap.
+            Err(broadcast::error::RecvError::Lagged(more)) => self.marker_before(missed + more, None),
+        }
+    }
+
+    fn marker_before(&mut self, missed: u64, next: Option<Arc<EventEnvelope>>) -> Arc<EventEnvelope> {
+        let (seq, run_id) = match &next {
+            Some(n) => (n.seq, n.run_id),
+            None => (0, RunId::new()),
+        };
+        self.pending = next;
+        Arc::new(EventEnvelope {
+            seq,
+            at: Timestamp::now(),
+            session_id: self.session_id,
+            run_id,
+            event: AgentEvent::EventsLagged { missed },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn slow_subscriber_gets_a_lag_marker_with_the_exact_count() {
+        let session = SessionId::new();
+        let run = RunId::new();
+        let bus = EventBus::new(session, 4);
+        let mut fast = bus.subscribe();
+        let mut slow = bus.subscribe();
+        for turn in 1..=10 {
+            bus.publish(run, AgentEvent::TurnStarted { turn });
+            // The fast subscriber keeps up.
+            let e = fast.recv().await.unwrap();
+            assert_eq!(e.event, AgentEvent::TurnStarted { turn });
+        }
+        // The slow one only has room for the last 4: it missed 6.
+        let marker = slow.recv().await.unwrap();
+        assert_eq!(marker.event, AgentEvent::EventsLagged { missed: 6 });
+        assert_eq!(marker.seq, 7);
+        let mut seen = Vec::new();
+        while let Some(e) = slow.try_recv() {
+            seen.push(e.seq);
+        }
+        assert_eq!(seen, vec![7, 8, 9, 10]);
+        drop(bus);
+        assert!(slow.recv().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn try_recv_reports_lag_too() {
+        let bus = EventBus::new(SessionId::new(), 2);
+        let mut sub = bus.subscribe();
+        let run = RunId::new();
+        for turn in 1..=5 {
+            bus.publish(run, AgentEvent::TurnStarted { turn });
+        }
+        let marker = sub.try_recv().unwrap();
+        assert_eq!(marker.event, AgentEvent::EventsLagged { missed: 3 });
+        assert_eq!(sub.try_recv().unwrap().seq, 4);
+        assert_eq!(sub.try_recv().unwrap().seq, 5);
+        assert!(sub.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn sequence_counts_even_without_subscribers() {
+        let bus = EventBus::new(SessionId::new(), 8);
+        let run = RunId::new();
+        assert_eq!(bus.publish(run, AgentEvent::TurnStarted { turn: 1 }), 1);
+        let mut sub = bus.subscribe();
+        assert_eq!(bus.publish(run, AgentEvent::TurnStarted { turn: 2 }), 2);
+        assert_eq!(sub.recv().await.unwrap().seq, 2);
+    }
+}

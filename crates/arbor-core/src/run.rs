@@ -1,0 +1,430 @@
+//! The run loop: one input driven through model turns and tool calls to a terminal status.
+//!
+//! Each turn: check the step limit, stream one provider call (text deltas are published as
+//! they arrive), record its usage, check the token limit, then run the tool calls the model
+//! asked for (after checking the tool-call limit for the whole turn, before any side effect).
+//! The wall-time limit and the cancellation token cover everything, including a provider call
+//! or tool in flight: its future is dropped and the run ends at once.
+
+use arbor_model::{ModelEvent, ModelRequest};
+use arbor_protocol::{
+    AgentEvent, EntryKind, LimitKind, Message, RunId, RunLimitBreach, RunLimits, RunStatus,
+    SessionId, SessionStatus, StopReason, ToolCall, ToolResult, Usage,
+};
+use arbor_store::SessionUpdate;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatch::CallStop;
+use crate::error::CoreResult;
+use crate::session::Session;
+
+/// Options of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Cancels the run; it ends `aborted`.
+    pub cancel: Option<CancellationToken>,
+    /// Narrows the agent's limits for this run (each field takes the lower value).
+    pub limits: Option<RunLimits>,
+}
+
+impl RunOptions {
+    /// Options with this cancellation token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// Options narrowing the limits.
+    pub fn with_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    /// The session.
+    pub session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+    /// Terminal status.
+    pub status: RunStatus,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// The model's last text (its answer when the run succeeded).
+    pub text: String,
+    /// Tokens this run's provider turns used.
+    pub usage: Usage,
+    /// The limit that fired, if one did.
+    pub breach: Option<RunLimitBreach>,
+    /// What went wrong, for runs that did not succeed.
+    pub error: Option<String>,
+    /// Model turns taken.
+    pub turns: u32,
+    /// Tool calls executed or attempted.
+    pub tool_calls: u32,
+}
+
+/// Why the loop stopped.
+#[derive(Debug)]
+enum Outcome {
+    Completed,
+    Breach(RunLimitBreach),
+    Cancelled,
+    ProviderError(String),
+    ToolFatal(String),
+    Denied(String),
+}
+
+#[derive(Debug)]
+struct RunState {
+    run_id: RunId,
+    limits: RunLimits,
+    turns: u32,
+    tool_calls: u32,
+    usage: Usage,
+    text: String,
+}
+
+impl Session {
+    /// Runs `input` to a terminal status.
+    ///
+    /// Model, tool and limit failures end the run with a status in the [`RunResult`]; an
+    /// `Err` means the store failed. Cancel safe in the sense that dropping the future stops
+    /// the run, but the session is then left `running` in the store (a later process marks it
+    /// `interrupted`); prefer the cancellation token.
+    pub async fn run(&mut self, input: impl Into<String>, options: RunOptions) -> CoreResult<RunResult> {
+        let limits = match options.limits {
+            Some(l) => self.agent.limits().narrow(&l),
+            None => self.agent.limits(),
+        };
+        let token = options.cancel.unwrap_or_default().child_token();
+        let mut state = RunState {
+            run_id: RunId::new(),
+            limits,
+            turns: 0,
+            tool_calls: 0,
+            usage: Usage::default(),
+            text: String::new(),
+        };
+        let run_id = state.run_id;
+        let user = Message::user(input);
+        self.commit(
+            run_id,
+            &[
+                EntryKind::RunStarted {
+                    agent: self.agent.name().to_owned(),
+                    model: self.agent.model().to_owned(),
+                },
+                EntryKind::Message {
+                    message: user.clone(),
+                },
+            ],
+            Some(SessionUpdate::status(SessionStatus::Running)),
+        )
+        .await?;
+        self.messages.push(user);
+        self.bus.publish(
+            run_id,
+            AgentEvent::RunStarted {
+                agent: self.agent.name().to_owned(),
+                model: self.agent.model().to_owned(),
+            },
+        );
+        tracing::debug!(session = %self.id(), run = %run_id, "run started");
+
+        let started = tokio::time::Instant::now();
+        let deadline = started + limits.timeout();
+        let outcome = tokio::select! {
+            biased;
+            _ = token.cancelled() => Outcome::Cancelled,
+            _ = tokio::time::sleep_until(deadline) => Outcome::Breach(RunLimitBreach {
+                limit: LimitKind::TimeoutMs,
+                maximum: limits.timeout_ms,
+                observed: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            }),
+            outcome = self.turns(&mut state, &token) => outcome?,
+        };
+        // Whatever is still running under this run stops now.
+        token.cancel();
+        self.finish(state, outcome).await
+    }
+
+    async fn turns(&mut self, state: &mut RunState, token: &CancellationToken) -> CoreResult<Outcome> {
+        loop {
+            let turn = state.turns + 1;
+            if turn > state.limits.max_steps {
+                return Ok(Outcome::Breach(RunLimitBreach {
+                    limit: LimitKind::MaxSteps,
+                    maximum: u64::from(state.limits.max_steps),
+                    observed: u64::from(turn),
+                }));
+            }
+            state.turns = turn;
+            self.bus.publish(state.run_id, AgentEvent::TurnStarted { turn });
+            let (text, calls, usage, failure) = self.provider_turn(state.run_id, turn).await;
+            let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+            self.record_turn(state, turn, text.clone(), calls.clone(), usage, failure.is_none())
+                .await?;
+            self.bus.publish(
+                state.run_id,
+                AgentEvent::ProviderTurnFinished {
+                    turn,
+                    usage: usage.unwrap_or_default(),
+                    tool_calls: call_count,
+                },
+            );
+            if let Some(message) = failure {
+                return Ok(Outcome::ProviderError(message));
+            }
+            state.text = text;
+            if state.usage.total_tokens > state.limits.max_tokens {
+                return Ok(Outcome::Breach(RunLimitBreach {
+                    limit: LimitKind::MaxTokens,
+                    maximum: state.limits.max_tokens,
+                    observed: state.usage.total_tokens,
+                }));
+            }
+            if calls.is_empty() {
+                self.bus.publish(state.run_id, AgentEvent::TurnFinished { turn });
+                return Ok(Outcome::Completed);
+            }
+            let wanted = state.tool_calls.saturating_add(call_count);
+            if wanted > state.limits.max_tool_calls {
+                return Ok(Outcome::Breach(RunLimitBreach {
+                    limit: LimitKind::MaxToolCalls,
+                    maximum: u64::from(state.limits.max_tool_calls),
+                    observed: u64::from(wanted),
+                }));
+            }
+            state.tool_calls = wanted;
+            let outcomes = self.dispatch(state.run_id, turn, &calls, token).await;
+            let mut stop = None;
+            let mut entries = Vec::with_capacity(outcomes.len());
+            for outcome in outcomes {
+                if stop.is_none() {
+                    stop = outcome.stop;
+                }
+                let message = Message::Tool(outcome.result);
+                entries.push(EntryKind::Message {
+                    message: message.clone(),
+                });
+                self.messages.push(message);
+            }
+            self.commit(state.run_id, &entries, None).await?;
+            self.bus.publish(state.run_id, AgentEvent::TurnFinished { turn });
+            match stop {
+                Some(CallStop::Fatal(message)) => return Ok(Outcome::ToolFatal(message)),
+                Some(CallStop::Halt(reason)) => return Ok(Outcome::Denied(reason)),
+                None => {}
+            }
+        }
+    }
+
+    /// Streams one provider call. Returns the text, the tool calls, the usage reported (if
+    /// any) and the error that ended it (if any).
+    async fn provider_turn(
+        &self,
+        run_id: RunId,
+        turn: u32,
+    ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
+        self.bus.publish(
+            run_id,
+            AgentEvent::ProviderTurnStarted {
+                turn,
+                model: self.agent.model().to_owned(),
+            },
+        );
+        let request = ModelRequest {
+            model: self.agent.model(),
+            system: self.agent.system(),
+            messages: &self.messages,
+            tools: self.agent.tools().specs(),
+        };
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut usage = None;
+        let mut stream = match self.agent.provider().stream(request).await {
+            Ok(stream) => stream,
+            Err(e) => return (text, calls, usage, Some(e.to_string())),
+        };
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(ModelEvent::TextDelta(delta)) => {
+                    text.push_str(&delta);
+                    self.bus
+                        .publish(run_id, AgentEvent::MessageDelta { turn, delta });
+                }
+                Ok(ModelEvent::ToolCall(call)) => calls.push(call),
+                Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
+                Ok(ModelEvent::Finished(_)) => break,
+                Err(e) => return (text, calls, usage, Some(e.to_string())),
+            }
+        }
+        (text, calls, usage, None)
+    }
+
+    /// Records a provider turn: its usage always, its message when the turn completed.
+    async fn record_turn(
+        &mut self,
+        state: &mut RunState,
+        turn: u32,
+        text: String,
+        calls: Vec<ToolCall>,
+        usage: Option<Usage>,
+        completed: bool,
+    ) -> CoreResult<()> {
+        let mut entries = Vec::with_capacity(2);
+        let mut assistant = None;
+        if completed {
+            let message = Message::Assistant {
+                content: text,
+                tool_calls: calls,
+            };
+            entries.push(EntryKind::Message {
+                message: message.clone(),
+            });
+            assistant = Some(message);
+        }
+        let mut update = None;
+        if let Some(usage) = usage {
+            state.usage += usage;
+            let own = self.record.own_usage + usage;
+            entries.push(EntryKind::Usage {
+                turn,
+                usage,
+                context_tokens: usage.input_tokens,
+            });
+            update = Some(SessionUpdate {
+                own_usage: Some(own),
+                context_tokens: Some(usage.input_tokens),
+                ..SessionUpdate::default()
+            });
+        }
+        if !entries.is_empty() {
+            self.commit(state.run_id, &entries, update).await?;
+        }
+        if let Some(message) = assistant {
+            self.messages.push(message);
+        }
+        Ok(())
+    }
+
+    /// Writes the end of the run and builds its result.
+    async fn finish(&mut self, state: RunState, outcome: Outcome) -> CoreResult<RunResult> {
+        let run_id = state.run_id;
+        let (status, stop_reason, breach, error) = match outcome {
+            Outcome::Completed => (RunStatus::Succeeded, StopReason::Completed, None, None),
+            Outcome::Breach(b) => (
+                RunStatus::Failed,
+                StopReason::for_limit(b.limit),
+                Some(b),
+                Some(b.to_string()),
+            ),
+            Outcome::Cancelled => (
+                RunStatus::Aborted,
+                StopReason::Cancelled,
+                None,
+                Some("run cancelled".to_owned()),
+            ),
+            Outcome::ProviderError(e) => (RunStatus::Failed, StopReason::ProviderError, None, Some(e)),
+            Outcome::ToolFatal(e) => (RunStatus::Failed, StopReason::ToolError, None, Some(e)),
+            Outcome::Denied(reason) => (
+                RunStatus::Denied,
+                StopReason::HostPolicy,
+                None,
+                Some(reason),
+            ),
+        };
+        let mut entries = self.close_dangling_calls(stop_reason);
+        if let Some(b) = breach {
+            self.bus.publish(run_id, AgentEvent::RunLimitExceeded { breach: b });
+        }
+        if status == RunStatus::Denied {
+            self.bus.publish(
+                run_id,
+                AgentEvent::RunDenied {
+                    reason: error.clone().unwrap_or_default(),
+                },
+            );
+        }
+        entries.push(EntryKind::RunFinished {
+            status,
+            stop_reason,
+            usage: state.usage,
+            breach,
+            error: error.clone(),
+        });
+        self.commit(
+            run_id,
+            &entries,
+            Some(SessionUpdate::status(SessionStatus::from(status))),
+        )
+        .await?;
+        self.bus.publish(
+            run_id,
+            AgentEvent::RunFinished {
+                status,
+                stop_reason,
+                usage: state.usage,
+                breach,
+                error: error.clone(),
+            },
+        );
+        tracing::debug!(session = %self.id(), run = %run_id, %status, %stop_reason, "run finished");
+        Ok(RunResult {
+            session_id: self.id(),
+            run_id,
+            status,
+            stop_reason,
+            text: state.text,
+            usage: state.usage,
+            breach,
+            error,
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+        })
+    }
+
+    /// Tool calls of the last assistant message that have no result get one saying they
+    /// were not run, so the transcript stays a valid conversation for a later turn.
+    fn close_dangling_calls(&mut self, reason: StopReason) -> Vec<EntryKind> {
+        let Some(pos) = self
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+        else {
+            return Vec::new();
+        };
+        let Message::Assistant { tool_calls, .. } = &self.messages[pos] else {
+            return Vec::new();
+        };
+        let answered: Vec<&str> = self.messages[pos + 1..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(r.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let missing: Vec<Message> = tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(|c| {
+                Message::Tool(ToolResult {
+                    call_id: c.id.clone(),
+                    name: c.name.clone(),
+                    content: format!("not run: the run stopped ({reason})"),
+                    is_error: true,
+                })
+            })
+            .collect();
+        let entries = missing
+            .iter()
+            .map(|m| EntryKind::Message { message: m.clone() })
+            .collect();
+        self.messages.extend(missing);
+        entries
+    }
+}

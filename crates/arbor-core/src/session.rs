@@ -1,0 +1,204 @@
+//! Sessions: one agent's conversation, its transcript and its usage.
+//!
+//! A session is created through [`Agent::session`], which writes its record to the store,
+//! or reopened from the store with [`Agent::open_session`], which rebuilds its messages and
+//! usage from the transcript. [`Session::run`](crate::Session::run) drives one input to a
+//! terminal status.
+
+use std::sync::Arc;
+
+use arbor_protocol::{EntryKind, Message, RunId, SessionId, SessionStatus, Usage};
+use arbor_store::{MemoryStore, SessionRecord, SessionUpdate, Store};
+
+use crate::agent::Agent;
+use crate::error::{CoreError, CoreResult};
+use crate::events::{EventBus, Subscription};
+
+/// A live session. Runs take `&mut self`, so one session runs one input at a time.
+#[derive(Debug)]
+pub struct Session {
+    pub(crate) agent: Agent,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) record: SessionRecord,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) bus: EventBus,
+}
+
+impl Agent {
+    /// Starts creating a session of this agent.
+    pub fn session(&self) -> SessionBuilder {
+        SessionBuilder {
+            agent: self.clone(),
+            store: None,
+            name: None,
+            parent: None,
+            meta: serde_json::Value::Null,
+        }
+    }
+
+    /// Reopens a stored session: its messages and usage are rebuilt from its transcript and
+    /// record. The session's agent name must match this agent's.
+    pub async fn open_session(&self, store: Arc<dyn Store>, id: SessionId) -> CoreResult<Session> {
+        let record = store.session(id).await?.ok_or_else(|| CoreError::NotFound {
+            what: "session",
+            id: id.to_string(),
+        })?;
+        if record.agent != self.name() {
+            return Err(CoreError::validation(format!(
+                "session {id} runs agent {:?}, not {:?}",
+                record.agent,
+                self.name()
+            )));
+        }
+        let entries = store.transcript(id, 0, None).await?;
+        let messages = entries
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EntryKind::Message { message } => Some(message),
+                _ => None,
+            })
+            .collect();
+        Ok(Session {
+            bus: EventBus::new(id, self.event_capacity()),
+            agent: self.clone(),
+            store,
+            record,
+            messages,
+        })
+    }
+}
+
+/// Creates a [`Session`].
+#[derive(Debug)]
+#[must_use]
+pub struct SessionBuilder {
+    agent: Agent,
+    store: Option<Arc<dyn Store>>,
+    name: Option<String>,
+    parent: Option<SessionRecord>,
+    meta: serde_json::Value,
+}
+
+impl SessionBuilder {
+    /// Where the session is kept; defaults to a fresh in-memory store.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The session's readable name; defaults to the agent's name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Makes it a child of `parent` (same tree, one level deeper).
+    pub fn parent(mut self, parent: &SessionRecord) -> Self {
+        self.parent = Some(parent.clone());
+        self
+    }
+
+    /// Host data kept with the record (never credentials).
+    pub fn meta(mut self, meta: serde_json::Value) -> Self {
+        self.meta = meta;
+        self
+    }
+
+    /// Writes the session record and returns the session.
+    pub async fn create(self) -> CoreResult<Session> {
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>);
+        let name = self.name.unwrap_or_else(|| self.agent.name().to_owned());
+        if name.is_empty() || name.chars().count() > 64 {
+            return Err(CoreError::validation(
+                "session name must be 1-64 characters",
+            ));
+        }
+        let mut record = match &self.parent {
+            Some(parent) => {
+                SessionRecord::new_child(parent, name, self.agent.name(), self.agent.model())
+            }
+            None => SessionRecord::new_root(name, self.agent.name(), self.agent.model()),
+        };
+        record.meta = self.meta;
+        store.create_session(&record).await?;
+        Ok(Session {
+            bus: EventBus::new(record.id, self.agent.event_capacity()),
+            agent: self.agent,
+            store,
+            record,
+            messages: Vec::new(),
+        })
+    }
+}
+
+impl Session {
+    /// The session's id.
+    pub fn id(&self) -> SessionId {
+        self.record.id
+    }
+
+    /// The agent it runs.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    /// The store it is kept in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Its record as last written.
+    pub fn record(&self) -> &SessionRecord {
+        &self.record
+    }
+
+    /// Its messages, oldest first.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Tokens its own provider turns used, over all its runs.
+    pub fn usage(&self) -> Usage {
+        self.record.own_usage
+    }
+
+    /// How full its context is: the prompt tokens of its last provider turn. Never includes
+    /// what other sessions used.
+    pub fn context_tokens(&self) -> u64 {
+        self.record.context_tokens
+    }
+
+    /// Its status.
+    pub fn status(&self) -> SessionStatus {
+        self.record.status
+    }
+
+    /// Subscribes to its events from now on.
+    pub fn subscribe(&self) -> Subscription {
+        self.bus.subscribe()
+    }
+
+    /// Its event bus (to hand to code that subscribes later).
+    pub fn events(&self) -> &EventBus {
+        &self.bus
+    }
+
+    /// Appends entries and applies an update in one store write, keeping the cached record
+    /// in step.
+    pub(crate) async fn commit(
+        &mut self,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<SessionUpdate>,
+    ) -> CoreResult<()> {
+        self.store
+            .append(self.record.id, run, entries, update.as_ref())
+            .await?;
+        if let Some(update) = update {
+            self.record.apply(&update);
+        }
+        Ok(())
+    }
+}

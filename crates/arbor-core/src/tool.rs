@@ -1,0 +1,233 @@
+//! Tools an agent can call.
+//!
+//! Write a tool against the typed [`Tool`] trait: its arguments are a Rust type whose JSON
+//! Schema (draft-07, subschemas inlined) is generated with schemars and shown to the model,
+//! and a call's arguments are validated by deserializing into that type before the tool runs.
+//! [`DynTool`] is the erased form the run loop dispatches on; [`ToolSet`] is an agent's
+//! immutable set of tools, looked up by name.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use arbor_model::ToolSpec;
+use arbor_protocol::{RunId, SessionId};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CoreError, CoreResult};
+
+/// What a tool call knows about where it runs.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The calling agent's name.
+    pub agent: String,
+    /// The calling session.
+    pub session_id: SessionId,
+    /// The calling run.
+    pub run_id: RunId,
+    /// This call's id.
+    pub call_id: String,
+    /// Turn number within the run.
+    pub turn: u32,
+    /// Fires when the run is cancelled or times out. Long tools should watch it; the run
+    /// loop also drops a tool's future when the run ends.
+    pub cancel: CancellationToken,
+}
+
+/// A failed tool call.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum ToolError {
+    /// The model reads this message as the tool's result and the run goes on.
+    #[error("{0}")]
+    ToModel(String),
+    /// The run ends `failed` with this message.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A typed tool.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The arguments. Mark it `#[serde(deny_unknown_fields)]` so stray keys are refused.
+    type Args: DeserializeOwned + JsonSchema + Send;
+    /// The output. A `String` reaches the model as it is; other types as JSON.
+    type Output: Serialize + Send;
+
+    /// The tool's name, unique within an agent.
+    fn name(&self) -> &str;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+
+    /// An exclusive tool runs alone: a turn that calls it runs all of its calls one at a
+    /// time.
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    /// Runs one call.
+    async fn call(&self, args: Self::Args, ctx: ToolContext) -> Result<Self::Output, ToolError>;
+}
+
+/// The erased form of a tool: its spec and a call on raw JSON arguments.
+#[async_trait]
+pub trait DynTool: fmt::Debug + Send + Sync {
+    /// Name, description and argument schema.
+    fn spec(&self) -> &ToolSpec;
+
+    /// See [`Tool::exclusive`].
+    fn exclusive(&self) -> bool;
+
+    /// Validates `arguments` and runs the call; returns the text the model reads.
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError>;
+}
+
+const _: fn(&dyn DynTool) = |_| {};
+
+/// The JSON Schema of `T` as tools advertise it: draft-07 with subschemas inlined, without
+/// the `$schema` key.
+pub fn tool_schema<T: JsonSchema>() -> serde_json::Value {
+    let mut settings = schemars::generate::SchemaSettings::draft07();
+    settings.inline_subschemas = true;
+    let schema = settings.into_generator().into_root_schema_for::<T>();
+    let mut value = schema.to_value();
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("$schema");
+    }
+    value
+}
+
+/// Adapts a typed [`Tool`] to [`DynTool`].
+pub struct Typed<T: Tool> {
+    tool: T,
+    spec: ToolSpec,
+    _args: PhantomData<fn() -> T::Args>,
+}
+
+impl<T: Tool> Typed<T> {
+    /// Wraps `tool`, generating its schema once.
+    pub fn new(tool: T) -> Self {
+        let spec = ToolSpec {
+            name: tool.name().to_owned(),
+            description: tool.description().to_owned(),
+            parameters: tool_schema::<T::Args>(),
+        };
+        Self {
+            tool,
+            spec,
+            _args: PhantomData,
+        }
+    }
+}
+
+impl<T: Tool> fmt::Debug for Typed<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Typed").field("name", &self.spec.name).finish()
+    }
+}
+
+/// Renders a tool output as the text the model reads.
+pub fn output_text<O: Serialize>(output: &O) -> Result<String, ToolError> {
+    match serde_json::to_value(output) {
+        Ok(serde_json::Value::String(s)) => Ok(s),
+        Ok(value) => Ok(value.to_string()),
+        Err(e) => Err(ToolError::Fatal(format!("tool output does not serialize: {e}"))),
+    }
+}
+
+#[async_trait]
+impl<T: Tool> DynTool for Typed<T> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn exclusive(&self) -> bool {
+        self.tool.exclusive()
+    }
+
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let args: T::Args = serde_json::from_value(arguments).map_err(|e| {
+            ToolError::ToModel(format!("invalid arguments for `{}`: {e}", self.spec.name))
+        })?;
+        let output = self.tool.call(args, ctx).await?;
+        output_text(&output)
+    }
+}
+
+/// Checks a tool name: 1–64 characters of ASCII letters, digits, `_` and `-`.
+pub fn validate_tool_name(name: &str) -> CoreResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(CoreError::validation(format!(
+            "invalid tool name {name:?}: use 1-64 ASCII letters, digits, '_' or '-'"
+        )))
+    }
+}
+
+/// An agent's tools: immutable, cheap to clone, looked up by name.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSet {
+    tools: Arc<[Arc<dyn DynTool>]>,
+    specs: Arc<[ToolSpec]>,
+    index: Arc<HashMap<String, usize>>,
+}
+
+impl ToolSet {
+    /// A set of these tools; names must be valid and unique.
+    pub fn new(tools: Vec<Arc<dyn DynTool>>) -> CoreResult<Self> {
+        let mut index = HashMap::with_capacity(tools.len());
+        for (i, tool) in tools.iter().enumerate() {
+            let name = &tool.spec().name;
+            validate_tool_name(name)?;
+            if index.insert(name.clone(), i).is_some() {
+                return Err(CoreError::validation(format!("duplicate tool name {name:?}")));
+            }
+        }
+        let specs: Vec<ToolSpec> = tools.iter().map(|t| t.spec().clone()).collect();
+        Ok(Self {
+            tools: Arc::from(tools),
+            specs: Arc::from(specs),
+            index: Arc::new(index),
+        })
+    }
+
+    /// The tool with this name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool>> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// The specs shown to the model, in the order the tools were added.
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    /// How many tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// True when there is none.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
