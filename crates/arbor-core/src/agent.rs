@@ -147,7 +147,9 @@ pub struct AgentBuilder {
 
 impl fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentBuilder").field("name", &self.name).finish()
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -221,9 +223,9 @@ impl AgentBuilder {
     /// Validates and builds the agent.
     pub fn build(self) -> CoreResult<Agent> {
         validate_agent_name(&self.name)?;
-        let provider = self
-            .provider
-            .ok_or_else(|| CoreError::validation(format!("agent {:?} has no provider", self.name)))?;
+        let provider = self.provider.ok_or_else(|| {
+            CoreError::validation(format!("agent {:?} has no provider", self.name))
+        })?;
         let model = self.model.unwrap_or_else(|| provider.name().to_owned());
         if model.trim().is_empty() {
             return Err(CoreError::validation(format!(
@@ -264,7 +266,8 @@ impl AgentBuilder {
 pub fn validate_agent_name(name: &str) -> CoreResult<()> {
     let mut bytes = name.bytes();
     let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
-    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    let rest_ok =
+        bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
     if first_ok && rest_ok && name.len() <= 64 {
         Ok(())
     } else {

@@ -115,7 +115,11 @@ impl Session {
             let error = if names.is_empty() {
                 format!("unknown tool `{}`: this agent has no tools", call.name)
             } else {
-                format!("unknown tool `{}`; available: {}", call.name, names.join(", "))
+                format!(
+                    "unknown tool `{}`; available: {}",
+                    call.name,
+                    names.join(", ")
+                )
             };
             bus.publish(
                 run_id,
@@ -175,7 +179,11 @@ impl Session {
                 (text.clone(), Some(CallStop::Fatal(text)))
             }
             Err(payload) => {
-                let text = format!("tool `{}` panicked: {}", call.name, panic_message(&*payload));
+                let text = format!(
+                    "tool `{}` panicked: {}",
+                    call.name,
+                    panic_message(&*payload)
+                );
                 tracing::warn!(tool = %call.name, "{text}");
                 (text.clone(), Some(CallStop::Fatal(text)))
             }

@@ -119,11 +119,17 @@ impl Subscription {
             Ok(envelope) => self.marker_before(missed, Some(envelope)),
             Err(broadcast::error::RecvError::Closed) => self.marker_before(missed, None),
             // More were lost while we looked: they add to the same gap.
-            Err(broadcast::error::RecvError::Lagged(more)) => self.marker_before(missed + more, None),
+            Err(broadcast::error::RecvError::Lagged(more)) => {
+                self.marker_before(missed + more, None)
+            }
         }
     }
 
-    fn marker_before(&mut self, missed: u64, next: Option<Arc<EventEnvelope>>) -> Arc<EventEnvelope> {
+    fn marker_before(
+        &mut self,
+        missed: u64,
+        next: Option<Arc<EventEnvelope>>,
+    ) -> Arc<EventEnvelope> {
         let (seq, run_id) = match &next {
             Some(n) => (n.seq, n.run_id),
             None => (0, RunId::new()),

@@ -227,7 +227,10 @@ mod tests {
                 reason: "third".into()
             }
         );
-        assert_eq!(Permission::allow_all().check(&req("x", &args)), Decision::Allow);
+        assert_eq!(
+            Permission::allow_all().check(&req("x", &args)),
+            Decision::Allow
+        );
     }
 
     #[test]
@@ -235,7 +238,13 @@ mod tests {
         let narrow = Permission::new(DenyTools::new(["rm"]));
         let wide = Permission::allow_all();
         let args = serde_json::json!({});
-        assert!(matches!(wide.and(&narrow).check(&req("rm", &args)), Decision::Deny { .. }));
-        assert!(matches!(narrow.and(&wide).check(&req("rm", &args)), Decision::Deny { .. }));
+        assert!(matches!(
+            wide.and(&narrow).check(&req("rm", &args)),
+            Decision::Deny { .. }
+        ));
+        assert!(matches!(
+            narrow.and(&wide).check(&req("rm", &args)),
+            Decision::Deny { .. }
+        ));
     }
 }

@@ -95,7 +95,11 @@ impl Session {
     /// `Err` means the store failed. Cancel safe in the sense that dropping the future stops
     /// the run, but the session is then left `running` in the store (a later process marks it
     /// `interrupted`); prefer the cancellation token.
-    pub async fn run(&mut self, input: impl Into<String>, options: RunOptions) -> CoreResult<RunResult> {
+    pub async fn run(
+        &mut self,
+        input: impl Into<String>,
+        options: RunOptions,
+    ) -> CoreResult<RunResult> {
         let limits = match options.limits {
             Some(l) => self.agent.limits().narrow(&l),
             None => self.agent.limits(),
@@ -152,7 +156,11 @@ impl Session {
         self.finish(state, outcome).await
     }
 
-    async fn turns(&mut self, state: &mut RunState, token: &CancellationToken) -> CoreResult<Outcome> {
+    async fn turns(
+        &mut self,
+        state: &mut RunState,
+        token: &CancellationToken,
+    ) -> CoreResult<Outcome> {
         loop {
             let turn = state.turns + 1;
             if turn > state.limits.max_steps {
@@ -163,11 +171,19 @@ impl Session {
                 }));
             }
             state.turns = turn;
-            self.bus.publish(state.run_id, AgentEvent::TurnStarted { turn });
+            self.bus
+                .publish(state.run_id, AgentEvent::TurnStarted { turn });
             let (text, calls, usage, failure) = self.provider_turn(state.run_id, turn).await;
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
-            self.record_turn(state, turn, text.clone(), calls.clone(), usage, failure.is_none())
-                .await?;
+            self.record_turn(
+                state,
+                turn,
+                text.clone(),
+                calls.clone(),
+                usage,
+                failure.is_none(),
+            )
+            .await?;
             self.bus.publish(
                 state.run_id,
                 AgentEvent::ProviderTurnFinished {
@@ -188,7 +204,8 @@ impl Session {
                 }));
             }
             if calls.is_empty() {
-                self.bus.publish(state.run_id, AgentEvent::TurnFinished { turn });
+                self.bus
+                    .publish(state.run_id, AgentEvent::TurnFinished { turn });
                 return Ok(Outcome::Completed);
             }
             let wanted = state.tool_calls.saturating_add(call_count);
@@ -214,7 +231,8 @@ impl Session {
                 self.messages.push(message);
             }
             self.commit(state.run_id, &entries, None).await?;
-            self.bus.publish(state.run_id, AgentEvent::TurnFinished { turn });
+            self.bus
+                .publish(state.run_id, AgentEvent::TurnFinished { turn });
             match stop {
                 Some(CallStop::Fatal(message)) => return Ok(Outcome::ToolFatal(message)),
                 Some(CallStop::Halt(reason)) => return Ok(Outcome::Denied(reason)),
@@ -329,7 +347,9 @@ impl Session {
                 None,
                 Some("run cancelled".to_owned()),
             ),
-            Outcome::ProviderError(e) => (RunStatus::Failed, StopReason::ProviderError, None, Some(e)),
+            Outcome::ProviderError(e) => {
+                (RunStatus::Failed, StopReason::ProviderError, None, Some(e))
+            }
             Outcome::ToolFatal(e) => (RunStatus::Failed, StopReason::ToolError, None, Some(e)),
             Outcome::Denied(reason) => (
                 RunStatus::Denied,
@@ -340,7 +360,8 @@ impl Session {
         };
         let mut entries = self.close_dangling_calls(stop_reason);
         if let Some(b) = breach {
-            self.bus.publish(run_id, AgentEvent::RunLimitExceeded { breach: b });
+            self.bus
+                .publish(run_id, AgentEvent::RunLimitExceeded { breach: b });
         }
         if status == RunStatus::Denied {
             self.bus.publish(

@@ -39,10 +39,13 @@ impl Agent {
     /// Reopens a stored session: its messages and usage are rebuilt from its transcript and
     /// record. The session's agent name must match this agent's.
     pub async fn open_session(&self, store: Arc<dyn Store>, id: SessionId) -> CoreResult<Session> {
-        let record = store.session(id).await?.ok_or_else(|| CoreError::NotFound {
-            what: "session",
-            id: id.to_string(),
-        })?;
+        let record = store
+            .session(id)
+            .await?
+            .ok_or_else(|| CoreError::NotFound {
+                what: "session",
+                id: id.to_string(),
+            })?;
         if record.agent != self.name() {
             return Err(CoreError::validation(format!(
                 "session {id} runs agent {:?}, not {:?}",

@@ -132,7 +132,9 @@ impl<T: Tool> Typed<T> {
 
 impl<T: Tool> fmt::Debug for Typed<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Typed").field("name", &self.spec.name).finish()
+        f.debug_struct("Typed")
+            .field("name", &self.spec.name)
+            .finish()
     }
 }
 
@@ -141,7 +143,9 @@ pub fn output_text<O: Serialize>(output: &O) -> Result<String, ToolError> {
     match serde_json::to_value(output) {
         Ok(serde_json::Value::String(s)) => Ok(s),
         Ok(value) => Ok(value.to_string()),
-        Err(e) => Err(ToolError::Fatal(format!("tool output does not serialize: {e}"))),
+        Err(e) => Err(ToolError::Fatal(format!(
+            "tool output does not serialize: {e}"
+        ))),
     }
 }
 
@@ -200,7 +204,9 @@ impl ToolSet {
             let name = &tool.spec().name;
             validate_tool_name(name)?;
             if index.insert(name.clone(), i).is_some() {
-                return Err(CoreError::validation(format!("duplicate tool name {name:?}")));
+                return Err(CoreError::validation(format!(
+                    "duplicate tool name {name:?}"
+                )));
             }
         }
         let specs: Vec<ToolSpec> = tools.iter().map(|t| t.spec().clone()).collect();

@@ -1,0 +1,3 @@
+//! Integration tests of arbor-core, driven by the scripted provider.
+
+mod suite;

@@ -1,0 +1,7 @@
+mod cancel;
+mod events;
+mod limits;
+mod permission;
+mod support;
+mod tools;
+mod usage;
