@@ -1,7 +1,12 @@
 //! The error type of arbor-core.
 
+use std::fmt;
+
 use arbor_store::StoreError;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::run::RunResult;
 
 /// What kind of failure a [`CoreError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -12,11 +17,57 @@ pub enum CoreErrorKind {
     NotFound,
     /// The store failed.
     Store,
+    /// A policy, the allow-list or a hook refused the delegation.
+    Denied,
+    /// A limit refused the delegation or ended it.
+    Limit,
+    /// The supervisor or a child factory failed.
+    Supervisor,
 }
 
-/// A failure of the runtime itself (bad configuration, the store). Model, tool and limit
-/// failures of a run are not errors: they end the run with a status in its `RunResult`.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
+/// Which limit fired, its maximum and the value observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LimitInfo {
+    /// The limit's configuration key (`max_active_children`, `max_depth`, …).
+    pub limit: &'static str,
+    /// Its maximum.
+    pub maximum: u64,
+    /// What was observed.
+    pub observed: u64,
+}
+
+impl fmt::Display for LimitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (maximum {}, observed {})",
+            self.limit, self.maximum, self.observed
+        )
+    }
+}
+
+/// A limit error: the message of the contract, which limit fired, and the child's result when
+/// a child run died on a limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitError {
+    /// The message (`Active child limit exceeded`, …).
+    pub message: String,
+    /// Which limit, when a numeric limit fired (none for a cycle).
+    pub info: Option<LimitInfo>,
+    /// The child's terminal result, when its run died on a limit.
+    pub result: Option<Box<RunResult>>,
+}
+
+impl fmt::Display for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A failure of the runtime itself (bad configuration, the store, a refused delegation).
+/// Model, tool and limit failures of a run are not errors: they end the run with a status in
+/// its `RunResult`.
+#[derive(Debug, Clone, Error, PartialEq)]
 #[non_exhaustive]
 pub enum CoreError {
     /// A configuration or request is invalid.
@@ -33,6 +84,15 @@ pub enum CoreError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A policy, the allow-list or a hook refused.
+    #[error("{0}")]
+    Denied(String),
+    /// A limit refused or ended a delegation.
+    #[error("{0}")]
+    Limit(Box<LimitError>),
+    /// The supervisor or a child factory failed.
+    #[error("{0}")]
+    Supervisor(String),
 }
 
 impl CoreError {
@@ -42,11 +102,31 @@ impl CoreError {
             Self::Validation(_) => CoreErrorKind::Validation,
             Self::NotFound { .. } => CoreErrorKind::NotFound,
             Self::Store(_) => CoreErrorKind::Store,
+            Self::Denied(_) => CoreErrorKind::Denied,
+            Self::Limit(_) => CoreErrorKind::Limit,
+            Self::Supervisor(_) => CoreErrorKind::Supervisor,
+        }
+    }
+
+    /// The limit that fired, for limit errors.
+    pub fn limit(&self) -> Option<LimitInfo> {
+        match self {
+            Self::Limit(e) => e.info,
+            _ => None,
         }
     }
 
     pub(crate) fn validation(message: impl Into<String>) -> Self {
         Self::Validation(message.into())
+    }
+
+    #[allow(dead_code)] // used by the supervisor as it lands
+    pub(crate) fn limit_error(message: impl Into<String>, info: Option<LimitInfo>) -> Self {
+        Self::Limit(Box::new(LimitError {
+            message: message.into(),
+            info,
+            result: None,
+        }))
     }
 }
 

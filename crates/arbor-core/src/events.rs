@@ -7,33 +7,70 @@
 //! [`AgentEvent::EventsLagged`] with the exact count it missed, before the event it resumes
 //! at. Publishing never waits for a subscriber.
 
+use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use arbor_protocol::{AgentEvent, EventEnvelope, RunId, SessionId, Timestamp};
 use tokio::sync::broadcast;
 
-/// Publishes a session's events. Cheap to clone; clones share the sequence.
-#[derive(Debug, Clone)]
-pub struct EventBus {
-    inner: Arc<BusInner>,
+/// An event type a [`Bus`] can carry: it knows its sequence number and how to make the lag
+/// marker that stands for `missed` lost events before `next`.
+pub trait Sequenced: fmt::Debug + Send + Sync + 'static {
+    /// The event's sequence number.
+    fn seq(&self) -> u64;
+    /// A marker for `missed` lost events, placed before `next` (if known).
+    fn lag_marker(missed: u64, next: Option<&Self>) -> Self;
+}
+
+impl Sequenced for EventEnvelope {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn lag_marker(missed: u64, next: Option<&Self>) -> Self {
+        let (seq, session_id, run_id) = match next {
+            Some(n) => (n.seq, n.session_id, n.run_id),
+            None => (0, SessionId::new(), RunId::new()),
+        };
+        EventEnvelope {
+            seq,
+            at: Timestamp::now(),
+            session_id,
+            run_id,
+            event: AgentEvent::EventsLagged { missed },
+        }
+    }
+}
+
+/// A sequenced, bounded, multi-subscriber event channel. Cheap to clone; clones share the
+/// sequence.
+#[derive(Debug)]
+pub struct Bus<E: Sequenced> {
+    inner: Arc<BusInner<E>>,
+}
+
+impl<E: Sequenced> Clone for Bus<E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
 }
 
 #[derive(Debug)]
-struct BusInner {
-    session_id: SessionId,
+struct BusInner<E> {
     // Sequence and send happen under one lock so every subscriber sees events in `seq`
-    // order even when concurrent tool calls publish at once.
+    // order even when concurrent tasks publish at once.
     seq: Mutex<u64>,
-    sender: broadcast::Sender<Arc<EventEnvelope>>,
+    sender: broadcast::Sender<Arc<E>>,
 }
 
-impl EventBus {
+impl<E: Sequenced> Bus<E> {
     /// A bus whose subscriptions hold at most `capacity` unread events (at least 1).
-    pub fn new(session_id: SessionId, capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         let (sender, _) = broadcast::channel(capacity.max(1));
         Self {
             inner: Arc::new(BusInner {
-                session_id,
                 seq: Mutex::new(0),
                 sender,
             }),
@@ -41,10 +78,9 @@ impl EventBus {
     }
 
     /// A new subscription; it receives events published from now on.
-    pub fn subscribe(&self) -> Subscription {
+    pub fn subscribe(&self) -> Subscription<E> {
         Subscription {
             rx: self.inner.sender.subscribe(),
-            session_id: self.inner.session_id,
             pending: None,
         }
     }
@@ -54,56 +90,92 @@ impl EventBus {
         self.inner.sender.receiver_count()
     }
 
-    /// Publishes one event of `run` and returns its sequence number.
-    pub fn publish(&self, run_id: RunId, event: AgentEvent) -> u64 {
+    /// Publishes the event `make` builds from the next sequence number; returns that number.
+    /// `make` runs only when someone listens (or `always` is set) and must not block.
+    pub fn publish_with(&self, always: bool, make: impl FnOnce(u64) -> E) -> (u64, Option<Arc<E>>) {
         let mut seq = self.inner.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;
-        if self.inner.sender.receiver_count() > 0 {
-            let envelope = EventEnvelope {
-                seq: *seq,
-                at: Timestamp::now(),
-                session_id: self.inner.session_id,
-                run_id,
-                event,
-            };
+        if always || self.inner.sender.receiver_count() > 0 {
+            let event = Arc::new(make(*seq));
             // Fails only when every subscriber is gone, which is fine.
-            let _ = self.inner.sender.send(Arc::new(envelope));
+            let _ = self.inner.sender.send(event.clone());
+            return (*seq, Some(event));
         }
-        *seq
+        (*seq, None)
     }
 }
 
-/// One subscriber's view of a session's events.
-#[derive(Debug)]
-pub struct Subscription {
-    rx: broadcast::Receiver<Arc<EventEnvelope>>,
+/// Publishes a session's events.
+#[derive(Debug, Clone)]
+pub struct EventBus {
     session_id: SessionId,
-    pending: Option<Arc<EventEnvelope>>,
+    bus: Bus<EventEnvelope>,
 }
 
-impl Subscription {
-    /// The next event, a lag marker when events were missed, or `None` once the session is
-    /// gone and every event was read.
+impl EventBus {
+    /// A bus whose subscriptions hold at most `capacity` unread events (at least 1).
+    pub fn new(session_id: SessionId, capacity: usize) -> Self {
+        Self {
+            session_id,
+            bus: Bus::new(capacity),
+        }
+    }
+
+    /// A new subscription; it receives events published from now on.
+    pub fn subscribe(&self) -> Subscription {
+        self.bus.subscribe()
+    }
+
+    /// How many subscriptions are open.
+    pub fn subscriber_count(&self) -> usize {
+        self.bus.subscriber_count()
+    }
+
+    /// Publishes one event of `run` and returns its sequence number.
+    pub fn publish(&self, run_id: RunId, event: AgentEvent) -> u64 {
+        let session_id = self.session_id;
+        self.bus
+            .publish_with(false, |seq| EventEnvelope {
+                seq,
+                at: Timestamp::now(),
+                session_id,
+                run_id,
+                event,
+            })
+            .0
+    }
+}
+
+/// One subscriber's view of a bus.
+#[derive(Debug)]
+pub struct Subscription<E: Sequenced = EventEnvelope> {
+    rx: broadcast::Receiver<Arc<E>>,
+    pending: Option<Arc<E>>,
+}
+
+impl<E: Sequenced> Subscription<E> {
+    /// The next event, a lag marker when events were missed, or `None` once the bus is gone
+    /// and every event was read.
     ///
     /// Cancel safe: dropping the future loses nothing.
-    pub async fn recv(&mut self) -> Option<Arc<EventEnvelope>> {
+    pub async fn recv(&mut self) -> Option<Arc<E>> {
         if let Some(next) = self.pending.take() {
             return Some(next);
         }
         match self.rx.recv().await {
-            Ok(envelope) => Some(envelope),
+            Ok(event) => Some(event),
             Err(broadcast::error::RecvError::Closed) => None,
             Err(broadcast::error::RecvError::Lagged(missed)) => Some(self.lag_marker(missed).await),
         }
     }
 
     /// Like [`recv`](Self::recv) without waiting: `None` when nothing is ready.
-    pub fn try_recv(&mut self) -> Option<Arc<EventEnvelope>> {
+    pub fn try_recv(&mut self) -> Option<Arc<E>> {
         if let Some(next) = self.pending.take() {
             return Some(next);
         }
         match self.rx.try_recv() {
-            Ok(envelope) => Some(envelope),
+            Ok(event) => Some(event),
             Err(broadcast::error::TryRecvError::Lagged(missed)) => {
                 let next = self.rx.try_recv().ok();
                 Some(self.marker_before(missed, next))
@@ -112,11 +184,11 @@ impl Subscription {
         }
     }
 
-    async fn lag_marker(&mut self, missed: u64) -> Arc<EventEnvelope> {
+    async fn lag_marker(&mut self, missed: u64) -> Arc<E> {
         // The marker carries the sequence number of the event it precedes, so read that
         // event now and hand it out on the next call.
         match self.rx.recv().await {
-            Ok(envelope) => self.marker_before(missed, Some(envelope)),
+            Ok(event) => self.marker_before(missed, Some(event)),
             Err(broadcast::error::RecvError::Closed) => self.marker_before(missed, None),
             // More were lost while we looked: they add to the same gap.
             Err(broadcast::error::RecvError::Lagged(more)) => {
@@ -125,23 +197,10 @@ impl Subscription {
         }
     }
 
-    fn marker_before(
-        &mut self,
-        missed: u64,
-        next: Option<Arc<EventEnvelope>>,
-    ) -> Arc<EventEnvelope> {
-        let (seq, run_id) = match &next {
-            Some(n) => (n.seq, n.run_id),
-            None => (0, RunId::new()),
-        };
+    fn marker_before(&mut self, missed: u64, next: Option<Arc<E>>) -> Arc<E> {
+        let marker = E::lag_marker(missed, next.as_deref());
         self.pending = next;
-        Arc::new(EventEnvelope {
-            seq,
-            at: Timestamp::now(),
-            session_id: self.session_id,
-            run_id,
-            event: AgentEvent::EventsLagged { missed },
-        })
+        Arc::new(marker)
     }
 }
 

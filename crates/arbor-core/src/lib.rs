@@ -29,6 +29,7 @@ pub mod events;
 pub mod permission;
 mod run;
 mod session;
+pub mod supervisor;
 pub mod tool;
 
 pub use agent::{
@@ -36,8 +37,8 @@ pub use agent::{
     validate_agent_name,
 };
 pub use arbor_protocol::RunLimits;
-pub use error::{CoreError, CoreErrorKind, CoreResult};
-pub use events::{EventBus, Subscription};
+pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
+pub use events::{Bus, EventBus, Sequenced, Subscription};
 pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest};
 pub use run::{RunOptions, RunResult};
 pub use session::{Session, SessionBuilder};
