@@ -57,8 +57,13 @@ impl Session {
         } else {
             self.agent.tool_concurrency()
         };
-        futures::stream::iter(calls)
+        // The futures are built before the first await: a closure held across an await in
+        // the stream would make the run future not `Send` (rust-lang/rust#102211).
+        let calls: Vec<_> = calls
+            .iter()
             .map(|call| self.execute(run_id, turn, call, token))
+            .collect();
+        futures::stream::iter(calls)
             .buffered(concurrency)
             .collect()
             .await
@@ -145,7 +150,7 @@ impl Session {
         );
         let ctx = ToolContext {
             agent: self.agent.name().to_owned(),
-            session_id: self.id(),
+            session: self.as_ref(),
             run_id,
             call_id: call.id.clone(),
             turn,

@@ -23,6 +23,8 @@ pub enum CoreErrorKind {
     Limit,
     /// The supervisor or a child factory failed.
     Supervisor,
+    /// A child run failed or was cancelled.
+    Run,
 }
 
 /// Which limit fired, its maximum and the value observed.
@@ -93,6 +95,14 @@ pub enum CoreError {
     /// The supervisor or a child factory failed.
     #[error("{0}")]
     Supervisor(String),
+    /// A child run failed or was cancelled; its result is attached.
+    #[error("{message}")]
+    Run {
+        /// What happened.
+        message: String,
+        /// The child's terminal result.
+        result: Box<RunResult>,
+    },
 }
 
 impl CoreError {
@@ -105,6 +115,16 @@ impl CoreError {
             Self::Denied(_) => CoreErrorKind::Denied,
             Self::Limit(_) => CoreErrorKind::Limit,
             Self::Supervisor(_) => CoreErrorKind::Supervisor,
+            Self::Run { .. } => CoreErrorKind::Run,
+        }
+    }
+
+    /// The child's result, for limit and run errors that carry one.
+    pub fn result(&self) -> Option<&RunResult> {
+        match self {
+            Self::Limit(e) => e.result.as_deref(),
+            Self::Run { result, .. } => Some(result),
+            _ => None,
         }
     }
 
@@ -120,7 +140,6 @@ impl CoreError {
         Self::Validation(message.into())
     }
 
-    #[allow(dead_code)] // used by the supervisor as it lands
     pub(crate) fn limit_error(message: impl Into<String>, info: Option<LimitInfo>) -> Self {
         Self::Limit(Box::new(LimitError {
             message: message.into(),

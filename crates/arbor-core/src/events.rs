@@ -10,7 +10,9 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use arbor_protocol::{AgentEvent, EventEnvelope, RunId, SessionId, Timestamp};
+use arbor_protocol::{
+    AgentEvent, EventEnvelope, RunId, SessionId, SupervisorEnvelope, SupervisorEvent, Timestamp,
+};
 use tokio::sync::broadcast;
 
 /// An event type a [`Bus`] can carry: it knows its sequence number and how to make the lag
@@ -38,6 +40,20 @@ impl Sequenced for EventEnvelope {
             session_id,
             run_id,
             event: AgentEvent::EventsLagged { missed },
+        }
+    }
+}
+
+impl Sequenced for SupervisorEnvelope {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn lag_marker(missed: u64, next: Option<&Self>) -> Self {
+        SupervisorEnvelope {
+            seq: next.map_or(0, |n| n.seq),
+            at: Timestamp::now(),
+            event: SupervisorEvent::EventsLagged { missed },
         }
     }
 }

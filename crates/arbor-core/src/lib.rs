@@ -41,5 +41,19 @@ pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
 pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest};
 pub use run::{RunOptions, RunResult};
-pub use session::{Session, SessionBuilder};
+pub use session::{Session, SessionBuilder, SessionRef};
 pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};
+
+#[cfg(test)]
+mod send_checks {
+    //! The run and delegation futures must be `Send`: hosts spawn them.
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[allow(dead_code)]
+    async fn futures_are_send(mut s: crate::Session, sup: crate::supervisor::Supervisor) {
+        let run = s.run("x", crate::RunOptions::default());
+        assert_send(&run);
+        let d = sup.delegate(crate::supervisor::DelegationRequest::new("a", "b"));
+        assert_send(&d);
+    }
+}

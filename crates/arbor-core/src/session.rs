@@ -14,6 +14,27 @@ use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
 use crate::events::{EventBus, Subscription};
 
+/// Where a session stands in its tree: what a child needs of its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SessionRef {
+    /// The session.
+    pub id: SessionId,
+    /// Its tree's root.
+    pub root_id: SessionId,
+    /// Its depth in the tree (0 for a root).
+    pub depth: u32,
+}
+
+impl From<&SessionRecord> for SessionRef {
+    fn from(r: &SessionRecord) -> Self {
+        Self {
+            id: r.id,
+            root_id: r.root_id,
+            depth: r.depth,
+        }
+    }
+}
+
 /// A live session. Runs take `&mut self`, so one session runs one input at a time.
 #[derive(Debug)]
 pub struct Session {
@@ -78,7 +99,7 @@ pub struct SessionBuilder {
     agent: Agent,
     store: Option<Arc<dyn Store>>,
     name: Option<String>,
-    parent: Option<SessionRecord>,
+    parent: Option<SessionRef>,
     meta: serde_json::Value,
 }
 
@@ -96,8 +117,8 @@ impl SessionBuilder {
     }
 
     /// Makes it a child of `parent` (same tree, one level deeper).
-    pub fn parent(mut self, parent: &SessionRecord) -> Self {
-        self.parent = Some(parent.clone());
+    pub fn parent(mut self, parent: impl Into<SessionRef>) -> Self {
+        self.parent = Some(parent.into());
         self
     }
 
@@ -118,12 +139,12 @@ impl SessionBuilder {
                 "session name must be 1-64 characters",
             ));
         }
-        let mut record = match &self.parent {
-            Some(parent) => {
-                SessionRecord::new_child(parent, name, self.agent.name(), self.agent.model())
-            }
-            None => SessionRecord::new_root(name, self.agent.name(), self.agent.model()),
-        };
+        let mut record = SessionRecord::new_root(name, self.agent.name(), self.agent.model());
+        if let Some(parent) = self.parent {
+            record.parent_id = Some(parent.id);
+            record.root_id = parent.root_id;
+            record.depth = parent.depth + 1;
+        }
         record.meta = self.meta;
         store.create_session(&record).await?;
         Ok(Session {
@@ -140,6 +161,11 @@ impl Session {
     /// The session's id.
     pub fn id(&self) -> SessionId {
         self.record.id
+    }
+
+    /// Its place in its tree.
+    pub fn as_ref(&self) -> SessionRef {
+        SessionRef::from(&self.record)
     }
 
     /// The agent it runs.

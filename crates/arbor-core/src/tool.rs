@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use arbor_model::ToolSpec;
-use arbor_protocol::{RunId, SessionId};
+use arbor_protocol::RunId;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -21,14 +21,15 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
+use crate::session::SessionRef;
 
 /// What a tool call knows about where it runs.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     /// The calling agent's name.
     pub agent: String,
-    /// The calling session.
-    pub session_id: SessionId,
+    /// The calling session and its place in its tree.
+    pub session: SessionRef,
     /// The calling run.
     pub run_id: RunId,
     /// This call's id.

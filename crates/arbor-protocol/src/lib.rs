@@ -11,6 +11,7 @@
 //! - [`limits`]: the run limits an agent carries ([`RunLimits`]) and the [`LimitKind`] names.
 //! - [`event`]: the typed [`AgentEvent`]s a run publishes.
 //! - [`session`]: a session's [`SessionStatus`].
+//! - [`supervisor`]: the [`SupervisorEvent`]s of delegations.
 //! - [`transcript`]: the append-only [`TranscriptEntry`] records a session persists.
 
 pub mod event;
@@ -19,6 +20,7 @@ pub mod limits;
 pub mod message;
 pub mod run;
 pub mod session;
+pub mod supervisor;
 pub mod transcript;
 pub mod usage;
 
@@ -28,5 +30,6 @@ pub use limits::{LimitKind, RunLimits};
 pub use message::{Message, Role, ToolCall, ToolResult};
 pub use run::{RunLimitBreach, RunStatus, StopReason};
 pub use session::SessionStatus;
+pub use supervisor::{ChildOrigin, SupervisorEnvelope, SupervisorEvent};
 pub use transcript::{EntryKind, TranscriptEntry};
 pub use usage::Usage;

@@ -1,10 +1,41 @@
 //! The supervisor: allow-listed delegation to child agents.
 //!
-//! - [`limits`]: [`SupervisorLimits`], defaults, hard caps and narrowing.
-//! - [`policy`]: child policies (lifetime, report, milestones, budget share).
+//! Every delegation is an admission first ([`Supervisor::delegate`] /
+//! [`Supervisor::delegate_async`] check the allow-list, cycles, policy, limits, depth and
+//! input size, then reserve a slot, all before anything is counted), then a drive: the
+//! `before` hook, the child's factory and its run, under the delegation's timeout and
+//! cancellation, ending in exactly one terminal report (events, counters, `after` hook).
+//!
+//! - [`limits`], [`SupervisorLimits`], defaults, hard caps and narrowing.
+//! - [`policy`], child policies (lifetime, report, milestones, budget share).
+//! - [`catalog`], the allow-list ([`ChildEntry`], [`ChildFactory`]).
+//! - [`hooks`], `before` and `after`.
+//! - [`redact`], secret redaction.
+//! - [`summary`], the recovery counters.
+//! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`.
 
+pub mod catalog;
+mod core;
+mod delegate;
+mod handles;
+pub mod hooks;
+mod join;
 pub mod limits;
 pub mod policy;
+pub mod redact;
+mod slots;
+pub mod summary;
+pub mod tools;
 
+pub use catalog::{AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, factory_fn};
+pub use core::{ChildEventSink, Ownership, Supervisor, SupervisorBuilder};
+pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator};
+pub use hooks::{
+    AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
+};
+pub use join::{WaitOptions, WaitOutcome};
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+pub use redact::{Redactor, SecretRedactor};
+pub use summary::{ChildSummary, Outcome};
+pub use tools::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};

@@ -1,0 +1,167 @@
+//! The child catalog: the host-owned allow-list of children a supervisor may build.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::error::{CoreError, CoreResult};
+use crate::permission::Permission;
+use crate::supervisor::Delegator;
+use crate::supervisor::limits::LimitsInput;
+use crate::supervisor::policy::PolicyInput;
+
+/// What a child factory receives.
+#[derive(Debug, Clone)]
+pub struct ChildContext {
+    /// The catalog entry.
+    pub child_id: String,
+    /// The delegation.
+    pub delegation_id: String,
+    /// Its depth (1 for a root's children).
+    pub depth: u32,
+    /// Child ids from the top, this one last.
+    pub path: Arc<[String]>,
+    /// `<supervisor>/<delegation>/<child>`: the scope for the child's own memory and data.
+    pub resource_id: String,
+    /// The resource id plus the requested thread (`default` when none).
+    pub thread_id: String,
+    /// The narrowed permission the child's runs are held to (the runtime composes it with the
+    /// agent's own; the factory need not apply it).
+    pub permission: Permission,
+    /// Fires when the delegation is cancelled or times out.
+    pub cancel: CancellationToken,
+    /// Delegates further from inside this child (path, depth and cancellation carried).
+    pub delegator: Delegator,
+}
+
+/// Builds a child's agent for one delegation.
+#[async_trait]
+pub trait ChildFactory: fmt::Debug + Send + Sync {
+    /// Builds the agent. It may use the context's ids, permission and delegator.
+    async fn create(&self, ctx: ChildContext) -> CoreResult<Agent>;
+}
+
+const _: fn(&dyn ChildFactory) = |_| {};
+
+/// A factory from an async closure.
+pub struct FnFactory<F>(F);
+
+impl<F> fmt::Debug for FnFactory<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnFactory")
+    }
+}
+
+#[async_trait]
+impl<F, Fut> ChildFactory for FnFactory<F>
+where
+    F: Fn(ChildContext) -> Fut + Send + Sync,
+    Fut: Future<Output = CoreResult<Agent>> + Send,
+{
+    async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
+        (self.0)(ctx).await
+    }
+}
+
+/// Makes a factory of an async closure.
+pub fn factory_fn<F, Fut>(f: F) -> FnFactory<F>
+where
+    F: Fn(ChildContext) -> Fut + Send + Sync,
+    Fut: Future<Output = CoreResult<Agent>> + Send,
+{
+    FnFactory(f)
+}
+
+/// A factory that hands out one fixed agent.
+#[derive(Debug, Clone)]
+pub struct AgentFactory(pub Agent);
+
+#[async_trait]
+impl ChildFactory for AgentFactory {
+    async fn create(&self, _ctx: ChildContext) -> CoreResult<Agent> {
+        Ok(self.0.clone())
+    }
+}
+
+/// One allow-listed child.
+#[derive(Debug, Clone)]
+pub struct ChildEntry {
+    pub(crate) id: String,
+    pub(crate) description: Option<String>,
+    pub(crate) factory: Arc<dyn ChildFactory>,
+    pub(crate) permission: Permission,
+    pub(crate) limits: LimitsInput,
+    pub(crate) policy: PolicyInput,
+}
+
+impl ChildEntry {
+    /// An entry named `id` built by `factory`.
+    pub fn new(id: impl Into<String>, factory: impl ChildFactory + 'static) -> Self {
+        Self {
+            id: id.into(),
+            description: None,
+            factory: Arc::new(factory),
+            permission: Permission::allow_all(),
+            limits: LimitsInput::default(),
+            policy: PolicyInput::default(),
+        }
+    }
+
+    /// An entry that always runs `agent`.
+    pub fn agent(id: impl Into<String>, agent: Agent) -> Self {
+        Self::new(id, AgentFactory(agent))
+    }
+
+    /// What the child is for (shown to the parent model).
+    #[must_use]
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// A permission AND-composed onto every run of this child.
+    #[must_use]
+    pub fn permission(mut self, permission: Permission) -> Self {
+        self.permission = permission;
+        self
+    }
+
+    /// Limits for this child (they only lower the supervisor's).
+    #[must_use]
+    pub fn limits(mut self, limits: LimitsInput) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The host's policy ceilings and defaults for this child.
+    #[must_use]
+    pub fn policy(mut self, policy: PolicyInput) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The entry's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Checks a supervisor or child id: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
+pub(crate) fn valid_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && id.len() <= 128
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+pub(crate) fn check_child_id(id: &str) -> CoreResult<()> {
+    if valid_id(id) {
+        Ok(())
+    } else {
+        Err(CoreError::validation(format!("Invalid child id: {id}")))
+    }
+}

@@ -1,0 +1,365 @@
+//! The [`Supervisor`] and its builder.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arbor_protocol::{SupervisorEnvelope, SupervisorEvent, Timestamp};
+use arbor_store::{MemoryStore, Store};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::{CoreError, CoreResult};
+use crate::events::{Bus, Subscription};
+use crate::permission::Permission;
+use crate::supervisor::catalog::{ChildEntry, check_child_id, valid_id};
+use crate::supervisor::handles::Handles;
+use crate::supervisor::hooks::{AfterHook, BeforeHook};
+use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
+use crate::supervisor::redact::Redactor;
+use crate::supervisor::slots::Slots;
+use crate::supervisor::summary::{ChildSummary, Summary};
+
+/// Who a supervisor acts for: a tenant and an account or a user.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Ownership {
+    /// The tenant.
+    pub tenant_id: String,
+    /// The account, if any.
+    pub account_id: Option<String>,
+    /// The user, if any.
+    pub user_id: Option<String>,
+}
+
+impl Ownership {
+    /// A tenant and a user.
+    pub fn user(tenant_id: impl Into<String>, user_id: impl Into<String>) -> Self {
+        Self {
+            tenant_id: tenant_id.into(),
+            account_id: None,
+            user_id: Some(user_id.into()),
+        }
+    }
+
+    fn validate(&self) -> CoreResult<()> {
+        let blank = |s: &str| s.trim().is_empty();
+        let account_ok = self.account_id.as_deref().is_none_or(|s| !blank(s));
+        let user_ok = self.user_id.as_deref().is_none_or(|s| !blank(s));
+        let one = self.account_id.is_some() || self.user_id.is_some();
+        if blank(&self.tenant_id) || !account_ok || !user_ok || !one {
+            return Err(CoreError::validation(
+                "tenant_id and non-empty account_id or user_id are required",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Receives every projected child event, exactly as the stream carries it, in order.
+pub trait ChildEventSink: fmt::Debug + Send + Sync {
+    /// Takes one event. Must not block.
+    fn send(&self, event: &SupervisorEnvelope);
+}
+
+pub(crate) struct State {
+    pub(crate) summary: Summary,
+    pub(crate) handles: Handles,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: String,
+    pub(crate) ownership: Ownership,
+    pub(crate) entries: Vec<ChildEntry>,
+    pub(crate) index: HashMap<String, usize>,
+    pub(crate) child_ids: Arc<[String]>,
+    pub(crate) permission: Permission,
+    pub(crate) limits: SupervisorLimits,
+    pub(crate) before: Option<Arc<dyn BeforeHook>>,
+    pub(crate) after: Option<Arc<dyn AfterHook>>,
+    pub(crate) redactor: Option<Arc<dyn Redactor>>,
+    pub(crate) child_events: bool,
+    pub(crate) sink: Option<Arc<dyn ChildEventSink>>,
+    pub(crate) session_token: CancellationToken,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) bus: Bus<SupervisorEnvelope>,
+    pub(crate) state: Mutex<State>,
+    pub(crate) tracker: TaskTracker,
+}
+
+/// Allow-listed delegation to child agents, under limits that only narrow. Cheap to clone;
+/// clones share everything.
+#[derive(Clone)]
+pub struct Supervisor {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("id", &self.inner.id)
+            .field("children", &self.inner.child_ids)
+            .field("limits", &self.inner.limits)
+            .finish()
+    }
+}
+
+impl Supervisor {
+    /// Starts building a supervisor for `ownership`.
+    pub fn builder(ownership: Ownership) -> SupervisorBuilder {
+        SupervisorBuilder {
+            id: "supervisor".to_owned(),
+            ownership,
+            entries: Vec::new(),
+            permission: Permission::allow_all(),
+            limits: LimitsInput::default(),
+            before: None,
+            after: None,
+            redactor: None,
+            child_events: false,
+            sink: None,
+            session_token: CancellationToken::new(),
+            store: None,
+        }
+    }
+
+    /// The supervisor's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The owner it acts for.
+    pub fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
+    }
+
+    /// The advertised child ids, in catalog order.
+    pub fn child_ids(&self) -> &[String] {
+        &self.inner.child_ids
+    }
+
+    /// The description of a child, if it has one.
+    pub fn child_description(&self, child_id: &str) -> Option<&str> {
+        let i = *self.inner.index.get(child_id)?;
+        self.inner.entries[i].description.as_deref()
+    }
+
+    /// The resolved limits.
+    pub fn limits(&self) -> &SupervisorLimits {
+        &self.inner.limits
+    }
+
+    /// The store children's sessions are kept in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Live children across the tree.
+    pub fn active_children(&self) -> u32 {
+        self.inner.slots.active()
+    }
+
+    /// The most sessions these limits permit at once (root included).
+    pub fn worst_case_sessions(&self) -> u64 {
+        self.inner.limits.worst_case_sessions()
+    }
+
+    /// Subscribes to the supervisor's events from now on.
+    pub fn subscribe(&self) -> Subscription<SupervisorEnvelope> {
+        self.inner.bus.subscribe()
+    }
+
+    /// `text` with the supervisor's secrets replaced.
+    pub fn redact(&self, text: &str) -> String {
+        match &self.inner.redactor {
+            Some(r) => r.redact(text).into_owned(),
+            None => text.to_owned(),
+        }
+    }
+
+    /// One row of recovery counters per child, in catalog order.
+    pub fn summary(&self) -> Vec<ChildSummary> {
+        self.state().summary.rows()
+    }
+
+    /// The counters, then zeroes them (live delegations stay `running` and settle into the
+    /// new window).
+    pub fn summary_reset(&self) -> Vec<ChildSummary> {
+        let mut state = self.state();
+        let rows = state.summary.rows();
+        state.summary.reset();
+        rows
+    }
+
+    /// Ends the supervisor's session: cancels every child (session lifetime included) and
+    /// waits for the background ones to finish.
+    pub async fn shutdown(&self) {
+        self.inner.session_token.cancel();
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+
+    /// The token whose cancellation ends every child.
+    pub fn session_token(&self) -> &CancellationToken {
+        &self.inner.session_token
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        // Every critical section is short and never panics midway.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn publish(&self, event: SupervisorEvent) -> Option<Arc<SupervisorEnvelope>> {
+        self.inner
+            .bus
+            .publish_with(self.inner.sink.is_some(), |seq| SupervisorEnvelope {
+                seq,
+                at: Timestamp::now(),
+                event,
+            })
+            .1
+    }
+}
+
+/// Builds a [`Supervisor`].
+#[must_use]
+pub struct SupervisorBuilder {
+    id: String,
+    ownership: Ownership,
+    entries: Vec<ChildEntry>,
+    permission: Permission,
+    limits: LimitsInput,
+    before: Option<Arc<dyn BeforeHook>>,
+    after: Option<Arc<dyn AfterHook>>,
+    redactor: Option<Arc<dyn Redactor>>,
+    child_events: bool,
+    sink: Option<Arc<dyn ChildEventSink>>,
+    session_token: CancellationToken,
+    store: Option<Arc<dyn Store>>,
+}
+
+impl fmt::Debug for SupervisorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SupervisorBuilder")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl SupervisorBuilder {
+    /// The supervisor's id (default `supervisor`).
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// Adds an allow-listed child.
+    pub fn child(mut self, entry: ChildEntry) -> Self {
+        self.entries.push(entry);
+        self
+    }
+
+    /// The supervisor-wide permission, AND-composed first onto every child run.
+    pub fn permission(mut self, permission: Permission) -> Self {
+        self.permission = permission;
+        self
+    }
+
+    /// Limits over the defaults (each within its hard cap).
+    pub fn limits(mut self, limits: LimitsInput) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The `before` hook.
+    pub fn before(mut self, hook: impl BeforeHook + 'static) -> Self {
+        self.before = Some(Arc::new(hook));
+        self
+    }
+
+    /// The `after` hook.
+    pub fn after(mut self, hook: impl AfterHook + 'static) -> Self {
+        self.after = Some(Arc::new(hook));
+        self
+    }
+
+    /// The redactor applied to everything that leaves the supervisor.
+    pub fn redactor(mut self, redactor: impl Redactor + 'static) -> Self {
+        self.redactor = Some(Arc::new(redactor));
+        self
+    }
+
+    /// Streams child events for children without their own report policy.
+    pub fn child_events(mut self, on: bool) -> Self {
+        self.child_events = on;
+        self
+    }
+
+    /// A sink that receives every projected child event.
+    pub fn child_event_sink(mut self, sink: impl ChildEventSink + 'static) -> Self {
+        self.sink = Some(Arc::new(sink));
+        self
+    }
+
+    /// The session token: cancelling it ends every child.
+    pub fn session_token(mut self, token: CancellationToken) -> Self {
+        self.session_token = token;
+        self
+    }
+
+    /// The store for children's sessions (default: in memory).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Validates, in the documented order: ownership, id, catalog, limits.
+    pub fn build(self) -> CoreResult<Supervisor> {
+        self.ownership.validate()?;
+        if !valid_id(&self.id) {
+            return Err(CoreError::validation("Supervisor id is invalid"));
+        }
+        if self.entries.is_empty() {
+            return Err(CoreError::validation("At least one child is required"));
+        }
+        let mut index = HashMap::with_capacity(self.entries.len());
+        for (i, entry) in self.entries.iter().enumerate() {
+            check_child_id(&entry.id)?;
+            if index.insert(entry.id.clone(), i).is_some() {
+                return Err(CoreError::validation(format!(
+                    "Duplicate child id: {}",
+                    entry.id
+                )));
+            }
+            entry.policy.validate()?;
+        }
+        let limits = SupervisorLimits::resolve(&self.limits)?;
+        let child_ids: Arc<[String]> = self.entries.iter().map(|e| e.id.clone()).collect();
+        let capacity = usize::try_from(limits.max_queued_events).unwrap_or(128);
+        Ok(Supervisor {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    summary: Summary::new(&child_ids),
+                    handles: Handles::new(capacity),
+                }),
+                id: self.id,
+                ownership: self.ownership,
+                entries: self.entries,
+                index,
+                child_ids,
+                permission: self.permission,
+                limits,
+                before: self.before,
+                after: self.after,
+                redactor: self.redactor,
+                child_events: self.child_events,
+                sink: self.sink,
+                session_token: self.session_token,
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                slots: Arc::new(Slots::default()),
+                bus: Bus::new(capacity),
+                tracker: TaskTracker::new(),
+            }),
+        })
+    }
+}

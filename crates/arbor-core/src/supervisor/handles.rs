@@ -1,0 +1,76 @@
+//! Async delegation handles: the running ones and a bounded record of finished ones.
+//!
+//! A finished handle stays answerable (`wait` is idempotent) until `max_queued_events` newer
+//! ones have finished; an evicted, unknown or foreign id gets the same error.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CoreError, CoreResult};
+use crate::supervisor::delegate::DelegationResult;
+
+/// The shared outcome of one async delegation.
+pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;
+
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) child_id: String,
+    pub(crate) token: CancellationToken,
+    pub(crate) cancelled: bool,
+    pub(crate) terminal: bool,
+    pub(crate) rx: watch::Receiver<Option<Outcome>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Handles {
+    entries: HashMap<String, Entry>,
+    finished: VecDeque<String>,
+    retain: usize,
+}
+
+/// The error every unknown, foreign or evicted handle gets.
+pub(crate) fn unknown() -> CoreError {
+    CoreError::Denied("Unknown async delegation".to_owned())
+}
+
+impl Handles {
+    pub(crate) fn new(retain: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            finished: VecDeque::new(),
+            retain: retain.max(1),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, id: String, entry: Entry) {
+        self.entries.insert(id, entry);
+    }
+
+    pub(crate) fn get(&self, id: &str) -> CoreResult<&Entry> {
+        self.entries.get(id).ok_or_else(unknown)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &str) -> CoreResult<&mut Entry> {
+        self.entries.get_mut(id).ok_or_else(unknown)
+    }
+
+    /// Marks a handle finished and evicts the oldest finished ones past the bound.
+    pub(crate) fn finish(&mut self, id: &str) {
+        if let Some(entry) = self.entries.get_mut(id) {
+            entry.terminal = true;
+            self.finished.push_back(id.to_owned());
+        }
+        while self.finished.len() > self.retain {
+            if let Some(old) = self.finished.pop_front() {
+                self.entries.remove(&old);
+            }
+        }
+    }
+
+    pub(crate) fn running(&self) -> usize {
+        self.entries.values().filter(|e| !e.terminal).count()
+    }
+}

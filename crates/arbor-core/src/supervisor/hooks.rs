@@ -1,0 +1,101 @@
+//! Hooks around each delegation.
+//!
+//! `before` runs after the slot is reserved and before the child is built: it may refuse,
+//! replace the input (re-redacted and re-checked), lower limits or add a permission policy.
+//! `after` sees the redacted terminal summary exactly once per terminal and cannot change it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arbor_protocol::Usage;
+use async_trait::async_trait;
+
+use crate::permission::Permission;
+use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
+
+/// What the `before` hook sees.
+#[derive(Debug, Clone)]
+pub struct BeforeContext {
+    /// The catalog entry.
+    pub child_id: String,
+    /// The delegation.
+    pub delegation_id: String,
+    /// Its depth.
+    pub depth: u32,
+    /// Child ids from the top, this one last.
+    pub path: Arc<[String]>,
+    /// The redacted input.
+    pub input: String,
+    /// The limits it would run with.
+    pub limits: SupervisorLimits,
+}
+
+/// The `before` hook's answer.
+#[derive(Debug, Clone, Default)]
+pub enum BeforeDecision {
+    /// Go on unchanged.
+    #[default]
+    Allow,
+    /// Go on with changes.
+    Modify {
+        /// Replacement input.
+        input: Option<String>,
+        /// Lower limits.
+        limits: Option<LimitsInput>,
+        /// An extra policy, AND-composed after the others.
+        permission: Option<Permission>,
+    },
+    /// Refuse the delegation.
+    Deny {
+        /// Why (redacted before it is published).
+        reason: Option<String>,
+    },
+}
+
+/// How a delegation ended, as the `after` hook sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompletionStatus {
+    /// The child run succeeded.
+    Succeeded,
+    /// It failed.
+    Failed,
+    /// It was cancelled.
+    Aborted,
+    /// A policy denied it.
+    Denied,
+    /// The `before` hook refused it.
+    Rejected,
+}
+
+/// What the `after` hook sees.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The catalog entry.
+    pub child_id: String,
+    /// The delegation.
+    pub delegation_id: String,
+    /// Its depth.
+    pub depth: u32,
+    /// How it ended.
+    pub status: CompletionStatus,
+    /// The child's last text, redacted.
+    pub text: String,
+    /// Its usage, when it ran.
+    pub usage: Option<Usage>,
+    /// The error, redacted.
+    pub error: Option<String>,
+}
+
+/// Runs before each delegation (and again at each resume, so it must be idempotent).
+#[async_trait]
+pub trait BeforeHook: fmt::Debug + Send + Sync {
+    /// Decides.
+    async fn before(&self, ctx: &BeforeContext) -> BeforeDecision;
+}
+
+/// Runs once per terminal delegation.
+#[async_trait]
+pub trait AfterHook: fmt::Debug + Send + Sync {
+    /// Observes. An `Err` is published as `delegation_error`; the result is unchanged.
+    async fn after(&self, completion: &Completion) -> Result<(), String>;
+}

@@ -1,0 +1,128 @@
+//! Async delegations: launch, `wait` and `cancel`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CoreError, CoreResult, LimitInfo};
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::delegate::{Admitted, AsyncHandle, DelegationResult};
+use crate::supervisor::handles::{Entry, unknown};
+
+/// Options of [`Supervisor::wait`].
+#[derive(Debug, Clone, Default)]
+pub struct WaitOptions {
+    /// How long to wait; capped at the supervisor's `timeout_ms` (the default).
+    pub timeout: Option<Duration>,
+    /// Stops waiting (the child goes on).
+    pub cancel: Option<CancellationToken>,
+}
+
+/// What `wait` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WaitOutcome {
+    /// The child finished.
+    Finished(Box<DelegationResult>),
+    /// The handle was cancelled.
+    Cancelled {
+        /// The delegation.
+        delegation_id: String,
+    },
+}
+
+impl Supervisor {
+    /// Starts an admitted delegation in the background and registers its handle.
+    pub(crate) fn launch(&self, admitted: Admitted) -> AsyncHandle {
+        let handle = AsyncHandle {
+            delegation_id: admitted.delegation_id.clone(),
+            child_id: admitted.child_id.clone(),
+        };
+        let (tx, rx) = watch::channel(None);
+        self.state().handles.insert(
+            handle.delegation_id.clone(),
+            Entry {
+                child_id: handle.child_id.clone(),
+                token: admitted.token.clone(),
+                cancelled: false,
+                terminal: false,
+                rx,
+            },
+        );
+        let this = self.clone();
+        let id = handle.delegation_id.clone();
+        self.inner.tracker.spawn(async move {
+            let outcome = this.drive(admitted).await;
+            let _ = tx.send(Some(Arc::new(outcome)));
+            this.state().handles.finish(&id);
+        });
+        handle
+    }
+
+    /// Waits for an async delegation. Idempotent while the finished handle is retained;
+    /// unknown, foreign and evicted ids share one error. A cancelled handle reports
+    /// [`WaitOutcome::Cancelled`].
+    pub async fn wait(&self, delegation_id: &str, options: WaitOptions) -> CoreResult<WaitOutcome> {
+        let mut rx = self.state().handles.get(delegation_id)?.rx.clone();
+        let cap = Duration::from_millis(self.inner.limits.timeout_ms);
+        let timeout = options.timeout.map_or(cap, |t| t.min(cap));
+        let cancel = options.cancel.unwrap_or_default();
+        let outcome = tokio::select! {
+            r = rx.wait_for(Option::is_some) => match r {
+                Ok(v) => v.clone(),
+                Err(_) => None,
+            },
+            _ = tokio::time::sleep(timeout) => {
+                return Err(CoreError::limit_error(
+                    "Async delegation wait timeout exceeded",
+                    Some(LimitInfo {
+                        limit: "timeout_ms",
+                        maximum: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        observed: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                    }),
+                ));
+            }
+            _ = cancel.cancelled() => return Err(CoreError::Supervisor("Wait cancelled".to_owned())),
+        };
+        let cancelled = self
+            .state()
+            .handles
+            .get(delegation_id)
+            .map(|e| e.cancelled)
+            .unwrap_or(false);
+        let Some(outcome) = outcome else {
+            return Err(unknown());
+        };
+        match (&*outcome, cancelled) {
+            (Ok(result), false) => Ok(WaitOutcome::Finished(Box::new(result.clone()))),
+            (Ok(_), true) | (Err(_), true) => Ok(WaitOutcome::Cancelled {
+                delegation_id: delegation_id.to_owned(),
+            }),
+            (Err(e), false) => Err(e.clone()),
+        }
+    }
+
+    /// Cancels a running async delegation (session lifetime included): `true` when it was
+    /// running, `false` when it had already finished.
+    pub fn cancel(&self, delegation_id: &str) -> CoreResult<bool> {
+        let mut state = self.state();
+        let entry = state.handles.get_mut(delegation_id)?;
+        if entry.terminal {
+            return Ok(false);
+        }
+        entry.cancelled = true;
+        entry.token.cancel();
+        Ok(true)
+    }
+
+    /// The child id of a handle.
+    pub fn handle_child(&self, delegation_id: &str) -> CoreResult<String> {
+        Ok(self.state().handles.get(delegation_id)?.child_id.clone())
+    }
+
+    /// Async delegations still running.
+    pub fn running_handles(&self) -> usize {
+        self.state().handles.running()
+    }
+}

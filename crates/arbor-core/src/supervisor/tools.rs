@@ -1,0 +1,310 @@
+//! Model-facing tools: `spawn_agent`, `wait_agent` and `cancel_agent`.
+//!
+//! The spawn tool's schema is closed: `child_id` is an enum of the supervisor's advertised
+//! ids and every other key is refused, naming it. Model arguments can never supply tools,
+//! identity, scopes or higher limits. Errors reach the model as tool errors that say what
+//! failed (which limit, with its maximum and observed value), redacted.
+
+use arbor_model::ToolSpec;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::CoreError;
+use crate::supervisor::delegate::{DelegationRequest, DelegationResult, Delegator};
+use crate::supervisor::join::{WaitOptions, WaitOutcome};
+use crate::supervisor::policy::{HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+use crate::tool::{DynTool, ToolContext, ToolError};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Milestone {
+    every_turns: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    Sync,
+    Async,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnArgs {
+    child_id: String,
+    input: String,
+    thread_id: Option<String>,
+    name: Option<String>,
+    mode: Option<Mode>,
+    lifetime: Option<Lifetime>,
+    report: Option<Report>,
+    milestone: Option<Milestone>,
+    budget_share: Option<f64>,
+}
+
+/// The text a delegation error shows the model: the message, and for limits which one fired.
+fn model_error(delegator: &Delegator, e: &CoreError) -> ToolError {
+    let text = match e.limit() {
+        Some(info) => format!("{e} ({info})"),
+        None => e.to_string(),
+    };
+    ToolError::ToModel(delegator.supervisor().redact(&text))
+}
+
+fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
+    json!({
+        "child_id": r.child_id,
+        "delegation_id": r.delegation_id,
+        "status": r.result.status,
+        "usage": r.result.usage,
+        "text": delegator.supervisor().redact(&r.result.text),
+    })
+    .to_string()
+}
+
+/// `spawn_agent`: delegate to an allow-listed child, waiting (`sync`) or not (`async`).
+#[derive(Debug, Clone)]
+pub struct SpawnAgentTool {
+    delegator: Delegator,
+    spec: ToolSpec,
+}
+
+impl SpawnAgentTool {
+    /// The tool, named `spawn_agent`.
+    pub fn new(delegator: Delegator) -> Self {
+        Self::named(delegator, "spawn_agent")
+    }
+
+    /// The tool under another name.
+    pub fn named(delegator: Delegator, name: &str) -> Self {
+        let sup = delegator.supervisor();
+        let ids = sup.child_ids();
+        let listed: Vec<String> = ids
+            .iter()
+            .map(|id| match sup.child_description(id) {
+                Some(d) => format!("{id} ({d})"),
+                None => id.clone(),
+            })
+            .collect();
+        let description = format!(
+            "Delegate a task to a child agent. Allowed children: {}. mode sync waits for its answer; async returns a handle for wait_agent.",
+            listed.join(", ")
+        );
+        let parameters = json!({
+            "type": "object",
+            "properties": {
+                "child_id": {"type": "string", "enum": ids},
+                "input": {"type": "string", "description": "The child's task."},
+                "thread_id": {"type": "string"},
+                "name": {"type": "string", "maxLength": 64},
+                "mode": {"type": "string", "enum": ["sync", "async"]},
+                "lifetime": {"type": "string", "enum": ["task", "session"]},
+                "report": {"type": "string", "enum": ["on-complete", "milestones", "stream"]},
+                "milestone": {
+                    "type": "object",
+                    "properties": {"every_turns": {"type": "integer", "minimum": 1, "maximum": HARD_MILESTONE_EVERY_TURNS}},
+                    "additionalProperties": false
+                },
+                "budget_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+            },
+            "required": ["child_id", "input"],
+            "additionalProperties": false
+        });
+        Self {
+            spec: ToolSpec {
+                name: name.to_owned(),
+                description,
+                parameters,
+            },
+            delegator,
+        }
+    }
+}
+
+#[async_trait]
+impl DynTool for SpawnAgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let args: SpawnArgs = serde_json::from_value(arguments).map_err(|e| {
+            ToolError::ToModel(format!("invalid arguments for `{}`: {e}", self.spec.name))
+        })?;
+        if !self
+            .delegator
+            .supervisor()
+            .child_ids()
+            .contains(&args.child_id)
+        {
+            return Err(ToolError::ToModel("Unknown child id".to_owned()));
+        }
+        let policy = PolicyInput {
+            lifetime: args.lifetime,
+            report: args.report,
+            every_turns: args.milestone.and_then(|m| m.every_turns),
+            budget_share: args.budget_share,
+        };
+        let is_async =
+            matches!(args.mode, Some(Mode::Async)) || args.lifetime == Some(Lifetime::Session);
+        let request = DelegationRequest {
+            child_id: args.child_id.clone(),
+            input: args.input,
+            thread_id: args.thread_id,
+            name: args.name,
+            policy,
+            cancel: Some(ctx.cancel.clone()),
+            parent: Some(ctx.session),
+            ..DelegationRequest::default()
+        };
+        if is_async {
+            let handle = self
+                .delegator
+                .delegate_async(request)
+                .map_err(|e| model_error(&self.delegator, &e))?;
+            return Ok(json!({
+                "child_id": handle.child_id,
+                "delegation_id": handle.delegation_id,
+                "status": "running",
+            })
+            .to_string());
+        }
+        match self.delegator.delegate(request).await {
+            Ok(r) => Ok(finished(&self.delegator, &r)),
+            Err(e) => Err(model_error(&self.delegator, &e)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandleArgs {
+    delegation_id: String,
+}
+
+fn handle_spec(name: &str, description: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"delegation_id": {"type": "string"}},
+            "required": ["delegation_id"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// `wait_agent`: wait for one async child by its handle.
+#[derive(Debug, Clone)]
+pub struct WaitAgentTool {
+    delegator: Delegator,
+    spec: ToolSpec,
+}
+
+impl WaitAgentTool {
+    /// The tool, named `wait_agent`.
+    pub fn new(delegator: Delegator) -> Self {
+        Self {
+            delegator,
+            spec: handle_spec(
+                "wait_agent",
+                "Wait for one async child delegation by its handle.",
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl DynTool for WaitAgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let args: HandleArgs = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::ToModel(format!("invalid arguments for `wait_agent`: {e}")))?;
+        let options = WaitOptions {
+            timeout: None,
+            cancel: Some(ctx.cancel.clone()),
+        };
+        match self
+            .delegator
+            .supervisor()
+            .wait(&args.delegation_id, options)
+            .await
+        {
+            Ok(WaitOutcome::Finished(r)) => Ok(finished(&self.delegator, &r)),
+            Ok(WaitOutcome::Cancelled { delegation_id }) => {
+                Ok(json!({"delegation_id": delegation_id, "status": "cancelled"}).to_string())
+            }
+            Err(e) => Err(model_error(&self.delegator, &e)),
+        }
+    }
+}
+
+/// `cancel_agent`: cancel one async child by its handle.
+#[derive(Debug, Clone)]
+pub struct CancelAgentTool {
+    delegator: Delegator,
+    spec: ToolSpec,
+}
+
+impl CancelAgentTool {
+    /// The tool, named `cancel_agent`.
+    pub fn new(delegator: Delegator) -> Self {
+        Self {
+            delegator,
+            spec: handle_spec(
+                "cancel_agent",
+                "Cancel one async child delegation by its handle.",
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl DynTool for CancelAgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        _ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let args: HandleArgs = serde_json::from_value(arguments).map_err(|e| {
+            ToolError::ToModel(format!("invalid arguments for `cancel_agent`: {e}"))
+        })?;
+        match self.delegator.supervisor().cancel(&args.delegation_id) {
+            Ok(running) => Ok(json!({
+                "delegation_id": args.delegation_id,
+                "status": if running { "cancelling" } else { "terminal" },
+            })
+            .to_string()),
+            Err(e) => Err(model_error(&self.delegator, &e)),
+        }
+    }
+}
