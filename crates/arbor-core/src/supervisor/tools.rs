@@ -68,6 +68,7 @@ fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
 pub struct SpawnAgentTool {
     delegator: Delegator,
     spec: ToolSpec,
+    allowed: Vec<String>,
 }
 
 impl SpawnAgentTool {
@@ -78,8 +79,22 @@ impl SpawnAgentTool {
 
     /// The tool under another name.
     pub fn named(delegator: Delegator, name: &str) -> Self {
+        let ids = delegator.supervisor().child_ids().to_vec();
+        Self::build(delegator, name, ids)
+    }
+
+    /// The tool offering only some of the supervisor's children (each must be allow-listed).
+    pub fn for_children(delegator: Delegator, children: &[String]) -> crate::CoreResult<Self> {
+        for id in children {
+            if !delegator.supervisor().child_ids().contains(id) {
+                return Err(CoreError::Validation(format!("Invalid child id: {id}")));
+            }
+        }
+        Ok(Self::build(delegator, "spawn_agent", children.to_vec()))
+    }
+
+    fn build(delegator: Delegator, name: &str, ids: Vec<String>) -> Self {
         let sup = delegator.supervisor();
-        let ids = sup.child_ids();
         let listed: Vec<String> = ids
             .iter()
             .map(|id| match sup.child_description(id) {
@@ -118,6 +133,7 @@ impl SpawnAgentTool {
                 parameters,
             },
             delegator,
+            allowed: ids,
         }
     }
 }
@@ -140,12 +156,7 @@ impl DynTool for SpawnAgentTool {
         let args: SpawnArgs = serde_json::from_value(arguments).map_err(|e| {
             ToolError::ToModel(format!("invalid arguments for `{}`: {e}", self.spec.name))
         })?;
-        if !self
-            .delegator
-            .supervisor()
-            .child_ids()
-            .contains(&args.child_id)
-        {
+        if !self.allowed.contains(&args.child_id) {
             return Err(ToolError::ToModel("Unknown child id".to_owned()));
         }
         let policy = PolicyInput {

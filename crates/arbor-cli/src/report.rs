@@ -1,0 +1,141 @@
+//! The end-of-run report: a table per session, or one JSON object.
+#![allow(clippy::print_stdout)]
+
+use std::collections::HashMap;
+
+use arbor_core::RunResult;
+use arbor_protocol::SessionId;
+use arbor_store::SessionRecord;
+use serde_json::json;
+
+/// `1234567` as `1,234,567`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn names(sessions: &[SessionRecord]) -> HashMap<SessionId, &str> {
+    sessions.iter().map(|s| (s.id, s.name.as_str())).collect()
+}
+
+/// The JSON report.
+pub(crate) fn json_report(
+    root: SessionId,
+    store: &str,
+    sessions: &[SessionRecord],
+    result: &RunResult,
+) -> serde_json::Value {
+    let by_id = names(sessions);
+    let rows: Vec<_> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "name": s.name,
+                "parent": s.parent_id.and_then(|p| by_id.get(&p).copied()),
+                "depth": s.depth,
+                "status": s.status,
+                "agent": s.agent,
+                "model": s.model,
+                "usage": {"own": s.own_usage, "aggregate": s.aggregate_usage()},
+                "context_tokens": s.context_tokens,
+            })
+        })
+        .collect();
+    let own_sum: u64 = sessions.iter().map(|s| s.own_usage.total_tokens).sum();
+    json!({
+        "root_session_id": root,
+        "store": store,
+        "status": result.status,
+        "sessions": rows,
+        "tree_own_total_tokens": own_sum,
+        "result": {
+            "text": result.text,
+            "stop_reason": result.stop_reason,
+            "turns": result.turns,
+            "tool_calls": result.tool_calls,
+            "breach": result.breach,
+            "error": result.error,
+        },
+    })
+}
+
+/// Prints the table.
+pub(crate) fn print_table(sessions: &[SessionRecord]) {
+    let by_id = names(sessions);
+    let header = [
+        "session",
+        "parent",
+        "depth",
+        "status",
+        "own tokens",
+        "aggregate",
+        "context",
+    ];
+    let rows: Vec<[String; 7]> = sessions
+        .iter()
+        .map(|s| {
+            [
+                format!("{}{}", "  ".repeat(s.depth as usize), s.name),
+                s.parent_id
+                    .and_then(|p| by_id.get(&p).copied())
+                    .unwrap_or("-")
+                    .to_owned(),
+                s.depth.to_string(),
+                s.status.to_string(),
+                thousands(s.own_usage.total_tokens),
+                thousands(s.aggregate_usage().total_tokens),
+                thousands(s.context_tokens),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 7]| {
+        let mut out = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i < 2 || i == 3 {
+                out.push_str(&format!("{cell:<w$}  "));
+            } else {
+                out.push_str(&format!("{cell:>w$}  "));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    println!("{}", line(header));
+    for row in &rows {
+        println!(
+            "{}",
+            line(
+                [
+                    &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6]
+                ]
+                .map(String::as_str)
+            )
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(40_000), "40,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}

@@ -1,0 +1,200 @@
+//! The run spec: a TOML file describing a tree of agents, parsed strictly.
+//!
+//! Every table refuses unknown keys, and every error names the file and line. The whole spec
+//! is parsed and validated before any store is opened, so a bad spec never touches stored
+//! data.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use arbor_core::supervisor::{LimitsInput, PolicyInput};
+use arbor_model::ScriptedTurn;
+use arbor_protocol::RunLimits;
+use serde::Deserialize;
+
+/// Built-in tools a spec may name.
+pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep"];
+
+/// A parsed spec.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Spec {
+    /// The root run's input.
+    pub(crate) task: String,
+    /// The root agent (default: the only agent, else `root`).
+    pub(crate) root: Option<String>,
+    /// Supervisor settings for trees.
+    #[serde(default)]
+    pub(crate) supervisor: SupervisorSpec,
+    /// The agents, by name.
+    pub(crate) agents: BTreeMap<String, AgentSpec>,
+}
+
+/// Supervisor settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SupervisorSpec {
+    /// Limits over the defaults.
+    #[serde(default)]
+    pub(crate) limits: LimitsInput,
+}
+
+/// One agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentSpec {
+    /// What it is for (shown to parents).
+    pub(crate) description: Option<String>,
+    /// System prompt.
+    pub(crate) system: Option<String>,
+    /// Provider (only `scripted` in this build).
+    #[serde(default = "scripted")]
+    pub(crate) provider: String,
+    /// Model name.
+    #[serde(default = "scripted")]
+    pub(crate) model: String,
+    /// Built-in tools.
+    #[serde(default)]
+    pub(crate) tools: Vec<String>,
+    /// Agents it may delegate to.
+    #[serde(default)]
+    pub(crate) children: Vec<String>,
+    /// The host policy when it runs as a child.
+    #[serde(default)]
+    pub(crate) policy: PolicyInput,
+    /// Concurrent tool calls per turn.
+    pub(crate) tool_concurrency: Option<usize>,
+    /// Run limits.
+    #[serde(default)]
+    pub(crate) limits: RunLimits,
+    /// Replay the last scripted turn when the script runs out.
+    #[serde(default)]
+    pub(crate) repeat_last: bool,
+    /// The scripted turns.
+    #[serde(default)]
+    pub(crate) turns: Vec<ScriptedTurn>,
+}
+
+fn scripted() -> String {
+    "scripted".to_owned()
+}
+
+fn line_of(text: &str, span: Option<Range<usize>>) -> Option<usize> {
+    let start = span?.start.min(text.len());
+    Some(text[..start].bytes().filter(|&b| b == b'\n').count() + 1)
+}
+
+impl Spec {
+    /// Parses and validates `text`; errors are one line, prefixed with `path` and the line.
+    pub(crate) fn parse(path: &str, text: &str) -> Result<Spec, String> {
+        let spec: Spec = toml::from_str(text).map_err(|e| {
+            let message = e.message().replace('\n', " ");
+            match line_of(text, e.span()) {
+                Some(line) => format!("{path}:{line}: {}", message.trim()),
+                None => format!("{path}: {}", message.trim()),
+            }
+        })?;
+        spec.validate().map_err(|e| format!("{path}: {e}"))?;
+        Ok(spec)
+    }
+
+    /// The root agent's name.
+    pub(crate) fn root_name(&self) -> Result<&str, String> {
+        match &self.root {
+            Some(root) => Ok(root),
+            None if self.agents.len() == 1 => Ok(self
+                .agents
+                .keys()
+                .next()
+                .map(String::as_str)
+                .unwrap_or("root")),
+            None => Ok("root"),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.agents.is_empty() {
+            return Err("the spec defines no agents ([agents.<name>])".into());
+        }
+        let root = self.root_name()?;
+        if !self.agents.contains_key(root) {
+            return Err(format!("the root agent {root:?} is not defined"));
+        }
+        for (name, agent) in &self.agents {
+            arbor_core::validate_agent_name(name).map_err(|e| e.to_string())?;
+            if agent.provider != "scripted" {
+                return Err(format!(
+                    "agent {name:?}: provider {:?} is not available (only \"scripted\" in this build)",
+                    agent.provider
+                ));
+            }
+            agent
+                .limits
+                .validate()
+                .map_err(|e| format!("agent {name:?}: {e}"))?;
+            agent
+                .policy
+                .validate()
+                .map_err(|e| format!("agent {name:?}: {e}"))?;
+            for tool in &agent.tools {
+                if !BUILTIN_TOOLS.contains(&tool.as_str()) {
+                    return Err(format!(
+                        "agent {name:?}: unknown tool {tool:?} (known: {})",
+                        BUILTIN_TOOLS.join(", ")
+                    ));
+                }
+            }
+            for child in &agent.children {
+                if !self.agents.contains_key(child) {
+                    return Err(format!("agent {name:?}: child {child:?} is not defined"));
+                }
+                if child == root {
+                    return Err(format!("agent {name:?}: the root cannot be a child"));
+                }
+            }
+        }
+        arbor_core::supervisor::SupervisorLimits::resolve(&self.supervisor.limits)
+            .map_err(|e| format!("supervisor: {e}"))?;
+        Ok(())
+    }
+
+    /// True when some agent delegates.
+    pub(crate) fn is_tree(&self) -> bool {
+        self.agents.values().any(|a| !a.children.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_name_the_key_and_line() {
+        let text = "task = \"x\"\n[agents.root]\nmodel = \"scripted\"\ntxet = 1\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert!(err.starts_with("s.toml:4: unknown field `txet`"), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn references_are_checked() {
+        let text = "task = \"x\"\n[agents.root]\nchildren = [\"ghost\"]\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"root\": child \"ghost\" is not defined"
+        );
+        let text = "task = \"x\"\n[agents.root]\ntools = [\"rm\"]\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"root\": unknown tool \"rm\" (known: echo, sleep)"
+        );
+        let text = "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"root\": max_steps must be a positive integer at most 64"
+        );
+    }
+}
