@@ -1,0 +1,146 @@
+//! The `arbor` binary, run as a user would.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
+
+fn arbor(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(args)
+        .current_dir(dir)
+        .env("ARBOR_BUSY_TIMEOUT_MS", "200")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn session<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no session {name}"))
+}
+
+#[test]
+fn review_json_report_on_the_default_sqlite_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = arbor(dir.path(), &["run", REVIEW, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["status"], "succeeded");
+    assert_eq!(report["store"], "sqlite");
+    let root = session(&report, "root");
+    assert_eq!(root["parent"], serde_json::Value::Null);
+    assert_eq!(root["depth"], 0);
+    assert_eq!(root["usage"]["own"]["total_tokens"], 40_000);
+    assert_eq!(root["context_tokens"], 40_000);
+    let helper = session(&report, "audit-helper");
+    assert_eq!(helper["parent"], "audit");
+    assert_eq!(helper["depth"], 2);
+    assert_eq!(helper["usage"]["own"]["total_tokens"], 60_000);
+    assert_eq!(report["sessions"].as_array().unwrap().len(), 5);
+    assert_eq!(report["tree_own_total_tokens"], 740_000);
+    assert!(dir.path().join(".arbor/arbor.db").exists());
+    // Progress goes to stderr and shows each delegation.
+    let err = stderr(&out);
+    assert!(err.contains("root: run started"), "{err}");
+    assert!(err.contains("audit-helper: delegation started (depth 2)"), "{err}");
+    assert!(err.contains("root: run succeeded"), "{err}");
+}
+
+#[test]
+fn memory_store_leaves_no_file_and_the_table_has_separators() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = arbor(dir.path(), &["run", REVIEW, "--memory", "--quiet"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!dir.path().join(".arbor").exists());
+    let table = stdout(&out);
+    assert!(table.contains("40,000"), "{table}");
+    assert!(table.contains("audit-helper"), "{table}");
+    assert!(stderr(&out).is_empty(), "quiet: {}", stderr(&out));
+}
+
+#[test]
+fn bad_specs_fail_with_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "task = \"x\"\n[agents.root]\nmodel = \"scripted\"\n\n[[agents.root.turns]]\ntxet = \"typo\"\n",
+    )
+    .unwrap();
+    let out = arbor(dir.path(), &["run", "bad.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: bad.toml:6: unknown field `txet`"), "{err}");
+    assert!(!dir.path().join(".arbor").exists(), "a bad spec opens no store");
+
+    let out = arbor(dir.path(), &["run", "missing.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: cannot read missing.toml:"), "{err}");
+
+    std::fs::write(dir.path().join("broken.toml"), "task = \"x\"\n[agents.root\n").unwrap();
+    let out = arbor(dir.path(), &["run", "broken.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("error: broken.toml:2:"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_limit_breach_exits_1_with_the_breach_in_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("big.toml"),
+        "task = \"x\"\n[agents.root]\nlimits = { max_tokens = 100 }\n[[agents.root.turns]]\ntext = \"hi\"\nusage = { input_tokens = 150, output_tokens = 1 }\n",
+    )
+    .unwrap();
+    let out = arbor(dir.path(), &["run", "big.toml", "--json", "--memory"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["status"], "failed");
+    assert_eq!(
+        report["result"]["breach"],
+        serde_json::json!({"limit": "max_tokens", "maximum": 100, "observed": 151})
+    );
+    assert!(stderr(&out).contains("limit max_tokens exceeded (maximum 100, observed 151)"));
+}
+
+#[test]
+fn a_locked_store_is_a_clear_error_and_its_data_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = arbor(dir.path(), &["run", REVIEW, "--json", "-q"]);
+    assert!(first.status.success());
+    let first: serde_json::Value = serde_json::from_str(&stdout(&first)).unwrap();
+    let db = dir.path().join(".arbor/arbor.db");
+    let lock = rusqlite::Connection::open(&db).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let out = arbor(dir.path(), &["run", REVIEW, "-q"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is locked by another process"), "{err}");
+    lock.execute_batch("COMMIT").unwrap();
+    drop(lock);
+    // The earlier run is intact and the store works again.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let root: String = first["root_session_id"].as_str().unwrap().to_owned();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM sessions WHERE root_id = ?1", [&root], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 5);
+    drop(conn);
+    let again = arbor(dir.path(), &["run", REVIEW, "-q"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+}
