@@ -55,7 +55,10 @@ fn review_json_report_on_the_default_sqlite_store() {
     // Progress goes to stderr and shows each delegation.
     let err = stderr(&out);
     assert!(err.contains("root: run started"), "{err}");
-    assert!(err.contains("audit-helper: delegation started (depth 2)"), "{err}");
+    assert!(
+        err.contains("audit-helper: delegation started (depth 2)"),
+        "{err}"
+    );
     assert!(err.contains("root: run succeeded"), "{err}");
 }
 
@@ -83,8 +86,14 @@ fn bad_specs_fail_with_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("error: bad.toml:6: unknown field `txet`"), "{err}");
-    assert!(!dir.path().join(".arbor").exists(), "a bad spec opens no store");
+    assert!(
+        err.starts_with("error: bad.toml:6: unknown field `txet`"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join(".arbor").exists(),
+        "a bad spec opens no store"
+    );
 
     let out = arbor(dir.path(), &["run", "missing.toml"]);
     assert_eq!(out.status.code(), Some(2));
@@ -92,10 +101,18 @@ fn bad_specs_fail_with_one_line_and_exit_2() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("error: cannot read missing.toml:"), "{err}");
 
-    std::fs::write(dir.path().join("broken.toml"), "task = \"x\"\n[agents.root\n").unwrap();
+    std::fs::write(
+        dir.path().join("broken.toml"),
+        "task = \"x\"\n[agents.root\n",
+    )
+    .unwrap();
     let out = arbor(dir.path(), &["run", "broken.toml"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("error: broken.toml:2:"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: broken.toml:2:"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -137,7 +154,11 @@ fn a_locked_store_is_a_clear_error_and_its_data_survives() {
     let conn = rusqlite::Connection::open(&db).unwrap();
     let root: String = first["root_session_id"].as_str().unwrap().to_owned();
     let n: i64 = conn
-        .query_row("SELECT count(*) FROM sessions WHERE root_id = ?1", [&root], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM sessions WHERE root_id = ?1",
+            [&root],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(n, 5);
     drop(conn);
