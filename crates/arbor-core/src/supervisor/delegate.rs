@@ -99,6 +99,7 @@ impl Delegator {
         let admitted = self
             .supervisor
             .admit(self.scope.as_deref(), request, false)?;
+        self.supervisor.begin(&admitted);
         self.supervisor.drive(admitted).await
     }
 
@@ -270,15 +271,22 @@ impl Supervisor {
         })
     }
 
-    /// Runs an admitted delegation to its terminal report.
-    pub(crate) async fn drive(&self, admitted: Admitted) -> CoreResult<DelegationResult> {
-        let a = admitted;
+    /// Counts the attempt and registers the delegation as live. Called synchronously at
+    /// start, before an async launch returns its handle, so a failure of an ancestor counts
+    /// every descendant already started.
+    pub(crate) fn begin(&self, a: &Admitted) {
         self.state().summary.start(
             a.entry,
             &a.delegation_id,
             a.parents.clone(),
             a.policy.lifetime,
         );
+    }
+
+    /// Runs a begun delegation to its terminal report; then ends its task-lifetime
+    /// descendants (nothing keeps running under a delegation that is over).
+    pub(crate) async fn drive(&self, admitted: Admitted) -> CoreResult<DelegationResult> {
+        let a = admitted;
         let origin = ChildOrigin {
             child_id: a.child_id.clone(),
             delegation_id: a.delegation_id.clone(),
@@ -310,6 +318,7 @@ impl Supervisor {
         let outcome = self
             .terminal(&a, &origin, worked, timed_out, host_aborted)
             .await;
+        a.token.cancel();
         drop(a.slot);
         outcome
     }

@@ -50,6 +50,7 @@ impl Supervisor {
                 rx,
             },
         );
+        self.begin(&admitted);
         let this = self.clone();
         let id = handle.delegation_id.clone();
         self.inner.tracker.spawn(async move {
