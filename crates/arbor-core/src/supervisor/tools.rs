@@ -46,7 +46,7 @@ struct SpawnArgs {
 /// The text a delegation error shows the model: the message, and for limits which one fired.
 fn model_error(delegator: &Delegator, e: &CoreError) -> ToolError {
     let text = match e.limit() {
-        Some(info) => format!("{e} ({info})"),
+        Some(info) => format!("{e}: {info}"),
         None => e.to_string(),
     };
     ToolError::ToModel(delegator.supervisor().redact(&text))

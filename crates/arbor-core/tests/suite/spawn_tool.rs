@@ -1,0 +1,265 @@
+use std::time::Duration;
+
+use arbor_core::supervisor::{
+    CancelAgentTool, ChildEntry, LimitsInput, Ownership, SecretRedactor, SpawnAgentTool,
+    Supervisor, WaitAgentTool,
+};
+use arbor_core::{Agent, DynTool, RunOptions, SessionRef, ToolContext, ToolError};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{Message, RunId, RunStatus};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+fn answers(text: &str) -> Agent {
+    Agent::builder("child")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            text,
+        )
+        .with_usage(7, 3)])))
+        .build()
+        .unwrap()
+}
+
+fn supervisor() -> Supervisor {
+    Supervisor::builder(Ownership::user("t", "u"))
+        .child(
+            ChildEntry::agent("research", answers("secret canary found"))
+                .description("reads sources"),
+        )
+        .child(ChildEntry::agent("write", answers("written")))
+        .redactor(SecretRedactor::new(["canary"]))
+        .limits(LimitsInput {
+            max_active_children: Some(1),
+            ..LimitsInput::default()
+        })
+        .build()
+        .unwrap()
+}
+
+/// A tool context whose session exists in the supervisor's store.
+async fn ctx_in(sup: &Supervisor) -> ToolContext {
+    let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
+    sup.store().create_session(&record).await.unwrap();
+    ToolContext {
+        agent: "parent".into(),
+        session: SessionRef::from(&record),
+        run_id: RunId::new(),
+        call_id: "c1".into(),
+        turn: 1,
+        cancel: CancellationToken::new(),
+    }
+}
+
+fn model_error(r: Result<String, ToolError>) -> String {
+    match r {
+        Err(ToolError::ToModel(m)) => m,
+        other => panic!("expected a tool error, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_schema_is_closed_and_lists_only_allowed_children() {
+    let sup = supervisor();
+    let tool = SpawnAgentTool::new(sup.delegator());
+    let p = &tool.spec().parameters;
+    assert_eq!(p["additionalProperties"], json!(false));
+    assert_eq!(
+        p["properties"]["child_id"]["enum"],
+        json!(["research", "write"])
+    );
+    assert_eq!(p["required"], json!(["child_id", "input"]));
+    assert_eq!(
+        p["properties"]["milestone"]["properties"]["every_turns"]["maximum"],
+        64
+    );
+    assert!(tool.spec().description.contains("research (reads sources)"));
+    let only = SpawnAgentTool::for_children(sup.delegator(), &["write".into()]).unwrap();
+    assert_eq!(
+        only.spec().parameters["properties"]["child_id"]["enum"],
+        json!(["write"])
+    );
+    let err = SpawnAgentTool::for_children(sup.delegator(), &["ghost".into()]).unwrap_err();
+    assert_eq!(err.to_string(), "Invalid child id: ghost");
+}
+
+#[tokio::test]
+async fn bad_arguments_are_tool_errors_that_name_the_problem() {
+    let sup = supervisor();
+    let tool = SpawnAgentTool::new(sup.delegator());
+    let e = model_error(
+        tool.call_json(
+            json!({"child_id": "research", "input": "x", "tools": ["rm"]}),
+            ctx_in(&sup).await,
+        )
+        .await,
+    );
+    assert!(e.contains("unknown field `tools`"), "{e}");
+    let e = model_error(
+        tool.call_json(
+            json!({"child_id": "ghost", "input": "x"}),
+            ctx_in(&sup).await,
+        )
+        .await,
+    );
+    assert_eq!(e, "Unknown child id");
+    let e = model_error(
+        tool.call_json(
+            json!({"child_id": "research", "input": "x", "mode": "later"}),
+            ctx_in(&sup).await,
+        )
+        .await,
+    );
+    assert!(e.contains("unknown variant `later`"), "{e}");
+    let e = model_error(
+        tool.call_json(
+            json!({"child_id": "research", "input": "x", "budget_share": 2.0}),
+            ctx_in(&sup).await,
+        )
+        .await,
+    );
+    assert_eq!(
+        e,
+        "budget_share must be a number greater than 0 and at most 1"
+    );
+    let e = model_error(
+        tool.call_json(
+            json!({"child_id": "research", "input": "x", "milestone": {"every_turns": 99}}),
+            ctx_in(&sup).await,
+        )
+        .await,
+    );
+    assert_eq!(
+        e,
+        "milestone.every_turns must be a positive integer at most 64"
+    );
+    assert_eq!(sup.summary()[0].attempts, 0);
+}
+
+#[tokio::test]
+async fn sync_spawn_returns_the_redacted_answer() {
+    let sup = supervisor();
+    let tool = SpawnAgentTool::new(sup.delegator());
+    let out = tool
+        .call_json(
+            json!({"child_id": "research", "input": "look"}),
+            ctx_in(&sup).await,
+        )
+        .await
+        .unwrap();
+    assert!(!out.contains("canary"), "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"], "succeeded");
+    assert_eq!(v["text"], "secret [REDACTED] found");
+    assert_eq!(v["usage"]["total_tokens"], 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_spawn_wait_and_cancel_through_the_tools() {
+    let slow = Agent::builder("child")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "late",
+        )
+        .with_delay(Duration::from_secs(5))])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("slow", slow))
+        .limits(LimitsInput {
+            max_active_children: Some(1),
+            ..LimitsInput::default()
+        })
+        .build()
+        .unwrap();
+    let spawn = SpawnAgentTool::new(sup.delegator());
+    let wait = WaitAgentTool::new(sup.delegator());
+    let cancel = CancelAgentTool::new(sup.delegator());
+    let out = spawn
+        .call_json(
+            json!({"child_id": "slow", "input": "x", "mode": "async"}),
+            ctx_in(&sup).await,
+        )
+        .await
+        .unwrap();
+    let handle: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(handle["status"], "running");
+    let id = handle["delegation_id"].as_str().unwrap().to_owned();
+    // The slot is taken: a second spawn says which limit fired.
+    let e = model_error(
+        spawn
+            .call_json(
+                json!({"child_id": "slow", "input": "y", "mode": "async"}),
+                ctx_in(&sup).await,
+            )
+            .await,
+    );
+    assert_eq!(
+        e,
+        "Active child limit exceeded: max_active_children (maximum 1, observed 2)"
+    );
+    let done = wait
+        .call_json(json!({"delegation_id": id}), ctx_in(&sup).await)
+        .await
+        .unwrap();
+    let done: Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(done["text"], "late");
+    let c = cancel
+        .call_json(json!({"delegation_id": id}), ctx_in(&sup).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&c).unwrap()["status"],
+        "terminal"
+    );
+    let e = model_error(
+        wait.call_json(json!({"delegation_id": "forged"}), ctx_in(&sup).await)
+            .await,
+    );
+    assert_eq!(e, "Unknown async delegation");
+}
+
+#[tokio::test]
+async fn a_parent_model_delegates_through_spawn_agent() {
+    let sup = supervisor();
+    let parent = Agent::builder("parent")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn::tool_call(
+                "spawn_agent",
+                json!({"child_id": "write", "input": "draft it"}),
+            ),
+            ScriptedTurn::text("the child wrote it"),
+        ])))
+        .dyn_tool(std::sync::Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .build()
+        .unwrap();
+    let mut session = parent
+        .session()
+        .store(sup.store().clone())
+        .create()
+        .await
+        .unwrap();
+    let r = session
+        .run("write something", RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded);
+    let tool_result = session
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let v: Value = serde_json::from_str(&tool_result).unwrap();
+    assert_eq!(v["text"], "written");
+    // The child's session is recorded under the parent's.
+    let children = sup
+        .store()
+        .list_sessions(arbor_store::SessionQuery::Children(session.id()))
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].name, "write");
+    assert_eq!(children[0].depth, 1);
+}
