@@ -17,7 +17,8 @@ use crate::supervisor::catalog::ChildContext;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::hooks::{BeforeContext, BeforeDecision, Completion, CompletionStatus};
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
-use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
+use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput, Report};
+use crate::supervisor::pump::run_pump;
 use crate::supervisor::slots::SlotGuard;
 use crate::supervisor::summary::Outcome;
 
@@ -467,10 +468,25 @@ impl Supervisor {
             model: agent.model().to_owned(),
         });
         let options = RunOptions::default().with_cancel(a.token.clone());
-        match AssertUnwindSafe(session.run(input, options))
-            .catch_unwind()
-            .await
-        {
+        let ran = if a.policy.report == Report::OnComplete {
+            AssertUnwindSafe(session.run(input, options))
+                .catch_unwind()
+                .await
+        } else {
+            // The pump subscribes before the run and is drained before any terminal event.
+            let sub = session.subscribe();
+            let stop = CancellationToken::new();
+            let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
+            let run = async {
+                let r = AssertUnwindSafe(session.run(input, options))
+                    .catch_unwind()
+                    .await;
+                stop.cancel();
+                r
+            };
+            tokio::join!(run, pump).0
+        };
+        match ran {
             Ok(Ok(result)) => Worked::Ran {
                 session_id: session.id(),
                 name: a.name.clone(),

@@ -22,6 +22,7 @@ pub mod hooks;
 mod join;
 pub mod limits;
 pub mod policy;
+mod pump;
 pub mod redact;
 mod slots;
 pub mod summary;

@@ -2,6 +2,7 @@ mod cancel;
 mod events;
 mod limits;
 mod permission;
+mod pump;
 mod spawn_tool;
 mod supervisor;
 mod support;

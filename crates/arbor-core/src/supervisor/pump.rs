@@ -1,0 +1,194 @@
+//! The child-event pump: projects a child's run events onto the supervisor's stream.
+//!
+//! Each projected event is redacted, checked against the delegation's count and byte caps
+//! (bytes of the serialized event, UTF-8), rate-limited in fixed one-second windows, tagged
+//! with its origin, published, and handed to the child-event sink. A cap publishes one
+//! `delegation_child_events_capped` and drops the rest; rate drops are announced by
+//! `delegation_child_events_coalesced` before the next admitted event or when the pump stops,
+//! so gaps are never silent. Per-token deltas are never projected.
+
+use std::time::Duration;
+
+use arbor_protocol::{AgentEvent, ChildOrigin, EventEnvelope, SupervisorEvent};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Subscription;
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::limits::SupervisorLimits;
+use crate::supervisor::policy::{EffectivePolicy, Report};
+
+/// Events of the milestone subset.
+fn is_milestone(event: &AgentEvent) -> bool {
+    matches!(
+        event,
+        AgentEvent::RunStarted { .. }
+            | AgentEvent::RunFinished { .. }
+            | AgentEvent::RunSuspended { .. }
+            | AgentEvent::RunDenied { .. }
+            | AgentEvent::ToolExecutionStarted { .. }
+            | AgentEvent::ToolExecutionFinished { .. }
+            | AgentEvent::ToolExecutionError { .. }
+            | AgentEvent::ToolExecutionBlocked { .. }
+    )
+}
+
+/// Events `stream` projects: the milestone subset plus turn and provider-turn boundaries.
+fn is_streamed(event: &AgentEvent) -> bool {
+    is_milestone(event)
+        || matches!(
+            event,
+            AgentEvent::TurnStarted { .. }
+                | AgentEvent::TurnFinished { .. }
+                | AgentEvent::ProviderTurnStarted { .. }
+                | AgentEvent::ProviderTurnFinished { .. }
+        )
+}
+
+struct Pump<'a> {
+    supervisor: &'a Supervisor,
+    origin: ChildOrigin,
+    policy: EffectivePolicy,
+    limits: SupervisorLimits,
+    emitted: u32,
+    capped: bool,
+    window_start: Option<Instant>,
+    in_window: u32,
+    dropped: u64,
+    turn: u32,
+}
+
+impl Pump<'_> {
+    fn publish(&self, event: SupervisorEvent) {
+        if let Some(envelope) = self.supervisor.publish(event)
+            && let Some(sink) = &self.supervisor.inner.sink
+        {
+            sink.send(&envelope);
+        }
+    }
+
+    fn selected(&mut self, event: &AgentEvent) -> bool {
+        if let AgentEvent::TurnStarted { turn } = event {
+            self.turn = *turn;
+        }
+        match self.policy.report {
+            Report::OnComplete => false,
+            Report::Stream => is_streamed(event),
+            Report::Milestones => match self.policy.every_turns {
+                Some(n) => matches!(event, AgentEvent::TurnStarted { turn } if turn % n == 0),
+                None => is_milestone(event),
+            },
+        }
+    }
+
+    fn redacted(&self, envelope: &EventEnvelope) -> Option<(EventEnvelope, u64)> {
+        let json = serde_json::to_string(envelope).ok()?;
+        match &self.supervisor.inner.redactor {
+            None => Some((envelope.clone(), json.len() as u64)),
+            Some(r) => {
+                let clean = r.redact(&json);
+                let bytes = clean.len() as u64;
+                // A redaction that breaks the JSON drops the event (counted as coalesced).
+                serde_json::from_str(&clean).ok().map(|e| (e, bytes))
+            }
+        }
+    }
+
+    fn flush_drops(&mut self) {
+        if self.dropped > 0 && !self.capped {
+            self.publish(SupervisorEvent::DelegationChildEventsCoalesced {
+                origin: self.origin.clone(),
+                dropped: self.dropped,
+                max_child_events_per_second: self.limits.max_child_events_per_second,
+            });
+        }
+        self.dropped = 0;
+    }
+
+    fn handle(&mut self, envelope: &EventEnvelope) {
+        if self.capped || !self.selected(&envelope.event) {
+            return;
+        }
+        let Some((event, bytes)) = self.redacted(envelope) else {
+            self.dropped += 1;
+            return;
+        };
+        if self.emitted >= self.limits.max_child_events_per_delegation
+            || bytes > self.limits.max_child_event_bytes
+        {
+            self.capped = true;
+            self.publish(SupervisorEvent::DelegationChildEventsCapped {
+                origin: self.origin.clone(),
+                max_child_events: self.limits.max_child_events_per_delegation,
+            });
+            return;
+        }
+        let now = Instant::now();
+        let fresh = self
+            .window_start
+            .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(1));
+        if fresh {
+            self.window_start = Some(now);
+            self.in_window = 0;
+        }
+        if self.in_window >= self.limits.max_child_events_per_second {
+            self.dropped += 1;
+            return;
+        }
+        self.flush_drops();
+        self.in_window += 1;
+        self.emitted += 1;
+        let projected = match self.policy.report {
+            Report::Milestones => SupervisorEvent::ChildMilestone {
+                child: self.origin.clone(),
+                turn: self.turn,
+                child_event: event,
+            },
+            _ => SupervisorEvent::DelegationChildEvent {
+                child: self.origin.clone(),
+                child_event: event,
+            },
+        };
+        self.publish(projected);
+    }
+}
+
+/// Projects events from `sub` until `stop` fires, then drains what is queued. Counters are
+/// fresh for every pump, so each attempt gets the full caps.
+pub(crate) async fn run_pump(
+    supervisor: &Supervisor,
+    origin: ChildOrigin,
+    policy: EffectivePolicy,
+    limits: SupervisorLimits,
+    mut sub: Subscription<EventEnvelope>,
+    stop: CancellationToken,
+) {
+    let mut pump = Pump {
+        supervisor,
+        origin,
+        policy,
+        limits,
+        emitted: 0,
+        capped: false,
+        window_start: None,
+        in_window: 0,
+        dropped: 0,
+        turn: 0,
+    };
+    loop {
+        tokio::select! {
+            biased;
+            e = sub.recv() => match e {
+                Some(e) => pump.handle(&e),
+                None => break,
+            },
+            _ = stop.cancelled() => {
+                while let Some(e) = sub.try_recv() {
+                    pump.handle(&e);
+                }
+                break;
+            }
+        }
+    }
+    pump.flush_drops();
+}
