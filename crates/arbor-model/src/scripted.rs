@@ -1,5 +1,10 @@
 //! The scripted provider: plays an agent's turns from a script.
 //!
+//! A string argument of the exact form `${<call id>.<field>}` is replaced by that field of the
+//! JSON result of an earlier tool call in the transcript (for example
+//! `${call_1_1.delegation_id}` to wait for a child spawned in turn 1), so scripts can use
+//! ids the runtime makes up.
+//!
 //! Which turn to play is read from the request itself: the number of assistant messages in the
 //! transcript so far. The provider therefore keeps no state, two sessions of one agent each
 //! play the script from its start, and a session rebuilt from its transcript goes on where it
@@ -176,6 +181,42 @@ fn prompt_chars(request: &ModelRequest<'_>) -> usize {
     system + messages
 }
 
+/// Resolves `${<call id>.<field>}` references against earlier tool results.
+fn resolve(value: &serde_json::Value, messages: &[Message]) -> serde_json::Value {
+    match value {
+        serde_json::Value::String(s) => {
+            let reference = s
+                .strip_prefix("${")
+                .and_then(|r| r.strip_suffix('}'))
+                .and_then(|r| r.split_once('.'));
+            let Some((call_id, field)) = reference else {
+                return value.clone();
+            };
+            messages
+                .iter()
+                .rev()
+                .find_map(|m| match m {
+                    Message::Tool(r) if r.call_id == call_id => {
+                        serde_json::from_str::<serde_json::Value>(&r.content)
+                            .ok()
+                            .and_then(|v| v.get(field).cloned())
+                    }
+                    _ => None,
+                })
+                .unwrap_or_else(|| value.clone())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(|v| resolve(v, messages)).collect())
+        }
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), resolve(v, messages)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// Splits text into word-sized deltas, keeping every character.
 fn deltas(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -219,7 +260,7 @@ impl ModelProvider for ScriptedProvider {
                 items.push(Ok(ModelEvent::ToolCall(ToolCall {
                     id,
                     name: call.name.clone(),
-                    arguments: call.arguments.clone(),
+                    arguments: resolve(&call.arguments, request.messages),
                 })));
             }
             let usage = match turn.usage {
@@ -373,6 +414,24 @@ mod tests {
         let mut s = hang.stream(request(&msgs)).await.unwrap();
         let r = tokio::time::timeout(Duration::from_secs(3600), s.next()).await;
         assert!(r.is_err(), "a hanging turn must not yield");
+    }
+
+    #[test]
+    fn references_resolve_against_earlier_tool_results() {
+        let messages = vec![Message::Tool(arbor_protocol::ToolResult {
+            call_id: "call_1_1".into(),
+            name: "spawn_agent".into(),
+            content: r#"{"delegation_id":"sup-42","status":"running"}"#.into(),
+            is_error: false,
+        })];
+        let args = serde_json::json!({
+            "delegation_id": "${call_1_1.delegation_id}",
+            "other": ["${call_9_9.x}", "plain"],
+        });
+        assert_eq!(
+            resolve(&args, &messages),
+            serde_json::json!({"delegation_id": "sup-42", "other": ["${call_9_9.x}", "plain"]})
+        );
     }
 
     #[test]
