@@ -101,7 +101,23 @@ impl Delegator {
             .supervisor
             .admit(self.scope.as_deref(), request, false)?;
         self.supervisor.begin(&admitted);
-        self.supervisor.drive(admitted).await
+        // The drive runs as its own task, so a caller that drops this future (its run was
+        // cancelled or timed out) still gets exactly one terminal report; the guard cancels
+        // the delegation when that happens.
+        let guard = admitted.token.clone().drop_guard();
+        let supervisor = self.supervisor.clone();
+        let task = self
+            .supervisor
+            .inner
+            .tracker
+            .spawn(async move { supervisor.drive(admitted).await });
+        let joined = task.await;
+        guard.disarm();
+        joined.unwrap_or_else(|e| {
+            Err(CoreError::Supervisor(format!(
+                "delegation task failed: {e}"
+            )))
+        })
     }
 
     /// Starts a child and returns its handle at once; see [`Supervisor::wait`].
@@ -308,7 +324,7 @@ impl Supervisor {
                     w = &mut work => break w,
                     _ = caller.cancelled(), if !a.token.is_cancelled() => a.token.cancel(),
                     changed = deadline_rx.changed() => { let _ = changed; }
-                    _ = tokio::time::sleep_until(deadline), if !timed_out => {
+                    _ = tokio::time::sleep_until(deadline), if !timed_out && !a.token.is_cancelled() => {
                         timed_out = true;
                         a.token.cancel();
                     }

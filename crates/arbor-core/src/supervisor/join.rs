@@ -96,8 +96,9 @@ impl Supervisor {
             return Err(unknown());
         };
         match (&*outcome, cancelled) {
-            (Ok(result), false) => Ok(WaitOutcome::Finished(Box::new(result.clone()))),
-            (Ok(_), true) | (Err(_), true) => Ok(WaitOutcome::Cancelled {
+            // A result that arrived wins over a cancel that raced it.
+            (Ok(result), _) => Ok(WaitOutcome::Finished(Box::new(result.clone()))),
+            (Err(_), true) => Ok(WaitOutcome::Cancelled {
                 delegation_id: delegation_id.to_owned(),
             }),
             (Err(e), false) => Err(e.clone()),
@@ -109,7 +110,7 @@ impl Supervisor {
     pub fn cancel(&self, delegation_id: &str) -> CoreResult<bool> {
         let mut state = self.state();
         let entry = state.handles.get_mut(delegation_id)?;
-        if entry.terminal {
+        if entry.terminal || entry.rx.borrow().is_some() {
             return Ok(false);
         }
         entry.cancelled = true;

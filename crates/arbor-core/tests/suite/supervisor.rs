@@ -713,3 +713,30 @@ async fn failure_radius_counts_live_task_descendants_of_the_failed_delegation() 
     sup.shutdown().await;
     assert_eq!(sup.active_children(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_sync_delegation_still_reports_its_terminal_once() {
+    let after = Record::default();
+    let sup = builder()
+        .child(ChildEntry::agent("a", hangs()))
+        .after(after.clone())
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        sup.delegate(DelegationRequest::new("a", "x")),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller gave up");
+    sup.shutdown().await;
+    let t = types(&drain(&mut sub));
+    assert_eq!(t.last(), Some(&"delegation_error"));
+    assert!(
+        !t.contains(&"child_failed"),
+        "a host drop is a cancel, not a failure"
+    );
+    assert_eq!(after.0.lock().unwrap().len(), 1);
+    assert_eq!(sup.summary()[0].outcome, Outcome::Aborted);
+    assert_eq!(sup.active_children(), 0);
+}
