@@ -1,79 +1,161 @@
 //! Progress lines on stderr while a run goes: one line per meaningful event of the root
-//! session and of every delegation.
-#![allow(clippy::print_stderr)]
+//! session (prefixed with its name) and of every delegation (prefixed with the child's id).
+//!
+//! Text deltas are not printed one by one: a turn's text is accumulated and shown, cut
+//! short, on the line of the turn that produced it. A display that fell behind says how many
+//! events it missed.
 
-use std::sync::Arc;
+use std::time::Instant;
 
 use arbor_core::Subscription;
-use arbor_protocol::{AgentEvent, EventEnvelope, SupervisorEnvelope, SupervisorEvent};
+use arbor_protocol::{AgentEvent, EventEnvelope, SessionId, SupervisorEnvelope, SupervisorEvent};
 
+use crate::output;
 use crate::report::thousands;
+use crate::store::StoreName;
 
-fn agent_line(name: &str, event: &AgentEvent) -> Option<String> {
-    Some(match event {
-        AgentEvent::RunStarted { agent, model } => {
-            format!("{name}: run started (agent {agent}, model {model})")
-        }
-        AgentEvent::ProviderTurnFinished {
-            turn,
-            usage,
-            tool_calls,
-        } => format!(
-            "{name}: turn {turn}: {} tokens{}",
-            thousands(usage.total_tokens),
-            if *tool_calls > 0 {
-                format!(", {tool_calls} tool call(s)")
-            } else {
-                String::new()
-            }
-        ),
-        AgentEvent::ToolExecutionStarted { name: tool, .. } => {
-            format!("{name}: tool {tool} started")
-        }
-        AgentEvent::ToolExecutionFinished {
-            name: tool,
-            output_bytes,
-            ..
-        } => {
-            format!("{name}: tool {tool} finished ({output_bytes} bytes)")
-        }
-        AgentEvent::ToolExecutionError {
-            name: tool, error, ..
-        } => {
-            format!("{name}: tool {tool} error: {}", first_line(error))
-        }
-        AgentEvent::ToolExecutionBlocked {
-            name: tool, reason, ..
-        } => {
-            format!("{name}: tool {tool} blocked: {}", first_line(reason))
-        }
-        AgentEvent::RunLimitExceeded { breach } => format!(
-            "{name}: limit {} exceeded (maximum {}, observed {})",
-            breach.limit, breach.maximum, breach.observed
-        ),
-        AgentEvent::RunDenied { reason } => format!("{name}: denied: {}", first_line(reason)),
-        AgentEvent::RunFinished {
-            status,
-            stop_reason,
-            usage,
-            ..
-        } => format!(
-            "{name}: run {status} ({stop_reason}), {} tokens",
-            thousands(usage.total_tokens)
-        ),
-        AgentEvent::EventsLagged { missed } => {
-            format!("{name}: ({missed} events not shown: display fell behind)")
-        }
-        _ => return None,
-    })
+/// How many characters of a turn's text a progress line shows.
+const PREVIEW_CHARS: usize = 72;
+
+/// What the root's progress lines need to know besides the events.
+#[derive(Debug)]
+pub(crate) struct RootProgress {
+    name: String,
+    session: SessionId,
+    store: StoreName,
+    started: Instant,
+    turns: u32,
+    text: String,
 }
 
-fn first_line(s: &str) -> &str {
-    let line = s.lines().next().unwrap_or("");
-    match line.char_indices().nth(160) {
-        Some((i, _)) => &line[..i],
-        None => line,
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+fn elapsed(started: Instant) -> String {
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if ms < 1000.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{:.2} s", ms / 1000.0)
     }
+}
+
+impl RootProgress {
+    /// Progress of the session `name` (`session`) on `store`.
+    pub(crate) fn new(name: impl Into<String>, session: SessionId, store: StoreName) -> Self {
+        Self {
+            name: name.into(),
+            session,
+            store,
+            started: Instant::now(),
+            turns: 0,
+            text: String::new(),
+        }
+    }
+
+    /// The line an event gives, if any.
+    pub(crate) fn line(&mut self, event: &AgentEvent) -> Option<String> {
+        let name = &self.name;
+        Some(match event {
+            AgentEvent::RunStarted { agent, model } => {
+                self.started = Instant::now();
+                format!(
+                    "{name}: run started (agent {agent}, model {model}, store {}, session {})",
+                    self.store, self.session
+                )
+            }
+            AgentEvent::TurnStarted { turn } => {
+                self.turns = self.turns.max(*turn);
+                self.text.clear();
+                return None;
+            }
+            AgentEvent::MessageDelta { delta, .. } => {
+                if self.text.len() < PREVIEW_CHARS * 4 {
+                    self.text.push_str(delta);
+                }
+                return None;
+            }
+            AgentEvent::ProviderTurnFinished {
+                turn,
+                usage,
+                tool_calls,
+            } => {
+                self.turns = self.turns.max(*turn);
+                let mut line = format!(
+                    "{name}: turn {turn}: {} (input {}, output {})",
+                    plural(usage.total_tokens, "token", "tokens"),
+                    thousands(usage.input_tokens),
+                    thousands(usage.output_tokens),
+                );
+                if *tool_calls > 0 {
+                    line.push_str(&format!(
+                        ", {}",
+                        plural(u64::from(*tool_calls), "tool call", "tool calls")
+                    ));
+                }
+                if !self.text.trim().is_empty() {
+                    line.push_str(&format!(": {:?}", output::short(&self.text, PREVIEW_CHARS)));
+                }
+                line
+            }
+            AgentEvent::ToolExecutionStarted { name: tool, .. } => {
+                format!("{name}: tool {tool} started")
+            }
+            AgentEvent::ToolExecutionFinished {
+                name: tool,
+                output_bytes,
+                ..
+            } => format!(
+                "{name}: tool {tool} finished ({})",
+                plural(*output_bytes, "byte", "bytes")
+            ),
+            AgentEvent::ToolExecutionError {
+                name: tool, error, ..
+            } => format!("{name}: tool {tool} error: {}", first_line(error)),
+            AgentEvent::ToolExecutionBlocked {
+                name: tool, reason, ..
+            } => format!("{name}: tool {tool} blocked: {}", first_line(reason)),
+            AgentEvent::RunLimitExceeded { breach } => format!(
+                "{name}: limit {} exceeded (maximum {}, observed {})",
+                breach.limit, breach.maximum, breach.observed
+            ),
+            AgentEvent::RunDenied { reason } => format!("{name}: denied: {}", first_line(reason)),
+            AgentEvent::RunSuspended { pending } => format!(
+                "{name}: suspended, waiting for {}",
+                plural(pending.len() as u64, "decision", "decisions")
+            ),
+            AgentEvent::RunFinished {
+                status,
+                stop_reason,
+                usage,
+                error,
+                ..
+            } => {
+                let mut line = format!(
+                    "{name}: run {status} ({stop_reason}): {}, {}, {}",
+                    plural(u64::from(self.turns), "turn", "turns"),
+                    plural(usage.total_tokens, "token", "tokens"),
+                    elapsed(self.started)
+                );
+                if let Some(error) = error.as_deref().filter(|e| !e.is_empty()) {
+                    line.push_str(&format!(": {}", first_line(error)));
+                }
+                line
+            }
+            AgentEvent::EventsLagged { missed } => format!(
+                "{name}: ({} not shown: the display fell behind)",
+                plural(*missed, "event", "events")
+            ),
+            AgentEvent::TurnFinished { .. } | AgentEvent::ProviderTurnStarted { .. } => {
+                return None;
+            }
+        })
+    }
+}
+
+fn first_line(s: &str) -> String {
+    output::short(s, 160)
 }
 
 fn supervisor_line(event: &SupervisorEvent) -> Option<String> {
@@ -116,11 +198,10 @@ fn supervisor_line(event: &SupervisorEvent) -> Option<String> {
 }
 
 /// Prints the root session's events until its run finishes.
-pub(crate) async fn follow_root(name: String, mut sub: Subscription<EventEnvelope>) {
+pub(crate) async fn follow_root(mut progress: RootProgress, mut sub: Subscription<EventEnvelope>) {
     while let Some(e) = sub.recv().await {
-        let e: Arc<EventEnvelope> = e;
-        if let Some(line) = agent_line(&name, &e.event) {
-            eprintln!("{line}");
+        if let Some(line) = progress.line(&e.event) {
+            output::err(&line);
         }
         if e.event.is_terminal() {
             break;
@@ -135,7 +216,7 @@ pub(crate) async fn follow_supervisor(
 ) {
     let print = |e: &SupervisorEnvelope| {
         if let Some(line) = supervisor_line(&e.event) {
-            eprintln!("  {line}");
+            output::err(&format!("  {line}"));
         }
     };
     loop {
@@ -149,5 +230,91 @@ pub(crate) async fn follow_supervisor(
     }
     while let Some(e) = sub.try_recv() {
         print(&e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arbor_protocol::{LimitKind, RunLimitBreach, RunStatus, StopReason, Usage};
+
+    use super::*;
+
+    fn lines(events: &[AgentEvent]) -> Vec<String> {
+        let mut p = RootProgress::new("root", SessionId::new(), StoreName::Memory);
+        events.iter().filter_map(|e| p.line(e)).collect()
+    }
+
+    #[test]
+    fn one_line_per_meaningful_event() {
+        let got = lines(&[
+            AgentEvent::RunStarted {
+                agent: "root".into(),
+                model: "scripted".into(),
+            },
+            AgentEvent::TurnStarted { turn: 1 },
+            AgentEvent::MessageDelta {
+                turn: 1,
+                delta: "All".into(),
+            },
+            AgentEvent::MessageDelta {
+                turn: 1,
+                delta: " good".into(),
+            },
+            AgentEvent::ProviderTurnFinished {
+                turn: 1,
+                usage: Usage::new(40_000, 0),
+                tool_calls: 1,
+            },
+            AgentEvent::ToolExecutionError {
+                turn: 1,
+                call_id: "c".into(),
+                name: "echo".into(),
+                error: "bad arguments\nmore".into(),
+            },
+            AgentEvent::EventsLagged { missed: 3 },
+            AgentEvent::RunLimitExceeded {
+                breach: RunLimitBreach {
+                    limit: LimitKind::MaxTokens,
+                    maximum: 10,
+                    observed: 40_000,
+                },
+            },
+            AgentEvent::RunFinished {
+                status: RunStatus::Failed,
+                stop_reason: StopReason::TokenLimit,
+                usage: Usage::new(40_000, 0),
+                breach: None,
+                error: Some("run limit max_tokens exceeded".into()),
+            },
+        ]);
+        assert_eq!(got.len(), 6, "{got:#?}");
+        assert!(
+            got[0].starts_with(
+                "root: run started (agent root, model scripted, store memory, session "
+            )
+        );
+        assert_eq!(
+            got[1],
+            "root: turn 1: 40,000 tokens (input 40,000, output 0), 1 tool call: \"All good\""
+        );
+        assert_eq!(got[2], "root: tool echo error: bad arguments…");
+        assert_eq!(
+            got[3],
+            "root: (3 events not shown: the display fell behind)"
+        );
+        assert_eq!(
+            got[4],
+            "root: limit max_tokens exceeded (maximum 10, observed 40000)"
+        );
+        assert!(
+            got[5].starts_with("root: run failed (token_limit): 1 turn, 40,000 tokens, "),
+            "{}",
+            got[5]
+        );
+        assert!(
+            got[5].ends_with(": run limit max_tokens exceeded"),
+            "{}",
+            got[5]
+        );
     }
 }

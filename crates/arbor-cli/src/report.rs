@@ -1,5 +1,7 @@
-//! The end-of-run report: a table per session, or one JSON object.
-#![allow(clippy::print_stdout)]
+//! The end-of-run report: a table with one row per session of the tree, or one JSON object.
+//!
+//! Both come from the store (`list_sessions(Tree(root))`), not from memory, so they show what
+//! a later process will find.
 
 use std::collections::HashMap;
 
@@ -67,8 +69,9 @@ pub(crate) fn json_report(
     })
 }
 
-/// Prints the table.
-pub(crate) fn print_table(sessions: &[SessionRecord]) {
+/// The table: name (indented by depth), parent, depth, status, own, aggregate and context
+/// tokens, with thousands separators.
+pub(crate) fn table(sessions: &[SessionRecord]) -> String {
     let by_id = names(sessions);
     let header = [
         "session",
@@ -113,18 +116,12 @@ pub(crate) fn print_table(sessions: &[SessionRecord]) {
         }
         out.trim_end().to_owned()
     };
-    println!("{}", line(header));
+    let mut out = line(header);
     for row in &rows {
-        println!(
-            "{}",
-            line(
-                [
-                    &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6]
-                ]
-                .map(String::as_str)
-            )
-        );
+        out.push('\n');
+        out.push_str(&line(row.each_ref().map(String::as_str)));
     }
+    out
 }
 
 #[cfg(test)]
@@ -137,5 +134,32 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(40_000), "40,000");
         assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn table_rows_follow_the_tree() {
+        use arbor_protocol::{SessionStatus, Usage};
+        let mut root = SessionRecord::new_root("root", "root", "scripted");
+        root.status = SessionStatus::Succeeded;
+        root.own_usage = Usage::new(40_000, 0);
+        root.attributed_usage = Usage::new(60_000, 0);
+        root.context_tokens = 40_000;
+        let mut kid = SessionRecord::new_child(&root, "audit-helper", "audit-helper", "scripted");
+        kid.own_usage = Usage::new(60_000, 0);
+        let table = table(&[root, kid]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("session"), "{table}");
+        let root_cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            root_cells,
+            ["root", "-", "0", "succeeded", "40,000", "100,000", "40,000"]
+        );
+        let kid_cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            kid_cells,
+            ["audit-helper", "root", "1", "idle", "60,000", "60,000", "0"]
+        );
+        assert!(lines[2].starts_with("  audit-helper"), "{table}");
     }
 }

@@ -1,8 +1,9 @@
 //! The run spec: a TOML file describing a tree of agents, parsed strictly.
 //!
-//! Every table refuses unknown keys, and every error names the file and line. The whole spec
-//! is parsed and validated before any store is opened, so a bad spec never touches stored
-//! data.
+//! Every table refuses unknown keys; a TOML error names the file, the line and (for an
+//! unknown key) the key, on one line. Every agent is checked here and built once by
+//! [`tree::check`](crate::tree::check) before any store is opened, so a bad spec never
+//! touches stored data.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -118,7 +119,11 @@ impl Spec {
         }
         let root = self.root_name()?;
         if !self.agents.contains_key(root) {
-            return Err(format!("the root agent {root:?} is not defined"));
+            let defined: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+            return Err(format!(
+                "the root agent {root:?} is not defined (agents: {})",
+                defined.join(", ")
+            ));
         }
         for (name, agent) in &self.agents {
             arbor_core::validate_agent_name(name).map_err(|e| e.to_string())?;
@@ -126,6 +131,11 @@ impl Spec {
                 return Err(format!(
                     "agent {name:?}: provider {:?} is not available (only \"scripted\" in this build)",
                     agent.provider
+                ));
+            }
+            if agent.turns.is_empty() {
+                return Err(format!(
+                    "agent {name:?}: the scripted provider needs at least one [[agents.{name}.turns]]"
                 ));
             }
             agent
@@ -178,23 +188,59 @@ mod tests {
 
     #[test]
     fn references_are_checked() {
-        let text = "task = \"x\"\n[agents.root]\nchildren = [\"ghost\"]\n";
+        let text = "task = \"x\"\n[agents.root]\nchildren = [\"ghost\"]\n[[agents.root.turns]]\n";
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
             "s.toml: agent \"root\": child \"ghost\" is not defined"
         );
-        let text = "task = \"x\"\n[agents.root]\ntools = [\"rm\"]\n";
+        let text = "task = \"x\"\n[agents.root]\ntools = [\"rm\"]\n[[agents.root.turns]]\n";
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
             "s.toml: agent \"root\": unknown tool \"rm\" (known: echo, sleep)"
         );
-        let text = "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n";
+        let text =
+            "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n[[agents.root.turns]]\n";
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
             "s.toml: agent \"root\": max_steps must be a positive integer at most 64"
         );
+    }
+
+    #[test]
+    fn roots_and_turns_are_checked() {
+        let text = "task = \"x\"\n[agents.root]\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"root\": the scripted provider needs at least one [[agents.root.turns]]"
+        );
+        let text = "task = \"x\"\nroot = \"boss\"\n[agents.a]\n[agents.b]\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: the root agent \"boss\" is not defined (agents: a, b)"
+        );
+        let text = "task = \"x\"\n[agents.only]\n[[agents.only.turns]]\ntext = \"hi\"\n";
+        let spec = Spec::parse("s.toml", text).unwrap();
+        assert_eq!(spec.root_name().unwrap(), "only");
+        let text = "task = \"x\"\n[agents.root]\nprovider = \"openai\"\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"root\": provider \"openai\" is not available (only \"scripted\" in this build)"
+        );
+    }
+
+    #[test]
+    fn malformed_toml_is_one_line_with_its_line() {
+        let err = Spec::parse("s.toml", "task = \"x\"\n[agents.root\n").unwrap_err();
+        assert!(err.starts_with("s.toml:2: "), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        let err = Spec::parse("s.toml", "[agents.root]\n[[agents.root.turns]]\n").unwrap_err();
+        assert!(err.contains("missing field `task`"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
     }
 }

@@ -1,4 +1,9 @@
-//! Opening the store the CLI runs on.
+//! Which store a run uses and how it is opened.
+//!
+//! The default is the SQLite file `./.arbor/arbor.db` (its directory is created when
+//! missing); `--store PATH` names another file (its directory must exist); `--memory` keeps
+//! nothing. `ARBOR_BUSY_TIMEOUT_MS` sets how long an operation waits for another process that
+//! holds the file before it fails with `store <path> is locked by another process`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,14 +13,25 @@ use std::time::Duration;
 use arbor_store::{MemoryStore, Store};
 use arbor_store_sqlite::SqliteOptions;
 
+use crate::fail::Fail;
+
+/// The default store file.
+pub(crate) const DEFAULT_STORE: &str = ".arbor/arbor.db";
+/// The environment variable with the busy timeout in milliseconds.
+pub(crate) const BUSY_TIMEOUT_ENV: &str = "ARBOR_BUSY_TIMEOUT_MS";
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Which store a run uses, for messages and reports.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StoreName {
+    /// The in-memory store.
     Memory,
+    /// A SQLite file.
     Sqlite(PathBuf),
 }
 
 impl StoreName {
+    /// The backend as the JSON report names it.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Memory => "memory",
@@ -27,37 +43,129 @@ impl StoreName {
 impl fmt::Display for StoreName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Memory => f.write_str("the in-memory store"),
+            Self::Memory => f.write_str("memory"),
             Self::Sqlite(p) => write!(f, "sqlite {}", p.display()),
         }
     }
 }
 
-/// The default store file.
-pub(crate) const DEFAULT_STORE: &str = ".arbor/arbor.db";
+/// How a run's store is chosen and opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoreChoice {
+    name: StoreName,
+    busy_timeout: Duration,
+}
 
-/// Opens the in-memory store, the given SQLite file, or `./.arbor/arbor.db`.
-pub(crate) fn open(
-    memory: bool,
-    path: Option<&Path>,
-) -> Result<(Arc<dyn Store>, StoreName), String> {
-    if memory {
-        return Ok((Arc::new(MemoryStore::new()), StoreName::Memory));
+impl StoreChoice {
+    /// The choice `--memory` / `--store PATH` make, with the busy timeout of the environment.
+    /// Fails (as bad usage) when `ARBOR_BUSY_TIMEOUT_MS` is not a number of milliseconds.
+    pub(crate) fn from_args(memory: bool, path: Option<&Path>) -> Result<Self, Fail> {
+        let busy = std::env::var(BUSY_TIMEOUT_ENV).ok();
+        Ok(Self::new(
+            memory,
+            path,
+            parse_busy_timeout(busy.as_deref())?,
+        ))
     }
-    let path = path.map_or_else(|| PathBuf::from(DEFAULT_STORE), Path::to_path_buf);
-    if path.as_os_str() == DEFAULT_STORE
-        && let Some(dir) = path.parent()
-    {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+
+    fn new(memory: bool, path: Option<&Path>, busy_timeout: Duration) -> Self {
+        let name = if memory {
+            StoreName::Memory
+        } else {
+            StoreName::Sqlite(path.map_or_else(|| PathBuf::from(DEFAULT_STORE), Path::to_path_buf))
+        };
+        Self { name, busy_timeout }
     }
-    let busy = std::env::var("ARBOR_BUSY_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(5_000);
-    let store = SqliteOptions::new()
-        .busy_timeout(Duration::from_millis(busy))
-        .open(&path)
-        .map_err(|e| e.to_string())?;
-    Ok((Arc::new(store), StoreName::Sqlite(path)))
+
+    /// The store chosen.
+    pub(crate) fn name(&self) -> &StoreName {
+        &self.name
+    }
+
+    /// Opens the store. Every failure is a store failure (exit 3) with the store's message.
+    pub(crate) fn open(&self) -> Result<Arc<dyn Store>, Fail> {
+        let path = match &self.name {
+            StoreName::Memory => return Ok(Arc::new(MemoryStore::new())),
+            StoreName::Sqlite(path) => path,
+        };
+        if path.as_os_str() == DEFAULT_STORE
+            && let Some(dir) = path.parent()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Fail::store(format!(
+                    "cannot create {}: {}",
+                    dir.display(),
+                    io_reason(&e)
+                ))
+            })?;
+        }
+        let store = SqliteOptions::new()
+            .busy_timeout(self.busy_timeout)
+            .open(path)
+            .map_err(|e| Fail::store(e.to_string()))?;
+        Ok(Arc::new(store))
+    }
+}
+
+fn parse_busy_timeout(value: Option<&str>) -> Result<Duration, Fail> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_BUSY_TIMEOUT),
+        Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| {
+            Fail::usage(format!(
+                "{BUSY_TIMEOUT_ENV} must be a number of milliseconds, not {v:?}"
+            ))
+        }),
+    }
+}
+
+/// An I/O error's text without the ` (os error N)` suffix.
+pub(crate) fn io_reason(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" (os error ") {
+        Some(i) if text.ends_with(')') => text[..i].to_owned(),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_choice_follows_the_flags() {
+        let d = DEFAULT_BUSY_TIMEOUT;
+        assert_eq!(StoreChoice::new(true, None, d).name(), &StoreName::Memory);
+        assert_eq!(
+            StoreChoice::new(false, None, d).name().to_string(),
+            "sqlite .arbor/arbor.db"
+        );
+        let other = StoreChoice::new(false, Some(Path::new("x/y.db")), d);
+        assert_eq!(other.name().kind(), "sqlite");
+        assert_eq!(other.name().to_string(), "sqlite x/y.db");
+    }
+
+    #[test]
+    fn busy_timeout_is_parsed_strictly() {
+        assert_eq!(parse_busy_timeout(None).ok(), Some(DEFAULT_BUSY_TIMEOUT));
+        assert_eq!(
+            parse_busy_timeout(Some("250")).ok(),
+            Some(Duration::from_millis(250))
+        );
+        let err = parse_busy_timeout(Some("soon"))
+            .err()
+            .map(|f| (f.code, f.message));
+        assert_eq!(
+            err,
+            Some((
+                crate::fail::EXIT_USAGE,
+                "ARBOR_BUSY_TIMEOUT_MS must be a number of milliseconds, not \"soon\"".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn io_reasons_drop_the_os_error_number() {
+        let e = std::io::Error::from_raw_os_error(2);
+        assert_eq!(io_reason(&e), "No such file or directory");
+    }
 }

@@ -3,6 +3,10 @@
 //! Every agent other than the root becomes an allow-listed child of one supervisor, so the
 //! active-children limit holds across the whole tree. An agent with `children` gets
 //! `spawn_agent` (offering only those children), `wait_agent` and `cancel_agent`.
+//!
+//! Children are built by their factory when they are delegated to; [`check`] builds every
+//! agent once up front (against a throwaway in-memory store), so a configuration the runtime
+//! refuses is a spec error before the real store is opened, not a child failure mid-run.
 
 use std::sync::Arc;
 
@@ -11,10 +15,11 @@ use arbor_core::supervisor::{
     CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, SpawnAgentTool,
     Supervisor, WaitAgentTool,
 };
-use arbor_core::{Agent, AgentBuilder, CoreResult};
+use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
 use arbor_model::{Script, ScriptedProvider};
-use arbor_store::Store;
+use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 
 use crate::spec::{AgentSpec, Spec};
 
@@ -93,11 +98,9 @@ pub(crate) fn local_ownership() -> Ownership {
 pub(crate) fn build(
     spec: &Spec,
     store: Arc<dyn Store>,
-    token: tokio_util::sync::CancellationToken,
+    token: CancellationToken,
 ) -> CoreResult<Built> {
-    let root_name = spec
-        .root_name()
-        .map_err(arbor_core::CoreError::Validation)?;
+    let root_name = spec.root_name().map_err(CoreError::Validation)?;
     let root_spec = &spec.agents[root_name];
     let supervisor = if spec.is_tree() {
         let mut b = Supervisor::builder(local_ownership())
@@ -127,8 +130,47 @@ pub(crate) fn build(
     if let Some(sup) = &supervisor {
         root = with_delegation(root, root_spec, &sup.delegator())?;
     }
-    Ok(Built {
-        root: root.build()?,
-        supervisor,
-    })
+    let root = root.build().map_err(|e| match e {
+        CoreError::Validation(m) => CoreError::Validation(format!("agent {root_name:?}: {m}")),
+        other => other,
+    })?;
+    Ok(Built { root, supervisor })
+}
+
+/// Builds the whole spec once, without the real store: the root, the supervisor and every
+/// child agent. The error names the agent that failed.
+pub(crate) fn check(spec: &Spec) -> Result<(), String> {
+    let built = build(spec, Arc::new(MemoryStore::new()), CancellationToken::new())
+        .map_err(|e| e.to_string())?;
+    let root_name = built.root.name().to_owned();
+    for (name, agent) in spec.agents.iter().filter(|(n, _)| **n != root_name) {
+        let b = base(name, agent);
+        let b = match &built.supervisor {
+            Some(sup) => with_delegation(b, agent, &sup.delegator()),
+            None => Ok(b),
+        };
+        b.and_then(AgentBuilder::build)
+            .map_err(|e| format!("agent {name:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_builds_children_before_any_run() {
+        let text = "task = \"x\"\n[agents.root]\nchildren = [\"kid\"]\n[[agents.root.turns]]\n\
+                    [agents.kid]\ntool_concurrency = 0\n[[agents.kid.turns]]\n";
+        let spec = Spec::parse("s.toml", text).unwrap();
+        let err = check(&spec).unwrap_err();
+        assert!(err.starts_with("agent \"kid\": tool_concurrency"), "{err}");
+        let text = "task = \"x\"\n[agents.root]\ntool_concurrency = 65\n[[agents.root.turns]]\n";
+        let err = check(&Spec::parse("s.toml", text).unwrap()).unwrap_err();
+        assert!(err.starts_with("agent \"root\": tool_concurrency"), "{err}");
+        let ok =
+            "task = \"x\"\n[agents.root]\ntools = [\"echo\", \"sleep\"]\n[[agents.root.turns]]\n";
+        check(&Spec::parse("s.toml", ok).unwrap()).unwrap();
+    }
 }

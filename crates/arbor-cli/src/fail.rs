@@ -1,0 +1,71 @@
+//! Failures of a command and the exit codes they end the process with.
+
+use arbor_core::{CoreError, CoreErrorKind};
+
+/// The root run ended failed, aborted, denied (or suspended).
+pub(crate) const EXIT_RUN: u8 = 1;
+/// Bad usage or a bad spec.
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// The store cannot be opened, is locked, or failed.
+pub(crate) const EXIT_STORE: u8 = 3;
+
+/// A failed command: the exit code and a one-line message (printed as `error: <message>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fail {
+    /// The exit code.
+    pub(crate) code: u8,
+    /// What went wrong.
+    pub(crate) message: String,
+}
+
+impl Fail {
+    /// Bad usage or a bad spec (exit 2).
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    /// A store failure (exit 3).
+    pub(crate) fn store(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_STORE,
+            message: message.into(),
+        }
+    }
+
+    /// A runtime error: store failures exit 3, invalid configuration 2, the rest 1.
+    pub(crate) fn core(err: CoreError) -> Self {
+        let code = match err.kind() {
+            CoreErrorKind::Store => EXIT_STORE,
+            CoreErrorKind::Validation => EXIT_USAGE,
+            _ => EXIT_RUN,
+        };
+        Self {
+            code,
+            message: err.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_store::StoreError;
+
+    #[test]
+    fn core_errors_map_to_exit_codes() {
+        let locked = CoreError::Store(StoreError::Locked {
+            path: "x.db".into(),
+        });
+        let fail = Fail::core(locked);
+        assert_eq!(fail.code, EXIT_STORE);
+        assert_eq!(fail.message, "store x.db is locked by another process");
+        assert_eq!(
+            Fail::core(CoreError::Validation("bad".into())).code,
+            EXIT_USAGE
+        );
+        assert_eq!(Fail::core(CoreError::Supervisor("x".into())).code, EXIT_RUN);
+    }
+}

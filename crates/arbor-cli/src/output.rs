@@ -1,0 +1,54 @@
+//! Writing lines to stdout and stderr.
+//!
+//! `println!` panics when the reader of a pipe went away (`arbor run x | head -1`); these
+//! helpers ignore write errors instead, so the process still ends with its own exit code.
+
+use std::io::Write;
+
+/// Writes `text` and a newline to stdout.
+pub(crate) fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}").and_then(|()| stdout.flush());
+}
+
+/// Writes `text` and a newline to stderr.
+pub(crate) fn err(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// `text` on one line: line breaks become spaces, surrounding space is trimmed.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The first line of `text`, at most `max` characters (an ellipsis marks a cut).
+pub(crate) fn short(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    match line.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None if text.trim().lines().count() > 1 => format!("{line}…"),
+        None => line.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_and_short() {
+        assert_eq!(one_line("a\n  b\r\n\nc "), "a b c");
+        assert_eq!(short("hello world", 5), "hello…");
+        assert_eq!(short("héllo", 10), "héllo");
+        assert_eq!(short("first\nsecond", 10), "first…");
+        assert_eq!(short("", 3), "");
+    }
+}

@@ -1,0 +1,167 @@
+//! `arbor run`: read and check the spec, open the store, run the root, report.
+//!
+//! The order matters: the spec is read, parsed, validated and built in full before the store
+//! is opened, so a bad spec exits 2 without touching stored data. The root session's record
+//! keeps the definition a later process needs (`meta.definition`: the spec path as given, its
+//! full text and its SHA-256 fingerprint; never environment variables or credentials).
+//! Ctrl-C cancels the run through its cancellation token; a second Ctrl-C exits at once.
+
+use std::time::Duration;
+
+use arbor_core::RunOptions;
+use arbor_protocol::RunStatus;
+use arbor_store::SessionQuery;
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::RunArgs;
+use crate::fail::{EXIT_RUN, Fail};
+use crate::interrupt::Interrupts;
+use crate::progress::{self, RootProgress};
+use crate::store::{StoreChoice, io_reason};
+use crate::{output, report, spec, tree};
+
+/// How long the progress printers may take to drain after the run ended.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// The exit code of a second Ctrl-C.
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Runs the command; `Ok` carries the exit code (0 succeeded, 1 the run did not).
+pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
+    let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
+    let path = args.spec.display().to_string();
+    let text = std::fs::read_to_string(&args.spec)
+        .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
+    let spec = spec::Spec::parse(&path, &text).map_err(Fail::usage)?;
+    tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+
+    let store = choice.open()?;
+    let token = CancellationToken::new();
+    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let mut session = built
+        .root
+        .session()
+        .store(store.clone())
+        .meta(definition(&path, &text))
+        .create()
+        .await
+        .map_err(Fail::core)?;
+    let root_id = session.id();
+
+    let done = CancellationToken::new();
+    let mut followers: Vec<JoinHandle<()>> = Vec::new();
+    if !args.quiet {
+        let root = RootProgress::new(
+            session.record().name.clone(),
+            root_id,
+            choice.name().clone(),
+        );
+        followers.push(tokio::spawn(progress::follow_root(
+            root,
+            session.subscribe(),
+        )));
+        if let Some(sup) = &built.supervisor {
+            followers.push(tokio::spawn(progress::follow_supervisor(
+                sup.subscribe(),
+                done.clone(),
+            )));
+        }
+    }
+    let ctrl_c = tokio::spawn(cancel_on_ctrl_c(
+        Interrupts::listen(),
+        token.clone(),
+        args.quiet,
+    ));
+    let result = session
+        .run(
+            spec.task.clone(),
+            RunOptions::default().with_cancel(token.clone()),
+        )
+        .await;
+    if let Some(sup) = &built.supervisor {
+        // Nothing keeps running unwatched: children still live end with the root's run.
+        sup.shutdown().await;
+    }
+    ctrl_c.abort();
+    done.cancel();
+    drain(followers, result.is_ok()).await;
+    let result = result.map_err(Fail::core)?;
+
+    let sessions = store
+        .list_sessions(SessionQuery::Tree(root_id))
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?;
+    if args.json {
+        let report = report::json_report(root_id, choice.name().kind(), &sessions, &result);
+        output::out(&report.to_string());
+    } else {
+        output::out(&report::table(&sessions));
+    }
+    Ok(if result.status == RunStatus::Succeeded {
+        0
+    } else {
+        EXIT_RUN
+    })
+}
+
+/// The root record's `meta`: what a later process needs to rebuild the same agents.
+fn definition(path: &str, text: &str) -> serde_json::Value {
+    serde_json::json!({
+        "definition": {"path": path, "spec": text, "fingerprint": fingerprint(text)},
+    })
+}
+
+/// The SHA-256 of the spec text, in lowercase hex.
+fn fingerprint(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The first Ctrl-C cancels the run; the second exits at once.
+async fn cancel_on_ctrl_c(mut interrupts: Interrupts, token: CancellationToken, quiet: bool) {
+    if !interrupts.next().await {
+        return;
+    }
+    if !quiet {
+        output::err("arbor: interrupted, cancelling the run (Ctrl-C again to exit at once)");
+    }
+    token.cancel();
+    if interrupts.next().await {
+        std::process::exit(EXIT_INTERRUPTED);
+    }
+}
+
+/// Lets the progress printers print what is left. The root's ends at the run's last event,
+/// which a run that failed in the store never publishes: then they are stopped.
+async fn drain(followers: Vec<JoinHandle<()>>, finished: bool) {
+    for f in followers {
+        if !finished {
+            f.abort();
+        }
+        let abort = f.abort_handle();
+        if tokio::time::timeout(DRAIN_TIMEOUT, f).await.is_err() {
+            abort.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_definition_holds_path_text_and_fingerprint() {
+        let meta = definition("examples/x.toml", "abc");
+        assert_eq!(
+            meta,
+            serde_json::json!({"definition": {
+                "path": "examples/x.toml",
+                "spec": "abc",
+                "fingerprint": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            }})
+        );
+    }
+}
