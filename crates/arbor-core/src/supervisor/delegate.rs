@@ -10,6 +10,7 @@ use arbor_protocol::{ChildOrigin, RunStatus, SessionId, SupervisorEvent};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::dispatch::panic_message;
 use crate::error::{CoreError, CoreResult, LimitError, LimitInfo};
 use crate::run::{RunOptions, RunResult};
 use crate::session::SessionRef;
@@ -175,16 +176,6 @@ fn limit_label(limit: arbor_protocol::LimitKind) -> &'static str {
         arbor_protocol::LimitKind::MaxToolCalls => "tool-call",
         arbor_protocol::LimitKind::TimeoutMs => "timeout",
         arbor_protocol::LimitKind::MaxSteps => "run",
-    }
-}
-
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_owned()
     }
 }
 
@@ -369,7 +360,7 @@ impl Supervisor {
                 Err(p) => {
                     return Worked::Error(CoreError::Supervisor(format!(
                         "before hook panicked: {}",
-                        panic_text(&*p)
+                        panic_message(&*p)
                     )));
                 }
                 Ok(BeforeDecision::Deny { reason }) => {
@@ -446,7 +437,7 @@ impl Supervisor {
                 return Worked::Error(CoreError::Supervisor(format!(
                     "child \"{}\" factory panicked: {}",
                     a.child_id,
-                    panic_text(&*p)
+                    panic_message(&*p)
                 )));
             }
         };
@@ -512,7 +503,7 @@ impl Supervisor {
             Err(p) => Worked::Error(CoreError::Supervisor(format!(
                 "child \"{}\" run panicked: {}",
                 a.child_id,
-                panic_text(&*p)
+                panic_message(&*p)
             ))),
         }
     }
@@ -707,7 +698,7 @@ impl Supervisor {
         {
             Ok(Ok(())) => None,
             Ok(Err(message)) => Some(message),
-            Err(p) => Some(format!("after hook panicked: {}", panic_text(&*p))),
+            Err(p) => Some(format!("after hook panicked: {}", panic_message(&*p))),
         };
         if let Some(message) = failed {
             self.publish(SupervisorEvent::DelegationError {
