@@ -6,22 +6,21 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_protocol::{ChildOrigin, RunStatus, SessionId, SupervisorEvent};
+use arbor_protocol::{ChildOrigin, SessionId, SupervisorEvent};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::panic_message;
-use crate::error::{CoreError, CoreResult, LimitError, LimitInfo};
+use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::run::{RunOptions, RunResult};
 use crate::session::SessionRef;
 use crate::supervisor::catalog::ChildContext;
 use crate::supervisor::core::Supervisor;
-use crate::supervisor::hooks::{BeforeContext, BeforeDecision, Completion, CompletionStatus};
+use crate::supervisor::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput, Report};
 use crate::supervisor::pump::run_pump;
 use crate::supervisor::slots::SlotGuard;
-use crate::supervisor::summary::Outcome;
 
 /// One delegation request.
 #[derive(Debug, Clone, Default)]
@@ -160,7 +159,7 @@ pub(crate) struct Admitted {
 }
 
 /// How the work between start and terminal ended.
-enum Worked {
+pub(crate) enum Worked {
     Ran {
         session_id: SessionId,
         name: String,
@@ -168,15 +167,6 @@ enum Worked {
     },
     Rejected(String),
     Error(CoreError),
-}
-
-fn limit_label(limit: arbor_protocol::LimitKind) -> &'static str {
-    match limit {
-        arbor_protocol::LimitKind::MaxTokens => "token",
-        arbor_protocol::LimitKind::MaxToolCalls => "tool-call",
-        arbor_protocol::LimitKind::TimeoutMs => "timeout",
-        arbor_protocol::LimitKind::MaxSteps => "run",
-    }
 }
 
 impl Supervisor {
@@ -506,216 +496,6 @@ impl Supervisor {
                 panic_message(&*p)
             ))),
         }
-    }
-
-    /// Settles the counters, publishes the terminal events and runs the `after` hook, exactly
-    /// once per delegation.
-    async fn terminal(
-        &self,
-        a: &Admitted,
-        origin: &ChildOrigin,
-        worked: Worked,
-        timed_out: bool,
-        host_aborted: bool,
-    ) -> CoreResult<DelegationResult> {
-        let timeout_error = || {
-            CoreError::limit_error(
-                "Delegation timeout exceeded",
-                Some(LimitInfo {
-                    limit: "timeout_ms",
-                    maximum: a.limits.timeout_ms,
-                    observed: a.limits.timeout_ms,
-                }),
-            )
-        };
-        match worked {
-            Worked::Rejected(reason) => {
-                self.publish(SupervisorEvent::DelegationRejected {
-                    origin: origin.clone(),
-                    reason: reason.clone(),
-                });
-                self.after(
-                    a,
-                    CompletionStatus::Rejected,
-                    String::new(),
-                    None,
-                    None,
-                    origin,
-                )
-                .await;
-                self.state()
-                    .summary
-                    .settle(&a.delegation_id, Outcome::Rejected, false);
-                Err(CoreError::Denied(reason))
-            }
-            Worked::Ran {
-                session_id,
-                name,
-                result,
-            } if matches!(result.status, RunStatus::Succeeded | RunStatus::Denied) => {
-                let (outcome, status) = if result.status == RunStatus::Succeeded {
-                    (Outcome::Succeeded, CompletionStatus::Succeeded)
-                } else {
-                    (Outcome::Denied, CompletionStatus::Denied)
-                };
-                self.state()
-                    .summary
-                    .settle(&a.delegation_id, outcome, false);
-                self.publish(SupervisorEvent::DelegationFinished {
-                    origin: origin.clone(),
-                    status: result.status,
-                    total_tokens: result.usage.total_tokens,
-                });
-                let error = result.error.as_deref().map(|e| self.redact(e));
-                self.after(
-                    a,
-                    status,
-                    self.redact(&result.text),
-                    Some(result.usage),
-                    error,
-                    origin,
-                )
-                .await;
-                Ok(DelegationResult {
-                    delegation_id: a.delegation_id.clone(),
-                    child_id: a.child_id.clone(),
-                    session_id,
-                    name,
-                    result,
-                })
-            }
-            Worked::Ran { result, .. } => {
-                let error = if timed_out {
-                    attach(timeout_error(), &result)
-                } else if host_aborted || result.status == RunStatus::Aborted {
-                    CoreError::Run {
-                        message: "Delegation cancelled".to_owned(),
-                        result: Box::new(result.clone()),
-                    }
-                } else if let Some(breach) = result.breach {
-                    CoreError::Limit(Box::new(LimitError {
-                        message: format!("Delegation {} limit exceeded", limit_label(breach.limit)),
-                        info: Some(LimitInfo {
-                            limit: breach.limit.as_str(),
-                            maximum: breach.maximum,
-                            observed: breach.observed,
-                        }),
-                        result: Some(Box::new(result.clone())),
-                    }))
-                } else {
-                    CoreError::Run {
-                        message: result
-                            .error
-                            .clone()
-                            .unwrap_or_else(|| "Agent run failed".into()),
-                        result: Box::new(result.clone()),
-                    }
-                };
-                let failure = !host_aborted && result.status != RunStatus::Aborted || timed_out;
-                self.fail(a, origin, error, failure, Some(&result)).await
-            }
-            Worked::Error(e) => {
-                let e = if timed_out { timeout_error() } else { e };
-                let failure = !host_aborted && !matches!(e, CoreError::Denied(_)) || timed_out;
-                self.fail(a, origin, e, failure, None).await
-            }
-        }
-    }
-
-    async fn fail(
-        &self,
-        a: &Admitted,
-        origin: &ChildOrigin,
-        error: CoreError,
-        failure: bool,
-        result: Option<&RunResult>,
-    ) -> CoreResult<DelegationResult> {
-        let message = self.redact(&error.to_string());
-        let outcome = if failure {
-            Outcome::Failed
-        } else {
-            Outcome::Aborted
-        };
-        self.state()
-            .summary
-            .settle(&a.delegation_id, outcome, failure);
-        if failure {
-            self.publish(SupervisorEvent::ChildFailed {
-                origin: origin.clone(),
-                reason: message.clone(),
-                status: result.map(|r| r.status),
-                limit: result.and_then(|r| r.breach),
-                stop_reason: result.map(|r| r.stop_reason),
-                usage: result.map(|r| r.usage),
-            });
-        }
-        self.publish(SupervisorEvent::DelegationError {
-            origin: origin.clone(),
-            error: message.clone(),
-        });
-        let status = if failure {
-            CompletionStatus::Failed
-        } else {
-            CompletionStatus::Aborted
-        };
-        let text = result.map(|r| self.redact(&r.text)).unwrap_or_default();
-        self.after(
-            a,
-            status,
-            text,
-            result.map(|r| r.usage),
-            Some(message),
-            origin,
-        )
-        .await;
-        Err(error)
-    }
-
-    async fn after(
-        &self,
-        a: &Admitted,
-        status: CompletionStatus,
-        text: String,
-        usage: Option<arbor_protocol::Usage>,
-        error: Option<String>,
-        origin: &ChildOrigin,
-    ) {
-        let Some(hook) = &self.inner.after else {
-            return;
-        };
-        let completion = Completion {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
-            status,
-            text,
-            usage,
-            error,
-        };
-        let failed = match AssertUnwindSafe(hook.after(&completion))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(())) => None,
-            Ok(Err(message)) => Some(message),
-            Err(p) => Some(format!("after hook panicked: {}", panic_message(&*p))),
-        };
-        if let Some(message) = failed {
-            self.publish(SupervisorEvent::DelegationError {
-                origin: origin.clone(),
-                error: self.redact(&message),
-            });
-        }
-    }
-}
-
-fn attach(error: CoreError, result: &RunResult) -> CoreError {
-    match error {
-        CoreError::Limit(mut e) => {
-            e.result = Some(Box::new(result.clone()));
-            CoreError::Limit(e)
-        }
-        other => other,
     }
 }
 

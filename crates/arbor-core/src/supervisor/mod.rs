@@ -26,6 +26,7 @@ mod pump;
 pub mod redact;
 mod slots;
 pub mod summary;
+mod terminal;
 pub mod tools;
 
 pub use catalog::{AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, factory_fn};
