@@ -197,6 +197,11 @@ impl Supervisor {
         is_async: bool,
     ) -> CoreResult<Admitted> {
         let inner = &self.inner;
+        if inner.session_token.is_cancelled() {
+            return Err(CoreError::Supervisor(
+                "Supervisor session has ended".to_owned(),
+            ));
+        }
         let entry_index = *inner
             .index
             .get(&request.child_id)

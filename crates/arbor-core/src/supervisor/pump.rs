@@ -30,6 +30,8 @@ fn is_milestone(event: &AgentEvent) -> bool {
             | AgentEvent::ToolExecutionFinished { .. }
             | AgentEvent::ToolExecutionError { .. }
             | AgentEvent::ToolExecutionBlocked { .. }
+            // The child's own lag markers pass on: a gap is never silent.
+            | AgentEvent::EventsLagged { .. }
     )
 }
 

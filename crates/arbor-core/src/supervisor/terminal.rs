@@ -170,6 +170,8 @@ impl Supervisor {
         });
         let status = if failure {
             CompletionStatus::Failed
+        } else if matches!(error, CoreError::Denied(_)) {
+            CompletionStatus::Rejected
         } else {
             CompletionStatus::Aborted
         };

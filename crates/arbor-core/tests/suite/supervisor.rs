@@ -579,6 +579,13 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
     assert_eq!(e.to_string(), "Delegation cancelled");
     sup.shutdown().await;
     assert_eq!(sup.active_children(), 0);
+    // Nothing is admitted after the session ended.
+    let err = sup
+        .delegate(DelegationRequest::new("task", "late"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "Supervisor session has ended");
+    assert_eq!(err.kind(), CoreErrorKind::Supervisor);
 }
 
 #[tokio::test]
