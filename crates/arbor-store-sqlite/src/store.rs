@@ -154,16 +154,6 @@ fn select_sessions(
     Ok(out)
 }
 
-fn check_version(record: &SessionRecord, update: &SessionUpdate) -> StoreResult<()> {
-    match update.expected_version {
-        Some(expected) if expected != record.version => Err(StoreError::Conflict {
-            expected,
-            actual: record.version,
-        }),
-        _ => Ok(()),
-    }
-}
-
 /// Loads `id`, checks `update`'s expected version, applies it and writes the record back.
 fn apply_update(
     conn: &Connection,
@@ -172,7 +162,7 @@ fn apply_update(
     update: &SessionUpdate,
 ) -> StoreResult<SessionRecord> {
     let mut record = load(conn, path, id)?.ok_or_else(|| StoreError::session_not_found(id))?;
-    check_version(&record, update)?;
+    record.check_version(update)?;
     record.apply(update);
     write_session(conn, path, &record)?;
     Ok(record)

@@ -35,16 +35,6 @@ impl MemoryStore {
     }
 }
 
-fn check_version(record: &SessionRecord, update: &SessionUpdate) -> StoreResult<()> {
-    match update.expected_version {
-        Some(expected) if expected != record.version => Err(StoreError::Conflict {
-            expected,
-            actual: record.version,
-        }),
-        _ => Ok(()),
-    }
-}
-
 fn sort(records: &mut [SessionRecord]) {
     records.sort_by_key(|r| (r.created_at, r.id));
 }
@@ -83,7 +73,7 @@ impl Store for MemoryStore {
             .sessions
             .get_mut(&id)
             .ok_or_else(|| StoreError::session_not_found(id))?;
-        check_version(record, update)?;
+        record.check_version(update)?;
         record.apply(update);
         Ok(record.clone())
     }
@@ -120,7 +110,7 @@ impl Store for MemoryStore {
             .get_mut(&session)
             .ok_or_else(|| StoreError::session_not_found(session))?;
         if let Some(update) = update {
-            check_version(record, update)?;
+            record.check_version(update)?;
         }
         let log = transcripts.entry(session).or_default();
         let at = Timestamp::now();

@@ -85,6 +85,17 @@ impl SessionRecord {
         self.own_usage + self.attributed_usage
     }
 
+    /// Fails with `Conflict` when `update` expects another version than this record's.
+    pub fn check_version(&self, update: &SessionUpdate) -> Result<(), crate::StoreError> {
+        match update.expected_version {
+            Some(expected) if expected != self.version => Err(crate::StoreError::Conflict {
+                expected,
+                actual: self.version,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Applies `update` in place (without the version check), bumping version and time.
     pub fn apply(&mut self, update: &SessionUpdate) {
         if let Some(status) = update.status {
