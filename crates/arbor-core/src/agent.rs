@@ -7,6 +7,7 @@ use arbor_model::ModelProvider;
 use arbor_protocol::RunLimits;
 
 use crate::error::{CoreError, CoreResult};
+use crate::identity::Identity;
 use crate::permission::{Permission, PermissionPolicy};
 use crate::tool::{DynTool, Tool, ToolSet, Typed};
 
@@ -31,6 +32,7 @@ struct AgentInner {
     system: Option<String>,
     tools: ToolSet,
     permission: Permission,
+    identity: Option<Arc<Identity>>,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -58,6 +60,7 @@ impl Agent {
             system: None,
             tools: Vec::new(),
             permission: Permission::allow_all(),
+            identity: None,
             limits: RunLimits::DEFAULT,
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
@@ -94,6 +97,15 @@ impl Agent {
         &self.inner.permission
     }
 
+    /// The identity its runs act as, if any (policies and tools see it).
+    pub fn identity(&self) -> Option<&Identity> {
+        self.inner.identity.as_deref()
+    }
+
+    pub(crate) fn shared_identity(&self) -> Option<Arc<Identity>> {
+        self.inner.identity.clone()
+    }
+
     /// Its run limits.
     pub fn limits(&self) -> RunLimits {
         self.inner.limits
@@ -124,6 +136,7 @@ impl Agent {
                 .filter_map(|s| i.tools.get(&s.name).cloned())
                 .collect(),
             permission: i.permission.clone(),
+            identity: i.identity.as_deref().cloned(),
             limits: i.limits,
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
@@ -140,6 +153,7 @@ pub struct AgentBuilder {
     system: Option<String>,
     tools: Vec<Arc<dyn DynTool>>,
     permission: Permission,
+    identity: Option<Identity>,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -202,6 +216,12 @@ impl AgentBuilder {
         self
     }
 
+    /// The identity its runs act as (or none).
+    pub fn identity(mut self, identity: Option<Identity>) -> Self {
+        self.identity = identity;
+        self
+    }
+
     /// The run limits (each at least 1 and at most its hard cap).
     pub fn limits(mut self, limits: RunLimits) -> Self {
         self.limits = limits;
@@ -253,6 +273,7 @@ impl AgentBuilder {
                 system: self.system,
                 tools,
                 permission: self.permission,
+                identity: self.identity.map(Arc::new),
                 limits: self.limits,
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,

@@ -89,6 +89,7 @@ impl Session {
             session_id: self.id(),
             tool: &call.name,
             arguments: &call.arguments,
+            identity: self.agent.identity(),
         };
         let (reason, stop) = match self.agent.permission().check(&request) {
             Decision::Allow => (None, None),
@@ -156,6 +157,7 @@ impl Session {
             call_id: call.id.clone(),
             turn,
             cancel: token.child_token(),
+            identity: self.agent.shared_identity(),
         };
         let outcome = AssertUnwindSafe(tool.call_json(call.arguments.clone(), ctx))
             .catch_unwind()

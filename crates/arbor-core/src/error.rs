@@ -6,6 +6,7 @@ use arbor_store::StoreError;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::identity::{IdentityError, IdentityErrorCode};
 use crate::run::RunResult;
 
 /// What kind of failure a [`CoreError`] is.
@@ -92,6 +93,10 @@ pub enum CoreError {
     /// A limit refused or ended a delegation.
     #[error("{0}")]
     Limit(Box<LimitError>),
+    /// An identity was refused (inactive, not the owner's, or wider than its parent's).
+    /// Its kind is [`CoreErrorKind::Denied`]; [`CoreError::identity_code`] says why.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
     /// The supervisor or a child factory failed.
     #[error("{0}")]
     Supervisor(String),
@@ -112,7 +117,7 @@ impl CoreError {
             Self::Validation(_) => CoreErrorKind::Validation,
             Self::NotFound { .. } => CoreErrorKind::NotFound,
             Self::Store(_) => CoreErrorKind::Store,
-            Self::Denied(_) => CoreErrorKind::Denied,
+            Self::Denied(_) | Self::Identity(_) => CoreErrorKind::Denied,
             Self::Limit(_) => CoreErrorKind::Limit,
             Self::Supervisor(_) => CoreErrorKind::Supervisor,
             Self::Run { .. } => CoreErrorKind::Run,
@@ -132,6 +137,14 @@ impl CoreError {
     pub fn limit(&self) -> Option<LimitInfo> {
         match self {
             Self::Limit(e) => e.info,
+            _ => None,
+        }
+    }
+
+    /// Why an identity was refused, for identity errors.
+    pub fn identity_code(&self) -> Option<IdentityErrorCode> {
+        match self {
+            Self::Identity(e) => Some(e.code),
             _ => None,
         }
     }

@@ -26,6 +26,7 @@ pub mod builtin;
 mod dispatch;
 mod error;
 pub mod events;
+pub mod identity;
 pub mod permission;
 mod run;
 mod session;
@@ -39,7 +40,8 @@ pub use agent::{
 pub use arbor_protocol::RunLimits;
 pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
-pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest};
+pub use identity::{Identity, IdentityError, IdentityErrorCode};
+pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest, ToolBudget};
 pub use run::{RunOptions, RunResult};
 pub use session::{Session, SessionBuilder, SessionRef};
 pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};

@@ -3,11 +3,14 @@
 //! Policies AND-compose: a [`Permission`] holds any number of them and asks each in order;
 //! the first that does not allow decides. An empty [`Permission`] allows everything.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use arbor_protocol::SessionId;
+
+use crate::identity::Identity;
 
 /// What a policy is asked about.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +23,8 @@ pub struct PermissionRequest<'a> {
     pub tool: &'a str,
     /// The call's arguments, as the model wrote them.
     pub arguments: &'a serde_json::Value,
+    /// The identity the run acts as, if any.
+    pub identity: Option<&'a Identity>,
 }
 
 /// A policy's answer.
@@ -161,6 +166,82 @@ impl PermissionPolicy for DenyTools {
     }
 }
 
+/// Allows at most `max` tool calls over its lifetime, then denies each further one with
+/// `Delegation tool-call limit exceeded`. The supervisor composes a fresh one into every
+/// delegation, after the host's, the catalog's and the hook's policies.
+#[derive(Debug)]
+pub struct ToolBudget {
+    max: u32,
+    used: AtomicU32,
+}
+
+impl ToolBudget {
+    /// A budget of `max` calls.
+    pub fn new(max: u32) -> Self {
+        Self {
+            max,
+            used: AtomicU32::new(0),
+        }
+    }
+
+    /// Calls asked about so far (denied ones included).
+    pub fn used(&self) -> u32 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+impl PermissionPolicy for ToolBudget {
+    fn check(&self, _request: &PermissionRequest<'_>) -> Decision {
+        // Saturating, so a run of denials cannot wrap the counter back under the budget.
+        let before = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_add(1))
+            })
+            .unwrap_or(u32::MAX);
+        if before < self.max {
+            Decision::Allow
+        } else {
+            Decision::Deny {
+                reason: "Delegation tool-call limit exceeded".to_owned(),
+            }
+        }
+    }
+}
+
+/// Lets a tool run only when the run's identity holds a scope: `require("write_file",
+/// "write")`. Tools it does not name are allowed; a named tool in a run without an identity
+/// is denied.
+#[derive(Debug, Clone, Default)]
+pub struct RequireScopes(BTreeMap<String, String>);
+
+impl RequireScopes {
+    /// No requirements yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `tool` needs `scope`.
+    #[must_use]
+    pub fn require(mut self, tool: impl Into<String>, scope: impl Into<String>) -> Self {
+        self.0.insert(tool.into(), scope.into());
+        self
+    }
+}
+
+impl PermissionPolicy for RequireScopes {
+    fn check(&self, request: &PermissionRequest<'_>) -> Decision {
+        match self.0.get(request.tool) {
+            Some(scope) if !request.identity.is_some_and(|i| i.has_scope(scope)) => {
+                Decision::Deny {
+                    reason: format!("tool `{}` needs scope `{scope}`", request.tool),
+                }
+            }
+            _ => Decision::Allow,
+        }
+    }
+}
+
 /// A policy from a closure.
 pub struct PolicyFn<F>(F);
 
@@ -197,6 +278,7 @@ mod tests {
             session_id: SessionId::new(),
             tool,
             arguments: args,
+            identity: None,
         }
     }
 
@@ -246,5 +328,65 @@ mod tests {
             narrow.and(&wide).check(&req("rm", &args)),
             Decision::Deny { .. }
         ));
+    }
+
+    #[test]
+    fn tool_budget_denies_past_its_maximum_and_stays_denied() {
+        let args = serde_json::json!({});
+        let budget = ToolBudget::new(2);
+        assert_eq!(budget.check(&req("a", &args)), Decision::Allow);
+        assert_eq!(budget.check(&req("b", &args)), Decision::Allow);
+        for _ in 0..3 {
+            assert_eq!(
+                budget.check(&req("c", &args)),
+                Decision::Deny {
+                    reason: "Delegation tool-call limit exceeded".into()
+                }
+            );
+        }
+        assert_eq!(budget.used(), 5);
+    }
+
+    #[test]
+    fn tool_budget_never_overshoots_under_parallel_checks() {
+        let budget = Arc::new(ToolBudget::new(100));
+        let allowed = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let args = serde_json::json!({});
+                    for _ in 0..50 {
+                        if budget.check(&req("t", &args)) == Decision::Allow {
+                            allowed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(allowed.load(Ordering::Relaxed), 100);
+    }
+
+    #[test]
+    fn require_scopes_reads_the_identity() {
+        let args = serde_json::json!({});
+        let policy = RequireScopes::new().require("write", "fs:write");
+        let reader = crate::Identity::builder("a", "t")
+            .scopes(["fs:read"])
+            .build();
+        let writer = crate::Identity::builder("a", "t")
+            .scopes(["fs:write"])
+            .build();
+        let mut r = req("write", &args);
+        assert!(matches!(policy.check(&r), Decision::Deny { .. }));
+        r.identity = Some(&reader);
+        assert_eq!(
+            policy.check(&r),
+            Decision::Deny {
+                reason: "tool `write` needs scope `fs:write`".into()
+            }
+        );
+        r.identity = Some(&writer);
+        assert_eq!(policy.check(&r), Decision::Allow);
+        assert_eq!(policy.check(&req("read", &args)), Decision::Allow);
     }
 }

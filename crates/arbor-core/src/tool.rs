@@ -21,6 +21,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
+use crate::identity::Identity;
 use crate::session::SessionRef;
 
 /// What a tool call knows about where it runs.
@@ -39,6 +40,8 @@ pub struct ToolContext {
     /// Fires when the run is cancelled or times out. Long tools should watch it; the run
     /// loop also drops a tool's future when the run ends.
     pub cancel: CancellationToken,
+    /// The identity the run acts as, if any (check its scopes before a side effect).
+    pub identity: Option<Arc<Identity>>,
 }
 
 /// A failed tool call.

@@ -1,5 +1,6 @@
 //! The child catalog: the host-owned allow-list of children a supervisor may build.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
+use crate::identity::Identity;
 use crate::permission::Permission;
 use crate::supervisor::Delegator;
 use crate::supervisor::limits::LimitsInput;
@@ -32,6 +34,9 @@ pub struct ChildContext {
     /// The narrowed permission the child's runs are held to (the runtime composes it with the
     /// agent's own; the factory need not apply it).
     pub permission: Permission,
+    /// The identity the child acts as: the parent's, narrowed to the entry's scopes (the
+    /// runtime forces it onto the agent). Never a credential.
+    pub identity: Option<Arc<Identity>>,
     /// Fires when the delegation is cancelled or times out.
     pub cancel: CancellationToken,
     /// Delegates further from inside this child (path, depth and cancellation carried).
@@ -96,6 +101,7 @@ pub struct ChildEntry {
     pub(crate) permission: Permission,
     pub(crate) limits: LimitsInput,
     pub(crate) policy: PolicyInput,
+    pub(crate) scopes: Option<BTreeSet<String>>,
 }
 
 impl ChildEntry {
@@ -108,6 +114,7 @@ impl ChildEntry {
             permission: Permission::allow_all(),
             limits: LimitsInput::default(),
             policy: PolicyInput::default(),
+            scopes: None,
         }
     }
 
@@ -141,6 +148,18 @@ impl ChildEntry {
     #[must_use]
     pub fn policy(mut self, policy: PolicyInput) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The scopes the child's identity is narrowed to (each must be held by the parent's;
+    /// without this the parent's identity passes unchanged).
+    #[must_use]
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.scopes = Some(scopes.into_iter().map(Into::into).collect());
         self
     }
 

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::{CoreError, CoreResult};
 use crate::events::{Bus, Subscription};
+use crate::identity::Identity;
 use crate::permission::Permission;
 use crate::supervisor::catalog::{ChildEntry, check_child_id, valid_id};
 use crate::supervisor::handles::Handles;
@@ -73,6 +74,7 @@ pub(crate) struct Inner {
     pub(crate) index: HashMap<String, usize>,
     pub(crate) child_ids: Arc<[String]>,
     pub(crate) permission: Permission,
+    pub(crate) identity: Option<Arc<Identity>>,
     pub(crate) limits: SupervisorLimits,
     pub(crate) before: Option<Arc<dyn BeforeHook>>,
     pub(crate) after: Option<Arc<dyn AfterHook>>,
@@ -112,6 +114,7 @@ impl Supervisor {
             ownership,
             entries: Vec::new(),
             permission: Permission::allow_all(),
+            identity: None,
             limits: LimitsInput::default(),
             before: None,
             after: None,
@@ -126,6 +129,11 @@ impl Supervisor {
     /// The supervisor's id.
     pub fn id(&self) -> &str {
         &self.inner.id
+    }
+
+    /// The identity children act as, if any.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.inner.identity.as_deref()
     }
 
     /// The owner it acts for.
@@ -228,6 +236,7 @@ pub struct SupervisorBuilder {
     ownership: Ownership,
     entries: Vec<ChildEntry>,
     permission: Permission,
+    identity: Option<Identity>,
     limits: LimitsInput,
     before: Option<Arc<dyn BeforeHook>>,
     after: Option<Arc<dyn AfterHook>>,
@@ -262,6 +271,13 @@ impl SupervisorBuilder {
     /// The supervisor-wide permission, AND-composed first onto every child run.
     pub fn permission(mut self, permission: Permission) -> Self {
         self.permission = permission;
+        self
+    }
+
+    /// The identity children act as (narrowed per child by its catalog scopes). It must be
+    /// active and the owner's.
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identity = Some(identity);
         self
     }
 
@@ -313,9 +329,18 @@ impl SupervisorBuilder {
         self
     }
 
-    /// Validates, in the documented order: ownership, id, catalog, limits.
+    /// Validates, in the documented order: ownership, identity, id, catalog, limits.
     pub fn build(self) -> CoreResult<Supervisor> {
         self.ownership.validate()?;
+        if let Some(identity) = &self.identity {
+            identity.check_active(Timestamp::now())?;
+            let o = &self.ownership;
+            identity.check_ownership(
+                &o.tenant_id,
+                o.account_id.as_deref(),
+                o.user_id.as_deref(),
+            )?;
+        }
         if !valid_id(&self.id) {
             return Err(CoreError::validation("Supervisor id is invalid"));
         }
@@ -348,6 +373,7 @@ impl SupervisorBuilder {
                 index,
                 child_ids,
                 permission: self.permission,
+                identity: self.identity.map(Arc::new),
                 limits,
                 before: self.before,
                 after: self.after,

@@ -2,24 +2,21 @@
 //! counter, slot or event changes), then the drive (hook, factory, child run) under the
 //! delegation's timeout and cancellation, then exactly one terminal report.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_protocol::{ChildOrigin, SessionId, SupervisorEvent};
-use futures::FutureExt;
+use std::collections::BTreeSet;
+
+use arbor_protocol::{ChildOrigin, SessionId, Timestamp};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::panic_message;
 use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::run::{RunOptions, RunResult};
+use crate::identity::Identity;
+use crate::run::RunResult;
 use crate::session::SessionRef;
-use crate::supervisor::catalog::ChildContext;
 use crate::supervisor::core::Supervisor;
-use crate::supervisor::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
-use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput, Report};
-use crate::supervisor::pump::run_pump;
+use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
 use crate::supervisor::slots::SlotGuard;
 
 /// One delegation request.
@@ -75,6 +72,8 @@ pub(crate) struct Scope {
     pub(crate) path: Arc<[String]>,
     pub(crate) parents: Arc<[String]>,
     pub(crate) token: CancellationToken,
+    /// The identity the delegating child acts as.
+    pub(crate) identity: Option<Arc<Identity>>,
 }
 
 /// Delegates on behalf of one place in the tree: the host (top level) or a running child.
@@ -153,6 +152,7 @@ pub(crate) struct Admitted {
     pub(crate) thread: String,
     pub(crate) name: String,
     pub(crate) parent: Option<SessionRef>,
+    pub(crate) identity: Option<Arc<Identity>>,
     pub(crate) token: CancellationToken,
     pub(crate) caller: Option<CancellationToken>,
     pub(crate) slot: SlotGuard,
@@ -233,6 +233,11 @@ impl Supervisor {
             .unwrap_or(u32::MAX)
             .saturating_add(1);
         check_depth(depth, &limits)?;
+        let parent_identity = match scope {
+            Some(s) => s.identity.clone(),
+            None => inner.identity.clone(),
+        };
+        let identity = child_identity(parent_identity, entry.scopes.as_ref())?;
         let input = self.redact(&request.input);
         check_bytes(&input, &limits)?;
         let slot = inner.slots.reserve(
@@ -268,6 +273,7 @@ impl Supervisor {
             thread,
             name,
             parent: request.parent,
+            identity,
             token,
             caller,
             slot,
@@ -325,186 +331,30 @@ impl Supervisor {
         drop(a.slot);
         outcome
     }
-
-    /// Hook, factory and child run.
-    async fn work(
-        &self,
-        a: &Admitted,
-        origin: &ChildOrigin,
-        deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
-    ) -> Worked {
-        let inner = &self.inner;
-        let entry = &inner.entries[a.entry];
-        let mut limits = a.limits;
-        let mut input = a.input.clone();
-        let mut hook_permission = None;
-        if let Some(hook) = &inner.before {
-            let ctx = BeforeContext {
-                child_id: a.child_id.clone(),
-                delegation_id: a.delegation_id.clone(),
-                depth: a.depth,
-                path: a.path.clone(),
-                input: input.clone(),
-                limits,
-            };
-            let decision = tokio::select! {
-                d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
-                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor("Delegation cancelled".into())),
-            };
-            match decision {
-                Err(p) => {
-                    return Worked::Error(CoreError::Supervisor(format!(
-                        "before hook panicked: {}",
-                        panic_message(&*p)
-                    )));
-                }
-                Ok(BeforeDecision::Deny { reason }) => {
-                    let reason = reason.unwrap_or_else(|| "Delegation denied".to_owned());
-                    return Worked::Rejected(self.redact(&reason));
-                }
-                Ok(BeforeDecision::Allow) => {}
-                Ok(BeforeDecision::Modify {
-                    input: new_input,
-                    limits: new_limits,
-                    permission,
-                }) => {
-                    if let Some(l) = new_limits {
-                        limits = match limits.narrow(&l) {
-                            Ok(l) => l,
-                            Err(e) => return Worked::Error(e),
-                        };
-                        if let Err(e) = check_depth(a.depth, &limits) {
-                            return Worked::Error(e);
-                        }
-                        let _ = deadline.send(
-                            tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms),
-                        );
-                    }
-                    if let Some(i) = new_input {
-                        input = self.redact(&i);
-                        if let Err(e) = check_bytes(&input, &limits) {
-                            return Worked::Error(e);
-                        }
-                    }
-                    hook_permission = permission;
-                }
-            }
-        }
-        let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
-        let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
-        let mut permission = inner.permission.and(&entry.permission);
-        if let Some(p) = &hook_permission {
-            permission = permission.and(p);
-        }
-        self.publish(SupervisorEvent::DelegationStarted {
-            origin: origin.clone(),
-            resource_id: resource_id.clone(),
-            thread_id: thread_id.clone(),
-        });
-        let mut parents = a.parents.to_vec();
-        parents.push(a.delegation_id.clone());
-        let ctx = ChildContext {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
-            path: a.path.clone(),
-            resource_id: resource_id.clone(),
-            thread_id: thread_id.clone(),
-            permission: permission.clone(),
-            cancel: a.token.clone(),
-            delegator: Delegator {
-                supervisor: self.clone(),
-                scope: Some(Arc::new(Scope {
-                    path: a.path.clone(),
-                    parents: Arc::from(parents),
-                    token: a.token.clone(),
-                })),
-            },
-        };
-        let built = tokio::select! {
-            b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
-            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor("Delegation cancelled".into())),
-        };
-        let agent = match built {
-            Ok(Ok(agent)) => agent,
-            Ok(Err(e)) => return Worked::Error(e),
-            Err(p) => {
-                return Worked::Error(CoreError::Supervisor(format!(
-                    "child \"{}\" factory panicked: {}",
-                    a.child_id,
-                    panic_message(&*p)
-                )));
-            }
-        };
-        let agent = match agent
-            .to_builder()
-            .permission(permission.and(agent.permission()))
-            .limits(agent.limits().narrow(&limits.run_limits()))
-            .build()
-        {
-            Ok(agent) => agent,
-            Err(e) => return Worked::Error(e),
-        };
-        let mut builder = agent
-            .session()
-            .store(inner.store.clone())
-            .name(a.name.clone())
-            .meta(serde_json::json!({
-                "supervisor_id": inner.id,
-                "delegation_id": a.delegation_id,
-                "child_id": a.child_id,
-                "resource_id": resource_id,
-                "thread_id": thread_id,
-            }));
-        if let Some(parent) = a.parent {
-            builder = builder.parent(parent);
-        }
-        let mut session = match builder.create().await {
-            Ok(s) => s,
-            Err(e) => return Worked::Error(e),
-        };
-        self.publish(SupervisorEvent::DelegationAdmitted {
-            origin: origin.clone(),
-            session_id: session.id(),
-            name: a.name.clone(),
-            model: agent.model().to_owned(),
-        });
-        let options = RunOptions::default().with_cancel(a.token.clone());
-        let ran = if a.policy.report == Report::OnComplete {
-            AssertUnwindSafe(session.run(input, options))
-                .catch_unwind()
-                .await
-        } else {
-            // The pump subscribes before the run and is drained before any terminal event.
-            let sub = session.subscribe();
-            let stop = CancellationToken::new();
-            let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
-            let run = async {
-                let r = AssertUnwindSafe(session.run(input, options))
-                    .catch_unwind()
-                    .await;
-                stop.cancel();
-                r
-            };
-            tokio::join!(run, pump).0
-        };
-        match ran {
-            Ok(Ok(result)) => Worked::Ran {
-                session_id: session.id(),
-                name: a.name.clone(),
-                result,
-            },
-            Ok(Err(e)) => Worked::Error(e),
-            Err(p) => Worked::Error(CoreError::Supervisor(format!(
-                "child \"{}\" run panicked: {}",
-                a.child_id,
-                panic_message(&*p)
-            ))),
-        }
-    }
 }
 
-fn check_depth(depth: u32, limits: &SupervisorLimits) -> CoreResult<()> {
+/// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it
+/// names any, and checked so it holds no more than the parent's. An inactive parent identity
+/// refuses the delegation even without narrowing: no child runs on an expired or revoked
+/// identity.
+fn child_identity(
+    parent: Option<Arc<Identity>>,
+    scopes: Option<&BTreeSet<String>>,
+) -> CoreResult<Option<Arc<Identity>>> {
+    let Some(parent) = parent else {
+        return Ok(None);
+    };
+    let now = Timestamp::now();
+    parent.check_active(now)?;
+    let Some(scopes) = scopes else {
+        return Ok(Some(parent));
+    };
+    let narrowed = parent.narrow(scopes.iter().cloned(), None, now)?;
+    parent.assert_propagation(&narrowed, now)?;
+    Ok(Some(Arc::new(narrowed)))
+}
+
+pub(super) fn check_depth(depth: u32, limits: &SupervisorLimits) -> CoreResult<()> {
     if depth > limits.max_depth {
         return Err(CoreError::limit_error(
             "Delegation depth exceeded",
@@ -518,7 +368,7 @@ fn check_depth(depth: u32, limits: &SupervisorLimits) -> CoreResult<()> {
     Ok(())
 }
 
-fn check_bytes(input: &str, limits: &SupervisorLimits) -> CoreResult<()> {
+pub(super) fn check_bytes(input: &str, limits: &SupervisorLimits) -> CoreResult<()> {
     let bytes = input.len() as u64;
     if bytes > limits.max_message_bytes {
         return Err(CoreError::limit_error(
@@ -531,24 +381,6 @@ fn check_bytes(input: &str, limits: &SupervisorLimits) -> CoreResult<()> {
         ));
     }
     Ok(())
-}
-
-/// Percent-encodes everything but unreserved characters (as `encodeURIComponent` does).
-fn encode_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')'
-            )
-        {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// A fresh, time-ordered, never reused id suffix.

@@ -28,6 +28,7 @@ mod slots;
 pub mod summary;
 mod terminal;
 pub mod tools;
+mod work;
 
 pub use catalog::{AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, factory_fn};
 pub use core::{ChildEventSink, Ownership, Supervisor, SupervisorBuilder};

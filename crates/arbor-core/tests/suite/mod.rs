@@ -1,5 +1,6 @@
 mod cancel;
 mod events;
+mod identity;
 mod limits;
 mod permission;
 mod pump;

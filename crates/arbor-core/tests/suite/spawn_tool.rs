@@ -47,6 +47,7 @@ async fn ctx_in(sup: &Supervisor) -> ToolContext {
         call_id: "c1".into(),
         turn: 1,
         cancel: CancellationToken::new(),
+        identity: None,
     }
 }
 

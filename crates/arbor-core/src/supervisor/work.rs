@@ -1,0 +1,224 @@
+//! The work of a begun delegation, between admission and the terminal report: the `before`
+//! hook, the child's factory, the rebuilt agent (permission, identity and limits forced onto
+//! it), its session and its run, with the child-event pump when the report policy asks.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::{ChildOrigin, SupervisorEvent};
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatch::panic_message;
+use crate::error::CoreError;
+use crate::permission::ToolBudget;
+use crate::run::RunOptions;
+use crate::supervisor::catalog::ChildContext;
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::delegate::{Admitted, Delegator, Scope, Worked, check_bytes, check_depth};
+use crate::supervisor::hooks::{BeforeContext, BeforeDecision};
+use crate::supervisor::policy::Report;
+use crate::supervisor::pump::run_pump;
+
+impl Supervisor {
+    /// Hook, factory and child run.
+    pub(super) async fn work(
+        &self,
+        a: &Admitted,
+        origin: &ChildOrigin,
+        deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
+    ) -> Worked {
+        let inner = &self.inner;
+        let entry = &inner.entries[a.entry];
+        let mut limits = a.limits;
+        let mut input = a.input.clone();
+        let mut hook_permission = None;
+        if let Some(hook) = &inner.before {
+            let ctx = BeforeContext {
+                child_id: a.child_id.clone(),
+                delegation_id: a.delegation_id.clone(),
+                depth: a.depth,
+                path: a.path.clone(),
+                input: input.clone(),
+                limits,
+            };
+            let decision = tokio::select! {
+                d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
+                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor("Delegation cancelled".into())),
+            };
+            match decision {
+                Err(p) => {
+                    return Worked::Error(CoreError::Supervisor(format!(
+                        "before hook panicked: {}",
+                        panic_message(&*p)
+                    )));
+                }
+                Ok(BeforeDecision::Deny { reason }) => {
+                    let reason = reason.unwrap_or_else(|| "Delegation denied".to_owned());
+                    return Worked::Rejected(self.redact(&reason));
+                }
+                Ok(BeforeDecision::Allow) => {}
+                Ok(BeforeDecision::Modify {
+                    input: new_input,
+                    limits: new_limits,
+                    permission,
+                }) => {
+                    if let Some(l) = new_limits {
+                        limits = match limits.narrow(&l) {
+                            Ok(l) => l,
+                            Err(e) => return Worked::Error(e),
+                        };
+                        if let Err(e) = check_depth(a.depth, &limits) {
+                            return Worked::Error(e);
+                        }
+                        let _ = deadline.send(
+                            tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms),
+                        );
+                    }
+                    if let Some(i) = new_input {
+                        input = self.redact(&i);
+                        if let Err(e) = check_bytes(&input, &limits) {
+                            return Worked::Error(e);
+                        }
+                    }
+                    hook_permission = permission;
+                }
+            }
+        }
+        let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
+        let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
+        // supervisor → catalog → hook → tool budget; the agent's own comes last.
+        let mut permission = inner.permission.and(&entry.permission);
+        if let Some(p) = &hook_permission {
+            permission = permission.and(p);
+        }
+        let permission = permission.and_policy(ToolBudget::new(limits.max_tool_calls));
+        self.publish(SupervisorEvent::DelegationStarted {
+            origin: origin.clone(),
+            resource_id: resource_id.clone(),
+            thread_id: thread_id.clone(),
+        });
+        let mut parents = a.parents.to_vec();
+        parents.push(a.delegation_id.clone());
+        let ctx = ChildContext {
+            child_id: a.child_id.clone(),
+            delegation_id: a.delegation_id.clone(),
+            depth: a.depth,
+            path: a.path.clone(),
+            resource_id: resource_id.clone(),
+            thread_id: thread_id.clone(),
+            permission: permission.clone(),
+            identity: a.identity.clone(),
+            cancel: a.token.clone(),
+            delegator: Delegator {
+                supervisor: self.clone(),
+                scope: Some(Arc::new(Scope {
+                    path: a.path.clone(),
+                    parents: Arc::from(parents),
+                    token: a.token.clone(),
+                    identity: a.identity.clone(),
+                })),
+            },
+        };
+        let built = tokio::select! {
+            b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
+            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor("Delegation cancelled".into())),
+        };
+        let agent = match built {
+            Ok(Ok(agent)) => agent,
+            Ok(Err(e)) => return Worked::Error(e),
+            Err(p) => {
+                return Worked::Error(CoreError::Supervisor(format!(
+                    "child \"{}\" factory panicked: {}",
+                    a.child_id,
+                    panic_message(&*p)
+                )));
+            }
+        };
+        let agent = match agent
+            .to_builder()
+            .permission(permission.and(agent.permission()))
+            .identity(a.identity.as_deref().or(agent.identity()).cloned())
+            .limits(agent.limits().narrow(&limits.run_limits()))
+            .build()
+        {
+            Ok(agent) => agent,
+            Err(e) => return Worked::Error(e),
+        };
+        let mut builder = agent
+            .session()
+            .store(inner.store.clone())
+            .name(a.name.clone())
+            .meta(serde_json::json!({
+                "supervisor_id": inner.id,
+                "delegation_id": a.delegation_id,
+                "child_id": a.child_id,
+                "resource_id": resource_id,
+                "thread_id": thread_id,
+            }));
+        if let Some(parent) = a.parent {
+            builder = builder.parent(parent);
+        }
+        let mut session = match builder.create().await {
+            Ok(s) => s,
+            Err(e) => return Worked::Error(e),
+        };
+        self.publish(SupervisorEvent::DelegationAdmitted {
+            origin: origin.clone(),
+            session_id: session.id(),
+            name: a.name.clone(),
+            model: agent.model().to_owned(),
+        });
+        let options = RunOptions::default().with_cancel(a.token.clone());
+        let ran = if a.policy.report == Report::OnComplete {
+            AssertUnwindSafe(session.run(input, options))
+                .catch_unwind()
+                .await
+        } else {
+            // The pump subscribes before the run and is drained before any terminal event.
+            let sub = session.subscribe();
+            let stop = CancellationToken::new();
+            let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
+            let run = async {
+                let r = AssertUnwindSafe(session.run(input, options))
+                    .catch_unwind()
+                    .await;
+                stop.cancel();
+                r
+            };
+            tokio::join!(run, pump).0
+        };
+        match ran {
+            Ok(Ok(result)) => Worked::Ran {
+                session_id: session.id(),
+                name: a.name.clone(),
+                result,
+            },
+            Ok(Err(e)) => Worked::Error(e),
+            Err(p) => Worked::Error(CoreError::Supervisor(format!(
+                "child \"{}\" run panicked: {}",
+                a.child_id,
+                panic_message(&*p)
+            ))),
+        }
+    }
+}
+
+/// Percent-encodes everything but unreserved characters (as `encodeURIComponent` does).
+fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')'
+            )
+        {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
