@@ -109,10 +109,10 @@ async fn a_child_gets_its_narrowed_identity_and_a_scoped_tool_is_blocked() {
                             id.delegated_from().map(str::to_owned),
                         ));
                         // The echo tool needs fs:write, which this child was not given.
-                        Ok(echo_then_done()
+                        echo_then_done()
                             .to_builder()
                             .policy(RequireScopes::new().require("echo", "fs:write"))
-                            .build()?)
+                            .build()
                     }
                 }),
             )
@@ -122,10 +122,10 @@ async fn a_child_gets_its_narrowed_identity_and_a_scoped_tool_is_blocked() {
             ChildEntry::new(
                 "writer",
                 factory_fn(|_ctx| async move {
-                    Ok(echo_then_done()
+                    echo_then_done()
                         .to_builder()
                         .policy(RequireScopes::new().require("echo", "fs:write"))
-                        .build()?)
+                        .build()
                 }),
             )
             .scopes(["fs:write"]),
@@ -218,11 +218,11 @@ async fn nested_children_narrow_from_their_parent_not_the_root() {
                         narrow.map_or_else(|e| e.to_string(), |r| r.result.text),
                         wide.map_or_else(|e| e.to_string(), |r| r.result.text)
                     );
-                    Ok(Agent::builder("middle")
+                    Agent::builder("middle")
                         .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
                             text,
                         )])))
-                        .build()?)
+                        .build()
                 }),
             )
             .scopes(["a", "b"]),
@@ -233,11 +233,11 @@ async fn nested_children_narrow_from_their_parent_not_the_root() {
                 factory_fn(|ctx| async move {
                     let scopes: Vec<String> =
                         ctx.identity.unwrap().scopes().iter().cloned().collect();
-                    Ok(Agent::builder("leaf")
+                    Agent::builder("leaf")
                         .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
                             scopes.join(","),
                         )])))
-                        .build()?)
+                        .build()
                 }),
             )
             .scopes(["b"]),
@@ -262,11 +262,11 @@ async fn without_scopes_the_parent_identity_passes_unchanged_and_without_one_non
             factory_fn(|ctx| async move {
                 let same = ctx.identity.as_deref().map(Identity::principal) == Some("alice")
                     && ctx.identity.as_deref().unwrap().delegated_from().is_none();
-                Ok(Agent::builder("c")
+                Agent::builder("c")
                     .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
                         same.to_string(),
                     )])))
-                    .build()?)
+                    .build()
             }),
         ))
         .build()
@@ -282,11 +282,11 @@ async fn without_scopes_the_parent_identity_passes_unchanged_and_without_one_non
             ChildEntry::new(
                 "c",
                 factory_fn(|ctx| async move {
-                    Ok(Agent::builder("c")
+                    Agent::builder("c")
                         .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
                             ctx.identity.is_none().to_string(),
                         )])))
-                        .build()?)
+                        .build()
                 }),
             )
             .scopes(["x"]),
