@@ -9,6 +9,7 @@ use arbor_protocol::RunLimits;
 use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
 use crate::permission::{Permission, PermissionPolicy};
+use crate::redact::Redactor;
 use crate::tool::{DynTool, Tool, ToolSet, Typed};
 
 /// Default `tool_concurrency`: how many non-exclusive calls of one turn run at once.
@@ -33,6 +34,7 @@ struct AgentInner {
     tools: ToolSet,
     permission: Permission,
     identity: Option<Arc<Identity>>,
+    redactor: Option<Arc<dyn Redactor>>,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -61,6 +63,7 @@ impl Agent {
             tools: Vec::new(),
             permission: Permission::allow_all(),
             identity: None,
+            redactor: None,
             limits: RunLimits::DEFAULT,
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
@@ -102,6 +105,11 @@ impl Agent {
         self.inner.identity.as_deref()
     }
 
+    /// The redactor applied to its sessions' events and stored transcripts, if any.
+    pub fn redactor(&self) -> Option<&Arc<dyn Redactor>> {
+        self.inner.redactor.as_ref()
+    }
+
     pub(crate) fn shared_identity(&self) -> Option<Arc<Identity>> {
         self.inner.identity.clone()
     }
@@ -137,6 +145,7 @@ impl Agent {
                 .collect(),
             permission: i.permission.clone(),
             identity: i.identity.as_deref().cloned(),
+            redactor: i.redactor.clone(),
             limits: i.limits,
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
@@ -154,6 +163,7 @@ pub struct AgentBuilder {
     tools: Vec<Arc<dyn DynTool>>,
     permission: Permission,
     identity: Option<Identity>,
+    redactor: Option<Arc<dyn Redactor>>,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -222,6 +232,12 @@ impl AgentBuilder {
         self
     }
 
+    /// The redactor applied to everything its sessions publish or store (or none).
+    pub fn redactor(mut self, redactor: Option<Arc<dyn Redactor>>) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
     /// The run limits (each at least 1 and at most its hard cap).
     pub fn limits(mut self, limits: RunLimits) -> Self {
         self.limits = limits;
@@ -274,6 +290,7 @@ impl AgentBuilder {
                 tools,
                 permission: self.permission,
                 identity: self.identity.map(Arc::new),
+                redactor: self.redactor,
                 limits: self.limits,
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,

@@ -15,6 +15,8 @@ use arbor_protocol::{
 };
 use tokio::sync::broadcast;
 
+use crate::redact::{Redactor, redact_serde};
+
 /// An event type a [`Bus`] can carry: it knows its sequence number and how to make the lag
 /// marker that stands for `missed` lost events before `next`.
 pub trait Sequenced: fmt::Debug + Send + Sync + 'static {
@@ -126,6 +128,7 @@ impl<E: Sequenced> Bus<E> {
 pub struct EventBus {
     session_id: SessionId,
     bus: Bus<EventEnvelope>,
+    redactor: Option<Arc<dyn Redactor>>,
 }
 
 impl EventBus {
@@ -134,7 +137,15 @@ impl EventBus {
         Self {
             session_id,
             bus: Bus::new(capacity),
+            redactor: None,
         }
+    }
+
+    /// The same bus, redacting every event's strings before anyone sees it.
+    #[must_use]
+    pub fn with_redactor(mut self, redactor: Option<Arc<dyn Redactor>>) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// A new subscription; it receives events published from now on.
@@ -150,13 +161,22 @@ impl EventBus {
     /// Publishes one event of `run` and returns its sequence number.
     pub fn publish(&self, run_id: RunId, event: AgentEvent) -> u64 {
         let session_id = self.session_id;
+        let redactor = self.redactor.as_deref();
         self.bus
-            .publish_with(false, |seq| EventEnvelope {
-                seq,
-                at: Timestamp::now(),
-                session_id,
-                run_id,
-                event,
+            .publish_with(false, |seq| {
+                let event = match redactor.map(|r| redact_serde(r, &event)) {
+                    None | Some(Ok(None)) => event,
+                    Some(Ok(Some(clean))) => clean,
+                    // An event that cannot be redacted safely is replaced, never leaked.
+                    Some(Err(_)) => AgentEvent::EventsLagged { missed: 1 },
+                };
+                EventEnvelope {
+                    seq,
+                    at: Timestamp::now(),
+                    session_id,
+                    run_id,
+                    event,
+                }
             })
             .0
     }

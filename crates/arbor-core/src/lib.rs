@@ -28,6 +28,7 @@ mod error;
 pub mod events;
 pub mod identity;
 pub mod permission;
+pub mod redact;
 mod run;
 mod session;
 pub mod supervisor;
@@ -42,8 +43,9 @@ pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
 pub use identity::{Identity, IdentityError, IdentityErrorCode};
 pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest, ToolBudget};
+pub use redact::{Redactor, SecretRedactor};
 pub use run::{RunOptions, RunResult};
-pub use session::{Session, SessionBuilder, SessionRef};
+pub use session::{Session, SessionBuilder, SessionRef, validate_session_name};
 pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use arbor_store::{MemoryStore, SessionRecord, SessionUpdate, Store};
 use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
 use crate::events::{EventBus, Subscription};
+use crate::redact::redact_serde;
 
 /// Where a session stands in its tree: what a child needs of its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,7 +84,7 @@ impl Agent {
             })
             .collect();
         Ok(Session {
-            bus: EventBus::new(id, self.event_capacity()),
+            bus: EventBus::new(id, self.event_capacity()).with_redactor(self.redactor().cloned()),
             agent: self.clone(),
             store,
             record,
@@ -134,11 +135,7 @@ impl SessionBuilder {
             .store
             .unwrap_or_else(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>);
         let name = self.name.unwrap_or_else(|| self.agent.name().to_owned());
-        if name.is_empty() || name.chars().count() > 64 {
-            return Err(CoreError::validation(
-                "session name must be 1-64 characters",
-            ));
-        }
+        validate_session_name(&name)?;
         let mut record = SessionRecord::new_root(name, self.agent.name(), self.agent.model());
         if let Some(parent) = self.parent {
             record.parent_id = Some(parent.id);
@@ -148,7 +145,8 @@ impl SessionBuilder {
         record.meta = self.meta;
         store.create_session(&record).await?;
         Ok(Session {
-            bus: EventBus::new(record.id, self.agent.event_capacity()),
+            bus: EventBus::new(record.id, self.agent.event_capacity())
+                .with_redactor(self.agent.redactor().cloned()),
             agent: self.agent,
             store,
             record,
@@ -222,6 +220,22 @@ impl Session {
         entries: &[EntryKind],
         update: Option<SessionUpdate>,
     ) -> CoreResult<()> {
+        let redacted;
+        let entries = match self.agent.redactor() {
+            Some(r) => {
+                redacted = entries
+                    .iter()
+                    .map(|e| match redact_serde(r.as_ref(), e) {
+                        Ok(clean) => Ok(clean.unwrap_or_else(|| e.clone())),
+                        Err(why) => Err(CoreError::Validation(format!(
+                            "a transcript entry could not be redacted: {why}"
+                        ))),
+                    })
+                    .collect::<CoreResult<Vec<_>>>()?;
+                &redacted[..]
+            }
+            None => entries,
+        };
         self.store
             .append(self.record.id, run, entries, update.as_ref())
             .await?;
@@ -230,4 +244,14 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// Checks a session name: 1–64 characters, none of them a control character.
+pub fn validate_session_name(name: &str) -> CoreResult<()> {
+    if name.trim().is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(CoreError::validation(
+            "session name must be 1-64 characters, without control characters",
+        ));
+    }
+    Ok(())
 }

@@ -13,11 +13,11 @@ use crate::error::{CoreError, CoreResult};
 use crate::events::{Bus, Subscription};
 use crate::identity::Identity;
 use crate::permission::Permission;
+use crate::redact::Redactor;
 use crate::supervisor::catalog::{ChildEntry, check_child_id, valid_id};
 use crate::supervisor::handles::Handles;
 use crate::supervisor::hooks::{AfterHook, BeforeHook};
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
-use crate::supervisor::redact::Redactor;
 use crate::supervisor::slots::Slots;
 use crate::supervisor::summary::{ChildSummary, Summary};
 

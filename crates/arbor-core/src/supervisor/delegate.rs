@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::identity::Identity;
 use crate::run::RunResult;
-use crate::session::SessionRef;
+use crate::session::{SessionRef, validate_session_name};
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
@@ -240,6 +240,11 @@ impl Supervisor {
         let identity = child_identity(parent_identity, entry.scopes.as_ref())?;
         let input = self.redact(&request.input);
         check_bytes(&input, &limits)?;
+        let name = match &request.name {
+            Some(n) => self.redact(n),
+            None => request.child_id.clone(),
+        };
+        validate_session_name(&name)?;
         let slot = inner.slots.reserve(
             limits
                 .max_active_children
@@ -259,7 +264,6 @@ impl Supervisor {
             Lifetime::Session => None,
         };
         let thread = request.thread_id.as_deref().unwrap_or("default").to_owned();
-        let name = request.name.unwrap_or_else(|| request.child_id.clone());
         Ok(Admitted {
             entry: entry_index,
             child_id: request.child_id,

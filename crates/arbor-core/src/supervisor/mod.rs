@@ -10,7 +10,6 @@
 //! - [`policy`], child policies (lifetime, report, milestones, budget share).
 //! - [`catalog`], the allow-list ([`ChildEntry`], [`ChildFactory`]).
 //! - [`hooks`], `before` and `after`.
-//! - [`redact`], secret redaction.
 //! - [`summary`], the recovery counters.
 //! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`.
 
@@ -23,13 +22,13 @@ mod join;
 pub mod limits;
 pub mod policy;
 mod pump;
-pub mod redact;
 mod slots;
 pub mod summary;
 mod terminal;
 pub mod tools;
 mod work;
 
+pub use crate::redact::{REDACTED, Redactor, SecretRedactor};
 pub use catalog::{AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, factory_fn};
 pub use core::{ChildEventSink, Ownership, Supervisor, SupervisorBuilder};
 pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator};
@@ -39,6 +38,5 @@ pub use hooks::{
 pub use join::{WaitOptions, WaitOutcome};
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
-pub use redact::{Redactor, SecretRedactor};
 pub use summary::{ChildSummary, Outcome};
 pub use tools::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Subscription;
+use crate::redact::redact_serde;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::limits::SupervisorLimits;
 use crate::supervisor::policy::{EffectivePolicy, Report};
@@ -83,17 +84,19 @@ impl Pump<'_> {
         }
     }
 
+    /// The event with its strings redacted, and its serialized size in UTF-8 bytes. `None`
+    /// when it cannot be serialized or redacted safely (it is then dropped, not leaked).
     fn redacted(&self, envelope: &EventEnvelope) -> Option<(EventEnvelope, u64)> {
-        let json = serde_json::to_string(envelope).ok()?;
-        match &self.supervisor.inner.redactor {
-            None => Some((envelope.clone(), json.len() as u64)),
-            Some(r) => {
-                let clean = r.redact(&json);
-                let bytes = clean.len() as u64;
-                // A redaction that breaks the JSON drops the event (counted as coalesced).
-                serde_json::from_str(&clean).ok().map(|e| (e, bytes))
-            }
-        }
+        let event = match &self.supervisor.inner.redactor {
+            None => envelope.clone(),
+            Some(r) => match redact_serde(r.as_ref(), envelope) {
+                Ok(Some(clean)) => clean,
+                Ok(None) => envelope.clone(),
+                Err(_) => return None,
+            },
+        };
+        let bytes = serde_json::to_vec(&event).ok()?.len() as u64;
+        Some((event, bytes))
     }
 
     fn flush_drops(&mut self) {

@@ -185,7 +185,30 @@ impl Supervisor {
             origin,
         )
         .await;
-        Err(error)
+        Err(self.redact_error(error))
+    }
+
+    /// The error with its message redacted: errors are logged and passed to parent models,
+    /// so a child's secret must not ride out in one. (A child result attached to it keeps
+    /// the child's own text, for the host.)
+    fn redact_error(&self, error: CoreError) -> CoreError {
+        if self.inner.redactor.is_none() {
+            return error;
+        }
+        match error {
+            CoreError::Validation(m) => CoreError::Validation(self.redact(&m)),
+            CoreError::Denied(m) => CoreError::Denied(self.redact(&m)),
+            CoreError::Supervisor(m) => CoreError::Supervisor(self.redact(&m)),
+            CoreError::Run { message, result } => CoreError::Run {
+                message: self.redact(&message),
+                result,
+            },
+            CoreError::Limit(mut e) => {
+                e.message = self.redact(&e.message);
+                CoreError::Limit(e)
+            }
+            other => other,
+        }
     }
 
     async fn after(

@@ -153,9 +153,8 @@ impl DynTool for SpawnAgentTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: SpawnArgs = serde_json::from_value(arguments).map_err(|e| {
-            ToolError::ToModel(format!("invalid arguments for `{}`: {e}", self.spec.name))
-        })?;
+        let args: SpawnArgs = serde_json::from_value(arguments)
+            .map_err(|e| bad_arguments(&self.delegator, &self.spec.name, &e))?;
         if !self.allowed.contains(&args.child_id) {
             return Err(ToolError::ToModel("Unknown child id".to_owned()));
         }
@@ -200,6 +199,16 @@ impl DynTool for SpawnAgentTool {
 #[serde(deny_unknown_fields)]
 struct HandleArgs {
     delegation_id: String,
+}
+
+/// A serde error names the bad field and may quote its value: redacted before the model
+/// reads it.
+fn bad_arguments(delegator: &Delegator, tool: &str, e: &serde_json::Error) -> ToolError {
+    ToolError::ToModel(
+        delegator
+            .supervisor()
+            .redact(&format!("invalid arguments for `{tool}`: {e}")),
+    )
 }
 
 fn handle_spec(name: &str, description: &str) -> ToolSpec {
@@ -251,7 +260,7 @@ impl DynTool for WaitAgentTool {
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
         let args: HandleArgs = serde_json::from_value(arguments)
-            .map_err(|e| ToolError::ToModel(format!("invalid arguments for `wait_agent`: {e}")))?;
+            .map_err(|e| bad_arguments(&self.delegator, "wait_agent", &e))?;
         let options = WaitOptions {
             timeout: None,
             cancel: Some(ctx.cancel.clone()),
@@ -306,9 +315,8 @@ impl DynTool for CancelAgentTool {
         arguments: serde_json::Value,
         _ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: HandleArgs = serde_json::from_value(arguments).map_err(|e| {
-            ToolError::ToModel(format!("invalid arguments for `cancel_agent`: {e}"))
-        })?;
+        let args: HandleArgs = serde_json::from_value(arguments)
+            .map_err(|e| bad_arguments(&self.delegator, "cancel_agent", &e))?;
         match self.delegator.supervisor().cancel(&args.delegation_id) {
             Ok(running) => Ok(json!({
                 "delegation_id": args.delegation_id,

@@ -140,6 +140,7 @@ impl Supervisor {
             .to_builder()
             .permission(permission.and(agent.permission()))
             .identity(a.identity.as_deref().or(agent.identity()).cloned())
+            .redactor(inner.redactor.clone().or_else(|| agent.redactor().cloned()))
             .limits(agent.limits().narrow(&limits.run_limits()))
             .build()
         {

@@ -1,0 +1,146 @@
+//! Redaction: secrets are replaced before text leaves the runtime.
+//!
+//! A [`Redactor`] replaces secrets in text. An agent with a redactor has it applied to every
+//! event its sessions publish and every transcript entry they store (the run itself keeps the
+//! original text, so the model's view does not change); a supervisor applies its redactor to
+//! everything it emits and forces it onto every child agent. Structured values are redacted
+//! string by string ([`redact_value`]), so a secret containing characters JSON escapes is
+//! still found, and the structure is never broken.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Replaces secrets in text. Must be cheap and never fail.
+pub trait Redactor: fmt::Debug + Send + Sync {
+    /// `text` with every secret replaced.
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str>;
+}
+
+/// Replaces each exact secret string with `[REDACTED]`.
+#[derive(Debug, Clone, Default)]
+pub struct SecretRedactor {
+    secrets: Vec<String>,
+}
+
+impl SecretRedactor {
+    /// A redactor for these secrets (empty strings are ignored).
+    pub fn new<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut secrets: Vec<String> = secrets
+            .into_iter()
+            .map(Into::into)
+            .filter(|s| !s.is_empty())
+            .collect();
+        // Longest first, so a secret that contains another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Self { secrets }
+    }
+}
+
+/// The text secrets are replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+impl Redactor for SecretRedactor {
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut out = Cow::Borrowed(text);
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+            }
+        }
+        out
+    }
+}
+
+/// Redacts every string (and object key) inside `value`; returns whether anything changed.
+pub fn redact_value(redactor: &dyn Redactor, value: &mut Value) -> bool {
+    match value {
+        Value::String(s) => match redactor.redact(s) {
+            Cow::Borrowed(_) => false,
+            Cow::Owned(clean) => {
+                *s = clean;
+                true
+            }
+        },
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, v| redact_value(redactor, v) | changed),
+        Value::Object(map) => {
+            let dirty_keys: Vec<String> = map
+                .keys()
+                .filter(|k| matches!(redactor.redact(k), Cow::Owned(_)))
+                .cloned()
+                .collect();
+            let mut changed = !dirty_keys.is_empty();
+            for key in dirty_keys {
+                if let Some(v) = map.remove(&key) {
+                    map.insert(redactor.redact(&key).into_owned(), v);
+                }
+            }
+            for v in map.values_mut() {
+                changed |= redact_value(redactor, v);
+            }
+            changed
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+/// `item` with its strings redacted, or `None` when it holds no secret. A value that does not
+/// survive the round trip through JSON is reported as `Err` with the serde message, so the
+/// caller can drop it rather than pass a secret on.
+pub(crate) fn redact_serde<T>(redactor: &dyn Redactor, item: &T) -> Result<Option<T>, String>
+where
+    T: Serialize + DeserializeOwned,
+{
+    let mut value = serde_json::to_value(item).map_err(|e| e.to_string())?;
+    if !redact_value(redactor, &mut value) {
+        return Ok(None);
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_redacted_string_by_string() {
+        let r = SecretRedactor::new(["se\"cret"]);
+        let mut v = serde_json::json!({
+            "a": "x se\"cret y",
+            "list": [1, "se\"cret", {"se\"cret": true}],
+            "clean": "nothing here",
+        });
+        assert!(redact_value(&r, &mut v));
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "a": "x [REDACTED] y",
+                "list": [1, "[REDACTED]", {"[REDACTED]": true}],
+                "clean": "nothing here",
+            })
+        );
+        let mut clean = serde_json::json!({"k": ["v"]});
+        assert!(!redact_value(&r, &mut clean));
+    }
+
+    #[test]
+    fn replaces_every_occurrence_and_borrows_when_clean() {
+        let r = SecretRedactor::new(["canary", "canary-long", ""]);
+        assert_eq!(
+            r.redact("a canary and canary-long"),
+            "a [REDACTED] and [REDACTED]"
+        );
+        assert!(matches!(r.redact("clean"), Cow::Borrowed(_)));
+    }
+}
