@@ -14,6 +14,7 @@ use arbor_protocol::{
     AgentEvent, EventEnvelope, RunId, SessionId, SupervisorEnvelope, SupervisorEvent, Timestamp,
 };
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 use crate::redact::{Redactor, redact_serde};
 
@@ -81,26 +82,69 @@ struct BusInner<E> {
     // order even when concurrent tasks publish at once.
     seq: Mutex<u64>,
     sender: broadcast::Sender<Arc<E>>,
+    /// A subscription opened at creation, handed to the first subscriber, so events
+    /// published before anyone subscribed are kept (up to the capacity).
+    retained: Mutex<Option<broadcast::Receiver<Arc<E>>>>,
+    /// Once cancelled, subscriptions end after their queued events.
+    closed: CancellationToken,
 }
 
 impl<E: Sequenced> Bus<E> {
     /// A bus whose subscriptions hold at most `capacity` unread events (at least 1).
     pub fn new(capacity: usize) -> Self {
-        let (sender, _) = broadcast::channel(capacity.max(1));
+        Self::make(capacity, false)
+    }
+
+    /// A bus that keeps what is published before the first subscription (up to `capacity`
+    /// events, oldest dropped and reported by a lag marker) and hands it to that subscriber.
+    pub fn retaining(capacity: usize) -> Self {
+        Self::make(capacity, true)
+    }
+
+    fn make(capacity: usize, retain: bool) -> Self {
+        let (sender, rx) = broadcast::channel(capacity.max(1));
         Self {
             inner: Arc::new(BusInner {
                 seq: Mutex::new(0),
                 sender,
+                retained: Mutex::new(retain.then_some(rx)),
+                closed: CancellationToken::new(),
             }),
         }
     }
 
-    /// A new subscription; it receives events published from now on.
+    /// A new subscription; it receives events published from now on (the first
+    /// subscription of a [retaining](Self::retaining) bus also gets what came before).
     pub fn subscribe(&self) -> Subscription<E> {
+        let retained = self
+            .inner
+            .retained
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         Subscription {
-            rx: self.inner.sender.subscribe(),
+            rx: retained.unwrap_or_else(|| self.inner.sender.subscribe()),
             pending: None,
+            closed: self.inner.closed.clone(),
         }
+    }
+
+    /// Ends every subscription once it has read what is queued; later subscriptions end at
+    /// once. Publishing still counts sequence numbers but nobody receives.
+    pub fn close(&self) {
+        self.inner.closed.cancel();
+        drop(
+            self.inner
+                .retained
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.is_cancelled()
     }
 
     /// How many subscriptions are open.
@@ -187,6 +231,7 @@ impl EventBus {
 pub struct Subscription<E: Sequenced = EventEnvelope> {
     rx: broadcast::Receiver<Arc<E>>,
     pending: Option<Arc<E>>,
+    closed: CancellationToken,
 }
 
 impl<E: Sequenced> Subscription<E> {
@@ -198,10 +243,21 @@ impl<E: Sequenced> Subscription<E> {
         if let Some(next) = self.pending.take() {
             return Some(next);
         }
-        match self.rx.recv().await {
-            Ok(event) => Some(event),
-            Err(broadcast::error::RecvError::Closed) => None,
-            Err(broadcast::error::RecvError::Lagged(missed)) => Some(self.lag_marker(missed).await),
+        if self.closed.is_cancelled() {
+            return self.try_recv();
+        }
+        let closed = self.closed.clone();
+        tokio::select! {
+            biased;
+            r = self.rx.recv() => match r {
+                Ok(event) => Some(event),
+                Err(broadcast::error::RecvError::Closed) => None,
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    Some(self.lag_marker(missed).await)
+                }
+            },
+            // Closed while waiting: hand out whatever arrived meanwhile, then end.
+            _ = closed.cancelled() => self.try_recv(),
         }
     }
 

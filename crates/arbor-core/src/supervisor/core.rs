@@ -172,7 +172,9 @@ impl Supervisor {
         self.inner.limits.worst_case_sessions()
     }
 
-    /// Subscribes to the supervisor's events from now on.
+    /// Subscribes to the supervisor's events from now on. The first subscription also gets
+    /// what was published before it (up to `max_queued_events`; a lag marker counts any
+    /// dropped). Every subscription ends after [`shutdown`](Self::shutdown).
     pub fn subscribe(&self) -> Subscription<SupervisorEnvelope> {
         self.inner.bus.subscribe()
     }
@@ -199,12 +201,14 @@ impl Supervisor {
         rows
     }
 
-    /// Ends the supervisor's session: cancels every child (session lifetime included) and
-    /// waits for the background ones to finish.
+    /// Ends the supervisor's session: cancels every child (session lifetime included), waits
+    /// for them to report their terminals, then closes the event stream (subscribers read
+    /// what is queued, then their `recv` returns `None`).
     pub async fn shutdown(&self) {
         self.inner.session_token.cancel();
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
+        self.inner.bus.close();
     }
 
     /// The token whose cancellation ends every child.
@@ -383,7 +387,7 @@ impl SupervisorBuilder {
                 session_token: self.session_token,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 slots: Arc::new(Slots::default()),
-                bus: Bus::new(capacity),
+                bus: Bus::retaining(capacity),
                 tracker: TaskTracker::new(),
             }),
         })

@@ -137,6 +137,20 @@ pub struct AsyncHandle {
     pub child_id: String,
 }
 
+/// Why a delegation was cancelled: the first reason set wins.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CancelReason(Arc<std::sync::OnceLock<&'static str>>);
+
+impl CancelReason {
+    pub(crate) fn set(&self, reason: &'static str) {
+        let _ = self.0.set(reason);
+    }
+
+    pub(crate) fn get(&self) -> Option<&'static str> {
+        self.0.get().copied()
+    }
+}
+
 /// Everything admission settled.
 #[derive(Debug)]
 pub(crate) struct Admitted {
@@ -154,6 +168,8 @@ pub(crate) struct Admitted {
     pub(crate) parent: Option<SessionRef>,
     pub(crate) identity: Option<Arc<Identity>>,
     pub(crate) token: CancellationToken,
+    /// Why the token was cancelled, set by whoever cancels it first.
+    pub(crate) reason: CancelReason,
     pub(crate) caller: Option<CancellationToken>,
     pub(crate) slot: SlotGuard,
 }
@@ -279,6 +295,7 @@ impl Supervisor {
             parent: request.parent,
             identity,
             token,
+            reason: CancelReason::default(),
             caller,
             slot,
         })
@@ -318,7 +335,10 @@ impl Supervisor {
                 tokio::select! {
                     biased;
                     w = &mut work => break w,
-                    _ = caller.cancelled(), if !a.token.is_cancelled() => a.token.cancel(),
+                    _ = caller.cancelled(), if !a.token.is_cancelled() => {
+                        a.reason.set("Delegation cancelled");
+                        a.token.cancel();
+                    }
                     changed = deadline_rx.changed() => { let _ = changed; }
                     _ = tokio::time::sleep_until(deadline), if !timed_out && !a.token.is_cancelled() => {
                         timed_out = true;

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
-use crate::supervisor::delegate::DelegationResult;
+use crate::supervisor::delegate::{CancelReason, DelegationResult};
 
 /// The shared outcome of one async delegation.
 pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;
@@ -19,6 +19,7 @@ pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;
 pub(crate) struct Entry {
     pub(crate) child_id: String,
     pub(crate) token: CancellationToken,
+    pub(crate) reason: CancelReason,
     pub(crate) cancelled: bool,
     pub(crate) terminal: bool,
     pub(crate) rx: watch::Receiver<Option<Outcome>>,

@@ -45,6 +45,7 @@ impl Supervisor {
             Entry {
                 child_id: handle.child_id.clone(),
                 token: admitted.token.clone(),
+                reason: admitted.reason.clone(),
                 cancelled: false,
                 terminal: false,
                 rx,
@@ -114,6 +115,7 @@ impl Supervisor {
             return Ok(false);
         }
         entry.cancelled = true;
+        entry.reason.set("Async delegation cancelled");
         entry.token.cancel();
         Ok(true)
     }

@@ -104,7 +104,7 @@ impl Supervisor {
                     attach(timeout_error(), &result)
                 } else if host_aborted || result.status == RunStatus::Aborted {
                     CoreError::Run {
-                        message: "Delegation cancelled".to_owned(),
+                        message: self.cancel_message(a).to_owned(),
                         result: Box::new(result.clone()),
                     }
                 } else if let Some(breach) = result.breach {
@@ -135,6 +135,18 @@ impl Supervisor {
                 self.fail(a, origin, e, failure, None).await
             }
         }
+    }
+
+    /// Why a host-aborted delegation ended: an explicit reason, else the session's end, else
+    /// a cancelled caller or ancestor.
+    pub(crate) fn cancel_message(&self, a: &Admitted) -> &'static str {
+        a.reason
+            .get()
+            .unwrap_or(if self.inner.session_token.is_cancelled() {
+                "Supervisor session has ended"
+            } else {
+                "Delegation cancelled"
+            })
     }
 
     async fn fail(

@@ -45,7 +45,7 @@ impl Supervisor {
             };
             let decision = tokio::select! {
                 d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
-                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor("Delegation cancelled".into())),
+                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a).into())),
             };
             match decision {
                 Err(p) => {
@@ -123,7 +123,7 @@ impl Supervisor {
         };
         let built = tokio::select! {
             b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
-            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor("Delegation cancelled".into())),
+            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a).into())),
         };
         let agent = match built {
             Ok(Ok(agent)) => agent,

@@ -576,7 +576,7 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
         .wait(&bg2.delegation_id, WaitOptions::default())
         .await
         .unwrap_err();
-    assert_eq!(e.to_string(), "Delegation cancelled");
+    assert_eq!(e.to_string(), "Supervisor session has ended");
     sup.shutdown().await;
     assert_eq!(sup.active_children(), 0);
     // Nothing is admitted after the session ended.
@@ -746,4 +746,83 @@ async fn a_dropped_sync_delegation_still_reports_its_terminal_once() {
     assert_eq!(after.0.lock().unwrap().len(), 1);
     assert_eq!(sup.summary()[0].outcome, Outcome::Aborted);
     assert_eq!(sup.active_children(), 0);
+}
+
+#[tokio::test]
+async fn the_first_subscriber_gets_earlier_events_and_shutdown_ends_every_stream() {
+    let sup = builder()
+        .child(ChildEntry::agent("a", answers("x")))
+        .child(ChildEntry::agent("h", hangs()))
+        .build()
+        .unwrap();
+    sup.delegate(DelegationRequest::new("a", "x"))
+        .await
+        .unwrap();
+    sup.delegate_async(DelegationRequest::new("h", "x"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut first = sup.subscribe();
+    let mut second = sup.subscribe();
+    let shutdown = tokio::spawn({
+        let sup = sup.clone();
+        async move { sup.shutdown().await }
+    });
+    let mut seen = Vec::new();
+    while let Some(e) = first.recv().await {
+        seen.push(e.event.type_name());
+    }
+    assert_eq!(
+        seen,
+        [
+            "delegation_started",
+            "delegation_admitted",
+            "delegation_finished",
+            "delegation_started",
+            "delegation_admitted",
+            "delegation_error",
+        ]
+    );
+    let mut late = Vec::new();
+    while let Some(e) = second.recv().await {
+        late.push(e.event.type_name());
+    }
+    assert_eq!(late, ["delegation_error"]);
+    shutdown.await.unwrap();
+    assert!(sup.subscribe().recv().await.is_none());
+}
+
+#[tokio::test]
+async fn a_cancelled_handle_reports_why_and_wait_says_cancelled() {
+    let sup = builder()
+        .child(ChildEntry::agent("h", hangs()))
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    let h = sup
+        .delegate_async(DelegationRequest::new("h", "x"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(sup.cancel(&h.delegation_id).unwrap());
+    let w = sup
+        .wait(&h.delegation_id, WaitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        w,
+        WaitOutcome::Cancelled {
+            delegation_id: h.delegation_id.clone()
+        }
+    );
+    assert!(!sup.cancel(&h.delegation_id).unwrap(), "already over");
+    let errors: Vec<String> = drain(&mut sub)
+        .into_iter()
+        .filter_map(|e| match e {
+            SupervisorEvent::DelegationError { error, .. } => Some(error),
+            SupervisorEvent::ChildFailed { .. } => panic!("a cancel is not a failure"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors, ["Async delegation cancelled"]);
+    assert_eq!(sup.summary()[0].outcome, Outcome::Aborted);
+    assert_eq!(sup.summary()[0].failures, 0);
 }
