@@ -1,5 +1,6 @@
 //! The child catalog: the host-owned allow-list of children a supervisor may build.
 
+use std::any::Any;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
@@ -90,6 +91,84 @@ impl ChildFactory for AgentFactory {
     async fn create(&self, _ctx: ChildContext) -> CoreResult<Agent> {
         Ok(self.0.clone())
     }
+}
+
+/// Whatever a dynamically typed factory produced (a plugin or scripting bridge cannot promise
+/// an [`Agent`] at compile time). The supervisor checks it is one before anything runs.
+pub struct Product {
+    value: Box<dyn Any + Send>,
+    type_name: &'static str,
+}
+
+impl fmt::Debug for Product {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Product")
+            .field("type", &self.type_name)
+            .finish()
+    }
+}
+
+impl Product {
+    /// Wraps any value.
+    pub fn new<T: Any + Send>(value: T) -> Self {
+        let full = std::any::type_name::<T>();
+        // The last path segment, generics kept: `alloc::string::String` → `String`.
+        let head = full.split('<').next().unwrap_or(full);
+        let start = head.rfind("::").map_or(0, |i| i + 2);
+        Self {
+            value: Box::new(value),
+            type_name: &full[start..],
+        }
+    }
+
+    /// The wrapped value's type name (last path segment).
+    pub fn type_name(&self) -> &'static str {
+        self.type_name
+    }
+}
+
+/// Adapts a factory returning `Option<Product>` (`None` for nothing at all) into a
+/// [`ChildFactory`]: anything but an [`Agent`] fails the delegation with
+/// `child "<id>" factory must return an Agent, got <type>`.
+pub struct ErasedFactory<F>(F);
+
+impl<F> fmt::Debug for ErasedFactory<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ErasedFactory")
+    }
+}
+
+#[async_trait]
+impl<F, Fut> ChildFactory for ErasedFactory<F>
+where
+    F: Fn(ChildContext) -> Fut + Send + Sync,
+    Fut: Future<Output = CoreResult<Option<Product>>> + Send,
+{
+    async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
+        let child_id = ctx.child_id.clone();
+        let got = match (self.0)(ctx).await? {
+            None => "None",
+            Some(product) => {
+                let type_name = product.type_name;
+                match product.value.downcast::<Agent>() {
+                    Ok(agent) => return Ok(*agent),
+                    Err(_) => type_name,
+                }
+            }
+        };
+        Err(CoreError::Supervisor(format!(
+            "child \"{child_id}\" factory must return an Agent, got {got}"
+        )))
+    }
+}
+
+/// Makes a factory of an async closure whose product is checked at run time.
+pub fn erased_factory<F, Fut>(f: F) -> ErasedFactory<F>
+where
+    F: Fn(ChildContext) -> Fut + Send + Sync,
+    Fut: Future<Output = CoreResult<Option<Product>>> + Send,
+{
+    ErasedFactory(f)
 }
 
 /// One allow-listed child.

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, AsyncHandle, DelegationResult};
-use crate::supervisor::handles::{Entry, unknown};
+use crate::supervisor::handles::Entry;
 
 /// Options of [`Supervisor::wait`].
 #[derive(Debug, Clone, Default)]
@@ -55,9 +55,14 @@ impl Supervisor {
         let this = self.clone();
         let id = handle.delegation_id.clone();
         self.inner.tracker.spawn(async move {
+            // Marks the handle finished even if the drive panics, so it is never left
+            // "running" (its waiters then get an error rather than hanging).
+            let _finish = FinishOnDrop {
+                supervisor: this.clone(),
+                id,
+            };
             let outcome = this.drive(admitted).await;
             let _ = tx.send(Some(Arc::new(outcome)));
-            this.state().handles.finish(&id);
         });
         handle
     }
@@ -94,7 +99,9 @@ impl Supervisor {
             .map(|e| e.cancelled)
             .unwrap_or(false);
         let Some(outcome) = outcome else {
-            return Err(unknown());
+            return Err(CoreError::Supervisor(
+                "Async delegation ended without a result".to_owned(),
+            ));
         };
         match (&*outcome, cancelled) {
             // A result that arrived wins over a cancel that raced it.
@@ -128,5 +135,16 @@ impl Supervisor {
     /// Async delegations still running.
     pub fn running_handles(&self) -> usize {
         self.state().handles.running()
+    }
+}
+
+struct FinishOnDrop {
+    supervisor: Supervisor,
+    id: String,
+}
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        self.supervisor.state().handles.finish(&self.id);
     }
 }

@@ -29,7 +29,10 @@ pub mod tools;
 mod work;
 
 pub use crate::redact::{REDACTED, Redactor, SecretRedactor};
-pub use catalog::{AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, factory_fn};
+pub use catalog::{
+    AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory, Product,
+    erased_factory, factory_fn,
+};
 pub use core::{ChildEventSink, Ownership, Supervisor, SupervisorBuilder};
 pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator};
 pub use hooks::{

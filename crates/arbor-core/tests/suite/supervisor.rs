@@ -826,3 +826,59 @@ async fn a_cancelled_handle_reports_why_and_wait_says_cancelled() {
     assert_eq!(sup.summary()[0].outcome, Outcome::Aborted);
     assert_eq!(sup.summary()[0].failures, 0);
 }
+
+#[tokio::test]
+async fn an_erased_factory_must_produce_an_agent() {
+    use arbor_core::supervisor::{Product, erased_factory};
+    let sup = builder()
+        .child(ChildEntry::new(
+            "text",
+            erased_factory(
+                |_ctx| async move { Ok(Some(Product::new("an agent, honest".to_owned()))) },
+            ),
+        ))
+        .child(ChildEntry::new(
+            "nothing",
+            erased_factory(|_ctx| async move { Ok(None) }),
+        ))
+        .child(ChildEntry::new(
+            "session",
+            erased_factory(|_ctx| async move {
+                let session = answers("x").session().create().await?;
+                Ok(Some(Product::new(session)))
+            }),
+        ))
+        .child(ChildEntry::new(
+            "real",
+            erased_factory(|_ctx| async move { Ok(Some(Product::new(answers("real one")))) }),
+        ))
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    for (child, got) in [
+        ("text", "String"),
+        ("nothing", "None"),
+        ("session", "Session"),
+    ] {
+        let e = sup
+            .delegate(DelegationRequest::new(child, "x"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), CoreErrorKind::Supervisor);
+        assert_eq!(
+            e.to_string(),
+            format!("child \"{child}\" factory must return an Agent, got {got}")
+        );
+    }
+    assert_eq!(sup.active_children(), 0);
+    let r = sup
+        .delegate(DelegationRequest::new("real", "x"))
+        .await
+        .unwrap();
+    assert_eq!(r.result.text, "real one");
+    let events = drain(&mut sub);
+    assert_eq!(
+        types(&events[..3]),
+        ["delegation_started", "child_failed", "delegation_error"]
+    );
+}
