@@ -162,6 +162,11 @@ impl Session {
         token: &CancellationToken,
     ) -> CoreResult<Outcome> {
         loop {
+            // A cancel can land while this task is inside one poll (a tool saw it first and
+            // returned, the next provider turn is ready at once): never start a turn after it.
+            if token.is_cancelled() {
+                return Ok(Outcome::Cancelled);
+            }
             let turn = state.turns + 1;
             if turn > state.limits.max_steps {
                 return Ok(Outcome::Breach(RunLimitBreach {
