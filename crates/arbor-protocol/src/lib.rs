@@ -31,5 +31,5 @@ pub use message::{Message, Role, ToolCall, ToolResult};
 pub use run::{RunLimitBreach, RunStatus, StopReason};
 pub use session::SessionStatus;
 pub use supervisor::{ChildOrigin, SupervisorEnvelope, SupervisorEvent};
-pub use transcript::{EntryKind, TranscriptEntry};
+pub use transcript::{EntryKind, SpawnPoint, TranscriptEntry};
 pub use usage::Usage;

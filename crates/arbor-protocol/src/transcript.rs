@@ -6,10 +6,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{RunId, Timestamp};
+use crate::ids::{RunId, SessionId, Timestamp};
 use crate::message::Message;
 use crate::run::{RunLimitBreach, RunStatus, StopReason};
 use crate::usage::Usage;
+
+/// Where a child was spawned from: the parent's run and the turn of that run whose tool call
+/// spawned it. Attribution of the child's usage names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpawnPoint {
+    /// The parent's run.
+    pub run_id: RunId,
+    /// The turn within it.
+    pub turn: u32,
+}
 
 /// What one transcript entry records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +46,22 @@ pub enum EntryKind {
         /// The model used.
         model: String,
     },
+    /// Usage of a descendant attributed to this session: written into an ancestor's
+    /// transcript in the same atomic write as the descendant's own usage entry, so a reload
+    /// reapplies it without the descendants (which may be deleted since).
+    UsageAttributed {
+        /// The descendant whose own provider turn used the tokens.
+        from: SessionId,
+        /// This session's direct child the usage came through (`from` itself for a child).
+        via: SessionId,
+        /// The turn of this session it applies to: where `via` was spawned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<SpawnPoint>,
+        /// The usage attributed.
+        child_usage: Usage,
+        /// This session's aggregate (own + attributed) after the attribution.
+        aggregate: Usage,
+    },
     /// A run ended.
     RunFinished {
         /// Terminal status.
@@ -60,6 +86,7 @@ impl EntryKind {
             Self::Message { .. } => "message",
             Self::Usage { .. } => "usage",
             Self::RunStarted { .. } => "run_started",
+            Self::UsageAttributed { .. } => "usage_attributed",
             Self::RunFinished { .. } => "run_finished",
         }
     }

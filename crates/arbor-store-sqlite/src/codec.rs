@@ -7,7 +7,7 @@
 
 use std::str::FromStr;
 
-use arbor_protocol::{EntryKind, SessionStatus, Timestamp, TranscriptEntry, Usage};
+use arbor_protocol::{EntryKind, SessionStatus, SpawnPoint, Timestamp, TranscriptEntry, Usage};
 use arbor_store::{SessionRecord, StoreResult};
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, Row, params};
@@ -19,7 +19,8 @@ pub(crate) const SESSION_COLUMNS: &str = "id, parent_id, root_id, name, agent, m
     status, own_input_tokens, own_output_tokens, own_total_tokens, own_cache_read_tokens, \
     own_cache_write_tokens, attributed_input_tokens, attributed_output_tokens, \
     attributed_total_tokens, attributed_cache_read_tokens, attributed_cache_write_tokens, \
-    context_tokens, created_at, updated_at, meta, version";
+    context_tokens, created_at, updated_at, meta, version, spawned_run, spawned_turn, replies, \
+    tombstone";
 
 /// The columns [`entry_from_row`] reads, in order.
 pub(crate) const ENTRY_COLUMNS: &str = "seq, at, run_id, kind, body";
@@ -91,7 +92,40 @@ pub(crate) fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
         updated_at: Timestamp(unsigned(row, 20, "updated_at")?),
         meta: serde_json::from_str(&meta).map_err(|e| corrupt(format_args!("column meta: {e}")))?,
         version: unsigned(row, 22, "version")?,
+        spawned_by: spawn_point(row)?,
+        replies: u32::try_from(column::<i64>(row, 25, "replies")?)
+            .map_err(|_| corrupt("column replies: out of range"))?,
+        tombstone: column::<Option<String>>(row, 26, "tombstone")?
+            .map(|t| {
+                serde_json::from_str(&t).map_err(|e| corrupt(format_args!("column tombstone: {e}")))
+            })
+            .transpose()?,
     })
+}
+
+fn spawn_point(row: &Row<'_>) -> StoreResult<Option<SpawnPoint>> {
+    let run: Option<String> = column(row, 23, "spawned_run")?;
+    let turn: Option<i64> = column(row, 24, "spawned_turn")?;
+    match (run, turn) {
+        (Some(run), Some(turn)) => Ok(Some(SpawnPoint {
+            run_id: run
+                .parse()
+                .map_err(|_| corrupt(format_args!("column spawned_run: cannot parse {run:?}")))?,
+            turn: u32::try_from(turn).map_err(|_| corrupt("column spawned_turn: out of range"))?,
+        })),
+        (None, None) => Ok(None),
+        _ => Err(corrupt(
+            "columns spawned_run and spawned_turn: one without the other",
+        )),
+    }
+}
+
+fn tombstone_json(record: &SessionRecord) -> StoreResult<Option<String>> {
+    record
+        .tombstone
+        .as_ref()
+        .map(|t| serde_json::to_string(t).map_err(|e| corrupt(format_args!("tombstone: {e}"))))
+        .transpose()
 }
 
 fn meta_json(record: &SessionRecord) -> StoreResult<String> {
@@ -105,10 +139,12 @@ pub(crate) fn insert_session(
     record: &SessionRecord,
 ) -> StoreResult<()> {
     let meta = meta_json(record)?;
+    let tombstone = tombstone_json(record)?;
     let (own, attr) = (&record.own_usage, &record.attributed_usage);
     let sql = format!(
         "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-         ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+         ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
+         ?27)"
     );
     conn.prepare_cached(&sql)
         .and_then(|mut stmt| {
@@ -136,27 +172,32 @@ pub(crate) fn insert_session(
                 to_sql(record.updated_at.0),
                 meta,
                 to_sql(record.version),
+                record.spawned_by.map(|s| s.run_id.to_string()),
+                record.spawned_by.map(|s| i64::from(s.turn)),
+                i64::from(record.replies),
+                tombstone,
             ])
         })
         .at(path)
         .map(drop)
 }
 
-/// Writes the fields an update can change (status, usages, context size, meta, version,
-/// `updated_at`) of the existing row of `record`.
+/// Writes the fields an update can change (status, usages, context size, meta, replies,
+/// tombstone, version, `updated_at`) of the existing row of `record`.
 pub(crate) fn write_session(
     conn: &Connection,
     path: &str,
     record: &SessionRecord,
 ) -> StoreResult<()> {
     let meta = meta_json(record)?;
+    let tombstone = tombstone_json(record)?;
     let (own, attr) = (&record.own_usage, &record.attributed_usage);
     let sql = "UPDATE sessions SET status = ?2, own_input_tokens = ?3, own_output_tokens = ?4, \
         own_total_tokens = ?5, own_cache_read_tokens = ?6, own_cache_write_tokens = ?7, \
         attributed_input_tokens = ?8, attributed_output_tokens = ?9, \
         attributed_total_tokens = ?10, attributed_cache_read_tokens = ?11, \
         attributed_cache_write_tokens = ?12, context_tokens = ?13, updated_at = ?14, \
-        meta = ?15, version = ?16 WHERE id = ?1";
+        meta = ?15, version = ?16, replies = ?17, tombstone = ?18 WHERE id = ?1";
     conn.prepare_cached(sql)
         .and_then(|mut stmt| {
             stmt.execute(params![
@@ -176,6 +217,8 @@ pub(crate) fn write_session(
                 to_sql(record.updated_at.0),
                 meta,
                 to_sql(record.version),
+                i64::from(record.replies),
+                tombstone,
             ])
         })
         .at(path)

@@ -22,14 +22,21 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_sessions",
-    sql: include_str!("../migrations/0001_sessions.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_sessions",
+        sql: include_str!("../migrations/0001_sessions.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_registry",
+        sql: include_str!("../migrations/0002_registry.sql"),
+    },
+];
 
 /// The schema version this build creates and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// `PRAGMA application_id` of an arbor store: "arbr" in ASCII.
 const APPLICATION_ID: i64 = 0x6172_6272;

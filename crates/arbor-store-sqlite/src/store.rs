@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
-use arbor_store::{SessionQuery, SessionRecord, SessionUpdate, Store, StoreError, StoreResult};
+use arbor_store::{
+    Attribution, SessionQuery, SessionRecord, SessionUpdate, Store, StoreError, StoreResult,
+};
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
@@ -168,6 +170,68 @@ fn apply_update(
     Ok(record)
 }
 
+fn encode(entries: &[EntryKind]) -> StoreResult<Vec<(&'static str, String)>> {
+    entries
+        .iter()
+        .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
+        .collect()
+}
+
+/// Applies `update` (if any) and appends `bodies` to `session`, inside the caller's
+/// transaction; returns the last sequence number.
+fn append_in(
+    tx: &Transaction<'_>,
+    path: &str,
+    session: SessionId,
+    run: RunId,
+    bodies: &[(&'static str, String)],
+    update: Option<&SessionUpdate>,
+) -> StoreResult<u64> {
+    match update {
+        Some(update) => drop(apply_update(tx, path, session, update)?),
+        None if !exists(tx, path, session)? => {
+            return Err(StoreError::session_not_found(session));
+        }
+        None => {}
+    }
+    let last: i64 = tx
+        .prepare_cached(
+            "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = ?1",
+        )
+        .and_then(|mut stmt| stmt.query_row([session.to_string()], |row| row.get(0)))
+        .at(path)?;
+    let (session, run) = (session.to_string(), run.to_string());
+    let at = to_sql(Timestamp::now().0);
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO transcript_entries (session_id, seq, at, run_id, kind, body) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .at(path)?;
+    let mut seq = last;
+    for (kind, body) in bodies {
+        seq += 1;
+        insert
+            .execute(params![session, seq, at, run, kind, body])
+            .at(path)?;
+    }
+    u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("transcript seq {seq}")))
+}
+
+fn name_taken(tx: &Transaction<'_>, path: &str, record: &SessionRecord) -> StoreResult<bool> {
+    let Some(parent) = record.parent_id else {
+        return Ok(false);
+    };
+    if record.tombstone.is_some() {
+        return Ok(false);
+    }
+    tx.prepare_cached(
+        "SELECT 1 FROM sessions WHERE parent_id = ?1 AND name = ?2 AND tombstone IS NULL",
+    )
+    .and_then(|mut stmt| stmt.exists(params![parent.to_string(), record.name]))
+    .at(path)
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
@@ -182,6 +246,11 @@ impl Store for SqliteStore {
                 && !exists(tx, path, parent)?
             {
                 return Err(StoreError::session_not_found(parent));
+            }
+            if name_taken(tx, path, record)? {
+                return Err(StoreError::NameTaken {
+                    name: record.name.clone(),
+                });
             }
             insert_session(tx, path, record)
         })
@@ -217,40 +286,37 @@ impl Store for SqliteStore {
         entries: &[EntryKind],
         update: Option<&SessionUpdate>,
     ) -> StoreResult<u64> {
-        let bodies = entries
-            .iter()
-            .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
-            .collect::<StoreResult<Vec<_>>>()?;
+        let bodies = encode(entries)?;
+        self.write(|tx, path| append_in(tx, path, session, run, &bodies, update))
+    }
+
+    async fn append_attributed(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+        attribution: &Attribution,
+    ) -> StoreResult<u64> {
+        let bodies = encode(entries)?;
         self.write(|tx, path| {
-            match update {
-                Some(update) => drop(apply_update(tx, path, session, update)?),
-                None if !exists(tx, path, session)? => {
-                    return Err(StoreError::session_not_found(session));
-                }
-                None => {}
+            let seq = append_in(tx, path, session, run, &bodies, update)?;
+            for target in &attribution.targets {
+                let mut record = load(tx, path, target.session)?
+                    .ok_or_else(|| StoreError::session_not_found(target.session))?;
+                let entry = attribution.apply_to(target, &mut record);
+                write_session(tx, path, &record)?;
+                let body = encode(std::slice::from_ref(&entry))?;
+                append_in(
+                    tx,
+                    path,
+                    target.session,
+                    Attribution::run_for(target, run),
+                    &body,
+                    None,
+                )?;
             }
-            let last: i64 = tx
-                .prepare_cached(
-                    "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = ?1",
-                )
-                .and_then(|mut stmt| stmt.query_row([session.to_string()], |row| row.get(0)))
-                .at(path)?;
-            let (session, run) = (session.to_string(), run.to_string());
-            let at = to_sql(Timestamp::now().0);
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO transcript_entries (session_id, seq, at, run_id, kind, body) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .at(path)?;
-            let mut seq = last;
-            for (kind, body) in &bodies {
-                seq += 1;
-                insert
-                    .execute(params![session, seq, at, run, kind, body])
-                    .at(path)?;
-            }
-            u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("transcript seq {seq}")))
+            Ok(seq)
         })
     }
 

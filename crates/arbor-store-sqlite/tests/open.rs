@@ -268,3 +268,54 @@ fn an_unopenable_path_is_unavailable_naming_it() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_version_1_store_is_migrated_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    {
+        // What arbor 0.1 with schema version 1 wrote: a root and a child.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("../migrations/0001_sessions.sql"))
+            .unwrap();
+        conn.execute_batch(
+            "PRAGMA user_version = 1; PRAGMA application_id = 1634886258;
+             INSERT INTO sessions (id, parent_id, root_id, name, agent, model, depth, status,
+                 created_at, updated_at, meta, version)
+             VALUES ('01a238b5-0000-7000-8000-000000000001', NULL,
+                     '01a238b5-0000-7000-8000-000000000001', 'root', 'a', 'm', 0, 'succeeded',
+                     1, 2, 'null', 3),
+                    ('01a238b5-0000-7000-8000-000000000002',
+                     '01a238b5-0000-7000-8000-000000000001',
+                     '01a238b5-0000-7000-8000-000000000001', 'kid', 'a', 'm', 1, 'succeeded',
+                     1, 2, 'null', 1);",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(user_version(&path), i64::from(SCHEMA_VERSION));
+    let kid = store
+        .session("01a238b5-0000-7000-8000-000000000002".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (kid.name.as_str(), kid.replies, kid.tombstone.is_none()),
+        ("kid", 0, true)
+    );
+    assert_eq!(kid.spawned_by, None);
+    // The new sibling-name rule holds on migrated rows too.
+    let twin = SessionRecord::new_child(&kid_parent(&store).await, "kid", "a", "m");
+    assert_eq!(
+        store.create_session(&twin).await.unwrap_err().kind(),
+        StoreErrorKind::AlreadyExists
+    );
+}
+
+async fn kid_parent(store: &SqliteStore) -> SessionRecord {
+    store
+        .session("01a238b5-0000-7000-8000-000000000001".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+}

@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod concurrency;
+mod registry;
 mod sessions;
 mod transcript;
 
@@ -28,6 +29,10 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use crate::{SessionRecord, Store, StoreError, StoreErrorKind, StoreResult};
 
 pub use concurrency::{concurrent_appends, concurrent_batches, concurrent_cas, concurrent_creates};
+pub use registry::{
+    append_attributed_is_atomic, attributions_reach_every_ancestor, concurrent_attributions_sum,
+    concurrent_same_name_creates_one_wins, sibling_names_are_unique_until_deleted,
+};
 pub use sessions::{
     create_child_of_unknown_parent_is_not_found, create_duplicate_id_is_refused,
     create_round_trips_every_field, list_sessions_orders_and_scopes, unknown_session_is_none,
@@ -59,6 +64,11 @@ pub async fn run_all(store: &dyn Store) {
     concurrent_batches(store).await;
     concurrent_cas(store).await;
     concurrent_creates(store).await;
+    sibling_names_are_unique_until_deleted(store).await;
+    concurrent_same_name_creates_one_wins(store).await;
+    attributions_reach_every_ancestor(store).await;
+    append_attributed_is_atomic(store).await;
+    concurrent_attributions_sum(store).await;
 }
 
 /// A fresh root record with default fields.
@@ -177,6 +187,23 @@ fn all_entry_kinds() -> Vec<EntryKind> {
                 observed: 5010,
             }),
             error: Some("token limit".into()),
+        },
+        EntryKind::UsageAttributed {
+            from: SessionId::new(),
+            via: SessionId::new(),
+            target: Some(arbor_protocol::SpawnPoint {
+                run_id: arbor_protocol::RunId::new(),
+                turn: 3,
+            }),
+            child_usage: Usage::new(7, 8),
+            aggregate: Usage::new(70, 80),
+        },
+        EntryKind::UsageAttributed {
+            from: SessionId::new(),
+            via: SessionId::new(),
+            target: None,
+            child_usage: Usage::new(1, 1),
+            aggregate: Usage::new(2, 2),
         },
     ]
 }

@@ -41,6 +41,12 @@ pub enum StoreError {
         /// Its id.
         id: String,
     },
+    /// A sibling (same parent, not deleted) already has this name.
+    #[error("name {name:?} is taken by a sibling")]
+    NameTaken {
+        /// The name.
+        name: String,
+    },
     /// A compare-and-swap write expected another version.
     #[error("version conflict: expected {expected}, found {actual}")]
     Conflict {
@@ -76,7 +82,7 @@ impl StoreError {
     pub fn kind(&self) -> StoreErrorKind {
         match self {
             Self::NotFound { .. } => StoreErrorKind::NotFound,
-            Self::AlreadyExists { .. } => StoreErrorKind::AlreadyExists,
+            Self::AlreadyExists { .. } | Self::NameTaken { .. } => StoreErrorKind::AlreadyExists,
             Self::Conflict { .. } => StoreErrorKind::Conflict,
             Self::Locked { .. } => StoreErrorKind::Locked,
             Self::Unavailable { .. } => StoreErrorKind::Unavailable,

@@ -16,5 +16,7 @@ pub mod conformance;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use memory::MemoryStore;
-pub use record::{SessionQuery, SessionRecord, SessionUpdate};
+pub use record::{
+    Attribution, AttributionTarget, SessionQuery, SessionRecord, SessionUpdate, Tombstone,
+};
 pub use store::{Store, StoreResult};

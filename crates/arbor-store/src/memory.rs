@@ -7,7 +7,7 @@ use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, Tran
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::record::{SessionQuery, SessionRecord, SessionUpdate};
+use crate::record::{Attribution, SessionQuery, SessionRecord, SessionUpdate};
 use crate::store::{Store, StoreResult, is_live};
 
 #[derive(Debug, Default)]
@@ -35,6 +35,51 @@ impl MemoryStore {
     }
 }
 
+impl Inner {
+    fn check(&self, session: SessionId, update: Option<&SessionUpdate>) -> StoreResult<()> {
+        let record = self
+            .sessions
+            .get(&session)
+            .ok_or_else(|| StoreError::session_not_found(session))?;
+        if let Some(update) = update {
+            record.check_version(update)?;
+        }
+        Ok(())
+    }
+
+    /// Appends and applies; the caller has checked.
+    fn write(
+        &mut self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+    ) -> u64 {
+        let seq = self.push(session, run, entries);
+        if let (Some(update), Some(record)) = (update, self.sessions.get_mut(&session)) {
+            record.apply(update);
+        }
+        seq
+    }
+
+    fn push(&mut self, session: SessionId, run: RunId, entries: &[EntryKind]) -> u64 {
+        let log = self.transcripts.entry(session).or_default();
+        let at = Timestamp::now();
+        let mut seq = log.last().map_or(0, |e| e.seq);
+        log.reserve(entries.len());
+        for kind in entries {
+            seq += 1;
+            log.push(TranscriptEntry {
+                seq,
+                at,
+                run_id: run,
+                kind: kind.clone(),
+            });
+        }
+        seq
+    }
+}
+
 fn sort(records: &mut [SessionRecord]) {
     records.sort_by_key(|r| (r.created_at, r.id));
 }
@@ -49,10 +94,18 @@ impl Store for MemoryStore {
                 id: record.id.to_string(),
             });
         }
-        if let Some(parent) = record.parent_id
-            && !inner.sessions.contains_key(&parent)
-        {
-            return Err(StoreError::session_not_found(parent));
+        if let Some(parent) = record.parent_id {
+            if !inner.sessions.contains_key(&parent) {
+                return Err(StoreError::session_not_found(parent));
+            }
+            let taken = inner.sessions.values().any(|r| {
+                r.parent_id == Some(parent) && r.tombstone.is_none() && r.name == record.name
+            });
+            if taken && record.tombstone.is_none() {
+                return Err(StoreError::NameTaken {
+                    name: record.name.clone(),
+                });
+            }
         }
         inner.sessions.insert(record.id, record.clone());
         inner.transcripts.insert(record.id, Vec::new());
@@ -102,31 +155,34 @@ impl Store for MemoryStore {
         update: Option<&SessionUpdate>,
     ) -> StoreResult<u64> {
         let mut inner = self.lock();
-        let Inner {
-            sessions,
-            transcripts,
-        } = &mut *inner;
-        let record = sessions
-            .get_mut(&session)
-            .ok_or_else(|| StoreError::session_not_found(session))?;
-        if let Some(update) = update {
-            record.check_version(update)?;
+        inner.check(session, update)?;
+        Ok(inner.write(session, run, entries, update))
+    }
+
+    async fn append_attributed(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+        attribution: &Attribution,
+    ) -> StoreResult<u64> {
+        let mut inner = self.lock();
+        // Every check before any change: the write happens whole or not at all.
+        inner.check(session, update)?;
+        if let Some(t) = attribution
+            .targets
+            .iter()
+            .find(|t| !inner.sessions.contains_key(&t.session))
+        {
+            return Err(StoreError::session_not_found(t.session));
         }
-        let log = transcripts.entry(session).or_default();
-        let at = Timestamp::now();
-        let mut seq = log.last().map_or(0, |e| e.seq);
-        log.reserve(entries.len());
-        for kind in entries {
-            seq += 1;
-            log.push(TranscriptEntry {
-                seq,
-                at,
-                run_id: run,
-                kind: kind.clone(),
-            });
-        }
-        if let Some(update) = update {
-            record.apply(update);
+        let seq = inner.write(session, run, entries, update);
+        for target in &attribution.targets {
+            if let Some(record) = inner.sessions.get_mut(&target.session) {
+                let entry = attribution.apply_to(target, record);
+                inner.push(target.session, Attribution::run_for(target, run), &[entry]);
+            }
         }
         Ok(seq)
     }

@@ -1,6 +1,6 @@
 //! Session records and the updates and queries over them.
 
-use arbor_protocol::{SessionId, SessionStatus, Timestamp, Usage};
+use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, SpawnPoint, Timestamp, Usage};
 use serde::{Deserialize, Serialize};
 
 /// What the store keeps of one session.
@@ -34,8 +34,32 @@ pub struct SessionRecord {
     pub updated_at: Timestamp,
     /// Host data (for a root: the definition it ran). Never credentials.
     pub meta: serde_json::Value,
+    /// Where it was spawned from, for a child spawned by a parent's tool call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SpawnPoint>,
+    /// Messages it sent to its parent (zero after a finished task: a silent no-op).
+    #[serde(default)]
+    pub replies: u32,
+    /// Set once it was deleted: it leaves listings and messaging, its transcript stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tombstone: Option<Tombstone>,
     /// Bumped by every update, from 1 at creation.
     pub version: u64,
+}
+
+/// The durable record of a deletion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    /// When.
+    pub at: Timestamp,
+    /// Who deleted it (a user, a parent session, the host).
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// Its status when it was deleted.
+    pub final_status: SessionStatus,
+    /// Its aggregate usage when it was deleted.
+    pub usage: Usage,
 }
 
 impl SessionRecord {
@@ -62,6 +86,9 @@ impl SessionRecord {
             created_at: now,
             updated_at: now,
             meta: serde_json::Value::Null,
+            spawned_by: None,
+            replies: 0,
+            tombstone: None,
             version: 1,
         }
     }
@@ -113,6 +140,12 @@ impl SessionRecord {
         if let Some(meta) = &update.meta {
             self.meta = meta.clone();
         }
+        if let Some(replies) = update.replies {
+            self.replies = replies;
+        }
+        if let Some(tombstone) = &update.tombstone {
+            self.tombstone = Some(tombstone.clone());
+        }
         self.version += 1;
         self.updated_at = Timestamp::now().max(self.updated_at);
     }
@@ -134,6 +167,10 @@ pub struct SessionUpdate {
     pub context_tokens: Option<u64>,
     /// New host data.
     pub meta: Option<serde_json::Value>,
+    /// New count of replies to the parent.
+    pub replies: Option<u32>,
+    /// The deletion record (a tombstone is never removed).
+    pub tombstone: Option<Tombstone>,
 }
 
 impl SessionUpdate {
@@ -144,6 +181,53 @@ impl SessionUpdate {
             ..Self::default()
         }
     }
+}
+
+/// Usage of one session's provider turn, attributed to its ancestors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribution {
+    /// The session whose own usage it is.
+    pub from: SessionId,
+    /// The usage.
+    pub usage: Usage,
+    /// Each ancestor, nearest first.
+    pub targets: Vec<AttributionTarget>,
+}
+
+impl Attribution {
+    /// Adds the usage to `target`'s record (version and time bumped) and returns the entry
+    /// to append to its transcript. Backends call it inside their atomic write.
+    pub fn apply_to(&self, target: &AttributionTarget, record: &mut SessionRecord) -> EntryKind {
+        let attributed = record.attributed_usage + self.usage;
+        record.apply(&SessionUpdate {
+            attributed_usage: Some(attributed),
+            ..SessionUpdate::default()
+        });
+        EntryKind::UsageAttributed {
+            from: self.from,
+            via: target.via,
+            target: target.target,
+            child_usage: self.usage,
+            aggregate: record.aggregate_usage(),
+        }
+    }
+
+    /// The run id the entry in `target`'s transcript is filed under: the run it applies to,
+    /// else the attributed session's run.
+    pub fn run_for(target: &AttributionTarget, fallback: RunId) -> RunId {
+        target.target.map_or(fallback, |t| t.run_id)
+    }
+}
+
+/// One ancestor an [`Attribution`] is written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttributionTarget {
+    /// The ancestor.
+    pub session: SessionId,
+    /// Its direct child on the path down to the attributed session.
+    pub via: SessionId,
+    /// Where `via` was spawned in the ancestor, if known.
+    pub target: Option<SpawnPoint>,
 }
 
 /// Which sessions [`Store::list_sessions`](crate::Store::list_sessions) returns, oldest first

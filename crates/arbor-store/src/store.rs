@@ -7,7 +7,7 @@ use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, TranscriptEntry
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::record::{SessionQuery, SessionRecord, SessionUpdate};
+use crate::record::{Attribution, SessionQuery, SessionRecord, SessionUpdate};
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -18,8 +18,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// as it was. Backends must pass [`conformance`](crate) (feature `conformance`).
 #[async_trait]
 pub trait Store: fmt::Debug + Send + Sync {
-    /// Creates a session. Fails with `AlreadyExists` when its id is taken, and with
-    /// `NotFound` when its parent does not exist.
+    /// Creates a session. Fails with `AlreadyExists` when its id is taken, with `NameTaken`
+    /// when a sibling (same parent, not deleted) has its name, and with `NotFound` when its
+    /// parent does not exist. Root names need not be unique.
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()>;
 
     /// The session with this id, if any.
@@ -46,6 +47,19 @@ pub trait Store: fmt::Debug + Send + Sync {
         run: RunId,
         entries: &[EntryKind],
         update: Option<&SessionUpdate>,
+    ) -> StoreResult<u64>;
+
+    /// [`append`](Self::append), and in the same atomic write: adds `attribution.usage` to
+    /// the attributed usage of every target and appends to each target's transcript a
+    /// `usage_attributed` entry carrying its resulting aggregate. Nothing is written when any
+    /// part fails (an unknown target included).
+    async fn append_attributed(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+        attribution: &Attribution,
     ) -> StoreResult<u64>;
 
     /// Transcript entries with a sequence number above `after`, oldest first, at most `limit`.
@@ -93,6 +107,18 @@ macro_rules! forward {
                 update: Option<&SessionUpdate>,
             ) -> StoreResult<u64> {
                 (**self).append(session, run, entries, update).await
+            }
+            async fn append_attributed(
+                &self,
+                session: SessionId,
+                run: RunId,
+                entries: &[EntryKind],
+                update: Option<&SessionUpdate>,
+                attribution: &Attribution,
+            ) -> StoreResult<u64> {
+                (**self)
+                    .append_attributed(session, run, entries, update, attribution)
+                    .await
             }
             async fn transcript(
                 &self,

@@ -48,6 +48,11 @@ pub async fn create_round_trips_every_field(store: &dyn Store) {
 
     let mut mid = child(&top, "child");
     mid.status = SessionStatus::Failed;
+    mid.spawned_by = Some(arbor_protocol::SpawnPoint {
+        run_id: arbor_protocol::RunId::new(),
+        turn: 4,
+    });
+    mid.replies = 2;
     mid.meta = json!([1, "two", {"three": 3}]);
     mid.context_tokens = u64::MAX;
     create(store, CHECK, &mid).await;
@@ -173,6 +178,12 @@ fn expected_after(
     if let Some(meta) = &update.meta {
         expected.meta = meta.clone();
     }
+    if let Some(replies) = update.replies {
+        expected.replies = replies;
+    }
+    if let Some(tombstone) = &update.tombstone {
+        expected.tombstone = Some(tombstone.clone());
+    }
     expected.version = before.version + 1;
     expected.updated_at = got.updated_at;
     expected
@@ -231,6 +242,14 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
                 attributed_usage: Some(Usage::new(200, 70)),
                 context_tokens: Some(99),
                 meta: Some(serde_json::Value::Null),
+                replies: Some(3),
+                tombstone: Some(crate::Tombstone {
+                    at: Timestamp(1_700_000_000_000),
+                    by: "user \"x\"".into(),
+                    reason: "done with it".into(),
+                    final_status: SessionStatus::Succeeded,
+                    usage: Usage::new(5, 6),
+                }),
             },
         ),
     ];

@@ -312,8 +312,12 @@ pub async fn mark_interrupted(store: &dyn Store) {
     let top = root("interrupted root");
     create(store, CHECK, &top).await;
     let mut records = vec![top.clone()];
-    for status in statuses.into_iter().chain([SessionStatus::Running]) {
-        let mut record = child(&top, status.as_str());
+    for (i, status) in statuses
+        .into_iter()
+        .chain([SessionStatus::Running])
+        .enumerate()
+    {
+        let mut record = child(&top, &format!("{}-{i}", status.as_str()));
         record.status = status;
         record.own_usage = Usage::new(5, 5);
         record.meta = json!({"status": status.as_str()});
