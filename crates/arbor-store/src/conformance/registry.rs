@@ -139,7 +139,13 @@ pub async fn attributions_reach_every_ancestor(store: &dyn Store) {
         ..SessionUpdate::default()
     };
     store
-        .append_attributed(leaf.id, run, &[own.clone()], Some(&update), &attribution)
+        .append_attributed(
+            leaf.id,
+            run,
+            std::slice::from_ref(&own),
+            Some(&update),
+            &attribution,
+        )
         .await
         .unwrap_or_else(|e| panic!("[{b}] {CHECK}: append_attributed failed: {e}"));
     let leaf_now = get(store, CHECK, leaf.id).await;
@@ -214,7 +220,13 @@ pub async fn append_attributed_is_atomic(store: &dyn Store) {
         b,
         CHECK,
         store
-            .append_attributed(kid.id, RunId::new(), &[entry.clone()], None, &unknown)
+            .append_attributed(
+                kid.id,
+                RunId::new(),
+                std::slice::from_ref(&entry),
+                None,
+                &unknown,
+            )
             .await,
         StoreErrorKind::NotFound,
     );
