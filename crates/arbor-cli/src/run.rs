@@ -92,8 +92,24 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .list_sessions(SessionQuery::Tree(root_id))
         .await
         .map_err(|e| Fail::store(e.to_string()))?;
+    let check = arbor_core::usage::reconcile(store.as_ref(), root_id)
+        .await
+        .map_err(Fail::core)?;
+    if !check.is_consistent() {
+        for m in &check.mismatches {
+            tracing::warn!(session = %m.session, "usage does not reconcile: {}", m.what);
+        }
+    }
     if args.json {
-        let report = report::json_report(root_id, choice.name().kind(), &sessions, &result);
+        let mut report = report::json_report(root_id, choice.name().kind(), &sessions, &result);
+        report["reconciliation"] = serde_json::json!({
+            "consistent": check.is_consistent(),
+            "own_total_tokens": check.own_total_tokens,
+            "root_aggregate_tokens": check.root_aggregate_tokens,
+            "mismatches": check.mismatches.iter().map(|m| {
+                serde_json::json!({"session": m.session, "what": m.what})
+            }).collect::<Vec<_>>(),
+        });
         output::out(&report.to_string());
     } else {
         output::out(&report::table(&sessions));

@@ -45,6 +45,14 @@ fn review_json_report_on_the_default_sqlite_store() {
     assert_eq!(root["depth"], 0);
     assert_eq!(root["usage"]["own"]["total_tokens"], 40_000);
     assert_eq!(root["context_tokens"], 40_000);
+    assert_eq!(root["usage"]["aggregate"]["total_tokens"], 740_000);
+    let audit = session(&report, "audit");
+    assert_eq!(audit["usage"]["own"]["total_tokens"], 250_000);
+    assert_eq!(audit["usage"]["aggregate"]["total_tokens"], 310_000);
+    assert_eq!(audit["context_tokens"], 250_000);
+    assert_eq!(report["reconciliation"]["consistent"], true);
+    assert_eq!(report["reconciliation"]["own_total_tokens"], 740_000);
+    assert_eq!(report["reconciliation"]["root_aggregate_tokens"], 740_000);
     let helper = session(&report, "audit-helper");
     assert_eq!(helper["parent"], "audit");
     assert_eq!(helper["depth"], 2);
@@ -70,6 +78,7 @@ fn memory_store_leaves_no_file_and_the_table_has_separators() {
     assert!(!dir.path().join(".arbor").exists());
     let table = stdout(&out);
     assert!(table.contains("40,000"), "{table}");
+    assert!(table.contains("740,000"), "{table}");
     assert!(table.contains("audit-helper"), "{table}");
     assert!(stderr(&out).is_empty(), "quiet: {}", stderr(&out));
 }

@@ -33,6 +33,7 @@ mod run;
 mod session;
 pub mod supervisor;
 pub mod tool;
+pub mod usage;
 
 pub use agent::{
     Agent, AgentBuilder, DEFAULT_EVENT_CAPACITY, DEFAULT_TOOL_CONCURRENCY, MAX_TOOL_CONCURRENCY,

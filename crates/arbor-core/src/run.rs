@@ -312,6 +312,7 @@ impl Session {
             assistant = Some(message);
         }
         let mut update = None;
+        let attributed = usage;
         if let Some(usage) = usage {
             state.usage += usage;
             let own = self.record.own_usage + usage;
@@ -327,7 +328,8 @@ impl Session {
             });
         }
         if !entries.is_empty() {
-            self.commit(state.run_id, &entries, update).await?;
+            self.commit_usage(state.run_id, &entries, update, attributed)
+                .await?;
         }
         if let Some(message) = assistant {
             self.messages.push(message);
@@ -389,6 +391,11 @@ impl Session {
             Some(SessionUpdate::status(SessionStatus::from(status))),
         )
         .await?;
+        // Descendants attribute into the stored record while this run goes on: refresh it, so
+        // the session's view of its attributed usage is current at every terminal.
+        if let Some(stored) = self.store.session(self.record.id).await? {
+            self.record = stored;
+        }
         self.bus.publish(
             run_id,
             AgentEvent::RunFinished {

@@ -7,8 +7,10 @@
 
 use std::sync::Arc;
 
-use arbor_protocol::{EntryKind, Message, RunId, SessionId, SessionStatus, Usage};
-use arbor_store::{MemoryStore, SessionRecord, SessionUpdate, Store};
+use arbor_protocol::{EntryKind, Message, RunId, SessionId, SessionStatus, SpawnPoint, Usage};
+use arbor_store::{
+    Attribution, AttributionTarget, MemoryStore, SessionRecord, SessionUpdate, Store, StoreError,
+};
 
 use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
@@ -44,6 +46,8 @@ pub struct Session {
     pub(crate) record: SessionRecord,
     pub(crate) messages: Vec<Message>,
     pub(crate) bus: EventBus,
+    /// Its ancestors, nearest first, whom each of its provider turns' usage is attributed to.
+    pub(crate) ancestors: Vec<AttributionTarget>,
 }
 
 impl Agent {
@@ -54,6 +58,7 @@ impl Agent {
             store: None,
             name: None,
             parent: None,
+            spawned_by: None,
             meta: serde_json::Value::Null,
         }
     }
@@ -83,12 +88,14 @@ impl Agent {
                 _ => None,
             })
             .collect();
+        let ancestors = ancestors(store.as_ref(), &record).await?;
         Ok(Session {
             bus: EventBus::new(id, self.event_capacity()).with_redactor(self.redactor().cloned()),
             agent: self.clone(),
             store,
             record,
             messages,
+            ancestors,
         })
     }
 }
@@ -101,6 +108,7 @@ pub struct SessionBuilder {
     store: Option<Arc<dyn Store>>,
     name: Option<String>,
     parent: Option<SessionRef>,
+    spawned_by: Option<SpawnPoint>,
     meta: serde_json::Value,
 }
 
@@ -123,6 +131,12 @@ impl SessionBuilder {
         self
     }
 
+    /// The parent's run and turn whose tool call spawned it (its usage is attributed there).
+    pub fn spawned_by(mut self, point: SpawnPoint) -> Self {
+        self.spawned_by = Some(point);
+        self
+    }
+
     /// Host data kept with the record (never credentials).
     pub fn meta(mut self, meta: serde_json::Value) -> Self {
         self.meta = meta;
@@ -138,12 +152,29 @@ impl SessionBuilder {
         validate_session_name(&name)?;
         let mut record = SessionRecord::new_root(name, self.agent.name(), self.agent.model());
         if let Some(parent) = self.parent {
-            record.parent_id = Some(parent.id);
-            record.root_id = parent.root_id;
-            record.depth = parent.depth + 1;
+            // The stored parent is the authority on the tree and the depth.
+            let stored = store
+                .session(parent.id)
+                .await?
+                .ok_or_else(|| CoreError::NotFound {
+                    what: "session",
+                    id: parent.id.to_string(),
+                })?;
+            record.parent_id = Some(stored.id);
+            record.root_id = stored.root_id;
+            record.depth = stored.depth + 1;
         }
+        record.spawned_by = self.spawned_by;
         record.meta = self.meta;
-        store.create_session(&record).await?;
+        store.create_session(&record).await.map_err(|e| match e {
+            StoreError::NameTaken { name } => CoreError::Validation(format!(
+                "Agent name \"{name}\" is unavailable: an agent of that name already exists \
+                     at depth {} under this parent",
+                record.depth
+            )),
+            other => CoreError::Store(other),
+        })?;
+        let ancestors = ancestors(store.as_ref(), &record).await?;
         Ok(Session {
             bus: EventBus::new(record.id, self.agent.event_capacity())
                 .with_redactor(self.agent.redactor().cloned()),
@@ -151,6 +182,7 @@ impl SessionBuilder {
             store,
             record,
             messages: Vec::new(),
+            ancestors,
         })
     }
 }
@@ -213,12 +245,22 @@ impl Session {
     }
 
     /// Appends entries and applies an update in one store write, keeping the cached record
-    /// in step.
+    /// in step; with `attributed`, the same write attributes that usage to every ancestor.
     pub(crate) async fn commit(
         &mut self,
         run: RunId,
         entries: &[EntryKind],
         update: Option<SessionUpdate>,
+    ) -> CoreResult<()> {
+        self.commit_usage(run, entries, update, None).await
+    }
+
+    pub(crate) async fn commit_usage(
+        &mut self,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<SessionUpdate>,
+        attributed: Option<Usage>,
     ) -> CoreResult<()> {
         let redacted;
         let entries = match self.agent.redactor() {
@@ -236,9 +278,23 @@ impl Session {
             }
             None => entries,
         };
-        self.store
-            .append(self.record.id, run, entries, update.as_ref())
-            .await?;
+        match attributed {
+            Some(usage) if !self.ancestors.is_empty() => {
+                let attribution = Attribution {
+                    from: self.record.id,
+                    usage,
+                    targets: self.ancestors.clone(),
+                };
+                self.store
+                    .append_attributed(self.record.id, run, entries, update.as_ref(), &attribution)
+                    .await?;
+            }
+            _ => {
+                self.store
+                    .append(self.record.id, run, entries, update.as_ref())
+                    .await?;
+            }
+        }
         if let Some(update) = update {
             self.record.apply(&update);
         }
@@ -254,4 +310,37 @@ pub fn validate_session_name(name: &str) -> CoreResult<()> {
         ));
     }
     Ok(())
+}
+
+/// The ancestors of `record`, nearest first, each with the child it is reached through and
+/// where that child was spawned.
+async fn ancestors(
+    store: &dyn Store,
+    record: &SessionRecord,
+) -> CoreResult<Vec<AttributionTarget>> {
+    let mut out = Vec::with_capacity(record.depth as usize);
+    let mut via = record.clone();
+    while let Some(parent_id) = via.parent_id {
+        // Depth bounds the walk even if stored data were to loop.
+        if out.len() > record.depth as usize {
+            return Err(CoreError::Store(StoreError::Corrupt(format!(
+                "the ancestors of session {} do not end at a root",
+                record.id
+            ))));
+        }
+        let parent = store
+            .session(parent_id)
+            .await?
+            .ok_or_else(|| CoreError::NotFound {
+                what: "session",
+                id: parent_id.to_string(),
+            })?;
+        out.push(AttributionTarget {
+            session: parent_id,
+            via: via.id,
+            target: via.spawned_by,
+        });
+        via = parent;
+    }
+    Ok(out)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::collections::BTreeSet;
 
-use arbor_protocol::{ChildOrigin, SessionId, Timestamp};
+use arbor_protocol::{ChildOrigin, SessionId, SpawnPoint, Timestamp};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
@@ -38,6 +38,8 @@ pub struct DelegationRequest {
     pub cancel: Option<CancellationToken>,
     /// The session delegating, whose child the new session becomes.
     pub parent: Option<SessionRef>,
+    /// The parent's run and turn that asked for the child (its usage is attributed there).
+    pub spawned_by: Option<SpawnPoint>,
 }
 
 impl DelegationRequest {
@@ -166,6 +168,7 @@ pub(crate) struct Admitted {
     pub(crate) thread: String,
     pub(crate) name: String,
     pub(crate) parent: Option<SessionRef>,
+    pub(crate) spawned_by: Option<SpawnPoint>,
     pub(crate) identity: Option<Arc<Identity>>,
     pub(crate) token: CancellationToken,
     /// Why the token was cancelled, set by whoever cancels it first.
@@ -293,6 +296,7 @@ impl Supervisor {
             thread,
             name,
             parent: request.parent,
+            spawned_by: request.spawned_by,
             identity,
             token,
             reason: CancelReason::default(),

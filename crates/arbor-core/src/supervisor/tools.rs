@@ -6,6 +6,7 @@
 //! failed (which limit, with its maximum and observed value), redacted.
 
 use arbor_model::ToolSpec;
+use arbor_protocol::SpawnPoint;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -174,6 +175,10 @@ impl DynTool for SpawnAgentTool {
             policy,
             cancel: Some(ctx.cancel.clone()),
             parent: Some(ctx.session),
+            spawned_by: Some(SpawnPoint {
+                run_id: ctx.run_id,
+                turn: ctx.turn,
+            }),
             ..DelegationRequest::default()
         };
         if is_async {

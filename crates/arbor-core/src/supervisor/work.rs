@@ -161,6 +161,9 @@ impl Supervisor {
         if let Some(parent) = a.parent {
             builder = builder.parent(parent);
         }
+        if let Some(point) = a.spawned_by {
+            builder = builder.spawned_by(point);
+        }
         let mut session = match builder.create().await {
             Ok(s) => s,
             Err(e) => return Worked::Error(e),

@@ -4,6 +4,7 @@ mod identity;
 mod limits;
 mod permission;
 mod pump;
+mod reconcile;
 mod redaction;
 mod spawn_tool;
 mod supervisor;
