@@ -51,9 +51,16 @@ pub(crate) struct AgentSpec {
     /// Provider (only `scripted` in this build).
     #[serde(default = "scripted")]
     pub(crate) provider: String,
-    /// Model name.
+    /// Model name: what it runs when a parent asks for no model.
     #[serde(default = "scripted")]
     pub(crate) model: String,
+    /// Other models a parent may ask for when it spawns this agent; the script's provider
+    /// preflights each (empty: only `model`).
+    #[serde(default)]
+    pub(crate) allow_models: Vec<String>,
+    /// The models the scripted provider offers (its preflight refuses others; empty: all).
+    #[serde(default)]
+    pub(crate) models: Vec<String>,
     /// Built-in tools.
     #[serde(default)]
     pub(crate) tools: Vec<String>,

@@ -34,6 +34,7 @@ fn base(name: &str, spec: &AgentSpec) -> AgentBuilder {
     let script = Script {
         turns: spec.turns.clone(),
         repeat_last: spec.repeat_last,
+        models: spec.models.clone(),
     };
     let mut b = Agent::builder(name)
         .provider(ScriptedProvider::new(script))

@@ -188,6 +188,24 @@ impl SessionBuilder {
 }
 
 impl Session {
+    /// A session for a record written moments ago (by admission), with no transcript yet.
+    pub(crate) async fn attach(
+        agent: Agent,
+        store: Arc<dyn Store>,
+        record: SessionRecord,
+    ) -> CoreResult<Session> {
+        let ancestors = ancestors(store.as_ref(), &record).await?;
+        Ok(Session {
+            bus: EventBus::new(record.id, agent.event_capacity())
+                .with_redactor(agent.redactor().cloned()),
+            agent,
+            store,
+            record,
+            messages: Vec::new(),
+            ancestors,
+        })
+    }
+
     /// The session's id.
     pub fn id(&self) -> SessionId {
         self.record.id

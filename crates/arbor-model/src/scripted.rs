@@ -103,6 +103,10 @@ pub struct Script {
     pub turns: Vec<ScriptedTurn>,
     /// When the turns run out, play the last one again instead of failing.
     pub repeat_last: bool,
+    /// The models this script offers: the preflight refuses any other. Empty offers every
+    /// model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
 }
 
 impl Script {
@@ -111,6 +115,7 @@ impl Script {
         Self {
             turns: turns.into_iter().collect(),
             repeat_last: false,
+            models: Vec::new(),
         }
     }
 }
@@ -237,6 +242,17 @@ fn deltas(text: &str) -> Vec<String> {
 impl ModelProvider for ScriptedProvider {
     fn name(&self) -> &str {
         "scripted"
+    }
+
+    async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        let models = &self.script.models;
+        if models.is_empty() || models.iter().any(|m| m == model) {
+            return Ok(());
+        }
+        Err(ModelError::Unavailable {
+            model: model.to_owned(),
+            reason: format!("the script offers only {}", models.join(", ")),
+        })
     }
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
@@ -389,6 +405,7 @@ mod tests {
                 ..ScriptedTurn::default()
             }],
             repeat_last: true,
+            models: Vec::new(),
         });
         let msgs = vec![Message::assistant(""), Message::assistant("")];
         let mut s = provider.stream(request(&msgs)).await.unwrap();

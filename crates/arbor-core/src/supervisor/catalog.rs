@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use arbor_model::ModelProvider;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +39,9 @@ pub struct ChildContext {
     /// The identity the child acts as: the parent's, narrowed to the entry's scopes (the
     /// runtime forces it onto the agent). Never a credential.
     pub identity: Option<Arc<Identity>>,
+    /// The model admission resolved (the request's, else the entry's default), if any: the
+    /// agent built must use exactly it.
+    pub model: Option<String>,
     /// Fires when the delegation is cancelled or times out.
     pub cancel: CancellationToken,
     /// Delegates further from inside this child (path, depth and cancellation carried).
@@ -181,6 +185,14 @@ pub struct ChildEntry {
     pub(crate) limits: LimitsInput,
     pub(crate) policy: PolicyInput,
     pub(crate) scopes: Option<BTreeSet<String>>,
+    /// The model it runs when none is requested.
+    pub(crate) model: Option<String>,
+    /// Other models a request may choose.
+    pub(crate) allowed_models: Vec<String>,
+    /// The provider a requested model is preflighted against.
+    pub(crate) preflight: Option<Arc<dyn ModelProvider>>,
+    /// The agent name its sessions record.
+    pub(crate) agent_name: Option<String>,
 }
 
 impl ChildEntry {
@@ -194,12 +206,63 @@ impl ChildEntry {
             limits: LimitsInput::default(),
             policy: PolicyInput::default(),
             scopes: None,
+            model: None,
+            allowed_models: Vec::new(),
+            preflight: None,
+            agent_name: None,
         }
     }
 
-    /// An entry that always runs `agent`.
+    /// An entry that always runs `agent` (its model is the default, its provider
+    /// preflights requested models).
     pub fn agent(id: impl Into<String>, agent: Agent) -> Self {
-        Self::new(id, AgentFactory(agent))
+        let mut entry = Self::new(id, AgentFactory(agent.clone()))
+            .model(agent.model())
+            .preflight_with(agent.provider().clone());
+        entry.agent_name = Some(agent.name().to_owned());
+        entry
+    }
+
+    /// The model the child runs when a request names none. The factory gets the resolved
+    /// model in [`ChildContext::model`] and must build an agent for exactly it.
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Models a request may choose besides the default; each is preflighted.
+    #[must_use]
+    pub fn allow_models<I, S>(mut self, models: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_models.extend(models.into_iter().map(Into::into));
+        self
+    }
+
+    /// The provider that preflights a requested model before the child is admitted.
+    #[must_use]
+    pub fn preflight_with(mut self, provider: Arc<dyn ModelProvider>) -> Self {
+        self.preflight = Some(provider);
+        self
+    }
+
+    /// The agent name the child's sessions record (default: the entry's id).
+    #[must_use]
+    pub fn agent_name(mut self, name: impl Into<String>) -> Self {
+        self.agent_name = Some(name.into());
+        self
+    }
+
+    /// Every model a request may name, the default first.
+    pub fn models(&self) -> Vec<&str> {
+        self.model
+            .iter()
+            .chain(&self.allowed_models)
+            .map(String::as_str)
+            .collect()
     }
 
     /// What the child is for (shown to the parent model).

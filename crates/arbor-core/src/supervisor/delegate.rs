@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::identity::Identity;
 use crate::run::RunResult;
-use crate::session::{SessionRef, validate_session_name};
+use crate::session::SessionRef;
+use crate::supervisor::admission::resolve_model;
+use crate::supervisor::names;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
@@ -40,6 +42,8 @@ pub struct DelegationRequest {
     pub parent: Option<SessionRef>,
     /// The parent's run and turn that asked for the child (its usage is attributed there).
     pub spawned_by: Option<SpawnPoint>,
+    /// The model to run: one the child's catalog entry allows (default: the entry's own).
+    pub model: Option<String>,
 }
 
 impl DelegationRequest {
@@ -98,9 +102,10 @@ impl Delegator {
 
     /// Runs a child and waits for it.
     pub async fn delegate(&self, request: DelegationRequest) -> CoreResult<DelegationResult> {
-        let admitted = self
+        let mut admitted = self
             .supervisor
-            .admit(self.scope.as_deref(), request, false)?;
+            .admit(self.scope.as_deref(), request, Mode::Sync)?;
+        self.supervisor.register(&mut admitted).await?;
         self.supervisor.begin(&admitted);
         // The drive runs as its own task, so a caller that drops this future (its run was
         // cancelled or timed out) still gets exactly one terminal report; the guard cancels
@@ -121,22 +126,63 @@ impl Delegator {
         })
     }
 
-    /// Starts a child and returns its handle at once; see [`Supervisor::wait`].
-    pub fn delegate_async(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
-        let admitted = self
+    /// Admits a child and returns its handle once its record exists (before its first
+    /// model call); collect the result with [`Supervisor::wait`].
+    pub async fn delegate_async(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
+        self.start(request, Mode::Join).await
+    }
+
+    /// Admits a child and returns its handle; the child answers by message (its reply, or a
+    /// lifecycle notice, arrives in the parent session's inbox).
+    pub async fn spawn(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
+        self.start(request, Mode::Message).await
+    }
+
+    async fn start(&self, request: DelegationRequest, mode: Mode) -> CoreResult<AsyncHandle> {
+        let mut admitted = self
             .supervisor
-            .admit(self.scope.as_deref(), request, true)?;
-        Ok(self.supervisor.launch(admitted))
+            .admit(self.scope.as_deref(), request, mode)?;
+        self.supervisor.register(&mut admitted).await?;
+        self.supervisor.launch(admitted)
     }
 }
 
-/// The handle of an async delegation.
+/// How the caller takes the result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The caller waits (`delegate`).
+    Sync,
+    /// The caller collects it with `wait` (`delegate_async`).
+    Join,
+    /// The child replies by message (`spawn`).
+    Message,
+}
+
+impl Mode {
+    /// The mode's name in records and tool arguments.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sync => "sync",
+            Self::Join => "async",
+            Self::Message => "message",
+        }
+    }
+}
+
+/// The handle of an admitted delegation: what a parent needs to address the child later,
+/// and nothing of its result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsyncHandle {
     /// The delegation.
     pub delegation_id: String,
     /// The catalog entry.
     pub child_id: String,
+    /// The child's session: where its transcript lives.
+    pub session_id: SessionId,
+    /// Its readable name, unique among its siblings.
+    pub name: String,
+    /// The model it runs (none when its factory chooses).
+    pub model: Option<String>,
 }
 
 /// Why a delegation was cancelled: the first reason set wins.
@@ -167,6 +213,13 @@ pub(crate) struct Admitted {
     pub(crate) policy: EffectivePolicy,
     pub(crate) thread: String,
     pub(crate) name: String,
+    /// The checked name the request asked for (a default is made at registration).
+    pub(crate) requested_name: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) model_requested: bool,
+    pub(crate) mode: Mode,
+    /// The child's session record, written at registration.
+    pub(crate) record: Option<arbor_store::SessionRecord>,
     pub(crate) parent: Option<SessionRef>,
     pub(crate) spawned_by: Option<SpawnPoint>,
     pub(crate) identity: Option<Arc<Identity>>,
@@ -203,8 +256,13 @@ impl Supervisor {
     }
 
     /// Starts a child and returns its handle (top level).
-    pub fn delegate_async(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
-        self.delegator().delegate_async(request)
+    pub async fn delegate_async(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
+        self.delegator().delegate_async(request).await
+    }
+
+    /// Starts a child that answers by message (top level).
+    pub async fn spawn(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
+        self.delegator().spawn(request).await
     }
 
     /// Every check, in order, before anything is counted. Synchronous, so concurrent calls
@@ -213,8 +271,9 @@ impl Supervisor {
         &self,
         scope: Option<&Scope>,
         request: DelegationRequest,
-        is_async: bool,
+        mode: Mode,
     ) -> CoreResult<Admitted> {
+        let is_async = mode != Mode::Sync;
         let inner = &self.inner;
         if inner.session_token.is_cancelled() {
             return Err(CoreError::Supervisor(
@@ -259,11 +318,11 @@ impl Supervisor {
         let identity = child_identity(parent_identity, entry.scopes.as_ref())?;
         let input = self.redact(&request.input);
         check_bytes(&input, &limits)?;
-        let name = match &request.name {
-            Some(n) => self.redact(n),
-            None => request.child_id.clone(),
+        let requested_name = match &request.name {
+            Some(n) => Some(names::requested(&self.redact(n))?),
+            None => None,
         };
-        validate_session_name(&name)?;
+        let (model, model_requested) = resolve_model(entry, request.model.as_deref())?;
         let slot = inner.slots.reserve(
             limits
                 .max_active_children
@@ -294,7 +353,13 @@ impl Supervisor {
             limits,
             policy,
             thread,
-            name,
+            // Set at registration, with the record.
+            name: String::new(),
+            requested_name,
+            model,
+            model_requested,
+            mode,
+            record: None,
             parent: request.parent,
             spawned_by: request.spawned_by,
             identity,

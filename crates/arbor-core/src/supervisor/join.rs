@@ -34,10 +34,18 @@ pub enum WaitOutcome {
 
 impl Supervisor {
     /// Starts an admitted delegation in the background and registers its handle.
-    pub(crate) fn launch(&self, admitted: Admitted) -> AsyncHandle {
+    pub(crate) fn launch(&self, admitted: Admitted) -> CoreResult<AsyncHandle> {
+        let Some(record) = &admitted.record else {
+            return Err(CoreError::Supervisor(
+                "an async delegation must be registered before it is launched".to_owned(),
+            ));
+        };
         let handle = AsyncHandle {
             delegation_id: admitted.delegation_id.clone(),
             child_id: admitted.child_id.clone(),
+            session_id: record.id,
+            name: record.name.clone(),
+            model: admitted.model.clone(),
         };
         let (tx, rx) = watch::channel(None);
         self.state().handles.insert(
@@ -64,7 +72,7 @@ impl Supervisor {
             let outcome = this.drive(admitted).await;
             let _ = tx.send(Some(Arc::new(outcome)));
         });
-        handle
+        Ok(handle)
     }
 
     /// Waits for an async delegation. Idempotent while the finished handle is retained;

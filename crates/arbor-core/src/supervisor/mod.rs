@@ -13,6 +13,7 @@
 //! - [`summary`], the recovery counters.
 //! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`.
 
+mod admission;
 pub mod catalog;
 mod core;
 mod delegate;
@@ -20,6 +21,7 @@ mod handles;
 pub mod hooks;
 mod join;
 pub mod limits;
+pub mod names;
 pub mod policy;
 mod pump;
 mod slots;
@@ -34,7 +36,7 @@ pub use catalog::{
     erased_factory, factory_fn,
 };
 pub use core::{ChildEventSink, Ownership, Supervisor, SupervisorBuilder};
-pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator};
+pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator, Mode};
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
 };

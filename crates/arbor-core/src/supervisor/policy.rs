@@ -34,6 +34,14 @@ impl Lifetime {
             _ => Err(CoreError::validation("lifetime must be task or session")),
         }
     }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Session => "session",
+        }
+    }
 }
 
 /// How much of a child's activity is projected onto the supervisor's stream.

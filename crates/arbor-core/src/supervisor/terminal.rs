@@ -1,13 +1,15 @@
 //! The terminal report of a delegation: counters settled, terminal events published and the
 //! `after` hook run, exactly once per delegation, whichever way it ended.
 
-use arbor_protocol::{ChildOrigin, RunStatus, SupervisorEvent};
+use arbor_protocol::{ChildOrigin, RunStatus, SessionStatus, SupervisorEvent};
+use arbor_store::SessionUpdate;
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 
 use crate::dispatch::panic_message;
 use crate::error::{CoreError, CoreResult, LimitError, LimitInfo};
 use crate::run::RunResult;
+use crate::supervisor::admission::session_of;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, DelegationResult, Worked};
 use crate::supervisor::hooks::{Completion, CompletionStatus};
@@ -43,6 +45,20 @@ impl Supervisor {
                 }),
             )
         };
+        // A delegation that ended before its child's run began leaves the record idle: give it
+        // the terminal status the registry shows (a run writes its own).
+        let status = match &worked {
+            Worked::Rejected(_) => Some(SessionStatus::Denied),
+            Worked::Error(_) if host_aborted => Some(SessionStatus::Aborted),
+            Worked::Error(_) => Some(SessionStatus::Failed),
+            Worked::Ran { .. } => None,
+        };
+        if let (Some(status), Some(id)) = (status, session_of(a)) {
+            let settle = SessionUpdate::status(status);
+            if let Err(e) = self.inner.store.update_session(id, &settle).await {
+                tracing::warn!(session = %id, error = %e, "could not record the delegation's status");
+            }
+        }
         match worked {
             Worked::Rejected(reason) => {
                 self.publish(SupervisorEvent::DelegationRejected {

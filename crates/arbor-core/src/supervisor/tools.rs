@@ -28,6 +28,7 @@ struct Milestone {
 enum Mode {
     Sync,
     Async,
+    Message,
 }
 
 #[derive(Debug, Deserialize)]
@@ -37,6 +38,7 @@ struct SpawnArgs {
     input: String,
     thread_id: Option<String>,
     name: Option<String>,
+    model: Option<String>,
     mode: Option<Mode>,
     lifetime: Option<Lifetime>,
     report: Option<Report>,
@@ -104,7 +106,7 @@ impl SpawnAgentTool {
             })
             .collect();
         let description = format!(
-            "Delegate a task to a child agent. Allowed children: {}. mode sync waits for its answer; async returns a handle for wait_agent.",
+            "Delegate a task to a child agent. Allowed children: {}. mode sync (default) waits for its answer; async returns a handle for wait_agent; message returns a handle at once and the child's reply (or a notice that it finished, failed or was cancelled) arrives as a message on a later turn, so end your turn instead of waiting. Name each child: the name is how you address it later.",
             listed.join(", ")
         );
         let parameters = json!({
@@ -113,8 +115,9 @@ impl SpawnAgentTool {
                 "child_id": {"type": "string", "enum": ids},
                 "input": {"type": "string", "description": "The child's task."},
                 "thread_id": {"type": "string"},
-                "name": {"type": "string", "maxLength": 64},
-                "mode": {"type": "string", "enum": ["sync", "async"]},
+                "name": {"type": "string", "minLength": 1, "maxLength": 64},
+                "model": {"type": "string", "description": "A model the child allows; default its own."},
+                "mode": {"type": "string", "enum": ["sync", "async", "message"]},
                 "lifetime": {"type": "string", "enum": ["task", "session"]},
                 "report": {"type": "string", "enum": ["on-complete", "milestones", "stream"]},
                 "milestone": {
@@ -165,13 +168,17 @@ impl DynTool for SpawnAgentTool {
             every_turns: args.milestone.and_then(|m| m.every_turns),
             budget_share: args.budget_share,
         };
-        let is_async =
-            matches!(args.mode, Some(Mode::Async)) || args.lifetime == Some(Lifetime::Session);
+        let mode = match (args.mode, args.lifetime) {
+            (Some(Mode::Message), _) => Mode::Message,
+            (Some(Mode::Async), _) | (_, Some(Lifetime::Session)) => Mode::Async,
+            _ => Mode::Sync,
+        };
         let request = DelegationRequest {
             child_id: args.child_id.clone(),
             input: args.input,
             thread_id: args.thread_id,
             name: args.name,
+            model: args.model,
             policy,
             cancel: Some(ctx.cancel.clone()),
             parent: Some(ctx.session),
@@ -181,14 +188,19 @@ impl DynTool for SpawnAgentTool {
             }),
             ..DelegationRequest::default()
         };
-        if is_async {
-            let handle = self
-                .delegator
-                .delegate_async(request)
-                .map_err(|e| model_error(&self.delegator, &e))?;
+        let handle = match mode {
+            Mode::Sync => None,
+            Mode::Async => Some(self.delegator.delegate_async(request.clone()).await),
+            Mode::Message => Some(self.delegator.spawn(request.clone()).await),
+        };
+        if let Some(handle) = handle {
+            let handle = handle.map_err(|e| model_error(&self.delegator, &e))?;
             return Ok(json!({
                 "child_id": handle.child_id,
                 "delegation_id": handle.delegation_id,
+                "session_id": handle.session_id,
+                "name": handle.name,
+                "model": handle.model,
                 "status": "running",
             })
             .to_string());

@@ -14,6 +14,8 @@ use crate::dispatch::panic_message;
 use crate::error::CoreError;
 use crate::permission::ToolBudget;
 use crate::run::RunOptions;
+use crate::session::Session;
+use crate::supervisor::admission::encode_component;
 use crate::supervisor::catalog::ChildContext;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, Delegator, Scope, Worked, check_bytes, check_depth};
@@ -88,6 +90,7 @@ impl Supervisor {
         }
         let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
         let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
+        let model = a.model.clone();
         // supervisor → catalog → hook → tool budget; the agent's own comes last.
         let mut permission = inner.permission.and(&entry.permission);
         if let Some(p) = &hook_permission {
@@ -110,6 +113,7 @@ impl Supervisor {
             thread_id: thread_id.clone(),
             permission: permission.clone(),
             identity: a.identity.clone(),
+            model,
             cancel: a.token.clone(),
             delegator: Delegator {
                 supervisor: self.clone(),
@@ -147,33 +151,24 @@ impl Supervisor {
             Ok(agent) => agent,
             Err(e) => return Worked::Error(e),
         };
-        let mut builder = agent
-            .session()
-            .store(inner.store.clone())
-            .name(a.name.clone())
-            .meta(serde_json::json!({
-                "supervisor_id": inner.id,
-                "delegation_id": a.delegation_id,
-                "child_id": a.child_id,
-                "resource_id": resource_id,
-                "thread_id": thread_id,
-            }));
-        if let Some(parent) = a.parent {
-            builder = builder.parent(parent);
+        let Some(record) = a.record.clone() else {
+            return Worked::Error(CoreError::Supervisor(
+                "delegation ran without a registered session".into(),
+            ));
+        };
+        if !record.model.is_empty() && agent.model() != record.model {
+            return Worked::Error(CoreError::Supervisor(format!(
+                "child \"{}\" factory built an agent for model \"{}\", but the delegation was \
+                 admitted for model \"{}\"",
+                a.child_id,
+                agent.model(),
+                record.model
+            )));
         }
-        if let Some(point) = a.spawned_by {
-            builder = builder.spawned_by(point);
-        }
-        let mut session = match builder.create().await {
+        let mut session = match Session::attach(agent, inner.store.clone(), record).await {
             Ok(s) => s,
             Err(e) => return Worked::Error(e),
         };
-        self.publish(SupervisorEvent::DelegationAdmitted {
-            origin: origin.clone(),
-            session_id: session.id(),
-            name: a.name.clone(),
-            model: agent.model().to_owned(),
-        });
         let options = RunOptions::default().with_cancel(a.token.clone());
         let ran = if a.policy.report == Report::OnComplete {
             AssertUnwindSafe(session.run(input, options))
@@ -207,22 +202,4 @@ impl Supervisor {
             ))),
         }
     }
-}
-
-/// Percent-encodes everything but unreserved characters (as `encodeURIComponent` does).
-fn encode_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')'
-            )
-        {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -85,8 +85,8 @@ async fn the_rate_window_coalesces_and_announces_every_drop() {
     assert_eq!(
         types(&events(&mut sub)),
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "child:run_started",
             "child:turn_started",
             "child:provider_turn_started",
@@ -101,8 +101,8 @@ async fn the_rate_window_coalesces_and_announces_every_drop() {
     assert_eq!(
         types(&events(&mut sub)),
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "child:run_started",
             "child:turn_started",
             "child:provider_turn_started",
@@ -145,8 +145,8 @@ async fn a_drop_is_announced_before_the_next_admitted_event() {
     assert_eq!(
         t,
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "child:run_started",
             "child:turn_started",
             "coalesced:7",
@@ -172,8 +172,8 @@ async fn the_count_cap_publishes_one_marker_and_drops_the_rest() {
     assert_eq!(
         types(&events(&mut sub)),
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "child:run_started",
             "child:turn_started",
             "delegation_child_events_capped",
@@ -235,8 +235,8 @@ async fn the_byte_cap_counts_utf8_bytes_of_the_serialized_event() {
     assert_eq!(
         capped,
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "delegation_child_events_capped",
             "delegation_finished"
         ]
@@ -269,8 +269,8 @@ async fn milestones_every_n_turns() {
     assert_eq!(
         t,
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "milestone:2",
             "milestone:4",
             "delegation_finished"

@@ -124,12 +124,26 @@ async fn a_sync_delegation_reports_its_lifecycle_and_keeps_the_session() {
     assert_eq!(
         types(&events),
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "delegation_finished"
         ]
     );
     match &events[0] {
+        SupervisorEvent::DelegationAdmitted {
+            session_id,
+            name,
+            model,
+            ..
+        } => {
+            assert_eq!(*session_id, r.session_id);
+            assert_eq!(*name, r.name);
+            assert!(name.starts_with("subagent-check-sources-"), "{name}");
+            assert_eq!(model, "scripted");
+        }
+        other => panic!("{other:?}"),
+    }
+    match &events[1] {
         SupervisorEvent::DelegationStarted {
             origin,
             resource_id,
@@ -191,7 +205,7 @@ async fn pre_checks_refuse_before_anything_is_counted() {
     );
     let mut req = DelegationRequest::new("a", "x");
     req.policy.lifetime = Some(Lifetime::Session);
-    let err = sup.delegate_async(req).unwrap_err();
+    let err = sup.delegate_async(req).await.unwrap_err();
     assert_eq!(err.to_string(), "Child does not allow session lifetime");
     let mut req = DelegationRequest::new("a", "x");
     req.limits.max_steps = Some(65);
@@ -299,7 +313,10 @@ async fn a_hook_rejection_releases_the_slot_and_reports_once() {
     assert_eq!(err.kind(), CoreErrorKind::Denied);
     assert_eq!(err.to_string(), "no a today ([REDACTED])");
     let events = drain(&mut sub);
-    assert_eq!(types(&events), vec!["delegation_rejected"]);
+    assert_eq!(
+        types(&events),
+        vec!["delegation_admitted", "delegation_rejected"]
+    );
     let done = after.0.lock().unwrap().clone();
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].status, CompletionStatus::Rejected);
@@ -337,6 +354,7 @@ async fn a_hook_can_replace_input_and_lower_limits() {
                 serde_json::json!({"text": "x"}),
             )],
             repeat_last: true,
+            models: Vec::new(),
         }))
         .tool(arbor_core::builtin::Echo)
         .build()
@@ -380,8 +398,8 @@ async fn a_hook_can_replace_input_and_lower_limits() {
     assert_eq!(
         types(&events),
         vec![
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "child_failed",
             "delegation_error"
         ]
@@ -464,7 +482,7 @@ async fn async_handles_wait_cancel_and_unknown_ids() {
         .build()
         .unwrap();
     let h = sup
-        .delegate_async(DelegationRequest::new("fast", "x"))
+        .delegate_async(DelegationRequest::new("fast", "x")).await
         .unwrap();
     let first = sup
         .wait(&h.delegation_id, WaitOptions::default())
@@ -482,7 +500,7 @@ async fn async_handles_wait_cancel_and_unknown_ids() {
     assert!(!sup.cancel(&h.delegation_id).unwrap(), "already terminal");
 
     let stuck = sup
-        .delegate_async(DelegationRequest::new("stuck", "x"))
+        .delegate_async(DelegationRequest::new("stuck", "x")).await
         .unwrap();
     let err = sup
         .wait(
@@ -545,10 +563,10 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
     let mut req = DelegationRequest::new("bg", "watch");
     req.policy.lifetime = Some(Lifetime::Session);
     req.cancel = Some(caller.clone());
-    let bg = sup.delegate_async(req.clone()).unwrap();
+    let bg = sup.delegate_async(req.clone()).await.unwrap();
     let mut task_req = DelegationRequest::new("task", "x");
     task_req.cancel = Some(caller.clone());
-    let task = sup.delegate_async(task_req).unwrap();
+    let task = sup.delegate_async(task_req).await.unwrap();
 
     // A sync delegate refuses session lifetime.
     let err = sup.delegate(req.clone()).await.unwrap_err();
@@ -570,7 +588,7 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
     assert_eq!(sup.active_children(), 0);
 
     // The supervisor's session token ends session children too.
-    let bg2 = sup.delegate_async(req).unwrap();
+    let bg2 = sup.delegate_async(req).await.unwrap();
     session_token.cancel();
     let e = sup
         .wait(&bg2.delegation_id, WaitOptions::default())
@@ -597,6 +615,7 @@ async fn budget_share_scales_the_child_run_limits() {
                 serde_json::json!({"text": "x"}),
             )],
             repeat_last: true,
+            models: Vec::new(),
         }))
         .tool(arbor_core::builtin::Echo)
         .limits(arbor_protocol::RunLimits::HARD)
@@ -696,7 +715,7 @@ async fn failure_radius_counts_live_task_descendants_of_the_failed_delegation() 
             factory_fn(|ctx| async move {
                 for _ in 0..2 {
                     ctx.delegator
-                        .delegate_async(DelegationRequest::new("leaf", "hang"))
+                        .delegate_async(DelegationRequest::new("leaf", "hang")).await
                         .unwrap();
                 }
                 Ok(agent(vec![ScriptedTurn {
@@ -758,7 +777,7 @@ async fn the_first_subscriber_gets_earlier_events_and_shutdown_ends_every_stream
     sup.delegate(DelegationRequest::new("a", "x"))
         .await
         .unwrap();
-    sup.delegate_async(DelegationRequest::new("h", "x"))
+    sup.delegate_async(DelegationRequest::new("h", "x")).await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut first = sup.subscribe();
@@ -774,11 +793,11 @@ async fn the_first_subscriber_gets_earlier_events_and_shutdown_ends_every_stream
     assert_eq!(
         seen,
         [
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "delegation_finished",
-            "delegation_started",
             "delegation_admitted",
+            "delegation_started",
             "delegation_error",
         ]
     );
@@ -799,7 +818,7 @@ async fn a_cancelled_handle_reports_why_and_wait_says_cancelled() {
         .unwrap();
     let mut sub = sup.subscribe();
     let h = sup
-        .delegate_async(DelegationRequest::new("h", "x"))
+        .delegate_async(DelegationRequest::new("h", "x")).await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(sup.cancel(&h.delegation_id).unwrap());
@@ -878,7 +897,12 @@ async fn an_erased_factory_must_produce_an_agent() {
     assert_eq!(r.result.text, "real one");
     let events = drain(&mut sub);
     assert_eq!(
-        types(&events[..3]),
-        ["delegation_started", "child_failed", "delegation_error"]
+        types(&events[..4]),
+        [
+            "delegation_admitted",
+            "delegation_started",
+            "child_failed",
+            "delegation_error"
+        ]
     );
 }

@@ -20,6 +20,7 @@ pub(crate) fn looping(turn: ScriptedTurn) -> AgentBuilder {
     Agent::builder("tester").provider(ScriptedProvider::new(Script {
         turns: vec![turn],
         repeat_last: true,
+        models: Vec::new(),
     }))
 }
 

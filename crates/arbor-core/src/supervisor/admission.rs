@@ -1,0 +1,139 @@
+//! Registration: the async half of admission. After the synchronous checks (and the slot),
+//! the requested model is preflighted and the child's session record is written, which
+//! reserves its name among its siblings atomically. Only then does the caller get a handle,
+//! and only then is the attempt counted: a failure here leaves no record and no counter.
+
+use arbor_protocol::{SessionId, SupervisorEvent};
+use arbor_store::{SessionRecord, StoreError};
+
+use crate::error::{CoreError, CoreResult};
+use crate::supervisor::catalog::ChildEntry;
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::delegate::Admitted;
+use crate::supervisor::names;
+
+/// The model a request runs: the requested one if the entry allows it, else the entry's
+/// default. Returns whether it was requested (requested models are preflighted).
+pub(crate) fn resolve_model(
+    entry: &ChildEntry,
+    requested: Option<&str>,
+) -> CoreResult<(Option<String>, bool)> {
+    let Some(requested) = requested else {
+        return Ok((entry.model.clone(), false));
+    };
+    let requested = requested.trim();
+    let allowed = entry.models();
+    match allowed.iter().find(|m| m.eq_ignore_ascii_case(requested)) {
+        Some(m) => Ok((Some((*m).to_owned()), true)),
+        None => Err(CoreError::validation(format!(
+            "Requested model \"{requested}\" is not allowed for child \"{}\"; allowed models: {}",
+            entry.id,
+            if allowed.is_empty() {
+                "none (its factory chooses)".to_owned()
+            } else {
+                allowed.join(", ")
+            }
+        ))),
+    }
+}
+
+impl Supervisor {
+    /// Preflights the model and writes the child's record (reserving its name). On error
+    /// nothing was written and nothing counted; the slot is released when `a` drops.
+    pub(crate) async fn register(&self, a: &mut Admitted) -> CoreResult<()> {
+        let inner = &self.inner;
+        let entry = &inner.entries[a.entry];
+        if let (Some(model), true, Some(provider)) =
+            (&a.model, a.model_requested, &entry.preflight)
+        {
+            provider.preflight(model).await.map_err(|e| {
+                CoreError::validation(format!(
+                    "Requested model \"{model}\" for child \"{}\" failed its preflight: {e}",
+                    a.child_id
+                ))
+            })?;
+        }
+        let agent = entry.agent_name.clone().unwrap_or_else(|| a.child_id.clone());
+        let mut record = SessionRecord::new_root("", agent, a.model.clone().unwrap_or_default());
+        record.name = match a.requested_name.take() {
+            Some(name) => name,
+            None => names::default_name(&a.input, record.id),
+        };
+        if let Some(parent) = a.parent {
+            let stored = inner
+                .store
+                .session(parent.id)
+                .await?
+                .filter(|p| p.tombstone.is_none())
+                .ok_or_else(|| {
+                    CoreError::Denied("Cannot spawn a child of a deleted or unknown session".into())
+                })?;
+            record.parent_id = Some(stored.id);
+            record.root_id = stored.root_id;
+            record.depth = stored.depth + 1;
+        }
+        record.spawned_by = a.spawned_by;
+        let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
+        record.meta = serde_json::json!({
+            "supervisor_id": inner.id,
+            "delegation_id": a.delegation_id,
+            "child_id": a.child_id,
+            "mode": a.mode.as_str(),
+            "lifetime": a.policy.lifetime.as_str(),
+            "resource_id": resource_id,
+            "thread_id": format!("{resource_id}/{}", encode_component(&a.thread)),
+        });
+        inner
+            .store
+            .create_session(&record)
+            .await
+            .map_err(|e| name_error(e, record.depth))?;
+        a.name = record.name.clone();
+        self.publish(SupervisorEvent::DelegationAdmitted {
+            origin: arbor_protocol::ChildOrigin {
+                child_id: a.child_id.clone(),
+                delegation_id: a.delegation_id.clone(),
+                depth: a.depth,
+            },
+            session_id: record.id,
+            name: record.name.clone(),
+            model: record.model.clone(),
+        });
+        a.record = Some(record);
+        Ok(())
+    }
+}
+
+/// The contract's message for a sibling that has the name already.
+pub(crate) fn name_error(e: StoreError, depth: u32) -> CoreError {
+    match e {
+        StoreError::NameTaken { name } => CoreError::Validation(format!(
+            "Agent name \"{name}\" is unavailable: an agent of that name already exists at depth \
+             {depth} under this parent"
+        )),
+        other => CoreError::Store(other),
+    }
+}
+
+/// The session an admitted delegation runs in.
+pub(crate) fn session_of(a: &Admitted) -> Option<SessionId> {
+    a.record.as_ref().map(|r| r.id)
+}
+
+/// Percent-encodes everything but unreserved characters (as `encodeURIComponent` does).
+pub(crate) fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')'
+            )
+        {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,101 @@
+//! Child names: how a parent addresses a child, how it shows in listings.
+//!
+//! A requested name is trimmed and must be 1–64 characters without control characters, and
+//! not a broadcast alias (`*`, `all`, `broadcast`, any case). Without one, the child gets a
+//! readable default, `subagent-<slug of its task>-<last 8 of its session id>`. Uniqueness among
+//! siblings is the store's to enforce, atomically, when the child's record is created.
+
+use arbor_protocol::SessionId;
+
+use crate::error::{CoreError, CoreResult};
+use crate::session::validate_session_name;
+
+/// The longest name, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// Names that would address every agent at once.
+const BROADCAST: [&str; 3] = ["*", "all", "broadcast"];
+
+/// The requested name, checked and trimmed.
+pub(crate) fn requested(name: &str) -> CoreResult<String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(CoreError::validation("child name must not be empty"));
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(CoreError::validation(format!(
+            "child name must be at most {MAX_NAME_CHARS} characters"
+        )));
+    }
+    if BROADCAST.iter().any(|b| name.eq_ignore_ascii_case(b)) {
+        return Err(CoreError::validation(
+            "Broadcast agent messaging is not supported",
+        ));
+    }
+    validate_session_name(name)?;
+    Ok(name.to_owned())
+}
+
+/// `subagent-<slug(task)>-<last 8 alphanumerics of the session id>`, at most 64 characters.
+pub(crate) fn default_name(task: &str, session: SessionId) -> String {
+    let id: String = session
+        .to_string()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let suffix = &id[id.len().saturating_sub(8)..];
+    let mut slug = String::new();
+    for c in task.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c);
+        } else if !slug.ends_with('-') && !slug.is_empty() {
+            slug.push('-');
+        }
+    }
+    let room = MAX_NAME_CHARS - "subagent-".len() - 1 - suffix.len();
+    let mut slug: String = slug.chars().take(room).collect();
+    while slug.ends_with('-') {
+        slug.pop();
+    }
+    if slug.is_empty() {
+        slug.push_str("worker");
+    }
+    format!("subagent-{slug}-{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requested_names_are_trimmed_and_checked() {
+        assert_eq!(requested("  api-review ").unwrap(), "api-review");
+        for bad in ["", "   ", "ALL", "*", "Broadcast"] {
+            assert!(requested(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            requested("all").unwrap_err().to_string(),
+            "Broadcast agent messaging is not supported"
+        );
+        assert_eq!(
+            requested(&"x".repeat(65)).unwrap_err().to_string(),
+            "child name must be at most 64 characters"
+        );
+        assert!(requested(&"é".repeat(64)).is_ok());
+        assert!(requested("a\nb").is_err());
+    }
+
+    #[test]
+    fn default_names_slug_the_task_and_end_with_the_id() {
+        let id: SessionId = "01a238b5-0000-7000-8000-0000a1b2c3d4".parse().unwrap();
+        assert_eq!(
+            default_name("Summarize the HTTP API!", id),
+            "subagent-summarize-the-http-api-a1b2c3d4"
+        );
+        assert_eq!(default_name("!!!", id), "subagent-worker-a1b2c3d4");
+        let long = default_name(&"word ".repeat(40), id);
+        assert_eq!(long.chars().count(), 64, "{long}");
+        assert!(long.ends_with("-a1b2c3d4"), "{long}");
+        assert!(!long.contains("--"), "{long}");
+    }
+}
