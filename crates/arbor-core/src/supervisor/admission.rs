@@ -43,8 +43,7 @@ impl Supervisor {
     pub(crate) async fn register(&self, a: &mut Admitted) -> CoreResult<()> {
         let inner = &self.inner;
         let entry = &inner.entries[a.entry];
-        if let (Some(model), true, Some(provider)) =
-            (&a.model, a.model_requested, &entry.preflight)
+        if let (Some(model), true, Some(provider)) = (&a.model, a.model_requested, &entry.preflight)
         {
             provider.preflight(model).await.map_err(|e| {
                 CoreError::validation(format!(
@@ -53,7 +52,10 @@ impl Supervisor {
                 ))
             })?;
         }
-        let agent = entry.agent_name.clone().unwrap_or_else(|| a.child_id.clone());
+        let agent = entry
+            .agent_name
+            .clone()
+            .unwrap_or_else(|| a.child_id.clone());
         let mut record = SessionRecord::new_root("", agent, a.model.clone().unwrap_or_default());
         record.name = match a.requested_name.take() {
             Some(name) => name,

@@ -238,7 +238,8 @@ impl ChildEntry {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.allowed_models.extend(models.into_iter().map(Into::into));
+        self.allowed_models
+            .extend(models.into_iter().map(Into::into));
         self
     }
 

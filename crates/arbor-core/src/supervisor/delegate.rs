@@ -15,9 +15,9 @@ use crate::identity::Identity;
 use crate::run::RunResult;
 use crate::session::SessionRef;
 use crate::supervisor::admission::resolve_model;
-use crate::supervisor::names;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
+use crate::supervisor::names;
 use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
 use crate::supervisor::slots::SlotGuard;
 
@@ -333,13 +333,17 @@ impl Supervisor {
         let mut path: Vec<String> = above.to_vec();
         path.push(request.child_id.clone());
         let parents: Vec<String> = scope.map_or_else(Vec::new, |s| s.parents.to_vec());
-        let token = match (policy.lifetime, scope) {
-            (Lifetime::Task, Some(s)) => s.token.child_token(),
+        // A message-mode child outlives the turn (and the run) that spawned it: it is bound
+        // to the supervisor's session, and ends when it is deleted, its parent is closed, or
+        // the session ends.
+        let token = match (policy.lifetime, scope, mode) {
+            (_, _, Mode::Message) => inner.session_token.child_token(),
+            (Lifetime::Task, Some(s), _) => s.token.child_token(),
             _ => inner.session_token.child_token(),
         };
-        let caller = match policy.lifetime {
-            Lifetime::Task => request.cancel,
-            Lifetime::Session => None,
+        let caller = match (policy.lifetime, mode) {
+            (Lifetime::Task, Mode::Sync | Mode::Join) => request.cancel,
+            _ => None,
         };
         let thread = request.thread_id.as_deref().unwrap_or("default").to_owned();
         Ok(Admitted {

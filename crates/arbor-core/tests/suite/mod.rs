@@ -1,3 +1,4 @@
+mod admission;
 mod cancel;
 mod events;
 mod identity;

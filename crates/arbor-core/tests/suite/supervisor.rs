@@ -482,7 +482,8 @@ async fn async_handles_wait_cancel_and_unknown_ids() {
         .build()
         .unwrap();
     let h = sup
-        .delegate_async(DelegationRequest::new("fast", "x")).await
+        .delegate_async(DelegationRequest::new("fast", "x"))
+        .await
         .unwrap();
     let first = sup
         .wait(&h.delegation_id, WaitOptions::default())
@@ -500,7 +501,8 @@ async fn async_handles_wait_cancel_and_unknown_ids() {
     assert!(!sup.cancel(&h.delegation_id).unwrap(), "already terminal");
 
     let stuck = sup
-        .delegate_async(DelegationRequest::new("stuck", "x")).await
+        .delegate_async(DelegationRequest::new("stuck", "x"))
+        .await
         .unwrap();
     let err = sup
         .wait(
@@ -715,7 +717,8 @@ async fn failure_radius_counts_live_task_descendants_of_the_failed_delegation() 
             factory_fn(|ctx| async move {
                 for _ in 0..2 {
                     ctx.delegator
-                        .delegate_async(DelegationRequest::new("leaf", "hang")).await
+                        .delegate_async(DelegationRequest::new("leaf", "hang"))
+                        .await
                         .unwrap();
                 }
                 Ok(agent(vec![ScriptedTurn {
@@ -777,7 +780,8 @@ async fn the_first_subscriber_gets_earlier_events_and_shutdown_ends_every_stream
     sup.delegate(DelegationRequest::new("a", "x"))
         .await
         .unwrap();
-    sup.delegate_async(DelegationRequest::new("h", "x")).await
+    sup.delegate_async(DelegationRequest::new("h", "x"))
+        .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut first = sup.subscribe();
@@ -818,7 +822,8 @@ async fn a_cancelled_handle_reports_why_and_wait_says_cancelled() {
         .unwrap();
     let mut sub = sup.subscribe();
     let h = sup
-        .delegate_async(DelegationRequest::new("h", "x")).await
+        .delegate_async(DelegationRequest::new("h", "x"))
+        .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(sup.cancel(&h.delegation_id).unwrap());
