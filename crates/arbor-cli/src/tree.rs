@@ -30,15 +30,18 @@ pub(crate) struct Built {
     pub(crate) supervisor: Option<Supervisor>,
 }
 
-fn base(name: &str, spec: &AgentSpec) -> AgentBuilder {
-    let script = Script {
+fn provider(spec: &AgentSpec) -> ScriptedProvider {
+    ScriptedProvider::new(Script {
         turns: spec.turns.clone(),
         repeat_last: spec.repeat_last,
         models: spec.models.clone(),
-    };
+    })
+}
+
+fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
     let mut b = Agent::builder(name)
-        .provider(ScriptedProvider::new(script))
-        .model(spec.model.clone())
+        .provider(provider(spec))
+        .model(model.unwrap_or(&spec.model).to_owned())
         .limits(spec.limits);
     if let Some(system) = &spec.system {
         b = b.system(system.clone());
@@ -83,7 +86,13 @@ struct SpecFactory {
 #[async_trait]
 impl ChildFactory for SpecFactory {
     async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
-        with_delegation(base(&self.name, &self.spec), &self.spec, &ctx.delegator)?.build()
+        let model = ctx.model.clone();
+        with_delegation(
+            base(&self.name, &self.spec, model.as_deref()),
+            &self.spec,
+            &ctx.delegator,
+        )?
+        .build()
     }
 }
 
@@ -117,7 +126,11 @@ pub(crate) fn build(
                     spec: agent.clone(),
                 },
             )
-            .policy(agent.policy);
+            .policy(agent.policy)
+            .agent_name(name.clone())
+            .model(agent.model.clone())
+            .allow_models(agent.allow_models.iter().cloned())
+            .preflight_with(Arc::new(provider(agent)));
             if let Some(d) = &agent.description {
                 entry = entry.description(d.clone());
             }
@@ -127,7 +140,7 @@ pub(crate) fn build(
     } else {
         None
     };
-    let mut root = base(root_name, root_spec);
+    let mut root = base(root_name, root_spec, None);
     if let Some(sup) = &supervisor {
         root = with_delegation(root, root_spec, &sup.delegator())?;
     }
@@ -145,7 +158,7 @@ pub(crate) fn check(spec: &Spec) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let root_name = built.root.name().to_owned();
     for (name, agent) in spec.agents.iter().filter(|(n, _)| **n != root_name) {
-        let b = base(name, agent);
+        let b = base(name, agent, None);
         let b = match &built.supervisor {
             Some(sup) => with_delegation(b, agent, &sup.delegator()),
             None => Ok(b),
