@@ -16,7 +16,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::CallStop;
-use crate::error::CoreResult;
+use crate::error::{CoreError, CoreResult};
 use crate::session::Session;
 
 /// Options of one run.
@@ -100,6 +100,26 @@ impl Session {
         input: impl Into<String>,
         options: RunOptions,
     ) -> CoreResult<RunResult> {
+        self.run_from(Some(input.into()), options).await
+    }
+
+    /// Runs on what is pending in the session's inbox (a reply, a follow-up, a notice): the
+    /// messages become the input, read by the first turn. Fails with `Validation` when the
+    /// inbox is empty.
+    pub async fn run_inbox(&mut self, options: RunOptions) -> CoreResult<RunResult> {
+        if self.inbox.is_empty() {
+            return Err(CoreError::validation(
+                "the session's inbox is empty: nothing to run on",
+            ));
+        }
+        self.run_from(None, options).await
+    }
+
+    async fn run_from(
+        &mut self,
+        input: Option<String>,
+        options: RunOptions,
+    ) -> CoreResult<RunResult> {
         let limits = match options.limits {
             Some(l) => self.agent.limits().narrow(&l),
             None => self.agent.limits(),
@@ -114,22 +134,23 @@ impl Session {
             text: String::new(),
         };
         let run_id = state.run_id;
-        let user = Message::user(input);
+        let user = input.map(Message::user);
+        let mut entries = vec![EntryKind::RunStarted {
+            agent: self.agent.name().to_owned(),
+            model: self.agent.model().to_owned(),
+        }];
+        if let Some(user) = &user {
+            entries.push(EntryKind::Message {
+                message: user.clone(),
+            });
+        }
         self.commit(
             run_id,
-            &[
-                EntryKind::RunStarted {
-                    agent: self.agent.name().to_owned(),
-                    model: self.agent.model().to_owned(),
-                },
-                EntryKind::Message {
-                    message: user.clone(),
-                },
-            ],
+            &entries,
             Some(SessionUpdate::status(SessionStatus::Running)),
         )
         .await?;
-        self.messages.push(user);
+        self.messages.extend(user);
         self.bus.publish(
             run_id,
             AgentEvent::RunStarted {
@@ -167,6 +188,7 @@ impl Session {
             if token.is_cancelled() {
                 return Ok(Outcome::Cancelled);
             }
+            self.read_inbox(state.run_id).await?;
             let turn = state.turns + 1;
             if turn > state.limits.max_steps {
                 return Ok(Outcome::Breach(RunLimitBreach {
@@ -287,6 +309,37 @@ impl Session {
             }
         }
         (text, calls, usage, None)
+    }
+
+    /// Moves what is pending in the inbox into the conversation, before the next provider
+    /// turn: each message as a user message (with its sender's envelope), then one
+    /// `inbox_read` entry, in one write.
+    async fn read_inbox(&mut self, run_id: RunId) -> CoreResult<()> {
+        let pending = self.inbox.drain();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut entries = Vec::with_capacity(pending.len() + 1);
+        let mut messages = Vec::with_capacity(pending.len());
+        for m in &pending {
+            let message = Message::user(m.envelope());
+            entries.push(EntryKind::Message {
+                message: message.clone(),
+            });
+            messages.push(message);
+        }
+        entries.push(EntryKind::InboxRead {
+            ids: pending.iter().map(|m| m.id.clone()).collect(),
+        });
+        if let Err(e) = self.commit(run_id, &entries, None).await {
+            // Not read after all: put them back so the next turn (or run) sees them.
+            for m in pending {
+                self.inbox.push(m);
+            }
+            return Err(e);
+        }
+        self.messages.extend(messages);
+        Ok(())
     }
 
     /// Records a provider turn: its usage always, its message when the turn completed.

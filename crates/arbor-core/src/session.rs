@@ -15,6 +15,7 @@ use arbor_store::{
 use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
 use crate::events::{EventBus, Subscription};
+use crate::inbox::Inbox;
 use crate::redact::redact_serde;
 
 /// Where a session stands in its tree: what a child needs of its parent.
@@ -48,6 +49,8 @@ pub struct Session {
     pub(crate) bus: EventBus,
     /// Its ancestors, nearest first, whom each of its provider turns' usage is attributed to.
     pub(crate) ancestors: Vec<AttributionTarget>,
+    /// Messages delivered to it and not yet read by a turn.
+    pub(crate) inbox: Arc<Inbox>,
 }
 
 impl Agent {
@@ -81,6 +84,7 @@ impl Agent {
             )));
         }
         let entries = store.transcript(id, 0, None).await?;
+        let inbox = Arc::new(Inbox::from_transcript(&entries));
         let messages = entries
             .into_iter()
             .filter_map(|e| match e.kind {
@@ -96,6 +100,7 @@ impl Agent {
             record,
             messages,
             ancestors,
+            inbox,
         })
     }
 }
@@ -183,11 +188,41 @@ impl SessionBuilder {
             record,
             messages: Vec::new(),
             ancestors,
+            inbox: Arc::new(Inbox::new()),
         })
     }
 }
 
 impl Session {
+    /// An existing session rebuilt from its transcript for `agent`, whatever agent name its
+    /// record carries (a catalog entry's factory may name its agent freely).
+    pub(crate) async fn reopen(
+        agent: Agent,
+        store: Arc<dyn Store>,
+        record: SessionRecord,
+    ) -> CoreResult<Session> {
+        let entries = store.transcript(record.id, 0, None).await?;
+        let inbox = Arc::new(Inbox::from_transcript(&entries));
+        let messages = entries
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EntryKind::Message { message } => Some(message),
+                _ => None,
+            })
+            .collect();
+        let ancestors = ancestors(store.as_ref(), &record).await?;
+        Ok(Session {
+            bus: EventBus::new(record.id, agent.event_capacity())
+                .with_redactor(agent.redactor().cloned()),
+            agent,
+            store,
+            record,
+            messages,
+            ancestors,
+            inbox,
+        })
+    }
+
     /// A session for a record written moments ago (by admission), with no transcript yet.
     pub(crate) async fn attach(
         agent: Agent,
@@ -203,7 +238,13 @@ impl Session {
             record,
             messages: Vec::new(),
             ancestors,
+            inbox: Arc::new(Inbox::new()),
         })
+    }
+
+    /// Its inbox: what others delivered and no turn has read yet.
+    pub fn inbox(&self) -> &Arc<Inbox> {
+        &self.inbox
     }
 
     /// The session's id.

@@ -13,9 +13,11 @@
 //! - [`session`]: a session's [`SessionStatus`].
 //! - [`supervisor`]: the [`SupervisorEvent`]s of delegations.
 //! - [`transcript`]: the append-only [`TranscriptEntry`] records a session persists.
+//! - [`inbox`]: [`InboxMessage`]s between sessions and lifecycle [`Notice`]s.
 
 pub mod event;
 pub mod ids;
+pub mod inbox;
 pub mod limits;
 pub mod message;
 pub mod run;
@@ -26,6 +28,7 @@ pub mod usage;
 
 pub use event::{AgentEvent, EventEnvelope, ToolOutcome};
 pub use ids::{IdError, RunId, SessionId, Timestamp};
+pub use inbox::{InboxMessage, Notice, Relationship};
 pub use limits::{LimitKind, RunLimits};
 pub use message::{Message, Role, ToolCall, ToolResult};
 pub use run::{RunLimitBreach, RunStatus, StopReason};

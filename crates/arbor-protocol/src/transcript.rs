@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{RunId, SessionId, Timestamp};
+use crate::inbox::InboxMessage;
 use crate::message::Message;
 use crate::run::{RunLimitBreach, RunStatus, StopReason};
 use crate::usage::Usage;
@@ -62,6 +63,16 @@ pub enum EntryKind {
         /// This session's aggregate (own + attributed) after the attribution.
         aggregate: Usage,
     },
+    /// A message was delivered into this session's inbox (it is pending until read).
+    InboxReceived {
+        /// The message.
+        message: InboxMessage,
+    },
+    /// A turn read these pending messages (they now appear as user messages before it).
+    InboxRead {
+        /// The messages' ids.
+        ids: Vec<String>,
+    },
     /// A run ended.
     RunFinished {
         /// Terminal status.
@@ -87,6 +98,8 @@ impl EntryKind {
             Self::Usage { .. } => "usage",
             Self::RunStarted { .. } => "run_started",
             Self::UsageAttributed { .. } => "usage_attributed",
+            Self::InboxReceived { .. } => "inbox_received",
+            Self::InboxRead { .. } => "inbox_read",
             Self::RunFinished { .. } => "run_finished",
         }
     }

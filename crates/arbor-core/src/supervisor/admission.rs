@@ -62,6 +62,11 @@ impl Supervisor {
             None => names::default_name(&a.input, record.id),
         };
         if let Some(parent) = a.parent {
+            if inner.hub.is_closed(parent.id) {
+                return Err(CoreError::Denied(
+                    "Cannot spawn a child after its parent was closed".into(),
+                ));
+            }
             let stored = inner
                 .store
                 .session(parent.id)
@@ -84,6 +89,8 @@ impl Supervisor {
             "lifetime": a.policy.lifetime.as_str(),
             "resource_id": resource_id,
             "thread_id": format!("{resource_id}/{}", encode_component(&a.thread)),
+            "path": &*a.path,
+            "scopes": a.identity.as_ref().map(|i| i.scopes().iter().collect::<Vec<_>>()),
         });
         inner
             .store
@@ -91,6 +98,15 @@ impl Supervisor {
             .await
             .map_err(|e| name_error(e, record.depth))?;
         a.name = record.name.clone();
+        // Known to the hub from admission on: messages can be delivered to it at once, and
+        // the tree is not quiet while it is about to run.
+        inner.hub.register(
+            record.id,
+            record.parent_id,
+            std::sync::Arc::new(crate::inbox::Inbox::new()),
+            false,
+        );
+        inner.hub.start_run(record.id, &a.token);
         self.publish(SupervisorEvent::DelegationAdmitted {
             origin: arbor_protocol::ChildOrigin {
                 child_id: a.child_id.clone(),

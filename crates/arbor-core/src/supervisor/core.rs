@@ -17,6 +17,7 @@ use crate::redact::Redactor;
 use crate::supervisor::catalog::{ChildEntry, check_child_id, valid_id};
 use crate::supervisor::handles::Handles;
 use crate::supervisor::hooks::{AfterHook, BeforeHook};
+use crate::supervisor::hub::Hub;
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::slots::Slots;
 use crate::supervisor::summary::{ChildSummary, Summary};
@@ -87,6 +88,7 @@ pub(crate) struct Inner {
     pub(crate) bus: Bus<SupervisorEnvelope>,
     pub(crate) state: Mutex<State>,
     pub(crate) tracker: TaskTracker,
+    pub(crate) hub: Hub,
 }
 
 /// Allow-listed delegation to child agents, under limits that only narrow. Cheap to clone;
@@ -389,6 +391,7 @@ impl SupervisorBuilder {
                 slots: Arc::new(Slots::default()),
                 bus: Bus::retaining(capacity),
                 tracker: TaskTracker::new(),
+                hub: Hub::default(),
             }),
         })
     }

@@ -228,6 +228,11 @@ pub(crate) struct Admitted {
     pub(crate) reason: CancelReason,
     pub(crate) caller: Option<CancellationToken>,
     pub(crate) slot: SlotGuard,
+    /// A follow-up run of an existing session on its pending messages.
+    pub(crate) resume: bool,
+    /// The child's reply count when this run began (a first task that ends with the same
+    /// count never replied).
+    pub(crate) replies_at_start: u32,
 }
 
 /// How the work between start and terminal ended.
@@ -371,6 +376,8 @@ impl Supervisor {
             reason: CancelReason::default(),
             caller,
             slot,
+            resume: false,
+            replies_at_start: 0,
         })
     }
 
@@ -425,16 +432,42 @@ impl Supervisor {
             .terminal(&a, &origin, worked, timed_out, host_aborted)
             .await;
         a.token.cancel();
-        drop(a.slot);
+        let Admitted {
+            slot,
+            record,
+            mode,
+            resume,
+            replies_at_start,
+            ..
+        } = a;
+        drop(slot);
+        if let Some(record) = record {
+            let ended = Ended {
+                mode,
+                resume,
+                replies_at_start,
+                host_aborted,
+            };
+            self.after_run(&record, &outcome, ended).await;
+        }
         outcome
     }
+}
+
+/// How a run of a registered child ended, for what follows it (notices, wake-ups).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    pub(crate) mode: Mode,
+    pub(crate) resume: bool,
+    pub(crate) replies_at_start: u32,
+    pub(crate) host_aborted: bool,
 }
 
 /// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it
 /// names any, and checked so it holds no more than the parent's. An inactive parent identity
 /// refuses the delegation even without narrowing: no child runs on an expired or revoked
 /// identity.
-fn child_identity(
+pub(crate) fn child_identity(
     parent: Option<Arc<Identity>>,
     scopes: Option<&BTreeSet<String>>,
 ) -> CoreResult<Option<Arc<Identity>>> {

@@ -19,11 +19,16 @@ mod core;
 mod delegate;
 mod handles;
 pub mod hooks;
+mod hub;
 mod join;
+mod lifecycle;
 pub mod limits;
+pub mod messages;
 pub mod names;
 pub mod policy;
 mod pump;
+mod resume;
+mod send_tool;
 mod slots;
 pub mod summary;
 mod terminal;
@@ -41,7 +46,10 @@ pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
 };
 pub use join::{WaitOptions, WaitOutcome};
+pub use lifecycle::Deleted;
 pub use limits::{LimitsInput, SupervisorLimits};
+pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+pub use send_tool::SendMessageTool;
 pub use summary::{ChildSummary, Outcome};
 pub use tools::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};

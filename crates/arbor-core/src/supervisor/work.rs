@@ -165,13 +165,26 @@ impl Supervisor {
                 record.model
             )));
         }
-        let mut session = match Session::attach(agent, inner.store.clone(), record).await {
+        let parent_id = record.parent_id;
+        let opened = if a.resume {
+            Session::reopen(agent, inner.store.clone(), record).await
+        } else {
+            Session::attach(agent, inner.store.clone(), record).await
+        };
+        let mut session = match opened {
             Ok(s) => s,
             Err(e) => return Worked::Error(e),
         };
+        // One inbox per session: deliveries made before this run began are in it.
+        let inbox = inner
+            .hub
+            .register(session.id(), parent_id, session.inbox().clone(), false);
+        session.inbox = inbox;
+        inner.hub.start_run(session.id(), &a.token);
         let options = RunOptions::default().with_cancel(a.token.clone());
+        let resume = a.resume;
         let ran = if a.policy.report == Report::OnComplete {
-            AssertUnwindSafe(session.run(input, options))
+            AssertUnwindSafe(run_on(&mut session, resume, input, options))
                 .catch_unwind()
                 .await
         } else {
@@ -180,7 +193,7 @@ impl Supervisor {
             let stop = CancellationToken::new();
             let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
             let run = async {
-                let r = AssertUnwindSafe(session.run(input, options))
+                let r = AssertUnwindSafe(run_on(&mut session, resume, input, options))
                     .catch_unwind()
                     .await;
                 stop.cancel();
@@ -201,5 +214,19 @@ impl Supervisor {
                 panic_message(&*p)
             ))),
         }
+    }
+}
+
+/// A first task runs on its input; a follow-up on what is pending in the inbox.
+async fn run_on(
+    session: &mut Session,
+    resume: bool,
+    input: String,
+    options: RunOptions,
+) -> crate::CoreResult<crate::RunResult> {
+    if resume {
+        session.run_inbox(options).await
+    } else {
+        session.run(input, options).await
     }
 }

@@ -3,6 +3,7 @@ mod cancel;
 mod events;
 mod identity;
 mod limits;
+mod messages;
 mod permission;
 mod pump;
 mod reconcile;

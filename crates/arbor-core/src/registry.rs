@@ -1,0 +1,139 @@
+//! The parent-scoped child registry, read from the store: which children a session has,
+//! their names, models, status, lifetime, both token totals, where their transcript lives,
+//! when they were made and changed, and whether they finished without a word (a silent
+//! no-op). It is the host's record, never a model's context, so it survives compaction and
+//! restarts; a later process (`arbor ls`) reads the same rows.
+//!
+//! Selectors name a child by its name or its session id. An unknown name, an unknown id and
+//! the id of another parent's child get one error, which does not say which.
+
+use arbor_protocol::{SessionId, SessionStatus, Timestamp, Usage};
+use arbor_store::{SessionQuery, SessionRecord, Store, Tombstone};
+use serde::Serialize;
+
+use crate::error::{CoreError, CoreResult};
+
+/// One child as the registry shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChildRow {
+    /// Its session: where its transcript lives.
+    pub session_id: SessionId,
+    /// Its name, unique among its siblings.
+    pub name: String,
+    /// The catalog entry it was built from.
+    pub child_id: Option<String>,
+    /// Its model.
+    pub model: String,
+    /// Where it stands (`interrupted` when a process died under its run).
+    pub status: SessionStatus,
+    /// How the parent takes its result: `sync`, `async` or `message`.
+    pub mode: Option<String>,
+    /// `task` or `session`.
+    pub lifetime: Option<String>,
+    /// Its depth in the tree.
+    pub depth: u32,
+    /// Its own usage.
+    pub own_usage: Usage,
+    /// Own plus its descendants'.
+    pub aggregate_usage: Usage,
+    /// Prompt tokens of its last turn.
+    pub context_tokens: u64,
+    /// Messages it sent its parent.
+    pub replies: u32,
+    /// Finished with no reply to its parent (message mode): tokens spent, nothing returned.
+    pub silent: bool,
+    /// When it was made.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+    /// Set when it was deleted.
+    pub tombstone: Option<Tombstone>,
+}
+
+impl ChildRow {
+    /// The row of a record.
+    pub fn of(r: &SessionRecord) -> Self {
+        let meta = |key: &str| r.meta[key].as_str().map(str::to_owned);
+        let mode = meta("mode");
+        Self {
+            session_id: r.id,
+            name: r.name.clone(),
+            child_id: meta("child_id"),
+            model: r.model.clone(),
+            status: r.status,
+            silent: mode.as_deref() == Some("message")
+                && r.status == SessionStatus::Succeeded
+                && r.replies == 0,
+            mode,
+            lifetime: meta("lifetime"),
+            depth: r.depth,
+            own_usage: r.own_usage,
+            aggregate_usage: r.aggregate_usage(),
+            context_tokens: r.context_tokens,
+            replies: r.replies,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            tombstone: r.tombstone.clone(),
+        }
+    }
+}
+
+/// The error every unknown, deleted or foreign selector gets.
+pub fn no_such_child(selector: &str) -> CoreError {
+    CoreError::NotFound {
+        what: "child",
+        id: format!("{selector:?} of this session"),
+    }
+}
+
+/// The session, which must exist.
+pub async fn session(store: &dyn Store, id: SessionId) -> CoreResult<SessionRecord> {
+    store.session(id).await?.ok_or_else(|| CoreError::NotFound {
+        what: "session",
+        id: id.to_string(),
+    })
+}
+
+/// The direct children of `parent`, oldest first; deleted ones only when asked.
+pub async fn children(
+    store: &dyn Store,
+    parent: SessionId,
+    include_deleted: bool,
+) -> CoreResult<Vec<ChildRow>> {
+    session(store, parent).await?;
+    Ok(store
+        .list_sessions(SessionQuery::Children(parent))
+        .await?
+        .iter()
+        .filter(|r| include_deleted || r.tombstone.is_none())
+        .map(ChildRow::of)
+        .collect())
+}
+
+/// The child of `parent` that `selector` names (its name, or its session id), not deleted.
+pub async fn find_child(
+    store: &dyn Store,
+    parent: SessionId,
+    selector: &str,
+) -> CoreResult<SessionRecord> {
+    let kids = store.list_sessions(SessionQuery::Children(parent)).await?;
+    let by_id: Option<SessionId> = selector.parse().ok();
+    kids.into_iter()
+        .filter(|r| r.tombstone.is_none())
+        .find(|r| r.name == selector || Some(r.id) == by_id)
+        .ok_or_else(|| no_such_child(selector))
+}
+
+/// Every session of the tree under `root` (deleted ones included), oldest first.
+pub async fn tree(store: &dyn Store, root: SessionId) -> CoreResult<Vec<SessionRecord>> {
+    let top = session(store, root).await?;
+    Ok(store.list_sessions(SessionQuery::Tree(top.root_id)).await?)
+}
+
+/// How many children under `root` finished without a word.
+pub fn silent_count(sessions: &[SessionRecord]) -> usize {
+    sessions
+        .iter()
+        .filter(|r| r.parent_id.is_some() && ChildRow::of(r).silent)
+        .count()
+}

@@ -1,0 +1,303 @@
+//! Messages between the sessions of a tree: a child's reply to its parent, a parent's
+//! follow-up to a retained child, a note between siblings, a host's message, and the
+//! runtime's lifecycle notices.
+//!
+//! A send is checked before anything is written: the body (non-empty, at most
+//! [`MAX_MESSAGE_BYTES`]), the target (known, not deleted), family reach for a session
+//! sender (parent, siblings and direct children only), the target's pending queue (at most
+//! [`MAX_PENDING`]) and the pair's rate (a burst of 3, then 1 per second). Then the message
+//! is stored in the target's transcript and handed to its live inbox; an idle retained child
+//! is woken for a new turn on it.
+
+use arbor_protocol::{EntryKind, InboxMessage, Notice, Relationship, RunId, SessionId, Timestamp};
+use arbor_store::{SessionRecord, SessionUpdate, StoreError};
+use serde::Serialize;
+
+use crate::error::{CoreError, CoreResult, LimitInfo};
+use crate::inbox::Inbox;
+use crate::supervisor::core::Supervisor;
+
+/// The largest message body, in UTF-8 bytes.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+/// The most messages pending in one inbox.
+pub const MAX_PENDING: usize = 20;
+
+/// What a send did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Receipt {
+    /// The message's id.
+    pub id: String,
+    /// The target session.
+    pub to: SessionId,
+    /// The target's name.
+    pub to_name: String,
+    /// `queued` when the target is in a run (its next turn reads it), `delivered` when the
+    /// message starts a new turn or waits for its host.
+    pub status: &'static str,
+}
+
+/// Who sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// A session of the tree (held to family reach).
+    Session(SessionId),
+    /// The host: a user, the CLI (reaches any session).
+    Host,
+}
+
+/// The error every unknown, deleted or foreign target gets.
+fn unknown_target() -> CoreError {
+    CoreError::Denied("Unknown or deleted session".to_owned())
+}
+
+impl Supervisor {
+    async fn live_record(&self, id: SessionId) -> CoreResult<SessionRecord> {
+        self.inner
+            .store
+            .session(id)
+            .await?
+            .filter(|r| r.tombstone.is_none())
+            .ok_or_else(unknown_target)
+    }
+
+    /// Sends `text` from `from` to the session `to`. See the module docs for the checks.
+    pub async fn send_message(
+        &self,
+        from: Sender,
+        to: SessionId,
+        text: &str,
+    ) -> CoreResult<Receipt> {
+        let text = self.redact(text.trim());
+        if text.is_empty() {
+            return Err(CoreError::validation("message must not be empty"));
+        }
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(CoreError::limit_error(
+                format!("Message exceeds {MAX_MESSAGE_BYTES} bytes"),
+                Some(LimitInfo {
+                    limit: "max_message_bytes",
+                    maximum: MAX_MESSAGE_BYTES as u64,
+                    observed: text.len() as u64,
+                }),
+            ));
+        }
+        let target = self.live_record(to).await?;
+        let (sender, relationship) = match from {
+            Sender::Host => (None, Relationship::Host),
+            Sender::Session(id) => {
+                let sender = self.live_record(id).await?;
+                let relationship = reach(&sender, &target)?;
+                (Some(sender), relationship)
+            }
+        };
+        let inbox = self.inbox_of(&target).await?;
+        if inbox.len() >= MAX_PENDING {
+            return Err(CoreError::limit_error(
+                format!(
+                    "The inbox of \"{}\" is full ({MAX_PENDING} pending messages); retry later",
+                    target.name
+                ),
+                Some(LimitInfo {
+                    limit: "max_pending_messages",
+                    maximum: MAX_PENDING as u64,
+                    observed: inbox.len() as u64 + 1,
+                }),
+            ));
+        }
+        let from_id = sender.as_ref().map(|s| s.id);
+        if let Err(wait) = self.inner.hub.take_token(from_id, to) {
+            return Err(CoreError::limit_error(
+                format!(
+                    "Agent messaging rate limit exceeded; retry after {}ms",
+                    wait.as_millis().max(1)
+                ),
+                Some(LimitInfo {
+                    limit: "messages_per_second",
+                    maximum: 1,
+                    observed: 2,
+                }),
+            ));
+        }
+        let message = InboxMessage {
+            id: format!("msg_{}", RunId::new().as_uuid().simple()),
+            from: from_id,
+            from_name: sender
+                .as_ref()
+                .map_or_else(|| "host".to_owned(), |s| s.name.clone()),
+            relationship,
+            text,
+            notice: None,
+            at: Timestamp::now(),
+        };
+        if let Err(e) = self.deliver(&target, &inbox, message.clone()).await {
+            self.inner.hub.refund_token(from_id, to);
+            return Err(e);
+        }
+        if let Some(sender) = &sender
+            && relationship == Relationship::Child
+        {
+            self.count_reply(sender.id).await?;
+        }
+        let status = if self.inner.hub.is_running(to) {
+            "queued"
+        } else {
+            "delivered"
+        };
+        self.wake(to);
+        Ok(Receipt {
+            id: message.id,
+            to,
+            to_name: target.name,
+            status,
+        })
+    }
+
+    /// The inbox deliveries to `target` go to: its live one, or one loaded from its
+    /// transcript (what it received and never read) and registered for it.
+    pub(crate) async fn inbox_of(
+        &self,
+        target: &SessionRecord,
+    ) -> CoreResult<std::sync::Arc<Inbox>> {
+        if let Some(inbox) = self.inner.hub.inbox(target.id) {
+            return Ok(inbox);
+        }
+        let entries = self.inner.store.transcript(target.id, 0, None).await?;
+        let inbox = std::sync::Arc::new(Inbox::from_transcript(&entries));
+        Ok(self
+            .inner
+            .hub
+            .register(target.id, target.parent_id, inbox, false))
+    }
+
+    /// Stores `message` in the target's transcript, then queues it in its live inbox.
+    async fn deliver(
+        &self,
+        target: &SessionRecord,
+        inbox: &Inbox,
+        message: InboxMessage,
+    ) -> CoreResult<()> {
+        self.inner
+            .store
+            .append(
+                target.id,
+                RunId::new(),
+                &[EntryKind::InboxReceived {
+                    message: message.clone(),
+                }],
+                None,
+            )
+            .await?;
+        inbox.push(message);
+        Ok(())
+    }
+
+    /// One more reply counted on the sender's record (compare-and-swap, retried).
+    async fn count_reply(&self, id: SessionId) -> CoreResult<()> {
+        for _ in 0..16 {
+            let record = self.live_record(id).await?;
+            let update = SessionUpdate {
+                expected_version: Some(record.version),
+                replies: Some(record.replies.saturating_add(1)),
+                ..SessionUpdate::default()
+            };
+            match self.inner.store.update_session(id, &update).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(CoreError::Supervisor(format!(
+            "could not count the reply of session {id}: its record kept changing"
+        )))
+    }
+
+    /// Sends a lifecycle notice about `child` to its parent. Notices bypass the rate and
+    /// queue limits (they are never dropped); nothing is sent to a closed or deleted parent.
+    pub(crate) async fn notify_parent(&self, child: &SessionRecord, notice: Notice) {
+        let Some(parent_id) = child.parent_id else {
+            return;
+        };
+        if self.inner.hub.is_closed(parent_id) {
+            return;
+        }
+        let Ok(parent) = self.live_record(parent_id).await else {
+            return;
+        };
+        let text = match &notice {
+            Notice::CompletedWithoutReply { preview } => format!(
+                "Child {} ({}) completed without sending a reply.{}",
+                child.name,
+                child.id,
+                preview
+                    .as_deref()
+                    .map(|p| format!(" Last text: {p}"))
+                    .unwrap_or_default()
+            ),
+            Notice::Failed { error } => {
+                format!("Child {} ({}) failed: {error}", child.name, child.id)
+            }
+            Notice::Cancelled { reason } => format!(
+                "Child {} ({}) was cancelled{}.",
+                child.name,
+                child.id,
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+        };
+        let message = InboxMessage {
+            id: format!("msg_{}", RunId::new().as_uuid().simple()),
+            from: Some(child.id),
+            from_name: child.name.clone(),
+            relationship: Relationship::Child,
+            text: self.redact(&text),
+            notice: Some(notice),
+            at: Timestamp::now(),
+        };
+        let delivered = match self.inbox_of(&parent).await {
+            Ok(inbox) => self.deliver(&parent, &inbox, message).await,
+            Err(e) => Err(e),
+        };
+        match delivered {
+            Ok(()) => self.wake(parent_id),
+            Err(e) => {
+                tracing::warn!(parent = %parent_id, error = %e, "a lifecycle notice was not delivered")
+            }
+        }
+    }
+}
+
+/// How `target` relates to `sender`, if it is within reach: its parent, a sibling, or a
+/// direct child.
+fn reach(sender: &SessionRecord, target: &SessionRecord) -> CoreResult<Relationship> {
+    if sender.id == target.id {
+        return Err(CoreError::validation("A session cannot message itself"));
+    }
+    if sender.parent_id == Some(target.id) {
+        // The sender is the target's child.
+        return Ok(Relationship::Child);
+    }
+    if target.parent_id == Some(sender.id) {
+        return Ok(Relationship::Parent);
+    }
+    if sender.parent_id.is_some() && sender.parent_id == target.parent_id {
+        return Ok(Relationship::Sibling);
+    }
+    Err(CoreError::Denied(
+        "Agent reach is limited to parent, siblings, and children".to_owned(),
+    ))
+}
+
+/// A text's first 160 characters with runs of whitespace collapsed.
+pub(crate) fn preview(text: &str) -> Option<String> {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return None;
+    }
+    let mut out: String = collapsed.chars().take(160).collect();
+    if collapsed.chars().count() > 160 {
+        out.push('…');
+    }
+    Some(out)
+}

@@ -1,0 +1,132 @@
+//! `send_message`: how a session talks to its family. A child replies to its parent
+//! (`to: "parent"`), a parent follows up with a retained child, siblings pass notes; the
+//! target is named by name (or session id) among the sender's parent, siblings and direct
+//! children, nothing further.
+
+use arbor_model::ToolSpec;
+use arbor_store::SessionQuery;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::CoreError;
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::messages::{MAX_MESSAGE_BYTES, Sender};
+use crate::tool::{DynTool, ToolContext, ToolError};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendArgs {
+    to: String,
+    text: String,
+}
+
+/// The `send_message` tool of one supervisor's tree.
+#[derive(Debug, Clone)]
+pub struct SendMessageTool {
+    supervisor: Supervisor,
+    spec: ToolSpec,
+}
+
+impl SendMessageTool {
+    /// The tool.
+    pub fn new(supervisor: Supervisor) -> Self {
+        let spec = ToolSpec {
+            name: "send_message".to_owned(),
+            description: format!(
+                "Send a message to your parent (to: \"parent\"), a sibling or one of your \
+                 children (to: its name). This is how a child returns its result: your parent \
+                 sees nothing of your work unless you send it. Bodies up to {MAX_MESSAGE_BYTES} \
+                 bytes; the target reads it on its next turn."
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string", "description": "\"parent\", or a sibling's or child's name"},
+                    "text": {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE_BYTES}
+                },
+                "required": ["to", "text"],
+                "additionalProperties": false
+            }),
+        };
+        Self { supervisor, spec }
+    }
+
+    async fn target(
+        &self,
+        ctx: &ToolContext,
+        to: &str,
+    ) -> Result<arbor_protocol::SessionId, CoreError> {
+        let store = self.supervisor.store();
+        let me = crate::registry::session(store.as_ref(), ctx.session.id).await?;
+        if to == "parent" {
+            return me
+                .parent_id
+                .ok_or_else(|| CoreError::validation("this session has no parent"));
+        }
+        let by_id: Option<arbor_protocol::SessionId> = to.parse().ok();
+        let mut family = store.list_sessions(SessionQuery::Children(me.id)).await?;
+        if let Some(parent) = me.parent_id {
+            family.extend(
+                store
+                    .list_sessions(SessionQuery::Children(parent))
+                    .await?
+                    .into_iter()
+                    .filter(|s| s.id != me.id),
+            );
+        }
+        let matches: Vec<_> = family
+            .iter()
+            .filter(|s| s.tombstone.is_none() && (s.name == to || Some(s.id) == by_id))
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok(one.id),
+            [] => Err(CoreError::Denied(format!(
+                "No agent named \"{to}\" among this session's parent, siblings and children"
+            ))),
+            _ => Err(CoreError::validation(format!(
+                "\"{to}\" is ambiguous: a sibling and a child share it; use its session id"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl DynTool for SendMessageTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let fail =
+            |e: &dyn std::fmt::Display| ToolError::ToModel(self.supervisor.redact(&e.to_string()));
+        let args: SendArgs = serde_json::from_value(arguments)
+            .map_err(|e| fail(&format!("invalid arguments for `send_message`: {e}")))?;
+        let to = self
+            .target(&ctx, args.to.trim())
+            .await
+            .map_err(|e| fail(&e))?;
+        let receipt = self
+            .supervisor
+            .send_message(Sender::Session(ctx.session.id), to, &args.text)
+            .await
+            .map_err(|e| match e.limit() {
+                Some(info) => fail(&format!("{e}: {info}")),
+                None => fail(&e),
+            })?;
+        Ok(json!({
+            "id": receipt.id,
+            "to": receipt.to_name,
+            "status": receipt.status,
+        })
+        .to_string())
+    }
+}

@@ -1,0 +1,613 @@
+//! Replies by message: a child answers with `send_message`; a child that never does is a
+//! silent no-op and its parent is told; failures and cancellations have their own notices;
+//! a parent follows up with a retained child, which runs a new turn (rebuilt from its
+//! transcript when another supervisor, as after a restart, holds it); messages are bounded
+//! and reach only the family.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_core::registry;
+use arbor_core::supervisor::{
+    ChildEntry, DelegationRequest, Ownership, SendMessageTool, Sender, SpawnAgentTool, Supervisor,
+    factory_fn,
+};
+use arbor_core::{Agent, CoreErrorKind, RunOptions, Session};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{EntryKind, Message, Notice, SessionStatus};
+use arbor_store::{MemoryStore, Store};
+use serde_json::json;
+
+fn send(to: &str, text: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call("send_message", json!({"to": to, "text": text}))
+}
+
+/// A supervisor whose children play `scripts` (each with `send_message`).
+fn supervisor(
+    store: &Arc<dyn Store>,
+    scripts: Vec<(&'static str, Vec<ScriptedTurn>)>,
+) -> Supervisor {
+    let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
+    for (id, turns) in scripts {
+        let script = Script::new(turns);
+        b = b.child(ChildEntry::new(
+            id,
+            factory_fn(move |ctx| {
+                let script = script.clone();
+                async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(script))
+                        .dyn_tool(Arc::new(SendMessageTool::new(
+                            ctx.delegator.supervisor().clone(),
+                        )))
+                        .dyn_tool(Arc::new(SpawnAgentTool::new(ctx.delegator.clone())))
+                        .build()
+                }
+            }),
+        ));
+    }
+    b.build().unwrap()
+}
+
+/// A root attached to `sup`, playing `turns`, with spawn_agent and send_message.
+async fn root(sup: &Supervisor, store: &Arc<dyn Store>, turns: Vec<ScriptedTurn>) -> Session {
+    let mut s = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .dyn_tool(Arc::new(SendMessageTool::new(sup.clone())))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .name("root")
+        .create()
+        .await
+        .unwrap();
+    sup.attach(&mut s);
+    s
+}
+
+fn spawn(child: &str, name: &str, input: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": child, "name": name, "input": input, "mode": "message"}),
+    )
+}
+
+fn user_texts(session: &Session) -> Vec<String> {
+    session
+        .messages()
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_child_replies_by_message_and_the_parent_reads_it_on_its_next_turn() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![(
+            "worker",
+            vec![send("parent", "result: 42"), ScriptedTurn::text("sent")],
+        )],
+    );
+    let mut root = root(
+        &sup,
+        &store,
+        vec![
+            spawn("worker", "w", "compute"),
+            ScriptedTurn::text("spawned; ending my turn"),
+            ScriptedTurn::text("got 42"),
+        ],
+    )
+    .await;
+    let first = root.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(first.text, "spawned; ending my turn");
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    sup.wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    assert_eq!(root.inbox().len(), 1, "one reply, no notice");
+    let second = root.run_inbox(RunOptions::default()).await.unwrap();
+    assert_eq!(second.text, "got 42");
+    let texts = user_texts(&root);
+    assert_eq!(texts.last().unwrap(), "[from child:w]\n\nresult: 42");
+    let kids = registry::children(store.as_ref(), root.id(), false)
+        .await
+        .unwrap();
+    assert_eq!(kids.len(), 1);
+    assert_eq!((kids[0].replies, kids[0].silent), (1, false));
+    assert_eq!(kids[0].status, SessionStatus::Succeeded);
+    // The read is durable: a reload has nothing pending.
+    let entries = store.transcript(root.id(), 0, None).await.unwrap();
+    assert!(
+        entries
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::InboxRead { .. }))
+    );
+    assert!(root.inbox().is_empty());
+}
+
+#[tokio::test]
+async fn a_silent_child_is_counted_and_its_parent_told_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![(
+            "quiet",
+            vec![ScriptedTurn::text("I did   the work\n but told   nobody")],
+        )],
+    );
+    let mut root = root(
+        &sup,
+        &store,
+        vec![spawn("quiet", "q", "work"), ScriptedTurn::text("waiting")],
+    )
+    .await;
+    root.run("go", RunOptions::default()).await.unwrap();
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    let pending = root.inbox().drain();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        pending[0].notice,
+        Some(Notice::CompletedWithoutReply {
+            preview: Some("I did the work but told nobody".into())
+        })
+    );
+    assert!(
+        pending[0].text.starts_with("Child q ("),
+        "{}",
+        pending[0].text
+    );
+    let tree = registry::tree(store.as_ref(), root.id()).await.unwrap();
+    assert_eq!(registry::silent_count(&tree), 1);
+    assert!(
+        registry::children(store.as_ref(), root.id(), false)
+            .await
+            .unwrap()[0]
+            .silent
+    );
+}
+
+#[tokio::test]
+async fn a_failed_child_sends_one_failure_notice() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![(
+            "broken",
+            vec![ScriptedTurn {
+                fail: Some("upstream 503".into()),
+                ..ScriptedTurn::default()
+            }],
+        )],
+    );
+    let mut root = root(
+        &sup,
+        &store,
+        vec![spawn("broken", "b", "work"), ScriptedTurn::text("waiting")],
+    )
+    .await;
+    root.run("go", RunOptions::default()).await.unwrap();
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    let pending = root.inbox().drain();
+    assert_eq!(pending.len(), 1);
+    match &pending[0].notice {
+        Some(Notice::Failed { error }) => assert!(error.contains("upstream 503"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    let kids = registry::children(store.as_ref(), root.id(), false)
+        .await
+        .unwrap();
+    assert_eq!(kids[0].status, SessionStatus::Failed);
+}
+
+#[tokio::test]
+async fn a_follow_up_to_a_retained_child_runs_a_new_turn_in_its_context() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![(
+            "reviewer",
+            vec![
+                send("parent", "first review done"),
+                ScriptedTurn::text("idle"),
+                send("parent", "regression test checked"),
+                ScriptedTurn::text("idle again"),
+            ],
+        )],
+    );
+    let mut root = root(
+        &sup,
+        &store,
+        vec![
+            spawn("reviewer", "api", "review"),
+            ScriptedTurn::text("waiting"),
+            send("api", "Check the new regression test"),
+            ScriptedTurn::text("asked"),
+            ScriptedTurn::text("all done"),
+        ],
+    )
+    .await;
+    root.run("go", RunOptions::default()).await.unwrap();
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    // Reads the first reply and follows up by name.
+    let r = root.run_inbox(RunOptions::default()).await.unwrap();
+    assert_eq!(r.text, "asked");
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    let r = root.run_inbox(RunOptions::default()).await.unwrap();
+    assert_eq!(r.text, "all done");
+    assert_eq!(
+        user_texts(&root).last().unwrap(),
+        "[from child:api]\n\nregression test checked"
+    );
+    // The child ran twice in one session: its second run saw the first.
+    let kid = registry::find_child(store.as_ref(), root.id(), "api")
+        .await
+        .unwrap();
+    assert_eq!(kid.replies, 2);
+    let entries = store.transcript(kid.id, 0, None).await.unwrap();
+    let runs = entries
+        .iter()
+        .filter(|e| matches!(e.kind, EntryKind::RunStarted { .. }))
+        .count();
+    assert_eq!(runs, 2);
+    assert!(entries.iter().any(|e| matches!(
+        &e.kind,
+        EntryKind::Message { message: Message::User { content } }
+            if content == "[from parent]\n\nCheck the new regression test"
+    )));
+}
+
+#[tokio::test]
+async fn another_supervisor_on_the_same_store_rebuilds_a_retained_child_for_a_follow_up() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let scripts = || {
+        vec![(
+            "reviewer",
+            vec![
+                send("parent", "v1"),
+                ScriptedTurn::text("idle"),
+                send("parent", "v2 after restart"),
+                ScriptedTurn::text("idle"),
+            ],
+        )]
+    };
+    let first = supervisor(&store, scripts());
+    let mut top = root(
+        &first,
+        &store,
+        vec![spawn("reviewer", "api", "review"), ScriptedTurn::text("w")],
+    )
+    .await;
+    top.run("go", RunOptions::default()).await.unwrap();
+    first.wait_for_mail_or_quiet(top.inbox()).await;
+    first.shutdown().await;
+    let root_id = top.id();
+    drop(top);
+
+    // "After the restart": a new supervisor and the root rebuilt from the store.
+    let second = supervisor(&store, scripts());
+    let agent = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([])))
+        .build()
+        .unwrap();
+    let mut reopened = agent.open_session(store.clone(), root_id).await.unwrap();
+    second.attach(&mut reopened);
+    assert_eq!(reopened.inbox().len(), 1, "the unread reply survived");
+    let kid = registry::find_child(store.as_ref(), root_id, "api")
+        .await
+        .unwrap();
+    second
+        .send_message(Sender::Host, kid.id, "again, please")
+        .await
+        .unwrap();
+    second
+        .wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    let texts: Vec<String> = reopened
+        .inbox()
+        .drain()
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(texts, ["v1", "v2 after restart"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn messages_are_bounded_in_size_queue_and_rate() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![(
+            "busy",
+            vec![ScriptedTurn {
+                hang: true,
+                ..ScriptedTurn::default()
+            }],
+        )],
+    );
+    let top = root(&sup, &store, vec![]).await;
+    let handle = sup
+        .spawn(DelegationRequest {
+            name: Some("b".into()),
+            parent: Some(top.as_ref()),
+            ..DelegationRequest::new("busy", "work")
+        })
+        .await
+        .unwrap();
+    let to = handle.session_id;
+    // Let the child reach its (hanging) first turn: it has read its inbox by then, so every
+    // message below stays pending.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let big = "x".repeat(16 * 1024 + 1);
+    let e = sup.send_message(Sender::Host, to, &big).await.unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Limit);
+    assert_eq!(e.to_string(), "Message exceeds 16384 bytes");
+    for i in 0..3 {
+        sup.send_message(Sender::Host, to, &format!("m{i}"))
+            .await
+            .unwrap();
+    }
+    let e = sup.send_message(Sender::Host, to, "m3").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Agent messaging rate limit exceeded; retry after 1000ms"
+    );
+    for i in 3..20 {
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        sup.send_message(Sender::Host, to, &format!("m{i}"))
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_millis(1000)).await;
+    let e = sup.send_message(Sender::Host, to, "m20").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "The inbox of \"b\" is full (20 pending messages); retry later"
+    );
+    // Refused sends wrote nothing: 20 received entries.
+    let received = store
+        .transcript(to, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EntryKind::InboxReceived { .. }))
+        .count();
+    assert_eq!(received, 20);
+    sup.shutdown().await;
+}
+
+#[tokio::test]
+async fn reach_is_the_family_only() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![
+            (
+                "middle",
+                vec![spawn("leaf", "leaf", "go"), ScriptedTurn::text("spawned")],
+            ),
+            (
+                "leaf",
+                vec![
+                    send("root", "hi grandparent"),
+                    send("sib", "hi sibling"),
+                    ScriptedTurn::text("x"),
+                ],
+            ),
+        ],
+    );
+    let top = root(&sup, &store, vec![]).await;
+    let middle = sup
+        .delegate(DelegationRequest {
+            name: Some("m".into()),
+            parent: Some(top.as_ref()),
+            ..DelegationRequest::new("middle", "spawn a leaf")
+        })
+        .await
+        .unwrap();
+    sup.wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    let leaf = registry::find_child(store.as_ref(), middle.session_id, "leaf")
+        .await
+        .unwrap();
+    let e = sup
+        .send_message(Sender::Session(leaf.id), top.id(), "direct")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Agent reach is limited to parent, siblings, and children"
+    );
+    let e = sup
+        .send_message(Sender::Session(leaf.id), leaf.id, "me")
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "A session cannot message itself");
+    // The leaf's own tool calls got the same answers, as tool errors.
+    let results: Vec<String> = store
+        .transcript(leaf.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::Message {
+                message: Message::Tool(r),
+            } => Some(r.content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "No agent named \"root\" among this session's parent, siblings and children",
+            "No agent named \"sib\" among this session's parent, siblings and children",
+        ]
+    );
+    sup.shutdown().await;
+}
+
+fn hang() -> ScriptedTurn {
+    ScriptedTurn {
+        hang: true,
+        ..ScriptedTurn::default()
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_child_cancels_its_subtree_and_leaves_a_tombstone_and_the_transcript() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![
+            (
+                "middle",
+                vec![
+                    spawn("leaf", "leaf", "wait forever"),
+                    ScriptedTurn::text("spawned"),
+                ],
+            ),
+            ("leaf", vec![hang()]),
+        ],
+    );
+    let top = root(&sup, &store, vec![]).await;
+    let middle = sup
+        .delegate(DelegationRequest {
+            name: Some("m".into()),
+            parent: Some(top.as_ref()),
+            ..DelegationRequest::new("middle", "spawn a leaf")
+        })
+        .await
+        .unwrap();
+    let leaf = registry::find_child(store.as_ref(), middle.session_id, "leaf")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(sup.active_children(), 1, "the leaf runs on");
+
+    let deleted = sup
+        .delete_child(top.id(), "m", "user:alice", "no longer needed")
+        .await
+        .unwrap();
+    assert!(!deleted.already);
+    assert_eq!(deleted.cancelled, [leaf.id]);
+    assert_eq!(deleted.tombstone.by, "user:alice");
+    assert_eq!(deleted.tombstone.final_status, SessionStatus::Succeeded);
+    sup.wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    assert_eq!(sup.active_children(), 0, "the subtree stopped");
+    let leaf_now = store.session(leaf.id).await.unwrap().unwrap();
+    assert_eq!(leaf_now.status, SessionStatus::Aborted);
+
+    // Gone from listings and messaging; its transcript stays.
+    assert!(
+        registry::children(store.as_ref(), top.id(), false)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let listed = registry::children(store.as_ref(), top.id(), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed[0].tombstone.as_ref().unwrap().reason,
+        "no longer needed"
+    );
+    let e = sup
+        .send_message(Sender::Host, middle.session_id, "hello?")
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown or deleted session");
+    assert!(
+        !store
+            .transcript(middle.session_id, 0, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Twice is harmless; by its old name it is simply not there.
+    let again = sup
+        .delete_child(
+            top.id(),
+            &middle.session_id.to_string(),
+            "user:alice",
+            "again",
+        )
+        .await
+        .unwrap();
+    assert!(again.already);
+    assert_eq!(again.tombstone, deleted.tombstone);
+    let e = sup.delete_child(top.id(), "m", "u", "r").await.unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::NotFound);
+    // A foreign id gets the same error as an unknown name.
+    let e2 = sup
+        .delete_child(top.id(), &leaf.id.to_string(), "u", "r")
+        .await
+        .unwrap_err();
+    assert_eq!(e2.kind(), CoreErrorKind::NotFound);
+    // The name is free again.
+    sup.delegate(DelegationRequest {
+        name: Some("m".into()),
+        parent: Some(top.as_ref()),
+        ..DelegationRequest::new("middle", "again")
+    })
+    .await
+    .unwrap();
+    sup.shutdown().await;
+}
+
+#[tokio::test]
+async fn closing_a_parent_tears_down_its_live_descendants_and_refuses_new_children() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(&store, vec![("leaf", vec![hang()])]);
+    let top = root(&sup, &store, vec![]).await;
+    let mut handles = Vec::new();
+    for name in ["a", "b"] {
+        handles.push(
+            sup.spawn(DelegationRequest {
+                name: Some(name.into()),
+                parent: Some(top.as_ref()),
+                ..DelegationRequest::new("leaf", "wait")
+            })
+            .await
+            .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let closed = sup.close_session(top.id());
+    assert_eq!(closed.len(), 2);
+    sup.wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    assert_eq!(sup.active_children(), 0);
+    for h in &handles {
+        let r = store.session(h.session_id).await.unwrap().unwrap();
+        assert_eq!(r.status, SessionStatus::Aborted);
+    }
+    let e = sup
+        .spawn(DelegationRequest {
+            name: Some("c".into()),
+            parent: Some(top.as_ref()),
+            ..DelegationRequest::new("leaf", "late")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Cannot spawn a child after its parent was closed"
+    );
+    assert_eq!(
+        registry::children(store.as_ref(), top.id(), false)
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "nothing half-written"
+    );
+    assert!(top.inbox().is_empty(), "no notices to a closed parent");
+}
