@@ -15,6 +15,7 @@ mod fail;
 mod interrupt;
 mod logging;
 mod output;
+mod owner;
 mod progress;
 mod report;
 mod run;

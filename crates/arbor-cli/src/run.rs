@@ -20,10 +20,12 @@ use crate::fail::{EXIT_RUN, Fail};
 use crate::interrupt::Interrupts;
 use crate::progress::{self, RootProgress};
 use crate::store::{StoreChoice, io_reason};
-use crate::{output, report, spec, tree};
+use crate::{output, owner, report, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many times the root runs again on its children's replies before the run stops.
+const MAX_ROOT_FOLLOW_UPS: u32 = 64;
 /// The exit code of a second Ctrl-C.
 const EXIT_INTERRUPTED: i32 = 130;
 
@@ -37,17 +39,21 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
 
     let store = choice.open()?;
+    owner::sweep(&store).await?;
     let token = CancellationToken::new();
     let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
     let mut session = built
         .root
         .session()
         .store(store.clone())
-        .meta(definition(&path, &text))
+        .meta(root_meta(&path, &text))
         .create()
         .await
         .map_err(Fail::core)?;
     let root_id = session.id();
+    if let Some(sup) = &built.supervisor {
+        sup.attach(&mut session);
+    }
 
     let done = CancellationToken::new();
     let mut followers: Vec<JoinHandle<()>> = Vec::new();
@@ -73,13 +79,32 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         token.clone(),
         args.quiet,
     ));
-    let result = session
+    let mut result = session
         .run(
             spec.task.clone(),
             RunOptions::default().with_cancel(token.clone()),
         )
         .await;
     if let Some(sup) = &built.supervisor {
+        // Children spawned in message mode answer after the root's turn ended: the root runs
+        // again on each batch of replies and notices until the tree is quiet.
+        let mut follow_ups = 0;
+        while matches!(&result, Ok(r) if r.status == RunStatus::Succeeded)
+            && !token.is_cancelled()
+            && follow_ups < MAX_ROOT_FOLLOW_UPS
+        {
+            tokio::select! {
+                () = sup.wait_for_mail_or_quiet(session.inbox()) => {}
+                () = token.cancelled() => break,
+            }
+            if session.inbox().is_empty() {
+                break;
+            }
+            follow_ups += 1;
+            result = session
+                .run_inbox(RunOptions::default().with_cancel(token.clone()))
+                .await;
+        }
         // Nothing keeps running unwatched: children still live end with the root's run.
         sup.shutdown().await;
     }
@@ -121,10 +146,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     })
 }
 
-/// The root record's `meta`: what a later process needs to rebuild the same agents.
-fn definition(path: &str, text: &str) -> serde_json::Value {
+/// The root record's `meta`: what a later process needs to rebuild the same agents, and the
+/// process that owns the tree's runs.
+fn root_meta(path: &str, text: &str) -> serde_json::Value {
     serde_json::json!({
         "definition": {"path": path, "spec": text, "fingerprint": fingerprint(text)},
+        "owner": owner::current(),
     })
 }
 
@@ -170,14 +197,15 @@ mod tests {
 
     #[test]
     fn the_definition_holds_path_text_and_fingerprint() {
-        let meta = definition("examples/x.toml", "abc");
+        let meta = root_meta("examples/x.toml", "abc");
         assert_eq!(
-            meta,
-            serde_json::json!({"definition": {
+            meta["definition"],
+            serde_json::json!({
                 "path": "examples/x.toml",
                 "spec": "abc",
                 "fingerprint": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-            }})
+            })
         );
+        assert_eq!(meta["owner"]["pid"], std::process::id());
     }
 }

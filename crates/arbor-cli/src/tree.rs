@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
-    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, SpawnAgentTool,
+    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, SendMessageTool,
+    SpawnAgentTool,
     Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
@@ -64,6 +65,10 @@ fn with_delegation(
     spec: &AgentSpec,
     delegator: &Delegator,
 ) -> CoreResult<AgentBuilder> {
+    // Every agent of a tree can message its family (a child replies this way).
+    let b = b.dyn_tool(Arc::new(SendMessageTool::new(
+        delegator.supervisor().clone(),
+    )));
     if spec.children.is_empty() {
         return Ok(b);
     }
