@@ -30,12 +30,105 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+const INSPECT_AFTER_HELP: &str = "\
+These commands work on the SQLite store after the run that wrote it has exited; runs whose
+process died show as interrupted.
+
+Exit codes:
+  0  done
+  1  the follow-up run did not succeed
+  2  bad usage, an unknown session or child
+  3  the store cannot be opened, is locked by another process, or failed";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the root agent of a spec (and the tree it delegates to).
     #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
+    /// List root sessions, or the children of SESSION (status, model, own and aggregate
+    /// tokens).
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Ls(LsArgs),
+    /// Show the whole tree of SESSION with both token totals.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Tree(SessionArgs),
+    /// Print the transcript of SESSION, one entry per line.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Log(SessionArgs),
+    /// Send a follow-up to the retained child NAME of SESSION; it runs a new turn on it, and
+    /// its replies are printed.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Send(SendArgs),
+    /// Delete the child NAME of SESSION: a durable tombstone; its transcript stays readable.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Rm(RmArgs),
+}
+
+/// Where the stored data is, and how to print it.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// SQLite store file (default ./.arbor/arbor.db).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) store: Option<PathBuf>,
+    /// Print JSON on stdout instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Arguments of `arbor ls`.
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// The parent session (default: list the roots).
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: Option<String>,
+    /// Include deleted children (with their tombstones).
+    #[arg(long)]
+    pub(crate) deleted: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// A command on one session.
+#[derive(Debug, Args)]
+pub(crate) struct SessionArgs {
+    /// The session id.
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// Arguments of `arbor send`.
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// The parent session.
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: String,
+    /// The child's name (or session id).
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// The message.
+    #[arg(value_name = "TEXT")]
+    pub(crate) text: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// Arguments of `arbor rm`.
+#[derive(Debug, Args)]
+pub(crate) struct RmArgs {
+    /// The parent session.
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: String,
+    /// The child's name (or session id, also of a child deleted before).
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// Why (kept in the tombstone).
+    #[arg(long, default_value = "deleted from the command line")]
+    pub(crate) reason: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 }
 
 /// Arguments of `arbor run`.

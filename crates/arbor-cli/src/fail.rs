@@ -39,7 +39,7 @@ impl Fail {
     pub(crate) fn core(err: CoreError) -> Self {
         let code = match err.kind() {
             CoreErrorKind::Store => EXIT_STORE,
-            CoreErrorKind::Validation => EXIT_USAGE,
+            CoreErrorKind::Validation | CoreErrorKind::NotFound => EXIT_USAGE,
             _ => EXIT_RUN,
         };
         Self {

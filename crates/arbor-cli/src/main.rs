@@ -5,6 +5,8 @@
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C.
+//! - [`inspect`]: `ls`, `tree` and `log`; [`follow`]: `send` and `rm`; [`owner`]: which
+//!   process owns a tree's runs.
 //! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
 //! - [`store`]: which store a run uses and how it is opened.
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
@@ -12,6 +14,8 @@
 
 mod cli;
 mod fail;
+mod follow;
+mod inspect;
 mod interrupt;
 mod logging;
 mod output;
@@ -44,6 +48,11 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Ls(args) => runtime.block_on(inspect::ls(args)),
+        Command::Tree(args) => runtime.block_on(inspect::tree(args)),
+        Command::Log(args) => runtime.block_on(inspect::log(args)),
+        Command::Send(args) => runtime.block_on(follow::send(args)),
+        Command::Rm(args) => runtime.block_on(follow::rm(args)),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -51,7 +51,11 @@ fn alive(owner: &Value) -> bool {
 pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
     let fail = |e: arbor_store::StoreError| Fail::store(e.to_string());
     let mut marked = 0;
-    for root in store.list_sessions(SessionQuery::Roots).await.map_err(fail)? {
+    for root in store
+        .list_sessions(SessionQuery::Roots)
+        .await
+        .map_err(fail)?
+    {
         if alive(&root.meta["owner"]) {
             continue;
         }

@@ -198,13 +198,29 @@ fn supervisor_line(event: &SupervisorEvent) -> Option<String> {
 }
 
 /// Prints the root session's events until its run finishes.
-pub(crate) async fn follow_root(mut progress: RootProgress, mut sub: Subscription<EventEnvelope>) {
-    while let Some(e) = sub.recv().await {
+pub(crate) async fn follow_root(
+    mut progress: RootProgress,
+    mut sub: Subscription<EventEnvelope>,
+    done: tokio_util::sync::CancellationToken,
+) {
+    // The root may run several times (again on its children's replies): follow every run
+    // until the command is done, then print what is left.
+    loop {
+        tokio::select! {
+            e = sub.recv() => match e {
+                Some(e) => {
+                    if let Some(line) = progress.line(&e.event) {
+                        output::err(&line);
+                    }
+                }
+                None => return,
+            },
+            _ = done.cancelled() => break,
+        }
+    }
+    while let Some(e) = sub.try_recv() {
         if let Some(line) = progress.line(&e.event) {
             output::err(&line);
-        }
-        if e.event.is_terminal() {
-            break;
         }
     }
 }

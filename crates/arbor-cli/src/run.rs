@@ -66,6 +66,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         followers.push(tokio::spawn(progress::follow_root(
             root,
             session.subscribe(),
+            done.clone(),
         )));
         if let Some(sup) = &built.supervisor {
             followers.push(tokio::spawn(progress::follow_supervisor(

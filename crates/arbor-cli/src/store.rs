@@ -82,6 +82,19 @@ impl StoreChoice {
         &self.name
     }
 
+    /// Opens a store file that must exist already (for commands that read what a run left).
+    pub(crate) fn open_existing(&self) -> Result<Arc<dyn Store>, Fail> {
+        if let StoreName::Sqlite(path) = &self.name
+            && !path.exists()
+        {
+            return Err(Fail::usage(format!(
+                "no store at {} (a run creates it: arbor run SPEC)",
+                path.display()
+            )));
+        }
+        self.open()
+    }
+
     /// Opens the store. Every failure is a store failure (exit 3) with the store's message.
     pub(crate) fn open(&self) -> Result<Arc<dyn Store>, Fail> {
         let path = match &self.name {

@@ -13,8 +13,7 @@ use std::sync::Arc;
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
     CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, SendMessageTool,
-    SpawnAgentTool,
-    Supervisor, WaitAgentTool,
+    SpawnAgentTool, Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
 use arbor_model::{Script, ScriptedProvider};

@@ -98,7 +98,11 @@ fn the_root_record_keeps_the_definition_and_earlier_runs_stay_listed() {
         root.meta["definition"],
         serde_json::json!({"path": REVIEW, "spec": text, "fingerprint": fingerprint})
     );
-    assert!(root.meta["owner"]["pid"].as_u64().is_some(), "{}", root.meta);
+    assert!(
+        root.meta["owner"]["pid"].as_u64().is_some(),
+        "{}",
+        root.meta
+    );
     assert_eq!(root.own_usage.total_tokens, 40_000);
 }
 

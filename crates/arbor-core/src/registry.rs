@@ -8,7 +8,7 @@
 //! the id of another parent's child get one error, which does not say which.
 
 use arbor_protocol::{SessionId, SessionStatus, Timestamp, Usage};
-use arbor_store::{SessionQuery, SessionRecord, Store, Tombstone};
+use arbor_store::{SessionQuery, SessionRecord, SessionUpdate, Store, Tombstone};
 use serde::Serialize;
 
 use crate::error::{CoreError, CoreResult};
@@ -136,4 +136,66 @@ pub fn silent_count(sessions: &[SessionRecord]) -> usize {
         .iter()
         .filter(|r| r.parent_id.is_some() && ChildRow::of(r).silent)
         .count()
+}
+
+/// What a delete selector names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeleteTarget {
+    /// A child to delete.
+    Live(Box<SessionRecord>),
+    /// A child deleted before (named by its session id): nothing to do.
+    Deleted(SessionId, Tombstone),
+}
+
+/// Resolves a delete selector among `parent`'s children. A deleted child is found only by
+/// its session id (its name is free for a new child).
+pub async fn delete_target(
+    store: &dyn Store,
+    parent: SessionId,
+    selector: &str,
+) -> CoreResult<DeleteTarget> {
+    match find_child(store, parent, selector).await {
+        Ok(child) => Ok(DeleteTarget::Live(Box::new(child))),
+        Err(e) => {
+            if let Ok(id) = selector.parse::<SessionId>()
+                && let Some(r) = store.session(id).await?
+                && r.parent_id == Some(parent)
+                && let Some(tombstone) = r.tombstone
+            {
+                return Ok(DeleteTarget::Deleted(id, tombstone));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Writes `child`'s tombstone: who, when, why, its final status (`aborted` if it was still
+/// live) and its aggregate usage. The record and transcript stay.
+pub async fn write_tombstone(
+    store: &dyn Store,
+    child: &SessionRecord,
+    by: &str,
+    reason: &str,
+) -> CoreResult<Tombstone> {
+    let tombstone = Tombstone {
+        at: Timestamp::now(),
+        by: by.to_owned(),
+        reason: reason.to_owned(),
+        final_status: if child.status.is_live() {
+            SessionStatus::Aborted
+        } else {
+            child.status
+        },
+        usage: child.aggregate_usage(),
+    };
+    store
+        .update_session(
+            child.id,
+            &SessionUpdate {
+                tombstone: Some(tombstone.clone()),
+                ..SessionUpdate::default()
+            },
+        )
+        .await?;
+    Ok(tombstone)
 }

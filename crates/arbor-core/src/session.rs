@@ -338,7 +338,8 @@ impl Session {
             None => entries,
         };
         match attributed {
-            Some(usage) if !self.ancestors.is_empty() => {
+            // A turn that used nothing attributes nothing.
+            Some(usage) if !self.ancestors.is_empty() && usage != Usage::default() => {
                 let attribution = Attribution {
                     from: self.record.id,
                     usage,

@@ -2,8 +2,8 @@
 //! replies and notices reach its inbox, waiting until the tree is quiet, deleting a child
 //! (tombstone) and closing a session (teardown of its live descendants).
 
-use arbor_protocol::{SessionId, SessionStatus, Timestamp};
-use arbor_store::{SessionUpdate, Tombstone};
+use arbor_protocol::SessionId;
+use arbor_store::Tombstone;
 
 use crate::error::CoreResult;
 use crate::inbox::Inbox;
@@ -65,47 +65,20 @@ impl Supervisor {
         reason: &str,
     ) -> CoreResult<Deleted> {
         let store = &self.inner.store;
-        let child = match registry::find_child(store.as_ref(), parent, selector).await {
-            Ok(child) => child,
-            Err(e) => {
-                // Already deleted: harmless, when named by its id.
-                if let Ok(id) = selector.parse::<SessionId>()
-                    && let Some(r) = store.session(id).await?
-                    && r.parent_id == Some(parent)
-                    && let Some(tombstone) = r.tombstone
-                {
-                    return Ok(Deleted {
-                        session_id: id,
-                        tombstone,
-                        cancelled: Vec::new(),
-                        already: true,
-                    });
-                }
-                return Err(e);
+        let child = match registry::delete_target(store.as_ref(), parent, selector).await? {
+            registry::DeleteTarget::Live(child) => child,
+            registry::DeleteTarget::Deleted(session_id, tombstone) => {
+                return Ok(Deleted {
+                    session_id,
+                    tombstone,
+                    cancelled: Vec::new(),
+                    already: true,
+                });
             }
         };
         let cancelled = self.inner.hub.close(child.id);
-        let final_status = if child.status.is_live() {
-            SessionStatus::Aborted
-        } else {
-            child.status
-        };
-        let tombstone = Tombstone {
-            at: Timestamp::now(),
-            by: by.to_owned(),
-            reason: self.redact(reason),
-            final_status,
-            usage: child.aggregate_usage(),
-        };
-        store
-            .update_session(
-                child.id,
-                &SessionUpdate {
-                    tombstone: Some(tombstone.clone()),
-                    ..SessionUpdate::default()
-                },
-            )
-            .await?;
+        let tombstone =
+            registry::write_tombstone(store.as_ref(), &child, by, &self.redact(reason)).await?;
         tracing::info!(child = %child.id, parent = %parent, by, "child deleted");
         Ok(Deleted {
             session_id: child.id,

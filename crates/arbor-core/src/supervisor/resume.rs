@@ -31,9 +31,17 @@ impl Supervisor {
         }
         let this = self.clone();
         self.inner.tracker.spawn(async move {
-            if let Err(e) = this.resume(id).await {
-                this.inner.hub.end_run(id);
-                tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
+            match this.resume(id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Not one of this supervisor's children (a root its host runs): its
+                    // messages wait for the host.
+                    this.inner.hub.end_run(id);
+                }
+                Err(e) => {
+                    this.inner.hub.end_run(id);
+                    tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
+                }
             }
         });
     }
@@ -45,7 +53,9 @@ impl Supervisor {
         }
     }
 
-    async fn resume(&self, id: SessionId) -> CoreResult<()> {
+    /// Runs `id` on its pending messages; `Ok(false)` when it is not a child of this
+    /// supervisor.
+    async fn resume(&self, id: SessionId) -> CoreResult<bool> {
         let inner = &self.inner;
         let record = inner
             .store
@@ -57,12 +67,12 @@ impl Supervisor {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let entry_index = *inner.index.get(&child_id).ok_or_else(|| {
-            CoreError::Denied(format!(
-                "session {id} is not a child of supervisor \"{}\"",
-                inner.id
-            ))
-        })?;
+        let (Some(&entry_index), true) = (
+            inner.index.get(&child_id),
+            record.meta["supervisor_id"] == inner.id.as_str(),
+        ) else {
+            return Ok(false);
+        };
         let entry = &inner.entries[entry_index];
         let mode = match record.meta["mode"].as_str() {
             Some("sync") => Mode::Sync,
@@ -131,7 +141,7 @@ impl Supervisor {
         self.begin(&admitted);
         // Drive inline: this is already the background task.
         let _ = self.drive(admitted).await;
-        Ok(())
+        Ok(true)
     }
 
     /// After a registered child's run: the parent's lifecycle notice (message mode), then

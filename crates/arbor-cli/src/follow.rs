@@ -1,0 +1,172 @@
+//! `arbor send` and `arbor rm`: acting on a retained child after the run that made it ended.
+//!
+//! `send` rebuilds the tree's agents from the definition kept in its root record (never from
+//! the file on disk, which may have changed since), takes over the tree (its root records
+//! this process as the owner), delivers the message, and waits until the child's follow-up
+//! run and whatever it set off are done; then prints what the child sent its parent.
+
+use arbor_core::registry;
+use arbor_core::supervisor::Sender;
+use arbor_protocol::{EntryKind, SessionId, SessionStatus};
+use arbor_store::SessionUpdate;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{RmArgs, SendArgs};
+use crate::fail::{EXIT_RUN, Fail};
+use crate::inspect::{open, session_id};
+use crate::{output, owner, spec, tree};
+
+/// `arbor send SESSION NAME TEXT`.
+pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
+    let store = open(&args.store).await?;
+    let parent = session_id(&args.session)?;
+    let parent_record = registry::session(store.as_ref(), parent)
+        .await
+        .map_err(Fail::core)?;
+    let child = registry::find_child(store.as_ref(), parent, &args.name)
+        .await
+        .map_err(Fail::core)?;
+    let root = registry::session(store.as_ref(), parent_record.root_id)
+        .await
+        .map_err(Fail::core)?;
+    let definition = &root.meta["definition"];
+    let (Some(path), Some(text)) = (definition["path"].as_str(), definition["spec"].as_str())
+    else {
+        return Err(Fail::usage(format!(
+            "session {} keeps no definition to rebuild its agents from",
+            root.id
+        )));
+    };
+    let spec = spec::Spec::parse(path, text).map_err(Fail::usage)?;
+    let token = CancellationToken::new();
+    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let Some(sup) = built.supervisor else {
+        return Err(Fail::usage(format!(
+            "the tree of {} has no children",
+            root.id
+        )));
+    };
+    // This process runs the tree's sessions now.
+    let mut meta = root.meta.clone();
+    meta["owner"] = owner::current();
+    store
+        .update_session(
+            root.id,
+            &SessionUpdate {
+                meta: Some(meta),
+                ..SessionUpdate::default()
+            },
+        )
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?;
+
+    let before = store
+        .transcript(parent, 0, None)
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?
+        .last()
+        .map_or(0, |e| e.seq);
+    let receipt = sup
+        .send_message(Sender::Host, child.id, &args.text)
+        .await
+        .map_err(Fail::core)?;
+    let no_mail = arbor_core::inbox::Inbox::new();
+    tokio::select! {
+        () = sup.wait_for_mail_or_quiet(&no_mail) => {}
+        r = tokio::signal::ctrl_c() => {
+            if r.is_ok() {
+                token.cancel();
+            }
+        }
+    }
+    sup.shutdown().await;
+
+    let replies = replies_from(&store, parent, child.id, before).await?;
+    let after = registry::session(store.as_ref(), child.id)
+        .await
+        .map_err(Fail::core)?;
+    if args.store.json {
+        output::out(
+            &json!({
+                "message_id": receipt.id,
+                "child": registry::ChildRow::of(&after),
+                "replies": replies,
+            })
+            .to_string(),
+        );
+    } else {
+        for text in &replies {
+            output::out(&format!("{}: {text}", after.name));
+        }
+        output::err(&format!(
+            "{}: follow-up run {} ({} tokens own, {} aggregate)",
+            after.name,
+            after.status,
+            after.own_usage.total_tokens,
+            after.aggregate_usage().total_tokens
+        ));
+    }
+    Ok(if after.status == SessionStatus::Succeeded {
+        0
+    } else {
+        EXIT_RUN
+    })
+}
+
+/// The texts `child` delivered to `parent` after entry `after`.
+async fn replies_from(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    parent: SessionId,
+    child: SessionId,
+    after: u64,
+) -> Result<Vec<String>, Fail> {
+    Ok(store
+        .transcript(parent, after, None)
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::InboxReceived { message } if message.from == Some(child) => {
+                Some(message.text)
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// `arbor rm SESSION NAME`.
+pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
+    let store = open(&args.store).await?;
+    let parent = session_id(&args.session)?;
+    let by = format!(
+        "user:{}",
+        std::env::var("USER").unwrap_or_else(|_| "local".into())
+    );
+    let (id, tombstone, already) = match registry::delete_target(store.as_ref(), parent, &args.name)
+        .await
+        .map_err(Fail::core)?
+    {
+        registry::DeleteTarget::Deleted(id, t) => (id, t, true),
+        registry::DeleteTarget::Live(child) => {
+            let t = registry::write_tombstone(store.as_ref(), &child, &by, &args.reason)
+                .await
+                .map_err(Fail::core)?;
+            (child.id, t, false)
+        }
+    };
+    if args.store.json {
+        output::out(
+            &json!({"session_id": id, "tombstone": tombstone, "already_deleted": already})
+                .to_string(),
+        );
+    } else if already {
+        output::out(&format!("{id} was already deleted ({})", tombstone.reason));
+    } else {
+        output::out(&format!(
+            "deleted {id} ({}, {} tokens); its transcript stays: arbor log {id}",
+            tombstone.final_status, tombstone.usage.total_tokens
+        ));
+    }
+    Ok(0)
+}

@@ -1,0 +1,236 @@
+//! `arbor ls`, `arbor tree` and `arbor log`: what runs left in the store, read by a later
+//! process. Each first marks as interrupted the runs of processes that died.
+
+use std::sync::Arc;
+
+use arbor_core::registry::{self, ChildRow};
+use arbor_core::usage::reconcile;
+use arbor_protocol::{EntryKind, SessionId, TranscriptEntry};
+use arbor_store::{SessionQuery, Store};
+use serde_json::json;
+
+use crate::cli::{LsArgs, SessionArgs, StoreArgs};
+use crate::fail::Fail;
+use crate::report::{table, thousands};
+use crate::store::StoreChoice;
+use crate::{output, owner};
+
+/// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
+pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
+    let store = StoreChoice::from_args(false, args.store.as_deref())?.open_existing()?;
+    owner::sweep(&store).await?;
+    Ok(store)
+}
+
+/// A session id argument.
+pub(crate) fn session_id(text: &str) -> Result<SessionId, Fail> {
+    text.trim()
+        .parse()
+        .map_err(|_| Fail::usage(format!("not a session id: {text:?}")))
+}
+
+fn store_fail(e: arbor_store::StoreError) -> Fail {
+    Fail::store(e.to_string())
+}
+
+/// `arbor ls [SESSION]`.
+pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
+    let store = open(&args.store).await?;
+    let Some(session) = &args.session else {
+        let roots = store
+            .list_sessions(SessionQuery::Roots)
+            .await
+            .map_err(store_fail)?;
+        if args.store.json {
+            let rows: Vec<_> = roots.iter().map(ChildRow::of).collect();
+            output::out(&json!({ "roots": rows }).to_string());
+        } else {
+            output::out(&table(&roots));
+        }
+        return Ok(0);
+    };
+    let parent = session_id(session)?;
+    let rows = registry::children(store.as_ref(), parent, args.deleted)
+        .await
+        .map_err(Fail::core)?;
+    if args.store.json {
+        output::out(&json!({ "parent": parent, "children": rows }).to_string());
+    } else {
+        output::out(&children_table(&rows));
+    }
+    Ok(0)
+}
+
+fn children_table(rows: &[ChildRow]) -> String {
+    let header = [
+        "name",
+        "status",
+        "model",
+        "mode",
+        "own",
+        "aggregate",
+        "context",
+        "replies",
+        "session",
+    ];
+    let cells: Vec<[String; 9]> = rows
+        .iter()
+        .map(|r| {
+            let mut status = r.status.to_string();
+            if r.tombstone.is_some() {
+                status.push_str(" (deleted)");
+            } else if r.silent {
+                status.push_str(" (silent)");
+            }
+            [
+                r.name.clone(),
+                status,
+                r.model.clone(),
+                r.mode.clone().unwrap_or_else(|| "-".into()),
+                thousands(r.own_usage.total_tokens),
+                thousands(r.aggregate_usage.total_tokens),
+                thousands(r.context_tokens),
+                r.replies.to_string(),
+                r.session_id.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 9]| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if (4..=7).contains(&i) {
+                out.push_str(&format!("{c:>w$}  "));
+            } else {
+                out.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    let mut out = line(header);
+    for row in &cells {
+        out.push('\n');
+        out.push_str(&line(std::array::from_fn(|i| row[i].as_str())));
+    }
+    if rows.is_empty() {
+        out.push_str("\n(no children)");
+    }
+    out
+}
+
+/// `arbor tree SESSION`.
+pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
+    let store = open(&args.store).await?;
+    let id = session_id(&args.session)?;
+    let sessions = registry::tree(store.as_ref(), id)
+        .await
+        .map_err(Fail::core)?;
+    let root = sessions.first().map_or(id, |s| s.root_id);
+    let check = reconcile(store.as_ref(), root).await.map_err(Fail::core)?;
+    if args.store.json {
+        let rows: Vec<_> = sessions
+            .iter()
+            .map(|s| {
+                let mut row = serde_json::to_value(ChildRow::of(s)).unwrap_or_default();
+                row["parent_id"] = json!(s.parent_id);
+                row
+            })
+            .collect();
+        output::out(
+            &json!({
+                "root_session_id": root,
+                "sessions": rows,
+                "silent_children": registry::silent_count(&sessions),
+                "reconciliation": {
+                    "consistent": check.is_consistent(),
+                    "own_total_tokens": check.own_total_tokens,
+                    "root_aggregate_tokens": check.root_aggregate_tokens,
+                },
+            })
+            .to_string(),
+        );
+    } else {
+        output::out(&table(&sessions));
+        output::out(&format!(
+            "tree own total {} tokens, root aggregate {} tokens{}",
+            thousands(check.own_total_tokens),
+            thousands(check.root_aggregate_tokens),
+            if check.is_consistent() {
+                ""
+            } else {
+                " (do not reconcile)"
+            }
+        ));
+    }
+    Ok(0)
+}
+
+/// `arbor log SESSION`.
+pub(crate) async fn log(args: SessionArgs) -> Result<u8, Fail> {
+    let store = open(&args.store).await?;
+    let id = session_id(&args.session)?;
+    registry::session(store.as_ref(), id)
+        .await
+        .map_err(Fail::core)?;
+    let entries = store.transcript(id, 0, None).await.map_err(store_fail)?;
+    for entry in &entries {
+        if args.store.json {
+            output::out(&serde_json::to_string(entry).unwrap_or_default());
+        } else {
+            output::out(&describe(entry));
+        }
+    }
+    Ok(0)
+}
+
+fn describe(e: &TranscriptEntry) -> String {
+    let body = match &e.kind {
+        EntryKind::Message { message } => {
+            let text = output::one_line(message.text());
+            let role = format!("{:?}", message.role()).to_lowercase();
+            format!("{role}: {}", preview(&text))
+        }
+        EntryKind::Usage { turn, usage, .. } => {
+            format!("turn {turn}: {} tokens", thousands(usage.total_tokens))
+        }
+        EntryKind::UsageAttributed {
+            from,
+            child_usage,
+            aggregate,
+            ..
+        } => format!(
+            "{} tokens of {from} attributed; aggregate {}",
+            thousands(child_usage.total_tokens),
+            thousands(aggregate.total_tokens)
+        ),
+        EntryKind::RunStarted { agent, model } => {
+            format!("run started (agent {agent}, model {model})")
+        }
+        EntryKind::RunFinished {
+            status,
+            stop_reason,
+            ..
+        } => format!("run {status} ({stop_reason})"),
+        EntryKind::InboxReceived { message } => format!(
+            "received from {} {}: {}",
+            message.relationship.as_str(),
+            message.from_name,
+            preview(&output::one_line(&message.text))
+        ),
+        EntryKind::InboxRead { ids } => format!("read {} message(s)", ids.len()),
+    };
+    format!("{:>4}  {}  {body}", e.seq, e.kind.kind_name())
+}
+
+fn preview(text: &str) -> String {
+    if text.chars().count() > 100 {
+        format!("{}…", text.chars().take(100).collect::<String>())
+    } else {
+        text.to_owned()
+    }
+}
