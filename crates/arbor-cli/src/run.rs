@@ -128,6 +128,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     }
     if args.json {
         let mut report = report::json_report(root_id, choice.name().kind(), &sessions, &result);
+        report["silent_children"] =
+            serde_json::json!(arbor_core::registry::silent_count(&sessions));
         report["reconciliation"] = serde_json::json!({
             "consistent": check.is_consistent(),
             "own_total_tokens": check.own_total_tokens,
@@ -139,6 +141,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         output::out(&report.to_string());
     } else {
         output::out(&report::table(&sessions));
+        let silent = arbor_core::registry::silent_count(&sessions);
+        if silent > 0 {
+            output::out(&format!(
+                "{silent} child(ren) finished without replying (silent no-ops): see arbor ls {root_id}"
+            ));
+        }
     }
     Ok(if result.status == RunStatus::Succeeded {
         0

@@ -611,3 +611,63 @@ async fn closing_a_parent_tears_down_its_live_descendants_and_refuses_new_childr
     );
     assert!(top.inbox().is_empty(), "no notices to a closed parent");
 }
+
+#[tokio::test]
+async fn siblings_message_each_other_and_an_idle_sibling_runs_on_it() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![
+            (
+                "listener",
+                vec![
+                    send("parent", "ready"),
+                    ScriptedTurn::text("idle"),
+                    ScriptedTurn::text("heard you"),
+                ],
+            ),
+            (
+                "talker",
+                vec![send("listener", "psst"), ScriptedTurn::text("told")],
+            ),
+        ],
+    );
+    let top = root(&sup, &store, vec![]).await;
+    let spawn_named = |child: &'static str| DelegationRequest {
+        name: Some(child.into()),
+        parent: Some(top.as_ref()),
+        ..DelegationRequest::new(child, "go")
+    };
+    sup.spawn(spawn_named("listener")).await.unwrap();
+    // The listener has finished its first task (it replied "ready") before the talker starts.
+    top.inbox().ready().await;
+    sup.wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    sup.spawn(spawn_named("talker")).await.unwrap();
+    sup.wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    let listener = registry::find_child(store.as_ref(), top.id(), "listener")
+        .await
+        .unwrap();
+    let users: Vec<String> = store
+        .transcript(listener.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::Message {
+                message: Message::User { content },
+            } => Some(content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(users, ["go", "[from sibling:talker]\n\npsst"]);
+    let runs = store
+        .transcript(listener.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EntryKind::RunFinished { .. }))
+        .count();
+    assert_eq!(runs, 2, "the idle sibling ran again on the message");
+}

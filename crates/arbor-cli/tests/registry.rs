@@ -1,0 +1,298 @@
+//! The registry commands on the SQLite store after the run has exited: `ls`, `tree`, `log`,
+//! `send` (a follow-up to a retained child) and `rm` (a tombstone); and a crash: SIGKILL in
+//! the middle of a tree, then a new process finds everything that was reported as stored.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const REPLIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replies.toml");
+
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbor"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("ARBOR_BUSY_TIMEOUT_MS", "2000")
+        .env_remove("ARBOR_LOG");
+    cmd
+}
+
+fn arbor(dir: &Path, args: &[&str]) -> Output {
+    command(dir, args).output().unwrap()
+}
+
+fn json(dir: &Path, args: &[&str]) -> Value {
+    let out = arbor(dir, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn child<'a>(rows: &'a Value, name: &str) -> &'a Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {rows}"))
+}
+
+#[test]
+fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = json(dir.path(), &["run", REPLIES, "--json", "-q"]);
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["silent_children"], 1);
+
+    let roots = json(dir.path(), &["ls", "--json"]);
+    assert_eq!(roots["roots"][0]["session_id"], root.as_str());
+    let kids = json(dir.path(), &["ls", &root, "--json"]);
+    let rows = &kids["children"];
+    assert_eq!(rows.as_array().unwrap().len(), 2);
+    let papers = child(rows, "papers");
+    assert_eq!(
+        (papers["replies"].as_u64(), papers["silent"].as_bool()),
+        (Some(1), Some(false))
+    );
+    assert_eq!(papers["mode"], "message");
+    let quiet = child(rows, "quiet");
+    assert_eq!(
+        quiet["silent"], true,
+        "a child that never replied is a silent no-op"
+    );
+    let quiet_id = quiet["session_id"].as_str().unwrap().to_owned();
+
+    // The root read the reply and the notice.
+    let out = arbor(dir.path(), &["log", &root]);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.contains("user: [from child:papers] Found 3 papers"),
+        "{log}"
+    );
+    assert!(log.contains("completed without sending a reply"), "{log}");
+
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    assert_eq!(tree["silent_children"], 1);
+    assert_eq!(tree["reconciliation"]["consistent"], true);
+
+    // A follow-up in a new process: the retained child runs a new turn and replies.
+    let sent = json(
+        dir.path(),
+        &["send", &root, "papers", "Which one first?", "--json"],
+    );
+    assert_eq!(
+        sent["replies"],
+        serde_json::json!([
+            "Start with Wagner 1998: it defines the incremental model the others build on."
+        ])
+    );
+    assert_eq!(sent["child"]["replies"], 2);
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+
+    // Deletion: a tombstone, gone from listings, transcript kept, twice is harmless.
+    let rm = json(
+        dir.path(),
+        &["rm", &root, "quiet", "--reason", "not useful", "--json"],
+    );
+    assert_eq!(rm["already_deleted"], false);
+    assert_eq!(rm["tombstone"]["reason"], "not useful");
+    assert_eq!(rm["tombstone"]["final_status"], "succeeded");
+    assert!(rm["tombstone"]["by"].as_str().unwrap().starts_with("user:"));
+    let kids = json(dir.path(), &["ls", &root, "--json"]);
+    assert_eq!(kids["children"].as_array().unwrap().len(), 1);
+    let all = json(dir.path(), &["ls", &root, "--deleted", "--json"]);
+    assert_eq!(all["children"].as_array().unwrap().len(), 2);
+    let out = arbor(dir.path(), &["log", &quiet_id]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("I skimmed the survey"));
+    let again = json(dir.path(), &["rm", &root, &quiet_id, "--json"]);
+    assert_eq!(again["already_deleted"], true);
+    let gone = arbor(dir.path(), &["rm", &root, "quiet"]);
+    assert_eq!(gone.status.code(), Some(2));
+    let gone = arbor(dir.path(), &["send", &root, "quiet", "hello?"]);
+    assert_eq!(gone.status.code(), Some(2));
+}
+
+#[test]
+fn unknown_sessions_and_missing_stores_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = arbor(dir.path(), &["ls"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no store at .arbor/arbor.db"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.path().join(".arbor").exists(), "ls creates nothing");
+    json(dir.path(), &["run", REPLIES, "--json", "-q"]);
+    for args in [
+        &["ls", "not-an-id"][..],
+        &["tree", "01a238cb-95d9-72a4-8e8c-0c40399ceaa8"],
+        &["send", "01a238cb-95d9-72a4-8e8c-0c40399ceaa8", "x", "y"],
+    ] {
+        let out = arbor(dir.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("crash.toml"),
+        r#"
+task = "review"
+root = "root"
+
+[agents.root]
+children = ["fast-a", "fast-b", "slow"]
+[[agents.root.turns]]
+usage = { input_tokens = 100, output_tokens = 0 }
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "fast-a", name = "fast-a", input = "a", mode = "message" } },
+  { name = "spawn_agent", arguments = { child_id = "fast-b", name = "fast-b", input = "b", mode = "message" } },
+]
+[[agents.root.turns]]
+usage = { input_tokens = 200, output_tokens = 0 }
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "slow", name = "slow", input = "take your time" } }]
+[[agents.root.turns]]
+text = "never reached"
+
+[agents.fast-a]
+[[agents.fast-a.turns]]
+usage = { input_tokens = 1000, output_tokens = 0 }
+tool_calls = [{ name = "send_message", arguments = { to = "parent", text = "a is done" } }]
+[[agents.fast-a.turns]]
+text = "done"
+usage = { input_tokens = 10, output_tokens = 0 }
+
+[agents.fast-b]
+[[agents.fast-b.turns]]
+usage = { input_tokens = 2000, output_tokens = 0 }
+tool_calls = [{ name = "send_message", arguments = { to = "parent", text = "b is done" } }]
+[[agents.fast-b.turns]]
+text = "done"
+usage = { input_tokens = 20, output_tokens = 0 }
+
+[agents.slow]
+tools = ["sleep"]
+[[agents.slow.turns]]
+usage = { input_tokens = 500, output_tokens = 0 }
+tool_calls = [{ name = "sleep", arguments = { ms = 600000 } }]
+[[agents.slow.turns]]
+text = "never"
+"#,
+    )
+    .unwrap();
+    let mut process = command(dir.path(), &["run", "crash.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reported = Vec::new();
+    let (mut a, mut b, mut slow) = (false, false, false);
+    for line in BufReader::new(process.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        a |= line.contains("fast-a: delegation succeeded");
+        b |= line.contains("fast-b: delegation succeeded");
+        slow |= line.contains("slow: delegation started");
+        reported.push(line);
+        if a && b && slow {
+            break;
+        }
+    }
+    assert!(a && b && slow, "{reported:#?}");
+    // Wait (reading the store from another process, which must not disturb the live run)
+    // until the slow child's first turn is stored, then kill without warning.
+    let started = std::time::Instant::now();
+    loop {
+        let roots = json(dir.path(), &["ls", "--json"]);
+        let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            roots["roots"][0]["status"], "running",
+            "a live owner's run is left alone"
+        );
+        let tree = json(dir.path(), &["tree", &root, "--json"]);
+        let stored = tree["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "slow" && r["own_usage"]["total_tokens"] == 500);
+        if stored {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 20, "{tree}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = Command::new("kill")
+        .args(["-KILL", &process.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = process.wait().unwrap();
+    assert!(!status.success());
+
+    // A new process: the full registry, both totals, the interrupted runs.
+    let roots = json(dir.path(), &["ls", "--json"]);
+    let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        roots["roots"][0]["status"], "interrupted",
+        "the root was mid-turn"
+    );
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    let rows = &tree["sessions"];
+    assert_eq!(rows.as_array().unwrap().len(), 4, "{tree}");
+    let fast_a = child(rows, "fast-a");
+    assert_eq!(fast_a["status"], "succeeded");
+    assert_eq!(fast_a["own_usage"]["total_tokens"], 1010);
+    assert_eq!(child(rows, "fast-b")["own_usage"]["total_tokens"], 2020);
+    let slow = child(rows, "slow");
+    assert_eq!(slow["status"], "interrupted");
+    assert_eq!(slow["own_usage"]["total_tokens"], 500);
+    let root_row = child(rows, "root");
+    assert_eq!(root_row["own_usage"]["total_tokens"], 300);
+    assert_eq!(
+        root_row["aggregate_usage"]["total_tokens"],
+        300 + 1010 + 2020 + 500
+    );
+    assert_eq!(root_row["context_tokens"], 200);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+
+    // The transcripts: the root's attribution records and the replies it never read.
+    let out = arbor(dir.path(), &["log", &root, "--json"]);
+    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let attributed: u64 = entries
+        .iter()
+        .filter(|e| e["kind"] == "usage_attributed")
+        .map(|e| e["child_usage"]["total_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(attributed, 1010 + 2020 + 500);
+    let replies: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["kind"] == "inbox_received")
+        .map(|e| e["message"]["text"].as_str().unwrap())
+        .collect();
+    let mut sorted = replies.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["a is done", "b is done"]);
+    let slow_id = slow["session_id"].as_str().unwrap();
+    let out = arbor(dir.path(), &["log", slow_id, "--json"]);
+    let slow_log = String::from_utf8_lossy(&out.stdout);
+    assert!(slow_log.contains("\"name\":\"sleep\""), "{slow_log}");
+    // Marked once: a second look changes nothing.
+    let again = json(dir.path(), &["tree", &root, "--json"]);
+    assert_eq!(again["sessions"], tree["sessions"]);
+}
