@@ -83,25 +83,7 @@ impl Agent {
                 self.name()
             )));
         }
-        let entries = store.transcript(id, 0, None).await?;
-        let inbox = Arc::new(Inbox::from_transcript(&entries));
-        let messages = entries
-            .into_iter()
-            .filter_map(|e| match e.kind {
-                EntryKind::Message { message } => Some(message),
-                _ => None,
-            })
-            .collect();
-        let ancestors = ancestors(store.as_ref(), &record).await?;
-        Ok(Session {
-            bus: EventBus::new(id, self.event_capacity()).with_redactor(self.redactor().cloned()),
-            agent: self.clone(),
-            store,
-            record,
-            messages,
-            ancestors,
-            inbox,
-        })
+        Session::reopen(self.clone(), store, record).await
     }
 }
 
@@ -171,25 +153,11 @@ impl SessionBuilder {
         }
         record.spawned_by = self.spawned_by;
         record.meta = self.meta;
-        store.create_session(&record).await.map_err(|e| match e {
-            StoreError::NameTaken { name } => CoreError::Validation(format!(
-                "Agent name \"{name}\" is unavailable: an agent of that name already exists \
-                     at depth {} under this parent",
-                record.depth
-            )),
-            other => CoreError::Store(other),
-        })?;
-        let ancestors = ancestors(store.as_ref(), &record).await?;
-        Ok(Session {
-            bus: EventBus::new(record.id, self.agent.event_capacity())
-                .with_redactor(self.agent.redactor().cloned()),
-            agent: self.agent,
-            store,
-            record,
-            messages: Vec::new(),
-            ancestors,
-            inbox: Arc::new(Inbox::new()),
-        })
+        store
+            .create_session(&record)
+            .await
+            .map_err(|e| name_error(e, record.depth))?;
+        Session::attach(self.agent, store, record).await
     }
 }
 
@@ -202,7 +170,7 @@ impl Session {
         record: SessionRecord,
     ) -> CoreResult<Session> {
         let entries = store.transcript(record.id, 0, None).await?;
-        let inbox = Arc::new(Inbox::from_transcript(&entries));
+        let inbox = Inbox::from_transcript(&entries);
         let messages = entries
             .into_iter()
             .filter_map(|e| match e.kind {
@@ -210,6 +178,25 @@ impl Session {
                 _ => None,
             })
             .collect();
+        Self::assemble(agent, store, record, messages, inbox).await
+    }
+
+    /// A session for a record written moments ago (by admission), with no transcript yet.
+    pub(crate) async fn attach(
+        agent: Agent,
+        store: Arc<dyn Store>,
+        record: SessionRecord,
+    ) -> CoreResult<Session> {
+        Self::assemble(agent, store, record, Vec::new(), Inbox::new()).await
+    }
+
+    async fn assemble(
+        agent: Agent,
+        store: Arc<dyn Store>,
+        record: SessionRecord,
+        messages: Vec<Message>,
+        inbox: Inbox,
+    ) -> CoreResult<Session> {
         let ancestors = ancestors(store.as_ref(), &record).await?;
         Ok(Session {
             bus: EventBus::new(record.id, agent.event_capacity())
@@ -219,26 +206,7 @@ impl Session {
             record,
             messages,
             ancestors,
-            inbox,
-        })
-    }
-
-    /// A session for a record written moments ago (by admission), with no transcript yet.
-    pub(crate) async fn attach(
-        agent: Agent,
-        store: Arc<dyn Store>,
-        record: SessionRecord,
-    ) -> CoreResult<Session> {
-        let ancestors = ancestors(store.as_ref(), &record).await?;
-        Ok(Session {
-            bus: EventBus::new(record.id, agent.event_capacity())
-                .with_redactor(agent.redactor().cloned()),
-            agent,
-            store,
-            record,
-            messages: Vec::new(),
-            ancestors,
-            inbox: Arc::new(Inbox::new()),
+            inbox: Arc::new(inbox),
         })
     }
 
@@ -403,4 +371,15 @@ async fn ancestors(
         via = parent;
     }
     Ok(out)
+}
+
+/// The error for a name a sibling already has (other store errors pass through).
+pub(crate) fn name_error(e: StoreError, depth: u32) -> CoreError {
+    match e {
+        StoreError::NameTaken { name } => CoreError::Validation(format!(
+            "Agent name \"{name}\" is unavailable: an agent of that name already exists at depth \
+             {depth} under this parent"
+        )),
+        other => CoreError::Store(other),
+    }
 }

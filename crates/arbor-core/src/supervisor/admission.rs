@@ -4,9 +4,10 @@
 //! and only then is the attempt counted: a failure here leaves no record and no counter.
 
 use arbor_protocol::{SessionId, SupervisorEvent};
-use arbor_store::{SessionRecord, StoreError};
+use arbor_store::SessionRecord;
 
 use crate::error::{CoreError, CoreResult};
+use crate::session::name_error;
 use crate::supervisor::catalog::ChildEntry;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::Admitted;
@@ -119,17 +120,6 @@ impl Supervisor {
         });
         a.record = Some(record);
         Ok(())
-    }
-}
-
-/// The contract's message for a sibling that has the name already.
-pub(crate) fn name_error(e: StoreError, depth: u32) -> CoreError {
-    match e {
-        StoreError::NameTaken { name } => CoreError::Validation(format!(
-            "Agent name \"{name}\" is unavailable: an agent of that name already exists at depth \
-             {depth} under this parent"
-        )),
-        other => CoreError::Store(other),
     }
 }
 
