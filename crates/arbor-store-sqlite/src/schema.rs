@@ -33,10 +33,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0002_registry",
         sql: include_str!("../migrations/0002_registry.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_checkpoints",
+        sql: include_str!("../migrations/0003_checkpoints.sql"),
+    },
 ];
 
 /// The schema version this build creates and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// `PRAGMA application_id` of an arbor store: "arbr" in ASCII.
 const APPLICATION_ID: i64 = 0x6172_6272;

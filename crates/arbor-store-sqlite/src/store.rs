@@ -6,7 +6,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
 use arbor_store::{
-    Attribution, SessionQuery, SessionRecord, SessionUpdate, Store, StoreError, StoreResult,
+    Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, Store, StoreError,
+    StoreResult,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
@@ -232,6 +233,43 @@ fn name_taken(tx: &Transaction<'_>, path: &str, record: &SessionRecord) -> Store
     .at(path)
 }
 
+fn checkpoint_version(
+    tx: &Transaction<'_>,
+    path: &str,
+    namespace: &str,
+    key: &str,
+) -> StoreResult<Option<u64>> {
+    use rusqlite::OptionalExtension;
+    tx.prepare_cached("SELECT version FROM checkpoints WHERE namespace = ?1 AND key = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![namespace, key], |row| row.get::<_, i64>(0))
+                .optional()
+        })
+        .at(path)
+        .map(|v| v.map(|v| v as u64))
+}
+
+fn checkpoint_from_row(row: &rusqlite::Row<'_>) -> StoreResult<Checkpoint> {
+    let get = |i: usize| -> StoreResult<String> {
+        row.get(i)
+            .map_err(|e| StoreError::Corrupt(format!("checkpoint column {i}: {e}")))
+    };
+    let num = |i: usize| -> StoreResult<u64> {
+        row.get::<_, i64>(i)
+            .map(|v| v as u64)
+            .map_err(|e| StoreError::Corrupt(format!("checkpoint column {i}: {e}")))
+    };
+    let value = get(3)?;
+    Ok(Checkpoint {
+        namespace: get(0)?,
+        key: get(1)?,
+        version: num(2)?,
+        value: serde_json::from_str(&value)
+            .map_err(|e| StoreError::Corrupt(format!("checkpoint value: {e}")))?,
+        updated_at: Timestamp(num(4)?),
+    })
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
@@ -365,6 +403,104 @@ impl Store for SqliteStore {
             }
             ids.sort();
             Ok(ids)
+        })
+    }
+
+    async fn put_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<u64> {
+        let body = serde_json::to_string(value)
+            .map_err(|e| StoreError::Invalid(format!("checkpoint value: {e}")))?;
+        self.write(|tx, path| {
+            let actual = checkpoint_version(tx, path, namespace, key)?.unwrap_or(0);
+            if actual != expected_version {
+                return Err(StoreError::Conflict {
+                    expected: expected_version,
+                    actual,
+                });
+            }
+            let version = actual + 1;
+            tx.prepare_cached(
+                "INSERT INTO checkpoints (namespace, key, version, value, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (namespace, key) DO UPDATE SET \
+                 version = excluded.version, value = excluded.value, \
+                 updated_at = excluded.updated_at",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    namespace,
+                    key,
+                    to_sql(version),
+                    body,
+                    to_sql(Timestamp::now().0)
+                ])
+            })
+            .at(path)?;
+            Ok(version)
+        })
+    }
+
+    async fn checkpoint(&self, namespace: &str, key: &str) -> StoreResult<Option<Checkpoint>> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT namespace, key, version, value, updated_at FROM checkpoints \
+                 WHERE namespace = ?1 AND key = ?2",
+            )
+            .at(&self.path)?;
+        let mut rows = stmt.query(params![namespace, key]).at(&self.path)?;
+        rows.next()
+            .at(&self.path)?
+            .map(checkpoint_from_row)
+            .transpose()
+    }
+
+    async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT namespace, key, version, value, updated_at FROM checkpoints \
+                 WHERE namespace = ?1 ORDER BY key",
+            )
+            .at(&self.path)?;
+        let mut rows = stmt.query(params![namespace]).at(&self.path)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().at(&self.path)? {
+            out.push(checkpoint_from_row(row)?);
+        }
+        Ok(out)
+    }
+
+    async fn delete_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        expected_version: u64,
+    ) -> StoreResult<()> {
+        self.write(|tx, path| {
+            match checkpoint_version(tx, path, namespace, key)? {
+                None => {
+                    return Err(StoreError::NotFound {
+                        what: "checkpoint",
+                        id: format!("{namespace}/{key}"),
+                    });
+                }
+                Some(actual) if actual != expected_version => {
+                    return Err(StoreError::Conflict {
+                        expected: expected_version,
+                        actual,
+                    });
+                }
+                Some(_) => {}
+            }
+            tx.prepare_cached("DELETE FROM checkpoints WHERE namespace = ?1 AND key = ?2")
+                .and_then(|mut stmt| stmt.execute(params![namespace, key]))
+                .at(path)
+                .map(drop)
         })
     }
 

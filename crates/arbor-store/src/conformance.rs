@@ -12,6 +12,7 @@
 //! Failures panic with a message naming the backend and the check.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod checkpoints;
 mod concurrency;
 mod registry;
 mod sessions;
@@ -28,6 +29,9 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::{SessionRecord, Store, StoreError, StoreErrorKind, StoreResult};
 
+pub use checkpoints::{
+    checkpoint_writes_are_compare_and_swap, concurrent_checkpoint_writes_one_winner,
+};
 pub use concurrency::{concurrent_appends, concurrent_batches, concurrent_cas, concurrent_creates};
 pub use registry::{
     append_attributed_is_atomic, attributions_reach_every_ancestor, concurrent_attributions_sum,
@@ -69,6 +73,8 @@ pub async fn run_all(store: &dyn Store) {
     attributions_reach_every_ancestor(store).await;
     append_attributed_is_atomic(store).await;
     concurrent_attributions_sum(store).await;
+    checkpoint_writes_are_compare_and_swap(store).await;
+    concurrent_checkpoint_writes_one_winner(store).await;
 }
 
 /// A fresh root record with default fields.

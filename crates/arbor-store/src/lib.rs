@@ -17,6 +17,7 @@ pub mod conformance;
 pub use error::{StoreError, StoreErrorKind};
 pub use memory::MemoryStore;
 pub use record::{
-    Attribution, AttributionTarget, SessionQuery, SessionRecord, SessionUpdate, Tombstone,
+    Attribution, AttributionTarget, Checkpoint, SessionQuery, SessionRecord, SessionUpdate,
+    Tombstone,
 };
 pub use store::{Store, StoreResult};

@@ -1,19 +1,20 @@
 //! The in-memory backend.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::record::{Attribution, SessionQuery, SessionRecord, SessionUpdate};
+use crate::record::{Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate};
 use crate::store::{Store, StoreResult, is_live};
 
 #[derive(Debug, Default)]
 struct Inner {
     sessions: HashMap<SessionId, SessionRecord>,
     transcripts: HashMap<SessionId, Vec<TranscriptEntry>>,
+    checkpoints: BTreeMap<(String, String), Checkpoint>,
 }
 
 /// Keeps everything in memory; nothing survives the process. Safe to share between tasks.
@@ -216,6 +217,78 @@ impl Store for MemoryStore {
         }
         ids.sort();
         Ok(ids)
+    }
+
+    async fn put_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<u64> {
+        let mut inner = self.lock();
+        let id = (namespace.to_owned(), key.to_owned());
+        let actual = inner.checkpoints.get(&id).map_or(0, |c| c.version);
+        if actual != expected_version {
+            return Err(StoreError::Conflict {
+                expected: expected_version,
+                actual,
+            });
+        }
+        let version = actual + 1;
+        inner.checkpoints.insert(
+            id,
+            Checkpoint {
+                namespace: namespace.to_owned(),
+                key: key.to_owned(),
+                version,
+                value: value.clone(),
+                updated_at: Timestamp::now(),
+            },
+        );
+        Ok(version)
+    }
+
+    async fn checkpoint(&self, namespace: &str, key: &str) -> StoreResult<Option<Checkpoint>> {
+        Ok(self
+            .lock()
+            .checkpoints
+            .get(&(namespace.to_owned(), key.to_owned()))
+            .cloned())
+    }
+
+    async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
+        Ok(self
+            .lock()
+            .checkpoints
+            .values()
+            .filter(|c| c.namespace == namespace)
+            .cloned()
+            .collect())
+    }
+
+    async fn delete_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        expected_version: u64,
+    ) -> StoreResult<()> {
+        let mut inner = self.lock();
+        let id = (namespace.to_owned(), key.to_owned());
+        match inner.checkpoints.get(&id) {
+            None => Err(StoreError::NotFound {
+                what: "checkpoint",
+                id: format!("{namespace}/{key}"),
+            }),
+            Some(c) if c.version != expected_version => Err(StoreError::Conflict {
+                expected: expected_version,
+                actual: c.version,
+            }),
+            Some(_) => {
+                inner.checkpoints.remove(&id);
+                Ok(())
+            }
+        }
     }
 
     fn backend(&self) -> &'static str {

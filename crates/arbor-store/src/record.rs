@@ -183,6 +183,22 @@ impl SessionUpdate {
     }
 }
 
+/// A versioned value kept under a namespace and a key: a suspended run's state, a
+/// delegation mapping. Writes are compare-and-swap on the version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// What kind of state (`run`, `delegation`, …).
+    pub namespace: String,
+    /// Which one (a run id, …).
+    pub key: String,
+    /// From 1 at creation, bumped by every write.
+    pub version: u64,
+    /// The state.
+    pub value: serde_json::Value,
+    /// When it was last written.
+    pub updated_at: Timestamp,
+}
+
 /// Usage of one session's provider turn, attributed to its ancestors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attribution {

@@ -7,7 +7,7 @@ use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, TranscriptEntry
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::record::{Attribution, SessionQuery, SessionRecord, SessionUpdate};
+use crate::record::{Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate};
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -70,6 +70,32 @@ pub trait Store: fmt::Debug + Send + Sync {
         limit: Option<usize>,
     ) -> StoreResult<Vec<TranscriptEntry>>;
 
+    /// Writes `value` under `(namespace, key)` if its stored version is `expected_version`
+    /// (0: it must not exist yet), and returns the new version. Fails with `Conflict`,
+    /// changing nothing, on any other version.
+    async fn put_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<u64>;
+
+    /// The checkpoint under `(namespace, key)`, if any.
+    async fn checkpoint(&self, namespace: &str, key: &str) -> StoreResult<Option<Checkpoint>>;
+
+    /// Every checkpoint of `namespace`, by key.
+    async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>>;
+
+    /// Deletes the checkpoint if its version is `expected_version`; `Conflict` otherwise
+    /// (and `NotFound` when there is none).
+    async fn delete_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        expected_version: u64,
+    ) -> StoreResult<()>;
+
     /// Marks every session whose status is `running` as `interrupted` and returns their ids:
     /// what a process calls at start-up on a durable store, since no run survives the process
     /// that ran it.
@@ -127,6 +153,37 @@ macro_rules! forward {
                 limit: Option<usize>,
             ) -> StoreResult<Vec<TranscriptEntry>> {
                 (**self).transcript(session, after, limit).await
+            }
+            async fn put_checkpoint(
+                &self,
+                namespace: &str,
+                key: &str,
+                value: &serde_json::Value,
+                expected_version: u64,
+            ) -> StoreResult<u64> {
+                (**self)
+                    .put_checkpoint(namespace, key, value, expected_version)
+                    .await
+            }
+            async fn checkpoint(
+                &self,
+                namespace: &str,
+                key: &str,
+            ) -> StoreResult<Option<Checkpoint>> {
+                (**self).checkpoint(namespace, key).await
+            }
+            async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
+                (**self).list_checkpoints(namespace).await
+            }
+            async fn delete_checkpoint(
+                &self,
+                namespace: &str,
+                key: &str,
+                expected_version: u64,
+            ) -> StoreResult<()> {
+                (**self)
+                    .delete_checkpoint(namespace, key, expected_version)
+                    .await
             }
             async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
                 (**self).mark_interrupted().await
