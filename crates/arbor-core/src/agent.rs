@@ -35,6 +35,7 @@ struct AgentInner {
     permission: Permission,
     identity: Option<Arc<Identity>>,
     redactor: Option<Arc<dyn Redactor>>,
+    interrupt_before_tool: bool,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -64,6 +65,7 @@ impl Agent {
             permission: Permission::allow_all(),
             identity: None,
             redactor: None,
+            interrupt_before_tool: false,
             limits: RunLimits::DEFAULT,
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
@@ -110,6 +112,11 @@ impl Agent {
         self.inner.redactor.as_ref()
     }
 
+    /// Whether its runs suspend before each tool call.
+    pub fn interrupt_before_tool(&self) -> bool {
+        self.inner.interrupt_before_tool
+    }
+
     pub(crate) fn shared_identity(&self) -> Option<Arc<Identity>> {
         self.inner.identity.clone()
     }
@@ -146,6 +153,7 @@ impl Agent {
             permission: i.permission.clone(),
             identity: i.identity.as_deref().cloned(),
             redactor: i.redactor.clone(),
+            interrupt_before_tool: i.interrupt_before_tool,
             limits: i.limits,
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
@@ -164,6 +172,7 @@ pub struct AgentBuilder {
     permission: Permission,
     identity: Option<Identity>,
     redactor: Option<Arc<dyn Redactor>>,
+    interrupt_before_tool: bool,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -238,6 +247,12 @@ impl AgentBuilder {
         self
     }
 
+    /// Every run suspends before executing a tool call, until a decision allows it.
+    pub fn interrupt_before_tool(mut self, on: bool) -> Self {
+        self.interrupt_before_tool = on;
+        self
+    }
+
     /// The run limits (each at least 1 and at most its hard cap).
     pub fn limits(mut self, limits: RunLimits) -> Self {
         self.limits = limits;
@@ -291,6 +306,7 @@ impl AgentBuilder {
                 permission: self.permission,
                 identity: self.identity.map(Arc::new),
                 redactor: self.redactor,
+                interrupt_before_tool: self.interrupt_before_tool,
                 limits: self.limits,
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::permission::{Decision, PermissionRequest};
 use crate::session::Session;
-use crate::tool::{ToolContext, ToolError};
+use crate::tool::{NestedSuspension, ToolContext, ToolError};
 
 /// A call outcome that ends the run.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub(crate) enum CallStop {
     Fatal(String),
     /// A policy halted the run.
     Halt(String),
+    /// The call's child suspended: the run suspends too.
+    Suspended(Box<NestedSuspension>),
 }
 
 #[derive(Debug)]
@@ -70,7 +72,7 @@ impl Session {
             .await
     }
 
-    async fn execute(
+    pub(crate) async fn execute(
         &self,
         run_id: RunId,
         turn: u32,
@@ -182,6 +184,13 @@ impl Session {
                 return CallOutcome { result, stop: None };
             }
             Ok(Err(ToolError::ToModel(message))) => (message, None),
+            Ok(Err(ToolError::Suspended(nested))) => {
+                let text = format!(
+                    "waiting for approvals of the delegated run {}",
+                    nested.run_id
+                );
+                (text, Some(CallStop::Suspended(nested)))
+            }
             Ok(Err(ToolError::Fatal(message))) => {
                 let text = format!("tool `{}` failed: {message}", call.name);
                 (text.clone(), Some(CallStop::Fatal(text)))

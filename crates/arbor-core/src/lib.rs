@@ -22,10 +22,12 @@
 //! ```
 
 mod agent;
+pub mod approval;
 pub mod builtin;
 mod dispatch;
 mod error;
 pub mod events;
+mod gate;
 pub mod identity;
 pub mod inbox;
 pub mod permission;
@@ -44,12 +46,13 @@ pub use agent::{
 pub use arbor_protocol::RunLimits;
 pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
+pub use gate::{NestedOutcome, NestedResumer};
 pub use identity::{Identity, IdentityError, IdentityErrorCode};
 pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest, ToolBudget};
 pub use redact::{Redactor, SecretRedactor};
 pub use run::{RunOptions, RunResult};
 pub use session::{Session, SessionBuilder, SessionRef, validate_session_name};
-pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};
+pub use tool::{DynTool, NestedSuspension, Tool, ToolContext, ToolError, ToolSet, Typed};
 
 #[cfg(test)]
 mod send_checks {

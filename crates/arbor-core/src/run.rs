@@ -15,8 +15,9 @@ use arbor_store::SessionUpdate;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::CallStop;
+use crate::approval::{Sticky, Suspension};
 use crate::error::{CoreError, CoreResult};
+use crate::gate::{NestedResumer, Turns};
 use crate::session::Session;
 
 /// Options of one run.
@@ -26,6 +27,11 @@ pub struct RunOptions {
     pub cancel: Option<CancellationToken>,
     /// Narrows the agent's limits for this run (each field takes the lower value).
     pub limits: Option<RunLimits>,
+    /// Suspend before executing any tool call, until a decision allows it (the agent's own
+    /// setting also applies).
+    pub interrupt_before_tool: bool,
+    /// Resumes the suspended runs of children this run's tools delegated to (a supervisor).
+    pub nested: Option<std::sync::Arc<dyn NestedResumer>>,
 }
 
 impl RunOptions {
@@ -38,6 +44,18 @@ impl RunOptions {
     /// Options narrowing the limits.
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.limits = Some(limits);
+        self
+    }
+
+    /// Options that gate every tool call on a decision.
+    pub fn with_approvals(mut self) -> Self {
+        self.interrupt_before_tool = true;
+        self
+    }
+
+    /// Options resuming delegated runs through `nested`.
+    pub fn with_nested(mut self, nested: std::sync::Arc<dyn NestedResumer>) -> Self {
+        self.nested = Some(nested);
         self
     }
 }
@@ -65,27 +83,36 @@ pub struct RunResult {
     pub turns: u32,
     /// Tool calls executed or attempted.
     pub tool_calls: u32,
+    /// For a suspended run: what it waits on, and the version to decide against.
+    pub suspension: Option<Suspension>,
 }
 
 /// Why the loop stopped.
 #[derive(Debug)]
-enum Outcome {
+pub(crate) enum Outcome {
     Completed,
     Breach(RunLimitBreach),
     Cancelled,
     ProviderError(String),
     ToolFatal(String),
     Denied(String),
+    Suspended(Suspension),
 }
 
 #[derive(Debug)]
-struct RunState {
-    run_id: RunId,
-    limits: RunLimits,
-    turns: u32,
-    tool_calls: u32,
-    usage: Usage,
-    text: String,
+pub(crate) struct RunState {
+    pub(crate) run_id: RunId,
+    pub(crate) limits: RunLimits,
+    pub(crate) turns: u32,
+    pub(crate) tool_calls: u32,
+    pub(crate) usage: Usage,
+    pub(crate) text: String,
+    /// Every tool call waits for a decision.
+    pub(crate) gated: bool,
+    /// Run-wide decisions so far.
+    pub(crate) sticky: Vec<Sticky>,
+    pub(crate) nested: Option<std::sync::Arc<dyn NestedResumer>>,
+    pub(crate) started_ms: u64,
 }
 
 impl Session {
@@ -125,13 +152,17 @@ impl Session {
             None => self.agent.limits(),
         };
         let token = options.cancel.unwrap_or_default().child_token();
-        let mut state = RunState {
+        let state = RunState {
             run_id: RunId::new(),
             limits,
             turns: 0,
             tool_calls: 0,
             usage: Usage::default(),
             text: String::new(),
+            gated: options.interrupt_before_tool || self.agent.interrupt_before_tool(),
+            sticky: Vec::new(),
+            nested: options.nested.clone(),
+            started_ms: arbor_protocol::Timestamp::now().0,
         };
         let run_id = state.run_id;
         let user = input.map(Message::user);
@@ -160,6 +191,18 @@ impl Session {
         );
         tracing::debug!(session = %self.id(), run = %run_id, "run started");
 
+        self.drive(state, &token, Turns::Next).await
+    }
+
+    /// Drives the loop from `from` under the run's cancellation and timeout (counted from
+    /// now: a resumed run gets its whole timeout again), then writes the end.
+    pub(crate) async fn drive(
+        &mut self,
+        mut state: RunState,
+        token: &CancellationToken,
+        from: Turns,
+    ) -> CoreResult<RunResult> {
+        let limits = state.limits;
         let started = tokio::time::Instant::now();
         let deadline = started + limits.timeout();
         let outcome = tokio::select! {
@@ -170,7 +213,7 @@ impl Session {
                 maximum: limits.timeout_ms,
                 observed: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             }),
-            outcome = self.turns(&mut state, &token) => outcome?,
+            outcome = self.turns(&mut state, token, from) => outcome?,
         };
         // Whatever is still running under this run stops now.
         token.cancel();
@@ -181,7 +224,13 @@ impl Session {
         &mut self,
         state: &mut RunState,
         token: &CancellationToken,
+        from: Turns,
     ) -> CoreResult<Outcome> {
+        if let Turns::Resume(checkpoint) = from
+            && let Some(outcome) = self.settle_turn(state, *checkpoint, token).await?
+        {
+            return Ok(outcome);
+        }
         loop {
             // A cancel can land while this task is inside one poll (a tool saw it first and
             // returned, the next provider turn is ready at once): never start a turn after it.
@@ -244,26 +293,8 @@ impl Session {
                 }));
             }
             state.tool_calls = wanted;
-            let outcomes = self.dispatch(state.run_id, turn, &calls, token).await;
-            let mut stop = None;
-            let mut entries = Vec::with_capacity(outcomes.len());
-            for outcome in outcomes {
-                if stop.is_none() {
-                    stop = outcome.stop;
-                }
-                let message = Message::Tool(outcome.result);
-                entries.push(EntryKind::Message {
-                    message: message.clone(),
-                });
-                self.messages.push(message);
-            }
-            self.commit(state.run_id, &entries, None).await?;
-            self.bus
-                .publish(state.run_id, AgentEvent::TurnFinished { turn });
-            match stop {
-                Some(CallStop::Fatal(message)) => return Ok(Outcome::ToolFatal(message)),
-                Some(CallStop::Halt(reason)) => return Ok(Outcome::Denied(reason)),
-                None => {}
+            if let Some(outcome) = self.tool_turn(state, turn, calls, token).await? {
+                return Ok(outcome);
             }
         }
     }
@@ -393,6 +424,7 @@ impl Session {
     /// Writes the end of the run and builds its result.
     async fn finish(&mut self, state: RunState, outcome: Outcome) -> CoreResult<RunResult> {
         let run_id = state.run_id;
+        let mut suspended = None;
         let (status, stop_reason, breach, error) = match outcome {
             Outcome::Completed => (RunStatus::Succeeded, StopReason::Completed, None, None),
             Outcome::Breach(b) => (
@@ -417,8 +449,30 @@ impl Session {
                 None,
                 Some(reason),
             ),
+            Outcome::Suspended(ref s) => {
+                suspended = Some(s.clone());
+                (
+                    RunStatus::Suspended,
+                    StopReason::ApprovalRequired,
+                    None,
+                    None,
+                )
+            }
         };
-        let mut entries = self.close_dangling_calls(stop_reason);
+        // A suspended run's calls are not dangling: they wait for their decisions.
+        let mut entries = if suspended.is_some() {
+            Vec::new()
+        } else {
+            self.close_dangling_calls(stop_reason)
+        };
+        if let Some(s) = &suspended {
+            self.bus.publish(
+                run_id,
+                AgentEvent::RunSuspended {
+                    pending: s.pending.iter().map(|p| p.id.clone()).collect(),
+                },
+            );
+        }
         if let Some(b) = breach {
             self.bus
                 .publish(run_id, AgentEvent::RunLimitExceeded { breach: b });
@@ -471,6 +525,7 @@ impl Session {
             error,
             turns: state.turns,
             tool_calls: state.tool_calls,
+            suspension: suspended,
         })
     }
 

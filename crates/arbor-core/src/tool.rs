@@ -45,7 +45,7 @@ pub struct ToolContext {
 }
 
 /// A failed tool call.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq)]
 pub enum ToolError {
     /// The model reads this message as the tool's result and the run goes on.
     #[error("{0}")]
@@ -53,6 +53,21 @@ pub enum ToolError {
     /// The run ends `failed` with this message.
     #[error("{0}")]
     Fatal(String),
+    /// The call delegated and the child's run suspended on approvals: the calling run
+    /// suspends too, with the child's decisions surfacing as its own.
+    #[error("Delegated run suspended")]
+    Suspended(Box<NestedSuspension>),
+}
+
+/// A child's suspended run, as a tool call reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NestedSuspension {
+    /// The child's run.
+    pub run_id: arbor_protocol::RunId,
+    /// The child's session.
+    pub session_id: arbor_protocol::SessionId,
+    /// What it waits on (ids of the child's run; paths from the top).
+    pub pending: Vec<arbor_protocol::PendingDecision>,
 }
 
 /// A typed tool.

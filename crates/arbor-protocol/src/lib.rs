@@ -13,8 +13,10 @@
 //! - [`session`]: a session's [`SessionStatus`].
 //! - [`supervisor`]: the [`SupervisorEvent`]s of delegations.
 //! - [`transcript`]: the append-only [`TranscriptEntry`] records a session persists.
+//! - [`approval`]: [`PendingDecision`]s of a suspended run and the [`ApprovalDecision`]s on them.
 //! - [`inbox`]: [`InboxMessage`]s between sessions and lifecycle [`Notice`]s.
 
+pub mod approval;
 pub mod event;
 pub mod ids;
 pub mod inbox;
@@ -26,6 +28,7 @@ pub mod supervisor;
 pub mod transcript;
 pub mod usage;
 
+pub use approval::{ApprovalDecision, PendingDecision, Verdict};
 pub use event::{AgentEvent, EventEnvelope, ToolOutcome};
 pub use ids::{IdError, RunId, SessionId, Timestamp};
 pub use inbox::{InboxMessage, Notice, Relationship};

@@ -240,7 +240,7 @@ pub(crate) enum Worked {
     Ran {
         session_id: SessionId,
         name: String,
-        result: RunResult,
+        result: Box<RunResult>,
     },
     Rejected(String),
     Error(CoreError),

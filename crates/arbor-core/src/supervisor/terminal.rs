@@ -112,10 +112,11 @@ impl Supervisor {
                     child_id: a.child_id.clone(),
                     session_id,
                     name,
-                    result,
+                    result: *result,
                 })
             }
             Worked::Ran { result, .. } => {
+                let result = *result;
                 let error = if timed_out {
                     attach(timeout_error(), &result)
                 } else if host_aborted || result.status == RunStatus::Aborted {

@@ -205,7 +205,7 @@ impl Supervisor {
             Ok(Ok(result)) => Worked::Ran {
                 session_id: session.id(),
                 name: a.name.clone(),
-                result,
+                result: Box::new(result),
             },
             Ok(Err(e)) => Worked::Error(e),
             Err(p) => Worked::Error(CoreError::Supervisor(format!(

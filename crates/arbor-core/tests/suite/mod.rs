@@ -1,4 +1,5 @@
 mod admission;
+mod approvals;
 mod cancel;
 mod events;
 mod identity;

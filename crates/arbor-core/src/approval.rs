@@ -1,0 +1,408 @@
+//! Durable approvals: the checkpoint of a suspended run, and the decisions on it.
+//!
+//! A run that gates its tool calls (`interrupt_before_tool`) stops before executing a turn's
+//! calls and writes a [`RunCheckpoint`] (store namespace [`RUN_NAMESPACE`], key = run id):
+//! where the run stood, and every call of the turn with its state (pending, decided, done,
+//! or waiting on a child's own suspended run). Decisions are written to the checkpoint
+//! compare-and-swap ([`decide`]): a batch applies whole or not at all, against the version the
+//! decider saw; deciding some calls leaves the rest pending. [`Session::resume`] then runs
+//! what was decided and either goes on or suspends again with what is left. A process that
+//! did not run the session can list ([`suspension`]) and decide; resuming needs the agent.
+//!
+//! Ids: `apr_<hex sha256("<run>:<call>")>` for the run's own calls;
+//! `sub_<hex sha256("<child run>:<child decision id>")>` for a child's, which also carry the
+//! child path (root first, at most [`MAX_PATH`] deep). An unknown, foreign or forged id gets
+//! one error that does not echo it.
+//!
+//! [`Session::resume`]: crate::Session::resume
+
+use std::collections::HashSet;
+
+use arbor_protocol::{
+    ApprovalDecision, PendingDecision, RunId, RunLimits, SessionId, ToolCall, ToolResult, Usage,
+    Verdict,
+};
+use arbor_store::{Store, StoreError};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{CoreError, CoreResult, LimitInfo};
+
+/// The store namespace of run checkpoints.
+pub const RUN_NAMESPACE: &str = "run";
+/// Calls pending in one suspension.
+pub const MAX_PENDING: usize = 32;
+/// Run-wide (`*_for_run`) decisions kept in one run.
+pub const MAX_STICKY: usize = 64;
+/// Bytes of a decision's reason.
+pub const MAX_REASON_BYTES: usize = 2048;
+/// Depth of an attribution path.
+pub const MAX_PATH: usize = 8;
+
+/// The state of one call of the suspended turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum CallState {
+    /// Waiting for a decision.
+    Pending,
+    /// Decided, not run yet.
+    Decided {
+        /// The decision.
+        verdict: Verdict,
+        /// Its reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Finished: its result goes into the transcript when the turn completes.
+    Done {
+        /// The result.
+        result: ToolResult,
+    },
+    /// It delegated, and the child's run suspended: the child's pending decisions surface
+    /// here, and decisions on them resume the child.
+    Nested {
+        /// The child's run.
+        run_id: RunId,
+        /// The child's session.
+        session_id: SessionId,
+        /// The child's pending decisions, with their ids in the child's run.
+        pending: Vec<PendingDecision>,
+        /// Decisions taken on them, not yet passed to the child.
+        #[serde(default)]
+        decisions: Vec<ApprovalDecision>,
+    },
+}
+
+/// One call of the suspended turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallSlot {
+    /// The call.
+    pub call: ToolCall,
+    /// Its id as a pending decision.
+    pub approval_id: String,
+    /// Where it stands.
+    pub state: CallState,
+}
+
+/// A run-wide decision: later calls of `tool` on `path` get the same verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sticky {
+    /// The tool.
+    pub tool: String,
+    /// The attribution path it holds for (empty: the run's own calls).
+    pub path: Vec<String>,
+    /// Allow (or reject).
+    pub allow: bool,
+}
+
+/// A suspended run, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunCheckpoint {
+    /// The session.
+    pub session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+    /// The turn whose calls wait.
+    pub turn: u32,
+    /// Turns taken so far.
+    pub turns: u32,
+    /// Tool calls counted so far.
+    pub tool_calls: u32,
+    /// The run's usage so far.
+    pub usage: Usage,
+    /// The model's last text.
+    pub text: String,
+    /// The run's limits.
+    pub limits: RunLimits,
+    /// When the run started (ms since the epoch), for its timeout.
+    #[serde(default)]
+    pub started_ms: u64,
+    /// The turn's calls, in order.
+    pub calls: Vec<CallSlot>,
+    /// Run-wide decisions so far.
+    #[serde(default)]
+    pub sticky: Vec<Sticky>,
+}
+
+/// What waits: the checkpoint version (a decision names it) and the pending decisions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspension {
+    /// The run.
+    pub run_id: RunId,
+    /// The session.
+    pub session_id: SessionId,
+    /// The checkpoint version to decide against.
+    pub version: u64,
+    /// What waits, in call order.
+    pub pending: Vec<PendingDecision>,
+}
+
+fn hex_sha256(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The id of a run's own call as a pending decision.
+pub fn own_id(run: RunId, call_id: &str) -> String {
+    format!("apr_{}", hex_sha256(&format!("{run}:{call_id}")))
+}
+
+/// The id a child's pending decision has at its parent.
+pub fn nested_id(child_run: RunId, child_decision: &str) -> String {
+    format!(
+        "sub_{}",
+        hex_sha256(&format!("{child_run}:{child_decision}"))
+    )
+}
+
+/// The error for an unknown, foreign, forged or already decided id (it is not echoed).
+pub fn unknown_approval() -> CoreError {
+    CoreError::Denied("Unknown approval".to_owned())
+}
+
+impl RunCheckpoint {
+    /// What waits for a decision, in call order; a child's decisions with their ids here.
+    pub fn pending(&self) -> Vec<PendingDecision> {
+        let mut out = Vec::new();
+        for slot in &self.calls {
+            match &slot.state {
+                CallState::Pending => out.push(PendingDecision {
+                    id: slot.approval_id.clone(),
+                    tool: slot.call.name.clone(),
+                    arguments: slot.call.arguments.clone(),
+                    call_id: slot.call.id.clone(),
+                    path: Vec::new(),
+                }),
+                CallState::Nested {
+                    run_id,
+                    pending,
+                    decisions,
+                    ..
+                } => {
+                    for p in pending
+                        .iter()
+                        .filter(|p| !decisions.iter().any(|d| d.id == p.id))
+                    {
+                        out.push(PendingDecision {
+                            id: nested_id(*run_id, &p.id),
+                            ..p.clone()
+                        });
+                    }
+                }
+                CallState::Decided { .. } | CallState::Done { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// Whether every call is done.
+    pub fn settled(&self) -> bool {
+        self.calls
+            .iter()
+            .all(|s| matches!(s.state, CallState::Done { .. }))
+    }
+
+    /// Applies run-wide decisions to what is pending (own calls only: a child's calls carry
+    /// their own stickies). Returns whether anything changed.
+    pub fn apply_sticky(&mut self) -> bool {
+        let mut changed = false;
+        for slot in &mut self.calls {
+            if slot.state != CallState::Pending {
+                continue;
+            }
+            if let Some(s) = self
+                .sticky
+                .iter()
+                .find(|s| s.path.is_empty() && s.tool == slot.call.name)
+            {
+                slot.state = CallState::Decided {
+                    verdict: if s.allow {
+                        Verdict::AllowOnce
+                    } else {
+                        Verdict::RejectOnce
+                    },
+                    reason: Some("decided for the whole run".to_owned()),
+                };
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Applies a batch of decisions: every check first, then all of it.
+    pub fn decide(&mut self, decisions: &[ApprovalDecision]) -> CoreResult<()> {
+        if decisions.is_empty() {
+            return Err(CoreError::validation("no decisions given"));
+        }
+        let mut seen = HashSet::new();
+        for d in decisions {
+            if !seen.insert(d.id.as_str()) {
+                return Err(CoreError::validation("a batch decides one approval twice"));
+            }
+            if d.reason
+                .as_ref()
+                .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+            {
+                return Err(CoreError::limit_error(
+                    format!("a decision's reason exceeds {MAX_REASON_BYTES} bytes"),
+                    Some(LimitInfo {
+                        limit: "max_reason_bytes",
+                        maximum: MAX_REASON_BYTES as u64,
+                        observed: d.reason.as_ref().map_or(0, |r| r.len() as u64),
+                    }),
+                ));
+            }
+        }
+        let pending = self.pending();
+        let mut sticky = self.sticky.clone();
+        for d in decisions {
+            let p = pending
+                .iter()
+                .find(|p| p.id == d.id)
+                .ok_or_else(unknown_approval)?;
+            if d.verdict.for_run() {
+                let rule = Sticky {
+                    tool: p.tool.clone(),
+                    path: p.path.clone(),
+                    allow: d.verdict.allows(),
+                };
+                if !sticky.contains(&rule) {
+                    sticky.push(rule);
+                }
+            }
+        }
+        if sticky.len() > MAX_STICKY {
+            return Err(CoreError::limit_error(
+                format!("a run keeps at most {MAX_STICKY} run-wide decisions"),
+                Some(LimitInfo {
+                    limit: "max_sticky_decisions",
+                    maximum: MAX_STICKY as u64,
+                    observed: sticky.len() as u64,
+                }),
+            ));
+        }
+        // All checked: apply.
+        self.sticky = sticky;
+        for d in decisions {
+            for slot in &mut self.calls {
+                match &mut slot.state {
+                    CallState::Pending if slot.approval_id == d.id => {
+                        slot.state = CallState::Decided {
+                            verdict: d.verdict,
+                            reason: d.reason.clone(),
+                        };
+                    }
+                    CallState::Nested {
+                        run_id,
+                        pending,
+                        decisions: taken,
+                        ..
+                    } => {
+                        if let Some(p) = pending.iter().find(|p| nested_id(*run_id, &p.id) == d.id)
+                        {
+                            taken.push(ApprovalDecision {
+                                id: p.id.clone(),
+                                ..d.clone()
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The stored checkpoint of `run`, if it is suspended.
+pub async fn load(store: &dyn Store, run: RunId) -> CoreResult<Option<(u64, RunCheckpoint)>> {
+    let Some(c) = store.checkpoint(RUN_NAMESPACE, &run.to_string()).await? else {
+        return Ok(None);
+    };
+    let checkpoint: RunCheckpoint = serde_json::from_value(c.value)
+        .map_err(|e| CoreError::Store(StoreError::Corrupt(format!("run checkpoint {run}: {e}"))))?;
+    Ok(Some((c.version, checkpoint)))
+}
+
+/// Writes `checkpoint` over `expected` (0: a new one); a stale version is
+/// `Validation("the run's approvals changed since version …")`, nothing written.
+pub async fn save(store: &dyn Store, checkpoint: &RunCheckpoint, expected: u64) -> CoreResult<u64> {
+    let value = serde_json::to_value(checkpoint)
+        .map_err(|e| CoreError::Supervisor(format!("a run checkpoint does not encode: {e}")))?;
+    store
+        .put_checkpoint(
+            RUN_NAMESPACE,
+            &checkpoint.run_id.to_string(),
+            &value,
+            expected,
+        )
+        .await
+        .map_err(stale)
+}
+
+fn stale(e: StoreError) -> CoreError {
+    match e {
+        StoreError::Conflict { expected, actual } => CoreError::Validation(format!(
+            "the run's approvals changed: expected version {expected}, found {actual}"
+        )),
+        other => CoreError::Store(other),
+    }
+}
+
+/// What `run` waits on (the run must be suspended, else the one unknown-approval error).
+pub async fn suspension(store: &dyn Store, run: RunId) -> CoreResult<Suspension> {
+    let (version, c) = load(store, run).await?.ok_or_else(unknown_approval)?;
+    Ok(Suspension {
+        run_id: c.run_id,
+        session_id: c.session_id,
+        version,
+        pending: c.pending(),
+    })
+}
+
+/// Every suspended run of `session`.
+pub async fn suspensions(store: &dyn Store, session: SessionId) -> CoreResult<Vec<Suspension>> {
+    let mut out = Vec::new();
+    for c in store.list_checkpoints(RUN_NAMESPACE).await? {
+        let Ok(checkpoint) = serde_json::from_value::<RunCheckpoint>(c.value) else {
+            continue;
+        };
+        if checkpoint.session_id == session {
+            out.push(Suspension {
+                run_id: checkpoint.run_id,
+                session_id: session,
+                version: c.version,
+                pending: checkpoint.pending(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Records `decisions` on the suspended `run`, against `expected_version`: a batch applies
+/// whole or not at all. Returns what still waits (with the new version). Nothing runs until
+/// the run is resumed.
+pub async fn decide(
+    store: &dyn Store,
+    run: RunId,
+    expected_version: u64,
+    decisions: &[ApprovalDecision],
+) -> CoreResult<Suspension> {
+    let (version, mut checkpoint) = load(store, run).await?.ok_or_else(unknown_approval)?;
+    if version != expected_version {
+        return Err(stale(StoreError::Conflict {
+            expected: expected_version,
+            actual: version,
+        }));
+    }
+    checkpoint.decide(decisions)?;
+    let version = save(store, &checkpoint, version).await?;
+    Ok(Suspension {
+        run_id: run,
+        session_id: checkpoint.session_id,
+        version,
+        pending: checkpoint.pending(),
+    })
+}

@@ -1,0 +1,363 @@
+//! The approval gate of the run loop: what a turn's tool calls do when they must wait for a
+//! decision, or when a call's child suspended; and [`Session::resume`], which runs what was
+//! decided and goes on. See [`crate::approval`] for the checkpoint and the decisions.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arbor_protocol::{
+    AgentEvent, ApprovalDecision, EntryKind, Message, PendingDecision, RunId, SessionId,
+    SessionStatus, Timestamp, ToolCall, ToolResult,
+};
+use arbor_store::SessionUpdate;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::{
+    self, CallSlot, CallState, MAX_PATH, MAX_PENDING, RunCheckpoint, Suspension,
+};
+use crate::dispatch::CallStop;
+use crate::error::{CoreError, CoreResult, LimitInfo};
+use crate::run::{Outcome, RunOptions, RunResult, RunState};
+use crate::session::Session;
+
+/// Where the loop starts.
+#[derive(Debug)]
+pub(crate) enum Turns {
+    /// With a new provider turn.
+    Next,
+    /// With the calls of a suspended turn.
+    Resume(Box<RunCheckpoint>),
+}
+
+/// How a child's resumed run ended, for the parent call that waits on it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NestedOutcome {
+    /// It answered: the parent's call gets this text as its result.
+    Completed(String),
+    /// It ended without an answer (failed, denied, rejected): the call gets this error.
+    Failed(String),
+    /// It suspended again on these decisions (ids of its run, paths from the top).
+    Suspended(Vec<PendingDecision>),
+}
+
+/// Resumes a delegated run with decisions taken at its parent (a supervisor does).
+#[async_trait]
+pub trait NestedResumer: fmt::Debug + Send + Sync {
+    /// Passes `decisions` to the suspended child run `run_id` and resumes it.
+    async fn resume_nested(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+        decisions: Vec<ApprovalDecision>,
+    ) -> CoreResult<NestedOutcome>;
+}
+
+fn rejected(call: &ToolCall, reason: Option<&str>) -> ToolResult {
+    ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: match reason {
+            Some(r) => format!("rejected by a reviewer: {r}"),
+            None => "rejected by a reviewer".to_owned(),
+        },
+        is_error: true,
+    }
+}
+
+impl Session {
+    /// A turn's calls: dispatched at once, or (gated) held for decisions. `Some` ends the
+    /// loop with that outcome.
+    pub(crate) async fn tool_turn(
+        &mut self,
+        state: &mut RunState,
+        turn: u32,
+        calls: Vec<ToolCall>,
+        token: &CancellationToken,
+    ) -> CoreResult<Option<Outcome>> {
+        let mut checkpoint = RunCheckpoint {
+            session_id: self.id(),
+            run_id: state.run_id,
+            turn,
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            usage: state.usage,
+            text: state.text.clone(),
+            limits: state.limits,
+            started_ms: state.started_ms,
+            calls: Vec::with_capacity(calls.len()),
+            sticky: state.sticky.clone(),
+        };
+        if state.gated {
+            if calls.len() > MAX_PENDING {
+                return Err(CoreError::limit_error(
+                    format!("a turn may wait on at most {MAX_PENDING} approvals"),
+                    Some(LimitInfo {
+                        limit: "max_pending_approvals",
+                        maximum: MAX_PENDING as u64,
+                        observed: calls.len() as u64,
+                    }),
+                ));
+            }
+            checkpoint.calls = calls
+                .into_iter()
+                .map(|call| CallSlot {
+                    approval_id: approval::own_id(state.run_id, &call.id),
+                    call,
+                    state: CallState::Pending,
+                })
+                .collect();
+            checkpoint.apply_sticky();
+            return self.settle_turn(state, checkpoint, token).await;
+        }
+        let outcomes = self.dispatch(state.run_id, turn, &calls, token).await;
+        let mut stop = None;
+        for (call, outcome) in calls.into_iter().zip(outcomes) {
+            let slot_state = match outcome.stop {
+                Some(CallStop::Suspended(nested)) => CallState::Nested {
+                    run_id: nested.run_id,
+                    session_id: nested.session_id,
+                    pending: nested.pending,
+                    decisions: Vec::new(),
+                },
+                other => {
+                    if stop.is_none() {
+                        stop = other;
+                    }
+                    CallState::Done {
+                        result: outcome.result,
+                    }
+                }
+            };
+            checkpoint.calls.push(CallSlot {
+                approval_id: approval::own_id(state.run_id, &call.id),
+                call,
+                state: slot_state,
+            });
+        }
+        if checkpoint.settled() {
+            return self.complete_turn(state, checkpoint, stop).await;
+        }
+        self.suspend(state, checkpoint, 0).await.map(Some)
+    }
+
+    /// Runs what was decided (and resumes children that have decisions), then completes the
+    /// turn, or suspends with what still waits.
+    pub(crate) async fn settle_turn(
+        &mut self,
+        state: &mut RunState,
+        mut checkpoint: RunCheckpoint,
+        token: &CancellationToken,
+    ) -> CoreResult<Option<Outcome>> {
+        let expected = match approval::load(self.store.as_ref(), state.run_id).await? {
+            Some((v, _)) => v,
+            None => 0,
+        };
+        let mut stop = None;
+        let turn = checkpoint.turn;
+        for i in 0..checkpoint.calls.len() {
+            let slot = checkpoint.calls[i].clone();
+            let next = match slot.state {
+                CallState::Decided { verdict, .. } if verdict.allows() => {
+                    // The agent's own permission runs again here: an approval never widens it.
+                    let outcome = self.execute(state.run_id, turn, &slot.call, token).await;
+                    if let Some(CallStop::Suspended(nested)) = outcome.stop {
+                        CallState::Nested {
+                            run_id: nested.run_id,
+                            session_id: nested.session_id,
+                            pending: nested.pending,
+                            decisions: Vec::new(),
+                        }
+                    } else {
+                        if stop.is_none() {
+                            stop = outcome.stop;
+                        }
+                        CallState::Done {
+                            result: outcome.result,
+                        }
+                    }
+                }
+                CallState::Decided { reason, .. } => {
+                    self.bus.publish(
+                        state.run_id,
+                        AgentEvent::ToolExecutionBlocked {
+                            turn,
+                            call_id: slot.call.id.clone(),
+                            name: slot.call.name.clone(),
+                            reason: reason.clone().unwrap_or_else(|| "rejected".to_owned()),
+                        },
+                    );
+                    CallState::Done {
+                        result: rejected(&slot.call, reason.as_deref()),
+                    }
+                }
+                CallState::Nested {
+                    run_id,
+                    session_id,
+                    decisions,
+                    ..
+                } if !decisions.is_empty() => {
+                    let Some(nested) = state.nested.clone() else {
+                        return Err(CoreError::validation(
+                            "resuming a delegated run needs a supervisor (RunOptions::with_nested)",
+                        ));
+                    };
+                    match nested.resume_nested(run_id, session_id, decisions).await? {
+                        NestedOutcome::Completed(text) => CallState::Done {
+                            result: ToolResult {
+                                call_id: slot.call.id.clone(),
+                                name: slot.call.name.clone(),
+                                content: text,
+                                is_error: false,
+                            },
+                        },
+                        NestedOutcome::Failed(error) => CallState::Done {
+                            result: ToolResult {
+                                call_id: slot.call.id.clone(),
+                                name: slot.call.name.clone(),
+                                content: error,
+                                is_error: true,
+                            },
+                        },
+                        NestedOutcome::Suspended(again) => CallState::Nested {
+                            run_id,
+                            session_id,
+                            pending: again,
+                            decisions: Vec::new(),
+                        },
+                    }
+                }
+                other => other,
+            };
+            checkpoint.calls[i].state = next;
+        }
+        state.sticky = checkpoint.sticky.clone();
+        if checkpoint.settled() {
+            if expected > 0 {
+                self.store
+                    .delete_checkpoint(approval::RUN_NAMESPACE, &state.run_id.to_string(), expected)
+                    .await
+                    .map_err(|e| match e {
+                        arbor_store::StoreError::Conflict { .. } => {
+                            CoreError::validation("the run's approvals changed while it resumed")
+                        }
+                        other => CoreError::Store(other),
+                    })?;
+            }
+            return self.complete_turn(state, checkpoint, stop).await;
+        }
+        self.suspend(state, checkpoint, expected).await.map(Some)
+    }
+
+    /// Writes the turn's results in call order and ends the turn.
+    async fn complete_turn(
+        &mut self,
+        state: &mut RunState,
+        checkpoint: RunCheckpoint,
+        stop: Option<CallStop>,
+    ) -> CoreResult<Option<Outcome>> {
+        let mut entries = Vec::with_capacity(checkpoint.calls.len());
+        for slot in checkpoint.calls {
+            if let CallState::Done { result } = slot.state {
+                let message = Message::Tool(result);
+                entries.push(EntryKind::Message {
+                    message: message.clone(),
+                });
+                self.messages.push(message);
+            }
+        }
+        self.commit(state.run_id, &entries, None).await?;
+        self.bus.publish(
+            state.run_id,
+            AgentEvent::TurnFinished {
+                turn: checkpoint.turn,
+            },
+        );
+        Ok(match stop {
+            Some(CallStop::Fatal(message)) => Some(Outcome::ToolFatal(message)),
+            Some(CallStop::Halt(reason)) => Some(Outcome::Denied(reason)),
+            _ => None,
+        })
+    }
+
+    /// Stores the checkpoint (over `expected`) and ends the loop suspended.
+    async fn suspend(
+        &mut self,
+        state: &RunState,
+        checkpoint: RunCheckpoint,
+        expected: u64,
+    ) -> CoreResult<Outcome> {
+        let pending = checkpoint.pending();
+        if let Some(deep) = pending.iter().find(|p| p.path.len() > MAX_PATH) {
+            return Err(CoreError::limit_error(
+                format!("Attribution path exceeds {MAX_PATH} entries"),
+                Some(LimitInfo {
+                    limit: "max_attribution_path",
+                    maximum: MAX_PATH as u64,
+                    observed: deep.path.len() as u64,
+                }),
+            ));
+        }
+        let version = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
+        Ok(Outcome::Suspended(Suspension {
+            run_id: state.run_id,
+            session_id: self.id(),
+            version,
+            pending,
+        }))
+    }
+
+    /// Resumes the suspended run `run_id` of this session: runs the calls decided since it
+    /// suspended (an allowed call once; a rejected one gets the rejection as its result),
+    /// resumes children that have decisions, and goes on with the run, or suspends again
+    /// with what still waits. Decide first ([`approval::decide`], or [`Session::approve`]).
+    pub async fn resume(&mut self, run_id: RunId, options: RunOptions) -> CoreResult<RunResult> {
+        let (version, checkpoint) = approval::load(self.store.as_ref(), run_id)
+            .await?
+            .filter(|(_, c)| c.session_id == self.id())
+            .ok_or_else(approval::unknown_approval)?;
+        // Claim it: of two resumes racing, one goes on and the other sees a stale version,
+        // so a decided call runs once.
+        approval::save(self.store.as_ref(), &checkpoint, version).await?;
+        let limits = match options.limits {
+            Some(l) => checkpoint.limits.narrow(&l),
+            None => checkpoint.limits,
+        };
+        let state = RunState {
+            run_id,
+            limits,
+            turns: checkpoint.turns,
+            tool_calls: checkpoint.tool_calls,
+            usage: checkpoint.usage,
+            text: checkpoint.text.clone(),
+            gated: options.interrupt_before_tool || self.agent.interrupt_before_tool(),
+            sticky: checkpoint.sticky.clone(),
+            nested: options.nested.clone(),
+            started_ms: checkpoint.started_ms,
+        };
+        self.commit(
+            run_id,
+            &[],
+            Some(SessionUpdate::status(SessionStatus::Running)),
+        )
+        .await?;
+        tracing::debug!(session = %self.id(), run = %run_id, at = Timestamp::now().0, "run resumed");
+        let token = options.cancel.unwrap_or_default().child_token();
+        self.drive(state, &token, Turns::Resume(Box::new(checkpoint)))
+            .await
+    }
+
+    /// Decides on the suspended run `run_id` (against `expected_version`) and resumes it.
+    pub async fn approve(
+        &mut self,
+        run_id: RunId,
+        expected_version: u64,
+        decisions: &[ApprovalDecision],
+        options: RunOptions,
+    ) -> CoreResult<RunResult> {
+        approval::decide(self.store.as_ref(), run_id, expected_version, decisions).await?;
+        self.resume(run_id, options).await
+    }
+}
+
+const _: fn(Arc<dyn NestedResumer>) = |_| {};

@@ -1,0 +1,380 @@
+//! Durable approvals of one run: a gated call waits for a decision, runs exactly once when
+//! allowed, and gets the rejection when rejected; decisions are compare-and-swap batches; a
+//! run-wide decision holds for later calls of the same tool.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arbor_core::approval::{self, MAX_REASON_BYTES};
+use arbor_core::{Agent, CoreErrorKind, RunOptions, Tool, ToolContext, ToolError};
+use arbor_model::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};
+use arbor_protocol::{ApprovalDecision, EntryKind, Message, RunStatus, SessionStatus, Verdict};
+use arbor_store::{MemoryStore, Store};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+/// A side effect that counts how often it ran.
+#[derive(Debug, Clone)]
+struct Effect {
+    name: &'static str,
+    runs: Arc<AtomicUsize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct EffectArgs {
+    what: String,
+}
+
+#[async_trait]
+impl Tool for Effect {
+    type Args = EffectArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        "a side effect"
+    }
+    async fn call(&self, args: EffectArgs, _ctx: ToolContext) -> Result<String, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("did {}", args.what))
+    }
+}
+
+fn calls(names: &[(&str, &str)]) -> ScriptedTurn {
+    ScriptedTurn {
+        tool_calls: names
+            .iter()
+            .enumerate()
+            .map(|(i, (name, what))| ScriptedToolCall {
+                id: Some(format!("c{i}")),
+                name: (*name).into(),
+                arguments: json!({ "what": what }),
+            })
+            .collect(),
+        ..ScriptedTurn::default()
+    }
+}
+
+fn agent(turns: Vec<ScriptedTurn>, write: &Effect, mail: &Effect) -> Agent {
+    Agent::builder("worker")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .tool(write.clone())
+        .tool(mail.clone())
+        .interrupt_before_tool(true)
+        .build()
+        .unwrap()
+}
+
+fn effects() -> (Effect, Effect) {
+    (
+        Effect {
+            name: "write",
+            runs: Arc::default(),
+        },
+        Effect {
+            name: "mail",
+            runs: Arc::default(),
+        },
+    )
+}
+
+fn tool_results(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_gated_call_waits_and_runs_exactly_once_when_allowed() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let a = agent(
+        vec![calls(&[("write", "report")]), ScriptedTurn::text("written")],
+        &write,
+        &mail,
+    );
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("write it", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Suspended);
+    let waiting = r.suspension.clone().unwrap();
+    assert_eq!(waiting.pending.len(), 1);
+    let pending = &waiting.pending[0];
+    assert!(
+        pending.id.starts_with("apr_") && pending.id.len() == 68,
+        "{}",
+        pending.id
+    );
+    assert_eq!(
+        (pending.tool.as_str(), pending.call_id.as_str()),
+        ("write", "c0")
+    );
+    assert_eq!(
+        write.runs.load(Ordering::SeqCst),
+        0,
+        "nothing ran before the decision"
+    );
+    assert_eq!(
+        store.session(s.id()).await.unwrap().unwrap().status,
+        SessionStatus::Suspended
+    );
+
+    // Another session object over the same store (as after a restart) resumes it.
+    drop(s);
+    let mut again = a.open_session(store.clone(), r.session_id).await.unwrap();
+    let done = again
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[ApprovalDecision::new(
+                pending.id.clone(),
+                Verdict::AllowOnce,
+            )],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(done.run_id, r.run_id, "the same run went on");
+    assert_eq!(done.text, "written");
+    assert_eq!(write.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(tool_results(again.messages()), ["did report"]);
+    // It is over: resuming or deciding again is the one unknown-approval error.
+    let e = again
+        .resume(r.run_id, RunOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown approval");
+    assert_eq!(write.runs.load(Ordering::SeqCst), 1, "still exactly once");
+    assert!(
+        approval::suspensions(store.as_ref(), r.session_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn two_gated_calls_decided_one_at_a_time() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let a = agent(
+        vec![
+            calls(&[("write", "draft"), ("mail", "boss")]),
+            ScriptedTurn::text("done"),
+        ],
+        &write,
+        &mail,
+    );
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    let first = r.suspension.unwrap();
+    assert_eq!(first.pending.len(), 2);
+    let (w, m) = (first.pending[0].id.clone(), first.pending[1].id.clone());
+
+    let left = approval::decide(
+        store.as_ref(),
+        r.run_id,
+        first.version,
+        &[ApprovalDecision::new(w, Verdict::AllowOnce)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(left.pending.len(), 1);
+    assert_eq!(left.pending[0].id, m);
+    assert_eq!(
+        write.runs.load(Ordering::SeqCst),
+        0,
+        "deciding runs nothing"
+    );
+    let again = s.resume(r.run_id, RunOptions::default()).await.unwrap();
+    assert_eq!(
+        again.status,
+        RunStatus::Suspended,
+        "re-suspends with the rest"
+    );
+    assert_eq!(write.runs.load(Ordering::SeqCst), 1);
+    let rest = again.suspension.unwrap();
+    assert_eq!(rest.pending.len(), 1);
+    let done = s
+        .approve(
+            r.run_id,
+            rest.version,
+            &[ApprovalDecision {
+                id: m,
+                verdict: Verdict::RejectOnce,
+                reason: Some("not to the boss".into()),
+            }],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(
+        (
+            write.runs.load(Ordering::SeqCst),
+            mail.runs.load(Ordering::SeqCst)
+        ),
+        (1, 0)
+    );
+    assert_eq!(
+        tool_results(s.messages()),
+        ["did draft", "rejected by a reviewer: not to the boss"]
+    );
+}
+
+#[tokio::test]
+async fn bad_decisions_are_refused_and_leave_the_checkpoint_unchanged() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let a = agent(vec![calls(&[("write", "x")])], &write, &mail);
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    let id = waiting.pending[0].id.clone();
+    let forged = format!("apr_{}", "0".repeat(64));
+    let cases: Vec<(u64, Vec<ApprovalDecision>, CoreErrorKind, String)> = vec![
+        (
+            waiting.version,
+            vec![ApprovalDecision::new(forged.clone(), Verdict::AllowOnce)],
+            CoreErrorKind::Denied,
+            "Unknown approval".into(),
+        ),
+        (
+            waiting.version + 1,
+            vec![ApprovalDecision::new(id.clone(), Verdict::AllowOnce)],
+            CoreErrorKind::Validation,
+            format!(
+                "the run's approvals changed: expected version {}, found {}",
+                waiting.version + 1,
+                waiting.version
+            ),
+        ),
+        (
+            waiting.version,
+            vec![
+                ApprovalDecision::new(id.clone(), Verdict::AllowOnce),
+                ApprovalDecision::new(id.clone(), Verdict::RejectOnce),
+            ],
+            CoreErrorKind::Validation,
+            "a batch decides one approval twice".into(),
+        ),
+        (
+            waiting.version,
+            vec![ApprovalDecision {
+                id: id.clone(),
+                verdict: Verdict::RejectOnce,
+                reason: Some("x".repeat(MAX_REASON_BYTES + 1)),
+            }],
+            CoreErrorKind::Limit,
+            "a decision's reason exceeds 2048 bytes".into(),
+        ),
+        (
+            waiting.version,
+            // One good decision and one forged: the batch is refused whole.
+            vec![
+                ApprovalDecision::new(id.clone(), Verdict::AllowOnce),
+                ApprovalDecision::new(forged.clone(), Verdict::AllowOnce),
+            ],
+            CoreErrorKind::Denied,
+            "Unknown approval".into(),
+        ),
+    ];
+    for (version, decisions, kind, message) in cases {
+        let e = approval::decide(store.as_ref(), r.run_id, version, &decisions)
+            .await
+            .unwrap_err();
+        assert_eq!((e.kind(), e.to_string()), (kind, message));
+        assert!(
+            !e.to_string().contains(&forged[4..]),
+            "the id is not echoed"
+        );
+        let now = approval::suspension(store.as_ref(), r.run_id)
+            .await
+            .unwrap();
+        assert_eq!(now.version, waiting.version, "unchanged");
+        assert_eq!(now.pending, waiting.pending);
+    }
+    // A run id that is not suspended (or is forged) gets the same error.
+    let e = approval::suspension(store.as_ref(), arbor_protocol::RunId::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown approval");
+    assert_eq!(write.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn allow_for_run_holds_for_later_calls_of_the_same_tool_only() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let a = agent(
+        vec![
+            calls(&[("write", "one")]),
+            calls(&[("write", "two")]),
+            calls(&[("mail", "three")]),
+            ScriptedTurn::text("done"),
+        ],
+        &write,
+        &mail,
+    );
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    let next = s
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[ApprovalDecision::new(
+                waiting.pending[0].id.clone(),
+                Verdict::AllowForRun,
+            )],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    // The second write went through on the run-wide decision; the mail waits.
+    assert_eq!(next.status, RunStatus::Suspended);
+    assert_eq!(write.runs.load(Ordering::SeqCst), 2);
+    let rest = next.suspension.unwrap();
+    assert_eq!(rest.pending.len(), 1);
+    assert_eq!(rest.pending[0].tool, "mail");
+    let done = s
+        .approve(
+            r.run_id,
+            rest.version,
+            &[ApprovalDecision::new(
+                rest.pending[0].id.clone(),
+                Verdict::AllowOnce,
+            )],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(mail.runs.load(Ordering::SeqCst), 1);
+    // The transcript records the suspensions and one end.
+    let ends: Vec<RunStatus> = store
+        .transcript(s.id(), 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::RunFinished { status, .. } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            RunStatus::Suspended,
+            RunStatus::Suspended,
+            RunStatus::Succeeded
+        ]
+    );
+}
