@@ -26,6 +26,8 @@ pub enum CoreErrorKind {
     Supervisor,
     /// A child run failed or was cancelled.
     Run,
+    /// A delegated run waits for approvals (not a failure: resume it).
+    Suspended,
 }
 
 /// Which limit fired, its maximum and the value observed.
@@ -100,6 +102,10 @@ pub enum CoreError {
     /// The supervisor or a child factory failed.
     #[error("{0}")]
     Supervisor(String),
+    /// The delegated run suspended on approvals; its pending decisions are attached (paths
+    /// from the top of the tree).
+    #[error("Delegated run suspended")]
+    Suspended(Box<crate::tool::NestedSuspension>),
     /// A child run failed or was cancelled; its result is attached.
     #[error("{message}")]
     Run {
@@ -121,6 +127,7 @@ impl CoreError {
             Self::Limit(_) => CoreErrorKind::Limit,
             Self::Supervisor(_) => CoreErrorKind::Supervisor,
             Self::Run { .. } => CoreErrorKind::Run,
+            Self::Suspended(_) => CoreErrorKind::Suspended,
         }
     }
 

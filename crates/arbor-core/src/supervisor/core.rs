@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     pub(crate) state: Mutex<State>,
     pub(crate) tracker: TaskTracker,
     pub(crate) hub: Hub,
+    /// With durable approvals: the revision of the definition children are built from.
+    pub(crate) revision: Option<String>,
 }
 
 /// Allow-listed delegation to child agents, under limits that only narrow. Cheap to clone;
@@ -125,6 +127,7 @@ impl Supervisor {
             sink: None,
             session_token: CancellationToken::new(),
             store: None,
+            revision: None,
         }
     }
 
@@ -251,6 +254,7 @@ pub struct SupervisorBuilder {
     sink: Option<Arc<dyn ChildEventSink>>,
     session_token: CancellationToken,
     store: Option<Arc<dyn Store>>,
+    revision: Option<String>,
 }
 
 impl fmt::Debug for SupervisorBuilder {
@@ -329,6 +333,15 @@ impl SupervisorBuilder {
         self
     }
 
+    /// Durable approvals: every child run suspends before each tool call until a decision
+    /// (taken at the root) allows it, and suspended children are resumed from the store,
+    /// also by another process. `revision` names the definition children are built from; a
+    /// child suspended under another revision is not resumed.
+    pub fn durable_approvals(mut self, revision: impl Into<String>) -> Self {
+        self.revision = Some(revision.into());
+        self
+    }
+
     /// The store for children's sessions (default: in memory).
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
@@ -364,6 +377,15 @@ impl SupervisorBuilder {
             }
             entry.policy.validate()?;
         }
+        if self
+            .revision
+            .as_deref()
+            .is_some_and(|r| r.trim().is_empty())
+        {
+            return Err(CoreError::validation(
+                "definition_revision is required when durable approvals are configured",
+            ));
+        }
         let limits = SupervisorLimits::resolve(&self.limits)?;
         let child_ids: Arc<[String]> = self.entries.iter().map(|e| e.id.clone()).collect();
         let capacity = usize::try_from(limits.max_queued_events).unwrap_or(128);
@@ -392,6 +414,7 @@ impl SupervisorBuilder {
                 bus: Bus::retaining(capacity),
                 tracker: TaskTracker::new(),
                 hub: Hub::default(),
+                revision: self.revision,
             }),
         })
     }

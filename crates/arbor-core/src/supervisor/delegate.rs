@@ -230,6 +230,8 @@ pub(crate) struct Admitted {
     pub(crate) slot: SlotGuard,
     /// A follow-up run of an existing session on its pending messages.
     pub(crate) resume: bool,
+    /// A suspended run of the child to resume (its decisions are recorded).
+    pub(crate) resume_run: Option<arbor_protocol::RunId>,
     /// The child's reply count when this run began (a first task that ends with the same
     /// count never replied).
     pub(crate) replies_at_start: u32,
@@ -377,6 +379,7 @@ impl Supervisor {
             caller,
             slot,
             resume: false,
+            resume_run: None,
             replies_at_start: 0,
         })
     }

@@ -137,6 +137,7 @@ impl Supervisor {
             caller: None,
             slot,
             resume: true,
+            resume_run: None,
         };
         self.begin(&admitted);
         // Drive inline: this is already the background task.

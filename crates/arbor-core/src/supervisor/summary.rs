@@ -108,6 +108,30 @@ impl Summary {
         );
     }
 
+    /// A suspended delegation resumes: live again under its id, without a new attempt (a
+    /// no-op when this process still has it live).
+    pub(crate) fn rejoin(
+        &mut self,
+        child: usize,
+        delegation_id: &str,
+        parents: Arc<[String]>,
+        lifetime: Lifetime,
+    ) {
+        if self.live.contains_key(delegation_id) {
+            return;
+        }
+        self.rows[child].outcome = Outcome::Running;
+        self.live_per_child[child] += 1;
+        self.live.insert(
+            delegation_id.to_owned(),
+            Live {
+                child,
+                parents,
+                lifetime,
+            },
+        );
+    }
+
     /// A delegation settled with `outcome`; `failure` when it counts as one.
     pub(crate) fn settle(&mut self, delegation_id: &str, outcome: Outcome, failure: bool) {
         let Some(live) = self.live.remove(delegation_id) else {

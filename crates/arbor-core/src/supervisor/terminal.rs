@@ -45,6 +45,20 @@ impl Supervisor {
                 }),
             )
         };
+        // A suspended child is not terminal: no counter settles, no event, no hook; the
+        // caller learns what it waits on.
+        if let Worked::Ran {
+            session_id, result, ..
+        } = &worked
+            && result.status == RunStatus::Suspended
+        {
+            let pending = result
+                .suspension
+                .as_ref()
+                .map(|s| s.pending.clone())
+                .unwrap_or_default();
+            return Err(self.suspended(a, result.run_id, *session_id, pending).await);
+        }
         // A delegation that ended before its child's run began leaves the record idle: give it
         // the terminal status the registry shows (a run writes its own).
         let status = match &worked {

@@ -55,7 +55,7 @@ fn model_error(delegator: &Delegator, e: &CoreError) -> ToolError {
     ToolError::ToModel(delegator.supervisor().redact(&text))
 }
 
-fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
+pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
     json!({
         "child_id": r.child_id,
         "delegation_id": r.delegation_id,
@@ -207,6 +207,8 @@ impl DynTool for SpawnAgentTool {
         }
         match self.delegator.delegate(request).await {
             Ok(r) => Ok(finished(&self.delegator, &r)),
+            // The child waits for approvals: this call (and its run) wait with it.
+            Err(CoreError::Suspended(nested)) => Err(ToolError::Suspended(nested)),
             Err(e) => Err(model_error(&self.delegator, &e)),
         }
     }

@@ -166,7 +166,7 @@ impl Supervisor {
             )));
         }
         let parent_id = record.parent_id;
-        let opened = if a.resume {
+        let opened = if a.resume || a.resume_run.is_some() {
             Session::reopen(agent, inner.store.clone(), record).await
         } else {
             Session::attach(agent, inner.store.clone(), record).await
@@ -181,8 +181,19 @@ impl Supervisor {
             .register(session.id(), parent_id, session.inbox().clone(), false);
         session.inbox = inbox;
         inner.hub.start_run(session.id(), &a.token);
-        let options = RunOptions::default().with_cancel(a.token.clone());
-        let resume = a.resume;
+        let mut options = RunOptions::default()
+            .with_cancel(a.token.clone())
+            .with_nested(Arc::new(self.clone()));
+        if inner.revision.is_some() {
+            // Durable approvals: every call of every child waits for a decision, its own
+            // delegations included, so delegating and side effects are approved apart.
+            options = options.with_approvals();
+        }
+        let resume = match a.resume_run {
+            Some(run) => Resume::Run(run),
+            None if a.resume => Resume::Inbox,
+            None => Resume::No,
+        };
         let ran = if a.policy.report == Report::OnComplete {
             AssertUnwindSafe(run_on(&mut session, resume, input, options))
                 .catch_unwind()
@@ -217,16 +228,24 @@ impl Supervisor {
     }
 }
 
-/// A first task runs on its input; a follow-up on what is pending in the inbox.
+#[derive(Debug, Clone, Copy)]
+enum Resume {
+    No,
+    Inbox,
+    Run(arbor_protocol::RunId),
+}
+
+/// A first task runs on its input; a follow-up on what is pending in the inbox; a suspended
+/// run goes on with its decisions.
 async fn run_on(
     session: &mut Session,
-    resume: bool,
+    resume: Resume,
     input: String,
     options: RunOptions,
 ) -> crate::CoreResult<crate::RunResult> {
-    if resume {
-        session.run_inbox(options).await
-    } else {
-        session.run(input, options).await
+    match resume {
+        Resume::No => session.run(input, options).await,
+        Resume::Inbox => session.run_inbox(options).await,
+        Resume::Run(run) => session.resume(run, options).await,
     }
 }

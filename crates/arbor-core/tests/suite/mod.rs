@@ -5,6 +5,7 @@ mod events;
 mod identity;
 mod limits;
 mod messages;
+mod nested;
 mod permission;
 mod pump;
 mod reconcile;

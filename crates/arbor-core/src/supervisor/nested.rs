@@ -1,0 +1,265 @@
+//! Durable nested approvals, supervisor side: a child run that suspends is not a terminal
+//! (no finish event, no `after` hook, no settled counter); the supervisor stores a
+//! delegation mapping (namespace [`DELEGATION_NAMESPACE`], key = the child's run id) and
+//! reports the suspension up, with the child's own decisions attributed to its path. A
+//! decision taken at the root comes back through [`NestedResumer::resume_nested`]: the
+//! decisions are recorded on the child's checkpoint first (a stale or foreign one fails with
+//! nothing published and no hook run), then the child is rebuilt from the mapping (factory,
+//! the `before` hook again, which may now deny, the replayed report/milestone/budget policy)
+//! and resumed, ending terminal-symmetric with a live delegation.
+
+use std::sync::Arc;
+
+use arbor_protocol::{ApprovalDecision, PendingDecision, RunId, RunStatus, SessionId};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::approval;
+use crate::error::{CoreError, CoreResult};
+use crate::gate::{NestedOutcome, NestedResumer};
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::delegate::{Admitted, CancelReason, Mode, child_identity};
+use crate::supervisor::policy::{PolicyInput, Report};
+use crate::supervisor::tools::finished;
+use crate::tool::NestedSuspension;
+
+/// The store namespace of delegation mappings.
+pub const DELEGATION_NAMESPACE: &str = "delegation";
+
+/// What a suspended delegation needs to be rebuilt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Mapping {
+    supervisor_id: String,
+    revision: String,
+    child_id: String,
+    delegation_id: String,
+    session_id: SessionId,
+    path: Vec<String>,
+    parents: Vec<String>,
+    depth: u32,
+    thread: String,
+    /// Redacted.
+    input: String,
+    report: Report,
+    every_turns: Option<u32>,
+    budget_share: Option<f64>,
+}
+
+fn unknown_run() -> CoreError {
+    CoreError::Denied("Unknown delegated run".to_owned())
+}
+
+impl Supervisor {
+    /// A child's run suspended: store the mapping and describe the suspension for the caller,
+    /// with the child's own calls attributed to its path.
+    pub(crate) async fn suspended(
+        &self,
+        a: &Admitted,
+        run_id: RunId,
+        session_id: SessionId,
+        pending: Vec<PendingDecision>,
+    ) -> CoreError {
+        let Some(revision) = &self.inner.revision else {
+            return CoreError::Supervisor(
+                "a child suspended, but durable approvals are not configured on its supervisor"
+                    .to_owned(),
+            );
+        };
+        let mapping = Mapping {
+            supervisor_id: self.inner.id.clone(),
+            revision: revision.clone(),
+            child_id: a.child_id.clone(),
+            delegation_id: a.delegation_id.clone(),
+            session_id,
+            path: a.path.to_vec(),
+            parents: a.parents.to_vec(),
+            depth: a.depth,
+            thread: a.thread.clone(),
+            input: a.input.clone(),
+            report: a.policy.report,
+            every_turns: a.policy.every_turns,
+            budget_share: a.policy.budget_share,
+        };
+        let key = run_id.to_string();
+        let store = &self.inner.store;
+        let stored = match serde_json::to_value(&mapping) {
+            Ok(value) => {
+                let current = store
+                    .checkpoint(DELEGATION_NAMESPACE, &key)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map_or(0, |c| c.version);
+                store
+                    .put_checkpoint(DELEGATION_NAMESPACE, &key, &value, current)
+                    .await
+                    .map_err(CoreError::from)
+            }
+            Err(e) => Err(CoreError::Supervisor(format!(
+                "a delegation mapping does not encode: {e}"
+            ))),
+        };
+        if let Err(e) = stored {
+            return e;
+        }
+        let pending = pending
+            .into_iter()
+            .map(|mut p| {
+                if p.path.is_empty() {
+                    p.path = a.path.to_vec();
+                }
+                p
+            })
+            .collect();
+        CoreError::Suspended(Box::new(NestedSuspension {
+            run_id,
+            session_id,
+            pending,
+        }))
+    }
+
+    async fn mapping(&self, run_id: RunId) -> CoreResult<(u64, Mapping, usize)> {
+        let c = self
+            .inner
+            .store
+            .checkpoint(DELEGATION_NAMESPACE, &run_id.to_string())
+            .await?
+            .ok_or_else(unknown_run)?;
+        let mapping: Mapping = serde_json::from_value(c.value).map_err(|_| unknown_run())?;
+        let entry = *self
+            .inner
+            .index
+            .get(&mapping.child_id)
+            .filter(|_| mapping.supervisor_id == self.inner.id)
+            .ok_or_else(unknown_run)?;
+        Ok((c.version, mapping, entry))
+    }
+}
+
+#[async_trait]
+impl NestedResumer for Supervisor {
+    async fn resume_nested(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+        decisions: Vec<ApprovalDecision>,
+    ) -> CoreResult<NestedOutcome> {
+        let inner = &self.inner;
+        let Some(revision) = &inner.revision else {
+            return Err(CoreError::validation(
+                "Nested-run resume requires durable approvals and a definition revision",
+            ));
+        };
+        let (mapping_version, mapping, entry_index) = self.mapping(run_id).await?;
+        if mapping.session_id != session_id {
+            return Err(unknown_run());
+        }
+        if &mapping.revision != revision {
+            return Err(CoreError::validation(format!(
+                "the child was suspended under definition revision {:?}, this supervisor runs \
+                 {revision:?}: refusing to resume it on another definition",
+                mapping.revision
+            )));
+        }
+        // Record the decisions first: a stale or forged decision fails here, before anything
+        // is published or any hook runs.
+        let store = inner.store.as_ref();
+        let waiting = approval::suspension(store, run_id).await?;
+        approval::decide(store, run_id, waiting.version, &decisions).await?;
+
+        let entry = &inner.entries[entry_index];
+        let record = store
+            .session(session_id)
+            .await?
+            .filter(|r| r.tombstone.is_none())
+            .ok_or_else(unknown_run)?;
+        let replay = PolicyInput {
+            report: Some(mapping.report),
+            every_turns: mapping.every_turns,
+            budget_share: mapping.budget_share,
+            ..PolicyInput::default()
+        };
+        let policy = entry.policy.narrow(&replay, inner.child_events)?;
+        let mut limits = inner.limits.narrow(&entry.limits)?;
+        if let Some(share) = policy.budget_share {
+            limits = limits.narrow(&limits.scaled(share).to_input())?;
+        }
+        let scopes: Option<std::collections::BTreeSet<String>> =
+            record.meta["scopes"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            });
+        let identity = child_identity(inner.identity.clone(), scopes.as_ref())?;
+        let slot = inner.slots.reserve(limits.max_active_children)?;
+        let parent = match record.parent_id {
+            Some(p) => store.session(p).await?.map(|r| (&r).into()),
+            None => None,
+        };
+        let parents: Arc<[String]> = Arc::from(mapping.parents.clone());
+        let admitted = Admitted {
+            entry: entry_index,
+            child_id: mapping.child_id.clone(),
+            delegation_id: mapping.delegation_id.clone(),
+            depth: mapping.depth,
+            path: Arc::from(mapping.path.clone()),
+            parents: parents.clone(),
+            input: mapping.input.clone(),
+            limits,
+            policy,
+            thread: mapping.thread.clone(),
+            name: record.name.clone(),
+            requested_name: None,
+            model: (!record.model.is_empty()).then(|| record.model.clone()),
+            model_requested: false,
+            mode: Mode::Sync,
+            replies_at_start: record.replies,
+            record: Some(record),
+            parent,
+            spawned_by: None,
+            identity,
+            // Linked only to the session: no caller waits on a resumed child.
+            token: inner.session_token.child_token(),
+            reason: CancelReason::default(),
+            caller: None,
+            slot,
+            resume: false,
+            resume_run: Some(run_id),
+        };
+        self.state().summary.rejoin(
+            entry_index,
+            &mapping.delegation_id,
+            parents,
+            admitted.policy.lifetime,
+        );
+        let outcome = self.drive(admitted).await;
+        match outcome {
+            Err(CoreError::Suspended(again)) => Ok(NestedOutcome::Suspended(again.pending)),
+            other => {
+                // Terminal: the mapping has served.
+                let _ = store
+                    .delete_checkpoint(
+                        DELEGATION_NAMESPACE,
+                        &run_id.to_string(),
+                        self.mapping(run_id).await.map_or(mapping_version, |m| m.0),
+                    )
+                    .await;
+                Ok(match other {
+                    // The same result the parent's delegate call gives when nothing suspends.
+                    Ok(r) if r.result.status == RunStatus::Succeeded => {
+                        NestedOutcome::Completed(finished(&self.delegator(), &r))
+                    }
+                    Ok(r) => NestedOutcome::Failed(
+                        self.redact(
+                            r.result
+                                .error
+                                .as_deref()
+                                .unwrap_or("the delegated run did not succeed"),
+                        ),
+                    ),
+                    Err(e) => NestedOutcome::Failed(self.redact(&e.to_string())),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! Durable nested approvals: a child's gated call suspends the whole tree; the root sees it
+//! with a `sub_` id and the child's path; a decision at the root resumes the child, which
+//! runs the call exactly once and ends terminal-symmetric with a live delegation.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arbor_core::supervisor::{
+    AfterHook, BeforeContext, BeforeDecision, BeforeHook, ChildEntry, Completion, CompletionStatus,
+    Outcome, Ownership, SpawnAgentTool, Supervisor, factory_fn,
+};
+use arbor_core::{Agent, NestedResumer, RunOptions, Session, Tool, ToolContext, ToolError};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{ApprovalDecision, Message, RunId, RunStatus, SessionId, Verdict};
+use arbor_store::{MemoryStore, Store};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Debug, Clone, Default)]
+struct Write(Arc<AtomicUsize>);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct WriteArgs {
+    file: String,
+}
+
+#[async_trait]
+impl Tool for Write {
+    type Args = WriteArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        "write"
+    }
+    fn description(&self) -> &str {
+        "writes a file"
+    }
+    async fn call(&self, args: WriteArgs, _ctx: ToolContext) -> Result<String, ToolError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("wrote {}", args.file))
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Afters(Arc<Mutex<Vec<CompletionStatus>>>);
+
+#[async_trait]
+impl AfterHook for Afters {
+    async fn after(&self, c: &Completion) -> Result<(), String> {
+        self.0.lock().unwrap().push(c.status);
+        Ok(())
+    }
+}
+
+/// Allows the first `allow` delegations, then denies.
+#[derive(Debug)]
+struct Gatekeeper {
+    allow: usize,
+    seen: AtomicUsize,
+}
+
+#[async_trait]
+impl BeforeHook for Gatekeeper {
+    async fn before(&self, _ctx: &BeforeContext) -> BeforeDecision {
+        if self.seen.fetch_add(1, Ordering::SeqCst) < self.allow {
+            BeforeDecision::Allow
+        } else {
+            BeforeDecision::Deny {
+                reason: Some("policy changed".into()),
+            }
+        }
+    }
+}
+
+fn write(file: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call("write", json!({ "file": file }))
+}
+
+fn spawn(child: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": child, "name": child, "input": format!("work, {child}")}),
+    )
+}
+
+struct Tree {
+    sup: Supervisor,
+    store: Arc<dyn Store>,
+    writes: Write,
+    afters: Afters,
+}
+
+fn tree(children: Vec<(&'static str, Vec<ScriptedTurn>)>, hook: Option<Gatekeeper>) -> Tree {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let afters = Afters::default();
+    let mut b = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .after(afters.clone());
+    if let Some(h) = hook {
+        b = b.before(h);
+    }
+    for (id, turns) in children {
+        let script = Script::new(turns);
+        let writes = writes.clone();
+        b = b.child(ChildEntry::new(
+            id,
+            factory_fn(move |ctx| {
+                let (script, writes) = (script.clone(), writes.clone());
+                async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(script))
+                        .tool(writes)
+                        .dyn_tool(Arc::new(SpawnAgentTool::new(ctx.delegator.clone())))
+                        .build()
+                }
+            }),
+        ));
+    }
+    Tree {
+        sup: b.build().unwrap(),
+        store,
+        writes,
+        afters,
+    }
+}
+
+async fn root(t: &Tree, turns: Vec<ScriptedTurn>) -> Session {
+    Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(t.sup.delegator())))
+        .build()
+        .unwrap()
+        .session()
+        .store(t.store.clone())
+        .create()
+        .await
+        .unwrap()
+}
+
+fn opts(t: &Tree) -> RunOptions {
+    RunOptions::default().with_nested(Arc::new(t.sup.clone()))
+}
+
+fn allow(id: &str) -> ApprovalDecision {
+    ApprovalDecision::new(id, Verdict::AllowOnce)
+}
+
+fn types(
+    sub: &mut arbor_core::Subscription<arbor_protocol::SupervisorEnvelope>,
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    while let Some(e) = sub.try_recv() {
+        out.push(e.event.type_name());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_gated_child_call_is_approved_at_the_root_and_runs_exactly_once() {
+    let t = tree(
+        vec![(
+            "writer",
+            vec![write("a.txt"), ScriptedTurn::text("written")],
+        )],
+        None,
+    );
+    let mut sub = t.sup.subscribe();
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("root done")]).await;
+    let first = r.run("go", opts(&t)).await.unwrap();
+    assert_eq!(first.status, RunStatus::Suspended);
+    let waiting = first.suspension.unwrap();
+    assert_eq!(waiting.pending.len(), 1);
+    let p = &waiting.pending[0];
+    assert!(p.id.starts_with("sub_") && p.id.len() == 68, "{}", p.id);
+    assert_eq!(
+        (p.tool.as_str(), p.path.clone()),
+        ("write", vec!["writer".to_owned()])
+    );
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    // Not terminal: no finish, no after, the attempt still running.
+    assert_eq!(
+        types(&mut sub),
+        ["delegation_admitted", "delegation_started"]
+    );
+    assert!(t.afters.0.lock().unwrap().is_empty());
+    assert_eq!(
+        (t.sup.summary()[0].attempts, t.sup.summary()[0].outcome),
+        (1, Outcome::Running)
+    );
+    assert_eq!(
+        t.sup.active_children(),
+        0,
+        "a suspended child holds no slot"
+    );
+
+    let done = r
+        .approve(first.run_id, waiting.version, &[allow(&p.id)], opts(&t))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(done.text, "root done");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+    let spawn_result = r
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) if t.name == "spawn_agent" => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&spawn_result).unwrap();
+    assert_eq!(v["text"], "written");
+    assert_eq!(
+        types(&mut sub),
+        ["delegation_started", "delegation_finished"]
+    );
+    assert_eq!(*t.afters.0.lock().unwrap(), [CompletionStatus::Succeeded]);
+    let row = &t.sup.summary()[0];
+    assert_eq!(
+        (row.attempts, row.outcome),
+        (1, Outcome::Succeeded),
+        "resume is no attempt"
+    );
+}
+
+#[tokio::test]
+async fn a_three_level_chain_is_approved_stage_by_stage_with_growing_paths() {
+    let t = tree(
+        vec![
+            (
+                "lead",
+                vec![spawn("helper"), ScriptedTurn::text("lead done")],
+            ),
+            (
+                "helper",
+                vec![write("deep.txt"), ScriptedTurn::text("helper done")],
+            ),
+        ],
+        None,
+    );
+    let mut r = root(&t, vec![spawn("lead"), ScriptedTurn::text("all done")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    assert_eq!(s1.pending.len(), 1);
+    assert_eq!(
+        s1.pending[0].tool, "spawn_agent",
+        "stage 1: the lead's delegation"
+    );
+    assert_eq!(s1.pending[0].path, ["lead"]);
+    let run = s1.run_id;
+    let r2 = r
+        .approve(run, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    let s2 = r2.suspension.unwrap();
+    assert_eq!(s2.pending.len(), 1);
+    assert_eq!(
+        s2.pending[0].tool, "write",
+        "stage 2: the helper's side effect"
+    );
+    assert_eq!(s2.pending[0].path, ["lead", "helper"]);
+    assert_ne!(s2.pending[0].id, s1.pending[0].id);
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    let done = r
+        .approve(run, s2.version, &[allow(&s2.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(done.text, "all done");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        t.afters.0.lock().unwrap().len(),
+        2,
+        "one after per delegation"
+    );
+}
+
+#[tokio::test]
+async fn allow_for_run_holds_on_its_path_and_not_for_a_sibling() {
+    let t = tree(
+        vec![
+            (
+                "a",
+                vec![write("a1"), write("a2"), ScriptedTurn::text("a done")],
+            ),
+            (
+                "b",
+                vec![write("b1"), write("b2"), ScriptedTurn::text("b done")],
+            ),
+        ],
+        None,
+    );
+    let mut r = root(
+        &t,
+        vec![
+            ScriptedTurn {
+                tool_calls: vec![
+                    arbor_model::ScriptedToolCall {
+                        id: Some("ca".into()),
+                        name: "spawn_agent".into(),
+                        arguments: json!({"child_id": "a", "name": "a", "input": "x"}),
+                    },
+                    arbor_model::ScriptedToolCall {
+                        id: Some("cb".into()),
+                        name: "spawn_agent".into(),
+                        arguments: json!({"child_id": "b", "name": "b", "input": "x"}),
+                    },
+                ],
+                ..ScriptedTurn::default()
+            },
+            ScriptedTurn::text("both done"),
+        ],
+    )
+    .await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    assert_eq!(s1.pending.len(), 2);
+    let of = |s: &arbor_core::approval::Suspension, path: &str| {
+        s.pending
+            .iter()
+            .find(|p| p.path == [path])
+            .unwrap()
+            .id
+            .clone()
+    };
+    let decisions = [
+        ApprovalDecision::new(of(&s1, "a"), Verdict::AllowForRun),
+        ApprovalDecision::new(of(&s1, "b"), Verdict::AllowOnce),
+    ];
+    let r2 = r
+        .approve(s1.run_id, s1.version, &decisions, opts(&t))
+        .await
+        .unwrap();
+    // a's second write ran on its run-wide decision; b's waits.
+    let s2 = r2.suspension.unwrap();
+    assert_eq!(s2.pending.len(), 1);
+    assert_eq!(s2.pending[0].path, ["b"]);
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 3);
+    let done = r
+        .approve(s1.run_id, s2.version, &[allow(&s2.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn the_before_hook_runs_again_at_resume_and_may_deny() {
+    let t = tree(
+        vec![("writer", vec![write("x"), ScriptedTurn::text("written")])],
+        Some(Gatekeeper {
+            allow: 1,
+            seen: AtomicUsize::new(0),
+        }),
+    );
+    let mut sub = t.sup.subscribe();
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("went on")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    types(&mut sub);
+    let done = r
+        .approve(s1.run_id, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(
+        t.writes.0.load(Ordering::SeqCst),
+        0,
+        "denied: the call never ran"
+    );
+    assert_eq!(types(&mut sub), ["delegation_rejected"]);
+    assert_eq!(*t.afters.0.lock().unwrap(), [CompletionStatus::Rejected]);
+    let result = r
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) if t.name == "spawn_agent" => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(result.contains("policy changed"), "{result}");
+    assert_eq!(t.sup.summary()[0].outcome, Outcome::Rejected);
+}
+
+#[tokio::test]
+async fn unknown_or_forged_nested_runs_fail_closed_without_echo() {
+    let t = tree(vec![("writer", vec![write("x")])], None);
+    let forged = RunId::new();
+    let e = t
+        .sup
+        .resume_nested(forged, SessionId::new(), vec![allow("apr_x")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown delegated run");
+    assert!(!e.to_string().contains(&forged.to_string()));
+    // A real suspended child, but a decision id that is not one of its own.
+    let mut r = root(&t, vec![spawn("writer")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    let e = r
+        .approve(s1.run_id, s1.version, &[allow("sub_forged")], opts(&t))
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown approval");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn durable_approvals_need_a_revision() {
+    let e = Supervisor::builder(Ownership::user("t", "u"))
+        .durable_approvals("  ")
+        .child(ChildEntry::agent(
+            "c",
+            Agent::builder("c")
+                .provider(ScriptedProvider::new(Script::default()))
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "definition_revision is required when durable approvals are configured"
+    );
+}
