@@ -8,6 +8,7 @@ const RUN_AFTER_HELP: &str = "\
 Exit codes:
   0  the root run succeeded
   1  the root run ended failed, aborted or denied (the report is still printed)
+  4  the root run is suspended: calls wait for approval (arbor approvals SESSION)
   2  bad usage or a bad spec (nothing was stored)
   3  the store cannot be opened, is locked by another process, or failed
 
@@ -36,7 +37,8 @@ process died show as interrupted.
 
 Exit codes:
   0  done
-  1  the follow-up run did not succeed
+  1  the follow-up or resumed run did not succeed
+  4  the resumed run is suspended again
   2  bad usage, an unknown session or child
   3  the store cannot be opened, is locked by another process, or failed";
 
@@ -63,6 +65,37 @@ pub(crate) enum Command {
     /// Delete the child NAME of SESSION: a durable tombstone; its transcript stays readable.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Rm(RmArgs),
+    /// List the calls SESSION's suspended run waits on, with their paths and arguments.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Approvals(SessionArgs),
+    /// Allow pending calls (nothing runs until `arbor resume`).
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Approve(DecideArgs),
+    /// Reject pending calls (the model reads the rejection when the run resumes).
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Reject(DecideArgs),
+    /// Let SESSION's suspended run go on with its decisions.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Resume(SessionArgs),
+}
+
+/// Arguments of `arbor approve` and `arbor reject`.
+#[derive(Debug, Args)]
+pub(crate) struct DecideArgs {
+    /// The root session.
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: String,
+    /// Pending decision ids (see `arbor approvals`).
+    #[arg(value_name = "ID", required = true)]
+    pub(crate) ids: Vec<String>,
+    /// For the rest of the run: later calls of the same tool on the same path too.
+    #[arg(long)]
+    pub(crate) for_run: bool,
+    /// Why (the model reads it for a rejection; at most 2048 bytes).
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 }
 
 /// Where the stored data is, and how to print it.

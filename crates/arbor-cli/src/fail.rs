@@ -2,8 +2,10 @@
 
 use arbor_core::{CoreError, CoreErrorKind};
 
-/// The root run ended failed, aborted, denied (or suspended).
+/// The root run ended failed, aborted or denied.
 pub(crate) const EXIT_RUN: u8 = 1;
+/// The root run is suspended, waiting for approvals.
+pub(crate) const EXIT_SUSPENDED: u8 = 4;
 /// Bad usage or a bad spec.
 pub(crate) const EXIT_USAGE: u8 = 2;
 /// The store cannot be opened, is locked, or failed.

@@ -5,6 +5,7 @@
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C.
+//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`.
 //! - [`inspect`]: `ls`, `tree` and `log`; [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.
 //! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
@@ -12,6 +13,7 @@
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
 //! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
 
+mod approvals;
 mod cli;
 mod fail;
 mod follow;
@@ -53,6 +55,10 @@ fn main() -> ExitCode {
         Command::Log(args) => runtime.block_on(inspect::log(args)),
         Command::Send(args) => runtime.block_on(follow::send(args)),
         Command::Rm(args) => runtime.block_on(follow::rm(args)),
+        Command::Approvals(args) => runtime.block_on(approvals::list(args)),
+        Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
+        Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
+        Command::Resume(args) => runtime.block_on(approvals::resume(args)),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -8,19 +8,21 @@
 
 use std::time::Duration;
 
-use arbor_core::RunOptions;
-use arbor_protocol::RunStatus;
-use arbor_store::SessionQuery;
+use std::sync::Arc;
+
+use arbor_core::{RunOptions, Session};
+use arbor_protocol::{RunId, RunStatus};
+use arbor_store::{SessionQuery, Store};
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
-use crate::fail::{EXIT_RUN, Fail};
+use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
 use crate::interrupt::Interrupts;
 use crate::progress::{self, RootProgress};
-use crate::store::{StoreChoice, io_reason};
-use crate::{output, owner, report, spec, tree};
+use crate::store::{StoreChoice, StoreName, io_reason};
+use crate::{approvals, output, owner, report, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -42,7 +44,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
     let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
-    let mut session = built
+    let session = built
         .root
         .session()
         .store(store.clone())
@@ -50,18 +52,62 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .create()
         .await
         .map_err(Fail::core)?;
+    let view = View {
+        store: &store,
+        store_name: choice.name(),
+        json: args.json,
+        quiet: args.quiet,
+    };
+    drive_root(view, &built, session, Start::Task(spec.task.clone()), token).await
+}
+
+/// How a root run starts.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// On the spec's task.
+    Task(String),
+    /// A suspended run going on with its decisions.
+    Resume(RunId),
+}
+
+/// Where the report goes.
+#[derive(Debug)]
+pub(crate) struct View<'a> {
+    pub(crate) store: &'a Arc<dyn Store>,
+    pub(crate) store_name: &'a StoreName,
+    pub(crate) json: bool,
+    pub(crate) quiet: bool,
+}
+
+/// Runs (or resumes) the root with progress and Ctrl-C, runs it again on its children's
+/// replies until the tree is quiet, stops what still runs, and prints the report.
+pub(crate) async fn drive_root(
+    view: View<'_>,
+    built: &tree::Built,
+    mut session: Session,
+    start: Start,
+    token: CancellationToken,
+) -> Result<u8, Fail> {
+    let store = view.store;
     let root_id = session.id();
+    let options = || {
+        let o = RunOptions::default().with_cancel(token.clone());
+        match &built.supervisor {
+            Some(sup) => o.with_nested(Arc::new(sup.clone())),
+            None => o,
+        }
+    };
     if let Some(sup) = &built.supervisor {
         sup.attach(&mut session);
     }
 
     let done = CancellationToken::new();
     let mut followers: Vec<JoinHandle<()>> = Vec::new();
-    if !args.quiet {
+    if !view.quiet {
         let root = RootProgress::new(
             session.record().name.clone(),
             root_id,
-            choice.name().clone(),
+            view.store_name.clone(),
         );
         followers.push(tokio::spawn(progress::follow_root(
             root,
@@ -78,14 +124,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     let ctrl_c = tokio::spawn(cancel_on_ctrl_c(
         Interrupts::listen(),
         token.clone(),
-        args.quiet,
+        view.quiet,
     ));
-    let mut result = session
-        .run(
-            spec.task.clone(),
-            RunOptions::default().with_cancel(token.clone()),
-        )
-        .await;
+    let mut result = match start {
+        Start::Task(task) => session.run(task, options()).await,
+        Start::Resume(run) => session.resume(run, options()).await,
+    };
     if let Some(sup) = &built.supervisor {
         // Children spawned in message mode answer after the root's turn ended: the root runs
         // again on each batch of replies and notices until the tree is quiet.
@@ -102,9 +146,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
                 break;
             }
             follow_ups += 1;
-            result = session
-                .run_inbox(RunOptions::default().with_cancel(token.clone()))
-                .await;
+            result = session.run_inbox(options()).await;
         }
         // Nothing keeps running unwatched: children still live end with the root's run.
         sup.shutdown().await;
@@ -126,8 +168,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
             tracing::warn!(session = %m.session, "usage does not reconcile: {}", m.what);
         }
     }
-    if args.json {
-        let mut report = report::json_report(root_id, choice.name().kind(), &sessions, &result);
+    if view.json {
+        let mut report = report::json_report(root_id, view.store_name.kind(), &sessions, &result);
         report["silent_children"] =
             serde_json::json!(arbor_core::registry::silent_count(&sessions));
         report["reconciliation"] = serde_json::json!({
@@ -138,6 +180,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
                 serde_json::json!({"session": m.session, "what": m.what})
             }).collect::<Vec<_>>(),
         });
+        if let Some(s) = &result.suspension {
+            report["suspension"] = approvals::suspension_json(s);
+        }
         output::out(&report.to_string());
     } else {
         output::out(&report::table(&sessions));
@@ -147,11 +192,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
                 "{silent} child(ren) finished without replying (silent no-ops): see arbor ls {root_id}"
             ));
         }
+        if let Some(s) = &result.suspension {
+            output::out(&approvals::suspension_text(root_id, s));
+        }
     }
-    Ok(if result.status == RunStatus::Succeeded {
-        0
-    } else {
-        EXIT_RUN
+    Ok(match result.status {
+        RunStatus::Succeeded => 0,
+        RunStatus::Suspended => EXIT_SUSPENDED,
+        _ => EXIT_RUN,
     })
 }
 
@@ -165,7 +213,7 @@ fn root_meta(path: &str, text: &str) -> serde_json::Value {
 }
 
 /// The SHA-256 of the spec text, in lowercase hex.
-fn fingerprint(text: &str) -> String {
+pub(crate) fn fingerprint(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -29,6 +29,9 @@ pub(crate) struct Spec {
     pub(crate) supervisor: SupervisorSpec,
     /// The agents, by name.
     pub(crate) agents: BTreeMap<String, AgentSpec>,
+    /// The SHA-256 of the spec's text: the revision suspended children are resumed under.
+    #[serde(skip)]
+    pub(crate) fingerprint: String,
 }
 
 /// Supervisor settings.
@@ -38,6 +41,10 @@ pub(crate) struct SupervisorSpec {
     /// Limits over the defaults.
     #[serde(default)]
     pub(crate) limits: LimitsInput,
+    /// Durable approvals: every child's tool calls (its delegations included) wait for a
+    /// decision at the root (`arbor approvals`, `approve`, `reject`, `resume`).
+    #[serde(default)]
+    pub(crate) approvals: bool,
 }
 
 /// One agent.
@@ -103,6 +110,8 @@ impl Spec {
             }
         })?;
         spec.validate().map_err(|e| format!("{path}: {e}"))?;
+        let mut spec = spec;
+        spec.fingerprint = crate::run::fingerprint(text);
         Ok(spec)
     }
 

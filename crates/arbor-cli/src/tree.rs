@@ -122,6 +122,9 @@ pub(crate) fn build(
             .limits(spec.supervisor.limits)
             .store(store)
             .session_token(token);
+        if spec.supervisor.approvals {
+            b = b.durable_approvals(spec.fingerprint.clone());
+        }
         for (name, agent) in spec.agents.iter().filter(|(n, _)| n.as_str() != root_name) {
             let mut entry = ChildEntry::new(
                 name.clone(),

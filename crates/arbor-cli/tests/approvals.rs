@@ -1,0 +1,130 @@
+//! Durable approvals across processes: `arbor run` suspends and exits, then `arbor
+//! approvals`, `arbor approve` and `arbor resume`, each in a new process, finish the tree with
+//! the approved call executed exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+
+fn arbor(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("ARBOR_LOG")
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn echo_results(dir: &Path, session: &str) -> Vec<String> {
+    let out = arbor(dir, &["log", session, "--json"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_suspended_tree_is_approved_and_resumed_by_later_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(dir.path(), &["run", APPROVALS, "--json", "-q"]);
+    assert_eq!(run.status.code(), Some(4), "suspended");
+    let report = json(&run);
+    assert_eq!(report["status"], "suspended");
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let pending = &report["suspension"]["pending"];
+    assert_eq!(pending.as_array().unwrap().len(), 1);
+    assert_eq!(pending[0]["tool"], "echo");
+    assert_eq!(pending[0]["path"], serde_json::json!(["publisher"]));
+    let id = pending[0]["id"].as_str().unwrap().to_owned();
+    let publisher = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "publisher")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        echo_results(dir.path(), &publisher).is_empty(),
+        "nothing ran"
+    );
+
+    let listed = json(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    assert_eq!(listed["suspensions"][0]["pending"][0]["id"], id.as_str());
+
+    // A forged id: one error, nothing changed.
+    let forged = arbor(dir.path(), &["approve", &root, "sub_0000"]);
+    assert_eq!(forged.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&forged.stderr).contains("Unknown approval"));
+
+    let decided = arbor(dir.path(), &["approve", &root, &id, "--json"]);
+    assert!(decided.status.success());
+    assert_eq!(json(&decided)["pending"], serde_json::json!([]));
+    assert!(
+        echo_results(dir.path(), &publisher).is_empty(),
+        "deciding runs nothing"
+    );
+
+    let resumed = arbor(dir.path(), &["resume", &root, "--json"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let report = json(&resumed);
+    assert_eq!(report["status"], "succeeded");
+    assert_eq!(report["result"]["text"], "The release notes are out.");
+    assert_eq!(report["reconciliation"]["consistent"], true);
+    assert_eq!(
+        echo_results(dir.path(), &publisher),
+        ["published v1.2 release notes"],
+        "the approved call ran exactly once"
+    );
+
+    // Over: a second resume has nothing to do and runs nothing again.
+    let again = arbor(dir.path(), &["resume", &root]);
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(echo_results(dir.path(), &publisher).len(), 1);
+}
+
+#[test]
+fn a_rejected_call_never_runs_and_the_model_reads_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(dir.path(), &["run", APPROVALS, "--json", "-q"]);
+    let report = json(&run);
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let id = report["suspension"]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = arbor(dir.path(), &["reject", &root, &id, "--reason", "not today"]);
+    assert!(out.status.success());
+    let resumed = arbor(dir.path(), &["resume", &root, "--json"]);
+    assert!(resumed.status.success());
+    let report = json(&resumed);
+    let publisher = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "publisher")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        echo_results(dir.path(), &publisher),
+        ["rejected by a reviewer: not today"]
+    );
+}
