@@ -343,8 +343,23 @@ impl Session {
         .await?;
         tracing::debug!(session = %self.id(), run = %run_id, at = Timestamp::now().0, "run resumed");
         let token = options.cancel.unwrap_or_default().child_token();
-        self.drive(state, &token, Turns::Resume(Box::new(checkpoint)))
-            .await
+        let result = self
+            .drive(state, &token, Turns::Resume(Box::new(checkpoint)))
+            .await;
+        if result.is_err()
+            && matches!(
+                approval::load(self.store.as_ref(), run_id).await,
+                Ok(Some(_))
+            )
+        {
+            // The resume failed before the run moved on (a child could not be rebuilt): it
+            // still waits, with its decisions kept.
+            let back = SessionUpdate::status(SessionStatus::Suspended);
+            if let Err(e) = self.commit(run_id, &[], Some(back)).await {
+                tracing::warn!(session = %self.id(), error = %e, "could not mark the run suspended again");
+            }
+        }
+        result
     }
 
     /// Decides on the suspended run `run_id` (against `expected_version`) and resumes it.

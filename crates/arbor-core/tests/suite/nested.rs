@@ -422,3 +422,104 @@ fn durable_approvals_need_a_revision() {
         "definition_revision is required when durable approvals are configured"
     );
 }
+
+#[tokio::test]
+async fn each_resume_attempt_gets_fresh_event_caps() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let child = Agent::builder("writer")
+        .provider(ScriptedProvider::new(Script::new([
+            write("x"),
+            ScriptedTurn::text("done"),
+        ])))
+        .tool(writes.clone())
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .child_events(true)
+        .limits(arbor_core::supervisor::LimitsInput {
+            max_child_events_per_delegation: Some(2),
+            ..Default::default()
+        })
+        .child(ChildEntry::agent("writer", child))
+        .build()
+        .unwrap();
+    let t = Tree {
+        sup,
+        store,
+        writes,
+        afters: Afters::default(),
+    };
+    let mut sub = t.sup.subscribe();
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    let capped = |types: &[&str]| {
+        types
+            .iter()
+            .filter(|t| **t == "delegation_child_events_capped")
+            .count()
+    };
+    let before = types(&mut sub);
+    assert_eq!(capped(&before), 1, "{before:?}");
+    r.approve(s1.run_id, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    let after = types(&mut sub);
+    assert_eq!(
+        capped(&after),
+        1,
+        "the resumed attempt had its own cap: {after:?}"
+    );
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_changed_definition_refuses_the_resume_and_publishes_nothing() {
+    let t = tree(
+        vec![("writer", vec![write("x"), ScriptedTurn::text("w")])],
+        None,
+    );
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    // Another process, built from another revision of the definition.
+    let other = Supervisor::builder(Ownership::user("t", "u"))
+        .store(t.store.clone())
+        .durable_approvals("rev-2")
+        .after(t.afters.clone())
+        .child(ChildEntry::agent(
+            "writer",
+            Agent::builder("writer")
+                .provider(ScriptedProvider::new(Script::new([write("x")])))
+                .tool(t.writes.clone())
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap();
+    let mut sub = other.subscribe();
+    let e = r
+        .approve(
+            s1.run_id,
+            s1.version,
+            &[allow(&s1.pending[0].id)],
+            RunOptions::default().with_nested(Arc::new(other.clone())),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("definition revision"), "{e}");
+    assert!(sub.try_recv().is_none(), "nothing published");
+    assert!(t.afters.0.lock().unwrap().is_empty(), "no hook ran");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    let root_now = t.store.session(r.id()).await.unwrap().unwrap();
+    assert_eq!(
+        root_now.status,
+        arbor_protocol::SessionStatus::Suspended,
+        "it still waits"
+    );
+    // The right supervisor resumes it later, with the decision kept.
+    let done = r.resume(s1.run_id, opts(&t)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+}
