@@ -122,6 +122,11 @@ pub struct RunCheckpoint {
     /// Run-wide decisions so far.
     #[serde(default)]
     pub sticky: Vec<Sticky>,
+    /// Set while a resume is running the decided calls (ms since the epoch): another resume
+    /// or a decision is refused meanwhile, so a call runs once. A claim older than the run's
+    /// timeout is a dead resumer's and is taken over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at_ms: Option<u64>,
 }
 
 /// What waits: the checkpoint version (a decision names it) and the pending decisions.
@@ -231,8 +236,17 @@ impl RunCheckpoint {
         changed
     }
 
+    /// Whether a live resume holds it at `now_ms`.
+    pub fn claimed(&self, now_ms: u64) -> bool {
+        self.claimed_at_ms
+            .is_some_and(|at| now_ms.saturating_sub(at) < self.limits.timeout_ms)
+    }
+
     /// Applies a batch of decisions: every check first, then all of it.
     pub fn decide(&mut self, decisions: &[ApprovalDecision]) -> CoreResult<()> {
+        if self.claimed(arbor_protocol::Timestamp::now().0) {
+            return Err(being_resumed());
+        }
         if decisions.is_empty() {
             return Err(CoreError::validation("no decisions given"));
         }
@@ -314,6 +328,26 @@ impl RunCheckpoint {
         }
         Ok(())
     }
+}
+
+/// Refuses attribution paths deeper than [`MAX_PATH`].
+pub(crate) fn check_paths(pending: &[PendingDecision]) -> CoreResult<()> {
+    match pending.iter().find(|p| p.path.len() > MAX_PATH) {
+        Some(deep) => Err(CoreError::limit_error(
+            format!("Attribution path exceeds {MAX_PATH} entries"),
+            Some(LimitInfo {
+                limit: "max_attribution_path",
+                maximum: MAX_PATH as u64,
+                observed: deep.path.len() as u64,
+            }),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The error while another resume holds the run.
+pub fn being_resumed() -> CoreError {
+    CoreError::validation("the run is being resumed; decide again once it suspends")
 }
 
 /// The stored checkpoint of `run`, if it is suspended.
@@ -405,4 +439,40 @@ pub async fn decide(
         version,
         pending: checkpoint.pending(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(depth: usize) -> PendingDecision {
+        PendingDecision {
+            id: "sub_x".into(),
+            tool: "write".into(),
+            arguments: serde_json::json!({}),
+            call_id: "c".into(),
+            path: (0..depth).map(|i| format!("c{i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn paths_deeper_than_eight_are_refused() {
+        check_paths(&[pending(8)]).unwrap();
+        let e = check_paths(&[pending(8), pending(9)]).unwrap_err();
+        assert_eq!(e.to_string(), "Attribution path exceeds 8 entries");
+        assert_eq!(e.limit().map(|l| (l.maximum, l.observed)), Some((8, 9)));
+    }
+
+    #[test]
+    fn ids_are_sha256_hex_of_run_and_call() {
+        let run: RunId = "01a238b5-0000-7000-8000-000000000001".parse().unwrap();
+        let id = own_id(run, "c1");
+        assert_eq!(id.len(), 4 + 64);
+        assert_eq!(id, own_id(run, "c1"));
+        assert_ne!(id, own_id(run, "c2"));
+        assert_eq!(
+            nested_id(run, "apr_1"),
+            format!("sub_{}", hex_sha256(&format!("{run}:apr_1")))
+        );
+    }
 }

@@ -13,11 +13,9 @@ use arbor_store::SessionUpdate;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{
-    self, CallSlot, CallState, MAX_PATH, MAX_PENDING, RunCheckpoint, Suspension,
-};
+use crate::approval::{self, CallSlot, CallState, MAX_PENDING, RunCheckpoint, Suspension};
 use crate::dispatch::CallStop;
-use crate::error::{CoreError, CoreResult, LimitInfo};
+use crate::error::{CoreError, CoreResult};
 use crate::run::{Outcome, RunOptions, RunResult, RunState};
 use crate::session::Session;
 
@@ -87,17 +85,15 @@ impl Session {
             started_ms: state.started_ms,
             calls: Vec::with_capacity(calls.len()),
             sticky: state.sticky.clone(),
+            claimed_at_ms: None,
         };
         if state.gated {
             if calls.len() > MAX_PENDING {
-                return Err(CoreError::limit_error(
-                    format!("a turn may wait on at most {MAX_PENDING} approvals"),
-                    Some(LimitInfo {
-                        limit: "max_pending_approvals",
-                        maximum: MAX_PENDING as u64,
-                        observed: calls.len() as u64,
-                    }),
-                ));
+                // More than a person can review at once: the run fails, nothing ran.
+                return Ok(Some(Outcome::ToolFatal(format!(
+                    "a turn may wait on at most {MAX_PENDING} approvals (it asked for {})",
+                    calls.len()
+                ))));
             }
             checkpoint.calls = calls
                 .into_iter()
@@ -202,7 +198,21 @@ impl Session {
                             "resuming a delegated run needs a supervisor (RunOptions::with_nested)",
                         ));
                     };
-                    match nested.resume_nested(run_id, session_id, decisions).await? {
+                    let resumed = match nested.resume_nested(run_id, session_id, decisions).await {
+                        Ok(resumed) => resumed,
+                        Err(e) => {
+                            // Keep what already ran (a call done is never run again) and
+                            // release the run for a later resume.
+                            checkpoint.claimed_at_ms = None;
+                            if let Err(save) =
+                                approval::save(self.store.as_ref(), &checkpoint, expected).await
+                            {
+                                tracing::warn!(run = %state.run_id, error = %save, "could not keep a resume's progress");
+                            }
+                            return Err(e);
+                        }
+                    };
+                    match resumed {
                         NestedOutcome::Completed(text) => CallState::Done {
                             result: ToolResult {
                                 call_id: slot.call.id.clone(),
@@ -288,16 +298,9 @@ impl Session {
         expected: u64,
     ) -> CoreResult<Outcome> {
         let pending = checkpoint.pending();
-        if let Some(deep) = pending.iter().find(|p| p.path.len() > MAX_PATH) {
-            return Err(CoreError::limit_error(
-                format!("Attribution path exceeds {MAX_PATH} entries"),
-                Some(LimitInfo {
-                    limit: "max_attribution_path",
-                    maximum: MAX_PATH as u64,
-                    observed: deep.path.len() as u64,
-                }),
-            ));
-        }
+        approval::check_paths(&pending)?;
+        let mut checkpoint = checkpoint;
+        checkpoint.claimed_at_ms = None;
         let version = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
         Ok(Outcome::Suspended(Suspension {
             run_id: state.run_id,
@@ -312,13 +315,19 @@ impl Session {
     /// resumes children that have decisions, and goes on with the run, or suspends again
     /// with what still waits. Decide first ([`approval::decide`], or [`Session::approve`]).
     pub async fn resume(&mut self, run_id: RunId, options: RunOptions) -> CoreResult<RunResult> {
-        let (version, checkpoint) = approval::load(self.store.as_ref(), run_id)
+        let (version, mut checkpoint) = approval::load(self.store.as_ref(), run_id)
             .await?
             .filter(|(_, c)| c.session_id == self.id())
             .ok_or_else(approval::unknown_approval)?;
-        // Claim it: of two resumes racing, one goes on and the other sees a stale version,
-        // so a decided call runs once.
+        // Claim it: of two resumes, one goes on; the other sees the claim (or a stale
+        // version) and stops, so a decided call runs once.
+        let now = Timestamp::now().0;
+        if checkpoint.claimed(now) {
+            return Err(approval::being_resumed());
+        }
+        checkpoint.claimed_at_ms = Some(now);
         approval::save(self.store.as_ref(), &checkpoint, version).await?;
+        checkpoint.claimed_at_ms = None;
         let limits = match options.limits {
             Some(l) => checkpoint.limits.narrow(&l),
             None => checkpoint.limits,

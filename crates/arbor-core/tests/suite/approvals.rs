@@ -378,3 +378,115 @@ async fn allow_for_run_holds_for_later_calls_of_the_same_tool_only() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_resumes_run_the_approved_call_once() {
+    for _ in 0..20 {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let (write, mail) = effects();
+        let a = agent(
+            vec![calls(&[("write", "once")]), ScriptedTurn::text("done")],
+            &write,
+            &mail,
+        );
+        let mut s = a.session().store(store.clone()).create().await.unwrap();
+        let r = s.run("go", RunOptions::default()).await.unwrap();
+        let waiting = r.suspension.unwrap();
+        approval::decide(
+            store.as_ref(),
+            r.run_id,
+            waiting.version,
+            &[ApprovalDecision::new(
+                waiting.pending[0].id.clone(),
+                Verdict::AllowOnce,
+            )],
+        )
+        .await
+        .unwrap();
+        let mut one = a.open_session(store.clone(), s.id()).await.unwrap();
+        let mut two = a.open_session(store.clone(), s.id()).await.unwrap();
+        let run = r.run_id;
+        let (x, y) = tokio::join!(
+            tokio::spawn(async move { one.resume(run, RunOptions::default()).await }),
+            tokio::spawn(async move { two.resume(run, RunOptions::default()).await }),
+        );
+        let oks = [x.unwrap(), y.unwrap()]
+            .into_iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.status == RunStatus::Succeeded))
+            .count();
+        assert_eq!(oks, 1, "one resume goes on");
+        assert_eq!(write.runs.load(Ordering::SeqCst), 1, "the call ran once");
+    }
+}
+
+#[tokio::test]
+async fn a_turn_may_wait_on_at_most_32_calls_and_a_claimed_run_takes_no_decision() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let many: Vec<(&str, &str)> = (0..33).map(|_| ("write", "x")).collect();
+    let a = agent(vec![calls(&many)], &write, &mail)
+        .to_builder()
+        .limits(arbor_protocol::RunLimits::HARD)
+        .build()
+        .unwrap();
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Failed);
+    assert_eq!(
+        r.error.as_deref(),
+        Some("a turn may wait on at most 32 approvals (it asked for 33)")
+    );
+    assert_eq!(write.runs.load(Ordering::SeqCst), 0);
+
+    // A resume in progress holds the run: a decision meanwhile is refused.
+    let mut checkpoint = approval::RunCheckpoint {
+        session_id: s.id(),
+        run_id: arbor_protocol::RunId::new(),
+        turn: 1,
+        turns: 1,
+        tool_calls: 1,
+        usage: arbor_protocol::Usage::default(),
+        text: String::new(),
+        limits: arbor_protocol::RunLimits::DEFAULT,
+        started_ms: 0,
+        calls: vec![approval::CallSlot {
+            call: arbor_protocol::ToolCall {
+                id: "c".into(),
+                name: "write".into(),
+                arguments: json!({"what": "x"}),
+            },
+            approval_id: "apr_1".into(),
+            state: approval::CallState::Pending,
+        }],
+        sticky: Vec::new(),
+        claimed_at_ms: Some(arbor_protocol::Timestamp::now().0),
+    };
+    let v = approval::save(store.as_ref(), &checkpoint, 0)
+        .await
+        .unwrap();
+    let e = approval::decide(
+        store.as_ref(),
+        checkpoint.run_id,
+        v,
+        &[ApprovalDecision::new("apr_1", Verdict::AllowOnce)],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the run is being resumed; decide again once it suspends"
+    );
+    // A claim older than the run's timeout is a dead resumer's: decisions go through.
+    checkpoint.claimed_at_ms = Some(1);
+    let v = approval::save(store.as_ref(), &checkpoint, v)
+        .await
+        .unwrap();
+    approval::decide(
+        store.as_ref(),
+        checkpoint.run_id,
+        v,
+        &[ApprovalDecision::new("apr_1", Verdict::AllowOnce)],
+    )
+    .await
+    .unwrap();
+}
