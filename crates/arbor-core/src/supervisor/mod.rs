@@ -52,6 +52,7 @@ pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use nested::DELEGATION_NAMESPACE;
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+pub use pump::ChildEventProjector;
 pub use send_tool::SendMessageTool;
 pub use summary::{ChildSummary, Outcome};
 pub use tools::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};

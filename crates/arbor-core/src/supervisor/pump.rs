@@ -48,8 +48,16 @@ fn is_streamed(event: &AgentEvent) -> bool {
         )
 }
 
-struct Pump<'a> {
-    supervisor: &'a Supervisor,
+/// The pump's synchronous core: projects one child's events, one at a time, onto the
+/// supervisor's stream under the delegation's policy and caps.
+///
+/// Every delegation runs one internally. It is public so that a host relaying a child's
+/// events from elsewhere (another process, a replay) applies the same redaction, caps and
+/// coalescing, and so that the projection's cost can be measured on its own. Its counters
+/// are its own: a new projector starts with the full caps.
+#[derive(Debug)]
+pub struct ChildEventProjector {
+    supervisor: Supervisor,
     origin: ChildOrigin,
     policy: EffectivePolicy,
     limits: SupervisorLimits,
@@ -61,7 +69,38 @@ struct Pump<'a> {
     turn: u32,
 }
 
-impl Pump<'_> {
+impl ChildEventProjector {
+    /// A projector for the child `origin` running with `policy`, under the supervisor's
+    /// limits.
+    pub fn new(supervisor: &Supervisor, origin: ChildOrigin, policy: EffectivePolicy) -> Self {
+        Self::with_limits(supervisor, origin, policy, *supervisor.limits())
+    }
+
+    fn with_limits(
+        supervisor: &Supervisor,
+        origin: ChildOrigin,
+        policy: EffectivePolicy,
+        limits: SupervisorLimits,
+    ) -> Self {
+        Self {
+            supervisor: supervisor.clone(),
+            origin,
+            policy,
+            limits,
+            emitted: 0,
+            capped: false,
+            window_start: None,
+            in_window: 0,
+            dropped: 0,
+            turn: 0,
+        }
+    }
+
+    /// How many events it has published as child events or milestones.
+    pub fn emitted(&self) -> u32 {
+        self.emitted
+    }
+
     fn publish(&self, event: SupervisorEvent) {
         if let Some(envelope) = self.supervisor.publish(event)
             && let Some(sink) = &self.supervisor.inner.sink
@@ -99,6 +138,12 @@ impl Pump<'_> {
         Some((event, bytes))
     }
 
+    /// Announces events dropped by the rate limit since the last published one. Call it
+    /// when the child's stream ends, so a gap is never silent.
+    pub fn finish(&mut self) {
+        self.flush_drops();
+    }
+
     fn flush_drops(&mut self) {
         if self.dropped > 0 && !self.capped {
             self.publish(SupervisorEvent::DelegationChildEventsCoalesced {
@@ -110,7 +155,9 @@ impl Pump<'_> {
         self.dropped = 0;
     }
 
-    fn handle(&mut self, envelope: &EventEnvelope) {
+    /// Projects one child event: selects it by the report level, redacts it, checks the
+    /// count and byte caps and the per-second rate, and publishes it (or a marker).
+    pub fn project(&mut self, envelope: &EventEnvelope) {
         if self.capped || !self.selected(&envelope.event) {
             return;
         }
@@ -168,32 +215,21 @@ pub(crate) async fn run_pump(
     mut sub: Subscription<EventEnvelope>,
     stop: CancellationToken,
 ) {
-    let mut pump = Pump {
-        supervisor,
-        origin,
-        policy,
-        limits,
-        emitted: 0,
-        capped: false,
-        window_start: None,
-        in_window: 0,
-        dropped: 0,
-        turn: 0,
-    };
+    let mut pump = ChildEventProjector::with_limits(supervisor, origin, policy, limits);
     loop {
         tokio::select! {
             biased;
             e = sub.recv() => match e {
-                Some(e) => pump.handle(&e),
+                Some(e) => pump.project(&e),
                 None => break,
             },
             _ = stop.cancelled() => {
                 while let Some(e) = sub.try_recv() {
-                    pump.handle(&e);
+                    pump.project(&e);
                 }
                 break;
             }
         }
     }
-    pump.flush_drops();
+    pump.finish();
 }

@@ -253,3 +253,45 @@ mod tests {
         assert_eq!(s.rows()[0].outcome, Outcome::Aborted);
     }
 }
+
+/// Access to the summary's internal counters for the benchmark program (feature `bench`).
+/// Not a stable API.
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod bench {
+    use std::sync::Arc;
+
+    use super::{Outcome, Summary};
+    use crate::supervisor::policy::Lifetime;
+
+    /// The counters the supervisor updates on every delegation's start and settle.
+    #[derive(Debug)]
+    pub struct SummaryCounters(Summary);
+
+    impl SummaryCounters {
+        /// Counters for these catalog entries.
+        pub fn new(child_ids: &[String]) -> Self {
+            Self(Summary::new(child_ids))
+        }
+
+        /// A task-lifetime delegation of entry `child` started under `parents`.
+        pub fn start(&mut self, child: usize, delegation_id: &str, parents: Arc<[String]>) {
+            self.0.start(child, delegation_id, parents, Lifetime::Task);
+        }
+
+        /// The delegation settled, as a failure or a success.
+        pub fn settle(&mut self, delegation_id: &str, failure: bool) {
+            let outcome = if failure {
+                Outcome::Failed
+            } else {
+                Outcome::Succeeded
+            };
+            self.0.settle(delegation_id, outcome, failure);
+        }
+
+        /// The rows `summary()` returns.
+        pub fn rows(&self) -> Vec<super::ChildSummary> {
+            self.0.rows()
+        }
+    }
+}

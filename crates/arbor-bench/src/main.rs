@@ -1,0 +1,156 @@
+//! `arbor-bench`: what arbor itself costs per delegation, on the scripted model with zero
+//! delay (every model call reports 10 input and 5 output tokens).
+//!
+//! Each scenario and store runs in a fresh child process of this program (the hidden
+//! `--worker` mode), so each row's peak resident memory is its own. The parent prints a
+//! table, or one JSON object with `--json`, and exits 1 if any row's token total read back
+//! from the store differs from the exact figure its scripts imply.
+//!
+//! - [`scenario`]: the scenarios and their measurement.
+//! - [`trees`]: the agents, supervisors and stores they run.
+//! - [`pump`]: scenario E, the child-event projection.
+//! - [`report`]: the rows, as a table or JSON.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod pump;
+mod report;
+mod rss;
+mod scenario;
+mod trees;
+
+use std::process::{Command, ExitCode};
+
+use clap::Parser;
+
+use crate::report::Row;
+use crate::scenario::Scenario;
+use crate::trees::StoreKind;
+
+/// Measures arbor's own overhead per delegation.
+#[derive(Debug, Parser)]
+#[command(name = "arbor-bench", version)]
+struct Args {
+    /// Scenarios to run (B S C D A E; default all).
+    #[arg(value_name = "SCENARIO")]
+    scenarios: Vec<String>,
+    /// Only this store (default: memory, then sqlite).
+    #[arg(long, value_parser = ["memory", "sqlite"])]
+    store: Option<String>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// A few iterations of each, one run: checks that everything works, not how fast.
+    #[arg(long)]
+    quick: bool,
+    /// Internal: run one scenario on one store and print its row as JSON.
+    #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
+    worker: Option<Vec<String>>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("arbor-bench: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode, String> {
+    if let Some(worker) = &args.worker {
+        let (scenario, kind) = match worker.as_slice() {
+            [s, k] => (parse_scenario(s)?, parse_store(k)?),
+            _ => return Err("--worker takes a scenario and a store".to_owned()),
+        };
+        let row = worker_row(scenario, kind, args.quick)?;
+        println!(
+            "{}",
+            serde_json::to_string(&row).map_err(|e| e.to_string())?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let scenarios = if args.scenarios.is_empty() {
+        Scenario::ALL.to_vec()
+    } else {
+        args.scenarios
+            .iter()
+            .map(|s| parse_scenario(s))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let stores = match &args.store {
+        Some(s) => vec![parse_store(s)?],
+        None => vec![StoreKind::Memory, StoreKind::Sqlite],
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut rows = Vec::new();
+    for kind in &stores {
+        for scenario in &scenarios {
+            if !args.json {
+                eprintln!("running {} on {}", scenario.letter(), kind.name());
+            }
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--worker", scenario.letter(), kind.name()]);
+            if args.quick {
+                cmd.arg("--quick");
+            }
+            let out = cmd
+                .output()
+                .map_err(|e| format!("cannot start a worker: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "scenario {} on {} failed: {}",
+                    scenario.letter(),
+                    kind.name(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let row: Row = serde_json::from_slice(&out.stdout)
+                .map_err(|e| format!("a worker's report is not a row: {e}"))?;
+            rows.push(row);
+        }
+    }
+    if args.json {
+        let doc = serde_json::json!({
+            "quick": args.quick,
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "rows": rows,
+        });
+        println!("{doc}");
+    } else {
+        print!("{}", report::table(&rows));
+    }
+    let wrong: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.tokens_ok())
+        .map(|r| format!("{} on {}", r.scenario, r.store))
+        .collect();
+    if wrong.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "arbor-bench: token totals differ from the expected figure: {}",
+            wrong.join(", ")
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn parse_scenario(s: &str) -> Result<Scenario, String> {
+    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E)"))
+}
+
+fn parse_store(s: &str) -> Result<StoreKind, String> {
+    StoreKind::parse(s).ok_or_else(|| format!("unknown store {s:?} (memory or sqlite)"))
+}
+
+/// One scenario on one store, in this process, on a runtime with a worker per core.
+fn worker_row(scenario: Scenario, kind: StoreKind, quick: bool) -> Result<Row, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(scenario::measure(scenario, kind, quick))
+}

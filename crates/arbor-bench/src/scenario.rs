@@ -1,0 +1,371 @@
+//! The scenarios: what one operation is, how many a run makes, and the exact token figure
+//! each implies. [`measure`] runs one scenario on one store kind in this process.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arbor_core::supervisor::{DelegationRequest, Supervisor, WaitOptions, WaitOutcome};
+use arbor_core::{Agent, RunOptions};
+use arbor_protocol::{RunStatus, SessionId};
+use arbor_store::{SessionRecord, Store};
+
+use crate::report::Row;
+use crate::trees::{self, CALL_TOKENS, StoreKind};
+use crate::{pump, rss};
+
+/// A benchmark scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scenario {
+    /// A root run with one model turn.
+    B,
+    /// A root run delegating once, sync.
+    S,
+    /// One tool call running 1,000 children concurrently.
+    C,
+    /// A sync chain of depth 4.
+    D,
+    /// Admission alone.
+    A,
+    /// The child-event pump.
+    E,
+}
+
+/// Children that C runs.
+pub(crate) const FAN_OUT: u32 = 1000;
+
+impl Scenario {
+    pub(crate) const ALL: [Scenario; 6] = [
+        Scenario::B,
+        Scenario::S,
+        Scenario::C,
+        Scenario::D,
+        Scenario::A,
+        Scenario::E,
+    ];
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.letter().eq_ignore_ascii_case(s))
+    }
+
+    pub(crate) fn letter(self) -> &'static str {
+        match self {
+            Scenario::B => "B",
+            Scenario::S => "S",
+            Scenario::C => "C",
+            Scenario::D => "D",
+            Scenario::A => "A",
+            Scenario::E => "E",
+        }
+    }
+
+    /// What one operation is.
+    pub(crate) fn op(self) -> &'static str {
+        match self {
+            Scenario::B => "root run, 1 turn",
+            Scenario::S => "sync delegation",
+            Scenario::C => "child of 1000",
+            Scenario::D => "depth-4 chain",
+            Scenario::A => "admission",
+            Scenario::E => "child event",
+        }
+    }
+
+    /// Operations in one run, and how many runs the median is taken over.
+    pub(crate) fn plan(self, quick: bool) -> (u64, u32) {
+        let (ops, runs) = match self {
+            Scenario::B => (1000, 5),
+            Scenario::S => (1000, 5),
+            Scenario::C => (u64::from(FAN_OUT), 5),
+            Scenario::D => (200, 5),
+            Scenario::A => (1000, 5),
+            Scenario::E => (20_000, 5),
+        };
+        if quick {
+            let ops = match self {
+                Scenario::C => 50,
+                Scenario::E => 1000,
+                _ => 10,
+            };
+            (ops, 1)
+        } else {
+            (ops, runs)
+        }
+    }
+
+    /// Model calls per operation, and how many tokens they add up to at the root.
+    fn tokens_per_op(self) -> Option<u64> {
+        match self {
+            Scenario::B => Some(CALL_TOKENS),
+            Scenario::S => Some(3 * CALL_TOKENS),
+            // The root's own two calls are counted once per run, below.
+            Scenario::C => Some(CALL_TOKENS),
+            Scenario::D => Some(7 * CALL_TOKENS),
+            Scenario::A => Some(CALL_TOKENS),
+            Scenario::E => None,
+        }
+    }
+
+    /// The exact token total at the roots of one run of `ops` operations.
+    pub(crate) fn expected_tokens(self, ops: u64) -> Option<u64> {
+        let per = self.tokens_per_op()?;
+        Some(match self {
+            Scenario::C => ops * per + 2 * CALL_TOKENS,
+            _ => ops * per,
+        })
+    }
+}
+
+/// What one run measured.
+struct RunOutcome {
+    elapsed: Duration,
+    /// Per-operation latencies, where operations are timed one by one.
+    samples: Vec<Duration>,
+    /// The roots whose aggregate is summed.
+    roots: Vec<SessionId>,
+}
+
+/// Runs `scenario` on fresh `kind` stores `runs` times and summarizes.
+pub(crate) async fn measure(
+    scenario: Scenario,
+    kind: StoreKind,
+    quick: bool,
+) -> Result<Row, String> {
+    let (ops, runs) = scenario.plan(quick);
+    let before = rss::current_kib();
+    let mut per_op = Vec::new();
+    let mut walls = Vec::new();
+    let mut samples = Vec::new();
+    let mut tokens: Option<u64> = None;
+    for _ in 0..runs {
+        let bench = kind.open()?;
+        let store = bench.store.clone();
+        let out = run_once(scenario, &store, ops).await?;
+        walls.push(out.elapsed.as_secs_f64() * 1e3);
+        per_op.push(out.elapsed.as_secs_f64() * 1e6 / ops as f64);
+        samples.extend(out.samples);
+        if scenario.tokens_per_op().is_some() {
+            // Every run must give the same exact figure: the last one's is reported, and a
+            // run that differs is reported instead.
+            let got = root_total(&store, &out.roots).await?;
+            if tokens.is_none() || Some(got) != scenario.expected_tokens(ops) {
+                tokens = Some(got);
+            }
+        }
+    }
+    let peak = rss::peak_kib();
+    let mut us_per_op = median(&mut per_op);
+    let mut p99 = None;
+    if !samples.is_empty() {
+        samples.sort();
+        us_per_op = percentile(&samples, 50.0);
+        p99 = Some(percentile(&samples, 99.0));
+    }
+    Ok(Row {
+        scenario: scenario.letter().to_owned(),
+        store: kind.name().to_owned(),
+        ops_per_sec: if us_per_op > 0.0 {
+            1e6 / us_per_op
+        } else {
+            0.0
+        },
+        us_per_op,
+        peak_rss_mb: rss::mib(peak),
+        root_total_tokens: tokens,
+        expected_tokens: scenario.expected_tokens(ops),
+        op: scenario.op().to_owned(),
+        ops_per_run: ops,
+        runs,
+        p99_us: p99,
+        wall_ms: median(&mut walls),
+        added_rss_mb: rss::mib(peak.saturating_sub(before)),
+    })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The `p`th percentile (nearest rank) of sorted samples, in microseconds.
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let i = rank.clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+/// The summed aggregate tokens of `roots`, read back from the store.
+async fn root_total(store: &Arc<dyn Store>, roots: &[SessionId]) -> Result<u64, String> {
+    let mut total = 0;
+    for id in roots {
+        let record = store
+            .session(*id)
+            .await
+            .map_err(|e| format!("reading root {id}: {e}"))?
+            .ok_or_else(|| format!("root {id} is missing from the store"))?;
+        total += record.aggregate_usage().total_tokens;
+    }
+    Ok(total)
+}
+
+async fn run_once(
+    scenario: Scenario,
+    store: &Arc<dyn Store>,
+    ops: u64,
+) -> Result<RunOutcome, String> {
+    let e = |e: arbor_core::CoreError| e.to_string();
+    match scenario {
+        Scenario::B => {
+            let root = trees::scripted("root", vec![arbor_model::ScriptedTurn::text("done")])
+                .build()
+                .map_err(e)?;
+            roots_in_sequence(&root, store, ops).await
+        }
+        Scenario::S => {
+            let (root, _sup) = trees::one_child(store).map_err(e)?;
+            roots_in_sequence(&root, store, ops).await
+        }
+        Scenario::D => {
+            let (root, _sup) = trees::chain(store).map_err(e)?;
+            roots_in_sequence(&root, store, ops).await
+        }
+        Scenario::C => {
+            let count = u32::try_from(ops).map_err(|_| "too many children".to_owned())?;
+            let (root, _sup) = trees::fan_out(store, count).map_err(e)?;
+            roots_in_sequence(&root, store, 1).await.map(|mut out| {
+                out.samples.clear();
+                out
+            })
+        }
+        Scenario::A => admissions(store, ops).await,
+        Scenario::E => {
+            let elapsed = pump::project_events(store, ops)?;
+            Ok(RunOutcome {
+                elapsed,
+                samples: Vec::new(),
+                roots: Vec::new(),
+            })
+        }
+    }
+}
+
+/// Creates a root session and runs it, `ops` times in sequence; each run must succeed.
+async fn roots_in_sequence(
+    root: &Agent,
+    store: &Arc<dyn Store>,
+    ops: u64,
+) -> Result<RunOutcome, String> {
+    let mut roots = Vec::with_capacity(ops as usize);
+    let start = Instant::now();
+    for _ in 0..ops {
+        let mut session = root
+            .session()
+            .store(store.clone())
+            .create()
+            .await
+            .map_err(|e| e.to_string())?;
+        let result = session
+            .run("task", RunOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        if result.status != RunStatus::Succeeded {
+            return Err(format!(
+                "a root run ended {:?}: {}",
+                result.status,
+                result.error.unwrap_or_default()
+            ));
+        }
+        roots.push(session.id());
+    }
+    Ok(RunOutcome {
+        elapsed: start.elapsed(),
+        samples: Vec::new(),
+        roots,
+    })
+}
+
+/// `delegate_async` timed until the handle returns, then the child is waited for (untimed),
+/// `ops` times under one parent session.
+async fn admissions(store: &Arc<dyn Store>, ops: u64) -> Result<RunOutcome, String> {
+    let sup: Supervisor = trees::admission(store).map_err(|e| e.to_string())?;
+    let parent = SessionRecord::new_root("parent", "parent", "scripted");
+    store
+        .create_session(&parent)
+        .await
+        .map_err(|e| e.to_string())?;
+    let parent_ref = arbor_core::SessionRef::from(&parent);
+    let mut samples = Vec::with_capacity(ops as usize);
+    let start = Instant::now();
+    for _ in 0..ops {
+        let request = DelegationRequest {
+            parent: Some(parent_ref),
+            ..DelegationRequest::new("child", "go")
+        };
+        let t = Instant::now();
+        let handle = sup
+            .delegate_async(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        samples.push(t.elapsed());
+        match sup
+            .wait(&handle.delegation_id, WaitOptions::default())
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            WaitOutcome::Finished(_) => {}
+            WaitOutcome::Cancelled { .. } => return Err("a child was cancelled".to_owned()),
+        }
+    }
+    Ok(RunOutcome {
+        elapsed: start.elapsed(),
+        samples,
+        roots: vec![parent.id],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_tokens_follow_the_scripts() {
+        assert_eq!(Scenario::B.expected_tokens(1000), Some(15_000));
+        assert_eq!(Scenario::S.expected_tokens(1000), Some(45_000));
+        assert_eq!(Scenario::C.expected_tokens(1000), Some(15_030));
+        assert_eq!(Scenario::D.expected_tokens(200), Some(21_000));
+        assert_eq!(Scenario::A.expected_tokens(1000), Some(15_000));
+        assert_eq!(Scenario::E.expected_tokens(1000), None);
+        assert_eq!(Scenario::parse("s"), Some(Scenario::S));
+        assert_eq!(Scenario::parse("X"), None);
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_micros).collect();
+        assert_eq!(percentile(&samples, 50.0), 50.0);
+        assert_eq!(percentile(&samples, 99.0), 99.0);
+        assert_eq!(percentile(&samples[..1], 99.0), 1.0);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0, 10.0]), 2.5);
+    }
+
+    /// Every scenario, in quick mode, on both stores: the token figure read back equals the
+    /// exact one the scripts imply.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_scenario_runs_and_loses_no_tokens() {
+        for kind in [StoreKind::Memory, StoreKind::Sqlite] {
+            for scenario in Scenario::ALL {
+                let row = measure(scenario, kind, true).await.unwrap();
+                assert!(row.tokens_ok(), "{row:?}");
+                assert!(row.us_per_op > 0.0, "{row:?}");
+            }
+        }
+    }
+}
