@@ -43,6 +43,9 @@ struct Args {
     /// A few iterations of each, one run: checks that everything works, not how fast.
     #[arg(long)]
     quick: bool,
+    /// Run on tokio's multi-thread runtime (a worker per core) instead of one thread.
+    #[arg(long)]
+    multi_thread: bool,
     /// Internal: run one scenario on one store and print its row as JSON.
     #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
     worker: Option<Vec<String>>,
@@ -65,7 +68,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             [s, k] => (parse_scenario(s)?, parse_store(k)?),
             _ => return Err("--worker takes a scenario and a store".to_owned()),
         };
-        let row = worker_row(scenario, kind, args.quick)?;
+        let row = worker_row(scenario, kind, args.quick, args.multi_thread)?;
         println!(
             "{}",
             serde_json::to_string(&row).map_err(|e| e.to_string())?
@@ -96,6 +99,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
             if args.quick {
                 cmd.arg("--quick");
             }
+            if args.multi_thread {
+                cmd.arg("--multi-thread");
+            }
             let out = cmd
                 .output()
                 .map_err(|e| format!("cannot start a worker: {e}"))?;
@@ -115,6 +121,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
     if args.json {
         let doc = serde_json::json!({
             "quick": args.quick,
+            "runtime": if args.multi_thread { "multi_thread" } else { "current_thread" },
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             "rows": rows,
         });
@@ -146,11 +153,28 @@ fn parse_store(s: &str) -> Result<StoreKind, String> {
     StoreKind::parse(s).ok_or_else(|| format!("unknown store {s:?} (memory or sqlite)"))
 }
 
-/// One scenario on one store, in this process, on a runtime with a worker per core.
-fn worker_row(scenario: Scenario, kind: StoreKind, quick: bool) -> Result<Row, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// One scenario on one store, in this process: on one thread by default (the runtime's own
+/// cost, without the scheduler's cross-thread wake-ups), or on a worker per core.
+fn worker_row(
+    scenario: Scenario,
+    kind: StoreKind,
+    quick: bool,
+    multi_thread: bool,
+) -> Result<Row, String> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let rt = builder
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(scenario::measure(scenario, kind, quick))
+    // The scenario runs as a task, as a host's requests do: on the multi-thread runtime the
+    // tasks it spawns start on the same worker instead of waking a blocked main thread.
+    rt.block_on(async {
+        tokio::spawn(scenario::measure(scenario, kind, quick))
+            .await
+            .map_err(|e| format!("the scenario panicked: {e}"))?
+    })
 }

@@ -65,7 +65,7 @@ impl Scenario {
         match self {
             Scenario::B => "root run, 1 turn",
             Scenario::S => "sync delegation",
-            Scenario::C => "child of 1000",
+            Scenario::C => "child (fan-out)",
             Scenario::D => "depth-4 chain",
             Scenario::A => "admission",
             Scenario::E => "child event",

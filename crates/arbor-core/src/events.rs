@@ -8,7 +8,7 @@
 //! at. Publishing never waits for a subscriber.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arbor_protocol::{
     AgentEvent, EventEnvelope, RunId, SessionId, SupervisorEnvelope, SupervisorEvent, Timestamp,
@@ -81,7 +81,10 @@ struct BusInner<E> {
     // Sequence and send happen under one lock so every subscriber sees events in `seq`
     // order even when concurrent tasks publish at once.
     seq: Mutex<u64>,
-    sender: broadcast::Sender<Arc<E>>,
+    /// Made by the first subscription (or at creation for a retaining bus): a session
+    /// nobody watches never allocates the channel's ring.
+    sender: OnceLock<broadcast::Sender<Arc<E>>>,
+    capacity: usize,
     /// A subscription opened at creation, handed to the first subscriber, so events
     /// published before anyone subscribed are kept (up to the capacity).
     retained: Mutex<Option<broadcast::Receiver<Arc<E>>>>,
@@ -102,12 +105,20 @@ impl<E: Sequenced> Bus<E> {
     }
 
     fn make(capacity: usize, retain: bool) -> Self {
-        let (sender, rx) = broadcast::channel(capacity.max(1));
+        let capacity = capacity.max(1);
+        let sender = OnceLock::new();
+        let mut retained = None;
+        if retain {
+            let (tx, rx) = broadcast::channel(capacity);
+            let _ = sender.set(tx);
+            retained = Some(rx);
+        }
         Self {
             inner: Arc::new(BusInner {
                 seq: Mutex::new(0),
                 sender,
-                retained: Mutex::new(retain.then_some(rx)),
+                capacity,
+                retained: Mutex::new(retained),
                 closed: CancellationToken::new(),
             }),
         }
@@ -123,7 +134,7 @@ impl<E: Sequenced> Bus<E> {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         Subscription {
-            rx: retained.unwrap_or_else(|| self.inner.sender.subscribe()),
+            rx: retained.unwrap_or_else(|| self.sender().subscribe()),
             pending: None,
             closed: self.inner.closed.clone(),
         }
@@ -149,7 +160,13 @@ impl<E: Sequenced> Bus<E> {
 
     /// How many subscriptions are open.
     pub fn subscriber_count(&self) -> usize {
-        self.inner.sender.receiver_count()
+        self.inner.sender.get().map_or(0, |s| s.receiver_count())
+    }
+
+    fn sender(&self) -> &broadcast::Sender<Arc<E>> {
+        self.inner
+            .sender
+            .get_or_init(|| broadcast::channel(self.inner.capacity).0)
     }
 
     /// Publishes the event `make` builds from the next sequence number; returns that number.
@@ -157,10 +174,13 @@ impl<E: Sequenced> Bus<E> {
     pub fn publish_with(&self, always: bool, make: impl FnOnce(u64) -> E) -> (u64, Option<Arc<E>>) {
         let mut seq = self.inner.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;
-        if always || self.inner.sender.receiver_count() > 0 {
+        let sender = self.inner.sender.get().filter(|s| s.receiver_count() > 0);
+        if always || sender.is_some() {
             let event = Arc::new(make(*seq));
-            // Fails only when every subscriber is gone, which is fine.
-            let _ = self.inner.sender.send(event.clone());
+            if let Some(sender) = sender {
+                // Fails only when every subscriber is gone, which is fine.
+                let _ = sender.send(event.clone());
+            }
             return (*seq, Some(event));
         }
         (*seq, None)
@@ -324,6 +344,32 @@ mod tests {
         assert_eq!(seen, vec![7, 8, 9, 10]);
         drop(bus);
         assert!(slow.recv().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_unwatched_bus_counts_sequence_numbers_and_a_late_subscriber_starts_after_them() {
+        let bus = EventBus::new(SessionId::new(), 8);
+        let run = RunId::new();
+        assert_eq!(bus.subscriber_count(), 0);
+        assert_eq!(bus.publish(run, AgentEvent::TurnStarted { turn: 1 }), 1);
+        assert_eq!(bus.publish(run, AgentEvent::TurnStarted { turn: 2 }), 2);
+        let mut sub = bus.subscribe();
+        assert_eq!(bus.subscriber_count(), 1);
+        assert!(sub.try_recv().is_none());
+        assert_eq!(bus.publish(run, AgentEvent::TurnStarted { turn: 3 }), 3);
+        let e = sub.recv().await.unwrap();
+        assert_eq!((e.seq, &e.event), (3, &AgentEvent::TurnStarted { turn: 3 }));
+        // A retaining bus keeps what came before its first subscriber.
+        let retaining: Bus<EventEnvelope> = Bus::retaining(8);
+        let (seq, _) = retaining.publish_with(false, |seq| EventEnvelope {
+            seq,
+            at: Timestamp::now(),
+            session_id: SessionId::new(),
+            run_id: run,
+            event: AgentEvent::TurnStarted { turn: 1 },
+        });
+        assert_eq!(seq, 1);
+        assert_eq!(retaining.subscribe().try_recv().unwrap().seq, 1);
     }
 
     #[tokio::test]

@@ -126,13 +126,17 @@ impl Session {
                 }
             };
             checkpoint.calls.push(CallSlot {
-                approval_id: approval::own_id(state.run_id, &call.id),
+                // Named only if the turn suspends (hashing every call's id costs).
+                approval_id: String::new(),
                 call,
                 state: slot_state,
             });
         }
         if checkpoint.settled() {
             return self.complete_turn(state, checkpoint, stop).await;
+        }
+        for slot in &mut checkpoint.calls {
+            slot.approval_id = approval::own_id(state.run_id, &slot.call.id);
         }
         self.suspend(state, checkpoint, 0).await.map(Some)
     }

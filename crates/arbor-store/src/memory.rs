@@ -15,6 +15,8 @@ struct Inner {
     sessions: HashMap<SessionId, SessionRecord>,
     transcripts: HashMap<SessionId, Vec<TranscriptEntry>>,
     checkpoints: BTreeMap<(String, String), Checkpoint>,
+    /// Each parent's children, so a name check reads the siblings only.
+    children: HashMap<SessionId, Vec<SessionId>>,
 }
 
 /// Keeps everything in memory; nothing survives the process. Safe to share between tasks.
@@ -99,14 +101,21 @@ impl Store for MemoryStore {
             if !inner.sessions.contains_key(&parent) {
                 return Err(StoreError::session_not_found(parent));
             }
-            let taken = inner.sessions.values().any(|r| {
-                r.parent_id == Some(parent) && r.tombstone.is_none() && r.name == record.name
-            });
+            let taken = inner
+                .children
+                .get(&parent)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| inner.sessions.get(id))
+                .any(|r| r.tombstone.is_none() && r.name == record.name);
             if taken && record.tombstone.is_none() {
                 return Err(StoreError::NameTaken {
                     name: record.name.clone(),
                 });
             }
+        }
+        if let Some(parent) = record.parent_id {
+            inner.children.entry(parent).or_default().push(record.id);
         }
         inner.sessions.insert(record.id, record.clone());
         inner.transcripts.insert(record.id, Vec::new());

@@ -42,6 +42,9 @@ struct HubState {
     live: HashMap<SessionId, Live>,
     closed: HashSet<SessionId>,
     buckets: HashMap<(Option<SessionId>, SessionId), Bucket>,
+    /// Sessions whose follow-up run could not start (no slot, say): retried when a slot
+    /// frees. Every other idle session with mail was woken when the mail arrived.
+    deferred: HashSet<SessionId>,
 }
 
 /// See the module docs.
@@ -143,16 +146,28 @@ impl Hub {
         self.lock().live.get(&id).is_some_and(|l| l.running)
     }
 
-    /// Idle, non-host sessions with pending messages (to wake when a slot frees).
-    pub(crate) fn idle_with_mail(&self) -> Vec<SessionId> {
-        let state = self.lock();
-        state
-            .live
-            .iter()
-            .filter(|(id, l)| {
-                !l.running && !l.host_owned && !l.inbox.is_empty() && !state.closed.contains(id)
+    /// Remembers that a follow-up run of `id` could not start.
+    pub(crate) fn defer(&self, id: SessionId) {
+        self.lock().deferred.insert(id);
+    }
+
+    /// Takes the deferred sessions that are still idle, not the host's, not closed and have
+    /// pending messages (to wake when a slot frees). Costs nothing when none was deferred.
+    pub(crate) fn take_deferred(&self) -> Vec<SessionId> {
+        let mut state = self.lock();
+        if state.deferred.is_empty() {
+            return Vec::new();
+        }
+        let deferred = std::mem::take(&mut state.deferred);
+        deferred
+            .into_iter()
+            .filter(|id| {
+                !state.closed.contains(id)
+                    && state
+                        .live
+                        .get(id)
+                        .is_some_and(|l| !l.running && !l.host_owned && !l.inbox.is_empty())
             })
-            .map(|(id, _)| *id)
             .collect()
     }
 

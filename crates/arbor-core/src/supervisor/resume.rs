@@ -40,15 +40,17 @@ impl Supervisor {
                 }
                 Err(e) => {
                     this.inner.hub.end_run(id);
+                    this.inner.hub.defer(id);
                     tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
                 }
             }
         });
     }
 
-    /// Wakes every idle child with mail (after a slot was freed).
+    /// Wakes every idle child with mail whose follow-up could not start before (after a
+    /// slot was freed).
     pub(crate) fn wake_waiting(&self) {
-        for id in self.inner.hub.idle_with_mail() {
+        for id in self.inner.hub.take_deferred() {
             self.wake(id);
         }
     }

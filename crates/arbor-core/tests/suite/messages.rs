@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use arbor_core::registry;
 use arbor_core::supervisor::{
-    ChildEntry, DelegationRequest, Ownership, SendMessageTool, Sender, SpawnAgentTool, Supervisor,
-    factory_fn,
+    ChildEntry, DelegationRequest, LimitsInput, Ownership, SendMessageTool, Sender, SpawnAgentTool,
+    Supervisor, factory_fn,
 };
 use arbor_core::{Agent, CoreErrorKind, RunOptions, Session};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
@@ -27,7 +27,18 @@ fn supervisor(
     store: &Arc<dyn Store>,
     scripts: Vec<(&'static str, Vec<ScriptedTurn>)>,
 ) -> Supervisor {
-    let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
+    supervisor_with(store, scripts, LimitsInput::default())
+}
+
+/// The same with `limits`.
+fn supervisor_with(
+    store: &Arc<dyn Store>,
+    scripts: Vec<(&'static str, Vec<ScriptedTurn>)>,
+    limits: LimitsInput,
+) -> Supervisor {
+    let mut b = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .limits(limits);
     for (id, turns) in scripts {
         let script = Script::new(turns);
         b = b.child(ChildEntry::new(
@@ -260,6 +271,77 @@ async fn a_follow_up_to_a_retained_child_runs_a_new_turn_in_its_context() {
         EntryKind::Message { message: Message::User { content } }
             if content == "[from parent]\n\nCheck the new regression test"
     )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follow_up_that_finds_no_free_slot_starts_when_one_frees() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor_with(
+        &store,
+        vec![
+            (
+                "reviewer",
+                vec![
+                    send("parent", "v1"),
+                    ScriptedTurn::text("idle"),
+                    send("parent", "v2"),
+                    ScriptedTurn::text("idle again"),
+                ],
+            ),
+            (
+                "slow",
+                vec![ScriptedTurn::text("slow done").with_delay(Duration::from_secs(5))],
+            ),
+        ],
+        LimitsInput {
+            max_active_children: Some(1),
+            ..LimitsInput::default()
+        },
+    );
+    let mut turns = vec![
+        spawn("reviewer", "api", "review"),
+        ScriptedTurn::text("waiting"),
+        // The only slot goes to `slow`; the follow-up to `api` must wait for it.
+        spawn("slow", "s", "take your time"),
+        send("api", "again please"),
+        ScriptedTurn::text("asked"),
+    ];
+    turns.extend((0..6).map(|_| ScriptedTurn::text("reading")));
+    let mut root = root(&sup, &store, turns).await;
+    root.run("go", RunOptions::default()).await.unwrap();
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    let r = root.run_inbox(RunOptions::default()).await.unwrap();
+    assert_eq!(r.text, "asked");
+    assert_eq!(sup.active_children(), 1);
+    for _ in 0..4 {
+        if user_texts(&root).iter().any(|t| t.ends_with("\n\nv2")) {
+            break;
+        }
+        sup.wait_for_mail_or_quiet(root.inbox()).await;
+        if root.inbox().is_empty() {
+            break;
+        }
+        root.run_inbox(RunOptions::default()).await.unwrap();
+    }
+    assert!(
+        user_texts(&root)
+            .iter()
+            .any(|t| t == "[from child:api]\n\nv2"),
+        "{:?}",
+        user_texts(&root)
+    );
+    let kid = registry::find_child(store.as_ref(), root.id(), "api")
+        .await
+        .unwrap();
+    let runs = store
+        .transcript(kid.id, 0, None)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e.kind, EntryKind::RunStarted { .. }))
+        .count();
+    assert_eq!(runs, 2);
+    assert_eq!(sup.active_children(), 0);
 }
 
 #[tokio::test]
