@@ -46,6 +46,10 @@ struct Args {
     /// Run on tokio's multi-thread runtime (a worker per core) instead of one thread.
     #[arg(long)]
     multi_thread: bool,
+    /// Operations in one run instead of the scenario's own count (one run is made): for
+    /// instruction counts under callgrind, say.
+    #[arg(long)]
+    ops: Option<u64>,
     /// Internal: run one scenario on one store and print its row as JSON.
     #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
     worker: Option<Vec<String>>,
@@ -68,7 +72,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
             [s, k] => (parse_scenario(s)?, parse_store(k)?),
             _ => return Err("--worker takes a scenario and a store".to_owned()),
         };
-        let row = worker_row(scenario, kind, args.quick, args.multi_thread)?;
+        let (ops, runs) = match args.ops {
+            Some(ops) => (ops.max(1), 1),
+            None => scenario.plan(args.quick),
+        };
+        let row = worker_row(scenario, kind, (ops, runs), args.multi_thread)?;
         println!(
             "{}",
             serde_json::to_string(&row).map_err(|e| e.to_string())?
@@ -101,6 +109,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
             }
             if args.multi_thread {
                 cmd.arg("--multi-thread");
+            }
+            if let Some(ops) = args.ops {
+                cmd.args(["--ops", &ops.to_string()]);
             }
             let out = cmd
                 .output()
@@ -158,7 +169,7 @@ fn parse_store(s: &str) -> Result<StoreKind, String> {
 fn worker_row(
     scenario: Scenario,
     kind: StoreKind,
-    quick: bool,
+    (ops, runs): (u64, u32),
     multi_thread: bool,
 ) -> Result<Row, String> {
     let mut builder = if multi_thread {
@@ -173,7 +184,7 @@ fn worker_row(
     // The scenario runs as a task, as a host's requests do: on the multi-thread runtime the
     // tasks it spawns start on the same worker instead of waking a blocked main thread.
     rt.block_on(async {
-        tokio::spawn(scenario::measure(scenario, kind, quick))
+        tokio::spawn(scenario::measure(scenario, kind, ops, runs))
             .await
             .map_err(|e| format!("the scenario panicked: {e}"))?
     })

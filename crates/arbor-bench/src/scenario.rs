@@ -126,13 +126,13 @@ struct RunOutcome {
     roots: Vec<SessionId>,
 }
 
-/// Runs `scenario` on fresh `kind` stores `runs` times and summarizes.
+/// Runs `scenario` (`ops` operations) on fresh `kind` stores `runs` times and summarizes.
 pub(crate) async fn measure(
     scenario: Scenario,
     kind: StoreKind,
-    quick: bool,
+    ops: u64,
+    runs: u32,
 ) -> Result<Row, String> {
-    let (ops, runs) = scenario.plan(quick);
     let before = rss::current_kib();
     let mut per_op = Vec::new();
     let mut walls = Vec::new();
@@ -362,7 +362,8 @@ mod tests {
     async fn every_scenario_runs_and_loses_no_tokens() {
         for kind in [StoreKind::Memory, StoreKind::Sqlite] {
             for scenario in Scenario::ALL {
-                let row = measure(scenario, kind, true).await.unwrap();
+                let (ops, runs) = scenario.plan(true);
+                let row = measure(scenario, kind, ops, runs).await.unwrap();
                 assert!(row.tokens_ok(), "{row:?}");
                 assert!(row.us_per_op > 0.0, "{row:?}");
             }

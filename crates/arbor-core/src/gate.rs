@@ -360,13 +360,18 @@ impl Session {
             .drive(state, &token, Turns::Resume(Box::new(checkpoint)))
             .await;
         if result.is_err()
-            && matches!(
-                approval::load(self.store.as_ref(), run_id).await,
-                Ok(Some(_))
-            )
+            && let Ok(Some((version, mut waiting))) =
+                approval::load(self.store.as_ref(), run_id).await
         {
-            // The resume failed before the run moved on (a child could not be rebuilt): it
-            // still waits, with its decisions kept.
+            // The resume failed before the run moved on (a child could not be rebuilt, a
+            // path grew too deep): it still waits, with its decisions kept and this resume's
+            // claim released, so the next decision or resume is not refused.
+            if waiting.claimed_at_ms == Some(now) {
+                waiting.claimed_at_ms = None;
+                if let Err(e) = approval::save(self.store.as_ref(), &waiting, version).await {
+                    tracing::warn!(session = %self.id(), error = %e, "could not release the resume's claim");
+                }
+            }
             let back = SessionUpdate::status(SessionStatus::Suspended);
             if let Err(e) = self.commit(run_id, &[], Some(back)).await {
                 tracing::warn!(session = %self.id(), error = %e, "could not mark the run suspended again");
@@ -383,6 +388,13 @@ impl Session {
         decisions: &[ApprovalDecision],
         options: RunOptions,
     ) -> CoreResult<RunResult> {
+        // Another session's run is as unknown as a forged one: nothing is recorded on it.
+        let owned = approval::load(self.store.as_ref(), run_id)
+            .await?
+            .is_some_and(|(_, c)| c.session_id == self.id());
+        if !owned {
+            return Err(approval::unknown_approval());
+        }
         approval::decide(self.store.as_ref(), run_id, expected_version, decisions).await?;
         self.resume(run_id, options).await
     }

@@ -1,6 +1,6 @@
 //! The in-memory backend.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
@@ -15,8 +15,8 @@ struct Inner {
     sessions: HashMap<SessionId, SessionRecord>,
     transcripts: HashMap<SessionId, Vec<TranscriptEntry>>,
     checkpoints: BTreeMap<(String, String), Checkpoint>,
-    /// Each parent's children, so a name check reads the siblings only.
-    children: HashMap<SessionId, Vec<SessionId>>,
+    /// The names each parent's live (not deleted) children hold.
+    names: HashMap<SessionId, HashSet<String>>,
 }
 
 /// Keeps everything in memory; nothing survives the process. Safe to share between tasks.
@@ -59,10 +59,27 @@ impl Inner {
         update: Option<&SessionUpdate>,
     ) -> u64 {
         let seq = self.push(session, run, entries);
-        if let (Some(update), Some(record)) = (update, self.sessions.get_mut(&session)) {
-            record.apply(update);
+        if let Some(update) = update {
+            self.apply(session, update);
         }
         seq
+    }
+
+    /// Applies `update` to a session's record; a tombstone frees its name among its
+    /// siblings.
+    fn apply(&mut self, session: SessionId, update: &SessionUpdate) {
+        let Some(record) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        let was_live = record.tombstone.is_none();
+        record.apply(update);
+        if was_live
+            && record.tombstone.is_some()
+            && let Some(parent) = record.parent_id
+            && let Some(names) = self.names.get_mut(&parent)
+        {
+            names.remove(&record.name);
+        }
     }
 
     fn push(&mut self, session: SessionId, run: RunId, entries: &[EntryKind]) -> u64 {
@@ -102,20 +119,21 @@ impl Store for MemoryStore {
                 return Err(StoreError::session_not_found(parent));
             }
             let taken = inner
-                .children
+                .names
                 .get(&parent)
-                .into_iter()
-                .flatten()
-                .filter_map(|id| inner.sessions.get(id))
-                .any(|r| r.tombstone.is_none() && r.name == record.name);
+                .is_some_and(|names| names.contains(&record.name));
             if taken && record.tombstone.is_none() {
                 return Err(StoreError::NameTaken {
                     name: record.name.clone(),
                 });
             }
         }
-        if let Some(parent) = record.parent_id {
-            inner.children.entry(parent).or_default().push(record.id);
+        if let (Some(parent), None) = (record.parent_id, &record.tombstone) {
+            inner
+                .names
+                .entry(parent)
+                .or_default()
+                .insert(record.name.clone());
         }
         inner.sessions.insert(record.id, record.clone());
         inner.transcripts.insert(record.id, Vec::new());
@@ -132,13 +150,13 @@ impl Store for MemoryStore {
         update: &SessionUpdate,
     ) -> StoreResult<SessionRecord> {
         let mut inner = self.lock();
-        let record = inner
+        inner.check(id, Some(update))?;
+        inner.apply(id, update);
+        inner
             .sessions
-            .get_mut(&id)
-            .ok_or_else(|| StoreError::session_not_found(id))?;
-        record.check_version(update)?;
-        record.apply(update);
-        Ok(record.clone())
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| StoreError::session_not_found(id))
     }
 
     async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {

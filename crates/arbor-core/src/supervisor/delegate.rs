@@ -116,7 +116,8 @@ impl Delegator {
             .supervisor
             .inner
             .tracker
-            .spawn(async move { supervisor.drive(admitted).await });
+            // Boxed: the drive's state is large, and a task moves its future several times.
+            .spawn(Box::pin(async move { supervisor.drive(admitted).await }));
         let joined = task.await;
         guard.disarm();
         joined.unwrap_or_else(|e| {

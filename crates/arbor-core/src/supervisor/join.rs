@@ -62,7 +62,8 @@ impl Supervisor {
         self.begin(&admitted);
         let this = self.clone();
         let id = handle.delegation_id.clone();
-        self.inner.tracker.spawn(async move {
+        // Boxed: the drive's state is large, and a task moves its future several times.
+        self.inner.tracker.spawn(Box::pin(async move {
             // Marks the handle finished even if the drive panics, so it is never left
             // "running" (its waiters then get an error rather than hanging).
             let _finish = FinishOnDrop {
@@ -71,7 +72,7 @@ impl Supervisor {
             };
             let outcome = this.drive(admitted).await;
             let _ = tx.send(Some(Arc::new(outcome)));
-        });
+        }));
         Ok(handle)
     }
 

@@ -161,12 +161,7 @@ impl NestedResumer for Supervisor {
                 mapping.revision
             )));
         }
-        // Record the decisions first: a stale or forged decision fails here, before anything
-        // is published or any hook runs.
         let store = inner.store.as_ref();
-        let waiting = approval::suspension(store, run_id).await?;
-        approval::decide(store, run_id, waiting.version, &decisions).await?;
-
         let entry = &inner.entries[entry_index];
         let record = store
             .session(session_id)
@@ -196,6 +191,12 @@ impl NestedResumer for Supervisor {
             Some(p) => store.session(p).await?.map(|r| (&r).into()),
             None => None,
         };
+        // Record the decisions once every check that can refuse the rebuild has passed (so a
+        // refusal leaves the child's decisions undecided, for the root to send again), and
+        // before anything is published or any hook runs (so a stale or forged decision
+        // fails with nothing seen).
+        let waiting = approval::suspension(store, run_id).await?;
+        approval::decide(store, run_id, waiting.version, &decisions).await?;
         let parents: Arc<[String]> = Arc::from(mapping.parents.clone());
         let admitted = Admitted {
             entry: entry_index,

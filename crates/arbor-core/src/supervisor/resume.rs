@@ -30,7 +30,8 @@ impl Supervisor {
             return;
         }
         let this = self.clone();
-        self.inner.tracker.spawn(async move {
+        // Boxed: a follow-up run's state is large, and a task moves its future several times.
+        self.inner.tracker.spawn(Box::pin(async move {
             match this.resume(id).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -44,7 +45,7 @@ impl Supervisor {
                     tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
                 }
             }
-        });
+        }));
     }
 
     /// Wakes every idle child with mail whose follow-up could not start before (after a

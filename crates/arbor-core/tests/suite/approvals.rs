@@ -379,6 +379,120 @@ async fn allow_for_run_holds_for_later_calls_of_the_same_tool_only() {
     );
 }
 
+#[tokio::test]
+async fn reject_for_run_refuses_later_calls_of_the_same_tool_without_asking() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let a = agent(
+        vec![
+            calls(&[("write", "one")]),
+            calls(&[("write", "two")]),
+            calls(&[("mail", "three")]),
+            ScriptedTurn::text("done"),
+        ],
+        &write,
+        &mail,
+    );
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    let next = s
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[ApprovalDecision {
+                reason: Some("no writes in this run".into()),
+                ..ApprovalDecision::new(waiting.pending[0].id.clone(), Verdict::RejectForRun)
+            }],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    // The second write was refused on the run-wide decision, unasked; the mail waits.
+    assert_eq!(next.status, RunStatus::Suspended);
+    let rest = next.suspension.unwrap();
+    assert_eq!(rest.pending.len(), 1);
+    assert_eq!(rest.pending[0].tool, "mail");
+    assert_eq!(write.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        tool_results(s.messages()),
+        [
+            "rejected by a reviewer: no writes in this run",
+            "rejected by a reviewer: decided for the whole run"
+        ]
+    );
+    let done = s
+        .approve(
+            r.run_id,
+            rest.version,
+            &[ApprovalDecision::new(
+                rest.pending[0].id.clone(),
+                Verdict::AllowOnce,
+            )],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(
+        (
+            write.runs.load(Ordering::SeqCst),
+            mail.runs.load(Ordering::SeqCst)
+        ),
+        (0, 1)
+    );
+}
+
+#[tokio::test]
+async fn another_sessions_run_is_unknown_and_its_checkpoint_is_untouched() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let a = agent(
+        vec![calls(&[("write", "one")]), ScriptedTurn::text("done")],
+        &write,
+        &mail,
+    );
+    let mut owner = a.session().store(store.clone()).create().await.unwrap();
+    let mut stranger = a.session().store(store.clone()).create().await.unwrap();
+    let r = owner.run("go", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    let id = waiting.pending[0].id.clone();
+    let e = stranger
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[ApprovalDecision::new(id.clone(), Verdict::AllowOnce)],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown approval");
+    assert!(!e.to_string().contains(&r.run_id.to_string()));
+    let e = stranger
+        .resume(r.run_id, RunOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown approval");
+    // Nothing was recorded: same version, the call still pending, nothing ran.
+    let still = approval::suspension(store.as_ref(), r.run_id)
+        .await
+        .unwrap();
+    assert_eq!(still.version, waiting.version);
+    assert_eq!(still.pending.len(), 1);
+    assert_eq!(write.runs.load(Ordering::SeqCst), 0);
+    let done = owner
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[ApprovalDecision::new(id, Verdict::AllowOnce)],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(write.runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_resumes_run_the_approved_call_once() {
     for _ in 0..20 {
@@ -489,4 +603,109 @@ async fn a_turn_may_wait_on_at_most_32_calls_and_a_claimed_run_takes_no_decision
     )
     .await
     .unwrap();
+}
+
+/// A tool standing for a delegation whose child suspended on one decision.
+#[derive(Debug, Clone)]
+struct SuspendedChild {
+    run_id: arbor_protocol::RunId,
+    session_id: arbor_protocol::SessionId,
+}
+
+fn child_decision(depth: usize) -> arbor_protocol::PendingDecision {
+    arbor_protocol::PendingDecision {
+        id: "apr_child".into(),
+        tool: "write".into(),
+        arguments: json!({}),
+        call_id: "k1".into(),
+        path: (0..depth).map(|i| format!("level{i}")).collect(),
+    }
+}
+
+#[async_trait]
+impl Tool for SuspendedChild {
+    type Args = EffectArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        "delegate"
+    }
+    fn description(&self) -> &str {
+        "a child that waits for approval"
+    }
+    async fn call(&self, _args: EffectArgs, _ctx: ToolContext) -> Result<String, ToolError> {
+        Err(ToolError::Suspended(Box::new(
+            arbor_core::NestedSuspension {
+                run_id: self.run_id,
+                session_id: self.session_id,
+                pending: vec![child_decision(1)],
+            },
+        )))
+    }
+}
+
+/// Resumes the child with a fixed outcome.
+#[derive(Debug)]
+struct Resumer(arbor_core::NestedOutcome);
+
+#[async_trait]
+impl arbor_core::NestedResumer for Resumer {
+    async fn resume_nested(
+        &self,
+        _run_id: arbor_protocol::RunId,
+        _session_id: arbor_protocol::SessionId,
+        _decisions: Vec<ApprovalDecision>,
+    ) -> arbor_core::CoreResult<arbor_core::NestedOutcome> {
+        Ok(self.0.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_resume_refused_for_a_too_deep_path_lets_go_of_the_run() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let child = SuspendedChild {
+        run_id: arbor_protocol::RunId::new(),
+        session_id: arbor_protocol::SessionId::new(),
+    };
+    let a = Agent::builder("lead")
+        .provider(ScriptedProvider::new(Script::new([
+            calls(&[("delegate", "x")]),
+            ScriptedTurn::text("done"),
+        ])))
+        .tool(child)
+        .build()
+        .unwrap();
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    assert_eq!(waiting.pending[0].path, ["level0"]);
+    let decision = ApprovalDecision::new(waiting.pending[0].id.clone(), Verdict::AllowOnce);
+    // The child suspends again, nine levels down: more than a decision's path may hold.
+    let deeper = arbor_core::NestedOutcome::Suspended(vec![child_decision(9)]);
+    let e = s
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[decision],
+            RunOptions::default().with_nested(Arc::new(Resumer(deeper))),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Attribution path exceeds 8 entries");
+    let (_, checkpoint) = approval::load(store.as_ref(), r.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(checkpoint.claimed_at_ms, None, "the failed resume let go");
+    // So the next resume is not refused as "being resumed", and finishes the run.
+    let done = s
+        .resume(
+            r.run_id,
+            RunOptions::default().with_nested(Arc::new(Resumer(
+                arbor_core::NestedOutcome::Completed("child wrote it".into()),
+            ))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(tool_results(s.messages()), ["child wrote it"]);
 }

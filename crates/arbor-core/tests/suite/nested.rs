@@ -523,3 +523,146 @@ async fn a_changed_definition_refuses_the_resume_and_publishes_nothing() {
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_rebuild_refused_for_want_of_a_slot_keeps_the_decision_for_a_later_resume() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let writer = Agent::builder("writer")
+        .provider(ScriptedProvider::new(Script::new([
+            write("x"),
+            ScriptedTurn::text("written"),
+        ])))
+        .tool(writes.clone())
+        .build()
+        .unwrap();
+    let blocker = Agent::builder("blocker")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn {
+            hang: true,
+            ..ScriptedTurn::default()
+        }])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .limits(arbor_core::supervisor::LimitsInput {
+            max_active_children: Some(1),
+            ..Default::default()
+        })
+        .child(ChildEntry::agent("writer", writer))
+        .child(ChildEntry::agent("blocker", blocker))
+        .build()
+        .unwrap();
+    let t = Tree {
+        sup,
+        store,
+        writes,
+        afters: Afters::default(),
+    };
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    let decision = allow(&s1.pending[0].id);
+    // The suspended writer holds no slot; a host's child takes the only one.
+    let busy = t
+        .sup
+        .delegate_async(arbor_core::supervisor::DelegationRequest::new(
+            "blocker", "hold",
+        ))
+        .await
+        .unwrap();
+    let e = r
+        .approve(s1.run_id, s1.version, &[decision], opts(&t))
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Active child limit exceeded");
+    assert_eq!(e.limit().map(|l| l.limit), Some("max_active_children"));
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    // The root keeps its decision, unsent; the child's call still waits for it.
+    let root_waiting = arbor_core::approval::suspension(t.store.as_ref(), s1.run_id)
+        .await
+        .unwrap();
+    assert!(root_waiting.pending.is_empty());
+    let child = arbor_core::registry::find_child(t.store.as_ref(), r.id(), "writer")
+        .await
+        .unwrap();
+    let child_waiting = arbor_core::approval::suspensions(t.store.as_ref(), child.id)
+        .await
+        .unwrap();
+    assert_eq!(child_waiting.len(), 1);
+    assert_eq!(
+        child_waiting[0].pending.len(),
+        1,
+        "nothing decided on the child"
+    );
+    let (_, checkpoint) = arbor_core::approval::load(t.store.as_ref(), s1.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(checkpoint.claimed_at_ms, None, "the failed resume let go");
+    // Once the slot frees, a resume delivers the kept decision and the call runs once.
+    t.sup.cancel(&busy.delegation_id).unwrap();
+    t.sup
+        .wait(
+            &busy.delegation_id,
+            arbor_core::supervisor::WaitOptions::default(),
+        )
+        .await
+        .unwrap();
+    let done = r.resume(s1.run_id, opts(&t)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.text, "ok");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn root_ids_of_nested_decisions_hash_the_child_run_and_its_own_id() {
+    let t = tree(
+        vec![
+            (
+                "lead",
+                vec![spawn("helper"), ScriptedTurn::text("lead done")],
+            ),
+            (
+                "helper",
+                vec![write("deep"), ScriptedTurn::text("helper done")],
+            ),
+        ],
+        None,
+    );
+    let mut r = root(&t, vec![spawn("lead"), ScriptedTurn::text("all done")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    // The lead's own suspended run and its decision id.
+    let lead_runs = arbor_core::approval::suspensions(
+        t.store.as_ref(),
+        arbor_core::registry::find_child(t.store.as_ref(), r.id(), "lead")
+            .await
+            .unwrap()
+            .id,
+    )
+    .await
+    .unwrap();
+    assert_eq!(lead_runs.len(), 1);
+    let lead = &lead_runs[0];
+    assert_eq!(
+        s1.pending[0].id,
+        arbor_core::approval::nested_id(lead.run_id, &lead.pending[0].id)
+    );
+    assert!(lead.pending[0].id.starts_with("apr_"));
+    let s2 = r
+        .approve(s1.run_id, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
+        .await
+        .unwrap()
+        .suspension
+        .unwrap();
+    // The grandchild's decision is wrapped once per level.
+    let lead = &arbor_core::approval::suspension(t.store.as_ref(), lead.run_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        s2.pending[0].id,
+        arbor_core::approval::nested_id(lead.run_id, &lead.pending[0].id)
+    );
+    assert!(lead.pending[0].id.starts_with("sub_"));
+    assert_eq!(s2.pending[0].path, ["lead", "helper"]);
+}
