@@ -1,5 +1,5 @@
-//! Micro-benchmarks of the runtime's hot paths: admission, limit narrowing, the summary's
-//! counters and the child-event projection. `cargo bench -p arbor-bench`.
+//! Micro-benchmarks of the runtime's hot paths: a delegation's round trip, limit narrowing,
+//! the summary's counters and the child-event projection. `cargo bench -p arbor-bench`.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,9 +36,10 @@ fn leaf() -> Agent {
         .unwrap()
 }
 
-/// `delegate_async` until the handle returns (the child is waited for outside the timing).
+/// One async delegation end to end: admission, the child's one-turn run, and the wait. (The
+/// benchmark program's scenario A times the admission alone.)
 #[divan::bench]
-fn admission(b: Bencher) {
+fn delegation_round_trip(b: Bencher) {
     let rt = runtime();
     let sup = Supervisor::builder(Ownership::user("bench", "bench"))
         .child(ChildEntry::agent("child", leaf()))
