@@ -36,6 +36,7 @@ struct AgentInner {
     identity: Option<Arc<Identity>>,
     redactor: Option<Arc<dyn Redactor>>,
     interrupt_before_tool: bool,
+    approval_caps: crate::approval::ApprovalCaps,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -66,6 +67,7 @@ impl Agent {
             identity: None,
             redactor: None,
             interrupt_before_tool: false,
+            approval_caps: crate::approval::ApprovalCaps::DEFAULT,
             limits: RunLimits::DEFAULT,
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
@@ -117,6 +119,11 @@ impl Agent {
         self.inner.interrupt_before_tool
     }
 
+    /// How many decisions its runs may wait on and keep.
+    pub fn approval_caps(&self) -> crate::approval::ApprovalCaps {
+        self.inner.approval_caps
+    }
+
     pub(crate) fn shared_identity(&self) -> Option<Arc<Identity>> {
         self.inner.identity.clone()
     }
@@ -154,6 +161,7 @@ impl Agent {
             identity: i.identity.as_deref().cloned(),
             redactor: i.redactor.clone(),
             interrupt_before_tool: i.interrupt_before_tool,
+            approval_caps: i.approval_caps,
             limits: i.limits,
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
@@ -173,6 +181,7 @@ pub struct AgentBuilder {
     identity: Option<Identity>,
     redactor: Option<Arc<dyn Redactor>>,
     interrupt_before_tool: bool,
+    approval_caps: crate::approval::ApprovalCaps,
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
@@ -253,6 +262,13 @@ impl AgentBuilder {
         self
     }
 
+    /// How many decisions a run may wait on and keep (default 32 and 64; at most 128 and
+    /// 256).
+    pub fn approval_caps(mut self, caps: crate::approval::ApprovalCaps) -> Self {
+        self.approval_caps = caps;
+        self
+    }
+
     /// The run limits (each at least 1 and at most its hard cap).
     pub fn limits(mut self, limits: RunLimits) -> Self {
         self.limits = limits;
@@ -295,6 +311,7 @@ impl AgentBuilder {
                 "event_capacity must be a positive integer at most 65536",
             ));
         }
+        self.approval_caps.validate()?;
         let tools = ToolSet::new(self.tools)?;
         Ok(Agent {
             inner: Arc::new(AgentInner {
@@ -307,6 +324,7 @@ impl AgentBuilder {
                 identity: self.identity.map(Arc::new),
                 redactor: self.redactor,
                 interrupt_before_tool: self.interrupt_before_tool,
+                approval_caps: self.approval_caps,
                 limits: self.limits,
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,

@@ -30,10 +30,58 @@ use crate::error::{CoreError, CoreResult, LimitInfo};
 
 /// The store namespace of run checkpoints.
 pub const RUN_NAMESPACE: &str = "run";
-/// Calls pending in one suspension.
+/// Calls pending in one suspension, by default.
 pub const MAX_PENDING: usize = 32;
-/// Run-wide (`*_for_run`) decisions kept in one run.
+/// Run-wide (`*_for_run`) decisions kept in one run, by default.
 pub const MAX_STICKY: usize = 64;
+/// The most pending calls an agent may be configured to allow.
+pub const HARD_MAX_PENDING: usize = 128;
+/// The most run-wide decisions an agent may be configured to keep.
+pub const HARD_MAX_STICKY: usize = 256;
+
+/// How many decisions a run may wait on at once (its own calls and its children's, as the
+/// root sees them) and how many run-wide decisions it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalCaps {
+    /// Pending decisions in one suspension (default 32, at most 128).
+    pub max_pending: usize,
+    /// Run-wide decisions kept (default 64, at most 256).
+    pub max_sticky: usize,
+}
+
+impl ApprovalCaps {
+    /// 32 pending, 64 run-wide.
+    pub const DEFAULT: ApprovalCaps = ApprovalCaps {
+        max_pending: MAX_PENDING,
+        max_sticky: MAX_STICKY,
+    };
+    /// 128 pending, 256 run-wide: the most a configuration may ask for.
+    pub const HARD: ApprovalCaps = ApprovalCaps {
+        max_pending: HARD_MAX_PENDING,
+        max_sticky: HARD_MAX_STICKY,
+    };
+
+    /// Checks each cap is at least 1 and at most its hard cap.
+    pub fn validate(&self) -> CoreResult<()> {
+        for (name, value, hard) in [
+            ("max_pending_approvals", self.max_pending, HARD_MAX_PENDING),
+            ("max_sticky_decisions", self.max_sticky, HARD_MAX_STICKY),
+        ] {
+            if value < 1 || value > hard {
+                return Err(CoreError::validation(format!(
+                    "{name} must be a positive integer at most {hard}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for ApprovalCaps {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 /// Bytes of a decision's reason.
 pub const MAX_REASON_BYTES: usize = 2048;
 /// Depth of an attribution path.
@@ -127,6 +175,9 @@ pub struct RunCheckpoint {
     /// timeout is a dead resumer's and is taken over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at_ms: Option<u64>,
+    /// The caps the run was configured with.
+    #[serde(default)]
+    pub caps: ApprovalCaps,
 }
 
 /// What waits: the checkpoint version (a decision names it) and the pending decisions.
@@ -287,12 +338,13 @@ impl RunCheckpoint {
                 }
             }
         }
-        if sticky.len() > MAX_STICKY {
+        let max_sticky = self.caps.max_sticky;
+        if sticky.len() > max_sticky {
             return Err(CoreError::limit_error(
-                format!("a run keeps at most {MAX_STICKY} run-wide decisions"),
+                format!("a run keeps at most {max_sticky} run-wide decisions"),
                 Some(LimitInfo {
                     limit: "max_sticky_decisions",
-                    maximum: MAX_STICKY as u64,
+                    maximum: max_sticky as u64,
                     observed: sticky.len() as u64,
                 }),
             ));

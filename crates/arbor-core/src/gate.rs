@@ -13,7 +13,7 @@ use arbor_store::SessionUpdate;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{self, CallSlot, CallState, MAX_PENDING, RunCheckpoint, Suspension};
+use crate::approval::{self, CallSlot, CallState, RunCheckpoint, Suspension};
 use crate::dispatch::CallStop;
 use crate::error::{CoreError, CoreResult};
 use crate::run::{Outcome, RunOptions, RunResult, RunState};
@@ -86,12 +86,14 @@ impl Session {
             calls: Vec::with_capacity(calls.len()),
             sticky: state.sticky.clone(),
             claimed_at_ms: None,
+            caps: state.caps,
         };
         if state.gated {
-            if calls.len() > MAX_PENDING {
+            let max = state.caps.max_pending;
+            if calls.len() > max {
                 // More than a person can review at once: the run fails, nothing ran.
                 return Ok(Some(Outcome::ToolFatal(format!(
-                    "a turn may wait on at most {MAX_PENDING} approvals (it asked for {})",
+                    "a turn may wait on at most {max} approvals (it asked for {})",
                     calls.len()
                 ))));
             }
@@ -301,8 +303,39 @@ impl Session {
         checkpoint: RunCheckpoint,
         expected: u64,
     ) -> CoreResult<Outcome> {
+        match self.try_suspend(state, checkpoint, expected).await {
+            // A first suspension that breaks a cap (too many decisions, a path too deep)
+            // has nothing to resume: the run fails with the reason. A resume that would
+            // re-suspend that way fails instead, and the run waits with its decisions (a
+            // reviewer may reject the call that went too deep).
+            Err(e) if expected == 0 && e.limit().is_some() => Ok(Outcome::ToolFatal(e.to_string())),
+            other => other,
+        }
+    }
+
+    async fn try_suspend(
+        &mut self,
+        state: &RunState,
+        checkpoint: RunCheckpoint,
+        expected: u64,
+    ) -> CoreResult<Outcome> {
         let pending = checkpoint.pending();
         approval::check_paths(&pending)?;
+        // Its own calls and its children's, as the root sees them: the same cap.
+        let max = checkpoint.caps.max_pending;
+        if pending.len() > max {
+            return Err(CoreError::limit_error(
+                format!(
+                    "a run may wait on at most {max} approvals (its tree asks for {})",
+                    pending.len()
+                ),
+                Some(crate::error::LimitInfo {
+                    limit: "max_pending_approvals",
+                    maximum: max as u64,
+                    observed: pending.len() as u64,
+                }),
+            ));
+        }
         let mut checkpoint = checkpoint;
         checkpoint.claimed_at_ms = None;
         let version = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
@@ -347,6 +380,7 @@ impl Session {
             sticky: checkpoint.sticky.clone(),
             nested: options.nested.clone(),
             started_ms: checkpoint.started_ms,
+            caps: checkpoint.caps,
         };
         self.commit(
             run_id,

@@ -113,6 +113,8 @@ pub(crate) struct RunState {
     pub(crate) sticky: Vec<Sticky>,
     pub(crate) nested: Option<std::sync::Arc<dyn NestedResumer>>,
     pub(crate) started_ms: u64,
+    /// How many decisions it may wait on and keep.
+    pub(crate) caps: crate::approval::ApprovalCaps,
 }
 
 impl Session {
@@ -163,6 +165,7 @@ impl Session {
             sticky: Vec::new(),
             nested: options.nested.clone(),
             started_ms: arbor_protocol::Timestamp::now().0,
+            caps: self.agent.approval_caps(),
         };
         let run_id = state.run_id;
         let user = input.map(Message::user);

@@ -574,6 +574,7 @@ async fn a_turn_may_wait_on_at_most_32_calls_and_a_claimed_run_takes_no_decision
         }],
         sticky: Vec::new(),
         claimed_at_ms: Some(arbor_protocol::Timestamp::now().0),
+        caps: approval::ApprovalCaps::DEFAULT,
     };
     let v = approval::save(store.as_ref(), &checkpoint, 0)
         .await
@@ -708,4 +709,140 @@ async fn a_resume_refused_for_a_too_deep_path_lets_go_of_the_run() {
         .unwrap();
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(tool_results(s.messages()), ["child wrote it"]);
+}
+
+#[test]
+fn approval_caps_are_checked_against_their_hard_caps() {
+    let (write, mail) = effects();
+    let build = |caps: approval::ApprovalCaps| {
+        Agent::builder("worker")
+            .provider(ScriptedProvider::new(Script::default()))
+            .tool(write.clone())
+            .tool(mail.clone())
+            .approval_caps(caps)
+            .build()
+    };
+    assert_eq!(approval::ApprovalCaps::HARD.max_pending, 128);
+    assert_eq!(approval::ApprovalCaps::HARD.max_sticky, 256);
+    let e = build(approval::ApprovalCaps {
+        max_pending: 129,
+        max_sticky: 64,
+    })
+    .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Validation);
+    assert_eq!(
+        e.to_string(),
+        "max_pending_approvals must be a positive integer at most 128"
+    );
+    let e = build(approval::ApprovalCaps {
+        max_pending: 32,
+        max_sticky: 0,
+    })
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "max_sticky_decisions must be a positive integer at most 256"
+    );
+    let ok = build(approval::ApprovalCaps::HARD).unwrap();
+    assert_eq!(ok.approval_caps(), approval::ApprovalCaps::HARD);
+}
+
+#[tokio::test]
+async fn configured_caps_bound_a_turn_and_the_run_wide_decisions() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (write, mail) = effects();
+    let capped = |turns: Vec<ScriptedTurn>| {
+        Agent::builder("worker")
+            .provider(ScriptedProvider::new(Script::new(turns)))
+            .tool(write.clone())
+            .tool(mail.clone())
+            .interrupt_before_tool(true)
+            .approval_caps(approval::ApprovalCaps {
+                max_pending: 2,
+                max_sticky: 1,
+            })
+            .build()
+            .unwrap()
+    };
+    // Three calls in one turn against a cap of two: the run fails, nothing ran.
+    let a = capped(vec![calls(&[
+        ("write", "1"),
+        ("write", "2"),
+        ("mail", "3"),
+    ])]);
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Failed);
+    assert_eq!(
+        r.error.as_deref(),
+        Some("a turn may wait on at most 2 approvals (it asked for 3)")
+    );
+    // Two run-wide decisions against a cap of one: refused whole, nothing recorded.
+    let a = capped(vec![
+        calls(&[("write", "1"), ("mail", "2")]),
+        ScriptedTurn::text("done"),
+    ]);
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    let for_run =
+        |i: usize| ApprovalDecision::new(waiting.pending[i].id.clone(), Verdict::AllowForRun);
+    let e = s
+        .approve(
+            r.run_id,
+            waiting.version,
+            &[for_run(0), for_run(1)],
+            RunOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "a run keeps at most 1 run-wide decisions");
+    assert_eq!(
+        e.limit().map(|l| (l.limit, l.maximum, l.observed)),
+        Some(("max_sticky_decisions", 1, 2))
+    );
+    let still = approval::suspension(store.as_ref(), r.run_id)
+        .await
+        .unwrap();
+    assert_eq!((still.version, still.pending.len()), (waiting.version, 2));
+    assert_eq!(write.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn what_children_wait_on_counts_against_the_roots_cap() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let child = |_: ()| SuspendedChild {
+        run_id: arbor_protocol::RunId::new(),
+        session_id: arbor_protocol::SessionId::new(),
+    };
+    // Each child waits on one decision; three children against a cap of two.
+    let a = Agent::builder("lead")
+        .provider(ScriptedProvider::new(Script::new([calls(&[
+            ("delegate", "a"),
+            ("delegate", "b"),
+            ("delegate", "c"),
+        ])])))
+        .tool(child(()))
+        .approval_caps(approval::ApprovalCaps {
+            max_pending: 2,
+            max_sticky: 64,
+        })
+        .build()
+        .unwrap();
+    let mut s = a.session().store(store.clone()).create().await.unwrap();
+    // Nothing to resume: the run fails with the reason and nothing waits.
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Failed);
+    assert_eq!(
+        r.error.as_deref(),
+        Some("a run may wait on at most 2 approvals (its tree asks for 3)")
+    );
+    let record = store.session(s.id()).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Failed);
+    assert!(
+        approval::suspensions(store.as_ref(), s.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
