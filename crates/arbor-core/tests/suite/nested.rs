@@ -666,3 +666,200 @@ async fn root_ids_of_nested_decisions_hash_the_child_run_and_its_own_id() {
     assert!(lead.pending[0].id.starts_with("sub_"));
     assert_eq!(s2.pending[0].path, ["lead", "helper"]);
 }
+
+#[tokio::test]
+async fn a_root_approval_never_widens_the_childs_own_permission() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let writer = Agent::builder("writer")
+        .provider(ScriptedProvider::new(Script::new([
+            write("x"),
+            ScriptedTurn::text("tried"),
+        ])))
+        .tool(writes.clone())
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .child(
+            ChildEntry::agent("writer", writer).permission(arbor_core::Permission::new(
+                arbor_core::permission::DenyTools::new(["write"]),
+            )),
+        )
+        .build()
+        .unwrap();
+    let t = Tree {
+        sup,
+        store,
+        writes,
+        afters: Afters::default(),
+    };
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    assert_eq!(s1.pending[0].tool, "write");
+    let done = r
+        .approve(s1.run_id, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(
+        t.writes.0.load(Ordering::SeqCst),
+        0,
+        "the child's policy still holds"
+    );
+    let child = arbor_core::registry::find_child(t.store.as_ref(), r.id(), "writer")
+        .await
+        .unwrap();
+    let results: Vec<String> = t
+        .store
+        .transcript(child.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            arbor_protocol::EntryKind::Message {
+                message: Message::Tool(t),
+            } => Some(t.content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        ["permission denied: tool `write` is denied by policy"]
+    );
+}
+
+#[tokio::test]
+async fn a_nested_resume_names_the_childs_session_or_fails_closed() {
+    let t = tree(
+        vec![("writer", vec![write("x"), ScriptedTurn::text("w")])],
+        None,
+    );
+    let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    let child = arbor_core::registry::find_child(t.store.as_ref(), r.id(), "writer")
+        .await
+        .unwrap();
+    let child_run = arbor_core::approval::suspensions(t.store.as_ref(), child.id)
+        .await
+        .unwrap()
+        .remove(0);
+    // The child's real run id, with another session's id: as unknown as a forged run.
+    let e = t
+        .sup
+        .resume_nested(
+            child_run.run_id,
+            r.id(),
+            vec![allow(&child_run.pending[0].id)],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Unknown delegated run");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    let still = arbor_core::approval::suspension(t.store.as_ref(), child_run.run_id)
+        .await
+        .unwrap();
+    assert_eq!(still.version, child_run.version, "nothing decided");
+    // Delegation ids are never reused: a second supervisor over the same store (a new
+    // process) hands out fresh ones.
+    let other = Supervisor::builder(Ownership::user("t", "u"))
+        .store(t.store.clone())
+        .durable_approvals("rev-1")
+        .child(ChildEntry::agent(
+            "writer",
+            Agent::builder("writer")
+                .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+                    "w",
+                )])))
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap();
+    let first_delegation = child.meta["delegation_id"].as_str().unwrap().to_owned();
+    let h = other
+        .delegate_async(arbor_core::supervisor::DelegationRequest::new(
+            "writer", "x",
+        ))
+        .await
+        .unwrap();
+    assert_ne!(h.delegation_id, first_delegation);
+    assert_ne!(h.delegation_id, child_run.run_id.to_string());
+}
+
+/// Records the limits each `before` call saw.
+#[derive(Debug, Default, Clone)]
+struct SeenLimits(Arc<Mutex<Vec<arbor_core::supervisor::SupervisorLimits>>>);
+
+#[async_trait]
+impl BeforeHook for SeenLimits {
+    async fn before(&self, ctx: &BeforeContext) -> BeforeDecision {
+        self.0.lock().unwrap().push(ctx.limits);
+        BeforeDecision::Allow
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_child_keeps_its_report_milestones_and_budget_share() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let seen = SeenLimits::default();
+    let writer = Agent::builder("writer")
+        .provider(ScriptedProvider::new(Script::new([
+            write("x"),
+            ScriptedTurn::text("written"),
+        ])))
+        .tool(writes.clone())
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .before(seen.clone())
+        .child_events(true)
+        .child(ChildEntry::agent("writer", writer))
+        .build()
+        .unwrap();
+    let t = Tree {
+        sup,
+        store,
+        writes,
+        afters: Afters::default(),
+    };
+    let mut sub = t.sup.subscribe();
+    let spawn = ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": "writer", "name": "writer", "input": "w",
+               "report": "milestones", "milestone": {"every_turns": 2}, "budget_share": 0.5}),
+    );
+    let mut r = root(&t, vec![spawn, ScriptedTurn::text("ok")]).await;
+    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    let before: Vec<&str> = types(&mut sub);
+    assert!(
+        !before.contains(&"child_milestone"),
+        "turn 1 is no milestone: {before:?}"
+    );
+    let done = r
+        .approve(s1.run_id, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    // The resumed attempt reports turn 2 as a milestone, as the spawn asked.
+    let mut milestones = Vec::new();
+    while let Some(e) = sub.try_recv() {
+        if let arbor_protocol::SupervisorEvent::ChildMilestone { turn, .. } = &e.event {
+            milestones.push(*turn);
+        }
+    }
+    assert_eq!(milestones, [2]);
+    // Both `before` calls saw the halved run limits.
+    let seen = seen.0.lock().unwrap().clone();
+    let half = arbor_core::supervisor::SupervisorLimits::DEFAULT.scaled(0.5);
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen.iter()
+            .all(|l| l.max_steps == half.max_steps && l.max_tokens == half.max_tokens)
+    );
+    assert_eq!(half.max_tokens, 10_000);
+}
