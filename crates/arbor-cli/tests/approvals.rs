@@ -128,3 +128,79 @@ fn a_rejected_call_never_runs_and_the_model_reads_why() {
         ["rejected by a reviewer: not today"]
     );
 }
+
+const TWICE: &str = r#"
+task = "Publish twice."
+[supervisor]
+approvals = true
+[agents.root]
+children = ["publisher"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "publisher", name = "publisher", input = "go" } }]
+[[agents.root.turns]]
+text = "done"
+[agents.publisher]
+tools = ["echo"]
+[[agents.publisher.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "first" } }]
+[[agents.publisher.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "second" } }]
+[[agents.publisher.turns]]
+text = "published"
+"#;
+
+#[test]
+fn the_listing_names_path_tool_and_arguments_and_for_run_holds_for_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("twice.toml"), TWICE).unwrap();
+    let run = arbor(dir.path(), &["run", "twice.toml", "--json", "-q"]);
+    assert_eq!(run.status.code(), Some(4));
+    let root = json(&run)["root_session_id"].as_str().unwrap().to_owned();
+
+    // The text listing: one line per pending call with its id, path, tool and arguments.
+    let listed = arbor(dir.path(), &["approvals", &root]);
+    assert!(listed.status.success());
+    let text = String::from_utf8_lossy(&listed.stdout);
+    let json_list = json(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    let waiting = &json_list["suspensions"][0];
+    let id = waiting["pending"][0]["id"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains(&format!("{id}  publisher: echo {{\"text\":\"first\"}}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("arbor approve {root} ID...")),
+        "{text}"
+    );
+    let version = waiting["version"].clone();
+
+    // A forged id is refused without being echoed, and changes nothing.
+    let forged = arbor(dir.path(), &["approve", &root, "sub_deadbeef"]);
+    assert_eq!(forged.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&forged.stderr);
+    assert_eq!(err.trim(), "error: Unknown approval");
+    let again = json(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    assert_eq!(again["suspensions"][0]["version"], version);
+
+    // Allowed for the run: the second echo on the same path runs without asking.
+    let decided = arbor(dir.path(), &["approve", &root, &id, "--for-run"]);
+    assert!(decided.status.success());
+    let resumed = arbor(dir.path(), &["resume", &root, "--json"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let report = json(&resumed);
+    assert_eq!(report["status"], "succeeded");
+    let publisher = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "publisher")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(echo_results(dir.path(), &publisher), ["first", "second"]);
+}

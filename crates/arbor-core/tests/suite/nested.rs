@@ -863,3 +863,26 @@ async fn a_resumed_child_keeps_its_report_milestones_and_budget_share() {
     );
     assert_eq!(half.max_tokens, 10_000);
 }
+
+#[tokio::test]
+async fn a_nested_resume_needs_durable_approvals() {
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent(
+            "c",
+            Agent::builder("c")
+                .provider(ScriptedProvider::new(Script::default()))
+                .build()
+                .unwrap(),
+        ))
+        .build()
+        .unwrap();
+    let e = sup
+        .resume_nested(RunId::new(), SessionId::new(), vec![allow("sub_x")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), arbor_core::CoreErrorKind::Validation);
+    assert_eq!(
+        e.to_string(),
+        "Nested-run resume requires durable approvals and a definition revision"
+    );
+}
