@@ -737,7 +737,7 @@ async fn a_nested_resume_names_the_childs_session_or_fails_closed() {
         None,
     );
     let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
-    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
+    assert!(r.run("go", opts(&t)).await.unwrap().suspension.is_some());
     let child = arbor_core::registry::find_child(t.store.as_ref(), r.id(), "writer")
         .await
         .unwrap();
