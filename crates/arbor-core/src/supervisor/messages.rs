@@ -86,6 +86,11 @@ impl Supervisor {
             Sender::Host => (None, Relationship::Host),
             Sender::Session(id) => {
                 let sender = self.live_record(id).await?;
+                // Another tree's session is as unknown as one that never existed: the answer
+                // must not tell a model what exists elsewhere.
+                if sender.root_id != target.root_id {
+                    return Err(unknown_target());
+                }
                 let relationship = reach(&sender, &target)?;
                 (Some(sender), relationship)
             }

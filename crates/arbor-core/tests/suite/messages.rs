@@ -217,6 +217,75 @@ async fn a_failed_child_sends_one_failure_notice() {
 }
 
 #[tokio::test]
+async fn a_cancelled_child_sends_one_cancellation_notice() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        vec![(
+            "sleeper",
+            vec![ScriptedTurn {
+                hang: true,
+                ..ScriptedTurn::default()
+            }],
+        )],
+    );
+    let mut root = root(
+        &sup,
+        &store,
+        vec![spawn("sleeper", "s", "wait"), ScriptedTurn::text("waiting")],
+    )
+    .await;
+    root.run("go", RunOptions::default()).await.unwrap();
+    // The spawn's handle, as the model read it.
+    let handle: serde_json::Value = serde_json::from_str(
+        &root
+            .messages()
+            .iter()
+            .find_map(|m| match m {
+                Message::Tool(t) if t.name == "spawn_agent" => Some(t.content.clone()),
+                _ => None,
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(handle["status"], "running");
+    assert_eq!(handle["name"], "s");
+    assert_eq!(handle["child_id"], "sleeper");
+    let kid = registry::find_child(store.as_ref(), root.id(), "s")
+        .await
+        .unwrap();
+    assert_eq!(handle["session_id"], kid.id.to_string());
+    assert!(
+        sup.cancel(handle["delegation_id"].as_str().unwrap())
+            .unwrap()
+    );
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    let pending = root.inbox().drain();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    match &pending[0].notice {
+        Some(Notice::Cancelled { reason }) => {
+            assert_eq!(reason.as_deref(), Some("Async delegation cancelled"))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        pending[0].text,
+        format!(
+            "Child s ({}) was cancelled: Async delegation cancelled.",
+            kid.id
+        )
+    );
+    let kids = registry::children(store.as_ref(), root.id(), false)
+        .await
+        .unwrap();
+    assert_eq!(kids[0].status, SessionStatus::Aborted);
+    // A second cancel is harmless and sends nothing more.
+    sup.cancel(handle["delegation_id"].as_str().unwrap()).ok();
+    sup.wait_for_mail_or_quiet(root.inbox()).await;
+    assert!(root.inbox().is_empty());
+}
+
+#[tokio::test]
 async fn a_follow_up_to_a_retained_child_runs_a_new_turn_in_its_context() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let sup = supervisor(
@@ -512,6 +581,23 @@ async fn reach_is_the_family_only() {
         .await
         .unwrap_err();
     assert_eq!(e.to_string(), "A session cannot message itself");
+    // Another tree's root and a session that never existed get one and the same answer.
+    let stranger = root(&sup, &store, vec![]).await;
+    let foreign = sup
+        .send_message(Sender::Session(leaf.id), stranger.id(), "psst")
+        .await
+        .unwrap_err();
+    let unknown = sup
+        .send_message(
+            Sender::Session(leaf.id),
+            arbor_protocol::SessionId::new(),
+            "psst",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(foreign.to_string(), "Unknown or deleted session");
+    assert_eq!(foreign.to_string(), unknown.to_string());
+    assert_eq!(foreign.kind(), unknown.kind());
     // The leaf's own tool calls got the same answers, as tool errors.
     let results: Vec<String> = store
         .transcript(leaf.id, 0, None)
