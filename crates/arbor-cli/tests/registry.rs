@@ -60,6 +60,25 @@ fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
         (Some(1), Some(false))
     );
     assert_eq!(papers["mode"], "message");
+    assert_eq!(
+        (&papers["status"], &papers["model"], &papers["child_id"]),
+        (
+            &Value::from("succeeded"),
+            &Value::from("scripted"),
+            &Value::from("researcher")
+        )
+    );
+    assert_eq!(papers["own_usage"]["total_tokens"], 98);
+    assert_eq!(papers["aggregate_usage"]["total_tokens"], 98);
+    assert_eq!(papers["context_tokens"], 57);
+    // The table shows the same figures, and marks the silent child.
+    let table = arbor(dir.path(), &["ls", &root]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.starts_with("name    status              model     mode     own  aggregate  context  replies  session"), "{table}");
+    assert!(
+        table.contains("quiet   succeeded (silent)  scripted  message   10         10"),
+        "{table}"
+    );
     let quiet = child(rows, "quiet");
     assert_eq!(
         quiet["silent"], true,
@@ -113,10 +132,24 @@ fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("I skimmed the survey"));
     let again = json(dir.path(), &["rm", &root, &quiet_id, "--json"]);
     assert_eq!(again["already_deleted"], true);
-    let gone = arbor(dir.path(), &["rm", &root, "quiet"]);
-    assert_eq!(gone.status.code(), Some(2));
+    let by_name = json(dir.path(), &["rm", &root, "quiet", "--json"]);
+    assert_eq!(
+        by_name["already_deleted"], true,
+        "deleting by name twice is harmless"
+    );
+    assert_eq!(by_name["tombstone"]["reason"], "not useful");
+    // A deleted child and one that never existed get the same answer.
     let gone = arbor(dir.path(), &["send", &root, "quiet", "hello?"]);
     assert_eq!(gone.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&gone.stderr).trim(),
+        "error: child \"quiet\" of this session not found"
+    );
+    let never = arbor(dir.path(), &["send", &root, "nosuch", "hello?"]);
+    assert_eq!(
+        String::from_utf8_lossy(&never.stderr).trim(),
+        "error: child \"nosuch\" of this session not found"
+    );
 }
 
 #[test]

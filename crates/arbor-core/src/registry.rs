@@ -147,8 +147,10 @@ pub enum DeleteTarget {
     Deleted(SessionId, Tombstone),
 }
 
-/// Resolves a delete selector among `parent`'s children. A deleted child is found only by
-/// its session id (its name is free for a new child).
+/// Resolves a delete selector among `parent`'s children. A live child wins; otherwise a
+/// deleted child named by its session id, or the latest deleted child of that name, is
+/// found, so deleting twice is harmless (a deleted child's name is free for a new child,
+/// which a later delete by that name then deletes).
 pub async fn delete_target(
     store: &dyn Store,
     parent: SessionId,
@@ -157,14 +159,18 @@ pub async fn delete_target(
     match find_child(store, parent, selector).await {
         Ok(child) => Ok(DeleteTarget::Live(Box::new(child))),
         Err(e) => {
-            if let Ok(id) = selector.parse::<SessionId>()
-                && let Some(r) = store.session(id).await?
-                && r.parent_id == Some(parent)
-                && let Some(tombstone) = r.tombstone
-            {
-                return Ok(DeleteTarget::Deleted(id, tombstone));
+            let by_id: Option<SessionId> = selector.parse().ok();
+            let deleted = store
+                .list_sessions(SessionQuery::Children(parent))
+                .await?
+                .into_iter()
+                .filter(|r| Some(r.id) == by_id || r.name == selector)
+                .filter_map(|r| r.tombstone.map(|t| (r.id, t)))
+                .max_by_key(|(_, t)| t.at);
+            match deleted {
+                Some((id, tombstone)) => Ok(DeleteTarget::Deleted(id, tombstone)),
+                None => Err(e),
             }
-            Err(e)
         }
     }
 }
