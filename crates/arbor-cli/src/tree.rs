@@ -2,7 +2,8 @@
 //!
 //! Every agent other than the root becomes an allow-listed child of one supervisor, so the
 //! active-children limit holds across the whole tree. An agent with `children` gets
-//! `spawn_agent` (offering only those children), `wait_agent` and `cancel_agent`.
+//! `spawn_agent` (offering only those children), `wait_agent`, `cancel_agent` and
+//! `list_children`.
 //!
 //! Children are built by their factory when they are delegated to; [`check`] builds every
 //! agent once up front (against a throwaway in-memory store), so a configuration the runtime
@@ -12,8 +13,8 @@ use std::sync::Arc;
 
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
-    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, SendMessageTool,
-    SpawnAgentTool, Supervisor, WaitAgentTool,
+    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, ListChildrenTool,
+    Ownership, SendMessageTool, SpawnAgentTool, Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
 use arbor_model::{Script, ScriptedProvider};
@@ -76,7 +77,10 @@ fn with_delegation(
         &spec.children,
     )?))
     .dyn_tool(Arc::new(WaitAgentTool::new(delegator.clone())))
-    .dyn_tool(Arc::new(CancelAgentTool::new(delegator.clone()))))
+    .dyn_tool(Arc::new(CancelAgentTool::new(delegator.clone())))
+    .dyn_tool(Arc::new(ListChildrenTool::new(
+        delegator.supervisor().clone(),
+    ))))
 }
 
 /// Builds a spec agent for each delegation, wiring its own children to the delegator the

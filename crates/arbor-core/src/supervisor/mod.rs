@@ -11,7 +11,8 @@
 //! - [`catalog`], the allow-list ([`ChildEntry`], [`ChildFactory`]).
 //! - [`hooks`], `before` and `after`.
 //! - [`summary`], the recovery counters.
-//! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`.
+//! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`;
+//!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`.
 
 mod admission;
 pub mod catalog;
@@ -23,6 +24,7 @@ mod hub;
 mod join;
 mod lifecycle;
 pub mod limits;
+mod list_tool;
 pub mod messages;
 pub mod names;
 mod nested;
@@ -49,6 +51,7 @@ pub use hooks::{
 pub use join::{WaitOptions, WaitOutcome};
 pub use lifecycle::Deleted;
 pub use limits::{LimitsInput, SupervisorLimits};
+pub use list_tool::ListChildrenTool;
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use nested::DELEGATION_NAMESPACE;
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};

@@ -10,6 +10,7 @@ mod permission;
 mod pump;
 mod reconcile;
 mod redaction;
+mod registry;
 mod spawn_tool;
 mod supervisor;
 mod support;

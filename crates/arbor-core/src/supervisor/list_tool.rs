@@ -1,0 +1,94 @@
+//! `list_children`: the model's view of its own registry. It reads the host's record in the
+//! store, never the model's context, so after a compaction or a restart the model asks again
+//! and sees every direct child: its name, status (`interrupted` when a process died under its
+//! run), model, how it reports, whether it replied, and both token totals. Deleted children
+//! and grandchildren are not listed.
+
+use arbor_model::ToolSpec;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::registry;
+use crate::supervisor::core::Supervisor;
+use crate::tool::{DynTool, ToolContext, ToolError};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {}
+
+/// The `list_children` tool of one supervisor's tree.
+#[derive(Debug, Clone)]
+pub struct ListChildrenTool {
+    supervisor: Supervisor,
+    spec: ToolSpec,
+}
+
+impl ListChildrenTool {
+    /// The tool.
+    pub fn new(supervisor: Supervisor) -> Self {
+        let spec = ToolSpec {
+            name: "list_children".to_owned(),
+            description: "List your direct children as the host records them: name, status, \
+                          model, mode, replies and tokens. Use it after a restart or when \
+                          unsure what still runs."
+                .to_owned(),
+            parameters: json!({
+                "type": "object",
+                "properties": {},
+                "additionalProperties": false
+            }),
+        };
+        Self { supervisor, spec }
+    }
+}
+
+#[async_trait]
+impl DynTool for ListChildrenTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    async fn call_json(
+        &self,
+        arguments: serde_json::Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let fail =
+            |e: &dyn std::fmt::Display| ToolError::ToModel(self.supervisor.redact(&e.to_string()));
+        let arguments = match arguments {
+            serde_json::Value::Null => json!({}),
+            other => other,
+        };
+        let _: ListArgs = serde_json::from_value(arguments)
+            .map_err(|e| fail(&format!("invalid arguments for `list_children`: {e}")))?;
+        let rows = registry::children(self.supervisor.store().as_ref(), ctx.session.id, false)
+            .await
+            .map_err(|e| fail(&e))?;
+        let children: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "session_id": r.session_id,
+                    "child_id": r.child_id,
+                    "status": r.status,
+                    "model": r.model,
+                    "mode": r.mode,
+                    "lifetime": r.lifetime,
+                    "replies": r.replies,
+                    "silent": r.silent,
+                    "own_tokens": r.own_usage.total_tokens,
+                    "aggregate_tokens": r.aggregate_usage.total_tokens,
+                })
+            })
+            .collect();
+        Ok(self
+            .supervisor
+            .redact(&json!({ "children": children }).to_string()))
+    }
+}
