@@ -223,6 +223,15 @@ fn describe(e: &TranscriptEntry) -> String {
             preview(&output::one_line(&message.text))
         ),
         EntryKind::InboxRead { ids } => format!("read {} message(s)", ids.len()),
+        EntryKind::Compacted {
+            summary,
+            kept,
+            context_tokens,
+        } => format!(
+            "compacted at {} context tokens, kept {kept} message(s): {}",
+            thousands(*context_tokens),
+            preview(&output::one_line(summary))
+        ),
     };
     format!("{:>4}  {}  {body}", e.seq, e.kind.kind_name())
 }

@@ -24,6 +24,7 @@
 mod agent;
 pub mod approval;
 pub mod builtin;
+mod compact;
 mod dispatch;
 mod error;
 pub mod events;

@@ -171,13 +171,7 @@ impl Session {
     ) -> CoreResult<Session> {
         let entries = store.transcript(record.id, 0, None).await?;
         let inbox = Inbox::from_transcript(&entries);
-        let messages = entries
-            .into_iter()
-            .filter_map(|e| match e.kind {
-                EntryKind::Message { message } => Some(message),
-                _ => None,
-            })
-            .collect();
+        let messages = crate::compact::replay_messages(entries);
         Self::assemble(agent, store, record, messages, inbox).await
     }
 

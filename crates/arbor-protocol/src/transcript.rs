@@ -73,6 +73,17 @@ pub enum EntryKind {
         /// The messages' ids.
         ids: Vec<String>,
     },
+    /// The conversation was compacted: from here on the model sees `summary` (as a user
+    /// message) followed by the last `kept` messages before this entry. The earlier entries
+    /// stay in the transcript; usage and attribution records are untouched.
+    Compacted {
+        /// What replaces the earlier messages.
+        summary: String,
+        /// How many of the latest messages were kept as they were.
+        kept: u32,
+        /// The context size (own prompt tokens) when it was compacted.
+        context_tokens: u64,
+    },
     /// A run ended.
     RunFinished {
         /// Terminal status.
@@ -100,6 +111,7 @@ impl EntryKind {
             Self::UsageAttributed { .. } => "usage_attributed",
             Self::InboxReceived { .. } => "inbox_received",
             Self::InboxRead { .. } => "inbox_read",
+            Self::Compacted { .. } => "compacted",
             Self::RunFinished { .. } => "run_finished",
         }
     }

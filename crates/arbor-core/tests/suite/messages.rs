@@ -699,7 +699,7 @@ async fn deleting_a_child_cancels_its_subtree_and_leaves_a_tombstone_and_the_tra
             .unwrap()
             .is_empty()
     );
-    // Twice is harmless; by its old name it is simply not there.
+    // Twice is harmless, by its id or by its old name.
     let again = sup
         .delete_child(
             top.id(),
@@ -711,7 +711,13 @@ async fn deleting_a_child_cancels_its_subtree_and_leaves_a_tombstone_and_the_tra
         .unwrap();
     assert!(again.already);
     assert_eq!(again.tombstone, deleted.tombstone);
-    let e = sup.delete_child(top.id(), "m", "u", "r").await.unwrap_err();
+    let by_name = sup.delete_child(top.id(), "m", "u", "r").await.unwrap();
+    assert!(by_name.already);
+    assert_eq!(by_name.tombstone, deleted.tombstone);
+    let e = sup
+        .delete_child(top.id(), "never-was", "u", "r")
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), CoreErrorKind::NotFound);
     // A foreign id gets the same error as an unknown name.
     let e2 = sup

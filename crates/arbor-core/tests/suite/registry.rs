@@ -160,3 +160,132 @@ async fn after_a_restart_list_children_shows_every_child_and_the_interrupted_one
         .unwrap_err();
     assert!(e.to_string().contains("unknown field `all`"), "{e}");
 }
+
+/// A root that delegated to one worker (sync; the worker used 30 tokens and replied), then
+/// answered: two provider turns of its own.
+async fn parent_with_a_child(store: &Arc<dyn Store>, sup: &Supervisor) -> arbor_core::Session {
+    let mut root = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn::tool_call(
+                "spawn_agent",
+                json!({"child_id": "worker", "name": "w", "input": "go"}),
+            )
+            .with_usage(40_000, 10),
+            ScriptedTurn::text("read the reply").with_usage(41_000, 10),
+        ])))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .limits(arbor_core::RunLimits {
+            max_tokens: 1_000_000,
+            ..arbor_core::RunLimits::DEFAULT
+        })
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    sup.attach(&mut root);
+    let r = root.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.text, "read the reply", "{:?} {:?}", r.status, r.error);
+    root
+}
+
+#[tokio::test]
+async fn compaction_keeps_the_registry_and_is_decided_by_the_sessions_own_prompt() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(&store);
+    let mut root = parent_with_a_child(&store, &sup).await;
+    // Children's usage raises the bill, not the context.
+    let record = store.session(root.id()).await.unwrap().unwrap();
+    assert_eq!(record.attributed_usage.total_tokens, 30);
+    assert_eq!(root.context_tokens(), 41_000);
+    assert!(!root.needs_compaction(200_000, 0.8));
+    assert!(root.needs_compaction(50_000, 0.8));
+
+    let before = root.messages().to_vec();
+    let kept = root.compact("The worker replied: done.", 2).await.unwrap();
+    assert_eq!(kept, 2);
+    assert_eq!(root.messages().len(), 3);
+    assert_eq!(
+        root.messages()[0].text(),
+        "[Summary of the earlier conversation]\n\nThe worker replied: done."
+    );
+    assert_eq!(&root.messages()[1..], &before[before.len() - 2..]);
+    assert!(
+        root.compact("  ", 2).await.is_err(),
+        "a summary is required"
+    );
+
+    // The registry and the totals are the host's: untouched.
+    let kids = registry::children(store.as_ref(), root.id(), false)
+        .await
+        .unwrap();
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].name, "w");
+    let after = store.session(root.id()).await.unwrap().unwrap();
+    assert_eq!(after.aggregate_usage(), record.aggregate_usage());
+
+    // A reopened session sees the compacted conversation, and goes on from it.
+    let agent = root.agent().clone();
+    let messages = root.messages().to_vec();
+    let id = root.id();
+    drop(root);
+    let mut again = agent.open_session(store.clone(), id).await.unwrap();
+    assert_eq!(again.messages(), &messages[..]);
+    // The scripted model picks its turn by the assistant messages it is shown: after the
+    // compaction it is shown one (the kept answer), so it plays its second turn again.
+    let r = again.run("and now?", RunOptions::default()).await.unwrap();
+    assert_eq!(r.text, "read the reply");
+    assert_eq!(again.messages().len(), 5);
+    let kinds: Vec<&str> = store
+        .transcript(id, 0, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.kind_name())
+        .filter(|k| *k == "compacted")
+        .collect();
+    assert_eq!(kinds, ["compacted"]);
+}
+
+#[tokio::test]
+async fn a_fork_is_a_root_with_the_conversation_and_no_children() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(&store);
+    let source = parent_with_a_child(&store, &sup).await;
+    let fork = source.fork(Some("what-if")).await.unwrap();
+    assert_eq!(fork.messages(), source.messages());
+    let record = fork.record().clone();
+    assert_eq!(
+        (record.parent_id, record.depth, record.root_id),
+        (None, 0, fork.id())
+    );
+    assert_eq!(record.name, "what-if");
+    assert_eq!(record.meta["forked_from"], source.id().to_string());
+    assert_eq!(record.own_usage.total_tokens, 0, "nothing is billed twice");
+    assert_eq!(fork.context_tokens(), source.context_tokens());
+    // The children stay with the source.
+    assert!(
+        registry::children(store.as_ref(), fork.id(), false)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        registry::children(store.as_ref(), source.id(), false)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Reopened, the fork has the same conversation.
+    let again = source
+        .agent()
+        .open_session(store.clone(), fork.id())
+        .await
+        .unwrap();
+    assert_eq!(again.messages(), source.messages());
+    let e = source.fork(Some(&"x".repeat(65))).await.unwrap_err();
+    assert_eq!(e.kind(), arbor_core::CoreErrorKind::Validation);
+}
