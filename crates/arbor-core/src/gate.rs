@@ -273,8 +273,18 @@ impl Session {
         stop: Option<CallStop>,
     ) -> CoreResult<Option<Outcome>> {
         let mut entries = Vec::with_capacity(checkpoint.calls.len());
+        let mut artifacts = 0u32;
         for slot in checkpoint.calls {
             if let CallState::Done { result } = slot.state {
+                if !result.is_error
+                    && self
+                        .agent
+                        .tools()
+                        .get(&result.name)
+                        .is_some_and(|t| t.writes_artifact())
+                {
+                    artifacts += 1;
+                }
                 let message = Message::Tool(result);
                 entries.push(EntryKind::Message {
                     message: message.clone(),
@@ -282,7 +292,11 @@ impl Session {
                 self.messages.push(message);
             }
         }
-        self.commit(state.run_id, &entries, None).await?;
+        let update = (artifacts > 0).then(|| SessionUpdate {
+            artifacts: Some(self.record.artifacts.saturating_add(artifacts)),
+            ..SessionUpdate::default()
+        });
+        self.commit(state.run_id, &entries, update).await?;
         self.bus.publish(
             state.run_id,
             AgentEvent::TurnFinished {

@@ -40,7 +40,10 @@ pub struct ChildRow {
     pub context_tokens: u64,
     /// Messages it sent its parent.
     pub replies: u32,
-    /// Finished with no reply to its parent (message mode): tokens spent, nothing returned.
+    /// Artifacts it wrote.
+    pub artifacts: u32,
+    /// Finished with no reply to its parent and no artifact (message mode): tokens spent,
+    /// nothing returned.
     pub silent: bool,
     /// When it was made.
     pub created_at: Timestamp,
@@ -63,7 +66,8 @@ impl ChildRow {
             status: r.status,
             silent: mode.as_deref() == Some("message")
                 && r.status == SessionStatus::Succeeded
-                && r.replies == 0,
+                && r.replies == 0
+                && r.artifacts == 0,
             mode,
             lifetime: meta("lifetime"),
             depth: r.depth,
@@ -71,6 +75,7 @@ impl ChildRow {
             aggregate_usage: r.aggregate_usage(),
             context_tokens: r.context_tokens,
             replies: r.replies,
+            artifacts: r.artifacts,
             created_at: r.created_at,
             updated_at: r.updated_at,
             tombstone: r.tombstone.clone(),

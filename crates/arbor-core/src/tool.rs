@@ -90,6 +90,13 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether a successful call writes an artifact (a file, a document, a record someone
+    /// will read). The registry counts them: a child that finished with no reply and no
+    /// artifact is a silent no-op.
+    fn writes_artifact(&self) -> bool {
+        false
+    }
+
     /// Runs one call.
     async fn call(&self, args: Self::Args, ctx: ToolContext) -> Result<Self::Output, ToolError>;
 }
@@ -102,6 +109,11 @@ pub trait DynTool: fmt::Debug + Send + Sync {
 
     /// See [`Tool::exclusive`].
     fn exclusive(&self) -> bool;
+
+    /// See [`Tool::writes_artifact`].
+    fn writes_artifact(&self) -> bool {
+        false
+    }
 
     /// Validates `arguments` and runs the call; returns the text the model reads.
     async fn call_json(
@@ -176,6 +188,10 @@ impl<T: Tool> DynTool for Typed<T> {
 
     fn exclusive(&self) -> bool {
         self.tool.exclusive()
+    }
+
+    fn writes_artifact(&self) -> bool {
+        self.tool.writes_artifact()
     }
 
     async fn call_json(

@@ -20,7 +20,7 @@ pub(crate) const SESSION_COLUMNS: &str = "id, parent_id, root_id, name, agent, m
     own_cache_write_tokens, attributed_input_tokens, attributed_output_tokens, \
     attributed_total_tokens, attributed_cache_read_tokens, attributed_cache_write_tokens, \
     context_tokens, created_at, updated_at, meta, version, spawned_run, spawned_turn, replies, \
-    tombstone";
+    tombstone, artifacts";
 
 /// The columns [`entry_from_row`] reads, in order.
 pub(crate) const ENTRY_COLUMNS: &str = "seq, at, run_id, kind, body";
@@ -100,6 +100,8 @@ pub(crate) fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
                 serde_json::from_str(&t).map_err(|e| corrupt(format_args!("column tombstone: {e}")))
             })
             .transpose()?,
+        artifacts: u32::try_from(column::<i64>(row, 27, "artifacts")?)
+            .map_err(|_| corrupt("column artifacts: out of range"))?,
     })
 }
 
@@ -144,7 +146,7 @@ pub(crate) fn insert_session(
     let sql = format!(
         "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
          ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
-         ?27)"
+         ?27, ?28)"
     );
     conn.prepare_cached(&sql)
         .and_then(|mut stmt| {
@@ -176,6 +178,7 @@ pub(crate) fn insert_session(
                 record.spawned_by.map(|s| i64::from(s.turn)),
                 i64::from(record.replies),
                 tombstone,
+                i64::from(record.artifacts),
             ])
         })
         .at(path)
@@ -183,7 +186,7 @@ pub(crate) fn insert_session(
 }
 
 /// Writes the fields an update can change (status, usages, context size, meta, replies,
-/// tombstone, version, `updated_at`) of the existing row of `record`.
+/// artifacts, tombstone, version, `updated_at`) of the existing row of `record`.
 pub(crate) fn write_session(
     conn: &Connection,
     path: &str,
@@ -197,7 +200,7 @@ pub(crate) fn write_session(
         attributed_input_tokens = ?8, attributed_output_tokens = ?9, \
         attributed_total_tokens = ?10, attributed_cache_read_tokens = ?11, \
         attributed_cache_write_tokens = ?12, context_tokens = ?13, updated_at = ?14, \
-        meta = ?15, version = ?16, replies = ?17, tombstone = ?18 WHERE id = ?1";
+        meta = ?15, version = ?16, replies = ?17, tombstone = ?18, artifacts = ?19 WHERE id = ?1";
     conn.prepare_cached(sql)
         .and_then(|mut stmt| {
             stmt.execute(params![
@@ -219,6 +222,7 @@ pub(crate) fn write_session(
                 to_sql(record.version),
                 i64::from(record.replies),
                 tombstone,
+                i64::from(record.artifacts),
             ])
         })
         .at(path)

@@ -38,10 +38,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0003_checkpoints",
         sql: include_str!("../migrations/0003_checkpoints.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_artifacts",
+        sql: include_str!("../migrations/0004_artifacts.sql"),
+    },
 ];
 
 /// The schema version this build creates and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// `PRAGMA application_id` of an arbor store: "arbr" in ASCII.
 const APPLICATION_ID: i64 = 0x6172_6272;

@@ -40,6 +40,10 @@ pub struct SessionRecord {
     /// Messages it sent to its parent (zero after a finished task: a silent no-op).
     #[serde(default)]
     pub replies: u32,
+    /// Artifacts it wrote: successful calls of tools that declare they write one (with no
+    /// reply either, a finished child is a silent no-op).
+    #[serde(default)]
+    pub artifacts: u32,
     /// Set once it was deleted: it leaves listings and messaging, its transcript stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tombstone: Option<Tombstone>,
@@ -88,6 +92,7 @@ impl SessionRecord {
             meta: serde_json::Value::Null,
             spawned_by: None,
             replies: 0,
+            artifacts: 0,
             tombstone: None,
             version: 1,
         }
@@ -143,6 +148,9 @@ impl SessionRecord {
         if let Some(replies) = update.replies {
             self.replies = replies;
         }
+        if let Some(artifacts) = update.artifacts {
+            self.artifacts = artifacts;
+        }
         if let Some(tombstone) = &update.tombstone {
             self.tombstone = Some(tombstone.clone());
         }
@@ -169,6 +177,8 @@ pub struct SessionUpdate {
     pub meta: Option<serde_json::Value>,
     /// New count of replies to the parent.
     pub replies: Option<u32>,
+    /// New count of artifacts written.
+    pub artifacts: Option<u32>,
     /// The deletion record (a tombstone is never removed).
     pub tombstone: Option<Tombstone>,
 }

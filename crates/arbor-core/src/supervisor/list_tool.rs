@@ -1,7 +1,7 @@
 //! `list_children`: the model's view of its own registry. It reads the host's record in the
 //! store, never the model's context, so after a compaction or a restart the model asks again
 //! and sees every direct child: its name, status (`interrupted` when a process died under its
-//! run), model, how it reports, whether it replied, and both token totals. Deleted children
+//! run), model, how it reports, whether it replied or wrote artifacts, and both token totals. Deleted children
 //! and grandchildren are not listed.
 
 use arbor_model::ToolSpec;
@@ -81,6 +81,7 @@ impl DynTool for ListChildrenTool {
                     "mode": r.mode,
                     "lifetime": r.lifetime,
                     "replies": r.replies,
+                    "artifacts": r.artifacts,
                     "silent": r.silent,
                     "own_tokens": r.own_usage.total_tokens,
                     "aggregate_tokens": r.aggregate_usage.total_tokens,

@@ -289,3 +289,102 @@ async fn a_fork_is_a_root_with_the_conversation_and_no_children() {
     let e = source.fork(Some(&"x".repeat(65))).await.unwrap_err();
     assert_eq!(e.kind(), arbor_core::CoreErrorKind::Validation);
 }
+
+/// Saves a document: an artifact.
+#[derive(Debug, Clone)]
+struct Save;
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SaveArgs {
+    name: String,
+}
+
+#[async_trait::async_trait]
+impl arbor_core::Tool for Save {
+    type Args = SaveArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        "save"
+    }
+    fn description(&self) -> &str {
+        "saves a document"
+    }
+    fn writes_artifact(&self) -> bool {
+        true
+    }
+    async fn call(
+        &self,
+        args: SaveArgs,
+        _ctx: ToolContext,
+    ) -> Result<String, arbor_core::ToolError> {
+        if args.name.is_empty() {
+            return Err(arbor_core::ToolError::ToModel("a name is required".into()));
+        }
+        Ok(format!("saved {}", args.name))
+    }
+}
+
+#[tokio::test]
+async fn a_child_that_wrote_an_artifact_is_no_silent_no_op() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
+    for (id, turns) in [
+        (
+            "writer",
+            vec![
+                // A failed save is no artifact; the second one is.
+                ScriptedTurn::tool_call("save", json!({"name": ""})),
+                ScriptedTurn::tool_call("save", json!({"name": "report.md"})),
+                ScriptedTurn::text("saved it"),
+            ],
+        ),
+        ("idler", vec![ScriptedTurn::text("thought about it")]),
+    ] {
+        let script = Script::new(turns);
+        b = b.child(ChildEntry::new(
+            id,
+            factory_fn(move |ctx| {
+                let script = script.clone();
+                async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(script))
+                        .tool(Save)
+                        .build()
+                }
+            }),
+        ));
+    }
+    let sup = b.build().unwrap();
+    let mut root = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([
+            spawn("writer", "w"),
+            spawn("idler", "i"),
+            ScriptedTurn::text("spawned"),
+        ])))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    sup.attach(&mut root);
+    root.run("go", RunOptions::default()).await.unwrap();
+    while sup.active_children() > 0 {
+        sup.wait_for_mail_or_quiet(root.inbox()).await;
+        root.inbox().drain();
+    }
+    let rows = registry::children(store.as_ref(), root.id(), false)
+        .await
+        .unwrap();
+    let w = rows.iter().find(|r| r.name == "w").unwrap();
+    let i = rows.iter().find(|r| r.name == "i").unwrap();
+    assert_eq!((w.replies, w.artifacts, w.silent), (0, 1, false));
+    assert_eq!((i.replies, i.artifacts, i.silent), (0, 0, true));
+    let tree = registry::tree(store.as_ref(), root.id()).await.unwrap();
+    assert_eq!(registry::silent_count(&tree), 1);
+    let listed = list(&ListChildrenTool::new(sup.clone()), root.as_ref()).await;
+    assert_eq!(listed["children"][0]["artifacts"], 1);
+}

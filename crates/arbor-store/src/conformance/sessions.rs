@@ -53,6 +53,7 @@ pub async fn create_round_trips_every_field(store: &dyn Store) {
         turn: 4,
     });
     mid.replies = 2;
+    mid.artifacts = 5;
     mid.meta = json!([1, "two", {"three": 3}]);
     mid.context_tokens = u64::MAX;
     create(store, CHECK, &mid).await;
@@ -181,6 +182,9 @@ fn expected_after(
     if let Some(replies) = update.replies {
         expected.replies = replies;
     }
+    if let Some(artifacts) = update.artifacts {
+        expected.artifacts = artifacts;
+    }
     if let Some(tombstone) = &update.tombstone {
         expected.tombstone = Some(tombstone.clone());
     }
@@ -243,6 +247,7 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
                 context_tokens: Some(99),
                 meta: Some(serde_json::Value::Null),
                 replies: Some(3),
+                artifacts: Some(u32::MAX),
                 tombstone: Some(crate::Tombstone {
                     at: Timestamp(1_700_000_000_000),
                     by: "user \"x\"".into(),
