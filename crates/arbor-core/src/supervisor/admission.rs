@@ -48,8 +48,10 @@ impl Supervisor {
         {
             provider.preflight(model).await.map_err(|e| {
                 CoreError::validation(format!(
-                    "Requested model \"{model}\" for child \"{}\" failed its preflight: {e}",
-                    a.child_id
+                    "Requested model \"{model}\" for child \"{}\" failed its preflight: {e}; \
+                     allowed models: {}",
+                    a.child_id,
+                    entry.models().join(", ")
                 ))
             })?;
         }
