@@ -510,7 +510,15 @@ async fn messages_are_bounded_in_size_queue_and_rate() {
         e.to_string(),
         "Agent messaging rate limit exceeded; retry after 1000ms"
     );
-    for i in 3..20 {
+    assert_eq!(
+        e.limit().map(|l| (l.limit, l.maximum, l.observed)),
+        Some(("messages_per_second", 1, 2))
+    );
+    // The rate is per pair: another sender reaches the same inbox at once.
+    sup.send_message(Sender::Session(top.id()), to, "from the parent")
+        .await
+        .unwrap();
+    for i in 3..19 {
         tokio::time::advance(Duration::from_millis(1000)).await;
         sup.send_message(Sender::Host, to, &format!("m{i}"))
             .await
