@@ -99,3 +99,11 @@ pub trait AfterHook: fmt::Debug + Send + Sync {
     /// Observes. An `Err` is published as `delegation_error`; the result is unchanged.
     async fn after(&self, completion: &Completion) -> Result<(), String>;
 }
+
+/// A shared hook (the host keeps a handle to what it observes).
+#[async_trait]
+impl<T: AfterHook + ?Sized> AfterHook for Arc<T> {
+    async fn after(&self, completion: &Completion) -> Result<(), String> {
+        (**self).after(completion).await
+    }
+}

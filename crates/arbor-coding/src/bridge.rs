@@ -1,0 +1,283 @@
+//! The lifecycle bridge: supervisor events as a host timeline's `subagent_started` and
+//! `subagent_stopped`, with opt-in failure details and recovery counters.
+//!
+//! [`LifecycleBridge`] is the pure mapping; [`observe`] runs it over a supervisor's
+//! subscription and hands each event to a callback until stopped.
+
+use std::collections::VecDeque;
+
+use arbor_core::supervisor::{ChildSummary, Supervisor};
+use arbor_protocol::{RunStatus, StopReason, SupervisorEvent};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+/// Failures kept waiting for their delegation's end.
+pub const MAX_PENDING_FAILURES: usize = 64;
+/// UTF-8 bytes of a failure reason kept.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// How a child stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopStatus {
+    /// It answered.
+    Succeeded,
+    /// It died on an error or a limit.
+    Failed,
+    /// A policy or the `before` hook refused it.
+    Denied,
+    /// It was cancelled.
+    Aborted,
+}
+
+/// Why a child failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    /// The reason, at most 1 KiB (cut on a character boundary).
+    pub reason: String,
+    /// The run limit that fired, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// The run's stop reason, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+}
+
+/// One timeline event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LifecycleEvent {
+    /// A delegation started.
+    SubagentStarted {
+        /// The catalog entry (redacted).
+        child_id: String,
+        /// The delegation (redacted).
+        delegation_id: String,
+        /// Its depth.
+        depth: u32,
+    },
+    /// A delegation ended.
+    SubagentStopped {
+        /// The catalog entry (redacted).
+        child_id: String,
+        /// The delegation (redacted).
+        delegation_id: String,
+        /// Its depth.
+        depth: u32,
+        /// How it ended.
+        status: StopStatus,
+        /// Why it failed (with `include_failure`, on a `failed` stop).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        failure: Option<Failure>,
+        /// The child's recovery counters (with `include_recovery`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        recovery: Option<ChildSummary>,
+    },
+}
+
+/// What the bridge adds to stops.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BridgeOptions {
+    /// Attach the failure (reason, limit, stop reason) to `failed` stops.
+    pub include_failure: bool,
+    /// Attach the child's `summary()` row to every stop.
+    pub include_recovery: bool,
+}
+
+/// `s` cut to at most `max` UTF-8 bytes on a character boundary.
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+/// The mapping from supervisor events to timeline events.
+#[derive(Debug, Default)]
+pub struct LifecycleBridge {
+    options: BridgeOptions,
+    failures: VecDeque<(String, Failure)>,
+}
+
+impl LifecycleBridge {
+    /// A bridge with `options`.
+    pub fn new(options: BridgeOptions) -> Self {
+        Self {
+            options,
+            failures: VecDeque::new(),
+        }
+    }
+
+    /// How many failures wait for their delegation's end.
+    pub fn pending_failures(&self) -> usize {
+        self.failures.len()
+    }
+
+    fn take_failure(&mut self, delegation_id: &str) -> Option<Failure> {
+        let i = self
+            .failures
+            .iter()
+            .position(|(id, _)| id == delegation_id)?;
+        self.failures.remove(i).map(|(_, f)| f)
+    }
+
+    /// The timeline event for `event`, if any. `redact` cleans ids; `summary` finds a
+    /// child's recovery row (asked only with `include_recovery`).
+    pub fn map(
+        &mut self,
+        event: &SupervisorEvent,
+        redact: impl Fn(&str) -> String,
+        summary: impl FnOnce(&str) -> Option<ChildSummary>,
+    ) -> Option<LifecycleEvent> {
+        let stop = |origin: &arbor_protocol::ChildOrigin, status| {
+            (
+                redact(&origin.child_id),
+                redact(&origin.delegation_id),
+                origin.depth,
+                status,
+            )
+        };
+        let (child_id, delegation_id, depth, status, raw_delegation, raw_child) = match event {
+            SupervisorEvent::DelegationStarted { origin, .. } => {
+                return Some(LifecycleEvent::SubagentStarted {
+                    child_id: redact(&origin.child_id),
+                    delegation_id: redact(&origin.delegation_id),
+                    depth: origin.depth,
+                });
+            }
+            SupervisorEvent::ChildFailed {
+                origin,
+                reason,
+                limit,
+                stop_reason,
+                ..
+            } => {
+                if self.options.include_failure {
+                    if self.failures.len() == MAX_PENDING_FAILURES {
+                        self.failures.pop_front();
+                    }
+                    self.failures.push_back((
+                        origin.delegation_id.clone(),
+                        Failure {
+                            reason: truncate_utf8(reason, MAX_REASON_BYTES).to_owned(),
+                            limit: limit.as_ref().map(|b| b.limit.to_string()),
+                            stop_reason: *stop_reason,
+                        },
+                    ));
+                }
+                return None;
+            }
+            SupervisorEvent::DelegationFinished { origin, status, .. } => {
+                let status = match status {
+                    RunStatus::Succeeded => StopStatus::Succeeded,
+                    RunStatus::Denied => StopStatus::Denied,
+                    RunStatus::Aborted => StopStatus::Aborted,
+                    _ => StopStatus::Failed,
+                };
+                let (c, d, depth, s) = stop(origin, status);
+                (c, d, depth, s, &origin.delegation_id, &origin.child_id)
+            }
+            SupervisorEvent::DelegationRejected { origin, .. } => {
+                let (c, d, depth, s) = stop(origin, StopStatus::Denied);
+                (c, d, depth, s, &origin.delegation_id, &origin.child_id)
+            }
+            SupervisorEvent::DelegationError { origin, .. } => {
+                let (c, d, depth, s) = stop(origin, StopStatus::Failed);
+                (c, d, depth, s, &origin.delegation_id, &origin.child_id)
+            }
+            _ => return None,
+        };
+        // The buffered failure is attached only to the stop a `delegation_error` produces;
+        // any other end of that delegation drops it.
+        let buffered = self.take_failure(raw_delegation);
+        let failure = match event {
+            SupervisorEvent::DelegationError { .. } => buffered,
+            _ => None,
+        };
+        let recovery = if self.options.include_recovery {
+            summary(raw_child)
+        } else {
+            None
+        };
+        Some(LifecycleEvent::SubagentStopped {
+            child_id,
+            delegation_id,
+            depth,
+            status,
+            failure,
+            recovery,
+        })
+    }
+}
+
+/// A running observation; stop it (or drop it) to end it.
+#[derive(Debug)]
+pub struct Observer {
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Observer {
+    /// Ends the observation; harmless to call twice.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Ends it and waits until the callback will not be called again.
+    pub async fn finish(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Maps `supervisor`'s events to timeline events and calls `on_event` with each, until the
+/// observer is stopped or the supervisor shuts down. A panicking callback is contained (the
+/// bridge goes on). Must be called inside a tokio runtime.
+pub fn observe(
+    supervisor: &Supervisor,
+    options: BridgeOptions,
+    mut on_event: impl FnMut(LifecycleEvent) + Send + 'static,
+) -> Observer {
+    let mut sub = supervisor.subscribe();
+    let sup = supervisor.clone();
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        let mut bridge = LifecycleBridge::new(options);
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = token.cancelled() => break,
+                e = sub.recv() => e,
+            };
+            let Some(envelope) = next else { break };
+            let mapped = bridge.map(
+                &envelope.event,
+                |s| sup.redact(s),
+                |child| sup.summary().into_iter().find(|r| r.child_id == child),
+            );
+            if let Some(event) = mapped {
+                let call = std::panic::AssertUnwindSafe(|| on_event(event));
+                if std::panic::catch_unwind(call).is_err() {
+                    tracing::warn!("a lifecycle callback panicked; the bridge goes on");
+                }
+            }
+        }
+    });
+    Observer {
+        stop,
+        task: Some(task),
+    }
+}

@@ -1,0 +1,68 @@
+//! The few git commands worktrees need, run as `git -C <dir> …` child processes (no shell).
+
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::process::Command;
+
+use crate::error::{CodingError, CodingResult};
+
+/// Runs `<program> -C dir args…` and returns its trimmed stdout, or the error it printed.
+pub(crate) async fn git(program: &Path, dir: &Path, args: &[&str]) -> CodingResult<String> {
+    let out = Command::new(program)
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => CodingError::GitMissing,
+            _ => CodingError::Io(format!("cannot run git: {e}")),
+        })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(CodingError::Git {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// The top of the work tree `dir` belongs to; a clear error when it is no git repository.
+pub(crate) async fn toplevel(program: &Path, dir: &Path) -> CodingResult<String> {
+    match git(program, dir, &["rev-parse", "--show-toplevel"]).await {
+        Ok(top) => Ok(top),
+        Err(CodingError::Git { .. }) => Err(CodingError::Repository(format!(
+            "{} is not a git repository",
+            dir.display()
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the work tree at `dir` has uncommitted changes (untracked files included).
+pub(crate) async fn is_dirty(program: &Path, dir: &Path) -> CodingResult<bool> {
+    Ok(!git(program, dir, &["status", "--porcelain"])
+        .await?
+        .is_empty())
+}
+
+/// Whether the branch exists in the repository at `dir`.
+pub(crate) async fn branch_exists(program: &Path, dir: &Path, branch: &str) -> CodingResult<bool> {
+    let refname = format!("refs/heads/{branch}");
+    match git(
+        program,
+        dir,
+        &["rev-parse", "--verify", "--quiet", &refname],
+    )
+    .await
+    {
+        Ok(_) => Ok(true),
+        Err(CodingError::Git { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,109 @@
+//! Confinement: every path a coding tool takes is relative to the worktree and must stay in
+//! it. Absolute paths, `..` components and symlinks that lead out are refused.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{CodingError, CodingResult};
+
+/// A directory the tools of one child are confined to.
+#[derive(Debug, Clone)]
+pub struct Workdir {
+    root: PathBuf,
+}
+
+impl Workdir {
+    /// Confines tools to `dir`, which must exist (it is canonicalized once).
+    pub fn new(dir: impl AsRef<Path>) -> CodingResult<Self> {
+        let dir = dir.as_ref();
+        let root = std::fs::canonicalize(dir)
+            .map_err(|e| CodingError::Io(format!("cannot use {}: {e}", dir.display())))?;
+        if !root.is_dir() {
+            return Err(CodingError::Io(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        Ok(Self { root })
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `path` resolved inside the directory. It may name something that does not exist yet
+    /// (a file to write); whatever part exists is checked with symlinks followed.
+    pub fn resolve(&self, path: &str) -> CodingResult<PathBuf> {
+        let escape = || CodingError::Escape {
+            path: path.to_owned(),
+        };
+        let rel = Path::new(path);
+        let mut joined = self.root.clone();
+        for c in rel.components() {
+            match c {
+                Component::Normal(part) => joined.push(part),
+                Component::CurDir => {}
+                Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                    return Err(escape());
+                }
+            }
+        }
+        // The deepest part that exists, with symlinks followed, must still be inside.
+        let mut existing = joined.as_path();
+        loop {
+            if existing.symlink_metadata().is_ok() {
+                let real = std::fs::canonicalize(existing).map_err(|_| escape())?;
+                if !real.starts_with(&self.root) {
+                    return Err(escape());
+                }
+                break;
+            }
+            match existing.parent() {
+                Some(parent) => existing = parent,
+                None => return Err(escape()),
+            }
+        }
+        Ok(joined)
+    }
+
+    /// `path` shown relative to the directory.
+    pub fn display(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_that_leave_the_directory_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        let w = Workdir::new(dir.path()).unwrap();
+        assert!(w.resolve("src/main.rs").unwrap().ends_with("src/main.rs"));
+        assert!(w.resolve("./new/dir/file.txt").is_ok());
+        assert!(w.resolve("").unwrap() == w.root());
+        for bad in ["../x", "src/../../x", "/etc/passwd", "src/.."] {
+            let e = w.resolve(bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("path {bad:?} is outside the worktree")
+            );
+        }
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+            assert!(w.resolve("out/secret").is_err());
+            assert!(w.resolve("out").is_err());
+            std::os::unix::fs::symlink(dir.path().join("src"), dir.path().join("in")).unwrap();
+            assert!(
+                w.resolve("in/lib.rs").is_ok(),
+                "a link that stays inside is fine"
+            );
+        }
+    }
+}

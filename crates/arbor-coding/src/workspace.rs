@@ -1,0 +1,204 @@
+//! Worktrees: one linked git worktree per delegation, on its own branch, under an
+//! allow-listed root, removed once when the delegation ends (kept when it has uncommitted
+//! changes). Keyed by delegation id, so a resumed child finds the same worktree again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{CodingError, CodingResult};
+use crate::git;
+
+/// Where worktrees come from and where they may go.
+#[derive(Debug, Clone)]
+pub struct WorkspaceConfig {
+    repository: PathBuf,
+    repository_id: String,
+    worktree_roots: Vec<PathBuf>,
+    branch_prefix: String,
+    git: PathBuf,
+}
+
+impl WorkspaceConfig {
+    /// Worktrees of the repository at `repository`, named `repository_id` in paths.
+    pub fn new(repository: impl Into<PathBuf>, repository_id: impl Into<String>) -> Self {
+        Self {
+            repository: repository.into(),
+            repository_id: repository_id.into(),
+            worktree_roots: Vec::new(),
+            branch_prefix: "agent/".to_owned(),
+            git: PathBuf::from("git"),
+        }
+    }
+
+    /// Allows worktrees under `root` (the first root given is used). Without one, every
+    /// child is refused before git runs.
+    pub fn worktree_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.worktree_roots.push(root.into());
+        self
+    }
+
+    /// The branch prefix (default `agent/`): a delegation's branch is prefix + its id.
+    pub fn branch_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.branch_prefix = prefix.into();
+        self
+    }
+
+    /// The git program (default `git`, found on PATH).
+    pub fn git_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.git = program.into();
+        self
+    }
+
+    /// The repository.
+    pub fn repository(&self) -> &Path {
+        &self.repository
+    }
+}
+
+/// A delegation's worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worktree {
+    /// Its directory: the child's `cwd`.
+    pub path: PathBuf,
+    /// Its branch.
+    pub branch: String,
+}
+
+/// What a cleanup did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// The worktree was removed (its branch, with any commits, stays).
+    Removed(Worktree),
+    /// Not one this manager created (or cleaned up already): nothing was touched.
+    NotOurs,
+}
+
+fn safe_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s != "."
+        && s != ".."
+}
+
+/// Creates and removes worktrees; remembers which it created. Construction does no I/O.
+#[derive(Debug)]
+pub struct Worktrees {
+    config: WorkspaceConfig,
+    created: Mutex<HashMap<String, Worktree>>,
+}
+
+impl Worktrees {
+    /// A manager for `config`.
+    pub fn new(config: WorkspaceConfig) -> Self {
+        Self {
+            config,
+            created: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &WorkspaceConfig {
+        &self.config
+    }
+
+    fn created(&self) -> std::sync::MutexGuard<'_, HashMap<String, Worktree>> {
+        self.created.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The worktree `delegation_id` would get, checked before any git call.
+    pub fn plan(&self, delegation_id: &str) -> CodingResult<Worktree> {
+        let Some(root) = self.config.worktree_roots.first() else {
+            return Err(CodingError::Config(
+                "no worktree root is allow-listed: configure one before delegating".to_owned(),
+            ));
+        };
+        if !safe_segment(&self.config.repository_id) {
+            return Err(CodingError::Config(format!(
+                "repository id {:?} must be 1-128 ASCII letters, digits, '-', '_' or '.'",
+                self.config.repository_id
+            )));
+        }
+        if !safe_segment(delegation_id) {
+            return Err(CodingError::Config(format!(
+                "delegation id {delegation_id:?} cannot name a worktree"
+            )));
+        }
+        Ok(Worktree {
+            path: root.join(&self.config.repository_id).join(delegation_id),
+            branch: format!("{}{delegation_id}", self.config.branch_prefix),
+        })
+    }
+
+    /// Creates the worktree of `delegation_id` (or finds it again, for a resumed child).
+    /// Refuses a repository that is not one, a main checkout with uncommitted changes, and
+    /// a branch that exists without this delegation's worktree.
+    pub async fn create(&self, delegation_id: &str) -> CodingResult<Worktree> {
+        let plan = self.plan(delegation_id)?;
+        let repo = &self.config.repository;
+        let g = &self.config.git;
+        git::toplevel(g, repo).await?;
+        // A resume: the same delegation's worktree is there, on its branch.
+        if plan.path.join(".git").exists()
+            && git::git(g, &plan.path, &["rev-parse", "--abbrev-ref", "HEAD"]).await? == plan.branch
+        {
+            self.created()
+                .insert(delegation_id.to_owned(), plan.clone());
+            tracing::debug!(path = %plan.path.display(), "worktree found again");
+            return Ok(plan);
+        }
+        if git::is_dirty(g, repo).await? {
+            return Err(CodingError::Repository(format!(
+                "the main checkout at {} has uncommitted changes; commit or stash them first",
+                repo.display()
+            )));
+        }
+        if git::branch_exists(g, repo, &plan.branch).await? {
+            return Err(CodingError::Repository(format!(
+                "branch {} already exists",
+                plan.branch
+            )));
+        }
+        if plan.path.exists() {
+            return Err(CodingError::Repository(format!(
+                "{} already exists",
+                plan.path.display()
+            )));
+        }
+        if let Some(parent) = plan.path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| CodingError::Io(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        let path = plan.path.to_string_lossy().into_owned();
+        git::git(
+            g,
+            repo,
+            &["worktree", "add", "-b", &plan.branch, &path, "HEAD"],
+        )
+        .await?;
+        self.created()
+            .insert(delegation_id.to_owned(), plan.clone());
+        tracing::debug!(path = %plan.path.display(), branch = %plan.branch, "worktree created");
+        Ok(plan)
+    }
+
+    /// Removes the worktree of `delegation_id` if this manager created it, exactly once;
+    /// foreign or repeated calls do nothing. A worktree with uncommitted changes is kept
+    /// (and forgotten, so it is reported once): the error says where it is.
+    pub async fn cleanup(&self, delegation_id: &str) -> CodingResult<Cleanup> {
+        let Some(tree) = self.created().remove(delegation_id) else {
+            return Ok(Cleanup::NotOurs);
+        };
+        let g = &self.config.git;
+        if git::is_dirty(g, &tree.path).await? {
+            return Err(CodingError::Dirty { path: tree.path });
+        }
+        let path = tree.path.to_string_lossy().into_owned();
+        git::git(g, &self.config.repository, &["worktree", "remove", &path]).await?;
+        tracing::debug!(path = %tree.path.display(), "worktree removed");
+        Ok(Cleanup::Removed(tree))
+    }
+}

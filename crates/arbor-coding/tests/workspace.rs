@@ -1,0 +1,162 @@
+//! Worktrees: created per delegation, removed once, kept when dirty, found again on resume;
+//! and the bad inputs, each refused with nothing leaked.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use arbor_coding::{Cleanup, CodingErrorKind, WorkspaceConfig, Worktrees};
+use common::{git, repo};
+
+fn setup() -> (tempfile::TempDir, Worktrees) {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("repo"));
+    let trees = Worktrees::new(
+        WorkspaceConfig::new(dir.path().join("repo"), "demo")
+            .worktree_root(dir.path().join("trees")),
+    );
+    (dir, trees)
+}
+
+#[tokio::test]
+async fn a_worktree_per_delegation_removed_exactly_once() {
+    let (dir, trees) = setup();
+    let t = trees.create("d1").await.unwrap();
+    assert_eq!(t.path, dir.path().join("trees/demo/d1"));
+    assert_eq!(t.branch, "agent/d1");
+    assert_eq!(
+        std::fs::read_to_string(t.path.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    assert_eq!(
+        git(&t.path, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        "agent/d1"
+    );
+    // Work committed on the branch survives the cleanup.
+    std::fs::write(t.path.join("a.txt"), "ALPHA\n").unwrap();
+    git(&t.path, &["commit", "-q", "-am", "edit"]);
+
+    assert_eq!(trees.cleanup("other").await.unwrap(), Cleanup::NotOurs);
+    assert_eq!(
+        trees.cleanup("d1").await.unwrap(),
+        Cleanup::Removed(t.clone())
+    );
+    assert!(!t.path.exists());
+    assert_eq!(trees.cleanup("d1").await.unwrap(), Cleanup::NotOurs, "once");
+    let repo = dir.path().join("repo");
+    assert_eq!(git(&repo, &["show", "agent/d1:a.txt"]), "ALPHA");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    assert!(!git(&repo, &["worktree", "list"]).contains("d1"));
+}
+
+#[tokio::test]
+async fn a_dirty_worktree_is_kept_and_reported_once() {
+    let (_dir, trees) = setup();
+    let t = trees.create("d2").await.unwrap();
+    std::fs::write(t.path.join("new.txt"), "unsaved work").unwrap();
+    let e = trees.cleanup("d2").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Dirty);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "worktree {} has uncommitted changes: kept for review",
+            t.path.display()
+        )
+    );
+    assert!(t.path.join("new.txt").exists());
+    assert_eq!(trees.cleanup("d2").await.unwrap(), Cleanup::NotOurs);
+}
+
+#[tokio::test]
+async fn a_resume_finds_the_same_worktree_again() {
+    let (dir, trees) = setup();
+    let first = trees.create("d3").await.unwrap();
+    std::fs::write(first.path.join("b.txt"), "half done\n").unwrap();
+    // Another process (a restart) resumes the same delegation.
+    let again = Worktrees::new(
+        WorkspaceConfig::new(dir.path().join("repo"), "demo")
+            .worktree_root(dir.path().join("trees")),
+    );
+    let second = again.create("d3").await.unwrap();
+    assert_eq!(second, first);
+    assert_eq!(
+        std::fs::read_to_string(second.path.join("b.txt")).unwrap(),
+        "half done\n",
+        "the work in progress is there"
+    );
+    // It is the new process's to clean up now (dirty: kept).
+    assert_eq!(
+        again.cleanup("d3").await.unwrap_err().kind(),
+        CodingErrorKind::Dirty
+    );
+}
+
+#[tokio::test]
+async fn bad_inputs_are_refused_before_anything_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    repo(&dir.path().join("repo"));
+    let repo_path = dir.path().join("repo");
+
+    // No allow-listed root: refused before git runs (the repository is not even checked).
+    let none = Worktrees::new(WorkspaceConfig::new(dir.path().join("nowhere"), "demo"));
+    let e = none.create("d").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Config);
+    assert_eq!(
+        e.to_string(),
+        "no worktree root is allow-listed: configure one before delegating"
+    );
+
+    let trees = |repo: &std::path::Path| {
+        Worktrees::new(WorkspaceConfig::new(repo, "demo").worktree_root(dir.path().join("trees")))
+    };
+    // Not a repository.
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let e = trees(&plain).create("d").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Repository);
+    assert_eq!(
+        e.to_string(),
+        format!("{} is not a git repository", plain.display())
+    );
+
+    // A branch that exists already.
+    git(&repo_path, &["branch", "agent/taken"]);
+    let e = trees(&repo_path).create("taken").await.unwrap_err();
+    assert_eq!(e.to_string(), "branch agent/taken already exists");
+
+    // A dirty main checkout.
+    std::fs::write(repo_path.join("a.txt"), "changed\n").unwrap();
+    let e = trees(&repo_path).create("d").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "the main checkout at {} has uncommitted changes; commit or stash them first",
+            repo_path.display()
+        )
+    );
+    git(&repo_path, &["checkout", "-q", "--", "a.txt"]);
+
+    // git missing.
+    let nogit = Worktrees::new(
+        WorkspaceConfig::new(&repo_path, "demo")
+            .worktree_root(dir.path().join("trees"))
+            .git_program(dir.path().join("no-such-git")),
+    );
+    let e = nogit.create("d").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Git);
+    assert_eq!(e.to_string(), "git is not installed (or not on PATH)");
+
+    // A delegation id that cannot name a folder.
+    let e = trees(&repo_path).create("../up").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Config);
+
+    // Nothing leaked: no worktree, no branch but the one made by hand.
+    assert!(!dir.path().join("trees").join("demo").exists());
+    assert_eq!(git(&repo_path, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(
+        git(&repo_path, &["branch", "--list", "agent/*"]),
+        "agent/taken"
+    );
+}
