@@ -164,7 +164,7 @@ impl LifecycleBridge {
                         origin.delegation_id.clone(),
                         Failure {
                             reason: truncate_utf8(reason, MAX_REASON_BYTES).to_owned(),
-                            limit: limit.as_ref().map(|b| b.limit.to_string()),
+                            limit: limit.as_ref().map(|b| b.limit.as_str().to_owned()),
                             stop_reason: *stop_reason,
                         },
                     ));
@@ -279,5 +279,187 @@ pub fn observe(
     Observer {
         stop,
         task: Some(task),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_protocol::{ChildOrigin, LimitKind, RunLimitBreach};
+
+    fn origin(d: &str) -> ChildOrigin {
+        ChildOrigin {
+            child_id: "coder".into(),
+            delegation_id: d.into(),
+            depth: 1,
+        }
+    }
+
+    fn failed(d: &str, reason: &str) -> SupervisorEvent {
+        SupervisorEvent::ChildFailed {
+            origin: origin(d),
+            reason: reason.into(),
+            status: Some(RunStatus::Failed),
+            limit: Some(RunLimitBreach {
+                limit: LimitKind::MaxTokens,
+                maximum: 10,
+                observed: 12,
+            }),
+            stop_reason: Some(StopReason::TokenLimit),
+            usage: None,
+        }
+    }
+
+    fn error(d: &str) -> SupervisorEvent {
+        SupervisorEvent::DelegationError {
+            origin: origin(d),
+            error: "boom".into(),
+        }
+    }
+
+    fn map(b: &mut LifecycleBridge, e: &SupervisorEvent) -> Option<LifecycleEvent> {
+        b.map(e, |s| s.replace("secret", "[REDACTED]"), |_| None)
+    }
+
+    fn status(e: Option<LifecycleEvent>) -> Option<StopStatus> {
+        match e {
+            Some(LifecycleEvent::SubagentStopped { status, .. }) => Some(status),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn events_map_to_starts_and_stops_with_their_statuses() {
+        let mut b = LifecycleBridge::new(BridgeOptions::default());
+        let started = SupervisorEvent::DelegationStarted {
+            origin: origin("d-secret"),
+            resource_id: "r".into(),
+            thread_id: "t".into(),
+        };
+        assert_eq!(
+            map(&mut b, &started),
+            Some(LifecycleEvent::SubagentStarted {
+                child_id: "coder".into(),
+                delegation_id: "d-[REDACTED]".into(),
+                depth: 1
+            })
+        );
+        for (run, want) in [
+            (RunStatus::Succeeded, StopStatus::Succeeded),
+            (RunStatus::Failed, StopStatus::Failed),
+            (RunStatus::Denied, StopStatus::Denied),
+            (RunStatus::Aborted, StopStatus::Aborted),
+        ] {
+            let e = SupervisorEvent::DelegationFinished {
+                origin: origin("d"),
+                status: run,
+                total_tokens: 1,
+            };
+            assert_eq!(status(map(&mut b, &e)), Some(want));
+        }
+        let rejected = SupervisorEvent::DelegationRejected {
+            origin: origin("d"),
+            reason: "no".into(),
+        };
+        assert_eq!(status(map(&mut b, &rejected)), Some(StopStatus::Denied));
+        assert_eq!(status(map(&mut b, &error("d"))), Some(StopStatus::Failed));
+        assert_eq!(
+            map(&mut b, &SupervisorEvent::EventsLagged { missed: 3 }),
+            None
+        );
+        // Without include_failure nothing is buffered.
+        assert_eq!(map(&mut b, &failed("d", "x")), None);
+        assert_eq!(b.pending_failures(), 0);
+    }
+
+    #[test]
+    fn a_failure_is_attached_to_the_error_stop_cut_to_one_kib() {
+        let mut b = LifecycleBridge::new(BridgeOptions {
+            include_failure: true,
+            include_recovery: false,
+        });
+        // 'é' is two bytes: 1024 falls inside the 513th.
+        let long = format!("x{}", "é".repeat(600));
+        assert_eq!(map(&mut b, &failed("d1", &long)), None);
+        match map(&mut b, &error("d1")) {
+            Some(LifecycleEvent::SubagentStopped {
+                status: StopStatus::Failed,
+                failure: Some(f),
+                ..
+            }) => {
+                assert_eq!(f.reason.len(), 1023);
+                assert!(long.starts_with(&f.reason));
+                assert_eq!(f.limit.as_deref(), Some("max_tokens"));
+                assert_eq!(f.stop_reason, Some(StopReason::TokenLimit));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(b.pending_failures(), 0);
+        // A finish drops the buffered failure without attaching it.
+        map(&mut b, &failed("d2", "x"));
+        let finished = SupervisorEvent::DelegationFinished {
+            origin: origin("d2"),
+            status: RunStatus::Failed,
+            total_tokens: 0,
+        };
+        match map(&mut b, &finished) {
+            Some(LifecycleEvent::SubagentStopped { failure, .. }) => assert!(failure.is_none()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(b.pending_failures(), 0);
+    }
+
+    #[test]
+    fn at_most_64_failures_wait_and_the_oldest_goes_first() {
+        let mut b = LifecycleBridge::new(BridgeOptions {
+            include_failure: true,
+            include_recovery: false,
+        });
+        for i in 0..65 {
+            map(&mut b, &failed(&format!("d{i}"), "x"));
+        }
+        assert_eq!(b.pending_failures(), MAX_PENDING_FAILURES);
+        let failure = |e| match e {
+            Some(LifecycleEvent::SubagentStopped { failure, .. }) => failure,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            failure(map(&mut b, &error("d0"))).is_none(),
+            "d0 was dropped"
+        );
+        assert!(failure(map(&mut b, &error("d64"))).is_some());
+    }
+
+    #[test]
+    fn recovery_rows_are_attached_when_asked() {
+        let mut b = LifecycleBridge::new(BridgeOptions {
+            include_failure: false,
+            include_recovery: true,
+        });
+        let row = ChildSummary {
+            child_id: "coder".into(),
+            attempts: 3,
+            retries: 1,
+            failures: 2,
+            failure_radius: 0,
+            outcome: arbor_core::supervisor::Outcome::Succeeded,
+        };
+        let e = map_with(&mut b, &error("d"), Some(row.clone()));
+        match e {
+            Some(LifecycleEvent::SubagentStopped { recovery, .. }) => {
+                assert_eq!(recovery, Some(row));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(truncate_utf8("héllo", 2), "h");
+        assert_eq!(truncate_utf8("héllo", 3), "hé");
+    }
+
+    fn map_with(
+        b: &mut LifecycleBridge,
+        e: &SupervisorEvent,
+        row: Option<ChildSummary>,
+    ) -> Option<LifecycleEvent> {
+        b.map(e, str::to_owned, move |_| row)
     }
 }
