@@ -132,14 +132,13 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
     let root = registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
-    let definition = &root.meta["definition"];
-    let (Some(path), Some(text)) = (definition["path"].as_str(), definition["spec"].as_str())
+    let Some(spec) = spec::Spec::from_definition(&root.meta["definition"]).map_err(Fail::usage)?
     else {
         return Err(Fail::usage(format!(
-            "session {id} keeps no definition to rebuild its agents from"
+            "session {} keeps no definition to rebuild its agents from",
+            root.id
         )));
     };
-    let spec = spec::Spec::parse(path, text).map_err(Fail::usage)?;
     let Some(waiting) = approval::suspensions(store.as_ref(), id)
         .await
         .map_err(Fail::core)?

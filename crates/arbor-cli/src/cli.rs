@@ -182,4 +182,8 @@ pub(crate) struct RunArgs {
     /// No progress lines on stderr.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// The git repository children with `workspace = true` work on (overrides the spec's
+    /// `[workspace] repository`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) repository: Option<PathBuf>,
 }

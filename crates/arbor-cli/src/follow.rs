@@ -30,15 +30,13 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
     let root = registry::session(store.as_ref(), parent_record.root_id)
         .await
         .map_err(Fail::core)?;
-    let definition = &root.meta["definition"];
-    let (Some(path), Some(text)) = (definition["path"].as_str(), definition["spec"].as_str())
+    let Some(spec) = spec::Spec::from_definition(&root.meta["definition"]).map_err(Fail::usage)?
     else {
         return Err(Fail::usage(format!(
             "session {} keeps no definition to rebuild its agents from",
             root.id
         )));
     };
-    let spec = spec::Spec::parse(path, text).map_err(Fail::usage)?;
     let token = CancellationToken::new();
     let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
     let Some(sup) = built.supervisor else {

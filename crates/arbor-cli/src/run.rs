@@ -37,7 +37,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     let path = args.spec.display().to_string();
     let text = std::fs::read_to_string(&args.spec)
         .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
-    let spec = spec::Spec::parse(&path, &text).map_err(Fail::usage)?;
+    let mut spec = spec::Spec::parse(&path, &text).map_err(Fail::usage)?;
+    if let Some(repository) = &args.repository {
+        spec.set_repository(repository.clone());
+    }
+    // Kept absolute with the run, so a later process (resume, send) finds it from anywhere.
+    let repository = spec
+        .repository()
+        .map_err(|e| Fail::usage(format!("{path}: {e}")))?
+        .map(|r| std::path::absolute(r).unwrap_or_else(|_| r.to_path_buf()));
     tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
 
     let store = choice.open()?;
@@ -48,7 +56,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .root
         .session()
         .store(store.clone())
-        .meta(root_meta(&path, &text))
+        .meta(root_meta(&path, &text, repository.as_deref()))
         .create()
         .await
         .map_err(Fail::core)?;
@@ -205,11 +213,13 @@ pub(crate) async fn drive_root(
 
 /// The root record's `meta`: what a later process needs to rebuild the same agents, and the
 /// process that owns the tree's runs.
-fn root_meta(path: &str, text: &str) -> serde_json::Value {
-    serde_json::json!({
-        "definition": {"path": path, "spec": text, "fingerprint": fingerprint(text)},
-        "owner": owner::current(),
-    })
+fn root_meta(path: &str, text: &str, repository: Option<&std::path::Path>) -> serde_json::Value {
+    let mut definition =
+        serde_json::json!({"path": path, "spec": text, "fingerprint": fingerprint(text)});
+    if let Some(r) = repository {
+        definition["repository"] = serde_json::Value::from(r.display().to_string());
+    }
+    serde_json::json!({ "definition": definition, "owner": owner::current() })
 }
 
 /// The SHA-256 of the spec text, in lowercase hex.
@@ -254,7 +264,7 @@ mod tests {
 
     #[test]
     fn the_definition_holds_path_text_and_fingerprint() {
-        let meta = root_meta("examples/x.toml", "abc");
+        let meta = root_meta("examples/x.toml", "abc", None);
         assert_eq!(
             meta["definition"],
             serde_json::json!({
@@ -264,5 +274,7 @@ mod tests {
             })
         );
         assert_eq!(meta["owner"]["pid"], std::process::id());
+        let meta = root_meta("x.toml", "abc", Some(std::path::Path::new("/srv/repo")));
+        assert_eq!(meta["definition"]["repository"], "/srv/repo");
     }
 }

@@ -16,6 +16,9 @@ use serde::Deserialize;
 /// Built-in tools a spec may name.
 pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep"];
 
+/// Coding tools, for agents that work in a worktree (`workspace = true`).
+pub(crate) const CODING_TOOLS: [&str; 5] = arbor_coding::CODING_TOOL_NAMES;
+
 /// A parsed spec.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +30,8 @@ pub(crate) struct Spec {
     /// Supervisor settings for trees.
     #[serde(default)]
     pub(crate) supervisor: SupervisorSpec,
+    /// Where agents with `workspace = true` work: a worktree each of this repository.
+    pub(crate) workspace: Option<WorkspaceSpec>,
     /// The agents, by name.
     pub(crate) agents: BTreeMap<String, AgentSpec>,
     /// The SHA-256 of the spec's text: the revision suspended children are resumed under.
@@ -45,6 +50,29 @@ pub(crate) struct SupervisorSpec {
     /// decision at the root (`arbor approvals`, `approve`, `reject`, `resume`).
     #[serde(default)]
     pub(crate) approvals: bool,
+}
+
+/// The repository children work on, each in its own linked worktree.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WorkspaceSpec {
+    /// The git repository (relative to the current directory; `arbor run --repository`
+    /// overrides it).
+    pub(crate) repository: Option<std::path::PathBuf>,
+    /// The one folder worktrees may be made under (default `.arbor/worktrees`).
+    #[serde(default = "default_worktrees")]
+    pub(crate) worktrees: std::path::PathBuf,
+    /// The repository's name in worktree paths (default `repo`).
+    #[serde(default = "default_repository_id")]
+    pub(crate) id: String,
+}
+
+fn default_worktrees() -> std::path::PathBuf {
+    std::path::PathBuf::from(".arbor/worktrees")
+}
+
+fn default_repository_id() -> String {
+    "repo".to_owned()
 }
 
 /// One agent.
@@ -68,9 +96,12 @@ pub(crate) struct AgentSpec {
     /// The models the scripted provider offers (its preflight refuses others; empty: all).
     #[serde(default)]
     pub(crate) models: Vec<String>,
-    /// Built-in tools.
+    /// Built-in tools (coding tools need `workspace = true`).
     #[serde(default)]
     pub(crate) tools: Vec<String>,
+    /// Works in its own worktree of `[workspace] repository` (children only).
+    #[serde(default)]
+    pub(crate) workspace: bool,
     /// Agents it may delegate to.
     #[serde(default)]
     pub(crate) children: Vec<String>,
@@ -163,10 +194,31 @@ impl Spec {
                 .validate()
                 .map_err(|e| format!("agent {name:?}: {e}"))?;
             for tool in &agent.tools {
-                if !BUILTIN_TOOLS.contains(&tool.as_str()) {
+                if CODING_TOOLS.contains(&tool.as_str()) {
+                    if !agent.workspace {
+                        return Err(format!(
+                            "agent {name:?}: tool {tool:?} needs workspace = true (coding tools \
+                             work in the agent's own worktree)"
+                        ));
+                    }
+                } else if !BUILTIN_TOOLS.contains(&tool.as_str()) {
+                    let known: Vec<&str> =
+                        BUILTIN_TOOLS.iter().chain(&CODING_TOOLS).copied().collect();
                     return Err(format!(
                         "agent {name:?}: unknown tool {tool:?} (known: {})",
-                        BUILTIN_TOOLS.join(", ")
+                        known.join(", ")
+                    ));
+                }
+            }
+            if agent.workspace {
+                if name == root {
+                    return Err(format!(
+                        "agent {name:?}: the root cannot work in a worktree (workspace = true is for children)"
+                    ));
+                }
+                if self.workspace.is_none() {
+                    return Err(format!(
+                        "agent {name:?}: workspace = true needs a [workspace] table naming the repository"
                     ));
                 }
             }
@@ -182,6 +234,41 @@ impl Spec {
         arbor_core::supervisor::SupervisorLimits::resolve(&self.supervisor.limits)
             .map_err(|e| format!("supervisor: {e}"))?;
         Ok(())
+    }
+
+    /// Sets the repository worktrees are made of (`--repository`, or the one a stored run
+    /// used).
+    pub(crate) fn set_repository(&mut self, repository: std::path::PathBuf) {
+        if let Some(w) = &mut self.workspace {
+            w.repository = Some(repository);
+        }
+    }
+
+    /// Parses a definition a run kept (`meta.definition`), with the repository it used.
+    pub(crate) fn from_definition(definition: &serde_json::Value) -> Result<Option<Spec>, String> {
+        let (Some(path), Some(text)) = (definition["path"].as_str(), definition["spec"].as_str())
+        else {
+            return Ok(None);
+        };
+        let mut spec = Spec::parse(path, text)?;
+        if let Some(r) = definition["repository"].as_str() {
+            spec.set_repository(r.into());
+        }
+        Ok(Some(spec))
+    }
+
+    /// The repository, checked: set, and named for every agent that needs it.
+    pub(crate) fn repository(&self) -> Result<Option<&std::path::Path>, String> {
+        let Some(w) = &self.workspace else {
+            return Ok(None);
+        };
+        match &w.repository {
+            Some(r) => Ok(Some(r)),
+            None if self.agents.values().any(|a| a.workspace) => Err(
+                "[workspace] names no repository: set repository or pass --repository".to_owned(),
+            ),
+            None => Ok(None),
+        }
     }
 
     /// True when some agent delegates.
@@ -214,7 +301,8 @@ mod tests {
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": unknown tool \"rm\" (known: echo, sleep)"
+            "s.toml: agent \"root\": unknown tool \"rm\" (known: echo, sleep, read_file, \
+             write_file, list_dir, edit_file, run_command)"
         );
         let text =
             "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n[[agents.root.turns]]\n";
@@ -223,6 +311,40 @@ mod tests {
             err,
             "s.toml: agent \"root\": max_steps must be a positive integer at most 64"
         );
+    }
+
+    #[test]
+    fn coding_tools_need_a_worktree_and_a_workspace() {
+        let head = "task = \"x\"\n[agents.root]\nchildren = [\"kid\"]\n[[agents.root.turns]]\n";
+        let text = format!("{head}[agents.kid]\ntools = [\"edit_file\"]\n[[agents.kid.turns]]\n");
+        let err = Spec::parse("s.toml", &text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"kid\": tool \"edit_file\" needs workspace = true (coding tools work \
+             in the agent's own worktree)"
+        );
+        let text = format!("{head}[agents.kid]\nworkspace = true\n[[agents.kid.turns]]\n");
+        let err = Spec::parse("s.toml", &text).unwrap_err();
+        assert_eq!(
+            err,
+            "s.toml: agent \"kid\": workspace = true needs a [workspace] table naming the repository"
+        );
+        let text = format!(
+            "{head}[workspace]\n[agents.kid]\nworkspace = true\ntools = [\"edit_file\"]\n[[agents.kid.turns]]\n"
+        );
+        let mut spec = Spec::parse("s.toml", &text).unwrap();
+        assert_eq!(
+            spec.repository().unwrap_err(),
+            "[workspace] names no repository: set repository or pass --repository"
+        );
+        spec.set_repository("/tmp/r".into());
+        assert_eq!(
+            spec.repository().unwrap(),
+            Some(std::path::Path::new("/tmp/r"))
+        );
+        let text = "task = \"x\"\n[workspace]\nrepository = \"r\"\n[agents.root]\nworkspace = true\n[[agents.root.turns]]\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert!(err.contains("the root cannot work in a worktree"), "{err}");
     }
 
     #[test]

@@ -5,12 +5,19 @@
 //! `spawn_agent` (offering only those children), `wait_agent`, `cancel_agent` and
 //! `list_children`.
 //!
+//! An agent with `workspace = true` is built for its own worktree of the spec's repository
+//! (arbor-coding's worktree factory), with its coding tools confined to it; the supervisor's
+//! after hook removes the worktree when the delegation ends.
+//!
 //! Children are built by their factory when they are delegated to; [`check`] builds every
 //! agent once up front (against a throwaway in-memory store), so a configuration the runtime
 //! refuses is a spec error before the real store is opened, not a child failure mid-run.
 
 use std::sync::Arc;
 
+use std::path::{Path, PathBuf};
+
+use arbor_coding::{Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFactory, Worktrees};
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
     CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, ListChildrenTool,
@@ -37,6 +44,24 @@ fn provider(spec: &AgentSpec) -> ScriptedProvider {
         repeat_last: spec.repeat_last,
         models: spec.models.clone(),
     })
+}
+
+/// The agent's tools; coding tools are confined to `cwd` (its worktree).
+fn base_in(
+    name: &str,
+    spec: &AgentSpec,
+    model: Option<&str>,
+    cwd: Option<&Workdir>,
+) -> AgentBuilder {
+    let mut b = base(name, spec, model);
+    if let Some(dir) = cwd {
+        for tool in &spec.tools {
+            if let Some(t) = arbor_coding::coding_tool(dir, tool) {
+                b = b.dyn_tool(t);
+            }
+        }
+    }
+    b
 }
 
 fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
@@ -104,6 +129,36 @@ impl ChildFactory for SpecFactory {
     }
 }
 
+/// The same for an agent that works in its own worktree (`cwd`).
+#[async_trait]
+impl WorkspaceFactory for SpecFactory {
+    async fn create(&self, ctx: ChildContext, cwd: PathBuf) -> CoreResult<Agent> {
+        let dir = Workdir::new(&cwd).map_err(CoreError::from)?;
+        let model = ctx.model.clone();
+        with_delegation(
+            base_in(&self.name, &self.spec, model.as_deref(), Some(&dir)),
+            &self.spec,
+            &ctx.delegator,
+        )?
+        .build()
+    }
+}
+
+/// The worktrees of the spec's `[workspace]`, if any agent works in one.
+fn worktrees(spec: &Spec) -> CoreResult<Option<Arc<Worktrees>>> {
+    let (Some(w), true) = (&spec.workspace, spec.agents.values().any(|a| a.workspace)) else {
+        return Ok(None);
+    };
+    let repository = spec
+        .repository()
+        .map_err(CoreError::Validation)?
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    Ok(Some(Arc::new(Worktrees::new(
+        WorkspaceConfig::new(repository, w.id.clone()).worktree_root(w.worktrees.clone()),
+    ))))
+}
+
 /// The local owner: tenant `local` and the OS user.
 pub(crate) fn local_ownership() -> Ownership {
     let user = std::env::var("USER")
@@ -129,19 +184,29 @@ pub(crate) fn build(
         if spec.supervisor.approvals {
             b = b.durable_approvals(spec.fingerprint.clone());
         }
+        let trees = worktrees(spec)?;
+        if let Some(trees) = &trees {
+            // Removes each delegation's worktree when it ends (kept when dirty).
+            b = b.after(trees.clone());
+        }
         for (name, agent) in spec.agents.iter().filter(|(n, _)| n.as_str() != root_name) {
-            let mut entry = ChildEntry::new(
-                name.clone(),
-                SpecFactory {
-                    name: name.clone(),
-                    spec: agent.clone(),
-                },
-            )
-            .policy(agent.policy)
-            .agent_name(name.clone())
-            .model(agent.model.clone())
-            .allow_models(agent.allow_models.iter().cloned())
-            .preflight_with(Arc::new(provider(agent)));
+            let factory = SpecFactory {
+                name: name.clone(),
+                spec: agent.clone(),
+            };
+            let entry = match (&trees, agent.workspace) {
+                (Some(trees), true) => ChildEntry::new(
+                    name.clone(),
+                    WorktreeChildFactory::new(trees.clone(), factory),
+                ),
+                _ => ChildEntry::new(name.clone(), factory),
+            };
+            let mut entry = entry
+                .policy(agent.policy)
+                .agent_name(name.clone())
+                .model(agent.model.clone())
+                .allow_models(agent.allow_models.iter().cloned())
+                .preflight_with(Arc::new(provider(agent)));
             if let Some(d) = &agent.description {
                 entry = entry.description(d.clone());
             }
@@ -168,8 +233,11 @@ pub(crate) fn check(spec: &Spec) -> Result<(), String> {
     let built = build(spec, Arc::new(MemoryStore::new()), CancellationToken::new())
         .map_err(|e| e.to_string())?;
     let root_name = built.root.name().to_owned();
+    // Coding tools are built against the current folder here: only their configuration is
+    // checked, nothing runs.
+    let here = Workdir::new(".").map_err(|e| e.to_string())?;
     for (name, agent) in spec.agents.iter().filter(|(n, _)| **n != root_name) {
-        let b = base(name, agent, None);
+        let b = base_in(name, agent, None, agent.workspace.then_some(&here));
         let b = match &built.supervisor {
             Some(sup) => with_delegation(b, agent, &sup.delegator()),
             None => Ok(b),

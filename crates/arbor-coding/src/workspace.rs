@@ -126,6 +126,10 @@ impl Worktrees {
                 "delegation id {delegation_id:?} cannot name a worktree"
             )));
         }
+        // Absolute: git runs with `-C <repository>`, where a relative path would mean
+        // something else.
+        let root = std::path::absolute(root)
+            .map_err(|e| CodingError::Config(format!("cannot resolve {}: {e}", root.display())))?;
         Ok(Worktree {
             path: root.join(&self.config.repository_id).join(delegation_id),
             branch: format!("{}{delegation_id}", self.config.branch_prefix),
