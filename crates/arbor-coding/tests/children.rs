@@ -264,3 +264,127 @@ async fn without_an_allow_listed_root_the_child_fails_before_git_or_its_factory_
     );
     assert_eq!(git(&s.repo, &["branch", "--list", "agent/*"]), "");
 }
+
+/// A supervisor over `store` whose `edit-a` child works in a worktree of `repo`, with durable
+/// approvals: every child call waits for a decision.
+fn durable(
+    store: &Arc<dyn arbor_store::Store>,
+    repo: &std::path::Path,
+    root: &std::path::Path,
+    built: &Arc<AtomicUsize>,
+) -> (Supervisor, Arc<Worktrees>) {
+    let trees = Arc::new(Worktrees::new(
+        WorkspaceConfig::new(repo, "demo").worktree_root(root),
+    ));
+    let script = Script::new(edit_and_commit("a.txt", "A", true));
+    let built = built.clone();
+    let factory = WorktreeChildFactory::new(
+        trees.clone(),
+        workspace_factory(move |ctx, cwd| {
+            let script = script.clone();
+            built.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let dir = arbor_coding::Workdir::new(&cwd)?;
+                let mut b =
+                    Agent::builder(ctx.child_id.clone()).provider(ScriptedProvider::new(script));
+                for tool in coding_tools(&dir) {
+                    b = b.dyn_tool(tool);
+                }
+                b.build()
+            }
+        }),
+    );
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .after(trees.clone())
+        .child(ChildEntry::new("edit-a", factory))
+        .build()
+        .unwrap();
+    (sup, trees)
+}
+
+#[tokio::test]
+async fn a_resumed_child_finds_its_worktree_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    repo(&repo_path);
+    std::fs::write(repo_path.join("a.txt"), "a\n").unwrap();
+    git(&repo_path, &["commit", "-q", "-am", "stems"]);
+    let store: Arc<dyn arbor_store::Store> = Arc::new(arbor_store::MemoryStore::new());
+    let built = Arc::new(AtomicUsize::new(0));
+    let roots = dir.path().join("trees");
+
+    let (first, _trees) = durable(&store, &repo_path, &roots, &built);
+    let mut session = lead(
+        &first,
+        vec![
+            ScriptedTurn {
+                tool_calls: vec![spawn_call("c1", "edit-a")],
+                ..ScriptedTurn::default()
+            },
+            ScriptedTurn::text("done"),
+        ],
+    )
+    .session()
+    .store(store.clone())
+    .create()
+    .await
+    .unwrap();
+    let opts = |sup: &Supervisor| RunOptions::default().with_nested(Arc::new(sup.clone()));
+    let s1 = session
+        .run("edit", opts(&first))
+        .await
+        .unwrap()
+        .suspension
+        .unwrap();
+    assert_eq!(s1.pending[0].tool, "edit_file");
+    // Suspended: not terminal, so the worktree stays, untouched.
+    let worktrees = git(&repo_path, &["worktree", "list"]);
+    assert_eq!(worktrees.lines().count(), 2, "{worktrees}");
+    first.shutdown().await;
+    drop(first);
+
+    // A new process: a new supervisor and worktree manager over the same store.
+    let (second, _trees) = durable(&store, &repo_path, &roots, &built);
+    let allow =
+        |id: &str| arbor_protocol::ApprovalDecision::new(id, arbor_protocol::Verdict::AllowOnce);
+    let s2 = session
+        .approve(
+            s1.run_id,
+            s1.version,
+            &[allow(&s1.pending[0].id)],
+            opts(&second),
+        )
+        .await
+        .unwrap()
+        .suspension
+        .unwrap();
+    assert_eq!(
+        s2.pending[0].tool, "run_command",
+        "the edit ran; the commit waits"
+    );
+    let done = session
+        .approve(
+            s1.run_id,
+            s2.version,
+            &[allow(&s2.pending[0].id)],
+            opts(&second),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    // One worktree throughout: the edit and the commit happened in it, then it was removed.
+    let branch = git(
+        &repo_path,
+        &["branch", "--list", "agent/*", "--format=%(refname:short)"],
+    );
+    assert_eq!(branch.lines().count(), 1);
+    assert_eq!(git(&repo_path, &["show", &format!("{branch}:a.txt")]), "A");
+    assert_eq!(git(&repo_path, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(
+        std::fs::read_to_string(repo_path.join("a.txt")).unwrap(),
+        "a\n"
+    );
+    assert_eq!(built.load(Ordering::SeqCst), 3, "built once per attempt");
+}
