@@ -127,6 +127,36 @@ fn tree(children: Vec<(&'static str, Vec<ScriptedTurn>)>, hook: Option<Gatekeepe
     }
 }
 
+/// A durable tree whose one child, `writer`, writes once and answers; `configure` adds to
+/// the supervisor and `entry` to the writer's catalog entry.
+fn writer_tree(
+    configure: impl FnOnce(
+        arbor_core::supervisor::SupervisorBuilder,
+    ) -> arbor_core::supervisor::SupervisorBuilder,
+    entry: impl FnOnce(ChildEntry) -> ChildEntry,
+) -> Tree {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let writer = Agent::builder("writer")
+        .provider(ScriptedProvider::new(Script::new([
+            write("x"),
+            ScriptedTurn::text("written"),
+        ])))
+        .tool(writes.clone())
+        .build()
+        .unwrap();
+    let b = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .child(entry(ChildEntry::agent("writer", writer)));
+    Tree {
+        sup: configure(b).build().unwrap(),
+        store,
+        writes,
+        afters: Afters::default(),
+    }
+}
+
 async fn root(t: &Tree, turns: Vec<ScriptedTurn>) -> Session {
     Agent::builder("root")
         .provider(ScriptedProvider::new(Script::new(turns)))
@@ -249,6 +279,19 @@ async fn a_three_level_chain_is_approved_stage_by_stage_with_growing_paths() {
         "stage 1: the lead's delegation"
     );
     assert_eq!(s1.pending[0].path, ["lead"]);
+    // The root's id hashes the lead's run id and the lead's own decision id.
+    let lead = arbor_core::registry::find_child(t.store.as_ref(), r.id(), "lead")
+        .await
+        .unwrap();
+    let lead_run = arbor_core::approval::suspensions(t.store.as_ref(), lead.id)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(lead_run.pending[0].id.starts_with("apr_"));
+    assert_eq!(
+        s1.pending[0].id,
+        arbor_core::approval::nested_id(lead_run.run_id, &lead_run.pending[0].id)
+    );
     let run = s1.run_id;
     let r2 = r
         .approve(run, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
@@ -262,6 +305,15 @@ async fn a_three_level_chain_is_approved_stage_by_stage_with_growing_paths() {
     );
     assert_eq!(s2.pending[0].path, ["lead", "helper"]);
     assert_ne!(s2.pending[0].id, s1.pending[0].id);
+    // The helper's decision is wrapped once per level on its way up.
+    let lead_run = arbor_core::approval::suspension(t.store.as_ref(), lead_run.run_id)
+        .await
+        .unwrap();
+    assert!(lead_run.pending[0].id.starts_with("sub_"));
+    assert_eq!(
+        s2.pending[0].id,
+        arbor_core::approval::nested_id(lead_run.run_id, &lead_run.pending[0].id)
+    );
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
     let done = r
         .approve(run, s2.version, &[allow(&s2.pending[0].id)], opts(&t))
@@ -425,33 +477,16 @@ fn durable_approvals_need_a_revision() {
 
 #[tokio::test]
 async fn each_resume_attempt_gets_fresh_event_caps() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let writes = Write::default();
-    let child = Agent::builder("writer")
-        .provider(ScriptedProvider::new(Script::new([
-            write("x"),
-            ScriptedTurn::text("done"),
-        ])))
-        .tool(writes.clone())
-        .build()
-        .unwrap();
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .durable_approvals("rev-1")
-        .child_events(true)
-        .limits(arbor_core::supervisor::LimitsInput {
-            max_child_events_per_delegation: Some(2),
-            ..Default::default()
-        })
-        .child(ChildEntry::agent("writer", child))
-        .build()
-        .unwrap();
-    let t = Tree {
-        sup,
-        store,
-        writes,
-        afters: Afters::default(),
-    };
+    let t = writer_tree(
+        |b| {
+            b.child_events(true)
+                .limits(arbor_core::supervisor::LimitsInput {
+                    max_child_events_per_delegation: Some(2),
+                    ..Default::default()
+                })
+        },
+        |e| e,
+    );
     let mut sub = t.sup.subscribe();
     let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
     let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
@@ -526,16 +561,6 @@ async fn a_changed_definition_refuses_the_resume_and_publishes_nothing() {
 
 #[tokio::test]
 async fn a_rebuild_refused_for_want_of_a_slot_keeps_the_decision_for_a_later_resume() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let writes = Write::default();
-    let writer = Agent::builder("writer")
-        .provider(ScriptedProvider::new(Script::new([
-            write("x"),
-            ScriptedTurn::text("written"),
-        ])))
-        .tool(writes.clone())
-        .build()
-        .unwrap();
     let blocker = Agent::builder("blocker")
         .provider(ScriptedProvider::new(Script::new([ScriptedTurn {
             hang: true,
@@ -543,23 +568,16 @@ async fn a_rebuild_refused_for_want_of_a_slot_keeps_the_decision_for_a_later_res
         }])))
         .build()
         .unwrap();
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .durable_approvals("rev-1")
-        .limits(arbor_core::supervisor::LimitsInput {
-            max_active_children: Some(1),
-            ..Default::default()
-        })
-        .child(ChildEntry::agent("writer", writer))
-        .child(ChildEntry::agent("blocker", blocker))
-        .build()
-        .unwrap();
-    let t = Tree {
-        sup,
-        store,
-        writes,
-        afters: Afters::default(),
-    };
+    let t = writer_tree(
+        |b| {
+            b.limits(arbor_core::supervisor::LimitsInput {
+                max_active_children: Some(1),
+                ..Default::default()
+            })
+            .child(ChildEntry::agent("blocker", blocker))
+        },
+        |e| e,
+    );
     let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
     let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
     let decision = allow(&s1.pending[0].id);
@@ -616,85 +634,15 @@ async fn a_rebuild_refused_for_want_of_a_slot_keeps_the_decision_for_a_later_res
 }
 
 #[tokio::test]
-async fn root_ids_of_nested_decisions_hash_the_child_run_and_its_own_id() {
-    let t = tree(
-        vec![
-            (
-                "lead",
-                vec![spawn("helper"), ScriptedTurn::text("lead done")],
-            ),
-            (
-                "helper",
-                vec![write("deep"), ScriptedTurn::text("helper done")],
-            ),
-        ],
-        None,
-    );
-    let mut r = root(&t, vec![spawn("lead"), ScriptedTurn::text("all done")]).await;
-    let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
-    // The lead's own suspended run and its decision id.
-    let lead_runs = arbor_core::approval::suspensions(
-        t.store.as_ref(),
-        arbor_core::registry::find_child(t.store.as_ref(), r.id(), "lead")
-            .await
-            .unwrap()
-            .id,
-    )
-    .await
-    .unwrap();
-    assert_eq!(lead_runs.len(), 1);
-    let lead = &lead_runs[0];
-    assert_eq!(
-        s1.pending[0].id,
-        arbor_core::approval::nested_id(lead.run_id, &lead.pending[0].id)
-    );
-    assert!(lead.pending[0].id.starts_with("apr_"));
-    let s2 = r
-        .approve(s1.run_id, s1.version, &[allow(&s1.pending[0].id)], opts(&t))
-        .await
-        .unwrap()
-        .suspension
-        .unwrap();
-    // The grandchild's decision is wrapped once per level.
-    let lead = &arbor_core::approval::suspension(t.store.as_ref(), lead.run_id)
-        .await
-        .unwrap();
-    assert_eq!(
-        s2.pending[0].id,
-        arbor_core::approval::nested_id(lead.run_id, &lead.pending[0].id)
-    );
-    assert!(lead.pending[0].id.starts_with("sub_"));
-    assert_eq!(s2.pending[0].path, ["lead", "helper"]);
-}
-
-#[tokio::test]
 async fn a_root_approval_never_widens_the_childs_own_permission() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let writes = Write::default();
-    let writer = Agent::builder("writer")
-        .provider(ScriptedProvider::new(Script::new([
-            write("x"),
-            ScriptedTurn::text("tried"),
-        ])))
-        .tool(writes.clone())
-        .build()
-        .unwrap();
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .durable_approvals("rev-1")
-        .child(
-            ChildEntry::agent("writer", writer).permission(arbor_core::Permission::new(
+    let t = writer_tree(
+        |b| b,
+        |e| {
+            e.permission(arbor_core::Permission::new(
                 arbor_core::permission::DenyTools::new(["write"]),
-            )),
-        )
-        .build()
-        .unwrap();
-    let t = Tree {
-        sup,
-        store,
-        writes,
-        afters: Afters::default(),
-    };
+            ))
+        },
+    );
     let mut r = root(&t, vec![spawn("writer"), ScriptedTurn::text("ok")]).await;
     let s1 = r.run("go", opts(&t)).await.unwrap().suspension.unwrap();
     assert_eq!(s1.pending[0].tool, "write");
@@ -802,31 +750,9 @@ impl BeforeHook for SeenLimits {
 
 #[tokio::test]
 async fn a_resumed_child_keeps_its_report_milestones_and_budget_share() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let writes = Write::default();
     let seen = SeenLimits::default();
-    let writer = Agent::builder("writer")
-        .provider(ScriptedProvider::new(Script::new([
-            write("x"),
-            ScriptedTurn::text("written"),
-        ])))
-        .tool(writes.clone())
-        .build()
-        .unwrap();
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .durable_approvals("rev-1")
-        .before(seen.clone())
-        .child_events(true)
-        .child(ChildEntry::agent("writer", writer))
-        .build()
-        .unwrap();
-    let t = Tree {
-        sup,
-        store,
-        writes,
-        afters: Afters::default(),
-    };
+    let hook = seen.clone();
+    let t = writer_tree(|b| b.before(hook).child_events(true), |e| e);
     let mut sub = t.sup.subscribe();
     let spawn = ScriptedTurn::tool_call(
         "spawn_agent",

@@ -61,22 +61,20 @@ fn spawn(child: &str, name: &str) -> ScriptedTurn {
     )
 }
 
+fn ctx(session: SessionRef) -> ToolContext {
+    ToolContext {
+        agent: "root".into(),
+        session,
+        run_id: RunId::new(),
+        call_id: "c1".into(),
+        turn: 1,
+        cancel: CancellationToken::new(),
+        identity: None,
+    }
+}
+
 async fn list(tool: &ListChildrenTool, session: SessionRef) -> Value {
-    let out = tool
-        .call_json(
-            json!({}),
-            ToolContext {
-                agent: "root".into(),
-                session,
-                run_id: RunId::new(),
-                call_id: "c1".into(),
-                turn: 1,
-                cancel: CancellationToken::new(),
-                identity: None,
-            },
-        )
-        .await
-        .unwrap();
+    let out = tool.call_json(json!({}), ctx(session)).await.unwrap();
     serde_json::from_str(&out).unwrap()
 }
 
@@ -144,18 +142,7 @@ async fn after_a_restart_list_children_shows_every_child_and_the_interrupted_one
         json!([])
     );
     let e = tool
-        .call_json(
-            json!({"all": true}),
-            ToolContext {
-                agent: "root".into(),
-                session: SessionRef::from(&record),
-                run_id: RunId::new(),
-                call_id: "c2".into(),
-                turn: 1,
-                cancel: CancellationToken::new(),
-                identity: None,
-            },
-        )
+        .call_json(json!({"all": true}), ctx(SessionRef::from(&record)))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("unknown field `all`"), "{e}");
