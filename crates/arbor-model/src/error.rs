@@ -13,6 +13,18 @@ pub enum ModelErrorKind {
     Stream,
     /// A scripted agent ran out of turns.
     ScriptExhausted,
+    /// The credentials were refused (401, 403).
+    Auth,
+    /// The request was refused as it is (400, 404, 413, 422): retrying cannot help.
+    BadRequest,
+    /// Rate limited, and the retries (or the time allowed for them) ran out.
+    RateLimited,
+    /// The provider failed (5xx, overloaded) and the retries ran out.
+    Server,
+    /// No answer, or no data, within the time allowed.
+    Timeout,
+    /// The provider is not configured (a missing key or base URL).
+    Config,
 }
 
 /// A failed provider call.
@@ -39,6 +51,62 @@ pub enum ModelError {
         /// What went wrong.
         message: String,
     },
+    /// The credentials were refused.
+    #[error("{provider}: HTTP {status}: {message}")]
+    Auth {
+        /// The provider.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The request was refused as it is.
+    #[error("{provider}: HTTP {status}: {message}")]
+    BadRequest {
+        /// The provider.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// Rate limited beyond the retries allowed.
+    #[error("{provider}: rate limited: {message}")]
+    RateLimited {
+        /// The provider.
+        provider: String,
+        /// The provider's message.
+        message: String,
+        /// What the provider asked to wait, in milliseconds, if it said.
+        retry_after_ms: Option<u64>,
+    },
+    /// The provider failed and the retries ran out.
+    #[error("{provider}: HTTP {status}: {message}")]
+    Server {
+        /// The provider.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// No answer, or no data, in time.
+    #[error("{provider}: timed out: {message}")]
+    Timeout {
+        /// The provider.
+        provider: String,
+        /// What timed out.
+        message: String,
+    },
+    /// The provider is not configured.
+    #[error("{provider}: {message}")]
+    Config {
+        /// The provider.
+        provider: String,
+        /// What is missing.
+        message: String,
+    },
     /// A scripted agent was asked for a turn its script does not have.
     #[error("script has no turn {turn} (it has {available})")]
     ScriptExhausted {
@@ -57,6 +125,12 @@ impl ModelError {
             Self::Unavailable { .. } => ModelErrorKind::Unavailable,
             Self::Stream { .. } => ModelErrorKind::Stream,
             Self::ScriptExhausted { .. } => ModelErrorKind::ScriptExhausted,
+            Self::Auth { .. } => ModelErrorKind::Auth,
+            Self::BadRequest { .. } => ModelErrorKind::BadRequest,
+            Self::RateLimited { .. } => ModelErrorKind::RateLimited,
+            Self::Server { .. } => ModelErrorKind::Server,
+            Self::Timeout { .. } => ModelErrorKind::Timeout,
+            Self::Config { .. } => ModelErrorKind::Config,
         }
     }
 }

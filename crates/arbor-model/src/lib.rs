@@ -11,6 +11,8 @@
 mod error;
 mod provider;
 mod scripted;
+pub mod sse;
+pub mod wire;
 
 pub use error::{ModelError, ModelErrorKind};
 pub use provider::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolSpec};

@@ -1,0 +1,429 @@
+//! The Messages API: the request body and the streamed events.
+
+use arbor_protocol::{Message, ToolCall, Usage};
+use serde_json::{Value, json};
+
+use crate::error::ModelError;
+use crate::provider::{FinishReason, ModelEvent, ModelRequest};
+
+/// The streaming request body for `request`, asking for at most `max_tokens` (required by
+/// the API).
+pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
+    let mut messages: Vec<Value> = Vec::new();
+    // Blocks of the user message being built: tool results first, then text.
+    let mut user: Vec<Value> = Vec::new();
+    let flush = |user: &mut Vec<Value>, messages: &mut Vec<Value>| {
+        if !user.is_empty() {
+            messages.push(json!({"role": "user", "content": std::mem::take(user)}));
+        }
+    };
+    for m in request.messages {
+        match m {
+            Message::System { content } if !content.is_empty() => {
+                user.push(json!({"type": "text", "text": format!("[system] {content}")}));
+            }
+            Message::User { content } if !content.is_empty() => {
+                user.push(json!({"type": "text", "text": content}));
+            }
+            Message::Tool(r) => {
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": r.call_id, "content": r.content});
+                if r.is_error {
+                    block["is_error"] = json!(true);
+                }
+                // Results answer the assistant message just before: they lead the user turn.
+                let at = user
+                    .iter()
+                    .position(|b| b["type"] != "tool_result")
+                    .unwrap_or(user.len());
+                user.insert(at, block);
+            }
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                flush(&mut user, &mut messages);
+                let mut blocks = Vec::new();
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                for c in tool_calls {
+                    let input = if c.arguments.is_object() {
+                        c.arguments.clone()
+                    } else {
+                        json!({})
+                    };
+                    blocks.push(
+                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                    );
+                }
+                if !blocks.is_empty() {
+                    messages.push(json!({"role": "assistant", "content": blocks}));
+                }
+            }
+            _ => {}
+        }
+    }
+    flush(&mut user, &mut messages);
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "messages": messages,
+    });
+    if let Some(system) = request.system {
+        body["system"] = json!(system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+    }
+    body
+}
+
+#[derive(Debug, Default)]
+struct Block {
+    tool: Option<(String, String)>,
+    json: String,
+}
+
+/// Decodes the events of one streamed turn.
+#[derive(Debug, Default)]
+pub struct EventDecoder {
+    blocks: Vec<(u64, Block)>,
+    input: u64,
+    cache_read: u64,
+    cache_write: u64,
+    output: u64,
+    saw_usage: bool,
+    stop: Option<FinishReason>,
+    done: bool,
+}
+
+fn stream_error(message: impl Into<String>) -> ModelError {
+    ModelError::Stream {
+        message: message.into(),
+    }
+}
+
+impl EventDecoder {
+    /// A decoder for one turn.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn take_usage(&mut self, u: &Value) {
+        if let Some(v) = u["input_tokens"].as_u64() {
+            self.input = v;
+            self.saw_usage = true;
+        }
+        if let Some(v) = u["cache_read_input_tokens"].as_u64() {
+            self.cache_read = v;
+        }
+        if let Some(v) = u["cache_creation_input_tokens"].as_u64() {
+            self.cache_write = v;
+        }
+        if let Some(v) = u["output_tokens"].as_u64() {
+            self.output = v;
+            self.saw_usage = true;
+        }
+    }
+
+    /// Decodes one event's `data:` payload.
+    pub fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| stream_error(format!("invalid event JSON: {e}")))?;
+        let mut out = Vec::new();
+        match v["type"].as_str().unwrap_or_default() {
+            "message_start" => self.take_usage(&v["message"]["usage"]),
+            "content_block_start" => {
+                let index = v["index"].as_u64().unwrap_or(0);
+                let b = &v["content_block"];
+                let tool = (b["type"] == "tool_use").then(|| {
+                    (
+                        b["id"].as_str().unwrap_or_default().to_owned(),
+                        b["name"].as_str().unwrap_or_default().to_owned(),
+                    )
+                });
+                self.blocks.push((
+                    index,
+                    Block {
+                        tool,
+                        json: String::new(),
+                    },
+                ));
+            }
+            "content_block_delta" => {
+                let index = v["index"].as_u64().unwrap_or(0);
+                let d = &v["delta"];
+                match d["type"].as_str().unwrap_or_default() {
+                    "text_delta" => {
+                        if let Some(t) = d["text"].as_str()
+                            && !t.is_empty()
+                        {
+                            out.push(ModelEvent::TextDelta(t.to_owned()));
+                        }
+                    }
+                    "input_json_delta" => {
+                        if let Some((_, b)) =
+                            self.blocks.iter_mut().rev().find(|(i, _)| *i == index)
+                        {
+                            b.json
+                                .push_str(d["partial_json"].as_str().unwrap_or_default());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let index = v["index"].as_u64().unwrap_or(0);
+                if let Some(pos) = self.blocks.iter().rposition(|(i, _)| *i == index) {
+                    let (_, block) = self.blocks.remove(pos);
+                    if let Some((id, name)) = block.tool {
+                        out.push(ModelEvent::ToolCall(ToolCall {
+                            id,
+                            name,
+                            arguments: super::arguments(&block.json),
+                        }));
+                    }
+                }
+            }
+            "message_delta" => {
+                self.take_usage(&v["usage"]);
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.stop = Some(match r {
+                        "end_turn" | "stop_sequence" => FinishReason::Stop,
+                        "tool_use" => FinishReason::ToolCalls,
+                        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+                        "refusal" => FinishReason::Refusal,
+                        other => FinishReason::Other(other.to_owned()),
+                    });
+                }
+            }
+            "message_stop" => {
+                self.done = true;
+                return self.end(out);
+            }
+            "error" => {
+                let e = &v["error"];
+                return Err(ModelError::Provider {
+                    message: format!(
+                        "{}: {}",
+                        e["type"].as_str().unwrap_or("error"),
+                        e["message"].as_str().unwrap_or("(no message)")
+                    ),
+                });
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    /// Usage (the whole prompt: Anthropic counts cache reads and writes apart from
+    /// `input_tokens`) and the finish.
+    fn end(&mut self, mut out: Vec<ModelEvent>) -> Result<Vec<ModelEvent>, ModelError> {
+        let Some(stop) = self.stop.take() else {
+            return Err(stream_error("the stream ended before message_stop"));
+        };
+        if self.saw_usage {
+            let input = self.input + self.cache_read + self.cache_write;
+            out.push(ModelEvent::Usage(Usage {
+                input_tokens: input,
+                output_tokens: self.output,
+                total_tokens: input + self.output,
+                cache_read_tokens: self.cache_read,
+                cache_write_tokens: self.cache_write,
+            }));
+        }
+        out.push(ModelEvent::Finished(stop));
+        Ok(out)
+    }
+
+    /// The stream closed: complete once a stop reason came (a missing `message_stop` is
+    /// tolerated), truncated otherwise.
+    pub fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        self.done = true;
+        self.end(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ToolSpec;
+    use crate::sse::SseDecoder;
+
+    fn decode(bytes: &[u8], split: usize) -> Result<Vec<ModelEvent>, ModelError> {
+        let mut sse = SseDecoder::new();
+        let mut dec = EventDecoder::new();
+        let mut out = Vec::new();
+        let (a, b) = bytes.split_at(split.min(bytes.len()));
+        for part in [a, b] {
+            for e in sse.push(part).map_err(|e| stream_error(e.to_string()))? {
+                out.extend(dec.push(&e.data)?);
+            }
+        }
+        for e in sse.finish().map_err(|e| stream_error(e.to_string()))? {
+            out.extend(dec.push(&e.data)?);
+        }
+        out.extend(dec.finish()?);
+        Ok(out)
+    }
+
+    #[test]
+    fn text_tool_use_and_usage_with_cache_tokens() {
+        let bytes = include_bytes!("../../tests/fixtures/anthropic/tools.sse");
+        let whole = decode(bytes, 0).unwrap();
+        for split in 1..bytes.len() {
+            assert_eq!(decode(bytes, split).unwrap(), whole, "split at {split}");
+        }
+        assert_eq!(
+            whole,
+            [
+                ModelEvent::TextDelta("Checking ".into()),
+                ModelEvent::TextDelta("Paris.".into()),
+                ModelEvent::ToolCall(ToolCall {
+                    id: "toolu_01KFbKqPYSuAKujiL6mTfzYA".into(),
+                    name: "get_weather".into(),
+                    arguments: json!({"city": "Paris"}),
+                }),
+                ModelEvent::Usage(Usage {
+                    input_tokens: 6145,
+                    output_tokens: 47,
+                    total_tokens: 6192,
+                    cache_read_tokens: 4096,
+                    cache_write_tokens: 1200
+                }),
+                ModelEvent::Finished(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_real_llama_cpp_messages_stream_decodes() {
+        let events = decode(
+            include_bytes!("../../tests/fixtures/llamacpp/anthropic_text.sse"),
+            0,
+        )
+        .unwrap();
+        assert!(matches!(events.first(), Some(ModelEvent::TextDelta(_))));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, ModelEvent::Usage(u) if u.output_tokens > 0))
+        );
+        assert!(matches!(events.last(), Some(ModelEvent::Finished(_))));
+    }
+
+    #[test]
+    fn errors_and_truncation_are_classified() {
+        let e = decode(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", 0).unwrap_err();
+        assert_eq!(
+            e,
+            ModelError::Provider {
+                message: "overloaded_error: Overloaded".into()
+            }
+        );
+        let text = include_str!("../../tests/fixtures/anthropic/tools.sse");
+        let cut = &text[..text.find("event: content_block_stop").unwrap()];
+        let e = decode(cut.as_bytes(), 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "provider stream failed: the stream ended before message_stop"
+        );
+        // A tool_use with no argument text: an empty object.
+        let s = "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"now\",\"input\":{}}}\n\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":4}}\n\n";
+        let events = decode(s.as_bytes(), 0).unwrap();
+        assert_eq!(
+            events[0],
+            ModelEvent::ToolCall(ToolCall {
+                id: "t".into(),
+                name: "now".into(),
+                arguments: json!({})
+            })
+        );
+        assert_eq!(
+            events.last(),
+            Some(&ModelEvent::Finished(FinishReason::ToolCalls))
+        );
+    }
+
+    #[test]
+    fn request_bodies_group_tool_results_before_the_inbox_text() {
+        let messages = vec![
+            Message::user("Weather?"),
+            Message::Assistant {
+                content: "Checking.".into(),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "t1".into(),
+                        name: "w".into(),
+                        arguments: json!({"city": "Paris"}),
+                    },
+                    ToolCall {
+                        id: "t2".into(),
+                        name: "w".into(),
+                        arguments: Value::String("{bad".into()),
+                    },
+                ],
+            },
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "t1".into(),
+                name: "w".into(),
+                content: "18C".into(),
+                is_error: false,
+            }),
+            Message::user("[from child:x] hi"),
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "t2".into(),
+                name: "w".into(),
+                content: "bad args".into(),
+                is_error: true,
+            }),
+            Message::System {
+                content: "be brief".into(),
+            },
+        ];
+        let tools = vec![ToolSpec {
+            name: "w".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let body = request_body(
+            &ModelRequest {
+                model: "claude",
+                system: Some("root"),
+                messages: &messages,
+                tools: &tools,
+            },
+            4096,
+        );
+        assert_eq!(body["system"], "root");
+        assert_eq!(body["max_tokens"], 4096);
+        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+        let m = body["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            m[1]["content"][2],
+            json!({"type": "tool_use", "id": "t2", "name": "w", "input": {}})
+        );
+        let kinds: Vec<&str> = m[2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["tool_result", "tool_result", "text", "text"]);
+        assert_eq!(m[2]["content"][1]["is_error"], true);
+        assert_eq!(m[2]["content"][3]["text"], "[system] be brief");
+    }
+}

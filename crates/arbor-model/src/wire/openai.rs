@@ -1,0 +1,533 @@
+//! Chat Completions: the request body and the streamed chunks.
+
+use arbor_protocol::{Message, ToolCall, Usage};
+use serde_json::{Value, json};
+
+use crate::error::ModelError;
+use crate::provider::{FinishReason, ModelEvent, ModelRequest};
+
+/// The streaming request body for `request`. `include_usage` asks for the final usage chunk
+/// (`stream_options`; some servers refuse it).
+pub fn request_body(request: &ModelRequest<'_>, include_usage: bool) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(system) = request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for m in request.messages {
+        messages.push(match m {
+            Message::System { content } => json!({"role": "system", "content": content}),
+            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let mut v = json!({
+                    "role": "assistant",
+                    "content": if content.is_empty() { Value::Null } else { Value::from(content.as_str()) },
+                });
+                if !tool_calls.is_empty() {
+                    v["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": arguments_text(&c.arguments)},
+                            })
+                        })
+                        .collect();
+                }
+                v
+            }
+            Message::Tool(r) => {
+                json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content})
+            }
+        });
+    }
+    let mut body = json!({
+        "model": request.model,
+        "stream": true,
+        "messages": messages,
+    });
+    if include_usage {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                })
+            })
+            .collect();
+        body["tool_choice"] = json!("auto");
+    }
+    body
+}
+
+/// Arguments as the string the API wants: raw text stays as it was written.
+fn arguments_text(v: &Value) -> String {
+    match v {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool call being assembled from deltas.
+#[derive(Debug, Default)]
+struct Partial {
+    index: Option<u64>,
+    id: Option<String>,
+    name: String,
+    args: String,
+    object: Option<Value>,
+}
+
+/// Decodes the `data:` payloads of one streamed turn.
+#[derive(Debug, Default)]
+pub struct ChunkDecoder {
+    calls: Vec<Partial>,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+fn stream_error(message: impl Into<String>) -> ModelError {
+    ModelError::Stream {
+        message: message.into(),
+    }
+}
+
+fn u64_of(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The usage an OpenAI-style `usage` object reports: `prompt_tokens` already includes
+/// cached tokens.
+fn usage_of(u: &Value) -> Usage {
+    let input = u64_of(&u["prompt_tokens"]);
+    let output = u64_of(&u["completion_tokens"]);
+    let cache_read = u["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .or_else(|| u["prompt_cache_hit_tokens"].as_u64())
+        .unwrap_or(0);
+    let cache_write = u["cache_write_tokens"]
+        .as_u64()
+        .or_else(|| u["cache_creation_tokens"].as_u64())
+        .unwrap_or(0);
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: u["total_tokens"].as_u64().unwrap_or(input + output),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+    }
+    .normalized()
+}
+
+impl ChunkDecoder {
+    /// A decoder for one turn.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> &mut Partial {
+        let pos = match (id, index) {
+            // A new id opens a new call, whatever the index says (Ollama sends index 0 for
+            // every parallel call).
+            (Some(id), _) => self.calls.iter().position(|c| c.id.as_deref() == Some(id)),
+            (None, Some(i)) => self.calls.iter().rposition(|c| c.index == Some(i)),
+            (None, None) => self.calls.len().checked_sub(1),
+        };
+        let pos = match pos {
+            Some(p) => p,
+            None => {
+                self.calls.push(Partial {
+                    index,
+                    id: id.map(str::to_owned),
+                    ..Partial::default()
+                });
+                self.calls.len() - 1
+            }
+        };
+        &mut self.calls[pos]
+    }
+
+    /// Decodes one `data:` payload.
+    pub fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return self.end();
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| stream_error(format!("invalid chunk JSON: {e}")))?;
+        if !v["error"].is_null() {
+            let (message, _) = super::error_message(data.as_bytes());
+            return Err(ModelError::Provider { message });
+        }
+        let mut out = Vec::new();
+        if v["usage"].is_object() {
+            self.usage = Some(usage_of(&v["usage"]));
+        }
+        let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) else {
+            return Ok(out);
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str()
+            && !text.is_empty()
+        {
+            out.push(ModelEvent::TextDelta(text.to_owned()));
+        }
+        if let Some(calls) = delta["tool_calls"].as_array() {
+            for c in calls {
+                let slot = self.slot(c["index"].as_u64(), c["id"].as_str());
+                if let Some(name) = c["function"]["name"].as_str()
+                    && slot.name.is_empty()
+                {
+                    slot.name = name.to_owned();
+                }
+                match &c["function"]["arguments"] {
+                    Value::String(s) => slot.args.push_str(s),
+                    Value::Object(_) => slot.object = Some(c["function"]["arguments"].clone()),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str()
+            && !reason.is_empty()
+        {
+            self.finish = Some(match reason {
+                "stop" if !self.calls.is_empty() => FinishReason::ToolCalls,
+                "stop" => FinishReason::Stop,
+                "tool_calls" | "function_call" => FinishReason::ToolCalls,
+                "length" => FinishReason::Length,
+                "content_filter" => FinishReason::Refusal,
+                other => FinishReason::Other(other.to_owned()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The tool calls, the usage and the finish, once the turn is complete.
+    fn end(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        let Some(finish) = self.finish.take() else {
+            return Err(stream_error("the stream ended before the final chunk"));
+        };
+        let mut out: Vec<ModelEvent> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                ModelEvent::ToolCall(ToolCall {
+                    id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                    name: p.name,
+                    arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
+                })
+            })
+            .collect();
+        if let Some(u) = self.usage.take() {
+            out.push(ModelEvent::Usage(u));
+        }
+        out.push(ModelEvent::Finished(finish));
+        Ok(out)
+    }
+
+    /// The stream closed: a turn that saw its finish reason ends (servers that send no
+    /// `[DONE]`); one that did not is truncated.
+    pub fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        self.done = true;
+        self.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ToolSpec;
+    use crate::sse::SseDecoder;
+
+    fn decode(bytes: &[u8], split: usize) -> Result<Vec<ModelEvent>, ModelError> {
+        let mut sse = SseDecoder::new();
+        let mut dec = ChunkDecoder::new();
+        let mut out = Vec::new();
+        let (a, b) = bytes.split_at(split.min(bytes.len()));
+        for part in [a, b] {
+            for e in sse.push(part).map_err(|e| stream_error(e.to_string()))? {
+                out.extend(dec.push(&e.data)?);
+            }
+        }
+        for e in sse.finish().map_err(|e| stream_error(e.to_string()))? {
+            out.extend(dec.push(&e.data)?);
+        }
+        out.extend(dec.finish()?);
+        Ok(out)
+    }
+
+    fn every_split(bytes: &[u8]) -> Vec<ModelEvent> {
+        let whole = decode(bytes, 0).unwrap();
+        for split in 1..bytes.len() {
+            assert_eq!(decode(bytes, split).unwrap(), whole, "split at {split}");
+        }
+        whole
+    }
+
+    #[test]
+    fn text_and_usage_with_cached_tokens() {
+        let events = every_split(include_bytes!("../../tests/fixtures/openai/text.sse"));
+        assert_eq!(
+            events,
+            [
+                ModelEvent::TextDelta("Hello".into()),
+                ModelEvent::TextDelta(" there — ünïcode!".into()),
+                ModelEvent::Usage(Usage {
+                    input_tokens: 1117,
+                    output_tokens: 6,
+                    total_tokens: 1123,
+                    cache_read_tokens: 1024,
+                    cache_write_tokens: 0
+                }),
+                ModelEvent::Finished(FinishReason::Stop),
+            ]
+        );
+    }
+
+    #[test]
+    fn parallel_tool_calls_are_assembled_in_order() {
+        let events = every_split(include_bytes!(
+            "../../tests/fixtures/openai/parallel_tools.sse"
+        ));
+        assert_eq!(events.len(), 4);
+        assert_eq!(
+            events[0],
+            ModelEvent::ToolCall(ToolCall {
+                id: "call_aWb1NmJ2Sx4q7yqQ5zqYvQ9h".into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": "Paris"}),
+            })
+        );
+        assert_eq!(
+            events[1],
+            ModelEvent::ToolCall(ToolCall {
+                id: "call_Hn3kq0nY0mQ2Bf8VvF0d6m7E".into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": "Tōkyō"}),
+            })
+        );
+        assert_eq!(events[2], ModelEvent::Usage(Usage::new(82, 48)));
+        assert_eq!(events[3], ModelEvent::Finished(FinishReason::ToolCalls));
+    }
+
+    #[test]
+    fn a_real_llama_cpp_stream_decodes() {
+        let events = every_split(include_bytes!(
+            "../../tests/fixtures/llamacpp/openai_text_usage.sse"
+        ));
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "Hello! I'm here to");
+        assert!(events.contains(&ModelEvent::Usage(Usage::new(20, 6))));
+        assert_eq!(
+            events.last(),
+            Some(&ModelEvent::Finished(FinishReason::Length))
+        );
+        // Without the usage chunk: no usage is invented.
+        let events = decode(
+            include_bytes!("../../tests/fixtures/llamacpp/openai_text_no_usage.sse"),
+            0,
+        )
+        .unwrap();
+        assert!(!events.iter().any(|e| matches!(e, ModelEvent::Usage(_))));
+    }
+
+    fn chunk(delta: Value, finish: Option<&str>) -> String {
+        format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    }
+
+    #[test]
+    fn server_quirks_are_tolerated() {
+        // Ollama: index 0 for both calls, told apart by id; arguments as an object; no usage
+        // chunk; "stop" although it called tools; `choices: null` in a usage chunk (vLLM).
+        let stream = [
+            chunk(json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": {"x": 1}}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{\"y\":2}"}}]}), None),
+            chunk(json!({}), Some("stop")),
+            "data: {\"choices\":null,\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n".to_owned(),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let events = decode(stream.as_bytes(), 0).unwrap();
+        assert_eq!(
+            events,
+            [
+                ModelEvent::ToolCall(ToolCall {
+                    id: "a".into(),
+                    name: "f".into(),
+                    arguments: json!({"x": 1})
+                }),
+                ModelEvent::ToolCall(ToolCall {
+                    id: "b".into(),
+                    name: "g".into(),
+                    arguments: json!({"y": 2})
+                }),
+                ModelEvent::Usage(Usage::new(5, 2)),
+                ModelEvent::Finished(FinishReason::ToolCalls),
+            ]
+        );
+        // No index at all, and an empty finish_reason meaning "not yet".
+        let stream = [
+            chunk(json!({"tool_calls": [{"id": "c", "function": {"name": "h", "arguments": "{\"z\":"}}]}), Some("")),
+            chunk(json!({"tool_calls": [{"function": {"arguments": "3}"}}]}), None),
+            chunk(json!({}), Some("tool_calls")),
+        ]
+        .concat();
+        let events = decode(stream.as_bytes(), 0).unwrap();
+        assert_eq!(
+            events[0],
+            ModelEvent::ToolCall(ToolCall {
+                id: "c".into(),
+                name: "h".into(),
+                arguments: json!({"z": 3})
+            })
+        );
+    }
+
+    #[test]
+    fn bad_streams_are_classified_errors() {
+        // Invalid JSON in the arguments: the call carries the raw text, the tool says why.
+        let stream = [
+            chunk(json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"city\": \"Par"}}]}), None),
+            chunk(json!({}), Some("tool_calls")),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let events = decode(stream.as_bytes(), 0).unwrap();
+        assert_eq!(
+            events[0],
+            ModelEvent::ToolCall(ToolCall {
+                id: "a".into(),
+                name: "f".into(),
+                arguments: Value::String("{\"city\": \"Par".into())
+            })
+        );
+        // Truncated: the text fixture cut before its finish.
+        let text = include_str!("../../tests/fixtures/openai/text.sse");
+        let cut: String = text
+            .split("\n\n")
+            .take(3)
+            .map(|e| format!("{e}\n\n"))
+            .collect();
+        let e = decode(cut.as_bytes(), 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "provider stream failed: the stream ended before the final chunk"
+        );
+        // A mid-stream error event.
+        let e = decode(b"data: {\"error\":{\"message\":\"upstream overloaded\",\"type\":\"server_error\",\"code\":null}}\n\n", 0).unwrap_err();
+        assert_eq!(
+            e,
+            ModelError::Provider {
+                message: "upstream overloaded".into()
+            }
+        );
+        // Garbage.
+        let e = decode(b"data: {\"id\":\n\n", 0).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("provider stream failed: invalid chunk JSON"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn request_bodies_carry_tools_results_and_raw_arguments() {
+        let messages = vec![
+            Message::user("Weather in Paris?"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "c1".into(),
+                        name: "get_weather".into(),
+                        arguments: json!({"city": "Paris"}),
+                    },
+                    ToolCall {
+                        id: "c2".into(),
+                        name: "get_weather".into(),
+                        arguments: Value::String("{\"ci".into()),
+                    },
+                ],
+            },
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "c1".into(),
+                name: "get_weather".into(),
+                content: "18C".into(),
+                is_error: false,
+            }),
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "c2".into(),
+                name: "get_weather".into(),
+                content: "bad arguments".into(),
+                is_error: true,
+            }),
+        ];
+        let tools = vec![ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let req = ModelRequest {
+            model: "gpt-4o-mini",
+            system: Some("Be brief."),
+            messages: &messages,
+            tools: &tools,
+        };
+        let body = request_body(&req, true);
+        assert_eq!(body["model"], "gpt-4o-mini");
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(body["messages"][2]["content"], Value::Null);
+        assert_eq!(
+            body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\":\"Paris\"}"
+        );
+        assert_eq!(
+            body["messages"][2]["tool_calls"][1]["function"]["arguments"],
+            "{\"ci"
+        );
+        assert_eq!(
+            body["messages"][4],
+            json!({"role": "tool", "tool_call_id": "c2", "content": "bad arguments"})
+        );
+        assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+        assert_eq!(body["tool_choice"], "auto");
+        let bare = request_body(
+            &ModelRequest {
+                model: "m",
+                system: None,
+                messages: &messages[..1],
+                tools: &[],
+            },
+            false,
+        );
+        assert!(bare.get("tools").is_none() && bare.get("stream_options").is_none());
+    }
+}
