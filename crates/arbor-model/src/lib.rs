@@ -9,6 +9,8 @@
 //! the benchmarks and the demo run on.
 
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod provider;
 mod scripted;
 pub mod sse;

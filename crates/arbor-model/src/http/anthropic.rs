@@ -1,0 +1,153 @@
+//! The Anthropic provider: the Messages API over HTTP.
+
+use async_trait::async_trait;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+
+use super::{ApiKey, Endpoint, RetryPolicy, Timeouts};
+use crate::error::ModelError;
+use crate::provider::{ModelProvider, ModelRequest, ModelStream};
+use crate::wire;
+
+/// The API version sent with every request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// How to reach the Messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// The provider's name in errors and reports (default `anthropic`).
+    pub name: String,
+    /// The base URL (default `https://api.anthropic.com`).
+    pub base_url: String,
+    /// The key (`x-api-key`); required by Anthropic itself.
+    pub api_key: Option<ApiKey>,
+    /// The most tokens a turn may produce (required by the API; default 4096).
+    pub max_tokens: u32,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl AnthropicConfig {
+    /// A server at `base_url`, no key.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            name: "anthropic".to_owned(),
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key: None,
+            max_tokens: 4096,
+            retry: RetryPolicy::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// Anthropic as the environment configures it: `ANTHROPIC_BASE_URL` (default
+    /// `https://api.anthropic.com`) and `ANTHROPIC_API_KEY`.
+    pub fn from_env() -> Self {
+        let base = std::env::var("ANTHROPIC_BASE_URL")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| "https://api.anthropic.com".to_owned());
+        let mut c = Self::new(base);
+        c.api_key = ApiKey::from_env("ANTHROPIC_API_KEY");
+        c
+    }
+}
+
+/// The Anthropic provider.
+#[derive(Debug, Clone)]
+pub struct AnthropicProvider {
+    config: AnthropicConfig,
+    endpoint: Endpoint,
+}
+
+impl AnthropicProvider {
+    /// A provider for `config` (no request is made yet).
+    pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
+        let endpoint = Endpoint::new(&config.name, config.retry, config.timeouts)?;
+        Ok(Self { config, endpoint })
+    }
+
+    fn headers(&self) -> Result<HeaderMap, ModelError> {
+        let mut h = HeaderMap::new();
+        if let Some(key) = &self.config.api_key {
+            h.insert(
+                "x-api-key",
+                key.header("").map_err(|message| ModelError::Config {
+                    provider: self.config.name.clone(),
+                    message,
+                })?,
+            );
+        }
+        h.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        Ok(h)
+    }
+
+    /// The models the API lists.
+    pub async fn models(&self) -> Result<Vec<String>, ModelError> {
+        let url = format!("{}/v1/models?limit=1000", self.config.base_url);
+        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
+        if !(200..300).contains(&status) {
+            return Err(wire::classify(&self.config.name, status, &body, None));
+        }
+        wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
+    }
+}
+
+#[async_trait]
+impl ModelProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        let url = format!("{}/v1/messages", self.config.base_url);
+        let body = serde_json::to_vec(&wire::anthropic::request_body(
+            &request,
+            self.config.max_tokens,
+        ))
+        .map_err(|e| ModelError::Config {
+            provider: self.config.name.clone(),
+            message: format!("the request does not serialize: {e}"),
+        })?;
+        let mut headers = self.headers()?;
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let response = self
+            .endpoint
+            .send(|c| c.post(&url).headers(headers.clone()).body(body.clone()))
+            .await?;
+        Ok(self
+            .endpoint
+            .events(response, wire::anthropic::EventDecoder::new()))
+    }
+
+    /// Asks for the model (`GET /v1/models/{id}`); a missing key, a refused key or an
+    /// unknown model fails with the reason.
+    async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        let unavailable = |reason: String| ModelError::Unavailable {
+            model: model.to_owned(),
+            reason,
+        };
+        let url = format!("{}/v1/models/{model}", self.config.base_url);
+        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
+        let (message, _) = wire::error_message(&body);
+        match status {
+            200..=299 => Ok(()),
+            401 | 403 => Err(unavailable(format!(
+                "{} refused the key: {message}",
+                self.config.name
+            ))),
+            404 => Err(unavailable(format!(
+                "{} has no such model: {message}",
+                self.config.name
+            ))),
+            _ => Err(unavailable(
+                wire::classify(&self.config.name, status, &body, None).to_string(),
+            )),
+        }
+    }
+}

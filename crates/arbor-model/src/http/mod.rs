@@ -1,0 +1,355 @@
+//! The transport of the HTTP providers: one reqwest client over rustls (ring, the platform's
+//! trust store, no process-wide provider installed), requests retried on 408/409/429/5xx/529
+//! and on connection failures before any answer, and streamed bodies decoded as server-sent
+//! events under an idle timeout.
+//!
+//! A call is retried only before its stream starts: once a model event is out, its text has
+//! been published, so a broken stream fails the turn instead. Usage therefore comes from one
+//! attempt only and is never counted twice.
+
+pub mod anthropic;
+pub mod openai;
+mod retry;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderValue};
+
+pub use anthropic::{AnthropicConfig, AnthropicProvider};
+pub use openai::{OpenAiConfig, OpenAiProvider};
+pub use retry::RetryPolicy;
+
+use crate::error::ModelError;
+use crate::provider::{ModelEvent, ModelStream};
+use crate::sse::SseDecoder;
+use crate::wire;
+
+/// Bytes of an error body read.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A credential. It prints as `***`, is marked sensitive in headers, and is never
+/// serialized.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key from the environment variable `var`, if set and not blank.
+    pub fn from_env(var: &str) -> Option<Self> {
+        std::env::var(var)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .map(|k| Self(k.trim().to_owned()))
+    }
+
+    /// The key itself, for a redactor that must never let it through.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn header(&self, prefix: &str) -> Result<HeaderValue, String> {
+        let mut v = HeaderValue::from_str(&format!("{prefix}{}", self.0))
+            .map_err(|_| "the API key is not a valid header value".to_owned())?;
+        v.set_sensitive(true);
+        Ok(v)
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// Timeouts of one provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting (default 10 s).
+    pub connect: Duration,
+    /// Waiting for the answer's headers (default 120 s).
+    pub response: Duration,
+    /// Silence within a streamed answer (default 120 s).
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            response: Duration::from_secs(120),
+            idle: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The client half every HTTP provider shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) name: String,
+    client: reqwest::Client,
+    retry: RetryPolicy,
+    timeouts: Timeouts,
+}
+
+fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup failed: {e}"))?
+        .with_platform_verifier()
+        .map_err(|e| format!("TLS setup failed: {e}"))?
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .connect_timeout(timeouts.connect)
+        .build()
+        .map_err(|e| format!("HTTP client setup failed: {e}"))
+}
+
+/// Something that turns a turn's `data:` payloads into model events.
+pub(crate) trait Decoder: Send + 'static {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError>;
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError>;
+}
+
+impl Decoder for wire::openai::ChunkDecoder {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        wire::openai::ChunkDecoder::push(self, data)
+    }
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        wire::openai::ChunkDecoder::finish(self)
+    }
+}
+
+impl Decoder for wire::anthropic::EventDecoder {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        wire::anthropic::EventDecoder::push(self, data)
+    }
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        wire::anthropic::EventDecoder::finish(self)
+    }
+}
+
+async fn read_capped(mut response: reqwest::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = MAX_ERROR_BODY.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_ERROR_BODY {
+            break;
+        }
+    }
+    body
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+impl Endpoint {
+    pub(crate) fn new(
+        name: &str,
+        retry: RetryPolicy,
+        timeouts: Timeouts,
+    ) -> Result<Self, ModelError> {
+        let client = client(&timeouts).map_err(|message| ModelError::Config {
+            provider: name.to_owned(),
+            message,
+        })?;
+        Ok(Self {
+            name: name.to_owned(),
+            client,
+            retry,
+            timeouts,
+        })
+    }
+
+    fn transport_error(&self, e: &reqwest::Error) -> ModelError {
+        let e = e.to_string();
+        ModelError::Server {
+            provider: self.name.clone(),
+            status: 0,
+            message: format!("cannot reach the provider: {e}"),
+        }
+    }
+
+    /// Sends what `make` builds, retrying as the policy allows; a success's response, or the
+    /// classified error of the last attempt.
+    pub(crate) async fn send(
+        &self,
+        make: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ModelError> {
+        let mut waited = Duration::ZERO;
+        let mut attempt = 0;
+        loop {
+            let sent =
+                tokio::time::timeout(self.timeouts.response, make(&self.client).send()).await;
+            let (error, asked, retry) = match sent {
+                Err(_) => (
+                    ModelError::Timeout {
+                        provider: self.name.clone(),
+                        message: format!("no answer within {} s", self.timeouts.response.as_secs()),
+                    },
+                    None,
+                    true,
+                ),
+                Ok(Err(e)) => {
+                    let retry = e.is_connect() || e.is_timeout();
+                    (self.transport_error(&e.without_url()), None, retry)
+                }
+                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) => {
+                    let status = response.status().as_u16();
+                    let headers = response.headers().clone();
+                    let asked = retry::retry_after(
+                        header(&headers, "retry-after-ms"),
+                        header(&headers, "retry-after"),
+                    );
+                    let should = header(&headers, "x-should-retry").map(|v| v == "true");
+                    let body = read_capped(response).await;
+                    let asked_ms = asked.map(|d| d.as_millis() as u64);
+                    (
+                        wire::classify(&self.name, status, &body, asked_ms),
+                        asked,
+                        wire::retryable(status, &body, should),
+                    )
+                }
+            };
+            if !retry {
+                return Err(error);
+            }
+            let Some(delay) = self.retry.delay(attempt, asked, waited, retry::jitter()) else {
+                return Err(error);
+            };
+            tracing::warn!(provider = %self.name, attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying");
+            tokio::time::sleep(delay).await;
+            waited += delay;
+            attempt += 1;
+        }
+    }
+
+    /// A GET's status and body (capped), without retries: for model lists and preflights.
+    pub(crate) async fn get(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+    ) -> Result<(u16, Vec<u8>), ModelError> {
+        let sent = tokio::time::timeout(
+            self.timeouts.response,
+            self.client.get(url).headers(headers).send(),
+        )
+        .await
+        .map_err(|_| ModelError::Timeout {
+            provider: self.name.clone(),
+            message: format!("no answer within {} s", self.timeouts.response.as_secs()),
+        })?
+        .map_err(|e| self.transport_error(&e.without_url()))?;
+        let status = sent.status().as_u16();
+        Ok((status, read_capped(sent).await))
+    }
+
+    /// The turn's events, decoded from the streamed body under the idle timeout.
+    pub(crate) fn events(&self, response: reqwest::Response, decoder: impl Decoder) -> ModelStream {
+        let state = Body {
+            body: Box::pin(response.bytes_stream()),
+            sse: SseDecoder::new(),
+            decoder,
+            queue: VecDeque::new(),
+            ended: false,
+            idle: self.timeouts.idle,
+            name: self.name.clone(),
+        };
+        Box::pin(futures::stream::unfold(state, |mut s| async move {
+            loop {
+                if let Some(item) = s.queue.pop_front() {
+                    return Some((item, s));
+                }
+                if s.ended {
+                    return None;
+                }
+                s.next_chunk().await;
+            }
+        }))
+    }
+}
+
+type Bytes = Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// A streamed answer being decoded.
+struct Body<D> {
+    body: Bytes,
+    sse: SseDecoder,
+    decoder: D,
+    queue: VecDeque<Result<ModelEvent, ModelError>>,
+    ended: bool,
+    idle: Duration,
+    name: String,
+}
+
+fn stream_error(e: &dyn fmt::Display) -> ModelError {
+    ModelError::Stream {
+        message: e.to_string(),
+    }
+}
+
+impl<D: Decoder> Body<D> {
+    fn feed(&mut self, payloads: Vec<crate::sse::SseEvent>) {
+        for e in payloads {
+            match self.decoder.push(&e.data) {
+                Ok(events) => self.queue.extend(events.into_iter().map(Ok)),
+                Err(err) => {
+                    self.fail(err);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, err: ModelError) {
+        self.queue.push_back(Err(err));
+        self.ended = true;
+    }
+
+    /// Reads one chunk (or the end, or a timeout) into the queue.
+    async fn next_chunk(&mut self) {
+        match tokio::time::timeout(self.idle, self.body.next()).await {
+            Err(_) => {
+                let message = format!("no data for {} s", self.idle.as_secs_f64());
+                let provider = self.name.clone();
+                self.fail(ModelError::Timeout { provider, message });
+            }
+            Ok(Some(Ok(bytes))) => match self.sse.push(&bytes) {
+                Ok(payloads) => self.feed(payloads),
+                Err(e) => self.fail(stream_error(&e)),
+            },
+            Ok(Some(Err(e))) => {
+                let e = e.without_url();
+                self.fail(stream_error(&e));
+            }
+            Ok(None) => {
+                match self.sse.finish() {
+                    Ok(payloads) => self.feed(payloads),
+                    Err(e) => self.fail(stream_error(&e)),
+                }
+                if !self.ended {
+                    match self.decoder.finish() {
+                        Ok(events) => self.queue.extend(events.into_iter().map(Ok)),
+                        Err(e) => self.queue.push_back(Err(e)),
+                    }
+                    self.ended = true;
+                }
+            }
+        }
+    }
+}

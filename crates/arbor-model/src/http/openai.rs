@@ -1,0 +1,189 @@
+//! The OpenAI-compatible provider: Chat Completions over HTTP, as OpenAI, vLLM, llama.cpp's
+//! server, Ollama and most gateways speak it.
+
+use async_trait::async_trait;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use super::{ApiKey, Endpoint, RetryPolicy, Timeouts};
+use crate::error::ModelError;
+use crate::provider::{ModelProvider, ModelRequest, ModelStream};
+use crate::wire;
+
+/// How to reach an OpenAI-compatible server.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// The provider's name in errors and reports (default `openai`).
+    pub name: String,
+    /// The API's base URL, up to `/v1` (default `https://api.openai.com/v1`).
+    pub base_url: String,
+    /// The key, sent as a bearer token (a local server may need none).
+    pub api_key: Option<ApiKey>,
+    /// `OpenAI-Organization`.
+    pub organization: Option<String>,
+    /// `OpenAI-Project`.
+    pub project: Option<String>,
+    /// More headers sent with every request.
+    pub headers: Vec<(String, String)>,
+    /// Ask for the final usage chunk (`stream_options.include_usage`; default on).
+    pub include_usage: bool,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl OpenAiConfig {
+    /// A server at `base_url`, no key.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            name: "openai".to_owned(),
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key: None,
+            organization: None,
+            project: None,
+            headers: Vec::new(),
+            include_usage: true,
+            retry: RetryPolicy::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// OpenAI as the environment configures it: `OPENAI_BASE_URL` (default
+    /// `https://api.openai.com/v1`), `OPENAI_API_KEY`, `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`.
+    pub fn from_env() -> Self {
+        let base = std::env::var("OPENAI_BASE_URL")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+        let mut c = Self::new(base);
+        c.api_key = ApiKey::from_env("OPENAI_API_KEY");
+        c.organization = std::env::var("OPENAI_ORG_ID")
+            .ok()
+            .filter(|v| !v.is_empty());
+        c.project = std::env::var("OPENAI_PROJECT_ID")
+            .ok()
+            .filter(|v| !v.is_empty());
+        c
+    }
+}
+
+/// The OpenAI-compatible provider.
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    config: OpenAiConfig,
+    endpoint: Endpoint,
+}
+
+impl OpenAiProvider {
+    /// A provider for `config` (no request is made yet).
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+        let endpoint = Endpoint::new(&config.name, config.retry, config.timeouts)?;
+        Ok(Self { config, endpoint })
+    }
+
+    fn config_error(&self, message: impl Into<String>) -> ModelError {
+        ModelError::Config {
+            provider: self.config.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn headers(&self) -> Result<HeaderMap, ModelError> {
+        let mut h = HeaderMap::new();
+        if let Some(key) = &self.config.api_key {
+            h.insert(
+                AUTHORIZATION,
+                key.header("Bearer ").map_err(|m| self.config_error(m))?,
+            );
+        }
+        for (name, value) in [
+            ("openai-organization", &self.config.organization),
+            ("openai-project", &self.config.project),
+        ] {
+            if let Some(v) = value {
+                h.insert(
+                    name,
+                    HeaderValue::from_str(v)
+                        .map_err(|_| self.config_error(format!("bad {name} header")))?,
+                );
+            }
+        }
+        for (name, value) in &self.config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| self.config_error(format!("bad header name {name:?}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| self.config_error(format!("bad value for header {name}")))?;
+            h.insert(name, value);
+        }
+        Ok(h)
+    }
+
+    /// The models the server lists.
+    pub async fn models(&self) -> Result<Vec<String>, ModelError> {
+        let url = format!("{}/models", self.config.base_url);
+        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
+        if !(200..300).contains(&status) {
+            return Err(wire::classify(&self.config.name, status, &body, None));
+        }
+        wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
+    }
+}
+
+#[async_trait]
+impl ModelProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        let url = format!("{}/chat/completions", self.config.base_url);
+        let body = serde_json::to_vec(&wire::openai::request_body(
+            &request,
+            self.config.include_usage,
+        ))
+        .map_err(|e| self.config_error(format!("the request does not serialize: {e}")))?;
+        let mut headers = self.headers()?;
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let response = self
+            .endpoint
+            .send(|c| c.post(&url).headers(headers.clone()).body(body.clone()))
+            .await?;
+        Ok(self
+            .endpoint
+            .events(response, wire::openai::ChunkDecoder::new()))
+    }
+
+    /// Asks for the model (`GET models/{id}`), falling back to the list; a refused key or a
+    /// missing model fails with the server's reason. A server without a models route cannot
+    /// be asked, and passes.
+    async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        let unavailable = |reason: String| ModelError::Unavailable {
+            model: model.to_owned(),
+            reason,
+        };
+        let url = format!("{}/models/{model}", self.config.base_url);
+        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
+        match status {
+            200..=299 => Ok(()),
+            401 | 403 => Err(unavailable(format!(
+                "{} refused the key: {}",
+                self.config.name,
+                wire::error_message(&body).0
+            ))),
+            _ => match self.models().await {
+                Ok(ids) if ids.iter().any(|id| id == model) => Ok(()),
+                Ok(ids) => Err(unavailable(format!(
+                    "{} does not offer it (it offers: {})",
+                    self.config.name,
+                    ids.join(", ")
+                ))),
+                Err(ModelError::BadRequest { status: 404, .. }) => {
+                    tracing::debug!(provider = %self.config.name, model, "no models route: not verified");
+                    Ok(())
+                }
+                Err(e) => Err(unavailable(e.to_string())),
+            },
+        }
+    }
+}
