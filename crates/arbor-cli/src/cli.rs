@@ -15,6 +15,8 @@ Exit codes:
 Environment:
   ARBOR_LOG              log filter for tracing output on stderr (default: warn)
   ARBOR_BUSY_TIMEOUT_MS  how long to wait for a store locked by another process (default: 5000)
+  OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID   provider \"openai\"
+  ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL                               provider \"anthropic\"
 
 Ctrl-C cancels the run: it ends aborted and the report is printed.";
 
@@ -77,6 +79,19 @@ pub(crate) enum Command {
     /// Let SESSION's suspended run go on with its decisions.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Resume(SessionArgs),
+    /// List the models the providers configured in the environment offer.
+    Models(ModelsArgs),
+}
+
+/// Arguments of `arbor models`.
+#[derive(Debug, Args)]
+pub(crate) struct ModelsArgs {
+    /// Only this provider (openai or anthropic), even if not configured.
+    #[arg(long)]
+    pub(crate) provider: Option<String>,
+    /// One JSON array of {provider, model}.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Arguments of `arbor approve` and `arbor reject`.
@@ -186,4 +201,10 @@ pub(crate) struct RunArgs {
     /// `[workspace] repository`).
     #[arg(long, value_name = "PATH")]
     pub(crate) repository: Option<PathBuf>,
+    /// The root's provider (scripted, openai, anthropic or a [providers.NAME] of the spec).
+    #[arg(long)]
+    pub(crate) provider: Option<String>,
+    /// The root's model.
+    #[arg(long)]
+    pub(crate) model: Option<String>,
 }

@@ -20,6 +20,7 @@ mod follow;
 mod inspect;
 mod interrupt;
 mod logging;
+mod models;
 mod output;
 mod owner;
 mod progress;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
         Command::Resume(args) => runtime.block_on(approvals::resume(args)),
+        Command::Models(args) => runtime.block_on(models::list(args)),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

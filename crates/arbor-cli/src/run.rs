@@ -41,6 +41,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     if let Some(repository) = &args.repository {
         spec.set_repository(repository.clone());
     }
+    if args.provider.is_some() || args.model.is_some() {
+        spec.override_root(args.provider.as_deref(), args.model.as_deref())
+            .map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+    }
+    preflight_root(&spec).await?;
     // Kept absolute with the run, so a later process (resume, send) finds it from anywhere.
     let repository = spec
         .repository()
@@ -56,7 +61,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .root
         .session()
         .store(store.clone())
-        .meta(root_meta(&path, &text, repository.as_deref()))
+        .meta(root_meta(
+            &path,
+            &text,
+            repository.as_deref(),
+            (args.provider.as_deref(), args.model.as_deref()),
+        ))
         .create()
         .await
         .map_err(Fail::core)?;
@@ -213,11 +223,37 @@ pub(crate) async fn drive_root(
 
 /// The root record's `meta`: what a later process needs to rebuild the same agents, and the
 /// process that owns the tree's runs.
-fn root_meta(path: &str, text: &str, repository: Option<&std::path::Path>) -> serde_json::Value {
+/// Checks the root's model with its provider (an HTTP provider asks the server) before
+/// anything is stored: a refused key or an unknown model is a usage error, never a silent
+/// substitute.
+async fn preflight_root(spec: &spec::Spec) -> Result<(), Fail> {
+    let root = spec.root_name().map_err(Fail::usage)?;
+    if let Some(agent) = spec.agents.get(root)
+        && let Some(p) = &agent.http
+    {
+        p.preflight(&agent.model)
+            .await
+            .map_err(|e| Fail::usage(format!("agent {root:?}: {e}")))?;
+    }
+    Ok(())
+}
+
+fn root_meta(
+    path: &str,
+    text: &str,
+    repository: Option<&std::path::Path>,
+    (provider, model): (Option<&str>, Option<&str>),
+) -> serde_json::Value {
     let mut definition =
         serde_json::json!({"path": path, "spec": text, "fingerprint": fingerprint(text)});
     if let Some(r) = repository {
         definition["repository"] = serde_json::Value::from(r.display().to_string());
+    }
+    if let Some(p) = provider {
+        definition["root_provider"] = serde_json::Value::from(p);
+    }
+    if let Some(m) = model {
+        definition["root_model"] = serde_json::Value::from(m);
     }
     serde_json::json!({ "definition": definition, "owner": owner::current() })
 }
@@ -264,7 +300,7 @@ mod tests {
 
     #[test]
     fn the_definition_holds_path_text_and_fingerprint() {
-        let meta = root_meta("examples/x.toml", "abc", None);
+        let meta = root_meta("examples/x.toml", "abc", None, (None, None));
         assert_eq!(
             meta["definition"],
             serde_json::json!({
@@ -274,7 +310,14 @@ mod tests {
             })
         );
         assert_eq!(meta["owner"]["pid"], std::process::id());
-        let meta = root_meta("x.toml", "abc", Some(std::path::Path::new("/srv/repo")));
+        let meta = root_meta(
+            "x.toml",
+            "abc",
+            Some(std::path::Path::new("/srv/repo")),
+            (Some("openai"), Some("gpt-4o-mini")),
+        );
         assert_eq!(meta["definition"]["repository"], "/srv/repo");
+        assert_eq!(meta["definition"]["root_provider"], "openai");
+        assert_eq!(meta["definition"]["root_model"], "gpt-4o-mini");
     }
 }

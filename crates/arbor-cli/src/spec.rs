@@ -32,6 +32,9 @@ pub(crate) struct Spec {
     pub(crate) supervisor: SupervisorSpec,
     /// Where agents with `workspace = true` work: a worktree each of this repository.
     pub(crate) workspace: Option<WorkspaceSpec>,
+    /// Named HTTP providers agents may use (`provider = "<name>"`).
+    #[serde(default)]
+    pub(crate) providers: BTreeMap<String, crate::models::ProviderSpec>,
     /// The agents, by name.
     pub(crate) agents: BTreeMap<String, AgentSpec>,
     /// The SHA-256 of the spec's text: the revision suspended children are resumed under.
@@ -83,7 +86,8 @@ pub(crate) struct AgentSpec {
     pub(crate) description: Option<String>,
     /// System prompt.
     pub(crate) system: Option<String>,
-    /// Provider (only `scripted` in this build).
+    /// Provider: `scripted` (its turns play), `openai`, `anthropic`, or a
+    /// `[providers.<name>]`.
     #[serde(default = "scripted")]
     pub(crate) provider: String,
     /// Model name: what it runs when a parent asks for no model.
@@ -119,6 +123,9 @@ pub(crate) struct AgentSpec {
     /// The scripted turns.
     #[serde(default)]
     pub(crate) turns: Vec<ScriptedTurn>,
+    /// Its HTTP provider, once resolved (shared by every agent naming it).
+    #[serde(skip)]
+    pub(crate) http: Option<std::sync::Arc<dyn arbor_model::ModelProvider>>,
 }
 
 fn scripted() -> String {
@@ -143,7 +150,33 @@ impl Spec {
         spec.validate().map_err(|e| format!("{path}: {e}"))?;
         let mut spec = spec;
         spec.fingerprint = crate::run::fingerprint(text);
+        spec.resolve_providers()
+            .map_err(|e| format!("{path}: {e}"))?;
         Ok(spec)
+    }
+
+    /// Builds each HTTP provider the agents name, once (no request is made).
+    fn resolve_providers(&mut self) -> Result<(), String> {
+        let mut built: BTreeMap<String, std::sync::Arc<dyn arbor_model::ModelProvider>> =
+            BTreeMap::new();
+        for (name, agent) in &mut self.agents {
+            if agent.provider == "scripted" {
+                agent.http = None;
+                continue;
+            }
+            let p = match built.get(&agent.provider) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = crate::models::build(&agent.provider, &self.providers)
+                        .map_err(|e| format!("agent {name:?}: {e}"))?
+                        .shared();
+                    built.insert(agent.provider.clone(), p.clone());
+                    p
+                }
+            };
+            agent.http = Some(p);
+        }
+        Ok(())
     }
 
     /// The root agent's name.
@@ -174,13 +207,18 @@ impl Spec {
         }
         for (name, agent) in &self.agents {
             arbor_core::validate_agent_name(name).map_err(|e| e.to_string())?;
-            if agent.provider != "scripted" {
+            if !crate::models::BUILT_IN.contains(&agent.provider.as_str())
+                && !self.providers.contains_key(&agent.provider)
+            {
+                let mut known: Vec<&str> = crate::models::BUILT_IN.to_vec();
+                known.extend(self.providers.keys().map(String::as_str));
                 return Err(format!(
-                    "agent {name:?}: provider {:?} is not available (only \"scripted\" in this build)",
-                    agent.provider
+                    "agent {name:?}: unknown provider {:?} (known: {})",
+                    agent.provider,
+                    known.join(", ")
                 ));
             }
-            if agent.turns.is_empty() {
+            if agent.provider == "scripted" && agent.turns.is_empty() {
                 return Err(format!(
                     "agent {name:?}: the scripted provider needs at least one [[agents.{name}.turns]]"
                 ));
@@ -236,6 +274,26 @@ impl Spec {
         Ok(())
     }
 
+    /// Runs the root on `provider` and `model` (`arbor run --provider/--model`).
+    pub(crate) fn override_root(
+        &mut self,
+        provider: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<(), String> {
+        let root = self.root_name()?.to_owned();
+        let Some(agent) = self.agents.get_mut(&root) else {
+            return Err(format!("the root agent {root:?} is not defined"));
+        };
+        if let Some(p) = provider {
+            agent.provider = p.to_owned();
+        }
+        if let Some(m) = model {
+            agent.model = m.to_owned();
+        }
+        self.validate()?;
+        self.resolve_providers()
+    }
+
     /// Sets the repository worktrees are made of (`--repository`, or the one a stored run
     /// used).
     pub(crate) fn set_repository(&mut self, repository: std::path::PathBuf) {
@@ -253,6 +311,13 @@ impl Spec {
         let mut spec = Spec::parse(path, text)?;
         if let Some(r) = definition["repository"].as_str() {
             spec.set_repository(r.into());
+        }
+        let (provider, model) = (
+            definition["root_provider"].as_str(),
+            definition["root_model"].as_str(),
+        );
+        if provider.is_some() || model.is_some() {
+            spec.override_root(provider, model)?;
         }
         Ok(Some(spec))
     }
@@ -364,12 +429,22 @@ mod tests {
         let text = "task = \"x\"\n[agents.only]\n[[agents.only.turns]]\ntext = \"hi\"\n";
         let spec = Spec::parse("s.toml", text).unwrap();
         assert_eq!(spec.root_name().unwrap(), "only");
-        let text = "task = \"x\"\n[agents.root]\nprovider = \"openai\"\n";
+        let text = "task = \"x\"\n[agents.root]\nprovider = \"gemini\"\n";
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": provider \"openai\" is not available (only \"scripted\" in this build)"
+            "s.toml: agent \"root\": unknown provider \"gemini\" (known: scripted, openai, anthropic)"
         );
+        // An HTTP provider needs no turns; a table may name its own.
+        let text = "task = \"x\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\napi_key_env = \"LOCAL_KEY\"\n[agents.root]\nprovider = \"local\"\nmodel = \"m\"\n";
+        let spec = Spec::parse("s.toml", text).unwrap();
+        assert_eq!(
+            spec.providers["local"].api_key_env.as_deref(),
+            Some("LOCAL_KEY")
+        );
+        let text = "task = \"x\"\n[providers.local]\nkind = \"gemini\"\n[agents.root]\n";
+        let err = Spec::parse("s.toml", text).unwrap_err();
+        assert!(err.contains("unknown variant `gemini`"), "{err}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use arbor_core::supervisor::{
     Ownership, SendMessageTool, SpawnAgentTool, Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
-use arbor_model::{Script, ScriptedProvider};
+use arbor_model::{ModelProvider, Script, ScriptedProvider};
 use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
@@ -38,12 +38,16 @@ pub(crate) struct Built {
     pub(crate) supervisor: Option<Supervisor>,
 }
 
-fn provider(spec: &AgentSpec) -> ScriptedProvider {
-    ScriptedProvider::new(Script {
-        turns: spec.turns.clone(),
-        repeat_last: spec.repeat_last,
-        models: spec.models.clone(),
-    })
+/// The agent's provider: its resolved HTTP provider, or its script.
+fn provider(spec: &AgentSpec) -> Arc<dyn ModelProvider> {
+    match &spec.http {
+        Some(p) => p.clone(),
+        None => Arc::new(ScriptedProvider::new(Script {
+            turns: spec.turns.clone(),
+            repeat_last: spec.repeat_last,
+            models: spec.models.clone(),
+        })),
+    }
 }
 
 /// The agent's tools; coding tools are confined to `cwd` (its worktree).
@@ -66,7 +70,7 @@ fn base_in(
 
 fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
     let mut b = Agent::builder(name)
-        .provider(provider(spec))
+        .shared_provider(provider(spec))
         .model(model.unwrap_or(&spec.model).to_owned())
         .limits(spec.limits);
     if let Some(system) = &spec.system {
@@ -206,7 +210,7 @@ pub(crate) fn build(
                 .agent_name(name.clone())
                 .model(agent.model.clone())
                 .allow_models(agent.allow_models.iter().cloned())
-                .preflight_with(Arc::new(provider(agent)));
+                .preflight_with(provider(agent));
             if let Some(d) = &agent.description {
                 entry = entry.description(d.clone());
             }

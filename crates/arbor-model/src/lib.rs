@@ -14,6 +14,8 @@ pub mod http;
 mod provider;
 mod scripted;
 pub mod sse;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod wire;
 
 pub use error::{ModelError, ModelErrorKind};

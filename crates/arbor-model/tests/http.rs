@@ -1,22 +1,23 @@
 //! The HTTP providers against a local server replaying recorded streams: text, parallel
 //! tool calls and usage; errors classified; retries bounded and honouring retry-after;
 //! truncated and hung streams; preflights; and the key never shown.
-#![cfg(feature = "http")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-
-mod replay;
 
 use std::time::Duration;
 
 use arbor_model::http::{
     AnthropicConfig, AnthropicProvider, ApiKey, OpenAiConfig, OpenAiProvider, RetryPolicy, Timeouts,
 };
+use arbor_model::testing::{Canned, ReplayServer};
 use arbor_model::{
     FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelProvider, ModelRequest,
 };
 use arbor_protocol::{Message, Usage};
 use futures::StreamExt;
-use replay::{Canned, serve};
+
+async fn serve(answers: Vec<Canned>) -> ReplayServer {
+    ReplayServer::start(answers).await.unwrap()
+}
 
 const KEY: &str = "sk-arbor-SECRET-7f3a";
 

@@ -1,0 +1,202 @@
+//! Model providers for spec agents, and `arbor models`.
+//!
+//! An agent names `provider = "scripted"` (the default: its `turns` play), `"openai"` (an
+//! OpenAI-compatible server as `OPENAI_BASE_URL` / `OPENAI_API_KEY` configure it),
+//! `"anthropic"` (`ANTHROPIC_BASE_URL` / `ANTHROPIC_API_KEY`), or the name of a
+//! `[providers.<name>]` table. Keys come only from the environment (a table names the
+//! variable, never the key), so neither the spec, its fingerprint nor the store holds one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arbor_model::ModelProvider;
+use arbor_model::http::{
+    AnthropicConfig, AnthropicProvider, ApiKey, OpenAiConfig, OpenAiProvider, RetryPolicy,
+};
+use serde::Deserialize;
+
+use crate::cli::ModelsArgs;
+use crate::fail::Fail;
+use crate::output;
+
+/// The wire format a provider table speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Kind {
+    /// Chat Completions.
+    Openai,
+    /// Messages.
+    Anthropic,
+}
+
+/// A `[providers.<name>]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProviderSpec {
+    /// Its wire format.
+    pub(crate) kind: Kind,
+    /// Its base URL (default: the kind's environment variable, else its public API).
+    pub(crate) base_url: Option<String>,
+    /// The environment variable holding its key (never the key itself).
+    pub(crate) api_key_env: Option<String>,
+    /// More headers (OpenAI kind).
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    /// Ask for the final usage chunk (OpenAI kind; default true).
+    pub(crate) include_usage: Option<bool>,
+    /// Output tokens per turn (Anthropic kind; default 4096).
+    pub(crate) max_tokens: Option<u32>,
+    /// Retries after the first attempt (default 4).
+    pub(crate) max_retries: Option<u32>,
+}
+
+/// Names a provider resolves without a table.
+pub(crate) const BUILT_IN: [&str; 3] = ["scripted", "openai", "anthropic"];
+
+fn retry(max: Option<u32>) -> RetryPolicy {
+    let mut r = RetryPolicy::default();
+    if let Some(n) = max {
+        r.max_retries = n;
+    }
+    r
+}
+
+/// A built HTTP provider.
+#[derive(Debug, Clone)]
+pub(crate) enum Http {
+    /// Chat Completions.
+    Openai(OpenAiProvider),
+    /// Messages.
+    Anthropic(AnthropicProvider),
+}
+
+impl Http {
+    /// As the runtime holds it.
+    pub(crate) fn shared(&self) -> Arc<dyn ModelProvider> {
+        match self {
+            Self::Openai(p) => Arc::new(p.clone()),
+            Self::Anthropic(p) => Arc::new(p.clone()),
+        }
+    }
+
+    async fn models(&self) -> Result<Vec<String>, String> {
+        match self {
+            Self::Openai(p) => p.models().await,
+            Self::Anthropic(p) => p.models().await,
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Builds the HTTP provider `name` (`openai`, `anthropic` or a table's name).
+pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Result<Http, String> {
+    let table = tables.get(name);
+    let kind = match (name, table) {
+        (_, Some(t)) => t.kind,
+        ("openai", None) => Kind::Openai,
+        ("anthropic", None) => Kind::Anthropic,
+        _ => return Err(format!("provider {name:?} is not defined")),
+    };
+    let key = |default_env: &str| {
+        let env = table
+            .and_then(|t| t.api_key_env.as_deref())
+            .unwrap_or(default_env);
+        ApiKey::from_env(env)
+    };
+    match kind {
+        Kind::Openai => {
+            let mut c = OpenAiConfig::from_env();
+            c.name = name.to_owned();
+            c.api_key = key("OPENAI_API_KEY");
+            if let Some(t) = table {
+                if let Some(url) = &t.base_url {
+                    c.base_url = url.trim_end_matches('/').to_owned();
+                }
+                c.headers = t.headers.clone().into_iter().collect();
+                c.include_usage = t.include_usage.unwrap_or(true);
+                c.retry = retry(t.max_retries);
+            }
+            OpenAiProvider::new(c)
+                .map(Http::Openai)
+                .map_err(|e| e.to_string())
+        }
+        Kind::Anthropic => {
+            let mut c = AnthropicConfig::from_env();
+            c.name = name.to_owned();
+            c.api_key = key("ANTHROPIC_API_KEY");
+            if let Some(t) = table {
+                if let Some(url) = &t.base_url {
+                    c.base_url = url.trim_end_matches('/').to_owned();
+                }
+                if let Some(n) = t.max_tokens {
+                    c.max_tokens = n;
+                }
+                c.retry = retry(t.max_retries);
+            }
+            AnthropicProvider::new(c)
+                .map(Http::Anthropic)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+fn configured(vars: &[&str]) -> bool {
+    vars.iter()
+        .any(|v| std::env::var(v).is_ok_and(|x| !x.trim().is_empty()))
+}
+
+/// `arbor models`: what the providers configured in the environment offer.
+pub(crate) async fn list(args: ModelsArgs) -> Result<u8, Fail> {
+    let names: Vec<&str> = match args.provider.as_deref() {
+        Some(p @ ("openai" | "anthropic")) => vec![p],
+        Some(p) => {
+            return Err(Fail::usage(format!(
+                "unknown provider {p:?} (openai or anthropic)"
+            )));
+        }
+        None => [
+            ("openai", configured(&["OPENAI_API_KEY", "OPENAI_BASE_URL"])),
+            (
+                "anthropic",
+                configured(&["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(n, on)| on.then_some(n))
+        .collect(),
+    };
+    if names.is_empty() {
+        return Err(Fail::usage(
+            "no provider is configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or \
+             ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL"
+                .to_owned(),
+        ));
+    }
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for name in names {
+        let listed = match build(name, &BTreeMap::new()) {
+            Ok(p) => p.models().await,
+            Err(e) => Err(e),
+        };
+        match listed {
+            Ok(ids) => rows.extend(ids.into_iter().map(|id| (name, id))),
+            Err(e) => {
+                failed = true;
+                output::err(&format!("error: {e}"));
+            }
+        }
+    }
+    if args.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(p, id)| serde_json::json!({"provider": p, "model": id}))
+            .collect();
+        output::out(&serde_json::Value::from(v).to_string());
+    } else {
+        for (p, id) in &rows {
+            output::out(&format!("{p}  {id}"));
+        }
+    }
+    Ok(u8::from(failed))
+}
