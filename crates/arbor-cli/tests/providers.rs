@@ -51,7 +51,12 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_on_an_openai_compatible_server_is_accounted_and_the_key_stays_secret() {
-    let server = ReplayServer::start(vec![Canned::sse(TEXT)]).await.unwrap();
+    let server = ReplayServer::start(vec![
+        Canned::json(200, r#"{"id":"gpt-4o-mini","object":"model"}"#),
+        Canned::sse(TEXT),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let spec = format!(
         r#"task = "ask the writer"
@@ -98,8 +103,10 @@ model = "gpt-4o-mini"
     assert_eq!(writer["usage"]["own"]["cache_read_tokens"], 1024);
     assert_eq!(report["tree_own_total_tokens"], 110 + 125 + 1123);
     assert_eq!(report["reconciliation"]["consistent"], true);
-    let request = &server.requests()[0];
-    assert_eq!(request.path, "/v1/chat/completions");
+    // The child's model was preflighted at its admission, then it ran.
+    let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/v1/models/gpt-4o-mini", "/v1/chat/completions"]);
+    let request = &server.requests()[1];
     assert_eq!(
         request.header("authorization"),
         Some(format!("Bearer {KEY}").as_str())

@@ -258,6 +258,8 @@ async fn preflight_checks_the_model_and_the_key() {
     .await;
     let p = openai(&server.url, RetryPolicy::none());
     p.preflight("gpt-4o-mini").await.unwrap();
+    // A passed check is remembered: no second request.
+    p.preflight("gpt-4o-mini").await.unwrap();
     let e = p.preflight("gpt-nope").await.unwrap_err();
     assert_eq!(
         e.to_string(),

@@ -14,18 +14,18 @@ use crate::supervisor::delegate::Admitted;
 use crate::supervisor::names;
 
 /// The model a request runs: the requested one if the entry allows it, else the entry's
-/// default. Returns whether it was requested (requested models are preflighted).
+/// default.
 pub(crate) fn resolve_model(
     entry: &ChildEntry,
     requested: Option<&str>,
-) -> CoreResult<(Option<String>, bool)> {
+) -> CoreResult<Option<String>> {
     let Some(requested) = requested else {
-        return Ok((entry.model.clone(), false));
+        return Ok(entry.model.clone());
     };
     let requested = requested.trim();
     let allowed = entry.models();
     match allowed.iter().find(|m| m.eq_ignore_ascii_case(requested)) {
-        Some(m) => Ok((Some((*m).to_owned()), true)),
+        Some(m) => Ok(Some((*m).to_owned())),
         None => Err(CoreError::validation(format!(
             "Requested model \"{requested}\" is not allowed for child \"{}\"; allowed models: {}",
             entry.id,
@@ -44,11 +44,12 @@ impl Supervisor {
     pub(crate) async fn register(&self, a: &mut Admitted) -> CoreResult<()> {
         let inner = &self.inner;
         let entry = &inner.entries[a.entry];
-        if let (Some(model), true, Some(provider)) = (&a.model, a.model_requested, &entry.preflight)
-        {
+        // Every resolved model is preflighted, the entry's default too: a spawn never runs
+        // a model its provider would refuse (HTTP providers cache a passed check).
+        if let (Some(model), Some(provider)) = (&a.model, &entry.preflight) {
             provider.preflight(model).await.map_err(|e| {
                 CoreError::validation(format!(
-                    "Requested model \"{model}\" for child \"{}\" failed its preflight: {e}; \
+                    "Model \"{model}\" for child \"{}\" failed its preflight: {e}; \
                      allowed models: {}",
                     a.child_id,
                     entry.models().join(", ")

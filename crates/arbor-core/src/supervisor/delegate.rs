@@ -217,7 +217,6 @@ pub(crate) struct Admitted {
     /// The checked name the request asked for (a default is made at registration).
     pub(crate) requested_name: Option<String>,
     pub(crate) model: Option<String>,
-    pub(crate) model_requested: bool,
     pub(crate) mode: Mode,
     /// The child's session record, written at registration.
     pub(crate) record: Option<arbor_store::SessionRecord>,
@@ -330,7 +329,7 @@ impl Supervisor {
             Some(n) => Some(names::requested(&self.redact(n))?),
             None => None,
         };
-        let (model, model_requested) = resolve_model(entry, request.model.as_deref())?;
+        let model = resolve_model(entry, request.model.as_deref())?;
         let slot = inner.slots.reserve(
             limits
                 .max_active_children
@@ -369,7 +368,6 @@ impl Supervisor {
             name: String::new(),
             requested_name,
             model,
-            model_requested,
             mode,
             record: None,
             parent: request.parent,

@@ -212,7 +212,6 @@ impl NestedResumer for Supervisor {
             name: record.name.clone(),
             requested_name: None,
             model: (!record.model.is_empty()).then(|| record.model.clone()),
-            model_requested: false,
             mode: Mode::Sync,
             replies_at_start: record.replies,
             record: Some(record),

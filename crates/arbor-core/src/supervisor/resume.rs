@@ -128,7 +128,6 @@ impl Supervisor {
             name: record.name.clone(),
             requested_name: None,
             model: (!record.model.is_empty()).then(|| record.model.clone()),
-            model_requested: false,
             mode,
             replies_at_start: record.replies,
             record: Some(record),

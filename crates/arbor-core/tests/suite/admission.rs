@@ -200,7 +200,7 @@ async fn a_requested_model_must_be_allowed_and_pass_its_preflight() {
     assert_eq!(e.kind(), CoreErrorKind::Validation);
     assert_eq!(
         e.to_string(),
-        "Requested model \"huge\" for child \"coder\" failed its preflight: model \"huge\" is \
+        "Model \"huge\" for child \"coder\" failed its preflight: model \"huge\" is \
          unavailable: the script offers only small, large; allowed models: small, large, huge"
     );
     assert!(

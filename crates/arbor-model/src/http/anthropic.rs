@@ -128,6 +128,19 @@ impl ModelProvider for AnthropicProvider {
     /// Asks for the model (`GET /v1/models/{id}`); a missing key, a refused key or an
     /// unknown model fails with the reason.
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        if self.endpoint.preflighted(model) {
+            return Ok(());
+        }
+        let checked = self.check(model).await;
+        if checked.is_ok() {
+            self.endpoint.remember(model);
+        }
+        checked
+    }
+}
+
+impl AnthropicProvider {
+    async fn check(&self, model: &str) -> Result<(), ModelError> {
         let unavailable = |reason: String| ModelError::Unavailable {
             model: model.to_owned(),
             reason,

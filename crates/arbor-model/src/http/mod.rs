@@ -91,6 +91,9 @@ impl Default for Timeouts {
     }
 }
 
+/// How long a passed preflight is trusted.
+const PREFLIGHT_TTL: Duration = Duration::from_secs(600);
+
 /// The client half every HTTP provider shares.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
@@ -98,6 +101,8 @@ pub(crate) struct Endpoint {
     client: reqwest::Client,
     retry: RetryPolicy,
     timeouts: Timeouts,
+    /// Models whose preflight passed, and when.
+    passed: Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
 }
 
 fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
@@ -172,7 +177,27 @@ impl Endpoint {
             client,
             retry,
             timeouts,
+            passed: Arc::default(),
         })
+    }
+
+    fn passed(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        self.passed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `model` passed a preflight in the last ten minutes.
+    pub(crate) fn preflighted(&self, model: &str) -> bool {
+        self.passed()
+            .get(model)
+            .is_some_and(|at| at.elapsed() < PREFLIGHT_TTL)
+    }
+
+    /// Remembers that `model` passed.
+    pub(crate) fn remember(&self, model: &str) {
+        self.passed()
+            .insert(model.to_owned(), std::time::Instant::now());
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {

@@ -158,6 +158,19 @@ impl ModelProvider for OpenAiProvider {
     /// missing model fails with the server's reason. A server without a models route cannot
     /// be asked, and passes.
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
+        if self.endpoint.preflighted(model) {
+            return Ok(());
+        }
+        let checked = self.check(model).await;
+        if checked.is_ok() {
+            self.endpoint.remember(model);
+        }
+        checked
+    }
+}
+
+impl OpenAiProvider {
+    async fn check(&self, model: &str) -> Result<(), ModelError> {
         let unavailable = |reason: String| ModelError::Unavailable {
             model: model.to_owned(),
             reason,
