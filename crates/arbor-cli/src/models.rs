@@ -44,7 +44,7 @@ pub(crate) struct ProviderSpec {
     pub(crate) headers: BTreeMap<String, String>,
     /// Ask for the final usage chunk (OpenAI kind; default true).
     pub(crate) include_usage: Option<bool>,
-    /// Output tokens per turn (Anthropic kind; default 4096).
+    /// Output tokens per turn (Anthropic default 4096; OpenAI kind: the server's).
     pub(crate) max_tokens: Option<u32>,
     /// Retries after the first attempt (default 4).
     pub(crate) max_retries: Option<u32>,
@@ -114,6 +114,7 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 }
                 c.headers = t.headers.clone().into_iter().collect();
                 c.include_usage = t.include_usage.unwrap_or(true);
+                c.max_tokens = t.max_tokens;
                 c.retry = retry(t.max_retries);
             }
             OpenAiProvider::new(c)

@@ -154,10 +154,19 @@ impl AnthropicProvider {
                 "{} refused the key: {message}",
                 self.config.name
             ))),
-            404 => Err(unavailable(format!(
-                "{} has no such model: {message}",
-                self.config.name
-            ))),
+            // An unknown model, or a server without the per-model route: ask the list.
+            404 => match self.models().await {
+                Ok(ids) if ids.iter().any(|id| id == model) => Ok(()),
+                Ok(ids) if !ids.is_empty() => Err(unavailable(format!(
+                    "{} does not offer it (it offers: {})",
+                    self.config.name,
+                    ids.join(", ")
+                ))),
+                _ => Err(unavailable(format!(
+                    "{} has no such model: {message}",
+                    self.config.name
+                ))),
+            },
             _ => Err(unavailable(
                 wire::classify(&self.config.name, status, &body, None).to_string(),
             )),

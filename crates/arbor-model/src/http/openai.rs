@@ -26,6 +26,8 @@ pub struct OpenAiConfig {
     pub headers: Vec<(String, String)>,
     /// Ask for the final usage chunk (`stream_options.include_usage`; default on).
     pub include_usage: bool,
+    /// The most tokens a turn may produce (sent as `max_tokens`; default: the server's).
+    pub max_tokens: Option<u32>,
     /// Retries.
     pub retry: RetryPolicy,
     /// Timeouts.
@@ -43,6 +45,7 @@ impl OpenAiConfig {
             project: None,
             headers: Vec::new(),
             include_usage: true,
+            max_tokens: None,
             retry: RetryPolicy::default(),
             timeouts: Timeouts::default(),
         }
@@ -140,6 +143,7 @@ impl ModelProvider for OpenAiProvider {
         let body = serde_json::to_vec(&wire::openai::request_body(
             &request,
             self.config.include_usage,
+            self.config.max_tokens,
         ))
         .map_err(|e| self.config_error(format!("the request does not serialize: {e}")))?;
         let mut headers = self.headers()?;

@@ -7,8 +7,12 @@ use crate::error::ModelError;
 use crate::provider::{FinishReason, ModelEvent, ModelRequest};
 
 /// The streaming request body for `request`. `include_usage` asks for the final usage chunk
-/// (`stream_options`; some servers refuse it).
-pub fn request_body(request: &ModelRequest<'_>, include_usage: bool) -> Value {
+/// (`stream_options`; some servers refuse it); `max_tokens` bounds the answer.
+pub fn request_body(
+    request: &ModelRequest<'_>,
+    include_usage: bool,
+    max_tokens: Option<u32>,
+) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if let Some(system) = request.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -51,6 +55,9 @@ pub fn request_body(request: &ModelRequest<'_>, include_usage: bool) -> Value {
     });
     if include_usage {
         body["stream_options"] = json!({"include_usage": true});
+    }
+    if let Some(n) = max_tokens {
+        body["max_tokens"] = json!(n);
     }
     if !request.tools.is_empty() {
         body["tools"] = request
@@ -497,7 +504,8 @@ mod tests {
             messages: &messages,
             tools: &tools,
         };
-        let body = request_body(&req, true);
+        let body = request_body(&req, true, Some(64));
+        assert_eq!(body["max_tokens"], 64);
         assert_eq!(body["model"], "gpt-4o-mini");
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
         assert_eq!(
