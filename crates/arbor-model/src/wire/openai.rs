@@ -535,7 +535,9 @@ mod tests {
                 tools: &[],
             },
             false,
+            None,
         );
         assert!(bare.get("tools").is_none() && bare.get("stream_options").is_none());
+        assert!(bare.get("max_tokens").is_none());
     }
 }
