@@ -7,6 +7,11 @@
 //! [`ScriptedProvider`] plays an agent's turns from a [`Script`]: text, tool calls, usage,
 //! delays and injected failures. It is deterministic, needs no network, and is what the tests,
 //! the benchmarks and the demo run on.
+//!
+//! - [`sse`] and [`wire`]: server-sent events and the two HTTP wire formats, pure.
+//! - [`http`] (feature `http`): the OpenAI-compatible and Anthropic providers, with retries,
+//!   timeouts and preflights; why it is our own thin client is in `docs/PROVIDERS.md`.
+//! - [`testing`] (feature `testing`): a loopback server replaying recorded answers.
 
 mod error;
 #[cfg(feature = "http")]
