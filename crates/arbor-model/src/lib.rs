@@ -9,9 +9,9 @@
 //! the benchmarks and the demo run on.
 //!
 //! - [`sse`] and [`wire`]: server-sent events and the two HTTP wire formats, pure.
-//! - [`http`] (feature `http`): the OpenAI-compatible and Anthropic providers, with retries,
+//! - `http` (feature `http`): the OpenAI-compatible and Anthropic providers, with retries,
 //!   timeouts and preflights; why it is our own thin client is in `docs/PROVIDERS.md`.
-//! - [`testing`] (feature `testing`): a loopback server replaying recorded answers.
+//! - `testing` (feature `testing`): a loopback server replaying recorded answers.
 
 mod error;
 #[cfg(feature = "http")]
