@@ -293,3 +293,20 @@ async fn preflight_checks_the_model_and_the_key() {
         "model \"claude-nope\" is unavailable: anthropic has no such model: model: claude-nope"
     );
 }
+
+#[tokio::test]
+async fn dropping_a_call_during_its_retry_wait_sends_nothing_more() {
+    let limited =
+        Canned::json(429, r#"{"error":{"message":"slow down"}}"#).header("retry-after-ms", "300");
+    let server = serve(vec![limited, Canned::sse(TEXT)]).await;
+    let p = openai(&server.url, fast_retry(4));
+    let call = collect(&p);
+    // The first answer comes at once; the call then waits 300 ms to retry. Give up before.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(150), call)
+            .await
+            .is_err()
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(server.requests().len(), 1, "the retry never went out");
+}
