@@ -1,7 +1,7 @@
 //! The Anthropic provider: the Messages API over HTTP.
 
 use async_trait::async_trait;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 
 use super::{ApiKey, Endpoint, RetryPolicy, Timeouts};
 use crate::error::ModelError;
@@ -113,29 +113,20 @@ impl ModelProvider for AnthropicProvider {
             provider: self.config.name.clone(),
             message: format!("the request does not serialize: {e}"),
         })?;
-        let mut headers = self.headers()?;
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let response = self
-            .endpoint
-            .send(|c| c.post(&url).headers(headers.clone()).body(body.clone()))
-            .await?;
-        Ok(self
-            .endpoint
-            .events(response, wire::anthropic::EventDecoder::new()))
+        self.endpoint
+            .post_events(
+                &url,
+                self.headers()?,
+                body,
+                wire::anthropic::EventDecoder::new(),
+            )
+            .await
     }
 
     /// Asks for the model (`GET /v1/models/{id}`); a missing key, a refused key or an
     /// unknown model fails with the reason.
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
-        if self.endpoint.preflighted(model) {
-            return Ok(());
-        }
-        let checked = self.check(model).await;
-        if checked.is_ok() {
-            self.endpoint.remember(model);
-        }
-        checked
+        self.endpoint.preflight(model, self.check(model)).await
     }
 }
 

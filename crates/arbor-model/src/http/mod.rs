@@ -188,16 +188,43 @@ impl Endpoint {
     }
 
     /// Whether `model` passed a preflight in the last ten minutes.
-    pub(crate) fn preflighted(&self, model: &str) -> bool {
+    fn preflighted(&self, model: &str) -> bool {
         self.passed()
             .get(model)
             .is_some_and(|at| at.elapsed() < PREFLIGHT_TTL)
     }
 
-    /// Remembers that `model` passed.
-    pub(crate) fn remember(&self, model: &str) {
+    /// Runs `check` for `model` unless a check passed in the last ten minutes; remembers a
+    /// pass.
+    pub(crate) async fn preflight(
+        &self,
+        model: &str,
+        check: impl std::future::Future<Output = Result<(), ModelError>>,
+    ) -> Result<(), ModelError> {
+        if self.preflighted(model) {
+            return Ok(());
+        }
+        check.await?;
         self.passed()
             .insert(model.to_owned(), std::time::Instant::now());
+        Ok(())
+    }
+
+    /// POSTs a JSON `body` (with retries) and decodes the streamed answer.
+    pub(crate) async fn post_events(
+        &self,
+        url: &str,
+        mut headers: HeaderMap,
+        body: Vec<u8>,
+        decoder: impl Decoder,
+    ) -> Result<ModelStream, ModelError> {
+        use reqwest::header::{ACCEPT, CONTENT_TYPE};
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let response = self
+            .send(|c| c.post(url).headers(headers.clone()).body(body.clone()))
+            .await?;
+        Ok(self.events(response, decoder))
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {

@@ -2,7 +2,7 @@
 //! server, Ollama and most gateways speak it.
 
 use async_trait::async_trait;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
 use super::{ApiKey, Endpoint, RetryPolicy, Timeouts};
 use crate::error::ModelError;
@@ -146,30 +146,21 @@ impl ModelProvider for OpenAiProvider {
             self.config.max_tokens,
         ))
         .map_err(|e| self.config_error(format!("the request does not serialize: {e}")))?;
-        let mut headers = self.headers()?;
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let response = self
-            .endpoint
-            .send(|c| c.post(&url).headers(headers.clone()).body(body.clone()))
-            .await?;
-        Ok(self
-            .endpoint
-            .events(response, wire::openai::ChunkDecoder::new()))
+        self.endpoint
+            .post_events(
+                &url,
+                self.headers()?,
+                body,
+                wire::openai::ChunkDecoder::new(),
+            )
+            .await
     }
 
     /// Asks for the model (`GET models/{id}`), falling back to the list; a refused key or a
     /// missing model fails with the server's reason. A server without a models route cannot
     /// be asked, and passes.
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
-        if self.endpoint.preflighted(model) {
-            return Ok(());
-        }
-        let checked = self.check(model).await;
-        if checked.is_ok() {
-            self.endpoint.remember(model);
-        }
-        checked
+        self.endpoint.preflight(model, self.check(model)).await
     }
 }
 
