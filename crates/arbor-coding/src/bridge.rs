@@ -157,6 +157,8 @@ impl LifecycleBridge {
                 ..
             } => {
                 if self.options.include_failure {
+                    // One per delegation: a newer failure replaces an older one.
+                    self.failures.retain(|(id, _)| id != &origin.delegation_id);
                     if self.failures.len() == MAX_PENDING_FAILURES {
                         self.failures.pop_front();
                     }

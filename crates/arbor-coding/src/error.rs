@@ -28,7 +28,8 @@ pub enum CodingError {
         /// What it printed on stderr (trimmed).
         stderr: String,
     },
-    /// The worktree has uncommitted changes: it is kept, not destroyed.
+    /// The worktree has uncommitted changes (or commits off its branch): it is kept, not
+    /// destroyed.
     #[error("worktree {} has uncommitted changes: kept for review", path.display())]
     Dirty {
         /// Where it is.

@@ -9,7 +9,24 @@ use crate::error::{CodingError, CodingResult};
 
 /// Runs `<program> -C dir args…` and returns its trimmed stdout, or the error it printed.
 pub(crate) async fn git(program: &Path, dir: &Path, args: &[&str]) -> CodingResult<String> {
-    let out = Command::new(program)
+    let mut cmd = Command::new(program);
+    // What a worktree's files (written by a model) could make git run on the host is
+    // switched off, and the caller's GIT_* environment (inside a hook, say) cannot redirect
+    // these commands to another repository.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GIT_") {
+            cmd.env_remove(key);
+        }
+    }
+    let out = cmd
+        .args([
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "gc.auto=0",
+        ])
         .arg("-C")
         .arg(dir)
         .args(args)
@@ -49,6 +66,16 @@ pub(crate) async fn is_dirty(program: &Path, dir: &Path) -> CodingResult<bool> {
     Ok(!git(program, dir, &["status", "--porcelain"])
         .await?
         .is_empty())
+}
+
+/// Whether the work tree at `dir` has `branch` checked out (not detached, not another
+/// branch): only then are its commits safe on that branch when the worktree goes.
+pub(crate) async fn on_branch(program: &Path, dir: &Path, branch: &str) -> CodingResult<bool> {
+    match git(program, dir, &["symbolic-ref", "-q", "HEAD"]).await {
+        Ok(head) => Ok(head == format!("refs/heads/{branch}")),
+        Err(CodingError::Git { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether the branch exists in the repository at `dir`.

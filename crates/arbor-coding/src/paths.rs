@@ -41,6 +41,11 @@ impl Workdir {
         let mut joined = self.root.clone();
         for c in rel.components() {
             match c {
+                // A `.git` entry would let a tool rewrite what git runs on the host (hooks,
+                // fsmonitor, a gitdir pointer): refused, in any case.
+                Component::Normal(part) if part.eq_ignore_ascii_case(".git") => {
+                    return Err(escape());
+                }
                 Component::Normal(part) => joined.push(part),
                 Component::CurDir => {}
                 Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
@@ -87,7 +92,14 @@ mod tests {
         assert!(w.resolve("src/main.rs").unwrap().ends_with("src/main.rs"));
         assert!(w.resolve("./new/dir/file.txt").is_ok());
         assert!(w.resolve("").unwrap() == w.root());
-        for bad in ["../x", "src/../../x", "/etc/passwd", "src/.."] {
+        for bad in [
+            "../x",
+            "src/../../x",
+            "/etc/passwd",
+            "src/..",
+            ".git/config",
+            "a/.GIT",
+        ] {
             let e = w.resolve(bad).unwrap_err();
             assert_eq!(
                 e.to_string(),

@@ -82,10 +82,16 @@ impl Tool for ReadFile {
     }
     async fn call(&self, args: PathArgs, _ctx: ToolContext) -> Result<String, ToolError> {
         let path = self.0.resolve(&args.path).map_err(to_model)?;
-        let bytes = tokio::fs::read(&path)
+        let total = regular_file(&path, &args.path).await?;
+        let mut bytes = Vec::new();
+        let file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| to_model(format!("cannot read {}: {e}", args.path)))?;
-        let total = bytes.len();
+        file.take(MAX_READ_BYTES as u64 + 4)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| to_model(format!("cannot read {}: {e}", args.path)))?;
+        let total = total as usize;
         let mut text = String::from_utf8_lossy(&bytes).into_owned();
         if text.len() > MAX_READ_BYTES {
             let mut cut = MAX_READ_BYTES;
@@ -99,6 +105,18 @@ impl Tool for ReadFile {
         }
         Ok(text)
     }
+}
+
+/// The size of the regular file at `path`; anything else (a folder, a FIFO, a device) is
+/// refused, so a read never blocks.
+async fn regular_file(path: &std::path::Path, shown: &str) -> Result<u64, ToolError> {
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| to_model(format!("cannot read {shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(to_model(format!("{shown} is not a regular file")));
+    }
+    Ok(meta.len())
 }
 
 /// Arguments of `write_file`.
@@ -244,6 +262,13 @@ impl Tool for EditFile {
             return Err(to_model("`old` must not be empty"));
         }
         let path = self.0.resolve(&args.path).map_err(to_model)?;
+        let size = regular_file(&path, &args.path).await?;
+        if size > MAX_WRITE_BYTES as u64 {
+            return Err(to_model(format!(
+                "{} is {size} bytes; edit files of at most {MAX_WRITE_BYTES}",
+                args.path
+            )));
+        }
         let text = tokio::fs::read_to_string(&path)
             .await
             .map_err(|e| to_model(format!("cannot read {}: {e}", args.path)))?;
@@ -322,7 +347,16 @@ impl Tool for RunCommand {
                 "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}"
             )));
         }
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        // Only what a build needs from the environment: never the host's credentials (a
+        // provider key, say) nor a GIT_* variable that would redirect git.
+        command.env_clear();
+        for key in ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TERM", "USER"] {
+            if let Some(v) = std::env::var_os(key) {
+                command.env(key, v);
+            }
+        }
+        let mut child = command
             .args(rest)
             .current_dir(self.0.root())
             .stdin(Stdio::null())

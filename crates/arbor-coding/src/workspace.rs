@@ -74,13 +74,16 @@ pub enum Cleanup {
     NotOurs,
 }
 
+/// A name usable as a folder and inside a branch name: ASCII letters, digits, `-`, `_`,
+/// `.`; not starting with `.`, without `..`, not ending in `.lock`.
 fn safe_segment(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && s != "."
-        && s != ".."
+        && !s.starts_with('.')
+        && !s.contains("..")
+        && !s.ends_with(".lock")
 }
 
 /// Creates and removes worktrees; remembers which it created. Construction does no I/O.
@@ -189,6 +192,13 @@ impl Worktrees {
         Ok(plan)
     }
 
+    /// A cleanup that failed for another reason than uncommitted work: the worktree stays
+    /// this manager's, so a later cleanup can try again.
+    fn put_back(&self, delegation_id: &str, tree: Worktree, e: CodingError) -> CodingError {
+        self.created().insert(delegation_id.to_owned(), tree);
+        e
+    }
+
     /// Removes the worktree of `delegation_id` if this manager created it, exactly once;
     /// foreign or repeated calls do nothing. A worktree with uncommitted changes is kept
     /// (and forgotten, so it is reported once): the error says where it is.
@@ -197,11 +207,23 @@ impl Worktrees {
             return Ok(Cleanup::NotOurs);
         };
         let g = &self.config.git;
-        if git::is_dirty(g, &tree.path).await? {
+        let kept = match git::is_dirty(g, &tree.path).await {
+            // Uncommitted work, or commits that only a detached or switched HEAD holds
+            // (removing the worktree would lose them): kept and reported, once.
+            Ok(true) => true,
+            Ok(false) => match git::on_branch(g, &tree.path, &tree.branch).await {
+                Ok(on) => !on,
+                Err(e) => return Err(self.put_back(delegation_id, tree, e)),
+            },
+            Err(e) => return Err(self.put_back(delegation_id, tree, e)),
+        };
+        if kept {
             return Err(CodingError::Dirty { path: tree.path });
         }
         let path = tree.path.to_string_lossy().into_owned();
-        git::git(g, &self.config.repository, &["worktree", "remove", &path]).await?;
+        if let Err(e) = git::git(g, &self.config.repository, &["worktree", "remove", &path]).await {
+            return Err(self.put_back(delegation_id, tree, e));
+        }
         tracing::debug!(path = %tree.path.display(), "worktree removed");
         Ok(Cleanup::Removed(tree))
     }

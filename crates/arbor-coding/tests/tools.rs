@@ -171,6 +171,23 @@ async fn commands_run_in_the_worktree_with_a_timeout_and_bounded_output() {
     .unwrap();
     assert_ne!(out["exit_code"], 0);
     assert!(out["stderr"].as_str().unwrap().contains("no-such-file"));
+    // The host's environment stays out: only what a build needs passes.
+    let out: Value = serde_json::from_str(
+        &call(&dir, "run_command", json!({"argv": ["env"]}))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    for line in out["stdout"].as_str().unwrap().lines() {
+        let key = line.split('=').next().unwrap();
+        assert!(
+            [
+                "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TERM", "USER", "PWD", "SHLVL", "_"
+            ]
+            .contains(&key),
+            "{key} leaked into the command's environment"
+        );
+    }
     let e = model_error(call(&dir, "run_command", json!({"argv": []})).await);
     assert_eq!(e, "argv must name a program");
     let e = model_error(
@@ -209,4 +226,10 @@ async fn large_files_are_cut_on_a_character_boundary() {
     );
     assert_eq!(e, "content is 1048577 bytes; write at most 1048576");
     assert!(!tmp.path().join("huge").exists());
+    // Only regular files are read: a folder is refused, not waited on.
+    std::fs::create_dir(tmp.path().join("sub")).unwrap();
+    let e = model_error(call(&dir, "read_file", json!({"path": "sub"})).await);
+    assert_eq!(e, "sub is not a regular file");
+    let e = model_error(call(&dir, "read_file", json!({"path": ".git/config"})).await);
+    assert_eq!(e, "path \".git/config\" is outside the worktree");
 }

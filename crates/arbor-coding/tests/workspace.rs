@@ -70,6 +70,19 @@ async fn a_dirty_worktree_is_kept_and_reported_once() {
 }
 
 #[tokio::test]
+async fn commits_off_the_branch_keep_the_worktree() {
+    let (_dir, trees) = setup();
+    let t = trees.create("d4").await.unwrap();
+    // The child detaches HEAD and commits: removing the worktree would lose the commit.
+    git(&t.path, &["checkout", "-q", "--detach"]);
+    std::fs::write(t.path.join("a.txt"), "detached work\n").unwrap();
+    git(&t.path, &["commit", "-q", "-am", "off the branch"]);
+    let e = trees.cleanup("d4").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Dirty);
+    assert!(t.path.join("a.txt").exists());
+}
+
+#[tokio::test]
 async fn a_resume_finds_the_same_worktree_again() {
     let (dir, trees) = setup();
     let first = trees.create("d3").await.unwrap();
@@ -148,9 +161,11 @@ async fn bad_inputs_are_refused_before_anything_is_made() {
     assert_eq!(e.kind(), CodingErrorKind::Git);
     assert_eq!(e.to_string(), "git is not installed (or not on PATH)");
 
-    // A delegation id that cannot name a folder.
-    let e = trees(&repo_path).create("../up").await.unwrap_err();
-    assert_eq!(e.kind(), CodingErrorKind::Config);
+    // Delegation ids that cannot name a folder or a branch.
+    for bad in ["../up", ".hidden", "a..b", "x.lock"] {
+        let e = trees(&repo_path).create(bad).await.unwrap_err();
+        assert_eq!(e.kind(), CodingErrorKind::Config, "{bad}");
+    }
 
     // Nothing leaked: no worktree, no branch but the one made by hand.
     assert!(!dir.path().join("trees").join("demo").exists());
