@@ -51,6 +51,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .repository()
         .map_err(|e| Fail::usage(format!("{path}: {e}")))?
         .map(|r| std::path::absolute(r).unwrap_or_else(|_| r.to_path_buf()));
+    // The worktree root too: a later process (resume, send) may run from elsewhere.
+    if let Some(w) = &spec.workspace
+        && let Ok(abs) = std::path::absolute(&w.worktrees)
+    {
+        spec.set_worktrees(abs);
+    }
     tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
 
     let store = choice.open()?;
@@ -64,7 +70,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .meta(root_meta(
             &path,
             &text,
-            repository.as_deref(),
+            (
+                repository.as_deref(),
+                spec.workspace.as_ref().map(|w| w.worktrees.as_path()),
+            ),
             (args.provider.as_deref(), args.model.as_deref()),
         ))
         .create()
@@ -241,13 +250,16 @@ async fn preflight_root(spec: &spec::Spec) -> Result<(), Fail> {
 fn root_meta(
     path: &str,
     text: &str,
-    repository: Option<&std::path::Path>,
+    (repository, worktrees): (Option<&std::path::Path>, Option<&std::path::Path>),
     (provider, model): (Option<&str>, Option<&str>),
 ) -> serde_json::Value {
     let mut definition =
         serde_json::json!({"path": path, "spec": text, "fingerprint": fingerprint(text)});
     if let Some(r) = repository {
         definition["repository"] = serde_json::Value::from(r.display().to_string());
+    }
+    if let Some(w) = worktrees {
+        definition["worktrees"] = serde_json::Value::from(w.display().to_string());
     }
     if let Some(p) = provider {
         definition["root_provider"] = serde_json::Value::from(p);
@@ -300,7 +312,7 @@ mod tests {
 
     #[test]
     fn the_definition_holds_path_text_and_fingerprint() {
-        let meta = root_meta("examples/x.toml", "abc", None, (None, None));
+        let meta = root_meta("examples/x.toml", "abc", (None, None), (None, None));
         assert_eq!(
             meta["definition"],
             serde_json::json!({
@@ -313,10 +325,14 @@ mod tests {
         let meta = root_meta(
             "x.toml",
             "abc",
-            Some(std::path::Path::new("/srv/repo")),
+            (
+                Some(std::path::Path::new("/srv/repo")),
+                Some(std::path::Path::new("/srv/trees")),
+            ),
             (Some("openai"), Some("gpt-4o-mini")),
         );
         assert_eq!(meta["definition"]["repository"], "/srv/repo");
+        assert_eq!(meta["definition"]["worktrees"], "/srv/trees");
         assert_eq!(meta["definition"]["root_provider"], "openai");
         assert_eq!(meta["definition"]["root_model"], "gpt-4o-mini");
     }

@@ -294,6 +294,13 @@ impl Spec {
         self.resolve_providers()
     }
 
+    /// Sets the folder worktrees are made under (absolute, as a run keeps it).
+    pub(crate) fn set_worktrees(&mut self, root: std::path::PathBuf) {
+        if let Some(w) = &mut self.workspace {
+            w.worktrees = root;
+        }
+    }
+
     /// Sets the repository worktrees are made of (`--repository`, or the one a stored run
     /// used).
     pub(crate) fn set_repository(&mut self, repository: std::path::PathBuf) {
@@ -311,6 +318,9 @@ impl Spec {
         let mut spec = Spec::parse(path, text)?;
         if let Some(r) = definition["repository"].as_str() {
             spec.set_repository(r.into());
+        }
+        if let Some(w) = definition["worktrees"].as_str() {
+            spec.set_worktrees(w.into());
         }
         let (provider, model) = (
             definition["root_provider"].as_str(),
