@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arbor_model::ModelProvider;
 use arbor_model::http::{
-    AnthropicConfig, AnthropicProvider, ApiKey, OpenAiConfig, OpenAiProvider, RetryPolicy,
+    AnthropicConfig, AnthropicProvider, ApiKey, OpenAiConfig, OpenAiProvider, RetryPolicy, Timeouts,
 };
 use serde::Deserialize;
 
@@ -48,6 +48,21 @@ pub(crate) struct ProviderSpec {
     pub(crate) max_tokens: Option<u32>,
     /// Retries after the first attempt (default 4).
     pub(crate) max_retries: Option<u32>,
+    /// Seconds to wait for an answer's headers (default 120).
+    pub(crate) timeout_secs: Option<u64>,
+    /// Seconds of silence allowed within a streamed answer (default 120).
+    pub(crate) idle_timeout_secs: Option<u64>,
+}
+
+fn timeouts(t: &ProviderSpec) -> Timeouts {
+    let mut out = Timeouts::default();
+    if let Some(s) = t.timeout_secs {
+        out.response = std::time::Duration::from_secs(s.max(1));
+    }
+    if let Some(s) = t.idle_timeout_secs {
+        out.idle = std::time::Duration::from_secs(s.max(1));
+    }
+    out
 }
 
 /// Names a provider resolves without a table.
@@ -97,21 +112,24 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
         ("anthropic", None) => Kind::Anthropic,
         _ => return Err(format!("provider {name:?} is not defined")),
     };
-    let key = |default_env: &str| {
-        let env = table
-            .and_then(|t| t.api_key_env.as_deref())
-            .unwrap_or(default_env);
-        ApiKey::from_env(env)
+    // A table that names its own server gets a key only from the variable it names: the
+    // user's OpenAI or Anthropic key never goes to a host a spec chose.
+    let own_server = table.is_some_and(|t| t.base_url.is_some());
+    let key = |default_env: &str| match table.and_then(|t| t.api_key_env.as_deref()) {
+        Some(env) => ApiKey::from_env(env),
+        None if own_server => None,
+        None => ApiKey::from_env(default_env),
     };
     match kind {
         Kind::Openai => {
-            let mut c = OpenAiConfig::from_env();
+            let mut c = match table.and_then(|t| t.base_url.as_deref()) {
+                Some(url) => OpenAiConfig::new(url),
+                None => OpenAiConfig::from_env(),
+            };
             c.name = name.to_owned();
             c.api_key = key("OPENAI_API_KEY");
             if let Some(t) = table {
-                if let Some(url) = &t.base_url {
-                    c.base_url = url.trim_end_matches('/').to_owned();
-                }
+                c.timeouts = timeouts(t);
                 c.headers = t.headers.clone().into_iter().collect();
                 c.include_usage = t.include_usage.unwrap_or(true);
                 c.max_tokens = t.max_tokens;
@@ -122,13 +140,14 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 .map_err(|e| e.to_string())
         }
         Kind::Anthropic => {
-            let mut c = AnthropicConfig::from_env();
+            let mut c = match table.and_then(|t| t.base_url.as_deref()) {
+                Some(url) => AnthropicConfig::new(url),
+                None => AnthropicConfig::from_env(),
+            };
             c.name = name.to_owned();
             c.api_key = key("ANTHROPIC_API_KEY");
             if let Some(t) = table {
-                if let Some(url) = &t.base_url {
-                    c.base_url = url.trim_end_matches('/').to_owned();
-                }
+                c.timeouts = timeouts(t);
                 if let Some(n) = t.max_tokens {
                     c.max_tokens = n;
                 }

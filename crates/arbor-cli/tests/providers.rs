@@ -211,3 +211,35 @@ async fn models_lists_what_the_configured_providers_offer() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no provider is configured"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_naming_its_own_server_never_gets_the_users_key() {
+    let server = ReplayServer::start(vec![
+        Canned::json(200, r#"{"id":"m","object":"model"}"#),
+        Canned::sse(TEXT),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!(
+        "task = \"x\"\n[providers.elsewhere]\nkind = \"openai\"\nbase_url = \"{}/v1\"\n\
+         [agents.root]\nprovider = \"elsewhere\"\nmodel = \"m\"\n",
+        server.url
+    );
+    std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+    let out = arbor(
+        dir.path(),
+        &["run", "spec.toml", "--memory", "-q"],
+        &[("OPENAI_API_KEY", KEY), ("OPENAI_ORG_ID", "org-mine")],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in server.requests() {
+        assert_eq!(r.header("authorization"), None, "{}", r.path);
+        assert_eq!(r.header("openai-organization"), None);
+    }
+}

@@ -84,6 +84,7 @@ impl SseDecoder {
 
     fn line_done(&mut self, line: &[u8]) -> Result<Option<SseEvent>, SseError> {
         if line.is_empty() {
+            self.size = 0;
             if !self.has_data {
                 self.event.clear();
                 return Ok(None);

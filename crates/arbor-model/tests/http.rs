@@ -310,3 +310,23 @@ async fn dropping_a_call_during_its_retry_wait_sends_nothing_more() {
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(server.requests().len(), 1, "the retry never went out");
 }
+
+#[tokio::test]
+async fn a_success_that_is_not_a_stream_and_an_echoed_key_are_reported_cleanly() {
+    let server = serve(vec![
+        Canned::json(200, r#"{"error":{"message":"gateway says no"}}"#),
+        Canned::json(
+            401,
+            &format!(r#"{{"error":{{"message":"bad key {KEY}"}}}}"#),
+        ),
+    ])
+    .await;
+    let p = openai(&server.url, RetryPolicy::none());
+    let e = collect(&p).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "provider error: openai: expected an event stream, got: gateway says no"
+    );
+    let e = collect(&p).await.unwrap_err();
+    assert_eq!(e.to_string(), "openai: HTTP 401: bad key ***");
+}

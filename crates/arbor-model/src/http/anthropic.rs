@@ -64,7 +64,12 @@ pub struct AnthropicProvider {
 impl AnthropicProvider {
     /// A provider for `config` (no request is made yet).
     pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
-        let endpoint = Endpoint::new(&config.name, config.retry, config.timeouts)?;
+        let endpoint = Endpoint::new(
+            &config.name,
+            config.retry,
+            config.timeouts,
+            config.api_key.clone(),
+        )?;
         Ok(Self { config, endpoint })
     }
 
@@ -151,7 +156,7 @@ impl AnthropicProvider {
                 Ok(ids) if !ids.is_empty() => Err(unavailable(format!(
                     "{} does not offer it (it offers: {})",
                     self.config.name,
-                    ids.join(", ")
+                    super::some_of(&ids)
                 ))),
                 _ => Err(unavailable(format!(
                     "{} has no such model: {message}",

@@ -103,6 +103,73 @@ pub(crate) struct Endpoint {
     timeouts: Timeouts,
     /// Models whose preflight passed, and when.
     passed: Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
+    /// The key, scrubbed from every error message (a server may echo it).
+    secret: Option<ApiKey>,
+}
+
+/// `e` with every occurrence of the key in its messages replaced by `***`.
+fn scrub(e: ModelError, secret: Option<&ApiKey>) -> ModelError {
+    let Some(key) = secret.map(ApiKey::expose).filter(|k| !k.is_empty()) else {
+        return e;
+    };
+    let clean = |m: String| m.replace(key, "***");
+    match e {
+        ModelError::Auth {
+            provider,
+            status,
+            message,
+        } => ModelError::Auth {
+            provider,
+            status,
+            message: clean(message),
+        },
+        ModelError::BadRequest {
+            provider,
+            status,
+            message,
+        } => ModelError::BadRequest {
+            provider,
+            status,
+            message: clean(message),
+        },
+        ModelError::Server {
+            provider,
+            status,
+            message,
+        } => ModelError::Server {
+            provider,
+            status,
+            message: clean(message),
+        },
+        ModelError::RateLimited {
+            provider,
+            message,
+            retry_after_ms,
+        } => ModelError::RateLimited {
+            provider,
+            message: clean(message),
+            retry_after_ms,
+        },
+        ModelError::Timeout { provider, message } => ModelError::Timeout {
+            provider,
+            message: clean(message),
+        },
+        ModelError::Config { provider, message } => ModelError::Config {
+            provider,
+            message: clean(message),
+        },
+        ModelError::Provider { message } => ModelError::Provider {
+            message: clean(message),
+        },
+        ModelError::Stream { message } => ModelError::Stream {
+            message: clean(message),
+        },
+        ModelError::Unavailable { model, reason } => ModelError::Unavailable {
+            model,
+            reason: clean(reason),
+        },
+        other => other,
+    }
 }
 
 fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
@@ -146,9 +213,10 @@ impl Decoder for wire::anthropic::EventDecoder {
     }
 }
 
-async fn read_capped(mut response: reqwest::Response) -> Vec<u8> {
+/// Up to 64 KiB of a body, each chunk waited for at most `idle`.
+async fn read_capped(mut response: reqwest::Response, idle: Duration) -> Vec<u8> {
     let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout(idle, response.chunk()).await {
         let room = MAX_ERROR_BODY.saturating_sub(body.len());
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if body.len() >= MAX_ERROR_BODY {
@@ -156,6 +224,21 @@ async fn read_capped(mut response: reqwest::Response) -> Vec<u8> {
         }
     }
     body
+}
+
+/// Model ids for a message: the first 20, then how many more.
+pub(crate) fn some_of(ids: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = ids
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.len() > SHOWN {
+        text.push_str(&format!(" and {} more", ids.len() - SHOWN));
+    }
+    text
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -167,6 +250,7 @@ impl Endpoint {
         name: &str,
         retry: RetryPolicy,
         timeouts: Timeouts,
+        secret: Option<ApiKey>,
     ) -> Result<Self, ModelError> {
         let client = client(&timeouts).map_err(|message| ModelError::Config {
             provider: name.to_owned(),
@@ -178,6 +262,7 @@ impl Endpoint {
             retry,
             timeouts,
             passed: Arc::default(),
+            secret,
         })
     }
 
@@ -204,7 +289,7 @@ impl Endpoint {
         if self.preflighted(model) {
             return Ok(());
         }
-        check.await?;
+        check.await.map_err(|e| scrub(e, self.secret.as_ref()))?;
         self.passed()
             .insert(model.to_owned(), std::time::Instant::now());
         Ok(())
@@ -223,8 +308,27 @@ impl Endpoint {
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let response = self
             .send(|c| c.post(url).headers(headers.clone()).body(body.clone()))
-            .await?;
-        Ok(self.events(response, decoder))
+            .await
+            .map_err(|e| scrub(e, self.secret.as_ref()))?;
+        // A success that is not a stream (a server ignoring `stream`, a gateway's error with
+        // a 200): its own message, not a "truncated stream".
+        let streamed =
+            header(response.headers(), "content-type").is_none_or(|t| t.contains("event-stream"));
+        if !streamed {
+            let body = read_capped(response, self.timeouts.idle).await;
+            let e = ModelError::Provider {
+                message: format!(
+                    "{}: expected an event stream, got: {}",
+                    self.name,
+                    wire::error_message(&body).0
+                ),
+            };
+            return Err(scrub(e, self.secret.as_ref()));
+        }
+        let secret = self.secret.clone();
+        Ok(Box::pin(self.events(response, decoder).map(move |item| {
+            item.map_err(|e| scrub(e, secret.as_ref()))
+        })))
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {
@@ -269,7 +373,7 @@ impl Endpoint {
                         header(&headers, "retry-after"),
                     );
                     let should = header(&headers, "x-should-retry").map(|v| v == "true");
-                    let body = read_capped(response).await;
+                    let body = read_capped(response, self.timeouts.idle).await;
                     let asked_ms = asked.map(|d| d.as_millis() as u64);
                     (
                         wire::classify(&self.name, status, &body, asked_ms),
@@ -308,7 +412,7 @@ impl Endpoint {
         })?
         .map_err(|e| self.transport_error(&e.without_url()))?;
         let status = sent.status().as_u16();
-        Ok((status, read_capped(sent).await))
+        Ok((status, read_capped(sent, self.timeouts.idle).await))
     }
 
     /// The turn's events, decoded from the streamed body under the idle timeout.

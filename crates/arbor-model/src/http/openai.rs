@@ -80,7 +80,12 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     /// A provider for `config` (no request is made yet).
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
-        let endpoint = Endpoint::new(&config.name, config.retry, config.timeouts)?;
+        let endpoint = Endpoint::new(
+            &config.name,
+            config.retry,
+            config.timeouts,
+            config.api_key.clone(),
+        )?;
         Ok(Self { config, endpoint })
     }
 
@@ -184,7 +189,7 @@ impl OpenAiProvider {
                 Ok(ids) => Err(unavailable(format!(
                     "{} does not offer it (it offers: {})",
                     self.config.name,
-                    ids.join(", ")
+                    super::some_of(&ids)
                 ))),
                 Err(ModelError::BadRequest { status: 404, .. }) => {
                     tracing::debug!(provider = %self.config.name, model, "no models route: not verified");

@@ -52,8 +52,10 @@ impl RetryPolicy {
         }
         let jitter = jitter.clamp(0.0, 1.0);
         let wait = match asked {
-            // What the provider asked, plus up to 10 %.
-            Some(a) => a + a.mul_f64(jitter * 0.1),
+            // What the provider asked, plus up to 10 % (a wait past the budget gives up
+            // before any arithmetic could overflow).
+            Some(a) if a > self.max_total => return None,
+            Some(a) => a.saturating_add(a.mul_f64(jitter * 0.1)),
             // Full jitter over an exponential ceiling.
             None => {
                 let ceiling = self
@@ -63,7 +65,7 @@ impl RetryPolicy {
                 ceiling.mul_f64(jitter)
             }
         };
-        (waited + wait <= self.max_total).then_some(wait)
+        (waited.saturating_add(wait) <= self.max_total).then_some(wait)
     }
 }
 
@@ -81,14 +83,14 @@ pub(crate) fn jitter() -> f64 {
 /// A `retry-after-ms` or `retry-after` header value (seconds; an HTTP date is not read and
 /// counts as absent).
 pub(crate) fn retry_after(ms: Option<&str>, secs: Option<&str>) -> Option<Duration> {
+    // Huge, infinite or negative values are no wait anyone can honour: absent.
     if let Some(ms) = ms.and_then(|v| v.trim().parse::<f64>().ok())
-        && ms >= 0.0
+        && let Ok(d) = Duration::try_from_secs_f64(ms / 1000.0)
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(d);
     }
     secs.and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| *s >= 0.0 && s.is_finite())
-        .map(Duration::from_secs_f64)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 #[cfg(test)]
@@ -147,6 +149,10 @@ mod tests {
             None
         );
         assert_eq!(retry_after(None, Some("-1")), None);
+        assert_eq!(retry_after(Some("inf"), Some("1e300")), None);
+        assert_eq!(retry_after(None, Some("1e20")), None);
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay(0, Some(Duration::MAX), Duration::ZERO, 0.9), None);
         let j = jitter();
         assert!((0.0..1.0).contains(&j));
     }

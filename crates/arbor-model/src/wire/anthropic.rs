@@ -19,10 +19,10 @@ pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
     };
     for m in request.messages {
         match m {
-            Message::System { content } if !content.is_empty() => {
+            Message::System { content } if !content.trim().is_empty() => {
                 user.push(json!({"type": "text", "text": format!("[system] {content}")}));
             }
-            Message::User { content } if !content.is_empty() => {
+            Message::User { content } if !content.trim().is_empty() => {
                 user.push(json!({"type": "text", "text": content}));
             }
             Message::Tool(r) => {
@@ -44,8 +44,8 @@ pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
             } => {
                 flush(&mut user, &mut messages);
                 let mut blocks = Vec::new();
-                if !content.is_empty() {
-                    blocks.push(json!({"type": "text", "text": content}));
+                if !content.trim().is_empty() {
+                    blocks.push(json!({"type": "text", "text": content.trim_end()}));
                 }
                 for c in tool_calls {
                     let input = if c.arguments.is_object() {

@@ -17,18 +17,28 @@ pub fn request_body(
     if let Some(system) = request.system {
         messages.push(json!({"role": "system", "content": system}));
     }
+    // After an assistant's tool calls, the API wants their results next: anything else
+    // (an inbox message read meanwhile) waits until every call is answered.
+    let mut awaiting: Vec<&str> = Vec::new();
+    let mut held: Vec<Value> = Vec::new();
     for m in request.messages {
-        messages.push(match m {
+        if let Message::Tool(r) = m {
+            awaiting.retain(|id| *id != r.call_id);
+        }
+        let value = match m {
             Message::System { content } => json!({"role": "system", "content": content}),
             Message::User { content } => json!({"role": "user", "content": content}),
             Message::Assistant {
                 content,
                 tool_calls,
             } => {
-                let mut v = json!({
-                    "role": "assistant",
-                    "content": if content.is_empty() { Value::Null } else { Value::from(content.as_str()) },
-                });
+                // Null content only beside tool calls: an empty answer is "".
+                let content = if content.is_empty() && !tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    Value::from(content.as_str())
+                };
+                let mut v = json!({"role": "assistant", "content": content});
                 if !tool_calls.is_empty() {
                     v["tool_calls"] = tool_calls
                         .iter()
@@ -46,8 +56,22 @@ pub fn request_body(
             Message::Tool(r) => {
                 json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content})
             }
-        });
+        };
+        match m {
+            Message::Tool(_) => messages.push(value),
+            _ if !awaiting.is_empty() => held.push(value),
+            Message::Assistant { tool_calls, .. } => {
+                messages.append(&mut held);
+                awaiting = tool_calls.iter().map(|c| c.id.as_str()).collect();
+                messages.push(value);
+            }
+            _ => messages.push(value),
+        }
+        if awaiting.is_empty() {
+            messages.append(&mut held);
+        }
     }
+    messages.append(&mut held);
     let mut body = json!({
         "model": request.model,
         "stream": true,
@@ -75,10 +99,12 @@ pub fn request_body(
     body
 }
 
-/// Arguments as the string the API wants: raw text stays as it was written.
+/// Arguments as the string the API wants. Text that was not JSON goes back as `{}` (servers
+/// that parse the history refuse it; the tool's result already told the model why).
 fn arguments_text(v: &Value) -> String {
     match v {
-        Value::String(raw) => raw.clone(),
+        Value::String(raw) if serde_json::from_str::<Value>(raw).is_ok() => raw.clone(),
+        Value::String(_) => "{}".to_owned(),
         other => other.to_string(),
     }
 }
@@ -462,6 +488,65 @@ mod tests {
     }
 
     #[test]
+    fn messages_read_between_tool_results_wait_for_the_last_result() {
+        let messages = vec![
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "a".into(),
+                        name: "f".into(),
+                        arguments: json!({}),
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "f".into(),
+                        arguments: json!({}),
+                    },
+                ],
+            },
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "a".into(),
+                name: "f".into(),
+                content: "1".into(),
+                is_error: false,
+            }),
+            Message::user("[from child:x] hi"),
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "b".into(),
+                name: "f".into(),
+                content: "2".into(),
+                is_error: false,
+            }),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![],
+            },
+        ];
+        let body = request_body(
+            &ModelRequest {
+                model: "m",
+                system: None,
+                messages: &messages,
+                tools: &[],
+            },
+            false,
+            None,
+        );
+        let roles: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["assistant", "tool", "tool", "user", "assistant"]);
+        assert_eq!(
+            body["messages"][4]["content"], "",
+            "an empty answer is an empty string"
+        );
+    }
+
+    #[test]
     fn request_bodies_carry_tools_results_and_raw_arguments() {
         let messages = vec![
             Message::user("Weather in Paris?"),
@@ -518,8 +603,8 @@ mod tests {
             "{\"city\":\"Paris\"}"
         );
         assert_eq!(
-            body["messages"][2]["tool_calls"][1]["function"]["arguments"],
-            "{\"ci"
+            body["messages"][2]["tool_calls"][1]["function"]["arguments"], "{}",
+            "text that was not JSON goes back as an empty object"
         );
         assert_eq!(
             body["messages"][4],
