@@ -309,21 +309,51 @@ pub struct RunArgs {
 #[derive(Debug, Clone)]
 pub struct RunCommand(pub Workdir);
 
-async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
+/// What a stream of the command printed so far (at most 64 KiB) and whether more was cut.
+#[derive(Debug, Default)]
+struct Captured {
+    bytes: Vec<u8>,
+    cut: bool,
+}
+
+type Shared = std::sync::Arc<std::sync::Mutex<Captured>>;
+
+fn lock(c: &Shared) -> std::sync::MutexGuard<'_, Captured> {
+    c.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reads `r` into `into` until it ends; what was read stays there even if this is stopped.
+async fn capture(mut r: impl tokio::io::AsyncRead + Unpin, into: Shared) {
     let mut buf = [0u8; 8192];
-    let mut cut = false;
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-                cut |= n > room;
+                let mut c = lock(&into);
+                let room = MAX_OUTPUT_BYTES.saturating_sub(c.bytes.len());
+                c.bytes.extend_from_slice(&buf[..n.min(room)]);
+                c.cut |= n > room;
             }
         }
     }
-    (kept, cut)
+}
+
+/// How long the output may go on after the program exited (something it started in the
+/// background may hold the pipes open).
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// Kills the command's whole process group: the program and whatever it started.
+fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{pid}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
 }
 
 #[async_trait]
@@ -356,6 +386,8 @@ impl Tool for RunCommand {
                 command.env(key, v);
             }
         }
+        #[cfg(unix)]
+        command.process_group(0);
         let mut child = command
             .args(rest)
             .current_dir(self.0.root())
@@ -370,34 +402,49 @@ impl Tool for RunCommand {
                 "the command's output could not be read".into(),
             ));
         };
-        let readers = async { tokio::join!(read_capped(out), read_capped(err)) };
-        let waited = async {
-            let ((stdout, out_cut), (stderr, err_cut)) = readers.await;
-            (child.wait().await, stdout, out_cut, stderr, err_cut)
-        };
-        let outcome = tokio::select! {
-            r = tokio::time::timeout(Duration::from_millis(timeout), waited) => r,
+        let pid = child.id();
+        let (stdout, stderr) = (Shared::default(), Shared::default());
+        // The pipes are drained while the program runs (a full pipe would stall it).
+        let readers = tokio::spawn({
+            let (o, e) = (stdout.clone(), stderr.clone());
+            async move {
+                tokio::join!(capture(out, o), capture(err, e));
+            }
+        });
+        let abort = readers.abort_handle();
+        let waited = tokio::select! {
+            r = tokio::time::timeout(Duration::from_millis(timeout), child.wait()) => r,
             () = ctx.cancel.cancelled() => {
+                kill_group(pid);
+                abort.abort();
                 return Err(ToolError::ToModel("the command was cancelled".into()));
             }
         };
+        // The program ended (or timed out): the output may trail a moment, then whatever
+        // it left running is killed with it.
+        let _ = tokio::time::timeout(OUTPUT_GRACE, readers).await;
+        kill_group(pid);
+        abort.abort();
+        let outcome = waited.map(|status| status.map_err(|e| to_model(format!("{program}: {e}"))));
+        let (stdout, stderr) = (
+            std::mem::take(&mut *lock(&stdout)),
+            std::mem::take(&mut *lock(&stderr)),
+        );
         match outcome {
             Err(_) => Ok(serde_json::json!({
                 "exit_code": null,
                 "timed_out": true,
-                "stdout": "",
-                "stderr": format!("killed after {timeout} ms"),
+                "stdout": String::from_utf8_lossy(&stdout.bytes),
+                "stderr": format!("{}[killed after {timeout} ms]", String::from_utf8_lossy(&stderr.bytes)),
+                "truncated": stdout.cut || stderr.cut,
             })),
-            Ok((status, stdout, out_cut, stderr, err_cut)) => {
-                let status = status.map_err(|e| to_model(format!("{program}: {e}")))?;
-                Ok(serde_json::json!({
-                    "exit_code": status.code(),
-                    "timed_out": false,
-                    "stdout": String::from_utf8_lossy(&stdout),
-                    "stderr": String::from_utf8_lossy(&stderr),
-                    "truncated": out_cut || err_cut,
-                }))
-            }
+            Ok(status) => Ok(serde_json::json!({
+                "exit_code": status?.code(),
+                "timed_out": false,
+                "stdout": String::from_utf8_lossy(&stdout.bytes),
+                "stderr": String::from_utf8_lossy(&stderr.bytes),
+                "truncated": stdout.cut || stderr.cut,
+            })),
         }
     }
 }

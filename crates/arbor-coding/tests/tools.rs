@@ -21,7 +21,13 @@ fn ctx() -> ToolContext {
 }
 
 async fn call(dir: &Workdir, tool: &str, args: Value) -> Result<String, ToolError> {
-    coding_tool(dir, tool).unwrap().call_json(args, ctx()).await
+    let t = std::time::Instant::now();
+    let r = coding_tool(dir, tool)
+        .unwrap()
+        .call_json(args.clone(), ctx())
+        .await;
+    eprintln!("TIMING {tool} {args} {:?}", t.elapsed());
+    r
 }
 
 fn model_error(r: Result<String, ToolError>) -> String {
@@ -162,6 +168,23 @@ async fn commands_run_in_the_worktree_with_a_timeout_and_bounded_output() {
     .unwrap();
     assert_eq!(out["timed_out"], true);
     assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    // What a command leaves running does not hold the call, and is killed with it.
+    let started = std::time::Instant::now();
+    let out: Value = serde_json::from_str(
+        &call(
+            &dir,
+            "run_command",
+            json!({"argv": ["sh", "-c", "sleep 30 & echo started"]}),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (out["exit_code"].as_i64(), out["stdout"].as_str()),
+        (Some(0), Some("started\n"))
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
     // Failures are the model's to read.
     let out: Value = serde_json::from_str(
         &call(&dir, "run_command", json!({"argv": ["ls", "no-such-file"]}))
