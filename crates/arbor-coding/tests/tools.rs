@@ -21,13 +21,7 @@ fn ctx() -> ToolContext {
 }
 
 async fn call(dir: &Workdir, tool: &str, args: Value) -> Result<String, ToolError> {
-    let t = std::time::Instant::now();
-    let r = coding_tool(dir, tool)
-        .unwrap()
-        .call_json(args.clone(), ctx())
-        .await;
-    eprintln!("TIMING {tool} {args} {:?}", t.elapsed());
-    r
+    coding_tool(dir, tool).unwrap().call_json(args, ctx()).await
 }
 
 fn model_error(r: Result<String, ToolError>) -> String {
