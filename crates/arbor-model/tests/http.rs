@@ -330,3 +330,36 @@ async fn a_success_that_is_not_a_stream_and_an_echoed_key_are_reported_cleanly()
     let e = collect(&p).await.unwrap_err();
     assert_eq!(e.to_string(), "openai: HTTP 401: bad key ***");
 }
+
+#[tokio::test]
+async fn an_overload_inside_the_stream_before_any_event_is_retried() {
+    let overloaded = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let server = serve(vec![
+        Canned::sse(overloaded),
+        Canned::sse(include_bytes!("fixtures/anthropic/tools.sse")),
+    ])
+    .await;
+    let mut c = AnthropicConfig::new(&server.url);
+    c.retry = fast_retry(2);
+    let p = AnthropicProvider::new(c).unwrap();
+    let events = collect(&p).await.unwrap();
+    assert_eq!(server.requests().len(), 2);
+    let usages = events
+        .iter()
+        .filter(|e| matches!(e, ModelEvent::Usage(_)))
+        .count();
+    assert_eq!(usages, 1, "the failed attempt's usage is not counted");
+    // Out of retries: the overload is the error.
+    let server = serve(vec![Canned::sse(overloaded)]).await;
+    let mut c = AnthropicConfig::new(&server.url);
+    c.retry = RetryPolicy::none();
+    let e = collect(&AnthropicProvider::new(c).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ModelError::Provider {
+            message: "overloaded_error: Overloaded".into()
+        }
+    );
+}

@@ -123,7 +123,7 @@ impl ModelProvider for AnthropicProvider {
                 &url,
                 self.headers()?,
                 body,
-                wire::anthropic::EventDecoder::new(),
+                wire::anthropic::EventDecoder::new,
             )
             .await
     }

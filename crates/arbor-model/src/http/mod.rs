@@ -296,39 +296,59 @@ impl Endpoint {
     }
 
     /// POSTs a JSON `body` (with retries) and decodes the streamed answer.
-    pub(crate) async fn post_events(
+    pub(crate) async fn post_events<D: Decoder>(
         &self,
         url: &str,
         mut headers: HeaderMap,
         body: Vec<u8>,
-        decoder: impl Decoder,
+        decoder: impl Fn() -> D,
     ) -> Result<ModelStream, ModelError> {
         use reqwest::header::{ACCEPT, CONTENT_TYPE};
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let response = self
-            .send(|c| c.post(url).headers(headers.clone()).body(body.clone()))
-            .await
-            .map_err(|e| scrub(e, self.secret.as_ref()))?;
-        // A success that is not a stream (a server ignoring `stream`, a gateway's error with
-        // a 200): its own message, not a "truncated stream".
-        let streamed =
-            header(response.headers(), "content-type").is_none_or(|t| t.contains("event-stream"));
-        if !streamed {
-            let body = read_capped(response, self.timeouts.idle).await;
-            let e = ModelError::Provider {
-                message: format!(
-                    "{}: expected an event stream, got: {}",
-                    self.name,
-                    wire::error_message(&body).0
-                ),
-            };
-            return Err(scrub(e, self.secret.as_ref()));
+        let mut waited = Duration::ZERO;
+        let mut attempt = 0;
+        loop {
+            let response = self
+                .send(|c| c.post(url).headers(headers.clone()).body(body.clone()))
+                .await
+                .map_err(|e| scrub(e, self.secret.as_ref()))?;
+            // A success that is not a stream (a server ignoring `stream`, a gateway's error
+            // with a 200): its own message, not a "truncated stream".
+            let streamed = header(response.headers(), "content-type")
+                .is_none_or(|t| t.contains("event-stream"));
+            if !streamed {
+                let body = read_capped(response, self.timeouts.idle).await;
+                let e = ModelError::Provider {
+                    message: format!(
+                        "{}: expected an event stream, got: {}",
+                        self.name,
+                        wire::error_message(&body).0
+                    ),
+                };
+                return Err(scrub(e, self.secret.as_ref()));
+            }
+            let mut stream = self.events(response, decoder());
+            let first = stream.next().await;
+            // An overload reported inside the stream before any model event is as
+            // retryable as a 529: nothing was shown yet.
+            if let Some(Err(ModelError::Provider { message })) = &first
+                && (message.starts_with("overloaded_error:") || message.starts_with("api_error:"))
+                && let Some(delay) = self.retry.delay(attempt, None, waited, retry::jitter())
+            {
+                tracing::warn!(provider = %self.name, attempt, delay_ms = delay.as_millis() as u64, error = %message, "retrying");
+                tokio::time::sleep(delay).await;
+                waited += delay;
+                attempt += 1;
+                continue;
+            }
+            let secret = self.secret.clone();
+            return Ok(Box::pin(
+                futures::stream::iter(first)
+                    .chain(stream)
+                    .map(move |item| item.map_err(|e| scrub(e, secret.as_ref()))),
+            ));
         }
-        let secret = self.secret.clone();
-        Ok(Box::pin(self.events(response, decoder).map(move |item| {
-            item.map_err(|e| scrub(e, secret.as_ref()))
-        })))
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {

@@ -152,12 +152,7 @@ impl ModelProvider for OpenAiProvider {
         ))
         .map_err(|e| self.config_error(format!("the request does not serialize: {e}")))?;
         self.endpoint
-            .post_events(
-                &url,
-                self.headers()?,
-                body,
-                wire::openai::ChunkDecoder::new(),
-            )
+            .post_events(&url, self.headers()?, body, wire::openai::ChunkDecoder::new)
             .await
     }
 
