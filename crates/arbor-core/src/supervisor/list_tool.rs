@@ -58,17 +58,16 @@ impl DynTool for ListChildrenTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let fail =
-            |e: &dyn std::fmt::Display| ToolError::ToModel(self.supervisor.redact(&e.to_string()));
+        let sup = &self.supervisor;
         let arguments = match arguments {
             serde_json::Value::Null => json!({}),
             other => other,
         };
         let _: ListArgs = serde_json::from_value(arguments)
-            .map_err(|e| fail(&format!("invalid arguments for `list_children`: {e}")))?;
+            .map_err(|e| sup.bad_arguments("list_children", &e))?;
         let rows = registry::children(self.supervisor.store().as_ref(), ctx.session.id, false)
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| sup.model_error(&e))?;
         let children: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {

@@ -106,22 +106,18 @@ impl DynTool for SendMessageTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let fail =
-            |e: &dyn std::fmt::Display| ToolError::ToModel(self.supervisor.redact(&e.to_string()));
-        let args: SendArgs = serde_json::from_value(arguments)
-            .map_err(|e| fail(&format!("invalid arguments for `send_message`: {e}")))?;
+        let sup = &self.supervisor;
+        let args: SendArgs =
+            serde_json::from_value(arguments).map_err(|e| sup.bad_arguments("send_message", &e))?;
         let to = self
             .target(&ctx, args.to.trim())
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| sup.model_error(&e))?;
         let receipt = self
             .supervisor
             .send_message(Sender::Session(ctx.session.id), to, &args.text)
             .await
-            .map_err(|e| match e.limit() {
-                Some(info) => fail(&format!("{e}: {info}")),
-                None => fail(&e),
-            })?;
+            .map_err(|e| sup.model_error(&e))?;
         Ok(json!({
             "id": receipt.id,
             "to": receipt.to_name,

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::CoreError;
+use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{DelegationRequest, DelegationResult, Delegator};
 use crate::supervisor::join::{WaitOptions, WaitOutcome};
 use crate::supervisor::policy::{HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
@@ -47,12 +48,25 @@ struct SpawnArgs {
 }
 
 /// The text a delegation error shows the model: the message, and for limits which one fired.
-fn model_error(delegator: &Delegator, e: &CoreError) -> ToolError {
-    let text = match e.limit() {
-        Some(info) => format!("{e}: {info}"),
-        None => e.to_string(),
-    };
-    ToolError::ToModel(delegator.supervisor().redact(&text))
+impl Supervisor {
+    /// `text` as a tool error the model reads, redacted.
+    pub(crate) fn tool_error(&self, text: &str) -> ToolError {
+        ToolError::ToModel(self.redact(text))
+    }
+
+    /// A core error as the model reads it: with the limit that fired, redacted.
+    pub(crate) fn model_error(&self, e: &CoreError) -> ToolError {
+        match e.limit() {
+            Some(info) => self.tool_error(&format!("{e}: {info}")),
+            None => self.tool_error(&e.to_string()),
+        }
+    }
+
+    /// Bad arguments: a serde error names the bad field and may quote its value, so it is
+    /// redacted before the model reads it.
+    pub(crate) fn bad_arguments(&self, tool: &str, e: &serde_json::Error) -> ToolError {
+        self.tool_error(&format!("invalid arguments for `{tool}`: {e}"))
+    }
 }
 
 pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
@@ -157,8 +171,11 @@ impl DynTool for SpawnAgentTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: SpawnArgs = serde_json::from_value(arguments)
-            .map_err(|e| bad_arguments(&self.delegator, &self.spec.name, &e))?;
+        let args: SpawnArgs = serde_json::from_value(arguments).map_err(|e| {
+            self.delegator
+                .supervisor()
+                .bad_arguments(&self.spec.name, &e)
+        })?;
         if !self.allowed.contains(&args.child_id) {
             return Err(ToolError::ToModel("Unknown child id".to_owned()));
         }
@@ -194,7 +211,7 @@ impl DynTool for SpawnAgentTool {
             Mode::Message => Some(self.delegator.spawn(request.clone()).await),
         };
         if let Some(handle) = handle {
-            let handle = handle.map_err(|e| model_error(&self.delegator, &e))?;
+            let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
             return Ok(json!({
                 "child_id": handle.child_id,
                 "delegation_id": handle.delegation_id,
@@ -209,7 +226,7 @@ impl DynTool for SpawnAgentTool {
             Ok(r) => Ok(finished(&self.delegator, &r)),
             // The child waits for approvals: this call (and its run) wait with it.
             Err(CoreError::Suspended(nested)) => Err(ToolError::Suspended(nested)),
-            Err(e) => Err(model_error(&self.delegator, &e)),
+            Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
     }
 }
@@ -218,16 +235,6 @@ impl DynTool for SpawnAgentTool {
 #[serde(deny_unknown_fields)]
 struct HandleArgs {
     delegation_id: String,
-}
-
-/// A serde error names the bad field and may quote its value: redacted before the model
-/// reads it.
-fn bad_arguments(delegator: &Delegator, tool: &str, e: &serde_json::Error) -> ToolError {
-    ToolError::ToModel(
-        delegator
-            .supervisor()
-            .redact(&format!("invalid arguments for `{tool}`: {e}")),
-    )
 }
 
 fn handle_spec(name: &str, description: &str) -> ToolSpec {
@@ -279,7 +286,7 @@ impl DynTool for WaitAgentTool {
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
         let args: HandleArgs = serde_json::from_value(arguments)
-            .map_err(|e| bad_arguments(&self.delegator, "wait_agent", &e))?;
+            .map_err(|e| self.delegator.supervisor().bad_arguments("wait_agent", &e))?;
         let options = WaitOptions {
             timeout: None,
             cancel: Some(ctx.cancel.clone()),
@@ -294,7 +301,7 @@ impl DynTool for WaitAgentTool {
             Ok(WaitOutcome::Cancelled { delegation_id }) => {
                 Ok(json!({"delegation_id": delegation_id, "status": "cancelled"}).to_string())
             }
-            Err(e) => Err(model_error(&self.delegator, &e)),
+            Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
     }
 }
@@ -334,15 +341,18 @@ impl DynTool for CancelAgentTool {
         arguments: serde_json::Value,
         _ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: HandleArgs = serde_json::from_value(arguments)
-            .map_err(|e| bad_arguments(&self.delegator, "cancel_agent", &e))?;
+        let args: HandleArgs = serde_json::from_value(arguments).map_err(|e| {
+            self.delegator
+                .supervisor()
+                .bad_arguments("cancel_agent", &e)
+        })?;
         match self.delegator.supervisor().cancel(&args.delegation_id) {
             Ok(running) => Ok(json!({
                 "delegation_id": args.delegation_id,
                 "status": if running { "cancelling" } else { "terminal" },
             })
             .to_string()),
-            Err(e) => Err(model_error(&self.delegator, &e)),
+            Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
     }
 }

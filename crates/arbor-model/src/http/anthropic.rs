@@ -94,11 +94,7 @@ impl AnthropicProvider {
     /// The models the API lists.
     pub async fn models(&self) -> Result<Vec<String>, ModelError> {
         let url = format!("{}/v1/models?limit=1000", self.config.base_url);
-        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
-        if !(200..300).contains(&status) {
-            return Err(wire::classify(&self.config.name, status, &body, None));
-        }
-        wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
+        self.endpoint.models(&url, self.headers()?).await
     }
 }
 
@@ -110,19 +106,12 @@ impl ModelProvider for AnthropicProvider {
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let url = format!("{}/v1/messages", self.config.base_url);
-        let body = serde_json::to_vec(&wire::anthropic::request_body(
-            &request,
-            self.config.max_tokens,
-        ))
-        .map_err(|e| ModelError::Config {
-            provider: self.config.name.clone(),
-            message: format!("the request does not serialize: {e}"),
-        })?;
+        let body = wire::anthropic::request_body(&request, self.config.max_tokens);
         self.endpoint
             .post_events(
                 &url,
                 self.headers()?,
-                body,
+                &body,
                 wire::anthropic::EventDecoder::new,
             )
             .await

@@ -27,7 +27,7 @@ pub use retry::RetryPolicy;
 use crate::error::ModelError;
 use crate::provider::{ModelEvent, ModelStream};
 use crate::sse::SseDecoder;
-use crate::wire;
+use crate::wire::{self, Decoder};
 
 /// Bytes of an error body read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -189,30 +189,6 @@ fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
         .map_err(|e| format!("HTTP client setup failed: {e}"))
 }
 
-/// Something that turns a turn's `data:` payloads into model events.
-pub(crate) trait Decoder: Send + 'static {
-    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError>;
-    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError>;
-}
-
-impl Decoder for wire::openai::ChunkDecoder {
-    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
-        wire::openai::ChunkDecoder::push(self, data)
-    }
-    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
-        wire::openai::ChunkDecoder::finish(self)
-    }
-}
-
-impl Decoder for wire::anthropic::EventDecoder {
-    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
-        wire::anthropic::EventDecoder::push(self, data)
-    }
-    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
-        wire::anthropic::EventDecoder::finish(self)
-    }
-}
-
 /// Up to 64 KiB of a body, each chunk waited for at most `idle`.
 async fn read_capped(mut response: reqwest::Response, idle: Duration) -> Vec<u8> {
     let mut body = Vec::new();
@@ -300,9 +276,13 @@ impl Endpoint {
         &self,
         url: &str,
         mut headers: HeaderMap,
-        body: Vec<u8>,
+        body: &serde_json::Value,
         decoder: impl Fn() -> D,
     ) -> Result<ModelStream, ModelError> {
+        let body = serde_json::to_vec(body).map_err(|e| ModelError::Config {
+            provider: self.name.clone(),
+            message: format!("the request does not serialize: {e}"),
+        })?;
         use reqwest::header::{ACCEPT, CONTENT_TYPE};
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
@@ -413,6 +393,22 @@ impl Endpoint {
             waited += delay;
             attempt += 1;
         }
+    }
+
+    /// The model ids a `GET url` lists.
+    pub(crate) async fn models(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+    ) -> Result<Vec<String>, ModelError> {
+        let (status, body) = self.get(url, headers).await?;
+        if !(200..300).contains(&status) {
+            return Err(scrub(
+                wire::classify(&self.name, status, &body, None),
+                self.secret.as_ref(),
+            ));
+        }
+        wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
     }
 
     /// A GET's status and body (capped), without retries: for model lists and preflights.

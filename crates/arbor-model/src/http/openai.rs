@@ -129,11 +129,7 @@ impl OpenAiProvider {
     /// The models the server lists.
     pub async fn models(&self) -> Result<Vec<String>, ModelError> {
         let url = format!("{}/models", self.config.base_url);
-        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
-        if !(200..300).contains(&status) {
-            return Err(wire::classify(&self.config.name, status, &body, None));
-        }
-        wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
+        self.endpoint.models(&url, self.headers()?).await
     }
 }
 
@@ -145,14 +141,15 @@ impl ModelProvider for OpenAiProvider {
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let url = format!("{}/chat/completions", self.config.base_url);
-        let body = serde_json::to_vec(&wire::openai::request_body(
-            &request,
-            self.config.include_usage,
-            self.config.max_tokens,
-        ))
-        .map_err(|e| self.config_error(format!("the request does not serialize: {e}")))?;
+        let body =
+            wire::openai::request_body(&request, self.config.include_usage, self.config.max_tokens);
         self.endpoint
-            .post_events(&url, self.headers()?, body, wire::openai::ChunkDecoder::new)
+            .post_events(
+                &url,
+                self.headers()?,
+                &body,
+                wire::openai::ChunkDecoder::new,
+            )
             .await
     }
 

@@ -103,11 +103,7 @@ pub struct EventDecoder {
     done: bool,
 }
 
-fn stream_error(message: impl Into<String>) -> ModelError {
-    ModelError::Stream {
-        message: message.into(),
-    }
-}
+use super::stream_error;
 
 impl EventDecoder {
     /// A decoder for one turn.
@@ -133,7 +129,7 @@ impl EventDecoder {
     }
 
     /// Decodes one event's `data:` payload.
-    pub fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+    fn push_data(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -247,7 +243,7 @@ impl EventDecoder {
 
     /// The stream closed: complete once a stop reason came (a missing `message_stop` is
     /// tolerated), truncated otherwise.
-    pub fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+    fn close(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -256,27 +252,23 @@ impl EventDecoder {
     }
 }
 
+impl super::Decoder for EventDecoder {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        self.push_data(data)
+    }
+
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        self.close()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::provider::ToolSpec;
-    use crate::sse::SseDecoder;
 
     fn decode(bytes: &[u8], split: usize) -> Result<Vec<ModelEvent>, ModelError> {
-        let mut sse = SseDecoder::new();
-        let mut dec = EventDecoder::new();
-        let mut out = Vec::new();
-        let (a, b) = bytes.split_at(split.min(bytes.len()));
-        for part in [a, b] {
-            for e in sse.push(part).map_err(|e| stream_error(e.to_string()))? {
-                out.extend(dec.push(&e.data)?);
-            }
-        }
-        for e in sse.finish().map_err(|e| stream_error(e.to_string()))? {
-            out.extend(dec.push(&e.data)?);
-        }
-        out.extend(dec.finish()?);
-        Ok(out)
+        crate::wire::decode_split(EventDecoder::new(), bytes, split)
     }
 
     #[test]

@@ -11,6 +11,44 @@ pub mod anthropic;
 pub mod openai;
 
 use crate::error::ModelError;
+use crate::provider::ModelEvent;
+
+/// Turns the `data:` payloads of one streamed turn into model events.
+pub trait Decoder: Send + 'static {
+    /// Decodes one payload.
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError>;
+    /// The stream closed: what completes the turn, or why it is truncated.
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError>;
+}
+
+pub(crate) fn stream_error(message: impl Into<String>) -> ModelError {
+    ModelError::Stream {
+        message: message.into(),
+    }
+}
+
+/// Decodes `bytes` split in two at `split`, as SSE then with `dec`: for tests that every
+/// chunking gives the same events.
+#[cfg(test)]
+pub(crate) fn decode_split(
+    mut dec: impl Decoder,
+    bytes: &[u8],
+    split: usize,
+) -> Result<Vec<ModelEvent>, ModelError> {
+    let mut sse = crate::sse::SseDecoder::new();
+    let mut out = Vec::new();
+    let (a, b) = bytes.split_at(split.min(bytes.len()));
+    for part in [a, b] {
+        for e in sse.push(part).map_err(|e| stream_error(e.to_string()))? {
+            out.extend(dec.push(&e.data)?);
+        }
+    }
+    for e in sse.finish().map_err(|e| stream_error(e.to_string()))? {
+        out.extend(dec.push(&e.data)?);
+    }
+    out.extend(dec.finish()?);
+    Ok(out)
+}
 
 /// UTF-8 bytes of an error body quoted in an error.
 const MAX_QUOTED: usize = 200;

@@ -128,11 +128,7 @@ pub struct ChunkDecoder {
     done: bool,
 }
 
-fn stream_error(message: impl Into<String>) -> ModelError {
-    ModelError::Stream {
-        message: message.into(),
-    }
-}
+use super::stream_error;
 
 fn u64_of(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -190,7 +186,7 @@ impl ChunkDecoder {
     }
 
     /// Decodes one `data:` payload.
-    pub fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+    fn push_data(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -272,7 +268,7 @@ impl ChunkDecoder {
 
     /// The stream closed: a turn that saw its finish reason ends (servers that send no
     /// `[DONE]`); one that did not is truncated.
-    pub fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+    fn close(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -281,27 +277,23 @@ impl ChunkDecoder {
     }
 }
 
+impl super::Decoder for ChunkDecoder {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        self.push_data(data)
+    }
+
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        self.close()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::provider::ToolSpec;
-    use crate::sse::SseDecoder;
 
     fn decode(bytes: &[u8], split: usize) -> Result<Vec<ModelEvent>, ModelError> {
-        let mut sse = SseDecoder::new();
-        let mut dec = ChunkDecoder::new();
-        let mut out = Vec::new();
-        let (a, b) = bytes.split_at(split.min(bytes.len()));
-        for part in [a, b] {
-            for e in sse.push(part).map_err(|e| stream_error(e.to_string()))? {
-                out.extend(dec.push(&e.data)?);
-            }
-        }
-        for e in sse.finish().map_err(|e| stream_error(e.to_string()))? {
-            out.extend(dec.push(&e.data)?);
-        }
-        out.extend(dec.finish()?);
-        Ok(out)
+        crate::wire::decode_split(ChunkDecoder::new(), bytes, split)
     }
 
     fn every_split(bytes: &[u8]) -> Vec<ModelEvent> {
