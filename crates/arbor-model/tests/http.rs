@@ -281,17 +281,25 @@ async fn preflight_checks_the_model_and_the_key() {
         ]
     );
 
-    let server = serve(vec![Canned::json(
-        404,
-        r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}"#,
-    )])
+    let server = serve(vec![
+        Canned::json(
+            404,
+            r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}"#,
+        ),
+        Canned::json(
+            200,
+            r#"{"data":[{"type":"model","id":"claude-a"}],"has_more":false}"#,
+        ),
+    ])
     .await;
     let p = AnthropicProvider::new(AnthropicConfig::new(&server.url)).unwrap();
     let e = p.preflight("claude-nope").await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "model \"claude-nope\" is unavailable: anthropic has no such model: model: claude-nope"
+        "model \"claude-nope\" is unavailable: anthropic does not offer it (it offers: claude-a)"
     );
+    let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/v1/models/claude-nope", "/v1/models?limit=1000"]);
 }
 
 #[tokio::test]

@@ -117,44 +117,14 @@ impl ModelProvider for AnthropicProvider {
             .await
     }
 
-    /// Asks for the model (`GET /v1/models/{id}`); a missing key, a refused key or an
-    /// unknown model fails with the reason.
+    /// Asks for the model (`GET /v1/models/{id}`), falling back to the list; a refused key
+    /// or a model not listed fails with the reason. A server with neither route passes.
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
-        self.endpoint.preflight(model, self.check(model)).await
-    }
-}
-
-impl AnthropicProvider {
-    async fn check(&self, model: &str) -> Result<(), ModelError> {
-        let unavailable = |reason: String| ModelError::Unavailable {
-            model: model.to_owned(),
-            reason,
-        };
-        let url = format!("{}/v1/models/{model}", self.config.base_url);
-        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
-        let (message, _) = wire::error_message(&body);
-        match status {
-            200..=299 => Ok(()),
-            401 | 403 => Err(unavailable(format!(
-                "{} refused the key: {message}",
-                self.config.name
-            ))),
-            // An unknown model, or a server without the per-model route: ask the list.
-            404 => match self.models().await {
-                Ok(ids) if ids.iter().any(|id| id == model) => Ok(()),
-                Ok(ids) if !ids.is_empty() => Err(unavailable(format!(
-                    "{} does not offer it (it offers: {})",
-                    self.config.name,
-                    super::some_of(&ids)
-                ))),
-                _ => Err(unavailable(format!(
-                    "{} has no such model: {message}",
-                    self.config.name
-                ))),
-            },
-            _ => Err(unavailable(
-                wire::classify(&self.config.name, status, &body, None).to_string(),
-            )),
-        }
+        let one = format!("{}/v1/models/{model}", self.config.base_url);
+        let list = format!("{}/v1/models?limit=1000", self.config.base_url);
+        let check = self
+            .endpoint
+            .check_model(model, &one, &list, self.headers()?);
+        self.endpoint.preflight(model, check).await
     }
 }

@@ -203,7 +203,7 @@ async fn read_capped(mut response: reqwest::Response, idle: Duration) -> Vec<u8>
 }
 
 /// Model ids for a message: the first 20, then how many more.
-pub(crate) fn some_of(ids: &[String]) -> String {
+fn some_of(ids: &[String]) -> String {
     const SHOWN: usize = 20;
     let mut text = ids
         .iter()
@@ -409,6 +409,44 @@ impl Endpoint {
             ));
         }
         wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
+    }
+
+    /// Checks `model`: `GET one` (its own route), else whether `GET list` lists it. A
+    /// refused key or a model not listed is unavailable with the reason; a server with
+    /// neither route cannot be asked, and passes.
+    pub(crate) async fn check_model(
+        &self,
+        model: &str,
+        one: &str,
+        list: &str,
+        headers: HeaderMap,
+    ) -> Result<(), ModelError> {
+        let unavailable = |reason: String| ModelError::Unavailable {
+            model: model.to_owned(),
+            reason,
+        };
+        let (status, body) = self.get(one, headers.clone()).await?;
+        match status {
+            200..=299 => Ok(()),
+            401 | 403 => Err(unavailable(format!(
+                "{} refused the key: {}",
+                self.name,
+                wire::error_message(&body).0
+            ))),
+            _ => match self.models(list, headers).await {
+                Ok(ids) if ids.iter().any(|id| id == model) => Ok(()),
+                Ok(ids) => Err(unavailable(format!(
+                    "{} does not offer it (it offers: {})",
+                    self.name,
+                    some_of(&ids)
+                ))),
+                Err(ModelError::BadRequest { status: 404, .. }) => {
+                    tracing::debug!(provider = %self.name, model, "no models route: not verified");
+                    Ok(())
+                }
+                Err(e) => Err(unavailable(e.to_string())),
+            },
+        }
     }
 
     /// A GET's status and body (capped), without retries: for model lists and preflights.

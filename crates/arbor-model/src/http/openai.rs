@@ -157,38 +157,11 @@ impl ModelProvider for OpenAiProvider {
     /// missing model fails with the server's reason. A server without a models route cannot
     /// be asked, and passes.
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
-        self.endpoint.preflight(model, self.check(model)).await
-    }
-}
-
-impl OpenAiProvider {
-    async fn check(&self, model: &str) -> Result<(), ModelError> {
-        let unavailable = |reason: String| ModelError::Unavailable {
-            model: model.to_owned(),
-            reason,
-        };
-        let url = format!("{}/models/{model}", self.config.base_url);
-        let (status, body) = self.endpoint.get(&url, self.headers()?).await?;
-        match status {
-            200..=299 => Ok(()),
-            401 | 403 => Err(unavailable(format!(
-                "{} refused the key: {}",
-                self.config.name,
-                wire::error_message(&body).0
-            ))),
-            _ => match self.models().await {
-                Ok(ids) if ids.iter().any(|id| id == model) => Ok(()),
-                Ok(ids) => Err(unavailable(format!(
-                    "{} does not offer it (it offers: {})",
-                    self.config.name,
-                    super::some_of(&ids)
-                ))),
-                Err(ModelError::BadRequest { status: 404, .. }) => {
-                    tracing::debug!(provider = %self.config.name, model, "no models route: not verified");
-                    Ok(())
-                }
-                Err(e) => Err(unavailable(e.to_string())),
-            },
-        }
+        let one = format!("{}/models/{model}", self.config.base_url);
+        let list = format!("{}/models", self.config.base_url);
+        let check = self
+            .endpoint
+            .check_model(model, &one, &list, self.headers()?);
+        self.endpoint.preflight(model, check).await
     }
 }
