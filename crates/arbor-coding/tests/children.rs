@@ -33,6 +33,32 @@ fn edit_and_commit(file: &str, new: &str, commit: bool) -> Vec<ScriptedTurn> {
     turns
 }
 
+/// A worktree child playing `turns` with the coding tools; `built` counts its builds.
+fn coder(
+    trees: &Arc<Worktrees>,
+    turns: Vec<ScriptedTurn>,
+    built: &Arc<AtomicUsize>,
+) -> WorktreeChildFactory {
+    let script = Script::new(turns);
+    let built = built.clone();
+    WorktreeChildFactory::new(
+        trees.clone(),
+        workspace_factory(move |ctx, cwd| {
+            let script = script.clone();
+            built.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let dir = arbor_coding::Workdir::new(&cwd)?;
+                let mut b =
+                    Agent::builder(ctx.child_id.clone()).provider(ScriptedProvider::new(script));
+                for tool in coding_tools(&dir) {
+                    b = b.dyn_tool(tool);
+                }
+                b.build()
+            }
+        }),
+    )
+}
+
 struct Setup {
     _dir: tempfile::TempDir,
     repo: std::path::PathBuf,
@@ -57,25 +83,7 @@ fn setup(children: Vec<(&'static str, Vec<ScriptedTurn>)>, with_root: bool) -> S
     let built = Arc::new(AtomicUsize::new(0));
     let mut b = Supervisor::builder(Ownership::user("t", "u")).after(trees.clone());
     for (id, turns) in children {
-        let script = Script::new(turns);
-        let built = built.clone();
-        let factory = WorktreeChildFactory::new(
-            trees.clone(),
-            workspace_factory(move |ctx, cwd| {
-                let script = script.clone();
-                built.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    let dir = arbor_coding::Workdir::new(&cwd)?;
-                    let mut b = Agent::builder(ctx.child_id.clone())
-                        .provider(ScriptedProvider::new(script));
-                    for tool in coding_tools(&dir) {
-                        b = b.dyn_tool(tool);
-                    }
-                    b.build()
-                }
-            }),
-        );
-        b = b.child(ChildEntry::new(id, factory));
+        b = b.child(ChildEntry::new(id, coder(&trees, turns, &built)));
     }
     Setup {
         _dir: dir,
@@ -276,24 +284,7 @@ fn durable(
     let trees = Arc::new(Worktrees::new(
         WorkspaceConfig::new(repo, "demo").worktree_root(root),
     ));
-    let script = Script::new(edit_and_commit("a.txt", "A", true));
-    let built = built.clone();
-    let factory = WorktreeChildFactory::new(
-        trees.clone(),
-        workspace_factory(move |ctx, cwd| {
-            let script = script.clone();
-            built.fetch_add(1, Ordering::SeqCst);
-            async move {
-                let dir = arbor_coding::Workdir::new(&cwd)?;
-                let mut b =
-                    Agent::builder(ctx.child_id.clone()).provider(ScriptedProvider::new(script));
-                for tool in coding_tools(&dir) {
-                    b = b.dyn_tool(tool);
-                }
-                b.build()
-            }
-        }),
-    );
+    let factory = coder(&trees, edit_and_commit("a.txt", "A", true), built);
     let sup = Supervisor::builder(Ownership::user("t", "u"))
         .store(store.clone())
         .durable_approvals("rev-1")

@@ -128,8 +128,30 @@ impl EventDecoder {
         }
     }
 
+    /// Usage (the whole prompt: Anthropic counts cache reads and writes apart from
+    /// `input_tokens`) and the finish.
+    fn end(&mut self, mut out: Vec<ModelEvent>) -> Result<Vec<ModelEvent>, ModelError> {
+        let Some(stop) = self.stop.take() else {
+            return Err(stream_error("the stream ended before message_stop"));
+        };
+        if self.saw_usage {
+            let input = self.input + self.cache_read + self.cache_write;
+            out.push(ModelEvent::Usage(Usage {
+                input_tokens: input,
+                output_tokens: self.output,
+                total_tokens: input + self.output,
+                cache_read_tokens: self.cache_read,
+                cache_write_tokens: self.cache_write,
+            }));
+        }
+        out.push(ModelEvent::Finished(stop));
+        Ok(out)
+    }
+}
+
+impl super::Decoder for EventDecoder {
     /// Decodes one event's `data:` payload.
-    fn push_data(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -221,44 +243,14 @@ impl EventDecoder {
         Ok(out)
     }
 
-    /// Usage (the whole prompt: Anthropic counts cache reads and writes apart from
-    /// `input_tokens`) and the finish.
-    fn end(&mut self, mut out: Vec<ModelEvent>) -> Result<Vec<ModelEvent>, ModelError> {
-        let Some(stop) = self.stop.take() else {
-            return Err(stream_error("the stream ended before message_stop"));
-        };
-        if self.saw_usage {
-            let input = self.input + self.cache_read + self.cache_write;
-            out.push(ModelEvent::Usage(Usage {
-                input_tokens: input,
-                output_tokens: self.output,
-                total_tokens: input + self.output,
-                cache_read_tokens: self.cache_read,
-                cache_write_tokens: self.cache_write,
-            }));
-        }
-        out.push(ModelEvent::Finished(stop));
-        Ok(out)
-    }
-
     /// The stream closed: complete once a stop reason came (a missing `message_stop` is
     /// tolerated), truncated otherwise.
-    fn close(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
         self.done = true;
         self.end(Vec::new())
-    }
-}
-
-impl super::Decoder for EventDecoder {
-    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
-        self.push_data(data)
-    }
-
-    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
-        self.close()
     }
 }
 

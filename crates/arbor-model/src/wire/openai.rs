@@ -185,8 +185,33 @@ impl ChunkDecoder {
         &mut self.calls[pos]
     }
 
+    /// The tool calls, the usage and the finish, once the turn is complete.
+    fn end(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        let Some(finish) = self.finish.take() else {
+            return Err(stream_error("the stream ended before the final chunk"));
+        };
+        let mut out: Vec<ModelEvent> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                ModelEvent::ToolCall(ToolCall {
+                    id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                    name: p.name,
+                    arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
+                })
+            })
+            .collect();
+        if let Some(u) = self.usage.take() {
+            out.push(ModelEvent::Usage(u));
+        }
+        out.push(ModelEvent::Finished(finish));
+        Ok(out)
+    }
+}
+
+impl super::Decoder for ChunkDecoder {
     /// Decodes one `data:` payload.
-    fn push_data(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -243,47 +268,14 @@ impl ChunkDecoder {
         Ok(out)
     }
 
-    /// The tool calls, the usage and the finish, once the turn is complete.
-    fn end(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
-        let Some(finish) = self.finish.take() else {
-            return Err(stream_error("the stream ended before the final chunk"));
-        };
-        let mut out: Vec<ModelEvent> = std::mem::take(&mut self.calls)
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| {
-                ModelEvent::ToolCall(ToolCall {
-                    id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
-                    name: p.name,
-                    arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
-                })
-            })
-            .collect();
-        if let Some(u) = self.usage.take() {
-            out.push(ModelEvent::Usage(u));
-        }
-        out.push(ModelEvent::Finished(finish));
-        Ok(out)
-    }
-
     /// The stream closed: a turn that saw its finish reason ends (servers that send no
     /// `[DONE]`); one that did not is truncated.
-    fn close(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
         if self.done {
             return Ok(Vec::new());
         }
         self.done = true;
         self.end()
-    }
-}
-
-impl super::Decoder for ChunkDecoder {
-    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
-        self.push_data(data)
-    }
-
-    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
-        self.close()
     }
 }
 
