@@ -223,6 +223,9 @@ fn describe(e: &TranscriptEntry) -> String {
             preview(&output::one_line(&message.text))
         ),
         EntryKind::InboxRead { ids } => format!("read {} message(s)", ids.len()),
+        EntryKind::InboxDropped { ids, reason } => {
+            format!("dropped {} message(s) unread: {reason}", ids.len())
+        }
         EntryKind::Compacted {
             summary,
             kept,

@@ -396,12 +396,8 @@ impl Session {
             started_ms: checkpoint.started_ms,
             caps: checkpoint.caps,
         };
-        self.commit(
-            run_id,
-            &[],
-            Some(SessionUpdate::status(SessionStatus::Running)),
-        )
-        .await?;
+        self.commit(run_id, &[], Some(crate::run::running_update()))
+            .await?;
         tracing::debug!(session = %self.id(), run = %run_id, at = Timestamp::now().0, "run resumed");
         let token = options.cancel.unwrap_or_default().child_token();
         let result = self

@@ -14,8 +14,45 @@ use tokio::sync::Notify;
 /// delivers to it.
 #[derive(Debug, Default)]
 pub struct Inbox {
-    queue: Mutex<VecDeque<InboxMessage>>,
+    queue: Mutex<Queue>,
     notify: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    pending: VecDeque<InboxMessage>,
+    /// Places taken by deliveries being stored, counted against the cap with `pending`.
+    reserved: usize,
+}
+
+/// A place in an [`Inbox`] taken by [`Inbox::try_reserve`]: fill it with
+/// [`push`](Reservation::push), or drop it to give it back.
+#[derive(Debug)]
+pub struct Reservation<'a> {
+    inbox: &'a Inbox,
+    live: bool,
+}
+
+impl Reservation<'_> {
+    /// Puts the (durably stored) message in the place taken.
+    pub fn push(mut self, message: InboxMessage) {
+        self.live = false;
+        {
+            let mut q = self.inbox.queue();
+            q.reserved = q.reserved.saturating_sub(1);
+            q.pending.push_back(message);
+        }
+        self.inbox.wake();
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.live {
+            let mut q = self.inbox.queue();
+            q.reserved = q.reserved.saturating_sub(1);
+        }
+    }
 }
 
 impl Inbox {
@@ -30,40 +67,66 @@ impl Inbox {
         for entry in entries {
             match &entry.kind {
                 EntryKind::InboxReceived { message } => pending.push(message.clone()),
-                EntryKind::InboxRead { ids } => pending.retain(|m| !ids.contains(&m.id)),
+                EntryKind::InboxRead { ids } | EntryKind::InboxDropped { ids, .. } => {
+                    pending.retain(|m| !ids.contains(&m.id))
+                }
                 _ => {}
             }
         }
         Self {
-            queue: Mutex::new(pending.into()),
+            queue: Mutex::new(Queue {
+                pending: pending.into(),
+                reserved: 0,
+            }),
             notify: Notify::new(),
         }
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<InboxMessage>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a message (already stored durably) and wakes a waiter.
-    pub fn push(&self, message: InboxMessage) {
-        self.queue().push_back(message);
+    fn wake(&self) {
         self.notify.notify_waiters();
         self.notify.notify_one();
     }
 
+    /// Adds a message (already stored durably) and wakes a waiter. Not bounded: deliveries
+    /// that must respect a cap take a place first with [`try_reserve`](Self::try_reserve).
+    pub fn push(&self, message: InboxMessage) {
+        self.queue().pending.push_back(message);
+        self.wake();
+    }
+
+    /// Takes a place for one more message if fewer than `max` are pending or being
+    /// delivered, in one step (so concurrent deliveries never exceed `max`); otherwise
+    /// returns how many are.
+    pub fn try_reserve(&self, max: usize) -> Result<Reservation<'_>, usize> {
+        let mut q = self.queue();
+        let taken = q.pending.len() + q.reserved;
+        if taken >= max {
+            return Err(taken);
+        }
+        q.reserved += 1;
+        Ok(Reservation {
+            inbox: self,
+            live: true,
+        })
+    }
+
     /// Takes every pending message.
     pub fn drain(&self) -> Vec<InboxMessage> {
-        self.queue().drain(..).collect()
+        self.queue().pending.drain(..).collect()
     }
 
     /// How many are pending.
     pub fn len(&self) -> usize {
-        self.queue().len()
+        self.queue().pending.len()
     }
 
     /// Whether none is pending.
     pub fn is_empty(&self) -> bool {
-        self.queue().is_empty()
+        self.queue().pending.is_empty()
     }
 
     /// Waits until at least one message is pending. Cancel safe.
@@ -121,6 +184,43 @@ mod tests {
         let ids: Vec<String> = inbox.drain().into_iter().map(|m| m.id).collect();
         assert_eq!(ids, ["b", "c"]);
         assert!(inbox.is_empty());
+    }
+
+    #[test]
+    fn reservations_count_against_the_cap_until_filled_or_dropped() {
+        let inbox = Inbox::new();
+        inbox.push(msg("a"));
+        let r1 = inbox.try_reserve(3).unwrap();
+        let r2 = inbox.try_reserve(3).unwrap();
+        assert_eq!(inbox.try_reserve(3).unwrap_err(), 3);
+        drop(r2);
+        r1.push(msg("b"));
+        assert_eq!(inbox.len(), 2);
+        let r3 = inbox.try_reserve(3).unwrap();
+        assert_eq!(inbox.try_reserve(3).unwrap_err(), 3);
+        drop(r3);
+        assert!(inbox.try_reserve(3).is_ok());
+    }
+
+    #[test]
+    fn concurrent_reservations_never_exceed_the_cap() {
+        let inbox = std::sync::Arc::new(Inbox::new());
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let inbox = inbox.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        if let Ok(r) = inbox.try_reserve(20) {
+                            r.push(msg(&format!("{t}-{i}")));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(inbox.len(), 20);
     }
 
     #[tokio::test]

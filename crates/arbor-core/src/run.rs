@@ -99,6 +99,14 @@ pub(crate) enum Outcome {
     Suspended(Suspension),
 }
 
+/// The status change that starts (or resumes) a run: refused when the session was deleted.
+pub(crate) fn running_update() -> SessionUpdate {
+    SessionUpdate {
+        live_only: true,
+        ..SessionUpdate::status(SessionStatus::Running)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct RunState {
     pub(crate) run_id: RunId,
@@ -178,12 +186,8 @@ impl Session {
                 message: user.clone(),
             });
         }
-        self.commit(
-            run_id,
-            &entries,
-            Some(SessionUpdate::status(SessionStatus::Running)),
-        )
-        .await?;
+        // The tombstone is checked atomically with the start: a deleted session never runs.
+        self.commit(run_id, &entries, Some(running_update())).await?;
         self.messages.extend(user);
         self.bus.publish(
             run_id,

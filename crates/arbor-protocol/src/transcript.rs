@@ -73,6 +73,15 @@ pub enum EntryKind {
         /// The messages' ids.
         ids: Vec<String>,
     },
+    /// Pending messages were dropped unread: the run they were to start could not begin
+    /// (its factory failed, a hook denied it, it was deleted). They stay in the transcript;
+    /// no later run reads them.
+    InboxDropped {
+        /// The messages' ids.
+        ids: Vec<String>,
+        /// Why.
+        reason: String,
+    },
     /// The conversation was compacted: from here on the model sees `summary` (as a user
     /// message) followed by the last `kept` messages before this entry. The earlier entries
     /// stay in the transcript; usage and attribution records are untouched.
@@ -111,6 +120,7 @@ impl EntryKind {
             Self::UsageAttributed { .. } => "usage_attributed",
             Self::InboxReceived { .. } => "inbox_received",
             Self::InboxRead { .. } => "inbox_read",
+            Self::InboxDropped { .. } => "inbox_dropped",
             Self::Compacted { .. } => "compacted",
             Self::RunFinished { .. } => "run_finished",
         }

@@ -41,7 +41,7 @@ pub use sessions::{
     create_child_of_unknown_parent_is_not_found, create_duplicate_id_is_refused,
     create_round_trips_every_field, list_sessions_orders_and_scopes, unknown_session_is_none,
     update_applies_only_set_fields, update_unknown_is_not_found,
-    update_with_stale_version_conflicts,
+    update_with_stale_version_conflicts, updates_for_live_sessions_refuse_a_deleted_one,
 };
 pub use transcript::{
     append_numbers_entries, append_to_unknown_is_not_found, append_with_update_is_atomic,
@@ -57,6 +57,7 @@ pub async fn run_all(store: &dyn Store) {
     update_applies_only_set_fields(store).await;
     update_with_stale_version_conflicts(store).await;
     update_unknown_is_not_found(store).await;
+    updates_for_live_sessions_refuse_a_deleted_one(store).await;
     list_sessions_orders_and_scopes(store).await;
     append_numbers_entries(store).await;
     append_with_update_is_atomic(store).await;
@@ -210,6 +211,10 @@ fn all_entry_kinds() -> Vec<EntryKind> {
             target: None,
             child_usage: Usage::new(1, 1),
             aggregate: Usage::new(2, 2),
+        },
+        EntryKind::InboxDropped {
+            ids: vec!["msg_1".into(), "msg_2".into()],
+            reason: "the child could not start".into(),
         },
     ]
 }

@@ -47,6 +47,12 @@ pub enum StoreError {
         /// The name.
         name: String,
     },
+    /// The session was deleted (it has a tombstone) and the write needs a live one.
+    #[error("session {id} was deleted")]
+    Deleted {
+        /// Its id.
+        id: String,
+    },
     /// A compare-and-swap write expected another version.
     #[error("version conflict: expected {expected}, found {actual}")]
     Conflict {
@@ -81,7 +87,7 @@ impl StoreError {
     /// The kind of failure.
     pub fn kind(&self) -> StoreErrorKind {
         match self {
-            Self::NotFound { .. } => StoreErrorKind::NotFound,
+            Self::NotFound { .. } | Self::Deleted { .. } => StoreErrorKind::NotFound,
             Self::AlreadyExists { .. } | Self::NameTaken { .. } => StoreErrorKind::AlreadyExists,
             Self::Conflict { .. } => StoreErrorKind::Conflict,
             Self::Locked { .. } => StoreErrorKind::Locked,

@@ -117,8 +117,14 @@ impl SessionRecord {
         self.own_usage + self.attributed_usage
     }
 
-    /// Fails with `Conflict` when `update` expects another version than this record's.
+    /// Fails with `Conflict` when `update` expects another version than this record's, and
+    /// with `Deleted` when it requires a live session and this one has a tombstone.
     pub fn check_version(&self, update: &SessionUpdate) -> Result<(), crate::StoreError> {
+        if update.live_only && self.tombstone.is_some() {
+            return Err(crate::StoreError::Deleted {
+                id: self.id.to_string(),
+            });
+        }
         match update.expected_version {
             Some(expected) if expected != self.version => Err(crate::StoreError::Conflict {
                 expected,
@@ -181,6 +187,10 @@ pub struct SessionUpdate {
     pub artifacts: Option<u32>,
     /// The deletion record (a tombstone is never removed).
     pub tombstone: Option<Tombstone>,
+    /// Refuse the update (with `Deleted`, changing nothing) when the session has a tombstone:
+    /// a run start checks the tombstone atomically with its status change.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live_only: bool,
 }
 
 impl SessionUpdate {

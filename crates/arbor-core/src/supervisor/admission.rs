@@ -11,7 +11,9 @@ use crate::session::name_error;
 use crate::supervisor::catalog::ChildEntry;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::Admitted;
+use crate::supervisor::limits::SupervisorLimits;
 use crate::supervisor::names;
+use crate::supervisor::policy::{EffectivePolicy, PolicyInput};
 
 /// The model a request runs: the requested one if the entry allows it, else the entry's
 /// default.
@@ -95,6 +97,10 @@ impl Supervisor {
             "thread_id": format!("{resource_id}/{}", encode_component(&a.thread)),
             "path": &*a.path,
             "scopes": a.identity.as_ref().map(|i| i.scopes().iter().collect::<Vec<_>>()),
+            // What admission narrowed (request limits, budget share, policy): every later
+            // run of this child (a follow-up, a resume, in this process or another) keeps it.
+            "limits": a.limits,
+            "policy": a.policy,
         });
         inner
             .store
@@ -124,6 +130,37 @@ impl Supervisor {
         a.record = Some(record);
         Ok(())
     }
+}
+
+/// The limits and policy admission gave the child of `record`, narrowed again by what the
+/// catalog and the supervisor allow today (a definition may only have tightened since).
+/// A record from before they were stored gets the catalog's.
+pub(crate) fn admitted_terms(
+    inner: &crate::supervisor::core::Inner,
+    entry: &ChildEntry,
+    record: &SessionRecord,
+) -> CoreResult<(SupervisorLimits, EffectivePolicy)> {
+    let mut limits = inner.limits.narrow(&entry.limits)?;
+    if let Ok(stored) = serde_json::from_value::<SupervisorLimits>(record.meta["limits"].clone()) {
+        limits = limits.narrow(&stored.to_input())?;
+    }
+    let stored: Option<EffectivePolicy> = serde_json::from_value(record.meta["policy"].clone()).ok();
+    let policy = match stored {
+        Some(p) => {
+            let replay = PolicyInput {
+                lifetime: Some(p.lifetime),
+                report: Some(p.report),
+                every_turns: p.every_turns,
+                // Already applied to the stored limits: scaling them again would shrink them.
+                budget_share: None,
+            };
+            let mut policy = entry.policy.narrow(&replay, inner.child_events)?;
+            policy.budget_share = p.budget_share;
+            policy
+        }
+        None => entry.policy.narrow(&PolicyInput::default(), inner.child_events)?,
+    };
+    Ok((limits, policy))
 }
 
 /// The session an admitted delegation runs in.

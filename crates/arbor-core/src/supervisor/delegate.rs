@@ -430,6 +430,8 @@ impl Supervisor {
             }
         };
         let host_aborted = a.token.is_cancelled() && !timed_out;
+        // Whether the child's run began (and so read what waited in its inbox).
+        let started = matches!(worked, Worked::Ran { .. });
         let outcome = self
             .terminal(&a, &origin, worked, timed_out, host_aborted)
             .await;
@@ -449,6 +451,7 @@ impl Supervisor {
                 resume,
                 replies_at_start,
                 host_aborted,
+                started,
             };
             self.after_run(&record, &outcome, ended).await;
         }
@@ -463,6 +466,8 @@ pub(crate) struct Ended {
     pub(crate) resume: bool,
     pub(crate) replies_at_start: u32,
     pub(crate) host_aborted: bool,
+    /// The child's run began (a hook, factory or delete stopped it before otherwise).
+    pub(crate) started: bool,
 }
 
 /// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it

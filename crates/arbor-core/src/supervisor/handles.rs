@@ -18,6 +18,9 @@ pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) child_id: String,
+    /// The tree of the session that started it (`None`: the host did). A model-facing
+    /// tool reaches only its own tree's handles.
+    pub(crate) root: Option<arbor_protocol::SessionId>,
     pub(crate) token: CancellationToken,
     pub(crate) reason: CancelReason,
     pub(crate) cancelled: bool,
@@ -30,6 +33,24 @@ pub(crate) struct Handles {
     entries: HashMap<String, Entry>,
     finished: VecDeque<String>,
     retain: usize,
+}
+
+/// Who asks for a handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The host: every handle.
+    Host,
+    /// A session of the tree rooted here: that tree's handles only.
+    Tree(arbor_protocol::SessionId),
+}
+
+impl Reach {
+    fn reaches(self, entry: &Entry) -> bool {
+        match self {
+            Reach::Host => true,
+            Reach::Tree(root) => entry.root == Some(root),
+        }
+    }
 }
 
 /// The error every unknown, foreign or evicted handle gets.
@@ -50,12 +71,20 @@ impl Handles {
         self.entries.insert(id, entry);
     }
 
-    pub(crate) fn get(&self, id: &str) -> CoreResult<&Entry> {
-        self.entries.get(id).ok_or_else(unknown)
+    /// The handle `id` as seen from `scope`: [`Reach::Host`] reaches every handle, a
+    /// tree only its own (another tree's gets the unknown answer).
+    pub(crate) fn get(&self, id: &str, scope: Reach) -> CoreResult<&Entry> {
+        self.entries
+            .get(id)
+            .filter(|e| scope.reaches(e))
+            .ok_or_else(unknown)
     }
 
-    pub(crate) fn get_mut(&mut self, id: &str) -> CoreResult<&mut Entry> {
-        self.entries.get_mut(id).ok_or_else(unknown)
+    pub(crate) fn get_mut(&mut self, id: &str, scope: Reach) -> CoreResult<&mut Entry> {
+        self.entries
+            .get_mut(id)
+            .filter(|e| scope.reaches(e))
+            .ok_or_else(unknown)
     }
 
     /// Marks a handle finished and evicts the oldest finished ones past the bound.

@@ -3,6 +3,11 @@
 //! tombstones) is in the store; the hub holds only the live parts: each session's inbox
 //! queue, whether a run of it is in flight, the token that cancels it, and which sessions
 //! were closed.
+//!
+//! It stays bounded by what is live: a session leaves it when its run ends with nothing
+//! pending and nobody else holds its inbox (a delivery reloads the inbox from the
+//! transcript), and a pair's rate bucket leaves once it has refilled (a new one is the same).
+//! What remains is the host's own sessions and the ids of closed sessions.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,7 +34,24 @@ pub(crate) struct Live {
     pub(crate) token: Option<CancellationToken>,
     /// Attached by the host (a root): the runtime never starts its runs.
     pub(crate) host_owned: bool,
+    /// Its first run could not start (the factory or the model failed): why. Messages to it
+    /// are refused with this, rather than starting the same failing run again.
+    pub(crate) start_failure: Option<String>,
 }
+
+/// What [`Hub::close`] cancelled.
+#[derive(Debug, Default)]
+pub(crate) struct Closed {
+    /// A run of the session itself was in flight (or about to start) and is cancelled.
+    pub(crate) own_run: bool,
+    /// Live descendants closed with it (their runs cancelled).
+    pub(crate) descendants: Vec<SessionId>,
+}
+
+/// A bucket idle this long is full again: forgetting it changes nothing.
+const BUCKET_REFILL: Duration = Duration::from_secs(3);
+/// Buckets kept before the refilled ones are swept.
+const BUCKET_SWEEP_AT: usize = 1024;
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -81,13 +103,21 @@ impl Hub {
             running: false,
             token: None,
             host_owned,
+            start_failure: None,
         });
         live.inbox.clone()
     }
 
-    /// Marks a run of `id` started under `token`; `false` if one is in flight already.
+    /// Marks a run of `id` started under `token`; `false` if one is in flight already. A
+    /// closed (deleted) session's token is cancelled at once: whatever was about to run
+    /// under it stops before its first turn, whichever of the delete and the start came
+    /// first.
     pub(crate) fn start_run(&self, id: SessionId, token: &CancellationToken) -> bool {
         let mut state = self.lock();
+        if state.closed.contains(&id) {
+            token.cancel();
+            return false;
+        }
         match state.live.get_mut(&id) {
             Some(live) if live.running && live.token.is_some() => false,
             Some(live) => {
@@ -116,21 +146,54 @@ impl Hub {
         }
     }
 
-    /// Marks the run of `id` over; returns whether messages wait in its inbox.
+    /// Marks the run of `id` over; returns whether messages wait in its inbox. A session
+    /// with nothing pending, whose inbox nobody else holds, leaves the hub (a later delivery
+    /// reloads its inbox from its transcript).
     pub(crate) fn end_run(&self, id: SessionId) -> bool {
         let mail = {
             let mut state = self.lock();
-            match state.live.get_mut(&id) {
+            let (mail, idle) = match state.live.get_mut(&id) {
                 Some(live) => {
                     live.running = false;
                     live.token = None;
-                    !live.inbox.is_empty()
+                    let mail = !live.inbox.is_empty();
+                    let idle = !mail
+                        && !live.host_owned
+                        && live.start_failure.is_none()
+                        && Arc::strong_count(&live.inbox) == 1;
+                    (mail, idle)
                 }
-                None => false,
+                None => (false, false),
+            };
+            if idle {
+                state.live.remove(&id);
+                state.deferred.remove(&id);
             }
+            mail
         };
         self.changed.notify_waiters();
         mail
+    }
+
+    /// Remembers that the first run of `id` could not start, and why.
+    pub(crate) fn set_start_failure(&self, id: SessionId, why: String) {
+        if let Some(live) = self.lock().live.get_mut(&id) {
+            live.start_failure = Some(why);
+        }
+    }
+
+    /// Why the first run of `id` could not start, if it could not.
+    pub(crate) fn start_failure(&self, id: SessionId) -> Option<String> {
+        self.lock()
+            .live
+            .get(&id)
+            .and_then(|l| l.start_failure.clone())
+    }
+
+    /// Sessions the hub holds (live, host-owned, or with mail), for tests of its bound.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().live.len()
     }
 
     /// Whether any run the runtime started is in flight.
@@ -172,10 +235,10 @@ impl Hub {
     }
 
     /// Closes `id` and every live descendant: their runs are cancelled, they are never
-    /// started again, and no child can be spawned under them. Returns the descendants
-    /// closed (not `id` itself).
-    pub(crate) fn close(&self, id: SessionId) -> Vec<SessionId> {
+    /// started again, and no child can be spawned under them. Says what it cancelled.
+    pub(crate) fn close(&self, id: SessionId) -> Closed {
         let mut state = self.lock();
+        let own_run = state.live.get(&id).is_some_and(|l| l.running);
         let mut closing = vec![id];
         let mut out = Vec::new();
         while let Some(next) = closing.pop() {
@@ -198,7 +261,10 @@ impl Hub {
                 closing.push(child);
             }
         }
-        out
+        Closed {
+            own_run,
+            descendants: out,
+        }
     }
 
     /// Whether `id` was closed.
@@ -215,6 +281,11 @@ impl Hub {
     ) -> Result<(), Duration> {
         let now = Instant::now();
         let mut state = self.lock();
+        if state.buckets.len() >= BUCKET_SWEEP_AT {
+            state
+                .buckets
+                .retain(|_, b| now.duration_since(b.at) < BUCKET_REFILL);
+        }
         let bucket = state.buckets.entry((from, to)).or_insert(Bucket {
             tokens: RATE_BURST,
             at: now,
@@ -231,10 +302,71 @@ impl Hub {
         }
     }
 
+    /// Rate buckets held, for tests of their bound.
+    #[cfg(test)]
+    pub(crate) fn buckets(&self) -> usize {
+        self.lock().buckets.len()
+    }
+
     /// Gives back a token taken for a delivery that then failed.
     pub(crate) fn refund_token(&self, from: Option<SessionId>, to: SessionId) {
         if let Some(bucket) = self.lock().buckets.get_mut(&(from, to)) {
             bucket.tokens = (bucket.tokens + 1.0).min(RATE_BURST);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_idle_session_leaves_unless_its_inbox_is_held_or_has_mail() {
+        let hub = Hub::default();
+        let (a, b, c) = (SessionId::new(), SessionId::new(), SessionId::new());
+        for id in [a, b, c] {
+            hub.register(id, None, Arc::new(Inbox::new()), false);
+            assert!(hub.claim_idle(id));
+        }
+        let held = hub.inbox(b).unwrap();
+        hub.inbox(c).unwrap().push(arbor_protocol::InboxMessage {
+            id: "m".into(),
+            from: None,
+            from_name: "host".into(),
+            relationship: arbor_protocol::Relationship::Host,
+            text: "hi".into(),
+            notice: None,
+            at: arbor_protocol::Timestamp(1),
+        });
+        assert!(!hub.end_run(a));
+        assert!(!hub.end_run(b));
+        assert!(hub.end_run(c));
+        assert_eq!(hub.len(), 2, "a left; b is held by a sender, c has mail");
+        drop(held);
+        assert!(!hub.end_run(b));
+        assert_eq!(hub.len(), 1);
+    }
+
+    #[test]
+    fn a_run_started_after_its_close_is_cancelled_at_once() {
+        let hub = Hub::default();
+        let id = SessionId::new();
+        hub.register(id, None, Arc::new(Inbox::new()), false);
+        hub.close(id);
+        let token = CancellationToken::new();
+        assert!(!hub.start_run(id, &token));
+        assert!(token.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refilled_rate_buckets_are_swept() {
+        let hub = Hub::default();
+        for _ in 0..BUCKET_SWEEP_AT {
+            hub.take_token(None, SessionId::new()).unwrap();
+        }
+        assert_eq!(hub.buckets(), BUCKET_SWEEP_AT);
+        tokio::time::advance(BUCKET_REFILL).await;
+        hub.take_token(None, SessionId::new()).unwrap();
+        assert_eq!(hub.buckets(), 1);
     }
 }

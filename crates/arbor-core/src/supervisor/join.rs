@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, AsyncHandle, DelegationResult};
-use crate::supervisor::handles::Entry;
+use crate::supervisor::handles::{Entry, Reach};
 
 /// Options of [`Supervisor::wait`].
 #[derive(Debug, Clone, Default)]
@@ -52,6 +52,7 @@ impl Supervisor {
             handle.delegation_id.clone(),
             Entry {
                 child_id: handle.child_id.clone(),
+                root: admitted.parent.map(|p| p.root_id),
                 token: admitted.token.clone(),
                 reason: admitted.reason.clone(),
                 cancelled: false,
@@ -80,7 +81,17 @@ impl Supervisor {
     /// unknown, foreign and evicted ids share one error. A cancelled handle reports
     /// [`WaitOutcome::Cancelled`].
     pub async fn wait(&self, delegation_id: &str, options: WaitOptions) -> CoreResult<WaitOutcome> {
-        let mut rx = self.state().handles.get(delegation_id)?.rx.clone();
+        self.wait_from(Reach::Host, delegation_id, options).await
+    }
+
+    /// [`wait`](Self::wait) as `reach` sees the handles.
+    pub(crate) async fn wait_from(
+        &self,
+        reach: Reach,
+        delegation_id: &str,
+        options: WaitOptions,
+    ) -> CoreResult<WaitOutcome> {
+        let mut rx = self.state().handles.get(delegation_id, reach)?.rx.clone();
         let cap = Duration::from_millis(self.inner.limits.timeout_ms);
         let timeout = options.timeout.map_or(cap, |t| t.min(cap));
         let cancel = options.cancel.unwrap_or_default();
@@ -104,7 +115,7 @@ impl Supervisor {
         let cancelled = self
             .state()
             .handles
-            .get(delegation_id)
+            .get(delegation_id, reach)
             .map(|e| e.cancelled)
             .unwrap_or(false);
         let Some(outcome) = outcome else {
@@ -125,8 +136,13 @@ impl Supervisor {
     /// Cancels a running async delegation (session lifetime included): `true` when it was
     /// running, `false` when it had already finished.
     pub fn cancel(&self, delegation_id: &str) -> CoreResult<bool> {
+        self.cancel_from(Reach::Host, delegation_id)
+    }
+
+    /// [`cancel`](Self::cancel) as `reach` sees the handles.
+    pub(crate) fn cancel_from(&self, reach: Reach, delegation_id: &str) -> CoreResult<bool> {
         let mut state = self.state();
-        let entry = state.handles.get_mut(delegation_id)?;
+        let entry = state.handles.get_mut(delegation_id, reach)?;
         if entry.terminal || entry.rx.borrow().is_some() {
             return Ok(false);
         }
@@ -138,7 +154,11 @@ impl Supervisor {
 
     /// The child id of a handle.
     pub fn handle_child(&self, delegation_id: &str) -> CoreResult<String> {
-        Ok(self.state().handles.get(delegation_id)?.child_id.clone())
+        Ok(self.state()
+            .handles
+            .get(delegation_id, Reach::Host)?
+            .child_id
+            .clone())
     }
 
     /// Async delegations still running.

@@ -18,6 +18,8 @@ pub struct Deleted {
     pub session_id: SessionId,
     /// Its tombstone.
     pub tombstone: Tombstone,
+    /// A run of the child itself was in flight (or starting) and was cancelled.
+    pub run_cancelled: bool,
     /// Live descendants whose runs were cancelled with it.
     pub cancelled: Vec<SessionId>,
     /// It was deleted before: nothing changed.
@@ -71,19 +73,21 @@ impl Supervisor {
                 return Ok(Deleted {
                     session_id,
                     tombstone,
+                    run_cancelled: false,
                     cancelled: Vec::new(),
                     already: true,
                 });
             }
         };
-        let cancelled = self.inner.hub.close(child.id);
+        let closed = self.inner.hub.close(child.id);
         let tombstone =
             registry::write_tombstone(store.as_ref(), &child, by, &self.redact(reason)).await?;
         tracing::info!(child = %child.id, parent = %parent, by, "child deleted");
         Ok(Deleted {
             session_id: child.id,
             tombstone,
-            cancelled,
+            run_cancelled: closed.own_run,
+            cancelled: closed.descendants,
             already: false,
         })
     }
@@ -92,6 +96,6 @@ impl Supervisor {
     /// unwatched) and refuses new children under it or them. Returns the descendants
     /// closed.
     pub fn close_session(&self, id: SessionId) -> Vec<SessionId> {
-        self.inner.hub.close(id)
+        self.inner.hub.close(id).descendants
     }
 }

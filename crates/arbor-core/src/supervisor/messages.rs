@@ -14,7 +14,7 @@ use arbor_store::{SessionRecord, SessionUpdate, StoreError};
 use serde::Serialize;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, Reservation};
 use crate::supervisor::core::Supervisor;
 
 /// The largest message body, in UTF-8 bytes.
@@ -95,9 +95,17 @@ impl Supervisor {
                 (Some(sender), relationship)
             }
         };
+        if let Some(why) = self.inner.hub.start_failure(to) {
+            // Another run now would fail the same way: say so rather than start it.
+            return Err(CoreError::Denied(format!(
+                "\"{}\" could not start ({why}); it takes no messages: spawn a new child",
+                target.name
+            )));
+        }
         let inbox = self.inbox_of(&target).await?;
-        if inbox.len() >= MAX_PENDING {
-            return Err(CoreError::limit_error(
+        // The check and the place it grants are one step: concurrent sends never exceed it.
+        let place = inbox.try_reserve(MAX_PENDING).map_err(|taken| {
+            CoreError::limit_error(
                 format!(
                     "The inbox of \"{}\" is full ({MAX_PENDING} pending messages); retry later",
                     target.name
@@ -105,10 +113,10 @@ impl Supervisor {
                 Some(LimitInfo {
                     limit: "max_pending_messages",
                     maximum: MAX_PENDING as u64,
-                    observed: inbox.len() as u64 + 1,
+                    observed: taken as u64 + 1,
                 }),
-            ));
-        }
+            )
+        })?;
         let from_id = sender.as_ref().map(|s| s.id);
         if let Err(wait) = self.inner.hub.take_token(from_id, to) {
             return Err(CoreError::limit_error(
@@ -134,7 +142,7 @@ impl Supervisor {
             notice: None,
             at: Timestamp::now(),
         };
-        if let Err(e) = self.deliver(&target, &inbox, message.clone()).await {
+        if let Err(e) = self.deliver(&target, place, message.clone()).await {
             self.inner.hub.refund_token(from_id, to);
             return Err(e);
         }
@@ -174,11 +182,12 @@ impl Supervisor {
             .register(target.id, target.parent_id, inbox, false))
     }
 
-    /// Stores `message` in the target's transcript, then queues it in its live inbox.
+    /// Stores `message` in the target's transcript, then queues it in the place taken in its
+    /// live inbox.
     async fn deliver(
         &self,
         target: &SessionRecord,
-        inbox: &Inbox,
+        place: Reservation<'_>,
         message: InboxMessage,
     ) -> CoreResult<()> {
         self.inner
@@ -192,7 +201,7 @@ impl Supervisor {
                 None,
             )
             .await?;
-        inbox.push(message);
+        place.push(message);
         Ok(())
     }
 
@@ -216,8 +225,10 @@ impl Supervisor {
         )))
     }
 
-    /// Sends a lifecycle notice about `child` to its parent. Notices bypass the rate and
-    /// queue limits (they are never dropped); nothing is sent to a closed or deleted parent.
+    /// Sends a lifecycle notice about `child` to its parent. Notices bypass the rate limit
+    /// but count against the inbox cap like any message: a parent whose inbox is full does
+    /// not get it (it is logged, and the child's registry row still tells how it ended).
+    /// Nothing is sent to a closed or deleted parent.
     pub(crate) async fn notify_parent(&self, child: &SessionRecord, notice: Notice) {
         let Some(parent_id) = child.parent_id else {
             return;
@@ -261,7 +272,17 @@ impl Supervisor {
             at: Timestamp::now(),
         };
         let delivered = match self.inbox_of(&parent).await {
-            Ok(inbox) => self.deliver(&parent, &inbox, message).await,
+            Ok(inbox) => match inbox.try_reserve(MAX_PENDING) {
+                Ok(place) => self.deliver(&parent, place, message).await,
+                Err(taken) => Err(CoreError::limit_error(
+                    format!("the parent's inbox is full ({taken} pending messages)"),
+                    Some(LimitInfo {
+                        limit: "max_pending_messages",
+                        maximum: MAX_PENDING as u64,
+                        observed: taken as u64 + 1,
+                    }),
+                )),
+            },
             Err(e) => Err(e),
         };
         match delivered {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::approval;
 use crate::error::{CoreError, CoreResult};
 use crate::gate::{NestedOutcome, NestedResumer};
+use crate::supervisor::admission::admitted_terms;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, CancelReason, Mode, child_identity};
 use crate::supervisor::policy::{PolicyInput, Report};
@@ -168,17 +169,24 @@ impl NestedResumer for Supervisor {
             .await?
             .filter(|r| r.tombstone.is_none())
             .ok_or_else(unknown_run)?;
-        let replay = PolicyInput {
-            report: Some(mapping.report),
-            every_turns: mapping.every_turns,
-            budget_share: mapping.budget_share,
-            ..PolicyInput::default()
+        let (limits, policy) = if record.meta.get("limits").is_some() {
+            // What the spawn narrowed to (request limits and budget share included).
+            admitted_terms(inner, entry, &record)?
+        } else {
+            // A record from before admission stored its terms: replay the mapping's policy.
+            let replay = PolicyInput {
+                report: Some(mapping.report),
+                every_turns: mapping.every_turns,
+                budget_share: mapping.budget_share,
+                ..PolicyInput::default()
+            };
+            let policy = entry.policy.narrow(&replay, inner.child_events)?;
+            let mut limits = inner.limits.narrow(&entry.limits)?;
+            if let Some(share) = policy.budget_share {
+                limits = limits.narrow(&limits.scaled(share).to_input())?;
+            }
+            (limits, policy)
         };
-        let policy = entry.policy.narrow(&replay, inner.child_events)?;
-        let mut limits = inner.limits.narrow(&entry.limits)?;
-        if let Some(share) = policy.budget_share {
-            limits = limits.narrow(&limits.scaled(share).to_input())?;
-        }
         let scopes: Option<std::collections::BTreeSet<String>> =
             record.meta["scopes"].as_array().map(|a| {
                 a.iter()

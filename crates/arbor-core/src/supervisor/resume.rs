@@ -19,7 +19,7 @@ use crate::supervisor::delegate::{
     Admitted, CancelReason, DelegationResult, Ended, Mode, child_identity,
 };
 use crate::supervisor::messages::preview;
-use crate::supervisor::policy::PolicyInput;
+use crate::supervisor::admission::admitted_terms;
 
 impl Supervisor {
     /// Starts a follow-up run of `id` in the background if it is idle, retained and has
@@ -33,19 +33,52 @@ impl Supervisor {
         // Boxed: a follow-up run's state is large, and a task moves its future several times.
         self.inner.tracker.spawn(Box::pin(async move {
             match this.resume(id).await {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(FollowUp::Ran) => {}
+                Ok(FollowUp::NotOurs) => {
                     // Not one of this supervisor's children (a root its host runs): its
                     // messages wait for the host.
                     this.inner.hub.end_run(id);
                 }
-                Err(e) => {
+                Ok(FollowUp::RunningElsewhere) => {
+                    // Another process runs it: the messages are stored, and its owner (or
+                    // whoever runs it next) reads them. Not retried from here.
+                    this.inner.hub.end_run(id);
+                }
+                Err(e) if e.limit().is_some_and(|l| l.limit == "max_active_children") => {
+                    // No slot: retried when a delegation ends.
                     this.inner.hub.end_run(id);
                     this.inner.hub.defer(id);
+                }
+                Err(e) => {
+                    // It cannot run (deleted, under a closed parent, its terms no longer
+                    // hold): the messages that woke it are dropped once, never retried in
+                    // a loop.
+                    let why = this.redact(&format!("the follow-up run could not start: {e}"));
+                    this.drop_pending(id, &why).await;
+                    this.inner.hub.end_run(id);
                     tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
                 }
             }
         }));
+    }
+
+    /// Drops what waits in the live inbox of `id`, unread, with one durable record of why.
+    pub(crate) async fn drop_pending(&self, id: SessionId, why: &str) {
+        let Some(inbox) = self.inner.hub.inbox(id) else {
+            return;
+        };
+        let dropped = inbox.drain();
+        if dropped.is_empty() {
+            return;
+        }
+        let entry = arbor_protocol::EntryKind::InboxDropped {
+            ids: dropped.iter().map(|m| m.id.clone()).collect(),
+            reason: why.to_owned(),
+        };
+        let run = arbor_protocol::RunId::new();
+        if let Err(e) = self.inner.store.append(id, run, &[entry], None).await {
+            tracing::warn!(session = %id, error = %e, "could not record dropped messages");
+        }
     }
 
     /// Wakes every idle child with mail whose follow-up could not start before (after a
@@ -56,9 +89,9 @@ impl Supervisor {
         }
     }
 
-    /// Runs `id` on its pending messages; `Ok(false)` when it is not a child of this
-    /// supervisor.
-    async fn resume(&self, id: SessionId) -> CoreResult<bool> {
+    /// Runs `id` on its pending messages, unless it is not a child of this supervisor or a
+    /// run of it is live in another process.
+    async fn resume(&self, id: SessionId) -> CoreResult<FollowUp> {
         let inner = &self.inner;
         let record = inner
             .store
@@ -74,18 +107,17 @@ impl Supervisor {
             inner.index.get(&child_id),
             record.meta["supervisor_id"] == inner.id.as_str(),
         ) else {
-            return Ok(false);
+            return Ok(FollowUp::NotOurs);
         };
+        self.check_ancestors(&record).await?;
         let entry = &inner.entries[entry_index];
         let mode = match record.meta["mode"].as_str() {
             Some("sync") => Mode::Sync,
             Some("async") => Mode::Join,
             _ => Mode::Message,
         };
-        let policy = entry
-            .policy
-            .narrow(&PolicyInput::default(), inner.child_events)?;
-        let limits = inner.limits.narrow(&entry.limits)?;
+        // The limits and policy its spawn narrowed to, never the catalog's wider defaults.
+        let (limits, policy) = admitted_terms(inner, entry, &record)?;
         let scopes: Option<Vec<String>> = record.meta["scopes"].as_array().map(|a| {
             a.iter()
                 .filter_map(|s| s.as_str().map(str::to_owned))
@@ -106,6 +138,11 @@ impl Supervisor {
         // A follow-up waits for no one: without a slot it stays pending, and is retried
         // when a delegation ends.
         let slot = inner.slots.reserve(limits.max_active_children)?;
+        // The run lease: the session's status goes to `running` compare-and-swap, refused
+        // when a run of it is live elsewhere (another process) or it was deleted since.
+        let Some(record) = self.take_lease(record).await? else {
+            return Ok(FollowUp::RunningElsewhere);
+        };
         let parent = match record.parent_id {
             Some(p) => inner.store.session(p).await?.map(|r| (&r).into()),
             None => None,
@@ -144,7 +181,64 @@ impl Supervisor {
         self.begin(&admitted);
         // Drive inline: this is already the background task.
         let _ = self.drive(admitted).await;
-        Ok(true)
+        Ok(FollowUp::Ran)
+    }
+
+    /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even
+    /// if this process no longer held it live).
+    async fn check_ancestors(&self, record: &arbor_store::SessionRecord) -> CoreResult<()> {
+        let gone = || CoreError::Denied("Unknown or deleted session".to_owned());
+        if self.inner.hub.is_closed(record.id) {
+            return Err(gone());
+        }
+        let mut next = record.parent_id;
+        // Depth is bounded by the hard cap; the bound guards against a corrupt cycle.
+        for _ in 0..=super::limits::SupervisorLimits::HARD.max_depth {
+            let Some(id) = next else {
+                return Ok(());
+            };
+            if self.inner.hub.is_closed(id) {
+                return Err(gone());
+            }
+            let ancestor = self.inner.store.session(id).await?.ok_or_else(gone)?;
+            if ancestor.tombstone.is_some() {
+                return Err(gone());
+            }
+            next = ancestor.parent_id;
+        }
+        Ok(())
+    }
+
+    /// Takes the run lease of `record`: `None` when a run of it is live elsewhere.
+    async fn take_lease(
+        &self,
+        mut record: arbor_store::SessionRecord,
+    ) -> CoreResult<Option<arbor_store::SessionRecord>> {
+        for _ in 0..16 {
+            if record.status == arbor_protocol::SessionStatus::Running {
+                return Ok(None);
+            }
+            let update = arbor_store::SessionUpdate {
+                expected_version: Some(record.version),
+                ..crate::run::running_update()
+            };
+            match self.inner.store.update_session(record.id, &update).await {
+                Ok(updated) => return Ok(Some(updated)),
+                Err(arbor_store::StoreError::Conflict { .. }) => {
+                    record = self
+                        .inner
+                        .store
+                        .session(record.id)
+                        .await?
+                        .ok_or_else(|| CoreError::Denied("Unknown or deleted session".into()))?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(CoreError::Supervisor(format!(
+            "could not start a follow-up run of session {}: its record kept changing",
+            record.id
+        )))
     }
 
     /// After a registered child's run: the parent's lifecycle notice (message mode), then
@@ -156,10 +250,26 @@ impl Supervisor {
         outcome: &CoreResult<DelegationResult>,
         ended: Ended,
     ) {
+        if !ended.started {
+            // The run never began, so it read nothing: what waits for it is dropped once
+            // (another run now would fail the same way, at once, forever). A first run that
+            // could not start is remembered, and later messages to it are refused.
+            let why = match outcome {
+                Err(e) => self.redact(&e.to_string()),
+                Ok(_) => "the run did not start".to_owned(),
+            };
+            if !ended.resume && !ended.host_aborted {
+                self.inner.hub.set_start_failure(record.id, why.clone());
+            }
+            self.drop_pending(record.id, &format!("the run could not start: {why}"))
+                .await;
+        }
         if ended.mode == Mode::Message && !self.inner.session_token.is_cancelled() {
             let current = self.inner.store.session(record.id).await.ok().flatten();
-            let deleted = current.as_ref().is_none_or(|r| r.tombstone.is_some());
+            let deleted = self.inner.hub.is_closed(record.id)
+                || current.as_ref().is_none_or(|r| r.tombstone.is_some());
             let replies = current.as_ref().map_or(0, |r| r.replies);
+            // Exactly one notice per run, whether a delete raced it or not.
             let notice = match outcome {
                 Ok(r) if r.result.status == arbor_protocol::RunStatus::Succeeded => (!ended.resume
                     && replies == ended.replies_at_start)
@@ -169,6 +279,9 @@ impl Supervisor {
                 Ok(r) => Some(Notice::Failed {
                     error: self.redact(r.result.error.as_deref().unwrap_or("run denied")),
                 }),
+                Err(_) if deleted && ended.host_aborted => Some(Notice::Cancelled {
+                    reason: Some("Deleted by its parent".to_owned()),
+                }),
                 Err(e) if ended.host_aborted => Some(Notice::Cancelled {
                     reason: Some(e.to_string()),
                 }),
@@ -176,7 +289,7 @@ impl Supervisor {
                     error: e.to_string(),
                 }),
             };
-            if let (Some(notice), false) = (notice, deleted) {
+            if let Some(notice) = notice {
                 self.notify_parent(record, notice).await;
             }
         }
@@ -185,4 +298,15 @@ impl Supervisor {
         }
         self.wake_waiting();
     }
+}
+
+/// What a wake-up did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FollowUp {
+    /// A follow-up ran.
+    Ran,
+    /// Not one of this supervisor's children.
+    NotOurs,
+    /// A run of it is live elsewhere.
+    RunningElsewhere,
 }

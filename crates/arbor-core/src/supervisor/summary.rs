@@ -132,6 +132,20 @@ impl Summary {
         );
     }
 
+    /// A delegation suspended on approvals: nothing of it runs and its slot is free, so it
+    /// is no longer live; its row shows `suspended` unless another of its delegations runs.
+    /// Not a settle: no failure is counted, and [`rejoin`](Self::rejoin) makes it live again.
+    pub(crate) fn suspend(&mut self, delegation_id: &str) {
+        let Some(live) = self.live.remove(delegation_id) else {
+            return;
+        };
+        let child = live.child;
+        self.live_per_child[child] = self.live_per_child[child].saturating_sub(1);
+        if self.live_per_child[child] == 0 {
+            self.rows[child].outcome = Outcome::Suspended;
+        }
+    }
+
     /// A delegation settled with `outcome`; `failure` when it counts as one.
     pub(crate) fn settle(&mut self, delegation_id: &str, outcome: Outcome, failure: bool) {
         let Some(live) = self.live.remove(delegation_id) else {
@@ -237,6 +251,20 @@ mod tests {
         s.settle("q", Outcome::Failed, true);
         assert_eq!(s.rows()[0].failure_radius, 0, "most recent, not a sum");
         assert_eq!(s.rows()[0].failures, 2);
+    }
+
+    #[test]
+    fn a_suspended_delegation_shows_suspended_until_it_rejoins() {
+        let mut s = Summary::new(&ids());
+        s.start(0, "d1", Arc::from(vec![]), Lifetime::Task);
+        s.suspend("d1");
+        assert_eq!(s.rows()[0].outcome, Outcome::Suspended);
+        assert_eq!(s.rows()[0].attempts, 1);
+        s.rejoin(0, "d1", Arc::from(vec![]), Lifetime::Task);
+        assert_eq!(s.rows()[0].outcome, Outcome::Running);
+        assert_eq!(s.rows()[0].attempts, 1, "a resume is not a new attempt");
+        s.settle("d1", Outcome::Succeeded, false);
+        assert_eq!(s.rows()[0].outcome, Outcome::Succeeded);
     }
 
     #[test]

@@ -57,6 +57,7 @@ impl Supervisor {
                 .as_ref()
                 .map(|s| s.pending.clone())
                 .unwrap_or_default();
+            self.state().summary.suspend(&a.delegation_id);
             return Err(self.suspended(a, result.run_id, *session_id, pending).await);
         }
         // A delegation that ended before its child's run began leaves the record idle: give it

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::error::CoreError;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{DelegationRequest, DelegationResult, Delegator};
+use crate::supervisor::handles::Reach;
 use crate::supervisor::join::{WaitOptions, WaitOutcome};
 use crate::supervisor::policy::{HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
 use crate::tool::{DynTool, ToolContext, ToolError};
@@ -294,7 +295,7 @@ impl DynTool for WaitAgentTool {
         match self
             .delegator
             .supervisor()
-            .wait(&args.delegation_id, options)
+            .wait_from(Reach::Tree(ctx.session.root_id), &args.delegation_id, options)
             .await
         {
             Ok(WaitOutcome::Finished(r)) => Ok(finished(&self.delegator, &r)),
@@ -339,14 +340,20 @@ impl DynTool for CancelAgentTool {
     async fn call_json(
         &self,
         arguments: serde_json::Value,
-        _ctx: ToolContext,
+        ctx: ToolContext,
     ) -> Result<String, ToolError> {
         let args: HandleArgs = serde_json::from_value(arguments).map_err(|e| {
             self.delegator
                 .supervisor()
                 .bad_arguments("cancel_agent", &e)
         })?;
-        match self.delegator.supervisor().cancel(&args.delegation_id) {
+        // A model reaches its own tree's handles only: another tree's id is unknown to it.
+        let reach = Reach::Tree(ctx.session.root_id);
+        match self
+            .delegator
+            .supervisor()
+            .cancel_from(reach, &args.delegation_id)
+        {
             Ok(running) => Ok(json!({
                 "delegation_id": args.delegation_id,
                 "status": if running { "cancelling" } else { "terminal" },

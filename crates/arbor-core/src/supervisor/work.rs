@@ -15,7 +15,7 @@ use crate::error::CoreError;
 use crate::permission::ToolBudget;
 use crate::run::RunOptions;
 use crate::session::Session;
-use crate::supervisor::admission::encode_component;
+use crate::supervisor::admission::{encode_component, session_of};
 use crate::supervisor::catalog::ChildContext;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, Delegator, Scope, Worked, check_bytes, check_depth};
@@ -33,6 +33,15 @@ impl Supervisor {
     ) -> Worked {
         let inner = &self.inner;
         let entry = &inner.entries[a.entry];
+        // The run is marked started before anything of it happens: a delete that landed
+        // since admission (or since a follow-up was claimed) has closed the session, and
+        // then nothing starts (no hook, no factory, no turn).
+        if let Some(id) = session_of(a) {
+            inner.hub.start_run(id, &a.token);
+        }
+        if a.token.is_cancelled() {
+            return Worked::Error(CoreError::Supervisor(self.cancel_message(a).into()));
+        }
         let mut limits = a.limits;
         let mut input = a.input.clone();
         let mut hook_permission = None;
@@ -218,6 +227,12 @@ impl Supervisor {
                 name: a.name.clone(),
                 result: Box::new(result),
             },
+            Ok(Err(CoreError::Store(arbor_store::StoreError::Deleted { .. }))) => {
+                // Deleted by another process as the run started: it ends as cancelled.
+                a.reason.set("Child was deleted");
+                a.token.cancel();
+                Worked::Error(CoreError::Supervisor(self.cancel_message(a).into()))
+            }
             Ok(Err(e)) => Worked::Error(e),
             Err(p) => Worked::Error(CoreError::Supervisor(format!(
                 "child \"{}\" run panicked: {}",

@@ -210,7 +210,7 @@ async fn a_gated_child_call_is_approved_at_the_root_and_runs_exactly_once() {
         ("write", vec!["writer".to_owned()])
     );
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
-    // Not terminal: no finish, no after, the attempt still running.
+    // Not terminal: no finish, no after; the attempt is suspended (nothing of it runs).
     assert_eq!(
         types(&mut sub),
         ["delegation_admitted", "delegation_started"]
@@ -218,7 +218,7 @@ async fn a_gated_child_call_is_approved_at_the_root_and_runs_exactly_once() {
     assert!(t.afters.0.lock().unwrap().is_empty());
     assert_eq!(
         (t.sup.summary()[0].attempts, t.sup.summary()[0].outcome),
-        (1, Outcome::Running)
+        (1, Outcome::Suspended)
     );
     assert_eq!(
         t.sup.active_children(),

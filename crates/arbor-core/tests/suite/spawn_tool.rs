@@ -174,10 +174,12 @@ async fn async_spawn_wait_and_cancel_through_the_tools() {
     let spawn = SpawnAgentTool::new(sup.delegator());
     let wait = WaitAgentTool::new(sup.delegator());
     let cancel = CancelAgentTool::new(sup.delegator());
+    // One tree: every call comes from the same parent session.
+    let ctx = ctx_in(&sup).await;
     let out = spawn
         .call_json(
             json!({"child_id": "slow", "input": "x", "mode": "async"}),
-            ctx_in(&sup).await,
+            ctx.clone(),
         )
         .await
         .unwrap();
@@ -189,7 +191,7 @@ async fn async_spawn_wait_and_cancel_through_the_tools() {
         spawn
             .call_json(
                 json!({"child_id": "slow", "input": "y", "mode": "async"}),
-                ctx_in(&sup).await,
+                ctx.clone(),
             )
             .await,
     );
@@ -198,14 +200,14 @@ async fn async_spawn_wait_and_cancel_through_the_tools() {
         "Active child limit exceeded: max_active_children (maximum 1, observed 2)"
     );
     let done = wait
-        .call_json(json!({"delegation_id": id}), ctx_in(&sup).await)
+        .call_json(json!({"delegation_id": id}), ctx.clone())
         .await
         .unwrap();
     let done: Value = serde_json::from_str(&done).unwrap();
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["text"], "late");
     let c = cancel
-        .call_json(json!({"delegation_id": id}), ctx_in(&sup).await)
+        .call_json(json!({"delegation_id": id}), ctx.clone())
         .await
         .unwrap();
     assert_eq!(
@@ -213,10 +215,58 @@ async fn async_spawn_wait_and_cancel_through_the_tools() {
         "terminal"
     );
     let e = model_error(
-        wait.call_json(json!({"delegation_id": "forged"}), ctx_in(&sup).await)
+        wait.call_json(json!({"delegation_id": "forged"}), ctx.clone())
             .await,
     );
     assert_eq!(e, "Unknown async delegation");
+}
+
+#[tokio::test]
+async fn another_trees_model_cannot_wait_on_or_cancel_a_delegation() {
+    let slow = Agent::builder("slow")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "mine",
+        )
+        .with_delay(Duration::from_millis(200))])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("slow", slow))
+        .build()
+        .unwrap();
+    let spawn = SpawnAgentTool::new(sup.delegator());
+    let wait = WaitAgentTool::new(sup.delegator());
+    let cancel = CancelAgentTool::new(sup.delegator());
+    let (mine, theirs) = (ctx_in(&sup).await, ctx_in(&sup).await);
+    let out = spawn
+        .call_json(
+            json!({"child_id": "slow", "input": "x", "mode": "async"}),
+            mine.clone(),
+        )
+        .await
+        .unwrap();
+    let id = serde_json::from_str::<Value>(&out).unwrap()["delegation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The other tree gets exactly what a forged id gets, and changes nothing.
+    for tool in [&wait as &dyn DynTool, &cancel] {
+        let e = model_error(
+            tool.call_json(json!({"delegation_id": id}), theirs.clone())
+                .await,
+        );
+        assert_eq!(e, "Unknown async delegation");
+    }
+    let done = wait
+        .call_json(json!({"delegation_id": id}), mine)
+        .await
+        .unwrap();
+    let done: Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(
+        (done["status"].as_str(), done["text"].as_str()),
+        (Some("succeeded"), Some("mine")),
+        "the foreign cancel did not reach it"
+    );
 }
 
 #[tokio::test]

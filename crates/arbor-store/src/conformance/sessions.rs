@@ -255,6 +255,7 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
                     final_status: SessionStatus::Succeeded,
                     usage: Usage::new(5, 6),
                 }),
+                live_only: false,
             },
         ),
     ];
@@ -336,6 +337,80 @@ pub async fn update_with_stale_version_conflicts(store: &dyn Store) {
         (3, 30),
         "[{b}] {CHECK}"
     );
+}
+
+/// An update marked `live_only` (a run start) is refused with `Deleted` once the session
+/// has a tombstone, atomically with the check: nothing changes, not even with entries
+/// appended in the same write. Without the mark, a deleted session's record still updates.
+pub async fn updates_for_live_sessions_refuse_a_deleted_one(store: &dyn Store) {
+    const CHECK: &str = "updates_for_live_sessions_refuse_a_deleted_one";
+    let b = store.backend();
+    let parent = root("live-only");
+    create(store, CHECK, &parent).await;
+    let record = child(&parent, "doomed");
+    create(store, CHECK, &record).await;
+    let start = SessionUpdate {
+        live_only: true,
+        ..SessionUpdate::status(SessionStatus::Running)
+    };
+    let running = store.update_session(record.id, &start).await;
+    let running = running.unwrap_or_else(|e| panic!("[{b}] {CHECK}: live update failed: {e}"));
+    assert_eq!(running.status, SessionStatus::Running, "[{b}] {CHECK}");
+    let tombstone = crate::Tombstone {
+        at: Timestamp::now(),
+        by: "host".into(),
+        reason: "gone".into(),
+        final_status: SessionStatus::Succeeded,
+        usage: Usage::default(),
+    };
+    let deleted = SessionUpdate {
+        tombstone: Some(tombstone),
+        status: Some(SessionStatus::Succeeded),
+        ..SessionUpdate::default()
+    };
+    let deleted = store.update_session(record.id, &deleted).await;
+    let deleted = deleted.unwrap_or_else(|e| panic!("[{b}] {CHECK}: tombstone failed: {e}"));
+    let err = expect_err(
+        b,
+        CHECK,
+        store.update_session(record.id, &start).await,
+        StoreErrorKind::NotFound,
+    );
+    assert_eq!(
+        err,
+        StoreError::Deleted {
+            id: record.id.to_string()
+        },
+        "[{b}] {CHECK}"
+    );
+    let entry = arbor_protocol::EntryKind::RunStarted {
+        agent: "a".into(),
+        model: "m".into(),
+    };
+    let appended = store
+        .append(
+            record.id,
+            arbor_protocol::RunId::new(),
+            std::slice::from_ref(&entry),
+            Some(&start),
+        )
+        .await;
+    expect_err(b, CHECK, appended, StoreErrorKind::NotFound);
+    assert_eq!(
+        get(store, CHECK, record.id).await,
+        deleted,
+        "[{b}] {CHECK}: a refused run start changed the record"
+    );
+    let transcript = store.transcript(record.id, 0, None).await;
+    let transcript = transcript.unwrap_or_else(|e| panic!("[{b}] {CHECK}: transcript: {e}"));
+    assert!(
+        transcript.is_empty(),
+        "[{b}] {CHECK}: a refused run start appended entries"
+    );
+    let settle = SessionUpdate::status(SessionStatus::Aborted);
+    let settled = store.update_session(record.id, &settle).await;
+    let settled = settled.unwrap_or_else(|e| panic!("[{b}] {CHECK}: plain update failed: {e}"));
+    assert_eq!(settled.status, SessionStatus::Aborted, "[{b}] {CHECK}");
 }
 
 /// Updating an unknown session fails with `NotFound` and creates nothing.
