@@ -187,7 +187,8 @@ impl Session {
             });
         }
         // The tombstone is checked atomically with the start: a deleted session never runs.
-        self.commit(run_id, &entries, Some(running_update())).await?;
+        self.commit(run_id, &entries, Some(running_update()))
+            .await?;
         self.messages.extend(user);
         self.bus.publish(
             run_id,

@@ -144,7 +144,8 @@ pub(crate) fn admitted_terms(
     if let Ok(stored) = serde_json::from_value::<SupervisorLimits>(record.meta["limits"].clone()) {
         limits = limits.narrow(&stored.to_input())?;
     }
-    let stored: Option<EffectivePolicy> = serde_json::from_value(record.meta["policy"].clone()).ok();
+    let stored: Option<EffectivePolicy> =
+        serde_json::from_value(record.meta["policy"].clone()).ok();
     let policy = match stored {
         Some(p) => {
             let replay = PolicyInput {
@@ -158,7 +159,9 @@ pub(crate) fn admitted_terms(
             policy.budget_share = p.budget_share;
             policy
         }
-        None => entry.policy.narrow(&PolicyInput::default(), inner.child_events)?,
+        None => entry
+            .policy
+            .narrow(&PolicyInput::default(), inner.child_events)?,
     };
     Ok((limits, policy))
 }

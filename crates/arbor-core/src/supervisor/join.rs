@@ -154,7 +154,8 @@ impl Supervisor {
 
     /// The child id of a handle.
     pub fn handle_child(&self, delegation_id: &str) -> CoreResult<String> {
-        Ok(self.state()
+        Ok(self
+            .state()
             .handles
             .get(delegation_id, Reach::Host)?
             .child_id

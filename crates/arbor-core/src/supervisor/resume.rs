@@ -15,11 +15,11 @@ use crate::error::{CoreError, CoreResult};
 use crate::supervisor::core::Supervisor;
 use arbor_protocol::Notice;
 
+use crate::supervisor::admission::admitted_terms;
 use crate::supervisor::delegate::{
     Admitted, CancelReason, DelegationResult, Ended, Mode, child_identity,
 };
 use crate::supervisor::messages::preview;
-use crate::supervisor::admission::admitted_terms;
 
 impl Supervisor {
     /// Starts a follow-up run of `id` in the background if it is idle, retained and has
@@ -225,12 +225,10 @@ impl Supervisor {
             match self.inner.store.update_session(record.id, &update).await {
                 Ok(updated) => return Ok(Some(updated)),
                 Err(arbor_store::StoreError::Conflict { .. }) => {
-                    record = self
-                        .inner
-                        .store
-                        .session(record.id)
-                        .await?
-                        .ok_or_else(|| CoreError::Denied("Unknown or deleted session".into()))?;
+                    record =
+                        self.inner.store.session(record.id).await?.ok_or_else(|| {
+                            CoreError::Denied("Unknown or deleted session".into())
+                        })?;
                 }
                 Err(e) => return Err(e.into()),
             }

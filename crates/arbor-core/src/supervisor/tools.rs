@@ -295,7 +295,11 @@ impl DynTool for WaitAgentTool {
         match self
             .delegator
             .supervisor()
-            .wait_from(Reach::Tree(ctx.session.root_id), &args.delegation_id, options)
+            .wait_from(
+                Reach::Tree(ctx.session.root_id),
+                &args.delegation_id,
+                options,
+            )
             .await
         {
             Ok(WaitOutcome::Finished(r)) => Ok(finished(&self.delegator, &r)),

@@ -1,0 +1,205 @@
+//! A store that stops one chosen call until the test lets it go: how the tests force a
+//! delete, a cancel or a crash into a precise point of a run.
+
+use std::sync::{Arc, Mutex};
+
+use arbor_protocol::{EntryKind, RunId, SessionId, TranscriptEntry};
+use arbor_store::{
+    Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, Store, StoreResult,
+};
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+
+/// The call a hold matches (tests match on the parts they need).
+#[derive(Debug)]
+#[allow(dead_code)]
+pub(crate) enum Call<'a> {
+    Create(&'a SessionRecord),
+    Update(SessionId, &'a SessionUpdate),
+    Append(SessionId, &'a [EntryKind], Option<&'a SessionUpdate>),
+    PutCheckpoint(&'a str, &'a serde_json::Value),
+}
+
+type Matcher = Box<dyn Fn(&Call<'_>) -> bool + Send>;
+
+struct Armed {
+    matches: Matcher,
+    /// Hold after the inner store did the call (else before).
+    after: bool,
+    reached: oneshot::Sender<()>,
+    release: oneshot::Receiver<()>,
+}
+
+/// See the module docs.
+pub(crate) struct HoldStore {
+    inner: Arc<dyn Store>,
+    armed: Mutex<Option<Armed>>,
+}
+
+impl std::fmt::Debug for HoldStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HoldStore")
+    }
+}
+
+/// The two ends of an armed hold: `reached` fires when the call is held; send on `release`
+/// to let it go.
+pub(crate) struct Held {
+    pub(crate) reached: oneshot::Receiver<()>,
+    pub(crate) release: oneshot::Sender<()>,
+}
+
+impl HoldStore {
+    pub(crate) fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            armed: Mutex::new(None),
+        })
+    }
+
+    /// Holds the first call `matches` accepts, before or `after` the inner store does it.
+    pub(crate) fn arm(
+        &self,
+        after: bool,
+        matches: impl Fn(&Call<'_>) -> bool + Send + 'static,
+    ) -> Held {
+        let (reached_tx, reached_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        *self.armed.lock().unwrap() = Some(Armed {
+            matches: Box::new(matches),
+            after,
+            reached: reached_tx,
+            release: release_rx,
+        });
+        Held {
+            reached: reached_rx,
+            release: release_tx,
+        }
+    }
+
+    fn take(&self, call: &Call<'_>) -> Option<Armed> {
+        let mut armed = self.armed.lock().unwrap();
+        if armed.as_ref().is_some_and(|a| (a.matches)(call)) {
+            armed.take()
+        } else {
+            None
+        }
+    }
+
+    async fn gate<T>(
+        &self,
+        call: Call<'_>,
+        op: impl std::future::Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        let Some(armed) = self.take(&call) else {
+            return op.await;
+        };
+        if armed.after {
+            let out = op.await;
+            let _ = armed.reached.send(());
+            let _ = armed.release.await;
+            out
+        } else {
+            let _ = armed.reached.send(());
+            let _ = armed.release.await;
+            op.await
+        }
+    }
+}
+
+#[async_trait]
+impl Store for HoldStore {
+    async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
+        self.gate(Call::Create(record), self.inner.create_session(record))
+            .await
+    }
+    async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
+        self.inner.session(id).await
+    }
+    async fn update_session(
+        &self,
+        id: SessionId,
+        update: &SessionUpdate,
+    ) -> StoreResult<SessionRecord> {
+        self.gate(
+            Call::Update(id, update),
+            self.inner.update_session(id, update),
+        )
+        .await
+    }
+    async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+        self.inner.list_sessions(query).await
+    }
+    async fn append(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+    ) -> StoreResult<u64> {
+        self.gate(
+            Call::Append(session, entries, update),
+            self.inner.append(session, run, entries, update),
+        )
+        .await
+    }
+    async fn append_attributed(
+        &self,
+        session: SessionId,
+        run: RunId,
+        entries: &[EntryKind],
+        update: Option<&SessionUpdate>,
+        attribution: &Attribution,
+    ) -> StoreResult<u64> {
+        self.gate(
+            Call::Append(session, entries, update),
+            self.inner
+                .append_attributed(session, run, entries, update, attribution),
+        )
+        .await
+    }
+    async fn transcript(
+        &self,
+        session: SessionId,
+        after: u64,
+        limit: Option<usize>,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.inner.transcript(session, after, limit).await
+    }
+    async fn put_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &serde_json::Value,
+        expected_version: u64,
+    ) -> StoreResult<u64> {
+        self.gate(
+            Call::PutCheckpoint(namespace, value),
+            self.inner
+                .put_checkpoint(namespace, key, value, expected_version),
+        )
+        .await
+    }
+    async fn checkpoint(&self, namespace: &str, key: &str) -> StoreResult<Option<Checkpoint>> {
+        self.inner.checkpoint(namespace, key).await
+    }
+    async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
+        self.inner.list_checkpoints(namespace).await
+    }
+    async fn delete_checkpoint(
+        &self,
+        namespace: &str,
+        key: &str,
+        expected_version: u64,
+    ) -> StoreResult<()> {
+        self.inner
+            .delete_checkpoint(namespace, key, expected_version)
+            .await
+    }
+    async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
+        self.inner.mark_interrupted().await
+    }
+    fn backend(&self) -> &'static str {
+        "hold"
+    }
+}
