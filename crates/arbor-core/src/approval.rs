@@ -101,6 +101,14 @@ pub enum CallState {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// Running (or resuming a child) as this state was stored: a resume that finds it here
+    /// was cut off mid-call (a crash, a cancel, a timeout) and never runs it again; the
+    /// model is told it was interrupted. Stored before the call starts, so an approved call
+    /// runs at most once whatever happens to the resume.
+    InFlight {
+        /// When it started (ms since the epoch).
+        since_ms: u64,
+    },
     /// Finished: its result goes into the transcript when the turn completes.
     Done {
         /// The result.
@@ -247,7 +255,8 @@ impl RunCheckpoint {
                         });
                     }
                 }
-                CallState::Decided { .. } | CallState::Done { .. } => {}
+                CallState::Decided { .. } | CallState::InFlight { .. } | CallState::Done { .. } => {
+                }
             }
         }
         out
@@ -394,6 +403,19 @@ pub(crate) fn check_paths(pending: &[PendingDecision]) -> CoreResult<()> {
             }),
         )),
         None => Ok(()),
+    }
+}
+
+/// The result a call caught in flight gets: it is never run again.
+pub(crate) fn interrupted(call: &ToolCall) -> ToolResult {
+    ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: "interrupted: this call was in flight when its run stopped (a crash, a \
+                  cancel or a timeout); it was not run again, and it may or may not have \
+                  taken effect"
+            .to_owned(),
+        is_error: true,
     }
 }
 

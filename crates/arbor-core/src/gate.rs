@@ -49,6 +49,25 @@ pub trait NestedResumer: fmt::Debug + Send + Sync {
         session_id: SessionId,
         decisions: Vec<ApprovalDecision>,
     ) -> CoreResult<NestedOutcome>;
+
+    /// Why the suspended child run `run_id` can no longer be resumed (it was deleted), if
+    /// so: the parent's call then fails with this text and the parent goes on. The default
+    /// knows of no such case.
+    async fn nested_gone(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+    ) -> CoreResult<Option<String>> {
+        let _ = (run_id, session_id);
+        Ok(None)
+    }
+
+    /// The parent's run ended without resuming the suspended child run `run_id` (it was
+    /// cancelled, timed out or failed): the child's suspension is closed, never resumed. The
+    /// default does nothing.
+    async fn abandon_nested(&self, run_id: RunId, session_id: SessionId) {
+        let _ = (run_id, session_id);
+    }
 }
 
 fn rejected(call: &ToolCall, reason: Option<&str>) -> ToolResult {
@@ -145,13 +164,17 @@ impl Session {
 
     /// Runs what was decided (and resumes children that have decisions), then completes the
     /// turn, or suspends with what still waits.
+    ///
+    /// Each call is stored in flight before it starts and with its outcome before the next
+    /// one starts: a resume cut off anywhere (crash, cancel, timeout) leaves a checkpoint
+    /// from which no approved call runs twice.
     pub(crate) async fn settle_turn(
         &mut self,
         state: &mut RunState,
         mut checkpoint: RunCheckpoint,
         token: &CancellationToken,
     ) -> CoreResult<Option<Outcome>> {
-        let expected = match approval::load(self.store.as_ref(), state.run_id).await? {
+        let mut expected = match approval::load(self.store.as_ref(), state.run_id).await? {
             Some((v, _)) => v,
             None => 0,
         };
@@ -161,9 +184,12 @@ impl Session {
             let slot = checkpoint.calls[i].clone();
             let next = match slot.state {
                 CallState::Decided { verdict, .. } if verdict.allows() => {
+                    expected = self
+                        .mark_in_flight(state, &mut checkpoint, i, expected)
+                        .await?;
                     // The agent's own permission runs again here: an approval never widens it.
                     let outcome = self.execute(state.run_id, turn, &slot.call, token).await;
-                    if let Some(CallStop::Suspended(nested)) = outcome.stop {
+                    let next = if let Some(CallStop::Suspended(nested)) = outcome.stop {
                         CallState::Nested {
                             run_id: nested.run_id,
                             session_id: nested.session_id,
@@ -177,6 +203,16 @@ impl Session {
                         CallState::Done {
                             result: outcome.result,
                         }
+                    };
+                    checkpoint.calls[i].state = next;
+                    // Its outcome is stored before the next call starts.
+                    expected = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
+                    continue;
+                }
+                CallState::InFlight { .. } => {
+                    // A resume was cut off while this call ran: it is not run again.
+                    CallState::Done {
+                        result: approval::interrupted(&slot.call),
                     }
                 }
                 CallState::Decided { reason, .. } => {
@@ -197,18 +233,42 @@ impl Session {
                     run_id,
                     session_id,
                     decisions,
-                    ..
+                    pending,
                 } if !decisions.is_empty() => {
                     let Some(nested) = state.nested.clone() else {
                         return Err(CoreError::validation(
                             "resuming a delegated run needs a supervisor (RunOptions::with_nested)",
                         ));
                     };
-                    let resumed = match nested.resume_nested(run_id, session_id, decisions).await {
+                    expected = self
+                        .mark_in_flight(state, &mut checkpoint, i, expected)
+                        .await?;
+                    let resumed = nested
+                        .resume_nested(run_id, session_id, decisions.clone())
+                        .await
+                        .and_then(|resumed| match resumed {
+                            // Suspended again deeper than a decision's path may reach: the
+                            // resume fails before anything of it is kept (a reviewer may
+                            // reject the call that went too deep).
+                            NestedOutcome::Suspended(again) => {
+                                approval::check_paths(&again)?;
+                                Ok(NestedOutcome::Suspended(again))
+                            }
+                            other => Ok(other),
+                        });
+                    let resumed = match resumed {
                         Ok(resumed) => resumed,
                         Err(e) => {
-                            // Keep what already ran (a call done is never run again) and
-                            // release the run for a later resume.
+                            // The child could not be resumed (it could not be rebuilt, a
+                            // path grew too deep): keep what already ran (a call done is never
+                            // run again) and the child's decisions, and release the run for a
+                            // later resume.
+                            checkpoint.calls[i].state = CallState::Nested {
+                                run_id,
+                                session_id,
+                                pending,
+                                decisions,
+                            };
                             checkpoint.claimed_at_ms = None;
                             if let Err(save) =
                                 approval::save(self.store.as_ref(), &checkpoint, expected).await
@@ -218,7 +278,7 @@ impl Session {
                             return Err(e);
                         }
                     };
-                    match resumed {
+                    checkpoint.calls[i].state = match resumed {
                         NestedOutcome::Completed(text) => CallState::Done {
                             result: ToolResult {
                                 call_id: slot.call.id.clone(),
@@ -241,6 +301,29 @@ impl Session {
                             pending: again,
                             decisions: Vec::new(),
                         },
+                    };
+                    expected = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
+                    continue;
+                }
+                CallState::Nested {
+                    run_id, session_id, ..
+                } if state.nested.is_some() => {
+                    // Nothing decided for the child: it waits, unless it is gone (deleted),
+                    // in which case the call fails and the run goes on.
+                    let gone = match &state.nested {
+                        Some(nested) => nested.nested_gone(run_id, session_id).await?,
+                        None => None,
+                    };
+                    match gone {
+                        Some(why) => CallState::Done {
+                            result: ToolResult {
+                                call_id: slot.call.id.clone(),
+                                name: slot.call.name.clone(),
+                                content: why,
+                                is_error: true,
+                            },
+                        },
+                        None => slot.state,
                     }
                 }
                 other => other,
@@ -259,10 +342,27 @@ impl Session {
                         }
                         other => CoreError::Store(other),
                     })?;
+                state.checkpointed = false;
             }
             return self.complete_turn(state, checkpoint, stop).await;
         }
         self.suspend(state, checkpoint, expected).await.map(Some)
+    }
+
+    /// Stores call `i` in flight (keeping the resume's claim) and returns the new version.
+    async fn mark_in_flight(
+        &mut self,
+        state: &mut RunState,
+        checkpoint: &mut RunCheckpoint,
+        i: usize,
+        expected: u64,
+    ) -> CoreResult<u64> {
+        checkpoint.calls[i].state = CallState::InFlight {
+            since_ms: Timestamp::now().0,
+        };
+        let version = approval::save(self.store.as_ref(), checkpoint, expected).await?;
+        state.checkpointed = true;
+        Ok(version)
     }
 
     /// Writes the turn's results in call order and ends the turn.
@@ -378,7 +478,8 @@ impl Session {
         }
         checkpoint.claimed_at_ms = Some(now);
         approval::save(self.store.as_ref(), &checkpoint, version).await?;
-        checkpoint.claimed_at_ms = None;
+        // The claim stays on what the resume stores while it runs the decided calls; a
+        // suspension stores it released.
         let limits = match options.limits {
             Some(l) => checkpoint.limits.narrow(&l),
             None => checkpoint.limits,
@@ -395,9 +496,19 @@ impl Session {
             nested: options.nested.clone(),
             started_ms: checkpoint.started_ms,
             caps: checkpoint.caps,
+            checkpointed: true,
         };
         self.commit(run_id, &[], Some(crate::run::running_update()))
             .await?;
+        // The resumed attempt announces its own start, so a consumer of the stream can tell
+        // where it begins.
+        self.bus.publish(
+            run_id,
+            AgentEvent::RunStarted {
+                agent: self.agent.name().to_owned(),
+                model: self.agent.model().to_owned(),
+            },
+        );
         tracing::debug!(session = %self.id(), run = %run_id, at = Timestamp::now().0, "run resumed");
         let token = options.cancel.unwrap_or_default().child_token();
         let result = self

@@ -123,6 +123,9 @@ pub(crate) struct RunState {
     pub(crate) started_ms: u64,
     /// How many decisions it may wait on and keep.
     pub(crate) caps: crate::approval::ApprovalCaps,
+    /// A checkpoint of this run is stored (it suspended, or is being resumed): a run that
+    /// ends without suspending closes it.
+    pub(crate) checkpointed: bool,
 }
 
 impl Session {
@@ -174,6 +177,7 @@ impl Session {
             nested: options.nested.clone(),
             started_ms: arbor_protocol::Timestamp::now().0,
             caps: self.agent.approval_caps(),
+            checkpointed: false,
         };
         let run_id = state.run_id;
         let user = input.map(Message::user);
@@ -467,11 +471,19 @@ impl Session {
                 )
             }
         };
-        // A suspended run's calls are not dangling: they wait for their decisions.
+        // A suspended run's calls are not dangling: they wait for their decisions. A run that
+        // ends otherwise closes its checkpoint: what its calls did is written, a call caught
+        // in flight is reported interrupted, and nothing of it can be resumed again.
         let mut entries = if suspended.is_some() {
             Vec::new()
         } else {
-            self.close_dangling_calls(stop_reason)
+            let mut closed = if state.checkpointed {
+                self.close_checkpoint(&state).await
+            } else {
+                Vec::new()
+            };
+            closed.extend(self.close_dangling_calls(stop_reason));
+            closed
         };
         if let Some(s) = &suspended {
             self.bus.publish(
@@ -535,6 +547,67 @@ impl Session {
             tool_calls: state.tool_calls,
             suspension: suspended,
         })
+    }
+
+    /// Closes the stored checkpoint of a run that ends without suspending: the results its
+    /// calls got (and an interruption for a call caught in flight) join the conversation,
+    /// children still suspended under it are abandoned, and the checkpoint is deleted, so no
+    /// later resume runs anything of it. Best effort: a store failure is logged, and the
+    /// in-flight marks keep a later resume from repeating a call.
+    async fn close_checkpoint(&mut self, state: &RunState) -> Vec<EntryKind> {
+        let run_id = state.run_id;
+        let loaded = match crate::approval::load(self.store.as_ref(), run_id).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Vec::new(),
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "could not read the run's checkpoint to close it");
+                return Vec::new();
+            }
+        };
+        let (version, checkpoint) = loaded;
+        let answered: Vec<String> = self
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(r.call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut entries = Vec::new();
+        for slot in &checkpoint.calls {
+            let result = match &slot.state {
+                crate::approval::CallState::Done { result } => Some(result.clone()),
+                crate::approval::CallState::InFlight { .. } => {
+                    Some(crate::approval::interrupted(&slot.call))
+                }
+                crate::approval::CallState::Nested {
+                    run_id: child_run,
+                    session_id,
+                    ..
+                } => {
+                    if let Some(nested) = &state.nested {
+                        nested.abandon_nested(*child_run, *session_id).await;
+                    }
+                    None
+                }
+                _ => None,
+            };
+            if let Some(result) = result.filter(|r| !answered.contains(&r.call_id)) {
+                let message = Message::Tool(result);
+                entries.push(EntryKind::Message {
+                    message: message.clone(),
+                });
+                self.messages.push(message);
+            }
+        }
+        if let Err(e) = self
+            .store
+            .delete_checkpoint(crate::approval::RUN_NAMESPACE, &run_id.to_string(), version)
+            .await
+        {
+            tracing::warn!(run = %run_id, error = %e, "could not close the run's checkpoint");
+        }
+        entries
     }
 
     /// Tool calls of the last assistant message that have no result get one saying they

@@ -137,6 +137,21 @@ impl Supervisor {
     }
 }
 
+/// Whether the child's record still says it waits for approval (its resume failed before
+/// its run moved on).
+async fn still_suspended(store: &dyn arbor_store::Store, session_id: SessionId) -> bool {
+    matches!(
+        store.session(session_id).await,
+        Ok(Some(r)) if r.status == arbor_protocol::SessionStatus::Suspended
+    )
+}
+
+fn deleted_text(name: &str) -> String {
+    format!(
+        "the child \"{name}\" was deleted while it waited for approval; its call did not finish"
+    )
+}
+
 #[async_trait]
 impl NestedResumer for Supervisor {
     async fn resume_nested(
@@ -164,11 +179,13 @@ impl NestedResumer for Supervisor {
         }
         let store = inner.store.as_ref();
         let entry = &inner.entries[entry_index];
-        let record = store
-            .session(session_id)
-            .await?
-            .filter(|r| r.tombstone.is_none())
-            .ok_or_else(unknown_run)?;
+        let record = store.session(session_id).await?.ok_or_else(unknown_run)?;
+        if record.tombstone.is_some() {
+            // Deleted while it waited: the decisions have nothing to resume, and the parent's
+            // call fails so the parent goes on (rather than waiting on it forever).
+            self.abandon_nested(run_id, session_id).await;
+            return Ok(NestedOutcome::Failed(deleted_text(&record.name)));
+        }
         let (limits, policy) = if record.meta.get("limits").is_some() {
             // What the spawn narrowed to (request limits and budget share included).
             admitted_terms(inner, entry, &record)?
@@ -204,7 +221,14 @@ impl NestedResumer for Supervisor {
         // before anything is published or any hook runs (so a stale or forged decision
         // fails with nothing seen).
         let waiting = approval::suspension(store, run_id).await?;
-        approval::decide(store, run_id, waiting.version, &decisions).await?;
+        // Decisions a failed earlier resume already recorded are not recorded twice.
+        let fresh: Vec<ApprovalDecision> = decisions
+            .into_iter()
+            .filter(|d| waiting.pending.iter().any(|p| p.id == d.id))
+            .collect();
+        if !fresh.is_empty() {
+            approval::decide(store, run_id, waiting.version, &fresh).await?;
+        }
         let parents: Arc<[String]> = Arc::from(mapping.parents.clone());
         let admitted = Admitted {
             entry: entry_index,
@@ -240,10 +264,31 @@ impl NestedResumer for Supervisor {
             parents,
             admitted.policy.lifetime,
         );
-        let outcome = self.drive(admitted).await;
+        // The drive runs as its own task, so a parent resume that is cancelled or times out
+        // still leaves the child exactly one terminal report; the guard cancels the child
+        // when that happens.
+        let guard = admitted.token.clone().drop_guard();
+        let this = self.clone();
+        let task = inner
+            .tracker
+            .spawn(Box::pin(async move { this.drive(admitted).await }));
+        let outcome = task.await.unwrap_or_else(|e| {
+            Err(CoreError::Supervisor(format!(
+                "delegation task failed: {e}"
+            )))
+        });
+        guard.disarm();
         match outcome {
             Err(CoreError::Suspended(again)) => Ok(NestedOutcome::Suspended(again.pending)),
+            // The child could not be rebuilt (its factory failed, say): it still waits, with
+            // its decisions kept, and the parent's resume fails with the reason, so a later
+            // resume can finish it.
+            Err(e) if still_suspended(store, session_id).await => Err(e),
             other => {
+                // Terminal (or rejected before it ran): nothing of its suspension is resumed.
+                if approval::load(store, run_id).await?.is_some() {
+                    self.abandon(run_id, session_id, 0).await;
+                }
                 // Terminal: the mapping has served.
                 let _ = store
                     .delete_checkpoint(
@@ -269,5 +314,85 @@ impl NestedResumer for Supervisor {
                 })
             }
         }
+    }
+
+    async fn nested_gone(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+    ) -> CoreResult<Option<String>> {
+        let Ok((_, mapping, _)) = self.mapping(run_id).await else {
+            return Ok(None);
+        };
+        if mapping.session_id != session_id {
+            return Ok(None);
+        }
+        let record = self.inner.store.session(session_id).await?;
+        match record {
+            Some(r) if r.tombstone.is_some() => {
+                self.abandon_nested(run_id, session_id).await;
+                Ok(Some(deleted_text(&r.name)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn abandon_nested(&self, run_id: RunId, session_id: SessionId) {
+        self.abandon(run_id, session_id, 0).await;
+    }
+}
+
+impl Supervisor {
+    /// Closes a child's suspension nobody will resume (its parent's run ended, or it was
+    /// deleted): its own suspended children first, then its checkpoint and mapping; a live
+    /// record is marked aborted.
+    fn abandon(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+        depth: usize,
+    ) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let store = self.inner.store.as_ref();
+            if depth > approval::MAX_PATH {
+                return;
+            }
+            if let Ok(Some((version, checkpoint))) = approval::load(store, run_id).await {
+                if checkpoint.session_id != session_id {
+                    return;
+                }
+                for slot in &checkpoint.calls {
+                    if let approval::CallState::Nested {
+                        run_id: child_run,
+                        session_id: child,
+                        ..
+                    } = &slot.state
+                    {
+                        self.abandon(*child_run, *child, depth + 1).await;
+                    }
+                }
+                if let Err(e) = store
+                    .delete_checkpoint(approval::RUN_NAMESPACE, &run_id.to_string(), version)
+                    .await
+                {
+                    tracing::warn!(run = %run_id, error = %e, "could not close an abandoned suspension");
+                }
+            }
+            let key = run_id.to_string();
+            if let Ok(Some(c)) = store.checkpoint(DELEGATION_NAMESPACE, &key).await {
+                let _ = store
+                    .delete_checkpoint(DELEGATION_NAMESPACE, &key, c.version)
+                    .await;
+            }
+            if let Ok(Some(record)) = store.session(session_id).await
+                && record.status == arbor_protocol::SessionStatus::Suspended
+            {
+                let update = arbor_store::SessionUpdate {
+                    expected_version: Some(record.version),
+                    ..arbor_store::SessionUpdate::status(arbor_protocol::SessionStatus::Aborted)
+                };
+                let _ = store.update_session(session_id, &update).await;
+            }
+        })
     }
 }

@@ -60,6 +60,22 @@ impl Supervisor {
             self.state().summary.suspend(&a.delegation_id);
             return Err(self.suspended(a, result.run_id, *session_id, pending).await);
         }
+        // A suspended child that could not be rebuilt for its resume (its factory failed, say)
+        // is still suspended: no terminal, its decisions kept, for a later resume.
+        if a.resume_run.is_some()
+            && !timed_out
+            && !host_aborted
+            && let Worked::Error(e) = &worked
+        {
+            self.state().summary.suspend(&a.delegation_id);
+            if let Some(id) = session_of(a) {
+                let back = SessionUpdate::status(SessionStatus::Suspended);
+                if let Err(e) = self.inner.store.update_session(id, &back).await {
+                    tracing::warn!(session = %id, error = %e, "could not mark the child suspended again");
+                }
+            }
+            return Err(self.redact_error(e.clone()));
+        }
         // A delegation that ended before its child's run began leaves the record idle: give it
         // the terminal status the registry shows (a run writes its own).
         let status = match &worked {
@@ -80,12 +96,13 @@ impl Supervisor {
                     origin: origin.clone(),
                     reason: reason.clone(),
                 });
+                // The hook learns why (redacted already).
                 self.after(
                     a,
                     CompletionStatus::Rejected,
                     String::new(),
                     None,
-                    None,
+                    Some(reason.clone()),
                     origin,
                 )
                 .await;
