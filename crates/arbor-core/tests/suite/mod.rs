@@ -12,6 +12,7 @@ mod pump;
 mod reconcile;
 mod redaction;
 mod registry;
+mod run_once;
 mod spawn_tool;
 mod stay_dead;
 mod supervisor;
