@@ -7,6 +7,8 @@ mod identity;
 mod limits;
 mod messages;
 mod nested;
+mod nested_faults;
+mod nested_support;
 mod permission;
 mod pump;
 mod reconcile;
