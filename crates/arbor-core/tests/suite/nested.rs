@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arbor_core::supervisor::{
-    AfterHook, BeforeContext, BeforeDecision, BeforeHook, ChildEntry, CompletionStatus, Outcome,
-    Ownership, Supervisor,
+    BeforeContext, BeforeDecision, BeforeHook, ChildEntry, CompletionStatus, Outcome, Ownership,
+    Supervisor,
 };
-use arbor_core::{Agent, NestedResumer, RunOptions, Tool};
+use arbor_core::{Agent, NestedResumer, RunOptions};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{ApprovalDecision, Message, RunId, RunStatus, SessionId, Verdict};
 use arbor_store::Store;
