@@ -8,67 +8,29 @@
 //! attempt only and is never counted twice.
 
 pub mod anthropic;
+mod body;
 pub mod openai;
 mod retry;
+mod secret;
 
-use std::collections::VecDeque;
-use std::fmt;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
 
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use retry::RetryPolicy;
+pub use secret::ApiKey;
 
 use crate::error::ModelError;
-use crate::provider::{ModelEvent, ModelStream};
-use crate::sse::SseDecoder;
+use crate::provider::ModelStream;
 use crate::wire::{self, Decoder};
+use secret::scrub;
 
 /// Bytes of an error body read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-
-/// A credential. It prints as `***`, is marked sensitive in headers, and is never
-/// serialized.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    /// The key from the environment variable `var`, if set and not blank.
-    pub fn from_env(var: &str) -> Option<Self> {
-        std::env::var(var)
-            .ok()
-            .filter(|k| !k.trim().is_empty())
-            .map(|k| Self(k.trim().to_owned()))
-    }
-
-    /// The key itself, for a redactor that must never let it through.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    pub(crate) fn header(&self, prefix: &str) -> Result<HeaderValue, String> {
-        let mut v = HeaderValue::from_str(&format!("{prefix}{}", self.0))
-            .map_err(|_| "the API key is not a valid header value".to_owned())?;
-        v.set_sensitive(true);
-        Ok(v)
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(***)")
-    }
-}
 
 /// Timeouts of one provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,71 +67,6 @@ pub(crate) struct Endpoint {
     passed: Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
     /// The key, scrubbed from every error message (a server may echo it).
     secret: Option<ApiKey>,
-}
-
-/// `e` with every occurrence of the key in its messages replaced by `***`.
-fn scrub(e: ModelError, secret: Option<&ApiKey>) -> ModelError {
-    let Some(key) = secret.map(ApiKey::expose).filter(|k| !k.is_empty()) else {
-        return e;
-    };
-    let clean = |m: String| m.replace(key, "***");
-    match e {
-        ModelError::Auth {
-            provider,
-            status,
-            message,
-        } => ModelError::Auth {
-            provider,
-            status,
-            message: clean(message),
-        },
-        ModelError::BadRequest {
-            provider,
-            status,
-            message,
-        } => ModelError::BadRequest {
-            provider,
-            status,
-            message: clean(message),
-        },
-        ModelError::Server {
-            provider,
-            status,
-            message,
-        } => ModelError::Server {
-            provider,
-            status,
-            message: clean(message),
-        },
-        ModelError::RateLimited {
-            provider,
-            message,
-            retry_after_ms,
-        } => ModelError::RateLimited {
-            provider,
-            message: clean(message),
-            retry_after_ms,
-        },
-        ModelError::Timeout { provider, message } => ModelError::Timeout {
-            provider,
-            message: clean(message),
-        },
-        ModelError::Config { provider, message } => ModelError::Config {
-            provider,
-            message: clean(message),
-        },
-        ModelError::Provider { message } => ModelError::Provider {
-            message: clean(message),
-        },
-        ModelError::Stream { message } => ModelError::Stream {
-            message: clean(message),
-        },
-        ModelError::Unavailable { model, reason } => ModelError::Unavailable {
-            model,
-            reason: clean(reason),
-        },
-        other => other,
-    }
 }
 
 fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
@@ -308,7 +205,7 @@ impl Endpoint {
                 };
                 return Err(scrub(e, self.secret.as_ref()));
             }
-            let mut stream = self.events(response, decoder());
+            let mut stream = body::events(response, decoder(), self.timeouts.idle, &self.name);
             let first = stream.next().await;
             // An overload reported inside the stream before any model event is as
             // retryable as a 529: nothing was shown yet.
@@ -467,99 +364,5 @@ impl Endpoint {
         .map_err(|e| self.transport_error(&e.without_url()))?;
         let status = sent.status().as_u16();
         Ok((status, read_capped(sent, self.timeouts.idle).await))
-    }
-
-    /// The turn's events, decoded from the streamed body under the idle timeout.
-    pub(crate) fn events(&self, response: reqwest::Response, decoder: impl Decoder) -> ModelStream {
-        let state = Body {
-            body: Box::pin(response.bytes_stream()),
-            sse: SseDecoder::new(),
-            decoder,
-            queue: VecDeque::new(),
-            ended: false,
-            idle: self.timeouts.idle,
-            name: self.name.clone(),
-        };
-        Box::pin(futures::stream::unfold(state, |mut s| async move {
-            loop {
-                if let Some(item) = s.queue.pop_front() {
-                    return Some((item, s));
-                }
-                if s.ended {
-                    return None;
-                }
-                s.next_chunk().await;
-            }
-        }))
-    }
-}
-
-type Bytes = Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
-
-/// A streamed answer being decoded.
-struct Body<D> {
-    body: Bytes,
-    sse: SseDecoder,
-    decoder: D,
-    queue: VecDeque<Result<ModelEvent, ModelError>>,
-    ended: bool,
-    idle: Duration,
-    name: String,
-}
-
-fn stream_error(e: &dyn fmt::Display) -> ModelError {
-    ModelError::Stream {
-        message: e.to_string(),
-    }
-}
-
-impl<D: Decoder> Body<D> {
-    fn feed(&mut self, payloads: Vec<crate::sse::SseEvent>) {
-        for e in payloads {
-            match self.decoder.push(&e.data) {
-                Ok(events) => self.queue.extend(events.into_iter().map(Ok)),
-                Err(err) => {
-                    self.fail(err);
-                    return;
-                }
-            }
-        }
-    }
-
-    fn fail(&mut self, err: ModelError) {
-        self.queue.push_back(Err(err));
-        self.ended = true;
-    }
-
-    /// Reads one chunk (or the end, or a timeout) into the queue.
-    async fn next_chunk(&mut self) {
-        match tokio::time::timeout(self.idle, self.body.next()).await {
-            Err(_) => {
-                let message = format!("no data for {} s", self.idle.as_secs_f64());
-                let provider = self.name.clone();
-                self.fail(ModelError::Timeout { provider, message });
-            }
-            Ok(Some(Ok(bytes))) => match self.sse.push(&bytes) {
-                Ok(payloads) => self.feed(payloads),
-                Err(e) => self.fail(stream_error(&e)),
-            },
-            Ok(Some(Err(e))) => {
-                let e = e.without_url();
-                self.fail(stream_error(&e));
-            }
-            Ok(None) => {
-                match self.sse.finish() {
-                    Ok(payloads) => self.feed(payloads),
-                    Err(e) => self.fail(stream_error(&e)),
-                }
-                if !self.ended {
-                    match self.decoder.finish() {
-                        Ok(events) => self.queue.extend(events.into_iter().map(Ok)),
-                        Err(e) => self.queue.push_back(Err(e)),
-                    }
-                    self.ended = true;
-                }
-            }
-        }
     }
 }
