@@ -213,7 +213,13 @@ impl Endpoint {
                 && (message.starts_with("overloaded_error:") || message.starts_with("api_error:"))
                 && let Some(delay) = self.retry.delay(attempt, None, waited, retry::jitter())
             {
-                tracing::warn!(provider = %self.name, attempt, delay_ms = delay.as_millis() as u64, error = %message, "retrying");
+                let error = scrub(
+                    ModelError::Provider {
+                        message: message.clone(),
+                    },
+                    self.secret.as_ref(),
+                );
+                tracing::warn!(provider = %self.name, attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying");
                 tokio::time::sleep(delay).await;
                 waited += delay;
                 attempt += 1;
@@ -279,6 +285,8 @@ impl Endpoint {
                     )
                 }
             };
+            // Scrubbed before anything sees it: the log line below as much as the caller.
+            let error = scrub(error, self.secret.as_ref());
             if !retry {
                 return Err(error);
             }
