@@ -53,6 +53,26 @@ impl Default for Timeouts {
     }
 }
 
+/// The retries one turn has left: one attempt count and one wait budget, shared by every
+/// way an attempt can fail (a refused request, a dropped connection, an overload inside
+/// the stream), so retries never multiply.
+#[derive(Debug, Default)]
+struct Budget {
+    /// Retries made so far.
+    attempt: u32,
+    /// Time waited so far.
+    waited: Duration,
+}
+
+/// A failed attempt: its error (already scrubbed), the wait the provider asked for, and
+/// whether another attempt may help.
+#[derive(Debug)]
+struct Failed {
+    error: ModelError,
+    asked: Option<Duration>,
+    retry: bool,
+}
+
 /// How long a passed preflight is trusted.
 const PREFLIGHT_TTL: Duration = Duration::from_secs(600);
 
@@ -183,55 +203,89 @@ impl Endpoint {
         use reqwest::header::{ACCEPT, CONTENT_TYPE};
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let mut waited = Duration::ZERO;
-        let mut attempt = 0;
+        let mut budget = Budget::default();
         loop {
-            let response = self
+            let failed = match self
                 .send(|c| c.post(url).headers(headers.clone()).body(body.clone()))
                 .await
-                .map_err(|e| scrub(e, self.secret.as_ref()))?;
-            // A success that is not a stream (a server ignoring `stream`, a gateway's error
-            // with a 200): its own message, not a "truncated stream".
-            let streamed = header(response.headers(), "content-type")
-                .is_none_or(|t| t.contains("event-stream"));
-            if !streamed {
-                let body = read_capped(response, self.timeouts.idle).await;
-                let e = ModelError::Provider {
-                    message: format!(
-                        "{}: expected an event stream, got: {}",
-                        self.name,
-                        wire::error_message(&body).0
-                    ),
-                };
-                return Err(scrub(e, self.secret.as_ref()));
-            }
-            let mut stream = body::events(response, decoder(), self.timeouts.idle, &self.name);
-            let first = stream.next().await;
-            // An overload reported inside the stream before any model event is as
-            // retryable as a 529: nothing was shown yet.
-            if let Some(Err(ModelError::Provider { message })) = &first
-                && (message.starts_with("overloaded_error:") || message.starts_with("api_error:"))
-                && let Some(delay) = self.retry.delay(attempt, None, waited, retry::jitter())
             {
-                let error = scrub(
-                    ModelError::Provider {
-                        message: message.clone(),
-                    },
-                    self.secret.as_ref(),
-                );
-                tracing::warn!(provider = %self.name, attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying");
-                tokio::time::sleep(delay).await;
-                waited += delay;
-                attempt += 1;
-                continue;
+                Ok(response) => match self.stream_of(response, decoder()).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(failed) => failed,
+                },
+                Err(failed) => failed,
+            };
+            if !failed.retry || !self.backoff(&mut budget, failed.asked, &failed.error).await {
+                return Err(failed.error);
             }
-            let secret = self.secret.clone();
-            return Ok(Box::pin(
-                futures::stream::iter(first)
-                    .chain(stream)
-                    .map(move |item| item.map_err(|e| scrub(e, secret.as_ref()))),
-            ));
         }
+    }
+
+    /// The events of a successful `response`, or why the attempt failed: a body that is
+    /// not a stream, or an overload reported inside the stream before any model event (as
+    /// retryable as a 529: nothing was shown yet).
+    async fn stream_of(
+        &self,
+        response: reqwest::Response,
+        decoder: impl Decoder,
+    ) -> Result<ModelStream, Failed> {
+        // A success that is not a stream (a server ignoring `stream`, a gateway's error
+        // with a 200): its own message, not a "truncated stream".
+        let streamed =
+            header(response.headers(), "content-type").is_none_or(|t| t.contains("event-stream"));
+        if !streamed {
+            let body = read_capped(response, self.timeouts.idle).await;
+            let e = ModelError::Provider {
+                message: format!(
+                    "{}: expected an event stream, got: {}",
+                    self.name,
+                    wire::error_message(&body).0
+                ),
+            };
+            return Err(self.failed(e, None, false));
+        }
+        let mut stream = body::events(response, decoder, self.timeouts.idle, &self.name);
+        let first = stream.next().await;
+        if let Some(Err(e @ ModelError::Provider { message })) = &first
+            && (message.starts_with("overloaded_error:") || message.starts_with("api_error:"))
+        {
+            return Err(self.failed(e.clone(), None, true));
+        }
+        let secret = self.secret.clone();
+        Ok(Box::pin(futures::stream::iter(first).chain(stream).map(
+            move |item| item.map_err(|e| scrub(e, secret.as_ref())),
+        )))
+    }
+
+    /// A failed attempt, its error scrubbed before anything sees it (the retry warning as
+    /// much as the caller).
+    fn failed(&self, error: ModelError, asked: Option<Duration>, retry: bool) -> Failed {
+        Failed {
+            error: scrub(error, self.secret.as_ref()),
+            asked,
+            retry,
+        }
+    }
+
+    /// Waits before the turn's next attempt, if its budget allows one (`asked`: the wait
+    /// the provider asked for); false to give up.
+    async fn backoff(
+        &self,
+        budget: &mut Budget,
+        asked: Option<Duration>,
+        error: &ModelError,
+    ) -> bool {
+        let Some(delay) = self
+            .retry
+            .delay(budget.attempt, asked, budget.waited, retry::jitter())
+        else {
+            return false;
+        };
+        tracing::warn!(provider = %self.name, attempt = budget.attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying");
+        tokio::time::sleep(delay).await;
+        budget.waited += delay;
+        budget.attempt += 1;
+        true
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ModelError {
@@ -243,60 +297,39 @@ impl Endpoint {
         }
     }
 
-    /// Sends what `make` builds, retrying as the policy allows; a success's response, or the
-    /// classified error of the last attempt.
-    pub(crate) async fn send(
+    /// Sends what `make` builds, once: a success's response, or the classified failure.
+    async fn send(
         &self,
         make: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, ModelError> {
-        let mut waited = Duration::ZERO;
-        let mut attempt = 0;
-        loop {
-            let sent =
-                tokio::time::timeout(self.timeouts.response, make(&self.client).send()).await;
-            let (error, asked, retry) = match sent {
-                Err(_) => (
-                    ModelError::Timeout {
-                        provider: self.name.clone(),
-                        message: format!("no answer within {} s", self.timeouts.response.as_secs()),
-                    },
-                    None,
-                    true,
-                ),
-                Ok(Err(e)) => {
-                    let retry = e.is_connect() || e.is_timeout();
-                    (self.transport_error(&e.without_url()), None, retry)
-                }
-                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
-                Ok(Ok(response)) => {
-                    let status = response.status().as_u16();
-                    let headers = response.headers().clone();
-                    let asked = retry::retry_after(
-                        header(&headers, "retry-after-ms"),
-                        header(&headers, "retry-after"),
-                    );
-                    let should = header(&headers, "x-should-retry").map(|v| v == "true");
-                    let body = read_capped(response, self.timeouts.idle).await;
-                    let asked_ms = asked.map(|d| d.as_millis() as u64);
-                    (
-                        wire::classify(&self.name, status, &body, asked_ms),
-                        asked,
-                        wire::retryable(status, &body, should),
-                    )
-                }
-            };
-            // Scrubbed before anything sees it: the log line below as much as the caller.
-            let error = scrub(error, self.secret.as_ref());
-            if !retry {
-                return Err(error);
+    ) -> Result<reqwest::Response, Failed> {
+        let sent = tokio::time::timeout(self.timeouts.response, make(&self.client).send()).await;
+        match sent {
+            Err(_) => {
+                let message = format!("no answer within {} s", self.timeouts.response.as_secs());
+                let provider = self.name.clone();
+                Err(self.failed(ModelError::Timeout { provider, message }, None, true))
             }
-            let Some(delay) = self.retry.delay(attempt, asked, waited, retry::jitter()) else {
-                return Err(error);
-            };
-            tracing::warn!(provider = %self.name, attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying");
-            tokio::time::sleep(delay).await;
-            waited += delay;
-            attempt += 1;
+            Ok(Err(e)) => {
+                let retry = e.is_connect() || e.is_timeout();
+                Err(self.failed(self.transport_error(&e.without_url()), None, retry))
+            }
+            Ok(Ok(response)) if response.status().is_success() => Ok(response),
+            Ok(Ok(response)) => {
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let asked = retry::retry_after(
+                    header(&headers, "retry-after-ms"),
+                    header(&headers, "retry-after"),
+                );
+                let should = header(&headers, "x-should-retry").map(|v| v == "true");
+                let body = read_capped(response, self.timeouts.idle).await;
+                let asked_ms = asked.map(|d| d.as_millis() as u64);
+                Err(self.failed(
+                    wire::classify(&self.name, status, &body, asked_ms),
+                    asked,
+                    wire::retryable(status, &body, should),
+                ))
+            }
         }
     }
 
