@@ -25,6 +25,9 @@ pub enum ModelErrorKind {
     Timeout,
     /// The provider is not configured (a missing key or base URL).
     Config,
+    /// The provider could not be reached, or the connection broke: before the answer (after
+    /// the retries) or during the stream.
+    Connection,
 }
 
 /// A failed provider call.
@@ -107,6 +110,14 @@ pub enum ModelError {
         /// What is missing.
         message: String,
     },
+    /// The connection failed: unreachable, or closed before or during the answer.
+    #[error("{provider}: {message}")]
+    Connection {
+        /// The provider.
+        provider: String,
+        /// What failed.
+        message: String,
+    },
     /// A scripted agent was asked for a turn its script does not have.
     #[error("script has no turn {turn} (it has {available})")]
     ScriptExhausted {
@@ -131,6 +142,7 @@ impl ModelError {
             Self::Server { .. } => ModelErrorKind::Server,
             Self::Timeout { .. } => ModelErrorKind::Timeout,
             Self::Config { .. } => ModelErrorKind::Config,
+            Self::Connection { .. } => ModelErrorKind::Connection,
         }
     }
 }

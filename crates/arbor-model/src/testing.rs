@@ -22,6 +22,9 @@ pub struct Canned {
     pub delay: Duration,
     /// Keep the connection open after the last chunk.
     pub hang: bool,
+    /// Close the connection once the request is read, without answering (a server or a
+    /// proxy dropping it); the other fields are then unused.
+    pub close: bool,
 }
 
 impl Canned {
@@ -33,6 +36,7 @@ impl Canned {
             chunks: body.chunks(97).map(<[u8]>::to_vec).collect(),
             delay: Duration::ZERO,
             hang: false,
+            close: false,
         }
     }
 
@@ -44,6 +48,15 @@ impl Canned {
             chunks: vec![body.as_bytes().to_vec()],
             delay: Duration::ZERO,
             hang: false,
+            close: false,
+        }
+    }
+
+    /// No answer: the connection is closed once the request is read.
+    pub fn closed() -> Self {
+        Self {
+            close: true,
+            ..Self::json(200, "")
         }
     }
 
@@ -174,6 +187,9 @@ async fn answer(
             "{\"error\":{\"message\":\"the replay server has no more answers\"}}",
         )
     });
+    if canned.close {
+        return;
+    }
     let mut out = format!("HTTP/1.1 {} X\r\nconnection: close\r\n", canned.status);
     for (n, v) in &canned.headers {
         out.push_str(&format!("{n}: {v}\r\n"));

@@ -207,9 +207,10 @@ async fn truncated_and_hung_streams_fail_with_their_reason() {
     // Nothing listening: a clear error, not a hang.
     let nobody = openai("http://127.0.0.1:9", RetryPolicy::none());
     let e = collect(&nobody).await.unwrap_err();
+    assert_eq!(e.kind(), ModelErrorKind::Connection);
     assert!(
         e.to_string()
-            .starts_with("openai: HTTP 0: cannot reach the provider"),
+            .starts_with("openai: cannot reach the provider: Connection refused"),
         "{e}"
     );
 }

@@ -4,9 +4,13 @@
 
 use std::time::Duration;
 
-use arbor_model::http::{AnthropicConfig, AnthropicProvider, ApiKey, RetryPolicy};
+use arbor_model::http::{
+    AnthropicConfig, AnthropicProvider, ApiKey, OpenAiConfig, OpenAiProvider, RetryPolicy, Timeouts,
+};
 use arbor_model::testing::{Canned, ReplayServer};
-use arbor_model::{ModelError, ModelErrorKind, ModelEvent, ModelProvider, ModelRequest};
+use arbor_model::{
+    FinishReason, ModelError, ModelErrorKind, ModelEvent, ModelProvider, ModelRequest,
+};
 use arbor_protocol::Message;
 use futures::StreamExt;
 
@@ -19,6 +23,17 @@ fn retry(max_retries: u32, max_total_ms: u64) -> RetryPolicy {
         max_delay: Duration::from_millis(50),
         max_total: Duration::from_millis(max_total_ms),
     }
+}
+
+fn openai(url: &str, retry: RetryPolicy) -> OpenAiProvider {
+    let mut c = OpenAiConfig::new(format!("{url}/v1"));
+    c.api_key = Some(ApiKey::new(KEY));
+    c.retry = retry;
+    c.timeouts = Timeouts {
+        idle: Duration::from_millis(300),
+        ..Timeouts::default()
+    };
+    OpenAiProvider::new(c).unwrap()
 }
 
 fn anthropic(url: &str, retry: RetryPolicy) -> AnthropicProvider {
@@ -44,6 +59,7 @@ async fn collect(p: &dyn ModelProvider) -> Result<Vec<ModelEvent>, ModelError> {
     Ok(out)
 }
 
+const TEXT: &[u8] = include_bytes!("fixtures/openai/text.sse");
 const OVERLOADED: &[u8] = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
 
 fn down(retry_after_ms: u64) -> Canned {
@@ -90,4 +106,82 @@ async fn a_turn_has_one_attempt_count_and_one_wait_budget() {
         )
     );
     assert!(took < Duration::from_millis(150 + 250), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_connection_closed_before_the_answer_is_retried_and_named() {
+    let server = ReplayServer::start(vec![Canned::closed(), Canned::closed(), Canned::sse(TEXT)])
+        .await
+        .unwrap();
+    let events = collect(&openai(&server.url, retry(2, 5000))).await.unwrap();
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(events[0], ModelEvent::TextDelta("Hello".into()));
+    assert_eq!(
+        events.last(),
+        Some(&ModelEvent::Finished(FinishReason::Stop))
+    );
+
+    // Closed every time: the retries run out and the error says what happened.
+    let server = ReplayServer::start(vec![Canned::closed(); 3])
+        .await
+        .unwrap();
+    let e = collect(&openai(&server.url, retry(2, 5000)))
+        .await
+        .unwrap_err();
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(
+        (e.kind(), e.to_string()),
+        (
+            ModelErrorKind::Connection,
+            "openai: connection closed before the response".to_owned()
+        )
+    );
+}
+
+/// An event stream in chunked encoding, cut after `parts` (the connection then closes in
+/// the middle of the body).
+fn cut_chunked(parts: &[&[u8]]) -> Canned {
+    let mut c = Canned::sse(b"").header("transfer-encoding", "chunked");
+    c.chunks = parts
+        .iter()
+        .map(|p| [format!("{:x}\r\n", p.len()).as_bytes(), p, b"\r\n"].concat())
+        .chain([b"40\r\ndata: {\"choi".to_vec()])
+        .collect();
+    c
+}
+
+#[tokio::test]
+async fn a_connection_lost_during_the_stream_is_retried_only_before_any_event() {
+    let hello = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n";
+    // Before any event: nothing was shown, so the turn is tried again.
+    let server = ReplayServer::start(vec![cut_chunked(&[]), Canned::sse(TEXT)])
+        .await
+        .unwrap();
+    let events = collect(&openai(&server.url, retry(2, 5000))).await.unwrap();
+    assert_eq!(server.requests().len(), 2);
+    assert_eq!(events[0], ModelEvent::TextDelta("Hello".into()));
+    // After one: the text is out, so the break is final.
+    let server = ReplayServer::start(vec![cut_chunked(&[hello]), Canned::sse(TEXT)])
+        .await
+        .unwrap();
+    let p = openai(&server.url, retry(2, 5000));
+    let messages = vec![Message::user("hi")];
+    let req = ModelRequest {
+        model: "m",
+        system: None,
+        messages: &messages,
+        tools: &[],
+    };
+    let items: Vec<_> = p.stream(req).await.unwrap().collect().await;
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0], Ok(ModelEvent::TextDelta("Hello".into())));
+    let e = items[1].clone().unwrap_err();
+    assert_eq!(
+        (e.kind(), e.to_string()),
+        (
+            ModelErrorKind::Connection,
+            "openai: connection closed during the response".to_owned()
+        )
+    );
 }

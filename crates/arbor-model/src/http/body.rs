@@ -63,8 +63,8 @@ impl<D: Decoder> Body<D> {
                 Err(e) => self.fail(stream_error(&e)),
             },
             Ok(Some(Err(e))) => {
-                let e = e.without_url();
-                self.fail(stream_error(&e));
+                let e = super::transport::body_failed(&self.name, &e.without_url());
+                self.fail(e);
             }
             Ok(None) => {
                 match self.sse.finish() {

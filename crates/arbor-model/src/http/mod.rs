@@ -1,6 +1,6 @@
 //! The transport of the HTTP providers: one reqwest client over rustls (ring, the platform's
 //! trust store, no process-wide provider installed), requests retried on 408/409/429/5xx/529
-//! and on connection failures before any answer, and streamed bodies decoded as server-sent
+//! and on connection failures (refused, closed) before any model event, and streamed bodies decoded as server-sent
 //! events under an idle timeout.
 //!
 //! A call is retried only before its stream starts: once a model event is out, its text has
@@ -12,6 +12,7 @@ mod body;
 pub mod openai;
 mod retry;
 mod secret;
+mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -222,8 +223,9 @@ impl Endpoint {
     }
 
     /// The events of a successful `response`, or why the attempt failed: a body that is
-    /// not a stream, or an overload reported inside the stream before any model event (as
-    /// retryable as a 529: nothing was shown yet).
+    /// not a stream, or, before any model event, an overload reported inside the stream or
+    /// a connection that broke (as retryable as a 529 or a refused connection: nothing was
+    /// shown yet).
     async fn stream_of(
         &self,
         response: reqwest::Response,
@@ -246,10 +248,15 @@ impl Endpoint {
         }
         let mut stream = body::events(response, decoder, self.timeouts.idle, &self.name);
         let first = stream.next().await;
-        if let Some(Err(e @ ModelError::Provider { message })) = &first
-            && (message.starts_with("overloaded_error:") || message.starts_with("api_error:"))
-        {
-            return Err(self.failed(e.clone(), None, true));
+        let retry = match &first {
+            Some(Err(ModelError::Provider { message })) => {
+                message.starts_with("overloaded_error:") || message.starts_with("api_error:")
+            }
+            Some(Err(ModelError::Connection { .. })) => true,
+            _ => false,
+        };
+        if retry && let Some(Err(e)) = first {
+            return Err(self.failed(e, None, true));
         }
         let secret = self.secret.clone();
         Ok(Box::pin(futures::stream::iter(first).chain(stream).map(
@@ -288,15 +295,6 @@ impl Endpoint {
         true
     }
 
-    fn transport_error(&self, e: &reqwest::Error) -> ModelError {
-        let e = e.to_string();
-        ModelError::Server {
-            provider: self.name.clone(),
-            status: 0,
-            message: format!("cannot reach the provider: {e}"),
-        }
-    }
-
     /// Sends what `make` builds, once: a success's response, or the classified failure.
     async fn send(
         &self,
@@ -310,8 +308,8 @@ impl Endpoint {
                 Err(self.failed(ModelError::Timeout { provider, message }, None, true))
             }
             Ok(Err(e)) => {
-                let retry = e.is_connect() || e.is_timeout();
-                Err(self.failed(self.transport_error(&e.without_url()), None, retry))
+                let (error, retry) = transport::request_failed(&self.name, &e.without_url());
+                Err(self.failed(error, None, retry))
             }
             Ok(Ok(response)) if response.status().is_success() => Ok(response),
             Ok(Ok(response)) => {
@@ -402,7 +400,7 @@ impl Endpoint {
             provider: self.name.clone(),
             message: format!("no answer within {} s", self.timeouts.response.as_secs()),
         })?
-        .map_err(|e| self.transport_error(&e.without_url()))?;
+        .map_err(|e| transport::request_failed(&self.name, &e.without_url()).0)?;
         let status = sent.status().as_u16();
         Ok((status, read_capped(sent, self.timeouts.idle).await))
     }

@@ -95,6 +95,10 @@ pub(crate) fn scrub(e: ModelError, secret: Option<&ApiKey>) -> ModelError {
             provider,
             message: clean(message),
         },
+        ModelError::Connection { provider, message } => ModelError::Connection {
+            provider,
+            message: clean(message),
+        },
         ModelError::Provider { message } => ModelError::Provider {
             message: clean(message),
         },
