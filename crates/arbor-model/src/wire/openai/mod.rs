@@ -1,0 +1,283 @@
+//! Chat Completions: the request body and the streamed chunks.
+
+use arbor_protocol::{Message, ToolCall, Usage};
+use serde_json::{Value, json};
+
+use crate::error::ModelError;
+use crate::provider::{FinishReason, ModelEvent, ModelRequest};
+
+/// The streaming request body for `request`. `include_usage` asks for the final usage chunk
+/// (`stream_options`; some servers refuse it); `max_tokens` bounds the answer.
+pub fn request_body(
+    request: &ModelRequest<'_>,
+    include_usage: bool,
+    max_tokens: Option<u32>,
+) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(system) = request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    // After an assistant's tool calls, the API wants their results next: anything else
+    // (an inbox message read meanwhile) waits until every call is answered.
+    let mut awaiting: Vec<&str> = Vec::new();
+    let mut held: Vec<Value> = Vec::new();
+    for m in request.messages {
+        if let Message::Tool(r) = m {
+            awaiting.retain(|id| *id != r.call_id);
+        }
+        let value = match m {
+            Message::System { content } => json!({"role": "system", "content": content}),
+            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                // Null content only beside tool calls: an empty answer is "".
+                let content = if content.is_empty() && !tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    Value::from(content.as_str())
+                };
+                let mut v = json!({"role": "assistant", "content": content});
+                if !tool_calls.is_empty() {
+                    v["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": arguments_text(&c.arguments)},
+                            })
+                        })
+                        .collect();
+                }
+                v
+            }
+            Message::Tool(r) => {
+                json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content})
+            }
+        };
+        match m {
+            Message::Tool(_) => messages.push(value),
+            _ if !awaiting.is_empty() => held.push(value),
+            Message::Assistant { tool_calls, .. } => {
+                messages.append(&mut held);
+                awaiting = tool_calls.iter().map(|c| c.id.as_str()).collect();
+                messages.push(value);
+            }
+            _ => messages.push(value),
+        }
+        if awaiting.is_empty() {
+            messages.append(&mut held);
+        }
+    }
+    messages.append(&mut held);
+    let mut body = json!({
+        "model": request.model,
+        "stream": true,
+        "messages": messages,
+    });
+    if include_usage {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    if let Some(n) = max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                })
+            })
+            .collect();
+        body["tool_choice"] = json!("auto");
+    }
+    body
+}
+
+/// Arguments as the string the API wants. Text that was not JSON goes back as `{}` (servers
+/// that parse the history refuse it; the tool's result already told the model why).
+fn arguments_text(v: &Value) -> String {
+    match v {
+        Value::String(raw) if serde_json::from_str::<Value>(raw).is_ok() => raw.clone(),
+        Value::String(_) => "{}".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool call being assembled from deltas.
+#[derive(Debug, Default)]
+struct Partial {
+    index: Option<u64>,
+    id: Option<String>,
+    name: String,
+    args: String,
+    object: Option<Value>,
+}
+
+/// Decodes the `data:` payloads of one streamed turn.
+#[derive(Debug, Default)]
+pub struct ChunkDecoder {
+    calls: Vec<Partial>,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+use super::stream_error;
+
+fn u64_of(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The usage an OpenAI-style `usage` object reports: `prompt_tokens` already includes
+/// cached tokens.
+fn usage_of(u: &Value) -> Usage {
+    let input = u64_of(&u["prompt_tokens"]);
+    let output = u64_of(&u["completion_tokens"]);
+    let cache_read = u["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .or_else(|| u["prompt_cache_hit_tokens"].as_u64())
+        .unwrap_or(0);
+    let cache_write = u["cache_write_tokens"]
+        .as_u64()
+        .or_else(|| u["cache_creation_tokens"].as_u64())
+        .unwrap_or(0);
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: u["total_tokens"].as_u64().unwrap_or(input + output),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+    }
+    .normalized()
+}
+
+impl ChunkDecoder {
+    /// A decoder for one turn.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> &mut Partial {
+        let pos = match (id, index) {
+            // A new id opens a new call, whatever the index says (Ollama sends index 0 for
+            // every parallel call).
+            (Some(id), _) => self.calls.iter().position(|c| c.id.as_deref() == Some(id)),
+            (None, Some(i)) => self.calls.iter().rposition(|c| c.index == Some(i)),
+            (None, None) => self.calls.len().checked_sub(1),
+        };
+        let pos = match pos {
+            Some(p) => p,
+            None => {
+                self.calls.push(Partial {
+                    index,
+                    id: id.map(str::to_owned),
+                    ..Partial::default()
+                });
+                self.calls.len() - 1
+            }
+        };
+        &mut self.calls[pos]
+    }
+
+    /// The tool calls, the usage and the finish, once the turn is complete.
+    fn end(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        let Some(finish) = self.finish.take() else {
+            return Err(stream_error("the stream ended before the final chunk"));
+        };
+        let mut out: Vec<ModelEvent> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                ModelEvent::ToolCall(ToolCall {
+                    id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                    name: p.name,
+                    arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
+                })
+            })
+            .collect();
+        if let Some(u) = self.usage.take() {
+            out.push(ModelEvent::Usage(u));
+        }
+        out.push(ModelEvent::Finished(finish));
+        Ok(out)
+    }
+}
+
+impl super::Decoder for ChunkDecoder {
+    /// Decodes one `data:` payload.
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return self.end();
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| stream_error(format!("invalid chunk JSON: {e}")))?;
+        if !v["error"].is_null() {
+            let (message, _) = super::error_message(data.as_bytes());
+            return Err(ModelError::Provider { message });
+        }
+        let mut out = Vec::new();
+        if v["usage"].is_object() {
+            self.usage = Some(usage_of(&v["usage"]));
+        }
+        let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) else {
+            return Ok(out);
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str()
+            && !text.is_empty()
+        {
+            out.push(ModelEvent::TextDelta(text.to_owned()));
+        }
+        if let Some(calls) = delta["tool_calls"].as_array() {
+            for c in calls {
+                let slot = self.slot(c["index"].as_u64(), c["id"].as_str());
+                if let Some(name) = c["function"]["name"].as_str()
+                    && slot.name.is_empty()
+                {
+                    slot.name = name.to_owned();
+                }
+                match &c["function"]["arguments"] {
+                    Value::String(s) => slot.args.push_str(s),
+                    Value::Object(_) => slot.object = Some(c["function"]["arguments"].clone()),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str()
+            && !reason.is_empty()
+        {
+            self.finish = Some(match reason {
+                "stop" if !self.calls.is_empty() => FinishReason::ToolCalls,
+                "stop" => FinishReason::Stop,
+                "tool_calls" | "function_call" => FinishReason::ToolCalls,
+                "length" => FinishReason::Length,
+                "content_filter" => FinishReason::Refusal,
+                other => FinishReason::Other(other.to_owned()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The stream closed: a turn that saw its finish reason ends (servers that send no
+    /// `[DONE]`); one that did not is truncated.
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        self.done = true;
+        self.end()
+    }
+}
+
+#[cfg(test)]
+mod tests;
