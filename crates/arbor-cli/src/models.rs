@@ -46,6 +46,8 @@ pub(crate) struct ProviderSpec {
     pub(crate) include_usage: Option<bool>,
     /// Output tokens per turn (Anthropic default 4096; OpenAI kind: the server's).
     pub(crate) max_tokens: Option<u32>,
+    /// Bytes one turn may assemble: its text and tool calls (default 4 MiB).
+    pub(crate) max_turn_bytes: Option<usize>,
     /// Retries after the first attempt (default 4).
     pub(crate) max_retries: Option<u32>,
     /// Seconds to wait for an answer's headers (default 120).
@@ -133,6 +135,9 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 c.headers = t.headers.clone().into_iter().collect();
                 c.include_usage = t.include_usage.unwrap_or(true);
                 c.max_tokens = t.max_tokens;
+                if let Some(n) = t.max_turn_bytes {
+                    c.max_turn_bytes = n;
+                }
                 c.retry = retry(t.max_retries);
             }
             OpenAiProvider::new(c)
@@ -150,6 +155,9 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 c.timeouts = timeouts(t);
                 if let Some(n) = t.max_tokens {
                     c.max_tokens = n;
+                }
+                if let Some(n) = t.max_turn_bytes {
+                    c.max_turn_bytes = n;
                 }
                 c.retry = retry(t.max_retries);
             }

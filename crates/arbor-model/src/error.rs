@@ -28,6 +28,9 @@ pub enum ModelErrorKind {
     /// The provider could not be reached, or the connection broke: before the answer (after
     /// the retries) or during the stream.
     Connection,
+    /// The answer grew past what one turn may assemble (its text and tool calls, or one
+    /// server-sent event).
+    TooLarge,
 }
 
 /// A failed provider call.
@@ -118,6 +121,14 @@ pub enum ModelError {
         /// What failed.
         message: String,
     },
+    /// The answer grew past what one turn may assemble; the turn ends there.
+    #[error("answer too large: {message}")]
+    TooLarge {
+        /// The limit crossed, in bytes.
+        limit: u64,
+        /// What crossed it.
+        message: String,
+    },
     /// A scripted agent was asked for a turn its script does not have.
     #[error("script has no turn {turn} (it has {available})")]
     ScriptExhausted {
@@ -143,6 +154,7 @@ impl ModelError {
             Self::Timeout { .. } => ModelErrorKind::Timeout,
             Self::Config { .. } => ModelErrorKind::Config,
             Self::Connection { .. } => ModelErrorKind::Connection,
+            Self::TooLarge { .. } => ModelErrorKind::TooLarge,
         }
     }
 }

@@ -372,3 +372,39 @@ async fn an_overload_inside_the_stream_before_any_event_is_retried() {
         }
     );
 }
+
+#[tokio::test]
+async fn a_turn_past_its_cap_ends_with_too_large_and_is_not_retried() {
+    let server = serve(vec![Canned::sse(TOOLS), Canned::sse(TOOLS)]).await;
+    let mut c = OpenAiConfig::new(format!("{}/v1", server.url));
+    c.retry = fast_retry(2);
+    c.max_turn_bytes = 230;
+    let e = collect(&OpenAiProvider::new(c).unwrap()).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.to_string()),
+        (
+            ModelErrorKind::TooLarge,
+            "answer too large: the arguments of tool call `get_weather` took the turn past 230 \
+             bytes of text and tool calls"
+                .to_owned()
+        )
+    );
+    assert_eq!(server.requests().len(), 1);
+
+    // One server-sent event past 1 MiB is an answer too large as well.
+    let huge = format!(
+        "data: {}\n\n",
+        "x".repeat(arbor_model::sse::MAX_EVENT_BYTES + 1)
+    );
+    let server = serve(vec![Canned::sse(huge.as_bytes())]).await;
+    let e = collect(&openai(&server.url, RetryPolicy::none()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ModelError::TooLarge {
+            limit: 1024 * 1024,
+            message: "an event exceeds 1048576 bytes".into()
+        }
+    );
+}

@@ -22,6 +22,10 @@ pub struct AnthropicConfig {
     pub api_key: Option<ApiKey>,
     /// The most tokens a turn may produce (required by the API; default 4096).
     pub max_tokens: u32,
+    /// The most one turn may assemble: its text and its tool calls' names, ids and
+    /// arguments, each call counting 64 bytes more (default 4 MiB). Past it the turn ends
+    /// with [`ModelError::TooLarge`].
+    pub max_turn_bytes: usize,
     /// Retries.
     pub retry: RetryPolicy,
     /// Timeouts.
@@ -36,6 +40,7 @@ impl AnthropicConfig {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             api_key: None,
             max_tokens: 4096,
+            max_turn_bytes: wire::DEFAULT_MAX_TURN_BYTES,
             retry: RetryPolicy::default(),
             timeouts: Timeouts::default(),
         }
@@ -108,12 +113,9 @@ impl ModelProvider for AnthropicProvider {
         let url = format!("{}/v1/messages", self.config.base_url);
         let body = wire::anthropic::request_body(&request, self.config.max_tokens);
         self.endpoint
-            .post_events(
-                &url,
-                self.headers()?,
-                &body,
-                wire::anthropic::EventDecoder::new,
-            )
+            .post_events(&url, self.headers()?, &body, || {
+                wire::anthropic::EventDecoder::with_limit(self.config.max_turn_bytes)
+            })
             .await
     }
 

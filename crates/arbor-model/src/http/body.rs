@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt};
 
 use crate::error::ModelError;
 use crate::provider::{ModelEvent, ModelStream};
-use crate::sse::SseDecoder;
+use crate::sse::{MAX_EVENT_BYTES, SseDecoder, SseError};
 use crate::wire::Decoder;
 
 type Bytes = Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
@@ -29,6 +29,18 @@ struct Body<D> {
 fn stream_error(e: &dyn fmt::Display) -> ModelError {
     ModelError::Stream {
         message: e.to_string(),
+    }
+}
+
+/// An SSE failure: an event past its cap is an answer too large, anything else a broken
+/// stream.
+fn sse_error(e: &SseError) -> ModelError {
+    match e {
+        SseError::TooLarge => ModelError::TooLarge {
+            limit: MAX_EVENT_BYTES as u64,
+            message: e.to_string(),
+        },
+        SseError::Truncated => stream_error(e),
     }
 }
 
@@ -60,7 +72,7 @@ impl<D: Decoder> Body<D> {
             }
             Ok(Some(Ok(bytes))) => match self.sse.push(&bytes) {
                 Ok(payloads) => self.feed(payloads),
-                Err(e) => self.fail(stream_error(&e)),
+                Err(e) => self.fail(sse_error(&e)),
             },
             Ok(Some(Err(e))) => {
                 let e = super::transport::body_failed(&self.name, &e.without_url());
@@ -69,7 +81,7 @@ impl<D: Decoder> Body<D> {
             Ok(None) => {
                 match self.sse.finish() {
                     Ok(payloads) => self.feed(payloads),
-                    Err(e) => self.fail(stream_error(&e)),
+                    Err(e) => self.fail(sse_error(&e)),
                 }
                 if !self.ended {
                     match self.decoder.finish() {

@@ -28,6 +28,10 @@ pub struct OpenAiConfig {
     pub include_usage: bool,
     /// The most tokens a turn may produce (sent as `max_tokens`; default: the server's).
     pub max_tokens: Option<u32>,
+    /// The most one turn may assemble: its text and its tool calls' names, ids and
+    /// arguments, each call counting 64 bytes more (default 4 MiB). Past it the turn ends
+    /// with [`ModelError::TooLarge`].
+    pub max_turn_bytes: usize,
     /// Retries.
     pub retry: RetryPolicy,
     /// Timeouts.
@@ -46,6 +50,7 @@ impl OpenAiConfig {
             headers: Vec::new(),
             include_usage: true,
             max_tokens: None,
+            max_turn_bytes: wire::DEFAULT_MAX_TURN_BYTES,
             retry: RetryPolicy::default(),
             timeouts: Timeouts::default(),
         }
@@ -144,12 +149,9 @@ impl ModelProvider for OpenAiProvider {
         let body =
             wire::openai::request_body(&request, self.config.include_usage, self.config.max_tokens);
         self.endpoint
-            .post_events(
-                &url,
-                self.headers()?,
-                &body,
-                wire::openai::ChunkDecoder::new,
-            )
+            .post_events(&url, self.headers()?, &body, || {
+                wire::openai::ChunkDecoder::with_limit(self.config.max_turn_bytes)
+            })
             .await
     }
 

@@ -99,6 +99,10 @@ pub(crate) fn scrub(e: ModelError, secret: Option<&ApiKey>) -> ModelError {
             provider,
             message: clean(message),
         },
+        ModelError::TooLarge { limit, message } => ModelError::TooLarge {
+            limit,
+            message: clean(message),
+        },
         ModelError::Provider { message } => ModelError::Provider {
             message: clean(message),
         },

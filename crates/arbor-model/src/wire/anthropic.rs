@@ -91,7 +91,7 @@ struct Block {
 }
 
 /// Decodes the events of one streamed turn.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EventDecoder {
     blocks: Vec<(u64, Block)>,
     input: u64,
@@ -101,14 +101,37 @@ pub struct EventDecoder {
     saw_usage: bool,
     stop: Option<FinishReason>,
     done: bool,
+    size: super::TurnSize,
+}
+
+impl Default for EventDecoder {
+    fn default() -> Self {
+        Self::with_limit(super::DEFAULT_MAX_TURN_BYTES)
+    }
 }
 
 use super::stream_error;
 
 impl EventDecoder {
-    /// A decoder for one turn.
+    /// A decoder for one turn, which may assemble [`DEFAULT_MAX_TURN_BYTES`](super::DEFAULT_MAX_TURN_BYTES).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A decoder for one turn that may assemble at most `max_turn_bytes` of text and tool
+    /// calls; past it, the turn fails with [`ModelError::TooLarge`].
+    pub fn with_limit(max_turn_bytes: usize) -> Self {
+        Self {
+            blocks: Vec::new(),
+            input: 0,
+            cache_read: 0,
+            cache_write: 0,
+            output: 0,
+            saw_usage: false,
+            stop: None,
+            done: false,
+            size: super::TurnSize::new(max_turn_bytes),
+        }
     }
 
     fn take_usage(&mut self, u: &Value) {
@@ -169,6 +192,8 @@ impl super::Decoder for EventDecoder {
                         b["name"].as_str().unwrap_or_default().to_owned(),
                     )
                 });
+                let cost = super::PART_BYTES + tool.as_ref().map_or(0, |(i, n)| i.len() + n.len());
+                self.size.add(cost, || "a new content block".to_owned())?;
                 self.blocks.push((
                     index,
                     Block {
@@ -185,6 +210,7 @@ impl super::Decoder for EventDecoder {
                         if let Some(t) = d["text"].as_str()
                             && !t.is_empty()
                         {
+                            self.size.add(t.len(), || "text".to_owned())?;
                             out.push(ModelEvent::TextDelta(t.to_owned()));
                         }
                     }
@@ -192,8 +218,12 @@ impl super::Decoder for EventDecoder {
                         if let Some((_, b)) =
                             self.blocks.iter_mut().rev().find(|(i, _)| *i == index)
                         {
-                            b.json
-                                .push_str(d["partial_json"].as_str().unwrap_or_default());
+                            let part = d["partial_json"].as_str().unwrap_or_default();
+                            self.size.add(part.len(), || {
+                                let name = b.tool.as_ref().map_or("", |(_, n)| n.as_str());
+                                format!("the arguments of tool call `{name}`")
+                            })?;
+                            b.json.push_str(part);
                         }
                     }
                     _ => {}
@@ -306,6 +336,32 @@ mod tests {
                 .any(|e| matches!(e, ModelEvent::Usage(u) if u.output_tokens > 0))
         );
         assert!(matches!(events.last(), Some(ModelEvent::Finished(_))));
+    }
+
+    #[test]
+    fn a_turn_past_its_cap_fails_as_too_large() {
+        let bytes = include_bytes!("../../tests/fixtures/anthropic/tools.sse");
+        // Two blocks (64 bytes each), the text (15), the tool's id (30), name (11) and
+        // arguments (17).
+        let need = 2 * 64 + 15 + 30 + 11 + 17;
+        let events = crate::wire::decode_split(EventDecoder::with_limit(need), bytes, 0).unwrap();
+        assert_eq!(events.len(), 5);
+        let e =
+            crate::wire::decode_split(EventDecoder::with_limit(need - 1), bytes, 0).unwrap_err();
+        assert_eq!(
+            e,
+            ModelError::TooLarge {
+                limit: 200,
+                message: "the arguments of tool call `get_weather` took the turn past 200 bytes \
+                          of text and tool calls"
+                    .into()
+            }
+        );
+        let e = crate::wire::decode_split(EventDecoder::with_limit(70), bytes, 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "answer too large: text took the turn past 70 bytes of text and tool calls"
+        );
     }
 
     #[test]

@@ -21,6 +21,47 @@ pub trait Decoder: Send + 'static {
     fn finish(&mut self) -> Result<Vec<ModelEvent>, ModelError>;
 }
 
+/// What one turn may assemble by default: 4 MiB of text, tool names, ids and arguments.
+pub const DEFAULT_MAX_TURN_BYTES: usize = 4 * 1024 * 1024;
+
+/// What each tool call or content block a turn opens counts besides its text (its
+/// bookkeeping), so a stream of empty calls is bounded too.
+pub const PART_BYTES: usize = 64;
+
+/// The bytes one turn has assembled, against its cap: text, and each tool call's name, id
+/// and arguments (so one call's arguments and all of them together stay under it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TurnSize {
+    limit: usize,
+    used: usize,
+}
+
+impl TurnSize {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self { limit, used: 0 }
+    }
+
+    /// Counts `n` more bytes; past the cap, the error naming `what` added them.
+    pub(crate) fn add(
+        &mut self,
+        n: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), ModelError> {
+        self.used = self.used.saturating_add(n);
+        if self.used <= self.limit {
+            return Ok(());
+        }
+        Err(ModelError::TooLarge {
+            limit: self.limit as u64,
+            message: format!(
+                "{} took the turn past {} bytes of text and tool calls",
+                what(),
+                self.limit
+            ),
+        })
+    }
+}
+
 pub(crate) fn stream_error(message: impl Into<String>) -> ModelError {
     ModelError::Stream {
         message: message.into(),

@@ -120,12 +120,19 @@ struct Partial {
 }
 
 /// Decodes the `data:` payloads of one streamed turn.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ChunkDecoder {
     calls: Vec<Partial>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
     done: bool,
+    size: super::TurnSize,
+}
+
+impl Default for ChunkDecoder {
+    fn default() -> Self {
+        Self::with_limit(super::DEFAULT_MAX_TURN_BYTES)
+    }
 }
 
 use super::stream_error;
@@ -158,12 +165,25 @@ fn usage_of(u: &Value) -> Usage {
 }
 
 impl ChunkDecoder {
-    /// A decoder for one turn.
+    /// A decoder for one turn, which may assemble [`DEFAULT_MAX_TURN_BYTES`](super::DEFAULT_MAX_TURN_BYTES).
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> &mut Partial {
+    /// A decoder for one turn that may assemble at most `max_turn_bytes` of text and tool
+    /// calls; past it, the turn fails with [`ModelError::TooLarge`].
+    pub fn with_limit(max_turn_bytes: usize) -> Self {
+        Self {
+            calls: Vec::new(),
+            finish: None,
+            usage: None,
+            done: false,
+            size: super::TurnSize::new(max_turn_bytes),
+        }
+    }
+
+    /// The position of the call a delta continues, opened if new.
+    fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
         let pos = match (id, index) {
             // A new id opens a new call, whatever the index says (Ollama sends index 0 for
             // every parallel call).
@@ -171,7 +191,7 @@ impl ChunkDecoder {
             (None, Some(i)) => self.calls.iter().rposition(|c| c.index == Some(i)),
             (None, None) => self.calls.len().checked_sub(1),
         };
-        let pos = match pos {
+        match pos {
             Some(p) => p,
             None => {
                 self.calls.push(Partial {
@@ -181,8 +201,43 @@ impl ChunkDecoder {
                 });
                 self.calls.len() - 1
             }
-        };
-        &mut self.calls[pos]
+        }
+    }
+
+    /// Adds one tool-call delta to its call, counting what it adds against the cap.
+    fn tool_delta(&mut self, c: &Value) -> Result<(), ModelError> {
+        let id = c["id"].as_str();
+        let opened = self.calls.len();
+        let pos = self.slot(c["index"].as_u64(), id);
+        if self.calls.len() > opened {
+            let cost = super::PART_BYTES + id.map_or(0, str::len);
+            self.size.add(cost, || "a new tool call".to_owned())?;
+        }
+        let name = c["function"]["name"]
+            .as_str()
+            .filter(|_| self.calls[pos].name.is_empty());
+        let args = &c["function"]["arguments"];
+        let cost = name.map_or(0, str::len)
+            + match args {
+                Value::String(s) => s.len(),
+                Value::Object(_) => args.to_string().len(),
+                _ => 0,
+            };
+        let calls = &self.calls;
+        self.size.add(cost, || {
+            let name = name.unwrap_or(calls[pos].name.as_str());
+            format!("the arguments of tool call `{name}`")
+        })?;
+        let slot = &mut self.calls[pos];
+        if let Some(name) = name {
+            slot.name = name.to_owned();
+        }
+        match args {
+            Value::String(s) => slot.args.push_str(s),
+            Value::Object(_) => slot.object = Some(args.clone()),
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The tool calls, the usage and the finish, once the turn is complete.
@@ -236,21 +291,12 @@ impl super::Decoder for ChunkDecoder {
         if let Some(text) = delta["content"].as_str()
             && !text.is_empty()
         {
+            self.size.add(text.len(), || "text".to_owned())?;
             out.push(ModelEvent::TextDelta(text.to_owned()));
         }
         if let Some(calls) = delta["tool_calls"].as_array() {
             for c in calls {
-                let slot = self.slot(c["index"].as_u64(), c["id"].as_str());
-                if let Some(name) = c["function"]["name"].as_str()
-                    && slot.name.is_empty()
-                {
-                    slot.name = name.to_owned();
-                }
-                match &c["function"]["arguments"] {
-                    Value::String(s) => slot.args.push_str(s),
-                    Value::Object(_) => slot.object = Some(c["function"]["arguments"].clone()),
-                    _ => {}
-                }
+                self.tool_delta(c)?;
             }
         }
         if let Some(reason) = choice["finish_reason"].as_str()

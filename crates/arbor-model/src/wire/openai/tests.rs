@@ -335,3 +335,64 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
     assert!(bare.get("tools").is_none() && bare.get("stream_options").is_none());
     assert!(bare.get("max_tokens").is_none());
 }
+
+#[test]
+fn a_turn_past_its_cap_fails_as_too_large() {
+    let bytes = include_bytes!("../../../tests/fixtures/openai/parallel_tools.sse");
+    // Two calls: 64 bytes each, their ids (29), names (11) and arguments (17 and 19).
+    let need = 2 * 64 + 2 * 29 + 2 * 11 + 17 + 19;
+    for split in [0, 700, 1400] {
+        let dec = ChunkDecoder::with_limit(need);
+        assert_eq!(
+            crate::wire::decode_split(dec, bytes, split).unwrap().len(),
+            4
+        );
+        let e = crate::wire::decode_split(ChunkDecoder::with_limit(need - 1), bytes, split)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            ModelError::TooLarge {
+                limit: need as u64 - 1,
+                message: "the arguments of tool call `get_weather` took the turn past 243 bytes \
+                          of text and tool calls"
+                    .into()
+            }
+        );
+        assert_eq!(e.kind(), crate::ModelErrorKind::TooLarge);
+    }
+    // One call's arguments alone past the cap; text counts too.
+    let args = "x".repeat(60);
+    let stream = [
+        chunk(json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": args}}]}), None),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}), None),
+    ]
+    .concat();
+    let e =
+        crate::wire::decode_split(ChunkDecoder::with_limit(150), stream.as_bytes(), 0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "answer too large: the arguments of tool call `f` took the turn past 150 bytes of text \
+         and tool calls"
+    );
+    let text = include_bytes!("../../../tests/fixtures/openai/text.sse");
+    let e = crate::wire::decode_split(ChunkDecoder::with_limit(10), text, 0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "answer too large: text took the turn past 10 bytes of text and tool calls"
+    );
+    // A flood of empty calls is bounded too.
+    let flood: String = (0..100)
+        .map(|i| {
+            chunk(
+                json!({"tool_calls": [{"index": i, "id": format!("c{i}")}]}),
+                None,
+            )
+        })
+        .collect();
+    let e =
+        crate::wire::decode_split(ChunkDecoder::with_limit(1000), flood.as_bytes(), 0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "answer too large: a new tool call took the turn past 1000 bytes of text and tool calls"
+    );
+}
