@@ -6,7 +6,13 @@
 //! - [`factory`]: [`WorktreeChildFactory`] wraps a catalog factory so each child is built
 //!   for its own worktree (`cwd`); `Arc<Worktrees>` is the supervisor's after hook that
 //!   removes it. The supervisor stays git-agnostic.
-//! - [`tools`]: read, write, list, edit and run, confined to a [`Workdir`].
+//! - [`tools`]: read, write, list, edit and run, confined to a [`Workdir`]: a path that
+//!   leads out of the worktree, or (symlinks resolved) into any git directory, is refused.
+//! - [`run`]: `run_command`, whose whole process group is killed however its call ends
+//!   (finished, timed out, cancelled, or its future dropped with a cancelled run).
+//! - [`host`]: what such a command can read of the host: on Linux, unless the host opts out
+//!   ([`ToolOptions::protect_host`]), not its environment, memory or open files (the host
+//!   is made non-dumpable and commands start without the capabilities that bypass that).
 //! - [`bridge`]: supervisor events as `subagent_started` / `subagent_stopped` for a host's
 //!   timeline.
 //!
@@ -16,13 +22,18 @@ pub mod bridge;
 mod error;
 pub mod factory;
 mod git;
+pub mod host;
 mod paths;
+pub mod run;
 pub mod tools;
 pub mod workspace;
 
 pub use bridge::{BridgeOptions, LifecycleBridge, LifecycleEvent, StopStatus, observe};
 pub use error::{CodingError, CodingErrorKind, CodingResult};
 pub use factory::{WorkspaceFactory, WorktreeChildFactory, workspace_factory};
+pub use host::protect_host;
 pub use paths::Workdir;
-pub use tools::{CODING_TOOL_NAMES, coding_tool, coding_tools};
+pub use tools::{
+    CODING_TOOL_NAMES, ToolOptions, coding_tool, coding_tool_with, coding_tools, coding_tools_with,
+};
 pub use workspace::{Cleanup, WorkspaceConfig, Worktree, Worktrees};

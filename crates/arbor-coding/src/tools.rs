@@ -1,19 +1,18 @@
 //! Coding tools confined to a child's worktree: read, write and list files, apply an edit,
-//! and run a command with a timeout and bounded output. Every path is relative to the
-//! worktree ([`Workdir::resolve`]); a path that leads out is a tool error the model reads.
+//! and run a command ([`crate::run`]). Every path is relative to the worktree
+//! ([`Workdir::resolve`]); a path that leads out, or into the repository's git data, is a
+//! tool error the model reads.
 
-use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arbor_core::{DynTool, Tool, ToolContext, ToolError, Typed};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 
 use crate::paths::Workdir;
+pub use crate::run::{DEFAULT_TIMEOUT_MS, MAX_OUTPUT_BYTES, MAX_TIMEOUT_MS, RunArgs, RunCommand};
 
 /// Bytes `read_file` returns at most.
 pub const MAX_READ_BYTES: usize = 256 * 1024;
@@ -21,25 +20,53 @@ pub const MAX_READ_BYTES: usize = 256 * 1024;
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 /// Entries `list_dir` shows at most.
 pub const MAX_LIST_ENTRIES: usize = 1000;
-/// Bytes of stdout and of stderr `run_command` keeps.
-pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
-/// `run_command`'s default timeout.
-pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
-/// The longest timeout `run_command` accepts.
-pub const MAX_TIMEOUT_MS: u64 = 10 * 60 * 1000;
 
 fn to_model(e: impl std::fmt::Display) -> ToolError {
     ToolError::ToModel(e.to_string())
 }
 
-/// All five tools, confined to `dir`.
+/// How a host sets up the coding tools.
+#[derive(Debug, Clone)]
+pub struct ToolOptions {
+    protect_host: bool,
+}
+
+impl Default for ToolOptions {
+    fn default() -> Self {
+        Self { protect_host: true }
+    }
+}
+
+impl ToolOptions {
+    /// The defaults: the host is protected from the commands `run_command` starts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `run_command` makes the host unreadable by its commands (default: yes; see
+    /// [`crate::host`]). Turn it off only for a host that must stay debuggable (ptrace,
+    /// core dumps) and trusts the commands with its environment.
+    pub fn protect_host(mut self, on: bool) -> Self {
+        self.protect_host = on;
+        self
+    }
+}
+
+/// All five tools, confined to `dir`, with the default [`ToolOptions`].
 pub fn coding_tools(dir: &Workdir) -> Vec<Arc<dyn DynTool>> {
+    coding_tools_with(dir, &ToolOptions::default())
+}
+
+/// All five tools, confined to `dir`, set up by `options`.
+pub fn coding_tools_with(dir: &Workdir, options: &ToolOptions) -> Vec<Arc<dyn DynTool>> {
     vec![
         Arc::new(Typed::new(ReadFile(dir.clone()))),
         Arc::new(Typed::new(WriteFile(dir.clone()))),
         Arc::new(Typed::new(ListDir(dir.clone()))),
         Arc::new(Typed::new(EditFile(dir.clone()))),
-        Arc::new(Typed::new(RunCommand(dir.clone()))),
+        Arc::new(Typed::new(
+            RunCommand::new(dir.clone()).protect_host(options.protect_host),
+        )),
     ]
 }
 
@@ -52,10 +79,19 @@ pub const CODING_TOOL_NAMES: [&str; 5] = [
     "run_command",
 ];
 
-/// The one named `name`, confined to `dir`.
+/// The one named `name`, confined to `dir`, with the default [`ToolOptions`].
 pub fn coding_tool(dir: &Workdir, name: &str) -> Option<Arc<dyn DynTool>> {
+    coding_tool_with(dir, name, &ToolOptions::default())
+}
+
+/// The one named `name`, confined to `dir`, set up by `options`.
+pub fn coding_tool_with(
+    dir: &Workdir,
+    name: &str,
+    options: &ToolOptions,
+) -> Option<Arc<dyn DynTool>> {
     let i = CODING_TOOL_NAMES.iter().position(|n| *n == name)?;
-    coding_tools(dir).into_iter().nth(i)
+    coding_tools_with(dir, options).into_iter().nth(i)
 }
 
 /// Arguments naming one path.
@@ -290,161 +326,5 @@ impl Tool for EditFile {
             .await
             .map_err(|e| to_model(format!("cannot write {}: {e}", args.path)))?;
         Ok(format!("edited {}", self.0.display(&path)))
-    }
-}
-
-/// Arguments of `run_command`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunArgs {
-    /// The program and its arguments (no shell).
-    pub argv: Vec<String>,
-    /// Milliseconds before it is killed (default 30,000; at most 600,000).
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-}
-
-/// `run_command`: runs a program in the worktree (no shell), killed at its timeout or when
-/// the run is cancelled; each of stdout and stderr is kept up to 64 KiB.
-#[derive(Debug, Clone)]
-pub struct RunCommand(pub Workdir);
-
-/// What a stream of the command printed so far (at most 64 KiB) and whether more was cut.
-#[derive(Debug, Default)]
-struct Captured {
-    bytes: Vec<u8>,
-    cut: bool,
-}
-
-type Shared = std::sync::Arc<std::sync::Mutex<Captured>>;
-
-fn lock(c: &Shared) -> std::sync::MutexGuard<'_, Captured> {
-    c.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Reads `r` into `into` until it ends; what was read stays there even if this is stopped.
-async fn capture(mut r: impl tokio::io::AsyncRead + Unpin, into: Shared) {
-    let mut buf = [0u8; 8192];
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let mut c = lock(&into);
-                let room = MAX_OUTPUT_BYTES.saturating_sub(c.bytes.len());
-                c.bytes.extend_from_slice(&buf[..n.min(room)]);
-                c.cut |= n > room;
-            }
-        }
-    }
-}
-
-/// How long the output may go on after the program exited (something it started in the
-/// background may hold the pipes open).
-const OUTPUT_GRACE: Duration = Duration::from_millis(500);
-
-/// Kills the command's whole process group: the program and whatever it started.
-fn kill_group(pid: Option<u32>) {
-    #[cfg(unix)]
-    if let Some(pid) = pid {
-        let _ = std::process::Command::new("kill")
-            .args(["-s", "KILL", "--", &format!("-{pid}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-    #[cfg(not(unix))]
-    let _ = pid;
-}
-
-#[async_trait]
-impl Tool for RunCommand {
-    type Args = RunArgs;
-    type Output = serde_json::Value;
-    fn name(&self) -> &str {
-        "run_command"
-    }
-    fn description(&self) -> &str {
-        "Run a program in the worktree (argv, no shell) with a timeout; returns its exit code \
-         and output."
-    }
-    async fn call(&self, args: RunArgs, ctx: ToolContext) -> Result<serde_json::Value, ToolError> {
-        let Some((program, rest)) = args.argv.split_first() else {
-            return Err(to_model("argv must name a program"));
-        };
-        let timeout = args.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-        if timeout == 0 || timeout > MAX_TIMEOUT_MS {
-            return Err(to_model(format!(
-                "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}"
-            )));
-        }
-        let mut command = Command::new(program);
-        // Only what a build needs from the environment: never the host's credentials (a
-        // provider key, say) nor a GIT_* variable that would redirect git.
-        command.env_clear();
-        for key in ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TERM", "USER"] {
-            if let Some(v) = std::env::var_os(key) {
-                command.env(key, v);
-            }
-        }
-        #[cfg(unix)]
-        command.process_group(0);
-        let mut child = command
-            .args(rest)
-            .current_dir(self.0.root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| to_model(format!("cannot run {program}: {e}")))?;
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolError::Fatal(
-                "the command's output could not be read".into(),
-            ));
-        };
-        let pid = child.id();
-        let (stdout, stderr) = (Shared::default(), Shared::default());
-        // The pipes are drained while the program runs (a full pipe would stall it).
-        let readers = tokio::spawn({
-            let (o, e) = (stdout.clone(), stderr.clone());
-            async move {
-                tokio::join!(capture(out, o), capture(err, e));
-            }
-        });
-        let abort = readers.abort_handle();
-        let waited = tokio::select! {
-            r = tokio::time::timeout(Duration::from_millis(timeout), child.wait()) => r,
-            () = ctx.cancel.cancelled() => {
-                kill_group(pid);
-                abort.abort();
-                return Err(ToolError::ToModel("the command was cancelled".into()));
-            }
-        };
-        // The program ended (or timed out): the output may trail a moment, then whatever
-        // it left running is killed with it.
-        let _ = tokio::time::timeout(OUTPUT_GRACE, readers).await;
-        kill_group(pid);
-        abort.abort();
-        let outcome = waited.map(|status| status.map_err(|e| to_model(format!("{program}: {e}"))));
-        let (stdout, stderr) = (
-            std::mem::take(&mut *lock(&stdout)),
-            std::mem::take(&mut *lock(&stderr)),
-        );
-        match outcome {
-            Err(_) => Ok(serde_json::json!({
-                "exit_code": null,
-                "timed_out": true,
-                "stdout": String::from_utf8_lossy(&stdout.bytes),
-                "stderr": format!("{}[killed after {timeout} ms]", String::from_utf8_lossy(&stderr.bytes)),
-                "truncated": stdout.cut || stderr.cut,
-            })),
-            Ok(status) => Ok(serde_json::json!({
-                "exit_code": status?.code(),
-                "timed_out": false,
-                "stdout": String::from_utf8_lossy(&stdout.bytes),
-                "stderr": String::from_utf8_lossy(&stderr.bytes),
-                "truncated": stdout.cut || stderr.cut,
-            })),
-        }
     }
 }
