@@ -1,5 +1,8 @@
 //! Confinement: every path a coding tool takes is relative to the worktree and must stay in
-//! it. Absolute paths, `..` components and symlinks that lead out are refused.
+//! it, out of git's own data. Absolute paths, `..` components and symlinks that lead out
+//! are refused; so is any path that names, or (symlinks resolved) leads into, a `.git`
+//! entry, the worktree's git directory or the repository's common one (hooks and config
+//! there are what git runs on the host).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -9,6 +12,9 @@ use crate::error::{CodingError, CodingResult};
 #[derive(Debug, Clone)]
 pub struct Workdir {
     root: PathBuf,
+    /// The git directories the worktree uses (canonical): its `.git` folder, or the one its
+    /// `.git` file points to and that one's common directory.
+    git_dirs: Vec<PathBuf>,
 }
 
 impl Workdir {
@@ -23,7 +29,8 @@ impl Workdir {
                 dir.display()
             )));
         }
-        Ok(Self { root })
+        let git_dirs = git_dirs(&root);
+        Ok(Self { root, git_dirs })
     }
 
     /// The directory.
@@ -43,9 +50,7 @@ impl Workdir {
             match c {
                 // A `.git` entry would let a tool rewrite what git runs on the host (hooks,
                 // fsmonitor, a gitdir pointer): refused, in any case.
-                Component::Normal(part) if part.eq_ignore_ascii_case(".git") => {
-                    return Err(escape());
-                }
+                c if is_git_component(c) => return Err(escape()),
                 Component::Normal(part) => joined.push(part),
                 Component::CurDir => {}
                 Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
@@ -58,7 +63,13 @@ impl Workdir {
         loop {
             if existing.symlink_metadata().is_ok() {
                 let real = std::fs::canonicalize(existing).map_err(|_| escape())?;
-                if !real.starts_with(&self.root) {
+                // Checked where it really is, not as written: a link to `.git` is `.git`.
+                let Ok(inside) = real.strip_prefix(&self.root) else {
+                    return Err(escape());
+                };
+                if inside.components().any(is_git_component)
+                    || self.git_dirs.iter().any(|g| real.starts_with(g))
+                {
                     return Err(escape());
                 }
                 break;
@@ -77,6 +88,37 @@ impl Workdir {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| path.display().to_string())
     }
+}
+
+/// Whether `c` is a `.git` entry (any case: some file systems ignore it).
+fn is_git_component(c: Component<'_>) -> bool {
+    matches!(c, Component::Normal(part) if part.eq_ignore_ascii_case(".git"))
+}
+
+/// The git directories of the work tree at `root` (canonical; none for a plain folder):
+/// `root/.git` when it is a folder; when it is a file (a linked worktree), the directory
+/// its `gitdir:` line names and that one's `commondir` (the main repository's `.git`).
+fn git_dirs(root: &Path) -> Vec<PathBuf> {
+    let dot_git = root.join(".git");
+    let mut dirs = Vec::new();
+    if dot_git.is_dir() {
+        dirs.extend(std::fs::canonicalize(&dot_git));
+        return dirs;
+    }
+    let Ok(text) = std::fs::read_to_string(&dot_git) else {
+        return dirs;
+    };
+    let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
+        return dirs;
+    };
+    let Ok(gitdir) = std::fs::canonicalize(root.join(gitdir.trim())) else {
+        return dirs;
+    };
+    if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+        dirs.extend(std::fs::canonicalize(gitdir.join(common.trim())));
+    }
+    dirs.push(gitdir);
+    dirs
 }
 
 #[cfg(test)]

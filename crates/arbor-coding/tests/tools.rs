@@ -1,7 +1,9 @@
 //! The coding tools stay inside their worktree and bound what they return.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use arbor_coding::{Workdir, coding_tool};
+mod common;
+
+use arbor_coding::{Workdir, WorkspaceConfig, Worktrees, coding_tool};
 use arbor_core::{SessionRef, ToolContext, ToolError};
 use arbor_protocol::RunId;
 use serde_json::{Value, json};
@@ -249,4 +251,92 @@ async fn large_files_are_cut_on_a_character_boundary() {
     assert_eq!(e, "sub is not a regular file");
     let e = model_error(call(&dir, "read_file", json!({"path": ".git/config"})).await);
     assert_eq!(e, "path \".git/config\" is outside the worktree");
+}
+
+/// Every file tool refuses `path` in `dir` exactly as it refuses a `.git` path.
+async fn refused_everywhere(dir: &Workdir, path: &str) {
+    let outside = format!("path {path:?} is outside the worktree");
+    for (tool, args) in [
+        ("read_file", json!({ "path": path })),
+        (
+            "write_file",
+            json!({ "path": path, "content": "#!/bin/sh\necho pwned\n" }),
+        ),
+        (
+            "edit_file",
+            json!({ "path": path, "old": "[core]", "new": "[evil]" }),
+        ),
+        ("list_dir", json!({ "path": path })),
+    ] {
+        let e = model_error(call(dir, tool, args).await);
+        assert_eq!(e, outside, "{tool} {path}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn links_into_git_data_are_refused_like_git_itself() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let main = tmp.path().join("repo");
+    common::repo(&main);
+    let trees =
+        Worktrees::new(WorkspaceConfig::new(&main, "demo").worktree_root(tmp.path().join("trees")));
+    let tree = trees.create("d1").await.unwrap().path;
+    let config = std::fs::read_to_string(main.join(".git/config")).unwrap();
+
+    // In the main checkout (`.git` is a folder): links to it, to a part of it, nested.
+    symlink(".git", main.join("link")).unwrap();
+    symlink(".git/hooks", main.join("hooks")).unwrap();
+    std::fs::create_dir(main.join("nested")).unwrap();
+    symlink("../.git", main.join("nested/deeper")).unwrap();
+    let dir = Workdir::new(&main).unwrap();
+    for path in [
+        ".git/config",
+        "link",
+        "link/config",
+        "link/hooks/pre-commit",
+        "hooks/pre-commit",
+        "nested/deeper/config",
+        "nested/deeper/hooks/pre-commit",
+    ] {
+        refused_everywhere(&dir, path).await;
+    }
+
+    // In a linked worktree (`.git` is a file naming its git folder inside the main
+    // repository's): links to that file, to the main repository's `.git` (absolute and
+    // relative), and to the worktree's own git folder.
+    let gitdir = common::git(&tree, &["rev-parse", "--absolute-git-dir"]);
+    symlink(".git", tree.join("link")).unwrap();
+    symlink(main.join(".git"), tree.join("main")).unwrap();
+    symlink("../../../repo/.git", tree.join("rel")).unwrap();
+    symlink(&gitdir, tree.join("own")).unwrap();
+    let dir = Workdir::new(&tree).unwrap();
+    for path in [
+        ".git",
+        "link",
+        "main/config",
+        "main/hooks/pre-commit",
+        "rel/config",
+        "rel/hooks/pre-commit",
+        "own/HEAD",
+        "own/hooks/pre-commit",
+    ] {
+        refused_everywhere(&dir, path).await;
+    }
+
+    // Nothing of git's was touched.
+    assert_eq!(
+        std::fs::read_to_string(main.join(".git/config")).unwrap(),
+        config
+    );
+    assert!(!main.join(".git/hooks/pre-commit").exists());
+    assert!(!std::path::Path::new(&gitdir).join("hooks").exists());
+    // Ordinary files stay reachable.
+    assert_eq!(
+        call(&dir, "read_file", json!({"path": "a.txt"}))
+            .await
+            .unwrap(),
+        "alpha\n"
+    );
 }
