@@ -72,14 +72,22 @@ impl ChildFactory for WorktreeChildFactory {
     async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
         // The configuration is checked before git or the inner factory runs.
         self.worktrees.plan(&ctx.delegation_id)?;
-        let tree = tokio::select! {
-            tree = self.worktrees.create(&ctx.delegation_id) => tree?,
-            () = ctx.cancel.cancelled() => {
-                return Err(arbor_core::CoreError::Supervisor(
-                    "the delegation was cancelled while its worktree was being made".to_owned(),
-                ));
-            }
+        let mut creating = Box::pin(self.worktrees.create(&ctx.delegation_id));
+        let made = tokio::select! {
+            tree = &mut creating => Some(tree),
+            () = ctx.cancel.cancelled() => None,
         };
+        drop(creating);
+        let Some(tree) = made else {
+            // Dropped half-way, the creation left its worktree to the next cleanup: that
+            // runs now, not at the next creation.
+            let trees = self.worktrees.clone();
+            tokio::spawn(async move { trees.retry_cleanup().await });
+            return Err(arbor_core::CoreError::Supervisor(
+                "the delegation was cancelled while its worktree was being made".to_owned(),
+            ));
+        };
+        let tree = tree?;
         self.inner.create(ctx, tree.path).await
     }
 }

@@ -1,6 +1,11 @@
 //! Worktrees: one linked git worktree per delegation, on its own branch, under an
 //! allow-listed root, removed once when the delegation ends (kept when it has uncommitted
 //! changes). Keyed by delegation id, so a resumed child finds the same worktree again.
+//!
+//! Nothing is left behind for good: a removal that failed (a locked worktree, git failing)
+//! and a creation abandoned half-way (its future dropped during `git worktree add`, say)
+//! are remembered and tried again by [`Worktrees::retry_cleanup`], which every creation
+//! runs first.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -86,11 +91,41 @@ fn safe_segment(s: &str) -> bool {
         && !s.ends_with(".lock")
 }
 
+/// A cleanup still to do.
+#[derive(Debug, Clone)]
+enum Pending {
+    /// The removal of a worktree this manager created failed; it is still in `created`.
+    Removal,
+    /// A creation was abandoned half-way: whatever of the worktree and its (new) branch
+    /// exists goes.
+    HalfMade(Worktree),
+}
+
 /// Creates and removes worktrees; remembers which it created. Construction does no I/O.
 #[derive(Debug)]
 pub struct Worktrees {
     config: WorkspaceConfig,
     created: Mutex<HashMap<String, Worktree>>,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+/// Armed while `git worktree add` may have made something: dropped armed (the creation's
+/// future dropped half-way, or git failing), it leaves the worktree to the next cleanup.
+struct HalfMade<'a> {
+    trees: &'a Worktrees,
+    delegation_id: &'a str,
+    tree: Option<Worktree>,
+}
+
+impl Drop for HalfMade<'_> {
+    fn drop(&mut self) {
+        if let Some(tree) = self.tree.take() {
+            tracing::warn!(path = %tree.path.display(), "worktree creation abandoned: removed at the next cleanup");
+            self.trees
+                .pending()
+                .insert(self.delegation_id.to_owned(), Pending::HalfMade(tree));
+        }
+    }
 }
 
 impl Worktrees {
@@ -99,6 +134,7 @@ impl Worktrees {
         Self {
             config,
             created: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -109,6 +145,10 @@ impl Worktrees {
 
     fn created(&self) -> std::sync::MutexGuard<'_, HashMap<String, Worktree>> {
         self.created.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The worktree `delegation_id` would get, checked before any git call.
@@ -147,6 +187,13 @@ impl Worktrees {
         let repo = &self.config.repository;
         let g = &self.config.git;
         git::toplevel(g, repo).await?;
+        // What earlier cleanups left (this delegation's abandoned creation included) goes
+        // first; what still cannot go stays for the next opportunity.
+        for (id, result) in self.retry_cleanup().await {
+            if let Err(e) = result {
+                tracing::warn!(delegation_id = %id, error = %e, "cleanup retried and failed again");
+            }
+        }
         // A resume: the same delegation's worktree is there, on its branch.
         if plan.path.join(".git").exists()
             && git::git(g, &plan.path, &["rev-parse", "--abbrev-ref", "HEAD"]).await? == plan.branch
@@ -180,12 +227,21 @@ impl Worktrees {
                 .map_err(|e| CodingError::Io(format!("cannot create {}: {e}", parent.display())))?;
         }
         let path = plan.path.to_string_lossy().into_owned();
-        git::git(
+        let mut half_made = HalfMade {
+            trees: self,
+            delegation_id,
+            tree: Some(plan.clone()),
+        };
+        let added = git::git(
             g,
             repo,
             &["worktree", "add", "-b", &plan.branch, &path, "HEAD"],
         )
-        .await?;
+        .await;
+        // git finished: it made the worktree, or failed and undid what it did itself (the
+        // branch could be a concurrent creator's: not ours to delete).
+        half_made.tree = None;
+        added?;
         self.created()
             .insert(delegation_id.to_owned(), plan.clone());
         tracing::debug!(path = %plan.path.display(), branch = %plan.branch, "worktree created");
@@ -196,13 +252,73 @@ impl Worktrees {
     /// this manager's, so a later cleanup can try again.
     fn put_back(&self, delegation_id: &str, tree: Worktree, e: CodingError) -> CodingError {
         self.created().insert(delegation_id.to_owned(), tree);
+        self.pending()
+            .insert(delegation_id.to_owned(), Pending::Removal);
         e
+    }
+
+    /// Tries again every cleanup that failed (see [`Worktrees::cleanup`]) and removes what
+    /// abandoned creations left (a worktree and its new branch, no work of a child yet).
+    /// Each comes back with what happened; what fails again stays for the next call. Every
+    /// [`Worktrees::create`] runs it first; a host may also call it, at shutdown say.
+    pub async fn retry_cleanup(&self) -> Vec<(String, CodingResult<Cleanup>)> {
+        let pending: Vec<(String, Pending)> = self.pending().drain().collect();
+        let mut done = Vec::with_capacity(pending.len());
+        for (id, what) in pending {
+            if let Pending::HalfMade(_) = what {
+                self.pending().entry(id.clone()).or_insert(what);
+            }
+            let result = self.cleanup(&id).await;
+            done.push((id, result));
+        }
+        done
+    }
+
+    /// Removes what an abandoned creation made: the worktree (by git, else its folder,
+    /// which did not exist before), git's record of it, and its branch (new, so it holds no
+    /// one's work).
+    async fn remove_half_made(&self, tree: &Worktree) -> CodingResult<()> {
+        let (g, repo) = (&self.config.git, &self.config.repository);
+        let path = tree.path.to_string_lossy().into_owned();
+        // Twice forced: a worktree git was killed while making is still locked.
+        if git::git(
+            g,
+            repo,
+            &["worktree", "remove", "--force", "--force", &path],
+        )
+        .await
+        .is_err()
+            && tree.path.exists()
+        {
+            tokio::fs::remove_dir_all(&tree.path).await.map_err(|e| {
+                CodingError::Io(format!("cannot remove {}: {e}", tree.path.display()))
+            })?;
+        }
+        git::git(g, repo, &["worktree", "prune"]).await?;
+        if git::branch_exists(g, repo, &tree.branch).await? {
+            git::git(g, repo, &["branch", "-D", &tree.branch]).await?;
+        }
+        tracing::debug!(path = %tree.path.display(), "abandoned worktree removed");
+        Ok(())
     }
 
     /// Removes the worktree of `delegation_id` if this manager created it, exactly once;
     /// foreign or repeated calls do nothing. A worktree with uncommitted changes is kept
-    /// (and forgotten, so it is reported once): the error says where it is.
+    /// (and forgotten, so it is reported once): the error says where it is. A removal that
+    /// fails otherwise is remembered and tried again ([`Worktrees::retry_cleanup`]).
     pub async fn cleanup(&self, delegation_id: &str) -> CodingResult<Cleanup> {
+        let pending = self.pending().remove(delegation_id);
+        if let Some(Pending::HalfMade(tree)) = pending {
+            // Its creation was abandoned: what it left goes now.
+            return match self.remove_half_made(&tree).await {
+                Ok(()) => Ok(Cleanup::Removed(tree)),
+                Err(e) => {
+                    self.pending()
+                        .insert(delegation_id.to_owned(), Pending::HalfMade(tree));
+                    Err(e)
+                }
+            };
+        }
         let Some(tree) = self.created().remove(delegation_id) else {
             return Ok(Cleanup::NotOurs);
         };

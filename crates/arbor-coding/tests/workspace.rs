@@ -175,3 +175,115 @@ async fn bad_inputs_are_refused_before_anything_is_made() {
         "agent/taken"
     );
 }
+
+#[tokio::test]
+async fn a_failed_cleanup_is_retried_at_the_next_opportunity() {
+    let (dir, trees) = setup();
+    let repo = dir.path().join("repo");
+    let t1 = trees.create("d1").await.unwrap();
+    let path1 = t1.path.to_str().unwrap();
+    // A locked worktree cannot be removed: the cleanup fails, and is remembered.
+    git(&repo, &["worktree", "lock", path1]);
+    let e = trees.cleanup("d1").await.unwrap_err();
+    assert_eq!(e.kind(), CodingErrorKind::Git);
+    assert!(
+        e.to_string()
+            .starts_with(&format!("git worktree remove {path1} failed: ")),
+        "{e}"
+    );
+    // Still failing: reported again, still remembered.
+    let again = trees.retry_cleanup().await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].0, "d1");
+    assert_eq!(
+        again[0].1.as_ref().unwrap_err().kind(),
+        CodingErrorKind::Git
+    );
+    assert!(t1.path.exists());
+
+    // Once it can go, the next creation takes it with it.
+    git(&repo, &["worktree", "unlock", path1]);
+    let t2 = trees.create("d2").await.unwrap();
+    assert!(!t1.path.exists(), "the failed cleanup was retried");
+    assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 2);
+    assert!(
+        trees.retry_cleanup().await.is_empty(),
+        "nothing left to retry"
+    );
+
+    // Or an explicit retry does.
+    let path2 = t2.path.to_str().unwrap();
+    git(&repo, &["worktree", "lock", path2]);
+    assert!(trees.cleanup("d2").await.is_err());
+    git(&repo, &["worktree", "unlock", path2]);
+    let done = trees.retry_cleanup().await;
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].0, "d2");
+    assert_eq!(done[0].1.as_ref().unwrap(), &Cleanup::Removed(t2.clone()));
+    assert!(!t2.path.exists());
+    assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(trees.cleanup("d2").await.unwrap(), Cleanup::NotOurs);
+}
+
+/// A git that, while `marker` exists, holds on after `git worktree add` has made the
+/// worktree: a creation dropped then is abandoned half-way.
+#[cfg(unix)]
+fn slow_git(dir: &std::path::Path, marker: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("slow-git");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ngit \"$@\" || exit $?\ncase \"$*\" in *\"worktree add\"*) \
+             [ -e '{}' ] && exec sleep 30 ;; esac\nexit 0\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_creation_dropped_half_way_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_path = dir.path().join("repo");
+    repo(&repo_path);
+    let marker = dir.path().join("hold");
+    std::fs::write(&marker, "").unwrap();
+    let trees = Worktrees::new(
+        WorkspaceConfig::new(&repo_path, "demo")
+            .worktree_root(dir.path().join("trees"))
+            .git_program(slow_git(dir.path(), &marker)),
+    );
+    let plan = trees.plan("d1").unwrap();
+    let dropped = tokio::time::timeout(std::time::Duration::from_secs(2), trees.create("d1")).await;
+    assert!(dropped.is_err(), "{dropped:?}");
+    // git made it before the creation was dropped.
+    assert!(plan.path.exists());
+    assert_eq!(
+        git(&repo_path, &["branch", "--list", "agent/*"]),
+        "+ agent/d1",
+        "checked out in the worktree"
+    );
+
+    // The next cleanup removes it, branch included (it holds no one's work).
+    let done = trees.retry_cleanup().await;
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].0, "d1");
+    assert_eq!(done[0].1.as_ref().unwrap(), &Cleanup::Removed(plan.clone()));
+    assert!(!plan.path.exists());
+    assert_eq!(git(&repo_path, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(git(&repo_path, &["branch", "--list", "agent/*"]), "");
+
+    // Abandoned again, then the next creation (of the same delegation) cleans up first.
+    let dropped = tokio::time::timeout(std::time::Duration::from_secs(2), trees.create("d1")).await;
+    assert!(dropped.is_err());
+    std::fs::remove_file(&marker).unwrap();
+    let made = trees.create("d1").await.unwrap();
+    assert_eq!(made, plan);
+    assert_eq!(git(&repo_path, &["worktree", "list"]).lines().count(), 2);
+    assert_eq!(trees.cleanup("d1").await.unwrap(), Cleanup::Removed(plan));
+    assert_eq!(git(&repo_path, &["worktree", "list"]).lines().count(), 1);
+}
