@@ -22,6 +22,10 @@ use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::slots::Slots;
 use crate::supervisor::summary::{ChildSummary, Summary};
 
+/// How long an `after` hook may run by default.
+pub const DEFAULT_AFTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const MAX_AFTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Who a supervisor acts for: a tenant and an account or a user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ownership {
@@ -79,6 +83,8 @@ pub(crate) struct Inner {
     pub(crate) limits: SupervisorLimits,
     pub(crate) before: Option<Arc<dyn BeforeHook>>,
     pub(crate) after: Option<Arc<dyn AfterHook>>,
+    /// How long the `after` hook may take before the delegation's report goes on without it.
+    pub(crate) after_timeout: std::time::Duration,
     pub(crate) redactor: Option<Arc<dyn Redactor>>,
     pub(crate) child_events: bool,
     pub(crate) sink: Option<Arc<dyn ChildEventSink>>,
@@ -122,6 +128,7 @@ impl Supervisor {
             limits: LimitsInput::default(),
             before: None,
             after: None,
+            after_timeout: DEFAULT_AFTER_TIMEOUT,
             redactor: None,
             child_events: false,
             sink: None,
@@ -249,6 +256,7 @@ pub struct SupervisorBuilder {
     limits: LimitsInput,
     before: Option<Arc<dyn BeforeHook>>,
     after: Option<Arc<dyn AfterHook>>,
+    after_timeout: std::time::Duration,
     redactor: Option<Arc<dyn Redactor>>,
     child_events: bool,
     sink: Option<Arc<dyn ChildEventSink>>,
@@ -306,6 +314,14 @@ impl SupervisorBuilder {
     /// The `after` hook.
     pub fn after(mut self, hook: impl AfterHook + 'static) -> Self {
         self.after = Some(Arc::new(hook));
+        self
+    }
+
+    /// How long the `after` hook may run (default 10 s, at most 10 minutes). A hook that
+    /// takes longer is abandoned (its future dropped) and a `delegation_error` says so: it
+    /// never holds the delegation's slot or the supervisor's shutdown.
+    pub fn after_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.after_timeout = timeout;
         self
     }
 
@@ -386,6 +402,11 @@ impl SupervisorBuilder {
                 "definition_revision is required when durable approvals are configured",
             ));
         }
+        if self.after_timeout.is_zero() || self.after_timeout > MAX_AFTER_TIMEOUT {
+            return Err(CoreError::validation(
+                "after_timeout must be positive and at most 600000 ms",
+            ));
+        }
         let limits = SupervisorLimits::resolve(&self.limits)?;
         let child_ids: Arc<[String]> = self.entries.iter().map(|e| e.id.clone()).collect();
         let capacity = usize::try_from(limits.max_queued_events).unwrap_or(128);
@@ -405,6 +426,7 @@ impl SupervisorBuilder {
                 limits,
                 before: self.before,
                 after: self.after,
+                after_timeout: self.after_timeout,
                 redactor: self.redactor,
                 child_events: self.child_events,
                 sink: self.sink,

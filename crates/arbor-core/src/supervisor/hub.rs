@@ -190,8 +190,7 @@ impl Hub {
             .and_then(|l| l.start_failure.clone())
     }
 
-    /// Sessions the hub holds (live, host-owned, or with mail), for tests of its bound.
-    #[cfg(test)]
+    /// Sessions the hub holds (running, host-owned, with mail, or failed to start).
     pub(crate) fn len(&self) -> usize {
         self.lock().live.len()
     }

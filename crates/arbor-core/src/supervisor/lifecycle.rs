@@ -92,6 +92,13 @@ impl Supervisor {
         })
     }
 
+    /// How many sessions this process tracks live: running, with messages pending, attached
+    /// by the host, or whose start failed. Bounded by what is live, not by how many children
+    /// ever ran (for monitoring a long-lived host).
+    pub fn tracked_sessions(&self) -> usize {
+        self.inner.hub.len()
+    }
+
     /// Closes `id`: cancels the runs of its live descendants (nothing keeps running
     /// unwatched) and refuses new children under it or them. Returns the descendants
     /// closed.

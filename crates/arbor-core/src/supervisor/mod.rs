@@ -43,7 +43,7 @@ pub use catalog::{
     AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory, Product,
     erased_factory, factory_fn,
 };
-pub use core::{ChildEventSink, Ownership, Supervisor, SupervisorBuilder};
+pub use core::{ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder};
 pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator, Mode};
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,

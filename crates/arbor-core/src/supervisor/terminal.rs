@@ -293,13 +293,19 @@ impl Supervisor {
             usage,
             error,
         };
-        let failed = match AssertUnwindSafe(hook.after(&completion))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(())) => None,
-            Ok(Err(message)) => Some(message),
-            Err(p) => Some(format!("after hook panicked: {}", panic_message(&*p))),
+        let limit = self.inner.after_timeout;
+        let ran = tokio::time::timeout(
+            limit,
+            AssertUnwindSafe(hook.after(&completion)).catch_unwind(),
+        );
+        let failed = match ran.await {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(message))) => Some(message),
+            Ok(Err(p)) => Some(format!("after hook panicked: {}", panic_message(&*p))),
+            Err(_) => Some(format!(
+                "after hook timed out after {} ms",
+                limit.as_millis()
+            )),
         };
         if let Some(message) = failed {
             self.publish(SupervisorEvent::DelegationError {

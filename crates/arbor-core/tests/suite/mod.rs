@@ -1,5 +1,6 @@
 mod admission;
 mod approvals;
+mod bounds;
 mod cancel;
 mod events;
 mod hold;

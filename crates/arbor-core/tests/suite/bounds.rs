@@ -1,0 +1,114 @@
+//! What stays bounded in a long-lived supervisor: the sessions it tracks after many
+//! children have come and gone, and an `after` hook that never returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_core::supervisor::{
+    AfterHook, ChildEntry, Completion, DelegationRequest, Ownership, Supervisor,
+};
+use arbor_core::{Agent, SessionRef};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_store::{MemoryStore, Store};
+use async_trait::async_trait;
+
+fn worker() -> Agent {
+    Agent::builder("worker")
+        .provider(ScriptedProvider::new(Script {
+            turns: vec![ScriptedTurn::text("done")],
+            repeat_last: true,
+            models: Vec::new(),
+        }))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_supervisor_tracks_what_is_live_not_every_child_that_ran() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("worker", worker()))
+        .build()
+        .unwrap();
+    let mut root = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::default()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    sup.attach(&mut root);
+    for i in 0..300 {
+        let req = DelegationRequest {
+            parent: Some(SessionRef::from(root.record())),
+            name: Some(format!("w{i}")),
+            ..DelegationRequest::new("worker", "go")
+        };
+        // Message mode: each child notifies the root, which drains its inbox.
+        sup.spawn(req).await.unwrap();
+        let none = arbor_core::inbox::Inbox::new();
+        sup.wait_for_mail_or_quiet(&none).await;
+        root.inbox().drain();
+    }
+    assert_eq!(
+        sup.tracked_sessions(),
+        1,
+        "only the host's root stays tracked after 300 children"
+    );
+}
+
+/// A hook that never returns.
+#[derive(Debug)]
+struct Stuck;
+
+#[async_trait]
+impl AfterHook for Stuck {
+    async fn after(&self, _c: &Completion) -> Result<(), String> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_after_hook_that_never_returns_is_abandoned_at_its_timeout() {
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("worker", worker()))
+        .after(Stuck)
+        .after_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    let started = tokio::time::Instant::now();
+    let done = sup
+        .delegate(DelegationRequest::new("worker", "go"))
+        .await
+        .unwrap();
+    assert_eq!(done.result.text, "done");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(sup.active_children(), 0, "the slot is free");
+    let mut errors = Vec::new();
+    while let Some(e) = sub.try_recv() {
+        if let arbor_protocol::SupervisorEvent::DelegationError { error, .. } = &e.event {
+            errors.push(error.clone());
+        }
+    }
+    assert_eq!(errors, ["after hook timed out after 2000 ms"]);
+    tokio::time::timeout(Duration::from_secs(1), sup.shutdown())
+        .await
+        .expect("shutdown is not held by the hook");
+}
+
+#[test]
+fn the_after_timeout_is_checked_at_build() {
+    let e = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("worker", worker()))
+        .after_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "after_timeout must be positive and at most 600000 ms"
+    );
+}
