@@ -223,3 +223,31 @@ async fn a_resume_cut_off_mid_call_leaves_it_interrupted_for_the_next_resume() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn a_resumed_attempt_announces_its_own_start() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (pay, refund) = (Pay::default(), Pay::default());
+    let mut s = agent(&pay, &refund, 60_000)
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let r = s.run("settle", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    let mut events = s.subscribe();
+    let done = s
+        .approve(
+            r.run_id,
+            waiting.version,
+            &allow_all(&waiting),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    let first = events.try_recv().expect("an event");
+    assert_eq!(first.event.type_name(), "run_started");
+    assert_eq!(first.run_id, r.run_id, "the same run, a new attempt");
+}

@@ -353,3 +353,38 @@ async fn a_follow_up_keeps_the_limits_its_spawn_narrowed_to_in_another_process()
     );
     let _ = RunOptions::default();
 }
+
+#[tokio::test]
+async fn a_second_process_never_starts_a_run_of_a_child_running_elsewhere() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turns = vec![
+        ScriptedTurn::text("first").with_delay(Duration::from_millis(400)),
+        ScriptedTurn::text("second"),
+    ];
+    let owner = supervisor(&store, turns.clone(), Arc::new(AtomicUsize::new(0)), false, |b| b);
+    let root = root(&owner, &store).await;
+    let handle = owner.spawn(request(&root)).await.unwrap();
+    // While the owner's run is live, another process (a second supervisor on the store)
+    // sends a message: it is stored, and that process starts no run of its own.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other_builds = Arc::new(AtomicUsize::new(0));
+    let other = supervisor(&store, turns, other_builds.clone(), false, |b| b);
+    let receipt = other
+        .send_message(Sender::Host, handle.session_id, "and this")
+        .await
+        .unwrap();
+    quiet(&other).await;
+    assert_eq!(other_builds.load(Ordering::SeqCst), 0, "no second run");
+    quiet(&owner).await;
+    let entries = store.transcript(handle.session_id, 0, None).await.unwrap();
+    let started = entries
+        .iter()
+        .filter(|e| matches!(e.kind, EntryKind::RunStarted { .. }))
+        .count();
+    assert_eq!(started, 1, "one run, never two overlapping");
+    assert!(
+        entries.iter().any(|e| matches!(&e.kind,
+            EntryKind::InboxReceived { message } if message.id == receipt.id)),
+        "the message is kept for whoever runs the child next"
+    );
+}
