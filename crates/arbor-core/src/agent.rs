@@ -18,6 +18,10 @@ pub const DEFAULT_TOOL_CONCURRENCY: usize = 4;
 pub const MAX_TOOL_CONCURRENCY: usize = 64;
 /// Default capacity of each event subscription's queue.
 pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
+/// The most one model answer may hold by default (4 MiB).
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// The most `max_answer_bytes` may be set to (64 MiB).
+pub const HARD_MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
 /// An agent: model, prompt, tools, permission and limits. Immutable and cheap to clone;
 /// build one with [`Agent::builder`].
@@ -40,6 +44,7 @@ struct AgentInner {
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
+    max_answer_bytes: usize,
 }
 
 impl fmt::Debug for Agent {
@@ -71,6 +76,7 @@ impl Agent {
             limits: RunLimits::DEFAULT,
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
         }
     }
 
@@ -143,6 +149,11 @@ impl Agent {
         self.inner.event_capacity
     }
 
+    /// The most one model answer may hold (text and tool calls, UTF-8 bytes).
+    pub fn max_answer_bytes(&self) -> usize {
+        self.inner.max_answer_bytes
+    }
+
     /// A builder starting from this agent's configuration, to derive a variant.
     pub fn to_builder(&self) -> AgentBuilder {
         let i = &self.inner;
@@ -165,6 +176,7 @@ impl Agent {
             limits: i.limits,
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
+            max_answer_bytes: i.max_answer_bytes,
         }
     }
 }
@@ -185,6 +197,7 @@ pub struct AgentBuilder {
     limits: RunLimits,
     tool_concurrency: usize,
     event_capacity: usize,
+    max_answer_bytes: usize,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -287,6 +300,15 @@ impl AgentBuilder {
         self
     }
 
+    /// The most one model answer may hold: its text and its tool calls (names and
+    /// arguments), in UTF-8 bytes (default 4 MiB, at most 64 MiB). An answer that grows past
+    /// it ends the run failed (`provider_error`, naming the cap) as soon as it does, so a
+    /// runaway model cannot fill memory, the store or its parent's context.
+    pub fn max_answer_bytes(mut self, n: usize) -> Self {
+        self.max_answer_bytes = n;
+        self
+    }
+
     /// Validates and builds the agent.
     pub fn build(self) -> CoreResult<Agent> {
         validate_agent_name(&self.name)?;
@@ -311,6 +333,11 @@ impl AgentBuilder {
                 "event_capacity must be a positive integer at most 65536",
             ));
         }
+        if self.max_answer_bytes == 0 || self.max_answer_bytes > HARD_MAX_ANSWER_BYTES {
+            return Err(CoreError::validation(format!(
+                "max_answer_bytes must be a positive integer at most {HARD_MAX_ANSWER_BYTES}"
+            )));
+        }
         self.approval_caps.validate()?;
         let tools = ToolSet::new(self.tools)?;
         Ok(Agent {
@@ -328,6 +355,7 @@ impl AgentBuilder {
                 limits: self.limits,
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,
+                max_answer_bytes: self.max_answer_bytes,
             }),
         })
     }

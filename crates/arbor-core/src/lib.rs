@@ -41,8 +41,8 @@ pub mod tool;
 pub mod usage;
 
 pub use agent::{
-    Agent, AgentBuilder, DEFAULT_EVENT_CAPACITY, DEFAULT_TOOL_CONCURRENCY, MAX_TOOL_CONCURRENCY,
-    validate_agent_name,
+    Agent, AgentBuilder, DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_TOOL_CONCURRENCY, HARD_MAX_ANSWER_BYTES, MAX_TOOL_CONCURRENCY, validate_agent_name,
 };
 pub use arbor_protocol::RunLimits;
 pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};

@@ -99,6 +99,25 @@ pub(crate) enum Outcome {
     Suspended(Suspension),
 }
 
+/// The serialized size of a JSON value, without building the string.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 /// The status change that starts (or resumes) a run: refused when the session was deleted.
 pub(crate) fn running_update() -> SessionUpdate {
     SessionUpdate {
@@ -338,14 +357,33 @@ impl Session {
             Ok(stream) => stream,
             Err(e) => return (text, calls, usage, Some(e.to_string())),
         };
+        let cap = self.agent.max_answer_bytes();
+        let mut size = 0usize;
+        let too_large = || {
+            format!(
+                "answer too large: the model's answer passed {cap} bytes of text and tool \
+                 calls (max_answer_bytes)"
+            )
+        };
         while let Some(item) = stream.next().await {
             match item {
                 Ok(ModelEvent::TextDelta(delta)) => {
+                    size = size.saturating_add(delta.len());
+                    if size > cap {
+                        return (text, Vec::new(), usage, Some(too_large()));
+                    }
                     text.push_str(&delta);
                     self.bus
                         .publish(run_id, AgentEvent::MessageDelta { turn, delta });
                 }
-                Ok(ModelEvent::ToolCall(call)) => calls.push(call),
+                Ok(ModelEvent::ToolCall(call)) => {
+                    let bytes = call.name.len() + call.id.len() + json_len(&call.arguments);
+                    size = size.saturating_add(bytes);
+                    if size > cap {
+                        return (text, Vec::new(), usage, Some(too_large()));
+                    }
+                    calls.push(call)
+                }
                 Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
                 Ok(ModelEvent::Finished(_)) => break,
                 Err(e) => return (text, calls, usage, Some(e.to_string())),

@@ -96,6 +96,9 @@ supervisor_limits! {
     max_child_event_bytes: u64 = 32 * 1024, 256 * 1024;
     /// Child events projected per second per delegation.
     max_child_events_per_second: u32 = 10, 1000;
+    /// UTF-8 bytes of a child's answer handed to its parent's context; past it the text is
+    /// cut with a marker (the whole answer stays in the child's transcript).
+    max_result_bytes: u64 = 64 * 1024, 1024 * 1024;
 }
 
 impl Default for SupervisorLimits {

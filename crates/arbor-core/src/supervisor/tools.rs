@@ -50,6 +50,20 @@ struct SpawnArgs {
 
 /// The text a delegation error shows the model: the message, and for limits which one fired.
 impl Supervisor {
+    /// The most of `child_id`'s answer its parent's context gets (`max_result_bytes`, the
+    /// supervisor's narrowed by the child's catalog entry).
+    pub(crate) fn result_cap(&self, child_id: &str) -> usize {
+        let inner = &self.inner;
+        let entry = inner
+            .index
+            .get(child_id)
+            .and_then(|&i| inner.entries[i].limits.max_result_bytes);
+        let cap = entry.map_or(inner.limits.max_result_bytes, |e| {
+            e.min(inner.limits.max_result_bytes)
+        });
+        usize::try_from(cap).unwrap_or(usize::MAX)
+    }
+
     /// `text` as a tool error the model reads, redacted.
     pub(crate) fn tool_error(&self, text: &str) -> ToolError {
         ToolError::ToModel(self.redact(text))
@@ -71,14 +85,35 @@ impl Supervisor {
 }
 
 pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
+    let sup = delegator.supervisor();
+    let text = sup.redact(&r.result.text);
+    let cap = sup.result_cap(&r.child_id);
     json!({
         "child_id": r.child_id,
         "delegation_id": r.delegation_id,
         "status": r.result.status,
         "usage": r.result.usage,
-        "text": delegator.supervisor().redact(&r.result.text),
+        "text": cut(&text, cap, r.session_id),
     })
     .to_string()
+}
+
+/// `text` cut to at most `cap` bytes on a character boundary, with a marker saying how much
+/// was left out and where the whole of it is.
+pub(crate) fn cut(text: &str, cap: usize, session: arbor_protocol::SessionId) -> String {
+    if text.len() <= cap {
+        return text.to_owned();
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[truncated: {} of {} bytes shown; the whole answer is in the transcript of session {session}]",
+        &text[..end],
+        end,
+        text.len()
+    )
 }
 
 /// `spawn_agent`: delegate to an allow-listed child, waiting (`sync`) or not (`async`).

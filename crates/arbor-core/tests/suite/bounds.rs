@@ -112,3 +112,119 @@ fn the_after_timeout_is_checked_at_build() {
         "after_timeout must be positive and at most 600000 ms"
     );
 }
+
+#[tokio::test]
+async fn an_answer_past_max_answer_bytes_ends_the_run_failed() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let big = "x".repeat(3000);
+    let mut s = Agent::builder("talker")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            big,
+        )])))
+        .max_answer_bytes(1024)
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let r = s
+        .run("talk", arbor_core::RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r.status, arbor_protocol::RunStatus::Failed);
+    assert_eq!(r.stop_reason, arbor_protocol::StopReason::ProviderError);
+    assert_eq!(
+        r.error.as_deref(),
+        Some(
+            "answer too large: the model's answer passed 1024 bytes of text and tool calls \
+             (max_answer_bytes)"
+        )
+    );
+    let e = Agent::builder("talker")
+        .provider(ScriptedProvider::new(Script::default()))
+        .max_answer_bytes(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "max_answer_bytes must be a positive integer at most 67108864"
+    );
+}
+
+#[tokio::test]
+async fn a_childs_long_answer_reaches_its_parent_cut_with_a_marker() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let answer = "é".repeat(35_000); // 70,000 bytes
+    let talker = Agent::builder("talker")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            answer.clone(),
+        )])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("talker", talker))
+        .build()
+        .unwrap();
+    let mut parent = Agent::builder("parent")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn::tool_call(
+                "spawn_agent",
+                serde_json::json!({"child_id": "talker", "input": "say a lot"}),
+            ),
+            ScriptedTurn::text("read it"),
+        ])))
+        .dyn_tool(Arc::new(arbor_core::supervisor::SpawnAgentTool::new(
+            sup.delegator(),
+        )))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    parent
+        .run("go", arbor_core::RunOptions::default())
+        .await
+        .unwrap();
+    let result = parent
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            arbor_protocol::Message::Tool(t) => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&result).unwrap();
+    let text = v["text"].as_str().unwrap();
+    let child = store
+        .list_sessions(arbor_store::SessionQuery::Children(parent.id()))
+        .await
+        .unwrap()
+        .remove(0);
+    // 64 KiB on a character boundary (é is two bytes), then the marker.
+    let shown = 64 * 1024;
+    assert!(text.starts_with(&answer[..shown]));
+    assert_eq!(
+        &text[shown..],
+        format!(
+            "\n[truncated: {shown} of 70000 bytes shown; the whole answer is in the transcript of session {}]",
+            child.id
+        )
+    );
+    // The child's own transcript keeps the whole answer.
+    let whole = store
+        .transcript(child.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .any(|e| {
+            matches!(&e.kind, arbor_protocol::EntryKind::Message {
+            message: arbor_protocol::Message::Assistant { content, .. }
+        } if *content == answer)
+        });
+    assert!(whole);
+}

@@ -361,7 +361,13 @@ async fn a_second_process_never_starts_a_run_of_a_child_running_elsewhere() {
         ScriptedTurn::text("first").with_delay(Duration::from_millis(400)),
         ScriptedTurn::text("second"),
     ];
-    let owner = supervisor(&store, turns.clone(), Arc::new(AtomicUsize::new(0)), false, |b| b);
+    let owner = supervisor(
+        &store,
+        turns.clone(),
+        Arc::new(AtomicUsize::new(0)),
+        false,
+        |b| b,
+    );
     let root = root(&owner, &store).await;
     let handle = owner.spawn(request(&root)).await.unwrap();
     // While the owner's run is live, another process (a second supervisor on the store)
