@@ -183,6 +183,10 @@ pub struct RunCheckpoint {
     /// timeout is a dead resumer's and is taken over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at_ms: Option<u64>,
+    /// The process holding the claim: a claim whose process is gone (same host) is taken
+    /// over at once, not only once it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<crate::lease::ProcessId>,
     /// The caps the run was configured with.
     #[serde(default)]
     pub caps: ApprovalCaps,
@@ -296,10 +300,26 @@ impl RunCheckpoint {
         changed
     }
 
-    /// Whether a live resume holds it at `now_ms`.
+    /// Whether a live resume holds it at `now_ms`: claimed less than the run's timeout ago
+    /// by a process not known to be dead.
     pub fn claimed(&self, now_ms: u64) -> bool {
-        self.claimed_at_ms
-            .is_some_and(|at| now_ms.saturating_sub(at) < self.limits.timeout_ms)
+        let dead = self.claimed_by.as_ref().is_some_and(|p| p.is_dead());
+        !dead
+            && self
+                .claimed_at_ms
+                .is_some_and(|at| now_ms.saturating_sub(at) < self.limits.timeout_ms)
+    }
+
+    /// Takes the claim for this process at `now_ms`.
+    pub(crate) fn claim(&mut self, now_ms: u64) {
+        self.claimed_at_ms = Some(now_ms);
+        self.claimed_by = Some(crate::lease::ProcessId::current());
+    }
+
+    /// Lets go of the claim.
+    pub(crate) fn release(&mut self) {
+        self.claimed_at_ms = None;
+        self.claimed_by = None;
     }
 
     /// Applies a batch of decisions: every check first, then all of it.

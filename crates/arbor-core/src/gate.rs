@@ -105,6 +105,7 @@ impl Session {
             calls: Vec::with_capacity(calls.len()),
             sticky: state.sticky.clone(),
             claimed_at_ms: None,
+            claimed_by: None,
             caps: state.caps,
         };
         if state.gated {
@@ -269,7 +270,7 @@ impl Session {
                                 pending,
                                 decisions,
                             };
-                            checkpoint.claimed_at_ms = None;
+                            checkpoint.release();
                             if let Err(save) =
                                 approval::save(self.store.as_ref(), &checkpoint, expected).await
                             {
@@ -451,7 +452,7 @@ impl Session {
             ));
         }
         let mut checkpoint = checkpoint;
-        checkpoint.claimed_at_ms = None;
+        checkpoint.release();
         let version = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
         Ok(Outcome::Suspended(Suspension {
             run_id: state.run_id,
@@ -476,7 +477,7 @@ impl Session {
         if checkpoint.claimed(now) {
             return Err(approval::being_resumed());
         }
-        checkpoint.claimed_at_ms = Some(now);
+        checkpoint.claim(now);
         approval::save(self.store.as_ref(), &checkpoint, version).await?;
         // The claim stays on what the resume stores while it runs the decided calls; a
         // suspension stores it released.
@@ -522,7 +523,7 @@ impl Session {
             // path grew too deep): it still waits, with its decisions kept and this resume's
             // claim released, so the next decision or resume is not refused.
             if waiting.claimed_at_ms == Some(now) {
-                waiting.claimed_at_ms = None;
+                waiting.release();
                 if let Err(e) = approval::save(self.store.as_ref(), &waiting, version).await {
                     tracing::warn!(session = %self.id(), error = %e, "could not release the resume's claim");
                 }

@@ -31,6 +31,7 @@ pub mod events;
 mod gate;
 pub mod identity;
 pub mod inbox;
+pub mod lease;
 pub mod permission;
 pub mod redact;
 pub mod registry;

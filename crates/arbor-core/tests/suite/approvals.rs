@@ -574,6 +574,7 @@ async fn a_turn_may_wait_on_at_most_32_calls_and_a_claimed_run_takes_no_decision
         }],
         sticky: Vec::new(),
         claimed_at_ms: Some(arbor_protocol::Timestamp::now().0),
+        claimed_by: None,
         caps: approval::ApprovalCaps::DEFAULT,
     };
     let v = approval::save(store.as_ref(), &checkpoint, 0)

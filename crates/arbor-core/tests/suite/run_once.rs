@@ -251,3 +251,54 @@ async fn a_resumed_attempt_announces_its_own_start() {
     assert_eq!(first.event.type_name(), "run_started");
     assert_eq!(first.run_id, r.run_id, "the same run, a new attempt");
 }
+
+#[tokio::test]
+async fn a_claim_whose_process_died_is_taken_over_at_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (pay, refund) = (Pay::default(), Pay::default());
+    // A long timeout: the claim would hold for a minute if its holder's death went unseen.
+    let mut s = agent(&pay, &refund, 60_000)
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let r = s.run("settle", RunOptions::default()).await.unwrap();
+    let waiting = r.suspension.unwrap();
+    approval::decide(
+        store.as_ref(),
+        r.run_id,
+        waiting.version,
+        &allow_all(&waiting),
+    )
+    .await
+    .unwrap();
+    let (version, mut stored) = approval::load(store.as_ref(), r.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    // A resumer on this host that was killed right after claiming the run.
+    let me = arbor_core::lease::ProcessId::current();
+    stored.claimed_at_ms = Some(arbor_protocol::Timestamp::now().0);
+    stored.claimed_by = Some(arbor_core::lease::ProcessId {
+        pid: 0x3fff_fff0,
+        ..me.clone()
+    });
+    let version = approval::save(store.as_ref(), &stored, version)
+        .await
+        .unwrap();
+    let done = s.resume(r.run_id, RunOptions::default()).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(pay.0.load(Ordering::SeqCst), 1);
+    // A claim held by a live process (this one) is respected.
+    stored.claimed_by = Some(me);
+    let run2 = arbor_protocol::RunId::new();
+    stored.run_id = run2;
+    approval::save(store.as_ref(), &stored, 0).await.unwrap();
+    let e = s.resume(run2, RunOptions::default()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the run is being resumed; decide again once it suspends"
+    );
+    let _ = version;
+}
