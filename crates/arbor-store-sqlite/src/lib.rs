@@ -30,6 +30,7 @@
 mod codec;
 mod error;
 mod options;
+mod repair;
 mod schema;
 mod store;
 

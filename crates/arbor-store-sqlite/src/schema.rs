@@ -2,14 +2,17 @@
 //! transaction and tracked with `PRAGMA user_version`.
 //!
 //! To change the schema, add `migrations/NNNN_name.sql` and a [`Migration`] entry with the
-//! next version; never edit a migration that has shipped. A store is recognised by its
-//! `PRAGMA application_id`, set by the first migration, so a foreign SQLite database is
-//! refused instead of being migrated.
+//! next version; never edit a migration that has shipped. When a new constraint may not hold
+//! on data an older arbor wrote, a fix in [`crate::repair`] runs before the migration, in its
+//! transaction (0002's unique sibling names: older stores' duplicates are renamed). A store is
+//! recognised by its `PRAGMA application_id`, set by the first migration, so a foreign
+//! SQLite database is refused instead of being migrated.
 
 use arbor_store::{StoreError, StoreResult};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 use crate::error::{SqlResultExt, open_error, unavailable};
+use crate::repair;
 
 /// One schema step.
 #[derive(Debug)]
@@ -20,6 +23,8 @@ struct Migration {
     name: &'static str,
     /// The SQL, run as one batch.
     sql: &'static str,
+    /// A data fix run right before `sql`, in the same transaction (see [`crate::repair`]).
+    prepare: Option<fn(&Connection, &str) -> StoreResult<()>>,
 }
 
 const MIGRATIONS: &[Migration] = &[
@@ -27,21 +32,26 @@ const MIGRATIONS: &[Migration] = &[
         version: 1,
         name: "0001_sessions",
         sql: include_str!("../migrations/0001_sessions.sql"),
+        prepare: None,
     },
     Migration {
         version: 2,
         name: "0002_registry",
         sql: include_str!("../migrations/0002_registry.sql"),
+        // Schema version 1 allowed same-named siblings; 0002's unique index does not.
+        prepare: Some(repair::unique_sibling_names),
     },
     Migration {
         version: 3,
         name: "0003_checkpoints",
         sql: include_str!("../migrations/0003_checkpoints.sql"),
+        prepare: None,
     },
     Migration {
         version: 4,
         name: "0004_artifacts",
         sql: include_str!("../migrations/0004_artifacts.sql"),
+        prepare: None,
     },
 ];
 
@@ -108,6 +118,9 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str, current: u32) -> StoreR
     // Another process may have migrated between the first check and the lock.
     let current = check(&tx, path)?;
     for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
+        if let Some(prepare) = migration.prepare {
+            prepare(&tx, path)?;
+        }
         tx.execute_batch(migration.sql)
             .and_then(|()| tx.pragma_update(None, "user_version", migration.version))
             .map_err(|e| match e.sqlite_error_code() {
