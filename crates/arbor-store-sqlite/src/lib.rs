@@ -29,6 +29,7 @@
 
 mod codec;
 mod error;
+mod open;
 mod options;
 mod repair;
 mod schema;

@@ -64,11 +64,16 @@ const APPLICATION_ID: i64 = 0x6172_6272;
 /// Reads the schema version of the database on `conn`, refusing one that is not an arbor
 /// store or that a newer arbor wrote. Only reads.
 pub(crate) fn check(conn: &Connection, path: &str) -> StoreResult<u32> {
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|e| open_error(path, e))?;
-    let application_id: i64 = conn
-        .pragma_query_value(None, "application_id", |row| row.get(0))
+    // One statement, so one read transaction: the three facts come from one snapshot even
+    // while another process creates the store (read apart, an empty version and id next to
+    // freshly created tables looked like another application's database).
+    let (version, application_id, objects): (i64, i64, i64) = conn
+        .prepare_cached(
+            "SELECT (SELECT user_version FROM pragma_user_version), \
+                    (SELECT application_id FROM pragma_application_id), \
+                    (SELECT count(*) FROM sqlite_schema)",
+        )
+        .and_then(|mut stmt| stmt.query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))))
         .map_err(|e| open_error(path, e))?;
     let version =
         u32::try_from(version).map_err(|_| not_arbor(path, "its schema version is negative"))?;
@@ -90,9 +95,6 @@ pub(crate) fn check(conn: &Connection, path: &str) -> StoreResult<u32> {
             format_args!("its application_id is {application_id:#x}"),
         ));
     }
-    let objects: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
-        .map_err(|e| open_error(path, e))?;
     if version != 0 || objects != 0 {
         return Err(not_arbor(path, "it holds another application's tables"));
     }

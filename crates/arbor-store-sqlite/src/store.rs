@@ -16,9 +16,9 @@ use crate::codec::{
     ENTRY_COLUMNS, SESSION_COLUMNS, entry_body, entry_from_row, insert_session, session_from_row,
     to_sql, write_session,
 };
-use crate::error::{SqlResultExt, open_error, unavailable};
+use crate::error::SqlResultExt;
+use crate::open;
 use crate::options::SqliteOptions;
-use crate::schema;
 
 /// A store in one SQLite file. Safe to share between tasks; several processes may open the
 /// same file, and each write is atomic against all of them.
@@ -50,11 +50,8 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
         let path = path.as_ref();
         let display = path.display().to_string();
-        if path.is_dir() {
-            return Err(unavailable(&display, "it is a directory, not a store file"));
-        }
-        let conn = Connection::open(path).map_err(|e| open_error(&display, e))?;
-        Self::setup(conn, display, options)
+        let conn = open::connect(path, &display, options)?;
+        Ok(Self::new(conn, display))
     }
 
     /// A private in-memory store, gone when dropped: for tests.
@@ -65,31 +62,15 @@ impl SqliteStore {
     /// [`open_in_memory`](Self::open_in_memory) with explicit options.
     pub fn open_in_memory_with(options: &SqliteOptions) -> StoreResult<Self> {
         let path = ":memory:".to_owned();
-        let conn = Connection::open_in_memory().map_err(|e| open_error(&path, e))?;
-        Self::setup(conn, path, options)
+        let conn = open::connect_in_memory(&path, options)?;
+        Ok(Self::new(conn, path))
     }
 
-    fn setup(mut conn: Connection, path: String, options: &SqliteOptions) -> StoreResult<Self> {
-        conn.busy_timeout(options.busy_timeout).at(&path)?;
-        // Every statement the store runs stays prepared: with rusqlite's default of 16 the
-        // cache churned and re-preparing cost an eighth of a delegation's time.
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        // Check before anything writes: a foreign or newer file must stay as it is.
-        let version = schema::check(&conn, &path)?;
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(|e| open_error(&path, e))?;
-        if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
-            tracing::warn!(path, mode, "the store could not switch to WAL mode");
-        }
-        conn.pragma_update(None, "foreign_keys", true).at(&path)?;
-        conn.pragma_update(None, "synchronous", options.synchronous.as_pragma())
-            .at(&path)?;
-        schema::migrate(&mut conn, &path, version)?;
-        Ok(Self {
+    fn new(conn: Connection, path: String) -> Self {
+        Self {
             conn: Mutex::new(conn),
             path,
-        })
+        }
     }
 
     /// The store's location as errors name it (`:memory:` for an in-memory store).
@@ -125,9 +106,6 @@ impl SqliteStore {
         self.transaction(TransactionBehavior::Deferred, f)
     }
 }
-
-/// Prepared statements kept per connection (the store runs a few dozen distinct ones).
-const STATEMENT_CACHE: usize = 128;
 
 fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
     conn.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
