@@ -1,8 +1,9 @@
 //! Which store a run uses and how it is opened.
 //!
 //! The default is the SQLite file `./.arbor/arbor.db` (its directory is created when
-//! missing); `--store PATH` names another file (its directory must exist); `--memory` keeps
-//! nothing. `ARBOR_BUSY_TIMEOUT_MS` sets how long an operation waits for another process that
+//! missing, mode 0700 on Unix, as the store holds every prompt and tool output; the store
+//! creates its files 0600); `--store PATH` names another file (its directory must exist);
+//! `--memory` keeps nothing. `ARBOR_BUSY_TIMEOUT_MS` sets how long an operation waits for another process that
 //! holds the file before it fails with `store <path> is locked by another process`.
 
 use std::fmt;
@@ -104,7 +105,7 @@ impl StoreChoice {
         if path.as_os_str() == DEFAULT_STORE
             && let Some(dir) = path.parent()
         {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            private_dir(dir).map_err(|e| {
                 Fail::store(format!(
                     "cannot create {}: {}",
                     dir.display(),
@@ -119,6 +120,42 @@ impl StoreChoice {
         Ok(Arc::new(store))
     }
 }
+
+/// Creates the store's directory readable by its owner only (0700 on Unix: the store holds
+/// every prompt and tool output). An existing directory keeps its mode, with a warning when
+/// others can read or enter it.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        warn_if_shared_dir(dir);
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+#[cfg(unix)]
+fn warn_if_shared_dir(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(dir) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            let mode = format!("{mode:o}");
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = mode.as_str(),
+                "the store's directory is open to other users, and the store holds every prompt \
+                 and tool output; arbor leaves an existing directory's mode alone: chmod 700 {}",
+                dir.display()
+            );
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_shared_dir(_dir: &Path) {}
 
 fn parse_busy_timeout(value: Option<&str>) -> Result<Duration, Fail> {
     match value.map(str::trim) {

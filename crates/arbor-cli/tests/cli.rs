@@ -70,6 +70,37 @@ fn review_json_report_on_the_default_sqlite_store() {
     assert!(err.contains("root: run succeeded"), "{err}");
 }
 
+#[cfg(unix)]
+#[test]
+fn the_default_store_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let out = arbor(dir.path(), &["run", REVIEW, "--quiet"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(mode(&dir.path().join(".arbor")), 0o700);
+    assert_eq!(mode(&dir.path().join(".arbor/arbor.db")), 0o600);
+    assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
+
+    // A directory made by someone else keeps its mode, and the run says it is open.
+    let other = tempfile::tempdir().unwrap();
+    let arbor_dir = other.path().join(".arbor");
+    std::fs::create_dir(&arbor_dir).unwrap();
+    std::fs::set_permissions(&arbor_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = arbor(other.path(), &["run", REVIEW, "--quiet"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(mode(&arbor_dir), 0o755);
+    assert_eq!(mode(&arbor_dir.join("arbor.db")), 0o600);
+    let err = stderr(&out);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("the store's directory is open to other users")
+            && warnings[0].contains("chmod 700 .arbor"),
+        "{err}"
+    );
+}
+
 #[test]
 fn memory_store_leaves_no_file_and_the_table_has_separators() {
     let dir = tempfile::tempdir().unwrap();

@@ -31,6 +31,7 @@ mod codec;
 mod error;
 mod open;
 mod options;
+mod perms;
 mod repair;
 mod schema;
 mod store;

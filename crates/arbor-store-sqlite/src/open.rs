@@ -17,7 +17,7 @@ use rusqlite::Connection;
 
 use crate::error::{SqlResultExt, open_error, unavailable};
 use crate::options::SqliteOptions;
-use crate::schema;
+use crate::{perms, schema};
 
 /// Prepared statements kept per connection (the store runs a few dozen distinct ones).
 const STATEMENT_CACHE: usize = 128;
@@ -34,8 +34,11 @@ pub(crate) fn connect(
     if path.is_dir() {
         return Err(unavailable(display, "it is a directory, not a store file"));
     }
+    perms::create_private(path);
     let conn = Connection::open(path).map_err(|e| open_error(display, e))?;
-    setup(conn, display, options)
+    let conn = setup(conn, display, options)?;
+    perms::warn_if_shared(path, display);
+    Ok(conn)
 }
 
 /// A private in-memory store's connection.

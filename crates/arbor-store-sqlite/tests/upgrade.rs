@@ -122,7 +122,10 @@ async fn a_first_schema_store_with_same_named_siblings_opens_with_unique_names()
     }
 
     // One warning per renamed session, naming it, its parent, and both names.
-    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+    let warnings: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("renamed"))
+        .collect();
     assert_eq!(warnings.len(), 3, "{logs}");
     for (id, from, to) in [
         ("01a238b5-0000-7000-8000-100000000002", "kid", "kid-3"),
@@ -147,7 +150,7 @@ async fn a_first_schema_store_with_same_named_siblings_opens_with_unique_names()
     // Reopening changes nothing more.
     let (store, logs) = common::capture_logs(|| SqliteStore::open(&path));
     store.unwrap();
-    assert!(!logs.contains("WARN"), "{logs}");
+    assert!(!logs.contains("renamed"), "{logs}");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
