@@ -6,11 +6,13 @@
 //! `PRAGMA user_version`; a file written by a newer arbor, or one that is not an arbor store,
 //! is refused without being modified.
 //!
-//! The connection sits behind a mutex and every operation runs synchronously inside its async
-//! method: with WAL and `synchronous=NORMAL` each is short, and the lock is never held across
-//! an await. Every write is one `BEGIN IMMEDIATE` transaction, so it lands whole or not at all,
-//! also against other processes using the same file. A write that cannot get the file within
-//! the busy timeout fails with [`StoreError::Locked`](arbor_store::StoreError::Locked).
+//! The connection sits behind a mutex and every operation runs on tokio's blocking pool,
+//! never on the runtime's own threads: a call waiting for another process's lock (up to the
+//! busy timeout) leaves timers, timeouts and other tasks on time. Every write is one
+//! `BEGIN IMMEDIATE` transaction, so it lands whole or not at all, also against other
+//! processes using the same file. A write that cannot get the file within the busy timeout
+//! fails with [`StoreError::Locked`](arbor_store::StoreError::Locked). Files arbor creates are
+//! readable by their owner only (0600).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -30,6 +32,7 @@
 mod codec;
 mod error;
 mod open;
+mod ops;
 mod options;
 mod perms;
 mod repair;

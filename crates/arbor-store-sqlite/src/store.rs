@@ -1,30 +1,48 @@
-//! [`SqliteStore`]: opening the file and the [`Store`] operations.
+//! [`SqliteStore`]: the store's handle and its [`Store`] operations.
+//!
+//! Where operations run: waiting for another process never happens on the async runtime's
+//! threads. An operation is first tried on the calling task's thread with SQLite's busy wait
+//! off, if the connection is free at once; SQLite work on an uncontended file takes
+//! microseconds, and a handoff to another thread would cost more than the work. If the file
+//! or the connection is busy, the operation (rolled back if it had begun) runs on tokio's
+//! blocking pool instead, waiting up to the busy timeout there, so timers, timeouts and other
+//! tasks stay on time. With [`Synchronous::Full`](crate::Synchronous::Full), where every
+//! commit waits for the disk, every operation runs on the blocking pool. A call whose future
+//! is dropped while on the pool (a timeout, a cancelled task) still finishes there: a write
+//! then lands whole or not at all, as always, only nobody hears which. Outside a tokio
+//! runtime an operation runs inline with the full busy wait.
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Duration;
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
 use arbor_store::{
     Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, Store, StoreError,
-    StoreResult,
+    StoreErrorKind, StoreResult,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use crate::codec::{
-    ENTRY_COLUMNS, SESSION_COLUMNS, entry_body, entry_from_row, insert_session, session_from_row,
-    to_sql, write_session,
-};
-use crate::error::SqlResultExt;
+use crate::codec::{ENTRY_COLUMNS, entry_from_row, insert_session, to_sql, write_session};
+use crate::error::{SqlResultExt, unavailable};
 use crate::open;
-use crate::options::SqliteOptions;
+use crate::ops::{
+    append_in, apply_update, checkpoint_from_row, checkpoint_version, encode, exists, load,
+    name_taken, select_sessions,
+};
+use crate::options::{SqliteOptions, Synchronous};
 
 /// A store in one SQLite file. Safe to share between tasks; several processes may open the
 /// same file, and each write is atomic against all of them.
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
-    path: String,
+    conn: Arc<Mutex<Connection>>,
+    path: Arc<str>,
+    /// How long an operation on the blocking pool waits for another connection.
+    busy_timeout: Duration,
+    /// Whether an operation is tried on the caller's thread first (see the module docs).
+    inline_first: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -51,7 +69,7 @@ impl SqliteStore {
         let path = path.as_ref();
         let display = path.display().to_string();
         let conn = open::connect(path, &display, options)?;
-        Ok(Self::new(conn, display))
+        Ok(Self::new(conn, display, options))
     }
 
     /// A private in-memory store, gone when dropped: for tests.
@@ -63,13 +81,15 @@ impl SqliteStore {
     pub fn open_in_memory_with(options: &SqliteOptions) -> StoreResult<Self> {
         let path = ":memory:".to_owned();
         let conn = open::connect_in_memory(&path, options)?;
-        Ok(Self::new(conn, path))
+        Ok(Self::new(conn, path, options))
     }
 
-    fn new(conn: Connection, path: String) -> Self {
+    fn new(conn: Connection, path: String, options: &SqliteOptions) -> Self {
         Self {
-            conn: Mutex::new(conn),
-            path,
+            conn: Arc::new(Mutex::new(conn)),
+            path: path.into(),
+            busy_timeout: options.busy_timeout,
+            inline_first: options.synchronous != Synchronous::Full,
         }
     }
 
@@ -78,186 +98,101 @@ impl SqliteStore {
         &self.path
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic inside an operation drops its transaction, which rolls back: the connection
-        // is usable even if the lock is poisoned.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Runs `f` on the connection: on this thread without waiting if nothing is busy, else
+    /// on tokio's blocking pool (see the module docs). `f` may run twice: its first try is
+    /// rolled back when it meets a busy file.
+    async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let mut conn = lock(&self.conn);
+            conn.busy_timeout(self.busy_timeout).at(&self.path)?;
+            return f(&mut conn, &self.path);
+        };
+        if self.inline_first
+            && let Some(mut conn) = try_lock(&self.conn)
+        {
+            // Never wait for another connection here: a busy file sends `f` to the pool.
+            conn.busy_timeout(Duration::ZERO).at(&self.path)?;
+            match f(&mut conn, &self.path) {
+                Err(err) if err.kind() == StoreErrorKind::Locked => {}
+                out => return out,
+            }
+        }
+        let conn = Arc::clone(&self.conn);
+        let path = Arc::clone(&self.path);
+        let busy_timeout = self.busy_timeout;
+        let job = move || {
+            let mut conn = lock(&conn);
+            conn.busy_timeout(busy_timeout).at(&path)?;
+            f(&mut conn, &path)
+        };
+        match runtime.spawn_blocking(job).await {
+            Ok(out) => out,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(err) => Err(unavailable(
+                &self.path,
+                format_args!("the store operation did not run: {err}"),
+            )),
+        }
     }
 
-    fn transaction<T>(
-        &self,
-        behavior: TransactionBehavior,
-        f: impl FnOnce(&Transaction<'_>, &str) -> StoreResult<T>,
-    ) -> StoreResult<T> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(behavior).at(&self.path)?;
-        let out = f(&tx, &self.path)?;
-        tx.commit().at(&self.path)?;
-        Ok(out)
+    /// Runs `f` in one transaction of `behavior`, committed only if `f` succeeds.
+    async fn transaction<T, F>(&self, behavior: TransactionBehavior, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
+    {
+        self.call(move |conn, path| {
+            let tx = conn.transaction_with_behavior(behavior).at(path)?;
+            let out = f(&tx, path)?;
+            tx.commit().at(path)?;
+            Ok(out)
+        })
+        .await
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed only if `f` succeeds.
-    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>, &str) -> StoreResult<T>) -> StoreResult<T> {
-        self.transaction(TransactionBehavior::Immediate, f)
+    async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
+    {
+        self.transaction(TransactionBehavior::Immediate, f).await
     }
 
     /// Runs `f` in one read transaction, so its statements see one snapshot.
-    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>, &str) -> StoreResult<T>) -> StoreResult<T> {
-        self.transaction(TransactionBehavior::Deferred, f)
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
+    {
+        self.transaction(TransactionBehavior::Deferred, f).await
     }
 }
 
-fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
-    conn.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
-        .and_then(|mut stmt| stmt.exists([id.to_string()]))
-        .at(path)
+// A panic inside an operation drops its transaction, which rolls back: the connection is
+// usable even if the lock is poisoned.
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    conn.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn load(conn: &Connection, path: &str, id: SessionId) -> StoreResult<Option<SessionRecord>> {
-    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1");
-    let mut stmt = conn.prepare_cached(&sql).at(path)?;
-    let mut rows = stmt.query([id.to_string()]).at(path)?;
-    rows.next().at(path)?.map(session_from_row).transpose()
-}
-
-fn select_sessions(
-    conn: &Connection,
-    path: &str,
-    filter: &str,
-    param: Option<String>,
-) -> StoreResult<Vec<SessionRecord>> {
-    let sql =
-        format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} ORDER BY created_at, id");
-    let mut stmt = conn.prepare_cached(&sql).at(path)?;
-    let mut rows = match param {
-        Some(param) => stmt.query([param]),
-        None => stmt.query([]),
+/// The connection if no other operation holds it.
+fn try_lock(conn: &Mutex<Connection>) -> Option<MutexGuard<'_, Connection>> {
+    match conn.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     }
-    .at(path)?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().at(path)? {
-        out.push(session_from_row(row)?);
-    }
-    Ok(out)
-}
-
-/// Loads `id`, checks `update`'s expected version, applies it and writes the record back.
-fn apply_update(
-    conn: &Connection,
-    path: &str,
-    id: SessionId,
-    update: &SessionUpdate,
-) -> StoreResult<SessionRecord> {
-    let mut record = load(conn, path, id)?.ok_or_else(|| StoreError::session_not_found(id))?;
-    record.check_version(update)?;
-    record.apply(update);
-    write_session(conn, path, &record)?;
-    Ok(record)
-}
-
-fn encode(entries: &[EntryKind]) -> StoreResult<Vec<(&'static str, String)>> {
-    entries
-        .iter()
-        .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
-        .collect()
-}
-
-/// Applies `update` (if any) and appends `bodies` to `session`, inside the caller's
-/// transaction; returns the last sequence number.
-fn append_in(
-    tx: &Transaction<'_>,
-    path: &str,
-    session: SessionId,
-    run: RunId,
-    bodies: &[(&'static str, String)],
-    update: Option<&SessionUpdate>,
-) -> StoreResult<u64> {
-    match update {
-        Some(update) => drop(apply_update(tx, path, session, update)?),
-        None if !exists(tx, path, session)? => {
-            return Err(StoreError::session_not_found(session));
-        }
-        None => {}
-    }
-    let last: i64 = tx
-        .prepare_cached(
-            "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = ?1",
-        )
-        .and_then(|mut stmt| stmt.query_row([session.to_string()], |row| row.get(0)))
-        .at(path)?;
-    let (session, run) = (session.to_string(), run.to_string());
-    let at = to_sql(Timestamp::now().0);
-    let mut insert = tx
-        .prepare_cached(
-            "INSERT INTO transcript_entries (session_id, seq, at, run_id, kind, body) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .at(path)?;
-    let mut seq = last;
-    for (kind, body) in bodies {
-        seq += 1;
-        insert
-            .execute(params![session, seq, at, run, kind, body])
-            .at(path)?;
-    }
-    u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("transcript seq {seq}")))
-}
-
-fn name_taken(tx: &Transaction<'_>, path: &str, record: &SessionRecord) -> StoreResult<bool> {
-    let Some(parent) = record.parent_id else {
-        return Ok(false);
-    };
-    if record.tombstone.is_some() {
-        return Ok(false);
-    }
-    tx.prepare_cached(
-        "SELECT 1 FROM sessions WHERE parent_id = ?1 AND name = ?2 AND tombstone IS NULL",
-    )
-    .and_then(|mut stmt| stmt.exists(params![parent.to_string(), record.name]))
-    .at(path)
-}
-
-fn checkpoint_version(
-    tx: &Transaction<'_>,
-    path: &str,
-    namespace: &str,
-    key: &str,
-) -> StoreResult<Option<u64>> {
-    use rusqlite::OptionalExtension;
-    tx.prepare_cached("SELECT version FROM checkpoints WHERE namespace = ?1 AND key = ?2")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![namespace, key], |row| row.get::<_, i64>(0))
-                .optional()
-        })
-        .at(path)
-        .map(|v| v.map(|v| v as u64))
-}
-
-fn checkpoint_from_row(row: &rusqlite::Row<'_>) -> StoreResult<Checkpoint> {
-    let get = |i: usize| -> StoreResult<String> {
-        row.get(i)
-            .map_err(|e| StoreError::Corrupt(format!("checkpoint column {i}: {e}")))
-    };
-    let num = |i: usize| -> StoreResult<u64> {
-        row.get::<_, i64>(i)
-            .map(|v| v as u64)
-            .map_err(|e| StoreError::Corrupt(format!("checkpoint column {i}: {e}")))
-    };
-    let value = get(3)?;
-    Ok(Checkpoint {
-        namespace: get(0)?,
-        key: get(1)?,
-        version: num(2)?,
-        value: serde_json::from_str(&value)
-            .map_err(|e| StoreError::Corrupt(format!("checkpoint value: {e}")))?,
-        updated_at: Timestamp(num(4)?),
-    })
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
-        self.write(|tx, path| {
+        let record = record.clone();
+        self.write(move |tx, path| {
             if exists(tx, path, record.id)? {
                 return Err(StoreError::AlreadyExists {
                     what: "session",
@@ -269,18 +204,18 @@ impl Store for SqliteStore {
             {
                 return Err(StoreError::session_not_found(parent));
             }
-            if name_taken(tx, path, record)? {
+            if name_taken(tx, path, &record)? {
                 return Err(StoreError::NameTaken {
                     name: record.name.clone(),
                 });
             }
-            insert_session(tx, path, record)
+            insert_session(tx, path, &record)
         })
+        .await
     }
 
     async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
-        let conn = self.lock();
-        load(&conn, &self.path, id)
+        self.call(move |conn, path| load(conn, path, id)).await
     }
 
     async fn update_session(
@@ -288,17 +223,19 @@ impl Store for SqliteStore {
         id: SessionId,
         update: &SessionUpdate,
     ) -> StoreResult<SessionRecord> {
-        self.write(|tx, path| apply_update(tx, path, id, update))
+        let update = update.clone();
+        self.write(move |tx, path| apply_update(tx, path, id, &update))
+            .await
     }
 
     async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {
-        let conn = self.lock();
         let (filter, param) = match query {
             SessionQuery::Roots => ("parent_id IS NULL", None),
             SessionQuery::Children(parent) => ("parent_id = ?1", Some(parent.to_string())),
             SessionQuery::Tree(root) => ("root_id = ?1", Some(root.to_string())),
         };
-        select_sessions(&conn, &self.path, filter, param)
+        self.call(move |conn, path| select_sessions(conn, path, filter, param.clone()))
+            .await
     }
 
     async fn append(
@@ -309,7 +246,9 @@ impl Store for SqliteStore {
         update: Option<&SessionUpdate>,
     ) -> StoreResult<u64> {
         let bodies = encode(entries)?;
-        self.write(|tx, path| append_in(tx, path, session, run, &bodies, update))
+        let update = update.cloned();
+        self.write(move |tx, path| append_in(tx, path, session, run, &bodies, update.as_ref()))
+            .await
     }
 
     async fn append_attributed(
@@ -321,8 +260,10 @@ impl Store for SqliteStore {
         attribution: &Attribution,
     ) -> StoreResult<u64> {
         let bodies = encode(entries)?;
-        self.write(|tx, path| {
-            let seq = append_in(tx, path, session, run, &bodies, update)?;
+        let update = update.cloned();
+        let attribution = attribution.clone();
+        self.write(move |tx, path| {
+            let seq = append_in(tx, path, session, run, &bodies, update.as_ref())?;
             for target in &attribution.targets {
                 let mut record = load(tx, path, target.session)?
                     .ok_or_else(|| StoreError::session_not_found(target.session))?;
@@ -340,6 +281,7 @@ impl Store for SqliteStore {
             }
             Ok(seq)
         })
+        .await
     }
 
     async fn transcript(
@@ -351,7 +293,7 @@ impl Store for SqliteStore {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         // A negative LIMIT means none.
         let limit = limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
-        self.read(|tx, path| {
+        self.read(move |tx, path| {
             if !exists(tx, path, session)? {
                 return Err(StoreError::session_not_found(session));
             }
@@ -369,6 +311,7 @@ impl Store for SqliteStore {
             }
             Ok(out)
         })
+        .await
     }
 
     async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
@@ -388,6 +331,7 @@ impl Store for SqliteStore {
             ids.sort();
             Ok(ids)
         })
+        .await
     }
 
     async fn put_checkpoint(
@@ -399,8 +343,9 @@ impl Store for SqliteStore {
     ) -> StoreResult<u64> {
         let body = serde_json::to_string(value)
             .map_err(|e| StoreError::Invalid(format!("checkpoint value: {e}")))?;
-        self.write(|tx, path| {
-            let actual = checkpoint_version(tx, path, namespace, key)?.unwrap_or(0);
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        self.write(move |tx, path| {
+            let actual = checkpoint_version(tx, path, &namespace, &key)?.unwrap_or(0);
             if actual != expected_version {
                 return Err(StoreError::Conflict {
                     expected: expected_version,
@@ -426,37 +371,41 @@ impl Store for SqliteStore {
             .at(path)?;
             Ok(version)
         })
+        .await
     }
 
     async fn checkpoint(&self, namespace: &str, key: &str) -> StoreResult<Option<Checkpoint>> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT namespace, key, version, value, updated_at FROM checkpoints \
-                 WHERE namespace = ?1 AND key = ?2",
-            )
-            .at(&self.path)?;
-        let mut rows = stmt.query(params![namespace, key]).at(&self.path)?;
-        rows.next()
-            .at(&self.path)?
-            .map(checkpoint_from_row)
-            .transpose()
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        self.call(move |conn, path| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT namespace, key, version, value, updated_at FROM checkpoints \
+                     WHERE namespace = ?1 AND key = ?2",
+                )
+                .at(path)?;
+            let mut rows = stmt.query(params![namespace, key]).at(path)?;
+            rows.next().at(path)?.map(checkpoint_from_row).transpose()
+        })
+        .await
     }
 
     async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT namespace, key, version, value, updated_at FROM checkpoints \
-                 WHERE namespace = ?1 ORDER BY key",
-            )
-            .at(&self.path)?;
-        let mut rows = stmt.query(params![namespace]).at(&self.path)?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().at(&self.path)? {
-            out.push(checkpoint_from_row(row)?);
-        }
-        Ok(out)
+        let namespace = namespace.to_owned();
+        self.call(move |conn, path| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT namespace, key, version, value, updated_at FROM checkpoints \
+                     WHERE namespace = ?1 ORDER BY key",
+                )
+                .at(path)?;
+            let mut rows = stmt.query(params![namespace]).at(path)?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().at(path)? {
+                out.push(checkpoint_from_row(row)?);
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn delete_checkpoint(
@@ -465,8 +414,9 @@ impl Store for SqliteStore {
         key: &str,
         expected_version: u64,
     ) -> StoreResult<()> {
-        self.write(|tx, path| {
-            match checkpoint_version(tx, path, namespace, key)? {
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        self.write(move |tx, path| {
+            match checkpoint_version(tx, path, &namespace, &key)? {
                 None => {
                     return Err(StoreError::NotFound {
                         what: "checkpoint",
@@ -486,6 +436,7 @@ impl Store for SqliteStore {
                 .at(path)
                 .map(drop)
         })
+        .await
     }
 
     fn backend(&self) -> &'static str {

@@ -1,0 +1,164 @@
+//! The SQL of the store's operations, each run on the caller's connection or inside the
+//! caller's transaction (see [`SqliteStore`](crate::SqliteStore) for where they run).
+
+use arbor_protocol::{EntryKind, RunId, SessionId, Timestamp};
+use arbor_store::{Checkpoint, SessionRecord, SessionUpdate, StoreError, StoreResult};
+use rusqlite::{Connection, Transaction, params};
+
+use crate::codec::{SESSION_COLUMNS, entry_body, session_from_row, to_sql, write_session};
+use crate::error::SqlResultExt;
+
+pub(crate) fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
+    conn.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.exists([id.to_string()]))
+        .at(path)
+}
+
+pub(crate) fn load(
+    conn: &Connection,
+    path: &str,
+    id: SessionId,
+) -> StoreResult<Option<SessionRecord>> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1");
+    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut rows = stmt.query([id.to_string()]).at(path)?;
+    rows.next().at(path)?.map(session_from_row).transpose()
+}
+
+pub(crate) fn select_sessions(
+    conn: &Connection,
+    path: &str,
+    filter: &str,
+    param: Option<String>,
+) -> StoreResult<Vec<SessionRecord>> {
+    let sql =
+        format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} ORDER BY created_at, id");
+    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut rows = match param {
+        Some(param) => stmt.query([param]),
+        None => stmt.query([]),
+    }
+    .at(path)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().at(path)? {
+        out.push(session_from_row(row)?);
+    }
+    Ok(out)
+}
+
+/// Loads `id`, checks `update`'s expected version, applies it and writes the record back.
+pub(crate) fn apply_update(
+    conn: &Connection,
+    path: &str,
+    id: SessionId,
+    update: &SessionUpdate,
+) -> StoreResult<SessionRecord> {
+    let mut record = load(conn, path, id)?.ok_or_else(|| StoreError::session_not_found(id))?;
+    record.check_version(update)?;
+    record.apply(update);
+    write_session(conn, path, &record)?;
+    Ok(record)
+}
+
+pub(crate) fn encode(entries: &[EntryKind]) -> StoreResult<Vec<(&'static str, String)>> {
+    entries
+        .iter()
+        .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
+        .collect()
+}
+
+/// Applies `update` (if any) and appends `bodies` to `session`, inside the caller's
+/// transaction; returns the last sequence number.
+pub(crate) fn append_in(
+    tx: &Transaction<'_>,
+    path: &str,
+    session: SessionId,
+    run: RunId,
+    bodies: &[(&'static str, String)],
+    update: Option<&SessionUpdate>,
+) -> StoreResult<u64> {
+    match update {
+        Some(update) => drop(apply_update(tx, path, session, update)?),
+        None if !exists(tx, path, session)? => {
+            return Err(StoreError::session_not_found(session));
+        }
+        None => {}
+    }
+    let last: i64 = tx
+        .prepare_cached(
+            "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = ?1",
+        )
+        .and_then(|mut stmt| stmt.query_row([session.to_string()], |row| row.get(0)))
+        .at(path)?;
+    let (session, run) = (session.to_string(), run.to_string());
+    let at = to_sql(Timestamp::now().0);
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO transcript_entries (session_id, seq, at, run_id, kind, body) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .at(path)?;
+    let mut seq = last;
+    for (kind, body) in bodies {
+        seq += 1;
+        insert
+            .execute(params![session, seq, at, run, kind, body])
+            .at(path)?;
+    }
+    u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("transcript seq {seq}")))
+}
+
+pub(crate) fn name_taken(
+    tx: &Transaction<'_>,
+    path: &str,
+    record: &SessionRecord,
+) -> StoreResult<bool> {
+    let Some(parent) = record.parent_id else {
+        return Ok(false);
+    };
+    if record.tombstone.is_some() {
+        return Ok(false);
+    }
+    tx.prepare_cached(
+        "SELECT 1 FROM sessions WHERE parent_id = ?1 AND name = ?2 AND tombstone IS NULL",
+    )
+    .and_then(|mut stmt| stmt.exists(params![parent.to_string(), record.name]))
+    .at(path)
+}
+
+pub(crate) fn checkpoint_version(
+    tx: &Transaction<'_>,
+    path: &str,
+    namespace: &str,
+    key: &str,
+) -> StoreResult<Option<u64>> {
+    use rusqlite::OptionalExtension;
+    tx.prepare_cached("SELECT version FROM checkpoints WHERE namespace = ?1 AND key = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![namespace, key], |row| row.get::<_, i64>(0))
+                .optional()
+        })
+        .at(path)
+        .map(|v| v.map(|v| v as u64))
+}
+
+pub(crate) fn checkpoint_from_row(row: &rusqlite::Row<'_>) -> StoreResult<Checkpoint> {
+    let get = |i: usize| -> StoreResult<String> {
+        row.get(i)
+            .map_err(|e| StoreError::Corrupt(format!("checkpoint column {i}: {e}")))
+    };
+    let num = |i: usize| -> StoreResult<u64> {
+        row.get::<_, i64>(i)
+            .map(|v| v as u64)
+            .map_err(|e| StoreError::Corrupt(format!("checkpoint column {i}: {e}")))
+    };
+    let value = get(3)?;
+    Ok(Checkpoint {
+        namespace: get(0)?,
+        key: get(1)?,
+        version: num(2)?,
+        value: serde_json::from_str(&value)
+            .map_err(|e| StoreError::Corrupt(format!("checkpoint value: {e}")))?,
+        updated_at: Timestamp(num(4)?),
+    })
+}
