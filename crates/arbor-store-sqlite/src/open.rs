@@ -12,11 +12,12 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use arbor_store::{StoreErrorKind, StoreResult};
-use rusqlite::Connection;
+use arbor_store::{StoreError, StoreErrorKind, StoreResult};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{SqlResultExt, open_error, unavailable};
 use crate::options::SqliteOptions;
+use crate::schema::SCHEMA_VERSION;
 use crate::{perms, schema};
 
 /// Prepared statements kept per connection (the store runs a few dozen distinct ones).
@@ -33,6 +34,9 @@ pub(crate) fn connect(
 ) -> StoreResult<Connection> {
     if path.is_dir() {
         return Err(unavailable(display, "it is a directory, not a store file"));
+    }
+    if options.read_only {
+        return connect_read_only(path, display, options);
     }
     perms::create_private(path);
     let conn = Connection::open(path).map_err(|e| open_error(display, e))?;
@@ -62,6 +66,116 @@ fn setup(mut conn: Connection, path: &str, options: &SqliteOptions) -> StoreResu
         .at(path)?;
     retry_busy(deadline, || schema::migrate(&mut conn, path, version))?;
     Ok(conn)
+}
+
+/// Opens the existing store at `path` read-only: no file is created and nothing is written.
+fn connect_read_only(path: &Path, shown: &str, options: &SqliteOptions) -> StoreResult<Connection> {
+    if !path.exists() {
+        return Err(unavailable(
+            shown,
+            "no store file there (a read-only open creates none)",
+        ));
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(shown, e))?;
+    let conn = match setup_read_only(conn, shown, options) {
+        // A WAL file cannot be read without its `-shm` index, which SQLite could not create
+        // (a read-only directory). With no `-wal` file either, the main file holds every
+        // commit and can be read as immutable.
+        Err(ReadOnlyError::CannotOpen(err)) if !wal_has_frames(path) => {
+            tracing::debug!(path = shown, %err, "reading the store as immutable");
+            let conn = Connection::open_with_flags(
+                immutable_uri(path),
+                flags | OpenFlags::SQLITE_OPEN_URI,
+            )
+            .map_err(|e| open_error(shown, e))?;
+            setup_read_only(conn, shown, options).map_err(|e| e.into_store(shown))?
+        }
+        Err(ReadOnlyError::CannotOpen(err)) => {
+            return Err(unavailable(
+                shown,
+                format_args!(
+                    "cannot read it read-only ({err}): its write-ahead log ({shown}-wal) holds \
+                     commits that SQLite can only read with a writable directory; open it \
+                     read-write once, or read a copy"
+                ),
+            ));
+        }
+        other => other.map_err(|e| e.into_store(shown))?,
+    };
+    perms::warn_if_shared(path, shown);
+    Ok(conn)
+}
+
+/// Why a read-only setup failed.
+enum ReadOnlyError {
+    /// SQLite could not open the file or its companions for reading.
+    CannotOpen(rusqlite::Error),
+    /// Any other failure.
+    Store(StoreError),
+}
+
+impl ReadOnlyError {
+    fn into_store(self, path: &str) -> StoreError {
+        match self {
+            Self::Store(err) => err,
+            Self::CannotOpen(err) => open_error(path, err),
+        }
+    }
+}
+
+fn setup_read_only(
+    conn: Connection,
+    path: &str,
+    options: &SqliteOptions,
+) -> Result<Connection, ReadOnlyError> {
+    conn.busy_timeout(options.busy_timeout)
+        .at(path)
+        .map_err(ReadOnlyError::Store)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // The first read opens the WAL index: tell its failure apart from the others.
+    if let Err(err) = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+        && err.sqlite_error_code() == Some(ErrorCode::CannotOpen)
+    {
+        return Err(ReadOnlyError::CannotOpen(err));
+    }
+    let deadline = Instant::now() + options.busy_timeout;
+    let version =
+        retry_busy(deadline, || schema::check(&conn, path)).map_err(ReadOnlyError::Store)?;
+    if version < SCHEMA_VERSION {
+        return Err(ReadOnlyError::Store(unavailable(
+            path,
+            format_args!(
+                "its schema (version {version}) is older than this arbor's ({SCHEMA_VERSION}) \
+                 and a read-only open does not upgrade it; open it read-write once (any arbor \
+                 command that writes) to upgrade it"
+            ),
+        )));
+    }
+    Ok(conn)
+}
+
+/// Whether the `-wal` file next to `path` exists and is not empty.
+fn wal_has_frames(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(Path::new(&wal)).is_ok_and(|m| m.len() > 0)
+}
+
+/// A `file:` URI opening `path` as immutable (SQLite neither locks it nor looks for a WAL).
+fn immutable_uri(path: &Path) -> String {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for c in absolute.to_string_lossy().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 /// Puts the file in WAL mode (a no-op when it is already).

@@ -33,6 +33,7 @@ impl Synchronous {
 pub struct SqliteOptions {
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
+    pub(crate) read_only: bool,
 }
 
 impl Default for SqliteOptions {
@@ -40,6 +41,7 @@ impl Default for SqliteOptions {
         Self {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Normal,
+            read_only: false,
         }
     }
 }
@@ -63,6 +65,20 @@ impl SqliteOptions {
         self
     }
 
+    /// Opens the file read-only, for inspection: nothing is created, switched or migrated,
+    /// so it works on a file or directory this user cannot write. A store whose schema is
+    /// older than this build's is refused (opening it read-write once upgrades it), and
+    /// every write fails with `Invalid`.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Whether the store is opened read-only.
+    pub fn read_only_value(&self) -> bool {
+        self.read_only
+    }
+
     /// The configured busy timeout.
     pub fn busy_timeout_value(&self) -> Duration {
         self.busy_timeout
@@ -73,7 +89,8 @@ impl SqliteOptions {
         self.synchronous
     }
 
-    /// Opens (creating it if missing) the store file at `path`; see [`SqliteStore::open`].
+    /// Opens (creating it if missing, unless read-only) the store file at `path`; see
+    /// [`SqliteStore::open`].
     pub fn open(&self, path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
         SqliteStore::open_with(path, self)
     }

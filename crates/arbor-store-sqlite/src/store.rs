@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
 use crate::codec::{ENTRY_COLUMNS, entry_from_row, insert_session, to_sql, write_session};
-use crate::error::{SqlResultExt, unavailable};
+use crate::error::{SqlResultExt, damaged, unavailable};
 use crate::open;
 use crate::ops::{
     append_in, apply_update, checkpoint_from_row, checkpoint_version, encode, exists, load,
@@ -43,6 +43,8 @@ pub struct SqliteStore {
     busy_timeout: Duration,
     /// Whether an operation is tried on the caller's thread first (see the module docs).
     inline_first: bool,
+    /// Whether the store was opened read-only (every write is refused).
+    read_only: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -72,6 +74,13 @@ impl SqliteStore {
         Ok(Self::new(conn, display, options))
     }
 
+    /// Opens the existing store file at `path` read-only, for inspection; see
+    /// [`SqliteOptions::read_only`]. Fails with `Unavailable` when there is no file, or its
+    /// schema is older than this build's.
+    pub fn open_read_only(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, &SqliteOptions::default().read_only(true))
+    }
+
     /// A private in-memory store, gone when dropped: for tests.
     pub fn open_in_memory() -> StoreResult<Self> {
         Self::open_in_memory_with(&SqliteOptions::default())
@@ -90,6 +99,7 @@ impl SqliteStore {
             path: path.into(),
             busy_timeout: options.busy_timeout,
             inline_first: options.synchronous != Synchronous::Full,
+            read_only: options.read_only,
         }
     }
 
@@ -106,14 +116,21 @@ impl SqliteStore {
         T: Send + 'static,
         F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
     {
+        self.run(self.inline_first, f).await
+    }
+
+    /// [`call`](Self::call), trying this thread first only if `inline_first`.
+    async fn run<T, F>(&self, inline_first: bool, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
+    {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             let mut conn = lock(&self.conn);
             conn.busy_timeout(self.busy_timeout).at(&self.path)?;
             return f(&mut conn, &self.path);
         };
-        if self.inline_first
-            && let Some(mut conn) = try_lock(&self.conn)
-        {
+        if inline_first && let Some(mut conn) = try_lock(&self.conn) {
             // Never wait for another connection here: a busy file sends `f` to the pool.
             conn.busy_timeout(Duration::ZERO).at(&self.path)?;
             match f(&mut conn, &self.path) {
@@ -160,6 +177,12 @@ impl SqliteStore {
         T: Send + 'static,
         F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
     {
+        if self.read_only {
+            return Err(StoreError::Invalid(format!(
+                "store {} is open read-only: it cannot be written",
+                self.path
+            )));
+        }
         self.transaction(TransactionBehavior::Immediate, f).await
     }
 
@@ -170,6 +193,46 @@ impl SqliteStore {
         F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
     {
         self.transaction(TransactionBehavior::Deferred, f).await
+    }
+}
+
+impl SqliteStore {
+    /// Checks the whole file with SQLite's `PRAGMA integrity_check` and the foreign keys
+    /// with `PRAGMA foreign_key_check`, on tokio's blocking pool (it reads every page).
+    /// `Ok` when both find nothing; else `Corrupt`, listing the first problems found and how
+    /// to recover.
+    pub async fn check(&self) -> StoreResult<()> {
+        self.run(false, |conn, path| {
+            let mut problems = Vec::new();
+            {
+                let mut stmt = conn.prepare("PRAGMA integrity_check(20)").at(path)?;
+                let mut rows = stmt.query([]).at(path)?;
+                while let Some(row) = rows.next().at(path)? {
+                    let line: String = row.get(0).at(path)?;
+                    if line != "ok" {
+                        problems.push(line);
+                    }
+                }
+            }
+            let mut stmt = conn.prepare("PRAGMA foreign_key_check").at(path)?;
+            let mut rows = stmt.query([]).at(path)?;
+            while let Some(row) = rows.next().at(path)? {
+                let (table, rowid, parent): (String, Option<i64>, String) = (
+                    row.get(0).at(path)?,
+                    row.get(1).at(path)?,
+                    row.get(2).at(path)?,
+                );
+                let rowid = rowid.map_or_else(|| "?".to_owned(), |r| r.to_string());
+                problems.push(format!(
+                    "row {rowid} of {table} refers to a missing row of {parent}"
+                ));
+            }
+            if problems.is_empty() {
+                return Ok(());
+            }
+            Err(damaged(path, problems.join("; ")))
+        })
+        .await
     }
 }
 
