@@ -26,6 +26,9 @@ pub(crate) enum Turns {
     Next,
     /// With the calls of a suspended turn.
     Resume(Box<RunCheckpoint>),
+    /// Nowhere: the conversation already ends with the model's answer (an interrupted run
+    /// that had finished its last turn but not recorded its end).
+    Answered,
 }
 
 /// How a child's resumed run ended, for the parent call that waits on it.

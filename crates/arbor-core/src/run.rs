@@ -179,6 +179,20 @@ impl Session {
         input: Option<String>,
         options: RunOptions,
     ) -> CoreResult<RunResult> {
+        self.start_run(input, Vec::new(), Turns::Next, options)
+            .await
+    }
+
+    /// Starts a new run: its start (and `input` as a user message, and `closing`, tool results
+    /// that close an earlier run's calls) written in one commit with the status change, then
+    /// the loop from `from`.
+    pub(crate) async fn start_run(
+        &mut self,
+        input: Option<String>,
+        closing: Vec<Message>,
+        from: Turns,
+        options: RunOptions,
+    ) -> CoreResult<RunResult> {
         let limits = match options.limits {
             Some(l) => self.agent.limits().narrow(&l),
             None => self.agent.limits(),
@@ -204,6 +218,11 @@ impl Session {
             agent: self.agent.name().to_owned(),
             model: self.agent.model().to_owned(),
         }];
+        for message in &closing {
+            entries.push(EntryKind::Message {
+                message: message.clone(),
+            });
+        }
         if let Some(user) = &user {
             entries.push(EntryKind::Message {
                 message: user.clone(),
@@ -212,6 +231,7 @@ impl Session {
         // The tombstone is checked atomically with the start: a deleted session never runs.
         self.commit(run_id, &entries, Some(running_update()))
             .await?;
+        self.messages.extend(closing);
         self.messages.extend(user);
         self.bus.publish(
             run_id,
@@ -222,7 +242,11 @@ impl Session {
         );
         tracing::debug!(session = %self.id(), run = %run_id, "run started");
 
-        self.drive(state, &token, Turns::Next).await
+        let mut state = state;
+        if matches!(from, Turns::Answered) {
+            state.text = self.last_answer().unwrap_or_default();
+        }
+        self.drive(state, &token, from).await
     }
 
     /// Drives the loop from `from` under the run's cancellation and timeout (counted from
@@ -257,10 +281,14 @@ impl Session {
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<Outcome> {
-        if let Turns::Resume(checkpoint) = from
-            && let Some(outcome) = self.settle_turn(state, *checkpoint, token).await?
-        {
-            return Ok(outcome);
+        match from {
+            Turns::Resume(checkpoint) => {
+                if let Some(outcome) = self.settle_turn(state, *checkpoint, token).await? {
+                    return Ok(outcome);
+                }
+            }
+            Turns::Answered => return Ok(Outcome::Completed),
+            Turns::Next => {}
         }
         loop {
             // A cancel can land while this task is inside one poll (a tool saw it first and

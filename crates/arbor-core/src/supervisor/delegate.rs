@@ -232,6 +232,8 @@ pub(crate) struct Admitted {
     pub(crate) resume: bool,
     /// A suspended run of the child to resume (its decisions are recorded).
     pub(crate) resume_run: Option<arbor_protocol::RunId>,
+    /// The child's interrupted run to continue (its process died mid-run).
+    pub(crate) recover: bool,
     /// The child's reply count when this run began (a first task that ends with the same
     /// count never replied).
     pub(crate) replies_at_start: u32,
@@ -379,6 +381,7 @@ impl Supervisor {
             slot,
             resume: false,
             resume_run: None,
+            recover: false,
             replies_at_start: 0,
         })
     }

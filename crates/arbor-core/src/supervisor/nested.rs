@@ -257,6 +257,7 @@ impl NestedResumer for Supervisor {
             slot,
             resume: false,
             resume_run: Some(run_id),
+            recover: false,
         };
         self.state().summary.rejoin(
             entry_index,

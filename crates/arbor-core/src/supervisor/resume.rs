@@ -92,13 +92,68 @@ impl Supervisor {
     /// Runs `id` on its pending messages, unless it is not a child of this supervisor or a
     /// run of it is live in another process.
     async fn resume(&self, id: SessionId) -> CoreResult<FollowUp> {
-        let inner = &self.inner;
-        let record = inner
+        Ok(match self.rerun(id, false).await? {
+            Rerun::Ran(_) => FollowUp::Ran,
+            Rerun::NotOurs => FollowUp::NotOurs,
+            Rerun::RunningElsewhere => FollowUp::RunningElsewhere,
+        })
+    }
+
+    /// Continues the interrupted run of the child `id` (its process died mid-run) from its
+    /// transcript, as a delegation of this supervisor under the terms its spawn narrowed to:
+    /// a turn in progress is asked again, tool calls in flight are reported to the model as
+    /// interrupted and never run again (see [`Session::continue_interrupted`]). Its answer
+    /// reaches its parent the way its mode says (a message-mode child's reply or notice).
+    ///
+    /// [`Session::continue_interrupted`]: crate::Session::continue_interrupted
+    pub async fn continue_child(&self, id: SessionId) -> CoreResult<DelegationResult> {
+        let unknown = || CoreError::Denied("Unknown or deleted session".to_owned());
+        let record = self.live_child(id).await?;
+        if record.status != arbor_protocol::SessionStatus::Interrupted {
+            return Err(CoreError::validation(format!(
+                "session {id} was not interrupted (it is {}): nothing to continue",
+                record.status
+            )));
+        }
+        self.inbox_of(&record).await?;
+        if !self.inner.hub.claim_idle(id) {
+            return Err(CoreError::validation(format!(
+                "session {id} is running in this process"
+            )));
+        }
+        match self.rerun(id, true).await {
+            Ok(Rerun::Ran(outcome)) => outcome,
+            Ok(Rerun::NotOurs) => {
+                self.inner.hub.end_run(id);
+                Err(unknown())
+            }
+            Ok(Rerun::RunningElsewhere) => {
+                self.inner.hub.end_run(id);
+                Err(CoreError::validation(format!(
+                    "session {id} is running in another process"
+                )))
+            }
+            Err(e) => {
+                self.inner.hub.end_run(id);
+                Err(e)
+            }
+        }
+    }
+
+    async fn live_child(&self, id: SessionId) -> CoreResult<arbor_store::SessionRecord> {
+        self.inner
             .store
             .session(id)
             .await?
             .filter(|r| r.tombstone.is_none())
-            .ok_or_else(|| CoreError::Denied("Unknown or deleted session".to_owned()))?;
+            .ok_or_else(|| CoreError::Denied("Unknown or deleted session".to_owned()))
+    }
+
+    /// Runs the child `id` again: on its pending messages, or (`recover`) continuing its
+    /// interrupted run. The caller has claimed it in the hub.
+    async fn rerun(&self, id: SessionId, recover: bool) -> CoreResult<Rerun> {
+        let inner = &self.inner;
+        let record = self.live_child(id).await?;
         let child_id = record.meta["child_id"]
             .as_str()
             .unwrap_or_default()
@@ -107,7 +162,7 @@ impl Supervisor {
             inner.index.get(&child_id),
             record.meta["supervisor_id"] == inner.id.as_str(),
         ) else {
-            return Ok(FollowUp::NotOurs);
+            return Ok(Rerun::NotOurs);
         };
         self.check_ancestors(&record).await?;
         let entry = &inner.entries[entry_index];
@@ -141,7 +196,7 @@ impl Supervisor {
         // The run lease: the session's status goes to `running` compare-and-swap, refused
         // when a run of it is live elsewhere (another process) or it was deleted since.
         let Some(record) = self.take_lease(record).await? else {
-            return Ok(FollowUp::RunningElsewhere);
+            return Ok(Rerun::RunningElsewhere);
         };
         let parent = match record.parent_id {
             Some(p) => inner.store.session(p).await?.map(|r| (&r).into()),
@@ -175,13 +230,13 @@ impl Supervisor {
             reason: CancelReason::default(),
             caller: None,
             slot,
-            resume: true,
+            resume: !recover,
             resume_run: None,
+            recover,
         };
         self.begin(&admitted);
-        // Drive inline: this is already the background task.
-        let _ = self.drive(admitted).await;
-        Ok(FollowUp::Ran)
+        // Drive inline: this is already the background task (or the host's call).
+        Ok(Rerun::Ran(self.drive(admitted).await))
     }
 
     /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even
@@ -296,6 +351,13 @@ impl Supervisor {
         }
         self.wake_waiting();
     }
+}
+
+/// What a rerun did.
+enum Rerun {
+    Ran(CoreResult<DelegationResult>),
+    NotOurs,
+    RunningElsewhere,
 }
 
 /// What a wake-up did.

@@ -175,7 +175,7 @@ impl Supervisor {
             )));
         }
         let parent_id = record.parent_id;
-        let opened = if a.resume || a.resume_run.is_some() {
+        let opened = if a.resume || a.resume_run.is_some() || a.recover {
             Session::reopen(agent, inner.store.clone(), record).await
         } else {
             Session::attach(agent, inner.store.clone(), record).await
@@ -200,6 +200,7 @@ impl Supervisor {
         }
         let resume = match a.resume_run {
             Some(run) => Resume::Run(run),
+            None if a.recover => Resume::Interrupted,
             None if a.resume => Resume::Inbox,
             None => Resume::No,
         };
@@ -248,6 +249,7 @@ enum Resume {
     No,
     Inbox,
     Run(arbor_protocol::RunId),
+    Interrupted,
 }
 
 /// A first task runs on its input; a follow-up on what is pending in the inbox; a suspended
@@ -262,5 +264,9 @@ async fn run_on(
         Resume::No => session.run(input, options).await,
         Resume::Inbox => session.run_inbox(options).await,
         Resume::Run(run) => session.resume(run, options).await,
+        Resume::Interrupted => session
+            .continue_from_transcript(options)
+            .await
+            .map(|(_, r)| r),
     }
 }

@@ -13,6 +13,7 @@ mod nested_support;
 mod permission;
 mod pump;
 mod reconcile;
+mod recover;
 mod redaction;
 mod registry;
 mod run_once;

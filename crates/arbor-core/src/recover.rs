@@ -1,0 +1,122 @@
+//! Continuing a run a crash cut off: a session left `interrupted` (its process died mid-run)
+//! goes on from its stored transcript in a new run. A turn that was in progress (the model
+//! was asked, no answer stored) is asked again; tool calls that were in flight (asked for,
+//! no result stored) are never run again: each gets a result saying it was interrupted and
+//! may or may not have taken effect, and the model decides what to do; a run that had its
+//! answer but not its end just ends.
+
+use arbor_protocol::{Message, SessionStatus, ToolResult};
+
+use crate::error::{CoreError, CoreResult};
+use crate::gate::Turns;
+use crate::run::{RunOptions, RunResult};
+use crate::session::Session;
+
+/// What a continued run closed before it went on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Continued {
+    /// Tool calls that were in flight, reported to the model as interrupted (their names).
+    pub interrupted_calls: Vec<String>,
+    /// The model's turn was in progress and is asked again.
+    pub turn_redone: bool,
+    /// The run had its answer already and only its end was written.
+    pub already_answered: bool,
+}
+
+impl Session {
+    /// What [`continue_interrupted`](Self::continue_interrupted) would close, without
+    /// writing anything.
+    pub fn interrupted_state(&self) -> Continued {
+        let mut out = Continued::default();
+        let Some(last) = self.messages().last() else {
+            return out;
+        };
+        match last {
+            Message::Assistant { tool_calls, .. } if tool_calls.is_empty() => {
+                out.already_answered = true;
+            }
+            Message::Assistant { .. } | Message::Tool(_) => {
+                out.interrupted_calls = self
+                    .unanswered_calls()
+                    .into_iter()
+                    .map(|r| r.name)
+                    .collect();
+                out.turn_redone = out.interrupted_calls.is_empty();
+            }
+            _ => out.turn_redone = true,
+        }
+        out
+    }
+
+    /// Continues this session's interrupted run in a new run (see the module docs). Fails
+    /// with `Validation` unless the session is `interrupted`.
+    pub async fn continue_interrupted(
+        &mut self,
+        options: RunOptions,
+    ) -> CoreResult<(Continued, RunResult)> {
+        if self.record().status != SessionStatus::Interrupted {
+            return Err(CoreError::validation(format!(
+                "session {} was not interrupted (it is {}): nothing to continue",
+                self.id(),
+                self.record().status
+            )));
+        }
+        self.continue_from_transcript(options).await
+    }
+
+    /// [`continue_interrupted`](Self::continue_interrupted) without the status check (a
+    /// supervisor has checked it, then taken the run's lease).
+    pub(crate) async fn continue_from_transcript(
+        &mut self,
+        options: RunOptions,
+    ) -> CoreResult<(Continued, RunResult)> {
+        let state = self.interrupted_state();
+        let closing: Vec<Message> = self
+            .unanswered_calls()
+            .into_iter()
+            .map(Message::Tool)
+            .collect();
+        let from = if state.already_answered {
+            Turns::Answered
+        } else {
+            Turns::Next
+        };
+        let result = self.start_run(None, closing, from, options).await?;
+        Ok((state, result))
+    }
+
+    /// The calls of the last assistant message that have no result, each with an
+    /// interruption as its result.
+    fn unanswered_calls(&self) -> Vec<ToolResult> {
+        let messages = self.messages();
+        let Some(pos) = messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+        else {
+            return Vec::new();
+        };
+        let Message::Assistant { tool_calls, .. } = &messages[pos] else {
+            return Vec::new();
+        };
+        let answered: Vec<&str> = messages[pos + 1..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(r.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(crate::approval::interrupted)
+            .collect()
+    }
+
+    /// The text of the last message when it is the model's answer.
+    pub(crate) fn last_answer(&self) -> Option<String> {
+        match self.messages().last() {
+            Some(Message::Assistant { content, .. }) => Some(content.clone()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! A crashed run goes on: a session left `interrupted` continues from its transcript; a
+//! tool call in flight at the crash is reported interrupted and never run again; a turn in
+//! progress is asked again; a child continues as a delegation and answers its parent.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arbor_core::supervisor::{ChildEntry, DelegationRequest, Ownership, Supervisor, factory_fn};
+use arbor_core::{Agent, RunOptions, SessionRef};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{Message, Notice, RunStatus, SessionStatus};
+use arbor_store::{MemoryStore, Store};
+use serde_json::json;
+
+use super::support::Probe;
+
+fn probe(ms: u64) -> ScriptedTurn {
+    ScriptedTurn::tool_call("probe", json!({"ms": ms, "tag": "t"}))
+}
+
+/// Runs `f` on a runtime of its own and drops that runtime after `after`: every task on it
+/// stops where it stands, as in a crash (nothing finishes, nothing cleans up).
+fn crash_after<F: std::future::Future<Output = ()> + Send + 'static>(after: Duration, f: F) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let _ = tokio::time::timeout(after, f).await;
+        });
+        drop(rt);
+    })
+    .join()
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_interrupted_run_continues_and_never_repeats_the_call_in_flight() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tool = Probe::default();
+    let agent = Agent::builder("worker")
+        .provider(ScriptedProvider::new(Script::new([
+            probe(10_000),
+            ScriptedTurn::text("carried on"),
+        ])))
+        .tool(tool.clone())
+        .build()
+        .unwrap();
+    let id = {
+        let (store, agent) = (store.clone(), agent.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(100), async move {
+            let mut s = agent.session().store(store).create().await.unwrap();
+            tx.send(s.id()).unwrap();
+            let _ = s.run("work", RunOptions::default()).await;
+        });
+        rx.recv().unwrap()
+    };
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    // The next process sweeps what no process runs any more.
+    assert_eq!(store.mark_interrupted().await.unwrap(), [id]);
+    let mut s = agent.open_session(store.clone(), id).await.unwrap();
+    let state = s.interrupted_state();
+    assert_eq!(state.interrupted_calls, ["probe"]);
+    let (continued, r) = s.continue_interrupted(RunOptions::default()).await.unwrap();
+    assert_eq!(continued, state);
+    assert_eq!(r.status, RunStatus::Succeeded);
+    assert_eq!(r.text, "carried on");
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1, "never run again");
+    let interrupted = s
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(interrupted.starts_with("interrupted:"), "{interrupted}");
+    // Only an interrupted session continues.
+    let e = s
+        .continue_interrupted(RunOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("session {id} was not interrupted (it is succeeded): nothing to continue")
+    );
+}
+
+#[tokio::test]
+async fn a_turn_in_progress_at_the_crash_is_asked_again() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let agent = Agent::builder("worker")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "answer",
+        )
+        .with_delay(Duration::from_millis(500))])))
+        .build()
+        .unwrap();
+    let id = {
+        let (store, agent) = (store.clone(), agent.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(100), async move {
+            let mut s = agent.session().store(store).create().await.unwrap();
+            tx.send(s.id()).unwrap();
+            let _ = s.run("work", RunOptions::default()).await;
+        });
+        rx.recv().unwrap()
+    };
+    store.mark_interrupted().await.unwrap();
+    let mut s = agent.open_session(store.clone(), id).await.unwrap();
+    let (continued, r) = s.continue_interrupted(RunOptions::default()).await.unwrap();
+    assert!(continued.turn_redone);
+    assert_eq!(r.status, RunStatus::Succeeded);
+    assert_eq!(r.text, "answer");
+}
+
+#[tokio::test]
+async fn an_interrupted_child_continues_as_a_delegation_and_answers_its_parent() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tool = Probe::default();
+    let build = |tool: Probe| {
+        let script = Script::new([probe(10_000), ScriptedTurn::text("child done")]);
+        Supervisor::builder(Ownership::user("t", "u"))
+            .store(store.clone())
+            .child(ChildEntry::new(
+                "worker",
+                factory_fn(move |ctx| {
+                    let (script, tool) = (script.clone(), tool.clone());
+                    async move {
+                        Agent::builder(ctx.child_id.clone())
+                            .provider(ScriptedProvider::new(script))
+                            .tool(tool)
+                            .build()
+                    }
+                }),
+            ))
+            .build()
+            .unwrap()
+    };
+    let root_agent = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::default()))
+        .build()
+        .unwrap();
+    let (root_id, child_id) = {
+        let (sup, store, root_agent) = (build(tool.clone()), store.clone(), root_agent.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(150), async move {
+            let mut root = root_agent.session().store(store).create().await.unwrap();
+            sup.attach(&mut root);
+            let req = DelegationRequest {
+                parent: Some(SessionRef::from(root.record())),
+                name: Some("w".into()),
+                ..DelegationRequest::new("worker", "work")
+            };
+            let handle = sup.spawn(req).await.unwrap();
+            tx.send((root.id(), handle.session_id)).unwrap();
+            std::future::pending::<()>().await;
+        });
+        rx.recv().unwrap()
+    };
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1);
+    store.mark_interrupted().await.unwrap();
+    // A new process: a new supervisor, the root reopened and attached.
+    let sup = build(tool.clone());
+    let mut root = root_agent
+        .open_session(store.clone(), root_id)
+        .await
+        .unwrap();
+    sup.attach(&mut root);
+    let done = sup.continue_child(child_id).await.unwrap();
+    assert_eq!(done.result.status, RunStatus::Succeeded);
+    assert_eq!(done.result.text, "child done");
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1, "never run again");
+    let child = store.session(child_id).await.unwrap().unwrap();
+    assert_eq!(child.status, SessionStatus::Succeeded);
+    let notices = root.inbox().drain();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(matches!(
+        notices[0].notice,
+        Some(Notice::CompletedWithoutReply { .. })
+    ));
+    let e = sup.continue_child(child_id).await.unwrap_err();
+    assert!(e.to_string().contains("was not interrupted"), "{e}");
+}
