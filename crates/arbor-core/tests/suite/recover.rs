@@ -3,7 +3,7 @@
 //! progress is asked again; a child continues as a delegation and answers its parent.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arbor_core::supervisor::{ChildEntry, DelegationRequest, Ownership, Supervisor, factory_fn};
