@@ -124,7 +124,9 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
     Ok(0)
 }
 
-/// `arbor resume SESSION`: the suspended root run goes on.
+/// `arbor resume SESSION`: the suspended root run goes on; or, when the tree waits for no
+/// decision but a crash interrupted some of its runs, those runs continue (see
+/// [`continue_tree`]).
 pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
     let store = open(&args.store).await?;
@@ -139,39 +141,138 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
             root.id
         )));
     };
-    let Some(waiting) = approval::suspensions(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?
-        .into_iter()
-        .next()
-    else {
-        return Err(Fail::usage(format!("{id} waits for no decision")));
-    };
-    let token = CancellationToken::new();
-    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
-    // This process runs the tree now.
-    let mut meta = root.meta.clone();
-    meta["owner"] = owner::current();
-    store
-        .update_session(
-            id,
-            &arbor_store::SessionUpdate {
-                meta: Some(meta),
-                ..arbor_store::SessionUpdate::default()
-            },
-        )
-        .await
-        .map_err(|e| Fail::store(e.to_string()))?;
-    let session = built
-        .root
-        .open_session(store.clone(), id)
-        .await
-        .map_err(Fail::core)?;
+    owner::not_run_elsewhere(&root)?;
     let view = View {
         store: &store,
         store_name: choice.name(),
         json: args.store.json,
         quiet: false,
     };
+    let Some(waiting) = approval::suspensions(store.as_ref(), id)
+        .await
+        .map_err(Fail::core)?
+        .into_iter()
+        .next()
+    else {
+        return continue_tree(view, &spec, &root).await;
+    };
+    // This process runs the tree now (refused while another live process does).
+    owner::take_over(&store, &root).await?;
+    let token = CancellationToken::new();
+    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let session = built
+        .root
+        .open_session(store.clone(), id)
+        .await
+        .map_err(Fail::core)?;
     drive_root(view, &built, session, Start::Resume(waiting.run_id), token).await
+}
+
+/// Continues the runs of the tree of `root` that a crash interrupted: the root's own run from
+/// its transcript (a turn in progress asked again, tool calls in flight reported to the
+/// model as interrupted, never run again), and every interrupted message-mode child as a
+/// delegation whose answer reaches its parent by message. A sync or async child's caller was
+/// itself interrupted (its call is reported interrupted when that caller goes on), so such a
+/// child is left `interrupted` and said so. Stderr lists what was continued.
+async fn continue_tree(
+    view: View<'_>,
+    spec: &spec::Spec,
+    root: &arbor_store::SessionRecord,
+) -> Result<u8, Fail> {
+    let store = view.store;
+    let sessions = store
+        .list_sessions(arbor_store::SessionQuery::Tree(root.id))
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?;
+    let interrupted: Vec<&arbor_store::SessionRecord> = sessions
+        .iter()
+        .filter(|s| s.status == arbor_protocol::SessionStatus::Interrupted && s.tombstone.is_none())
+        .collect();
+    // The root's run, and message-mode children (their answers reach their parents by
+    // message); a sync or async child's caller is the one that goes on.
+    let continuable = interrupted
+        .iter()
+        .any(|s| s.parent_id.is_none() || s.meta["mode"].as_str() == Some("message"));
+    if !continuable {
+        let left = if interrupted.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} interrupted child(ren) stay so: their callers' calls were closed)",
+                interrupted.len()
+            )
+        };
+        return Err(Fail::usage(format!(
+            "{} waits for no decision and no run of its tree can go on: nothing to resume{left}",
+            root.id
+        )));
+    }
+    owner::take_over(store, root).await?;
+    let token = CancellationToken::new();
+    let built = tree::build(spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let mut session = built
+        .root
+        .open_session(store.clone(), root.id)
+        .await
+        .map_err(Fail::core)?;
+    let root_interrupted = session.record().status == arbor_protocol::SessionStatus::Interrupted;
+    if root_interrupted {
+        let state = session.interrupted_state();
+        output::err(&format!(
+            "continuing {} ({}): {}",
+            root.name,
+            root.id,
+            describe(&state)
+        ));
+    }
+    let mut children = Vec::new();
+    if let Some(sup) = &built.supervisor {
+        // Attached first, so the continued children's replies and notices reach it live.
+        sup.attach(&mut session);
+        for child in interrupted.iter().filter(|s| s.parent_id.is_some()) {
+            if child.meta["mode"].as_str() == Some("message") {
+                output::err(&format!(
+                    "continuing {} ({}): its answer goes to its parent by message",
+                    child.name, child.id
+                ));
+                let (sup, id) = (sup.clone(), child.id);
+                children.push(tokio::spawn(async move { sup.continue_child(id).await }));
+            } else {
+                output::err(&format!(
+                    "left interrupted: {} ({}): its caller's call is reported interrupted",
+                    child.name, child.id
+                ));
+            }
+        }
+    }
+    if root_interrupted {
+        return drive_root(view, &built, session, Start::Continue, token).await;
+    }
+    for child in children {
+        if let Ok(Err(e)) = child.await {
+            output::err(&format!("a child could not be continued: {e}"));
+        }
+    }
+    if session.inbox().is_empty() {
+        if let Some(sup) = &built.supervisor {
+            sup.shutdown().await;
+        }
+        output::err("nothing waits for the root: done");
+        return Ok(0);
+    }
+    drive_root(view, &built, session, Start::Inbox, token).await
+}
+
+fn describe(state: &arbor_core::Continued) -> String {
+    if state.already_answered {
+        "its answer was in; the run ends".to_owned()
+    } else if !state.interrupted_calls.is_empty() {
+        format!(
+            "{} call(s) in flight reported interrupted ({}), never run again",
+            state.interrupted_calls.len(),
+            state.interrupted_calls.join(", ")
+        )
+    } else {
+        "the turn in progress is asked again".to_owned()
+    }
 }

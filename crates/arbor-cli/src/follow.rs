@@ -8,7 +8,6 @@
 use arbor_core::registry;
 use arbor_core::supervisor::Sender;
 use arbor_protocol::{EntryKind, SessionId, SessionStatus};
-use arbor_store::SessionUpdate;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -45,19 +44,8 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
             root.id
         )));
     };
-    // This process runs the tree's sessions now.
-    let mut meta = root.meta.clone();
-    meta["owner"] = owner::current();
-    store
-        .update_session(
-            root.id,
-            &SessionUpdate {
-                meta: Some(meta),
-                ..SessionUpdate::default()
-            },
-        )
-        .await
-        .map_err(|e| Fail::store(e.to_string()))?;
+    // This process runs the tree's sessions now (refused while another live one does).
+    owner::take_over(&store, &root).await?;
 
     let before = store
         .transcript(parent, 0, None)
@@ -141,6 +129,14 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
         "user:{}",
         std::env::var("USER").unwrap_or_else(|_| "local".into())
     );
+    // Never delete under a live run of another process: it would finish the child anyway.
+    let parent_record = registry::session(store.as_ref(), parent)
+        .await
+        .map_err(Fail::core)?;
+    let root = registry::session(store.as_ref(), parent_record.root_id)
+        .await
+        .map_err(Fail::core)?;
+    owner::take_over(&store, &root).await?;
     let (id, tombstone, already) = match registry::delete_target(store.as_ref(), parent, &args.name)
         .await
         .map_err(Fail::core)?

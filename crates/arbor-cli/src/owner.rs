@@ -15,7 +15,47 @@ use crate::fail::Fail;
 /// This process, as `meta.owner` records it.
 pub(crate) fn current() -> Value {
     let pid = std::process::id();
-    json!({"pid": pid, "start": start_time(pid)})
+    json!({"pid": pid, "start": start_time(pid), "host": arbor_core::lease::ProcessId::current().host})
+}
+
+/// Refuses (exit 2, naming the process) while another live process owns the tree of `root`.
+pub(crate) fn not_run_elsewhere(root: &arbor_store::SessionRecord) -> Result<(), Fail> {
+    let owner = &root.meta["owner"];
+    let mine = owner["pid"].as_u64() == Some(u64::from(std::process::id()));
+    if !owner.is_null() && !mine && alive(owner) {
+        let host = owner["host"].as_str().unwrap_or("this host");
+        return Err(Fail::usage(format!(
+            "the tree of {} is being run by process {} on {host}; wait until it ends (or stop \
+             it), then try again",
+            root.id, owner["pid"]
+        )));
+    }
+    Ok(())
+}
+
+/// Makes this process the owner of the tree of `root` (compare-and-swap on its record).
+/// Refused while another live process owns it: one process runs a tree's sessions at a
+/// time, and a command never runs or deletes what another process is running.
+pub(crate) async fn take_over(
+    store: &Arc<dyn Store>,
+    root: &arbor_store::SessionRecord,
+) -> Result<(), Fail> {
+    not_run_elsewhere(root)?;
+    let mut meta = root.meta.clone();
+    meta["owner"] = current();
+    let update = SessionUpdate {
+        expected_version: Some(root.version),
+        meta: Some(meta),
+        ..SessionUpdate::default()
+    };
+    match store.update_session(root.id, &update).await {
+        Ok(_) => Ok(()),
+        Err(arbor_store::StoreError::Conflict { .. }) => Err(Fail::usage(format!(
+            "another process took over the tree of {} meanwhile; try again",
+            root.id
+        ))),
+        Err(e) => Err(Fail::store(e.to_string())),
+    }
 }
 
 /// The start time of process `pid` in clock ticks since boot (Linux), which tells a live

@@ -95,6 +95,10 @@ pub(crate) enum Start {
     Task(String),
     /// A suspended run going on with its decisions.
     Resume(RunId),
+    /// An interrupted run (its process died) going on from its transcript.
+    Continue,
+    /// A run on what waits in the root's inbox (notices of children continued).
+    Inbox,
 }
 
 /// Where the report goes.
@@ -156,6 +160,11 @@ pub(crate) async fn drive_root(
     let mut result = match start {
         Start::Task(task) => session.run(task, options()).await,
         Start::Resume(run) => session.resume(run, options()).await,
+        Start::Continue => session
+            .continue_interrupted(options())
+            .await
+            .map(|(_, r)| r),
+        Start::Inbox => session.run_inbox(options()).await,
     };
     if let Some(sup) = &built.supervisor {
         // Children spawned in message mode answer after the root's turn ended: the root runs

@@ -174,16 +174,9 @@ fn unknown_sessions_and_missing_stores_are_usage_errors() {
     }
 }
 
-#[cfg(unix)]
-#[test]
-fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("crash.toml"),
-        r#"
+/// A tree whose root spawns two fast message-mode children, then a sync child that sleeps
+/// for ten minutes.
+const CRASH_SPEC: &str = r#"
 task = "review"
 root = "root"
 
@@ -224,9 +217,16 @@ usage = { input_tokens = 500, output_tokens = 0 }
 tool_calls = [{ name = "sleep", arguments = { ms = 600000 } }]
 [[agents.slow.turns]]
 text = "never"
-"#,
-    )
-    .unwrap();
+"#;
+
+#[cfg(unix)]
+#[test]
+fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("crash.toml"), CRASH_SPEC).unwrap();
     let mut process = command(dir.path(), &["run", "crash.toml"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -328,4 +328,86 @@ text = "never"
     // Marked once: a second look changes nothing.
     let again = json(dir.path(), &["tree", &root, "--json"]);
     assert_eq!(again["sessions"], tree["sessions"]);
+
+    // The crashed tree goes on: the root continues from its transcript (its call to the
+    // sync child that was in flight is reported interrupted, never run again; it reads the
+    // replies it never read), and ends.
+    let out = arbor(dir.path(), &["resume", &root, "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 call(s) in flight reported interrupted (spawn_agent), never run again"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("left interrupted: slow"),
+        "a sync child's caller was interrupted too: {stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["status"], "succeeded", "{report}");
+    assert_eq!(report["reconciliation"]["consistent"], true, "{report}");
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    let rows = &tree["sessions"];
+    assert_eq!(child(rows, "root")["status"], "succeeded");
+    assert_eq!(child(rows, "slow")["status"], "interrupted");
+    let out = arbor(dir.path(), &["log", &root, "--json"]);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.contains("interrupted: this call was in flight"),
+        "{log}"
+    );
+    assert!(
+        log.contains("never reached"),
+        "the root's next turn ran: {log}"
+    );
+    // Nothing is left to resume.
+    let out = arbor(dir.path(), &["resume", &root]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nothing to resume"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn another_process_refuses_to_act_on_a_tree_a_live_process_runs() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("crash.toml"), CRASH_SPEC).unwrap();
+    let mut process = command(dir.path(), &["run", "crash.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for line in BufReader::new(process.stderr.take().unwrap()).lines() {
+        if line.unwrap().contains("slow: delegation started") {
+            break;
+        }
+    }
+    let roots = json(dir.path(), &["ls", "--json"]);
+    let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+    let pid = process.id().to_string();
+    for args in [
+        vec!["send", root.as_str(), "fast-a", "more please"],
+        vec!["rm", root.as_str(), "slow"],
+        vec!["resume", root.as_str()],
+    ] {
+        let out = arbor(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("is being run by process {pid} on ")),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Nothing changed: the slow child is still live and not deleted.
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    let slow = child(&tree["sessions"], "slow");
+    assert_eq!(slow["status"], "running", "{tree}");
+    let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    let _ = process.wait();
 }
