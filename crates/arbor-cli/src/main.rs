@@ -24,6 +24,7 @@ mod models;
 mod output;
 mod owner;
 mod progress;
+mod redaction;
 mod report;
 mod run;
 mod spec;

@@ -59,6 +59,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     }
     tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
 
+    // What is kept of the spec is redacted like everything else (its fingerprint is the
+    // original's, so durable approvals resume under the same revision).
+    let kept = match spec.redaction.redactor().map_err(Fail::core)? {
+        Some(r) => r.redact(&text).into_owned(),
+        None => text.clone(),
+    };
+    if kept != text {
+        spec::Spec::parse(&path, &kept).map_err(|e| {
+            Fail::usage(format!(
+                "{path}: the spec does not parse once its secrets are redacted (keep secrets \
+                 inside strings): {e}"
+            ))
+        })?;
+    }
     let store = choice.open()?;
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
@@ -69,7 +83,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .store(store.clone())
         .meta(root_meta(
             &path,
-            &text,
+            (&kept, &spec.fingerprint),
             (
                 repository.as_deref(),
                 spec.workspace.as_ref().map(|w| w.worktrees.as_path()),
@@ -190,7 +204,12 @@ pub(crate) async fn drive_root(
     ctrl_c.abort();
     done.cancel();
     drain(followers, result.is_ok()).await;
-    let result = result.map_err(Fail::core)?;
+    let mut result = result.map_err(Fail::core)?;
+    // The run keeps the model's own text; what is shown is redacted like what is stored.
+    if let Some(r) = built.root.redactor() {
+        result.text = r.redact(&result.text).into_owned();
+        result.error = result.error.map(|e| r.redact(&e).into_owned());
+    }
 
     let sessions = store
         .list_sessions(SessionQuery::Tree(root_id))
@@ -258,12 +277,12 @@ async fn preflight_root(spec: &spec::Spec) -> Result<(), Fail> {
 
 fn root_meta(
     path: &str,
-    text: &str,
+    (text, fingerprint): (&str, &str),
     (repository, worktrees): (Option<&std::path::Path>, Option<&std::path::Path>),
     (provider, model): (Option<&str>, Option<&str>),
 ) -> serde_json::Value {
     let mut definition =
-        serde_json::json!({"path": path, "spec": text, "fingerprint": fingerprint(text)});
+        serde_json::json!({"path": path, "spec": text, "fingerprint": fingerprint});
     if let Some(r) = repository {
         definition["repository"] = serde_json::Value::from(r.display().to_string());
     }
@@ -321,7 +340,12 @@ mod tests {
 
     #[test]
     fn the_definition_holds_path_text_and_fingerprint() {
-        let meta = root_meta("examples/x.toml", "abc", (None, None), (None, None));
+        let meta = root_meta(
+            "examples/x.toml",
+            ("abc", &fingerprint("abc")),
+            (None, None),
+            (None, None),
+        );
         assert_eq!(
             meta["definition"],
             serde_json::json!({
@@ -333,7 +357,7 @@ mod tests {
         assert_eq!(meta["owner"]["pid"], std::process::id());
         let meta = root_meta(
             "x.toml",
-            "abc",
+            ("abc", "f"),
             (
                 Some(std::path::Path::new("/srv/repo")),
                 Some(std::path::Path::new("/srv/trees")),

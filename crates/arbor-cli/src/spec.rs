@@ -32,6 +32,9 @@ pub(crate) struct Spec {
     pub(crate) supervisor: SupervisorSpec,
     /// Where agents with `workspace = true` work: a worktree each of this repository.
     pub(crate) workspace: Option<WorkspaceSpec>,
+    /// Secrets replaced before anything is stored, shown or passed on.
+    #[serde(default)]
+    pub(crate) redaction: crate::redaction::RedactionSpec,
     /// Named HTTP providers agents may use (`provider = "<name>"`).
     #[serde(default)]
     pub(crate) providers: BTreeMap<String, crate::models::ProviderSpec>,
@@ -316,6 +319,10 @@ impl Spec {
             return Ok(None);
         };
         let mut spec = Spec::parse(path, text)?;
+        // The kept text may be redacted: the revision is the original text's.
+        if let Some(f) = definition["fingerprint"].as_str() {
+            spec.fingerprint = f.to_owned();
+        }
         if let Some(r) = definition["repository"].as_str() {
             spec.set_repository(r.into());
         }

@@ -179,6 +179,7 @@ pub(crate) fn build(
 ) -> CoreResult<Built> {
     let root_name = spec.root_name().map_err(CoreError::Validation)?;
     let root_spec = &spec.agents[root_name];
+    let redactor = spec.redaction.redactor()?;
     let supervisor = if spec.is_tree() {
         let mut b = Supervisor::builder(local_ownership())
             .id("arbor")
@@ -187,6 +188,10 @@ pub(crate) fn build(
             .session_token(token);
         if spec.supervisor.approvals {
             b = b.durable_approvals(spec.fingerprint.clone());
+        }
+        if let Some(r) = &redactor {
+            // Forced onto every child agent.
+            b = b.redactor(r.clone());
         }
         let trees = worktrees(spec)?;
         if let Some(trees) = &trees {
@@ -221,6 +226,9 @@ pub(crate) fn build(
         None
     };
     let mut root = base(root_name, root_spec, None);
+    if redactor.is_some() {
+        root = root.redactor(redactor.clone());
+    }
     if let Some(sup) = &supervisor {
         root = with_delegation(root, root_spec, &sup.delegator())?;
     }

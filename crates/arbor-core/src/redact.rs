@@ -20,10 +20,18 @@ pub trait Redactor: fmt::Debug + Send + Sync {
     fn redact<'a>(&self, text: &'a str) -> Cow<'a, str>;
 }
 
-/// Replaces each exact secret string with `[REDACTED]`.
+/// A shared redactor.
+impl<T: Redactor + ?Sized> Redactor for std::sync::Arc<T> {
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        (**self).redact(text)
+    }
+}
+
+/// Replaces each exact secret string, and each match of its patterns, with `[REDACTED]`.
 #[derive(Debug, Clone, Default)]
 pub struct SecretRedactor {
     secrets: Vec<String>,
+    patterns: Vec<regex_lite::Regex>,
 }
 
 impl SecretRedactor {
@@ -40,7 +48,39 @@ impl SecretRedactor {
             .collect();
         // Longest first, so a secret that contains another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        Self { secrets }
+        Self {
+            secrets,
+            patterns: Vec::new(),
+        }
+    }
+
+    /// Also replaces every match of each pattern (regular expressions in the syntax of the
+    /// `regex` crate, without Unicode classes: `regex-lite`). A pattern that does not
+    /// compile, or that matches the empty string (it would redact between every
+    /// character), is refused with an error naming it.
+    pub fn with_patterns<I, S>(mut self, patterns: I) -> crate::CoreResult<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        for p in patterns {
+            let p = p.as_ref();
+            let re = regex_lite::Regex::new(p).map_err(|e| {
+                crate::CoreError::Validation(format!("redaction pattern {p:?} is invalid: {e}"))
+            })?;
+            if re.is_match("") {
+                return Err(crate::CoreError::Validation(format!(
+                    "redaction pattern {p:?} matches the empty string"
+                )));
+            }
+            self.patterns.push(re);
+        }
+        Ok(self)
+    }
+
+    /// Whether it redacts nothing.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty() && self.patterns.is_empty()
     }
 }
 
@@ -53,6 +93,11 @@ impl Redactor for SecretRedactor {
         for secret in &self.secrets {
             if out.contains(secret.as_str()) {
                 out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+            }
+        }
+        for re in &self.patterns {
+            if re.is_match(&out) {
+                out = Cow::Owned(re.replace_all(&out, REDACTED).into_owned());
             }
         }
         out
@@ -107,6 +152,34 @@ where
     serde_json::from_value(value)
         .map(Some)
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    use super::*;
+
+    #[test]
+    fn patterns_redact_every_match_and_bad_patterns_are_named() {
+        let r = SecretRedactor::new(["hunter2"])
+            .with_patterns([r"sk-[A-Za-z0-9]{8,}"])
+            .unwrap();
+        assert_eq!(
+            r.redact("key sk-abcdefgh12 and sk-ZZZZZZZZZ, pw hunter2, not sk-short"),
+            "key [REDACTED] and [REDACTED], pw [REDACTED], not sk-short"
+        );
+        assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+        let e = SecretRedactor::default().with_patterns(["("]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("redaction pattern \"(\" is invalid"),
+            "{e}"
+        );
+        let e = SecretRedactor::default().with_patterns(["a*"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "redaction pattern \"a*\" matches the empty string"
+        );
+    }
 }
 
 #[cfg(test)]
