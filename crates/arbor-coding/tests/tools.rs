@@ -19,6 +19,8 @@ fn ctx() -> ToolContext {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     }
 }
 

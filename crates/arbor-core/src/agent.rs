@@ -45,6 +45,7 @@ struct AgentInner {
     tool_concurrency: usize,
     event_capacity: usize,
     max_answer_bytes: usize,
+    effects: Option<Arc<dyn crate::effect::EffectStore>>,
 }
 
 impl fmt::Debug for Agent {
@@ -77,6 +78,7 @@ impl Agent {
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            effects: None,
         }
     }
 
@@ -154,6 +156,11 @@ impl Agent {
         self.inner.max_answer_bytes
     }
 
+    /// Where the results of its idempotent tool effects are recorded, if anywhere.
+    pub fn effect_store(&self) -> Option<&Arc<dyn crate::effect::EffectStore>> {
+        self.inner.effects.as_ref()
+    }
+
     /// A builder starting from this agent's configuration, to derive a variant.
     pub fn to_builder(&self) -> AgentBuilder {
         let i = &self.inner;
@@ -177,6 +184,7 @@ impl Agent {
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
             max_answer_bytes: i.max_answer_bytes,
+            effects: i.effects.clone(),
         }
     }
 }
@@ -198,6 +206,7 @@ pub struct AgentBuilder {
     tool_concurrency: usize,
     event_capacity: usize,
     max_answer_bytes: usize,
+    effects: Option<Arc<dyn crate::effect::EffectStore>>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -309,6 +318,13 @@ impl AgentBuilder {
         self
     }
 
+    /// Where the results of idempotent tool effects are recorded (see [`crate::effect`]): a
+    /// call recorded done is never executed again.
+    pub fn effect_store(mut self, effects: Option<Arc<dyn crate::effect::EffectStore>>) -> Self {
+        self.effects = effects;
+        self
+    }
+
     /// Validates and builds the agent.
     pub fn build(self) -> CoreResult<Agent> {
         validate_agent_name(&self.name)?;
@@ -356,6 +372,7 @@ impl AgentBuilder {
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,
                 max_answer_bytes: self.max_answer_bytes,
+                effects: self.effects,
             }),
         })
     }

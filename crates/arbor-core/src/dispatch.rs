@@ -11,6 +11,7 @@ use arbor_protocol::{AgentEvent, RunId, ToolCall, ToolResult};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::effect::{ToolEffect, effect_key};
 use crate::permission::{Decision, PermissionRequest};
 use crate::session::Session;
 use crate::tool::{NestedSuspension, ToolContext, ToolError};
@@ -70,6 +71,22 @@ impl Session {
             .buffered(concurrency)
             .collect()
             .await
+    }
+
+    /// The result recorded for `call` of `run_id`, when its tool declares an idempotent
+    /// effect and the effect store holds one: a call caught in flight gets it instead of an
+    /// interruption.
+    pub(crate) async fn recorded_effect(&self, run_id: RunId, call: &ToolCall) -> Option<String> {
+        let tool = self.agent.tools().get(&call.name)?;
+        if tool.effect() != ToolEffect::Idempotent {
+            return None;
+        }
+        let effects = self.agent.effect_store()?;
+        effects
+            .done(&effect_key(self.id(), run_id, &call.id))
+            .await
+            .ok()
+            .flatten()
     }
 
     pub(crate) async fn execute(
@@ -144,6 +161,35 @@ impl Session {
                 stop: None,
             };
         };
+        let key = (tool.effect() == ToolEffect::Idempotent)
+            .then(|| effect_key(self.id(), run_id, &call.id));
+        let effects = self.agent.effect_store().cloned();
+        if let (Some(key), Some(effects)) = (&key, &effects) {
+            // Recorded done: never executed again; the model gets the recorded result.
+            match effects.done(key).await {
+                Ok(Some(content)) => {
+                    return CallOutcome {
+                        result: ToolResult {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            content,
+                            is_error: false,
+                        },
+                        stop: None,
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // Unknown whether it ran: it does not run now.
+                    return CallOutcome {
+                        result: error_result(format!(
+                            "not run: its effect record could not be read ({e})"
+                        )),
+                        stop: None,
+                    };
+                }
+            }
+        }
         bus.publish(
             run_id,
             AgentEvent::ToolExecutionStarted {
@@ -160,12 +206,19 @@ impl Session {
             turn,
             cancel: token.child_token(),
             identity: self.agent.shared_identity(),
+            idempotency_key: key.clone(),
+            effects: effects.clone(),
         };
         let outcome = AssertUnwindSafe(tool.call_json(call.arguments.clone(), ctx))
             .catch_unwind()
             .await;
         let (result, stop) = match outcome {
             Ok(Ok(content)) => {
+                if let (Some(key), Some(effects)) = (&key, &effects)
+                    && let Err(e) = effects.record(key, &content).await
+                {
+                    tracing::warn!(tool = %call.name, error = %e, "an effect's result could not be recorded");
+                }
                 bus.publish(
                     run_id,
                     AgentEvent::ToolExecutionFinished {

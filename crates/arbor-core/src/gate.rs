@@ -214,10 +214,18 @@ impl Session {
                     continue;
                 }
                 CallState::InFlight { .. } => {
-                    // A resume was cut off while this call ran: it is not run again.
-                    CallState::Done {
-                        result: approval::interrupted(&slot.call),
-                    }
+                    // A resume was cut off while this call ran: it is not run again. Its
+                    // recorded effect, if any, is its result; else it was interrupted.
+                    let result = match self.recorded_effect(state.run_id, &slot.call).await {
+                        Some(content) => ToolResult {
+                            call_id: slot.call.id.clone(),
+                            name: slot.call.name.clone(),
+                            content,
+                            is_error: false,
+                        },
+                        None => approval::interrupted(&slot.call),
+                    };
+                    CallState::Done { result }
                 }
                 CallState::Decided { reason, .. } => {
                     self.bus.publish(

@@ -26,6 +26,7 @@ pub mod approval;
 pub mod builtin;
 mod compact;
 mod dispatch;
+pub mod effect;
 mod error;
 pub mod events;
 mod gate;
@@ -47,6 +48,7 @@ pub use agent::{
     DEFAULT_TOOL_CONCURRENCY, HARD_MAX_ANSWER_BYTES, MAX_TOOL_CONCURRENCY, validate_agent_name,
 };
 pub use arbor_protocol::RunLimits;
+pub use effect::{EffectStore, StoreEffects, ToolEffect};
 pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
 pub use gate::{NestedOutcome, NestedResumer};

@@ -70,12 +70,40 @@ impl Session {
         &mut self,
         options: RunOptions,
     ) -> CoreResult<(Continued, RunResult)> {
-        let state = self.interrupted_state();
-        let closing: Vec<Message> = self
-            .unanswered_calls()
+        let mut state = self.interrupted_state();
+        // The interrupted run: its calls' idempotency keys name it.
+        let last_run = self
+            .store
+            .transcript(self.id(), 0, None)
+            .await?
             .into_iter()
-            .map(Message::Tool)
-            .collect();
+            .rev()
+            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }))
+            .map(|e| e.run_id);
+        let mut closing = Vec::new();
+        for interrupted in self.unanswered_calls() {
+            let call = arbor_protocol::ToolCall {
+                id: interrupted.call_id.clone(),
+                name: interrupted.name.clone(),
+                arguments: serde_json::Value::Null,
+            };
+            let recorded = match last_run {
+                Some(run) => self.recorded_effect(run, &call).await,
+                None => None,
+            };
+            closing.push(Message::Tool(match recorded {
+                // Its effect was recorded done: that is its result, nothing is repeated.
+                Some(content) => {
+                    state.interrupted_calls.retain(|n| *n != interrupted.name);
+                    ToolResult {
+                        content,
+                        is_error: false,
+                        ..interrupted
+                    }
+                }
+                None => interrupted,
+            }));
+        }
         let from = if state.already_answered {
             Turns::Answered
         } else {

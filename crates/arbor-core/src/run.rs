@@ -644,7 +644,15 @@ impl Session {
             let result = match &slot.state {
                 crate::approval::CallState::Done { result } => Some(result.clone()),
                 crate::approval::CallState::InFlight { .. } => {
-                    Some(crate::approval::interrupted(&slot.call))
+                    Some(match self.recorded_effect(run_id, &slot.call).await {
+                        Some(content) => ToolResult {
+                            call_id: slot.call.id.clone(),
+                            name: slot.call.name.clone(),
+                            content,
+                            is_error: false,
+                        },
+                        None => crate::approval::interrupted(&slot.call),
+                    })
                 }
                 crate::approval::CallState::Nested {
                     run_id: child_run,

@@ -42,6 +42,13 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The identity the run acts as, if any (check its scopes before a side effect).
     pub identity: Option<Arc<Identity>>,
+    /// For a tool declaring an idempotent external effect ([`ToolEffect::Idempotent`]):
+    /// this call's stable idempotency key (the same when the call is resumed or retried).
+    ///
+    /// [`ToolEffect::Idempotent`]: crate::effect::ToolEffect::Idempotent
+    pub idempotency_key: Option<String>,
+    /// The tree's effect store, if one is configured.
+    pub effects: Option<Arc<dyn crate::effect::EffectStore>>,
 }
 
 /// A failed tool call.
@@ -97,6 +104,11 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// What the tool does outside the runtime (default: nothing). See [`crate::effect`].
+    fn effect(&self) -> crate::effect::ToolEffect {
+        crate::effect::ToolEffect::None
+    }
+
     /// Runs one call.
     async fn call(&self, args: Self::Args, ctx: ToolContext) -> Result<Self::Output, ToolError>;
 }
@@ -113,6 +125,11 @@ pub trait DynTool: fmt::Debug + Send + Sync {
     /// See [`Tool::writes_artifact`].
     fn writes_artifact(&self) -> bool {
         false
+    }
+
+    /// See [`Tool::effect`].
+    fn effect(&self) -> crate::effect::ToolEffect {
+        crate::effect::ToolEffect::None
     }
 
     /// Validates `arguments` and runs the call; returns the text the model reads.
@@ -192,6 +209,10 @@ impl<T: Tool> DynTool for Typed<T> {
 
     fn writes_artifact(&self) -> bool {
         self.tool.writes_artifact()
+    }
+
+    fn effect(&self) -> crate::effect::ToolEffect {
+        self.tool.effect()
     }
 
     async fn call_json(

@@ -86,6 +86,7 @@ pub(crate) struct Inner {
     /// How long the `after` hook may take before the delegation's report goes on without it.
     pub(crate) after_timeout: std::time::Duration,
     pub(crate) redactor: Option<Arc<dyn Redactor>>,
+    pub(crate) effects: Option<Arc<dyn crate::effect::EffectStore>>,
     pub(crate) child_events: bool,
     pub(crate) sink: Option<Arc<dyn ChildEventSink>>,
     pub(crate) session_token: CancellationToken,
@@ -130,6 +131,7 @@ impl Supervisor {
             after: None,
             after_timeout: DEFAULT_AFTER_TIMEOUT,
             redactor: None,
+            effects: None,
             child_events: false,
             sink: None,
             session_token: CancellationToken::new(),
@@ -258,6 +260,7 @@ pub struct SupervisorBuilder {
     after: Option<Arc<dyn AfterHook>>,
     after_timeout: std::time::Duration,
     redactor: Option<Arc<dyn Redactor>>,
+    effects: Option<Arc<dyn crate::effect::EffectStore>>,
     child_events: bool,
     sink: Option<Arc<dyn ChildEventSink>>,
     session_token: CancellationToken,
@@ -328,6 +331,13 @@ impl SupervisorBuilder {
     /// The redactor applied to everything that leaves the supervisor.
     pub fn redactor(mut self, redactor: impl Redactor + 'static) -> Self {
         self.redactor = Some(Arc::new(redactor));
+        self
+    }
+
+    /// The effect store every child's idempotent tool effects are recorded in (over the
+    /// child agent's own, as the redactor is); see [`crate::effect`].
+    pub fn effect_store(mut self, effects: impl crate::effect::EffectStore + 'static) -> Self {
+        self.effects = Some(Arc::new(effects));
         self
     }
 
@@ -428,6 +438,7 @@ impl SupervisorBuilder {
                 after: self.after,
                 after_timeout: self.after_timeout,
                 redactor: self.redactor,
+                effects: self.effects,
                 child_events: self.child_events,
                 sink: self.sink,
                 session_token: self.session_token,

@@ -154,6 +154,12 @@ impl Supervisor {
             .permission(permission.and(agent.permission()))
             .identity(a.identity.as_deref().or(agent.identity()).cloned())
             .redactor(inner.redactor.clone().or_else(|| agent.redactor().cloned()))
+            .effect_store(
+                inner
+                    .effects
+                    .clone()
+                    .or_else(|| agent.effect_store().cloned()),
+            )
             .limits(agent.limits().narrow(&limits.run_limits()))
             .build()
         {

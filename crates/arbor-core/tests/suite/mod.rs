@@ -2,6 +2,7 @@ mod admission;
 mod approvals;
 mod bounds;
 mod cancel;
+mod effects;
 mod events;
 mod hold;
 mod identity;

@@ -102,6 +102,8 @@ async fn a_secret_with_json_escapes_never_leaves_through_any_channel() {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     };
     let out = spawn
         .call_json(json!({"child_id": "talker", "input": SECRET}), ctx.clone())

@@ -70,6 +70,8 @@ fn ctx(session: SessionRef) -> ToolContext {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     }
 }
 

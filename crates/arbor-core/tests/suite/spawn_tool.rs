@@ -48,6 +48,8 @@ async fn ctx_in(sup: &Supervisor) -> ToolContext {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     }
 }
 
