@@ -309,6 +309,9 @@ mod tests {
             }),
             stop_reason: Some(StopReason::TokenLimit),
             usage: None,
+            consumed: None,
+            closest_other_axes: None,
+            recent_tool_calls: None,
         }
     }
 

@@ -509,6 +509,7 @@ impl Session {
             started_ms: checkpoint.started_ms,
             caps: checkpoint.caps,
             checkpointed: true,
+            trace: crate::attribution::Trace::default(),
         };
         self.commit(run_id, &[], Some(crate::run::running_update()))
             .await?;

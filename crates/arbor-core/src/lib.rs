@@ -23,6 +23,7 @@
 
 mod agent;
 pub mod approval;
+mod attribution;
 pub mod builtin;
 mod compact;
 mod dispatch;

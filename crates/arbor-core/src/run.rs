@@ -85,6 +85,9 @@ pub struct RunResult {
     pub tool_calls: u32,
     /// For a suspended run: what it waits on, and the version to decide against.
     pub suspension: Option<Suspension>,
+    /// For a run that died on a limit: what it consumed, its other limits' use, its last
+    /// calls (arguments hashed).
+    pub attribution: Option<arbor_protocol::RunAttribution>,
 }
 
 /// Why the loop stopped.
@@ -97,25 +100,6 @@ pub(crate) enum Outcome {
     ToolFatal(String),
     Denied(String),
     Suspended(Suspension),
-}
-
-/// The serialized size of a JSON value, without building the string.
-fn json_len(value: &serde_json::Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
 }
 
 /// The status change that starts (or resumes) a run: refused when the session was deleted.
@@ -145,6 +129,8 @@ pub(crate) struct RunState {
     /// A checkpoint of this run is stored (it suspended, or is being resumed): a run that
     /// ends without suspending closes it.
     pub(crate) checkpointed: bool,
+    /// What a limit death's attribution needs.
+    pub(crate) trace: crate::attribution::Trace,
 }
 
 impl Session {
@@ -211,6 +197,7 @@ impl Session {
             started_ms: arbor_protocol::Timestamp::now().0,
             caps: self.agent.approval_caps(),
             checkpointed: false,
+            trace: crate::attribution::Trace::default(),
         };
         let run_id = state.run_id;
         let user = input.map(Message::user);
@@ -308,7 +295,9 @@ impl Session {
             state.turns = turn;
             self.bus
                 .publish(state.run_id, AgentEvent::TurnStarted { turn });
+            state.trace.request(self.agent.system(), &self.messages);
             let (text, calls, usage, failure) = self.provider_turn(state.run_id, turn).await;
+            state.trace.calls(&calls);
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
             self.record_turn(
                 state,
@@ -405,7 +394,9 @@ impl Session {
                         .publish(run_id, AgentEvent::MessageDelta { turn, delta });
                 }
                 Ok(ModelEvent::ToolCall(call)) => {
-                    let bytes = call.name.len() + call.id.len() + json_len(&call.arguments);
+                    let bytes = call.name.len()
+                        + call.id.len()
+                        + crate::attribution::serialized_len(&call.arguments);
                     size = size.saturating_add(bytes);
                     if size > cap {
                         return (text, Vec::new(), usage, Some(too_large()));
@@ -600,7 +591,19 @@ impl Session {
             },
         );
         tracing::debug!(session = %self.id(), run = %run_id, %status, %stop_reason, "run finished");
+        let attribution = breach.as_ref().map(|b| {
+            let used = crate::attribution::Used {
+                turns: state.turns,
+                tool_calls: state.tool_calls,
+                usage: state.usage,
+                elapsed_ms: arbor_protocol::Timestamp::now()
+                    .0
+                    .saturating_sub(state.started_ms),
+            };
+            state.trace.attribution(b, &state.limits, used)
+        });
         Ok(RunResult {
+            attribution,
             session_id: self.id(),
             run_id,
             status,

@@ -34,7 +34,9 @@ pub use ids::{IdError, RunId, SessionId, Timestamp};
 pub use inbox::{InboxMessage, Notice, Relationship};
 pub use limits::{LimitKind, RunLimits};
 pub use message::{Message, Role, ToolCall, ToolResult};
-pub use run::{RunLimitBreach, RunStatus, StopReason};
+pub use run::{
+    AxisUse, Consumed, RecentCall, RunAttribution, RunLimitBreach, RunStatus, StopReason,
+};
 pub use session::SessionStatus;
 pub use supervisor::{ChildOrigin, SupervisorEnvelope, SupervisorEvent};
 pub use transcript::{EntryKind, SpawnPoint, TranscriptEntry};

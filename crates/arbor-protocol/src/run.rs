@@ -122,3 +122,50 @@ impl fmt::Display for RunLimitBreach {
         )
     }
 }
+
+/// What a run that died on a limit had consumed and done: how a host tells a child that
+/// hit one wall from one about to hit all of them. Never holds tool arguments, only their
+/// hashes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunAttribution {
+    /// What the run consumed.
+    pub consumed: Consumed,
+    /// The other limit axes, nearest to their maximum first (at most 3).
+    pub closest_other_axes: Vec<AxisUse>,
+    /// The run's last tool calls (at most 10), oldest first.
+    pub recent_tool_calls: Vec<RecentCall>,
+}
+
+/// What a run consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consumed {
+    /// Model turns taken.
+    pub turns: u32,
+    /// Prompt tokens the provider counted, over all turns.
+    pub input_tokens: u64,
+    /// Provider calls made.
+    pub provider_attempts: u32,
+    /// Bytes of the requests sent to the provider (the conversation, serialized), over all
+    /// turns.
+    pub request_bytes: u64,
+}
+
+/// How much of one limit a run used.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AxisUse {
+    /// The limit.
+    pub axis: crate::LimitKind,
+    /// Used over maximum (1.0 = at the limit).
+    pub used_ratio: f64,
+}
+
+/// A tool call as attribution shows it: its arguments only as a hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentCall {
+    /// The call's id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// `sha256:<64 hex>` of the arguments' JSON.
+    pub arg_hash: String,
+}

@@ -92,6 +92,15 @@ pub enum SupervisorEvent {
         /// The child run's usage, when it ran.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
+        /// What the child had consumed, on a limit death.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        consumed: Option<crate::Consumed>,
+        /// Its other limit axes, nearest first, on a limit death.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        closest_other_axes: Option<Vec<crate::AxisUse>>,
+        /// Its last tool calls (arguments hashed), on a limit death.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        recent_tool_calls: Option<Vec<crate::RecentCall>>,
     },
     /// A projected child event (`report = stream`).
     DelegationChildEvent {

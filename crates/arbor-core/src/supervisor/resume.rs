@@ -122,7 +122,7 @@ impl Supervisor {
             )));
         }
         match self.rerun(id, true).await {
-            Ok(Rerun::Ran(outcome)) => outcome,
+            Ok(Rerun::Ran(outcome)) => *outcome,
             Ok(Rerun::NotOurs) => {
                 self.inner.hub.end_run(id);
                 Err(unknown())
@@ -236,7 +236,7 @@ impl Supervisor {
         };
         self.begin(&admitted);
         // Drive inline: this is already the background task (or the host's call).
-        Ok(Rerun::Ran(self.drive(admitted).await))
+        Ok(Rerun::Ran(Box::new(self.drive(admitted).await)))
     }
 
     /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even
@@ -355,7 +355,7 @@ impl Supervisor {
 
 /// What a rerun did.
 enum Rerun {
-    Ran(CoreResult<DelegationResult>),
+    Ran(Box<CoreResult<DelegationResult>>),
     NotOurs,
     RunningElsewhere,
 }

@@ -216,6 +216,8 @@ impl Supervisor {
             .summary
             .settle(&a.delegation_id, outcome, failure);
         if failure {
+            // On a limit death only, as the contract says.
+            let attribution = result.and_then(|r| r.attribution.as_ref());
             self.publish(SupervisorEvent::ChildFailed {
                 origin: origin.clone(),
                 reason: message.clone(),
@@ -223,6 +225,9 @@ impl Supervisor {
                 limit: result.and_then(|r| r.breach),
                 stop_reason: result.map(|r| r.stop_reason),
                 usage: result.map(|r| r.usage),
+                consumed: attribution.map(|a| a.consumed),
+                closest_other_axes: attribution.map(|a| a.closest_other_axes.clone()),
+                recent_tool_calls: attribution.map(|a| a.recent_tool_calls.clone()),
             });
         }
         self.publish(SupervisorEvent::DelegationError {

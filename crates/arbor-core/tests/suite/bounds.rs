@@ -228,3 +228,69 @@ async fn a_childs_long_answer_reaches_its_parent_cut_with_a_marker() {
         });
     assert!(whole);
 }
+
+#[tokio::test]
+async fn a_child_that_dies_on_a_limit_is_attributed_on_child_failed() {
+    use arbor_core::supervisor::LimitsInput;
+    use arbor_protocol::{LimitKind, SupervisorEvent};
+    let probe = |tag: &str| {
+        ScriptedTurn::tool_call(
+            "probe",
+            serde_json::json!({"ms": 0, "tag": format!("secret-{tag}")}),
+        )
+    };
+    let looping = Agent::builder("looper")
+        .provider(ScriptedProvider::new(Script::new([
+            probe("a"),
+            probe("b"),
+            probe("c"),
+        ])))
+        .tool(super::support::Probe::default())
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("looper", looping))
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    let req = DelegationRequest {
+        limits: LimitsInput {
+            max_tool_calls: Some(2),
+            ..LimitsInput::default()
+        },
+        ..DelegationRequest::new("looper", "go")
+    };
+    sup.delegate(req).await.unwrap_err();
+    let mut failed = None;
+    while let Some(e) = sub.try_recv() {
+        if let SupervisorEvent::ChildFailed { .. } = &e.event {
+            failed = Some(e.event.clone());
+        }
+    }
+    let Some(SupervisorEvent::ChildFailed {
+        limit,
+        consumed,
+        closest_other_axes,
+        recent_tool_calls,
+        ..
+    }) = failed
+    else {
+        panic!("no child_failed");
+    };
+    assert_eq!(limit.unwrap().limit, LimitKind::MaxToolCalls);
+    let consumed = consumed.unwrap();
+    assert_eq!((consumed.turns, consumed.provider_attempts), (3, 3));
+    assert!(consumed.request_bytes > 0);
+    let axes = closest_other_axes.unwrap();
+    assert_eq!(axes.len(), 3);
+    assert!(axes.iter().all(|a| a.axis != LimitKind::MaxToolCalls));
+    let calls = recent_tool_calls.unwrap();
+    assert_eq!(calls.len(), 3, "the breaching turn's call included");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.name == "probe" && c.arg_hash.starts_with("sha256:"))
+    );
+    let shown = serde_json::to_string(&calls).unwrap();
+    assert!(!shown.contains("secret-"), "arguments never appear");
+}

@@ -23,7 +23,10 @@ use super::hold::{Call, HoldStore};
 
 /// Charges a card: an idempotent external effect. Keeps the key of every execution.
 #[derive(Debug, Clone, Default)]
-struct Charge(Arc<Mutex<Vec<(Option<String>, bool)>>>);
+struct Charge(Arc<Mutex<Vec<Execution>>>);
+
+/// One execution: the key it got, and whether it saw an effect store.
+type Execution = (Option<String>, bool);
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct ChargeArgs {

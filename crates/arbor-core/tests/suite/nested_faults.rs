@@ -22,9 +22,12 @@ use super::nested_support::{
     Gatekeeper, Tree, Write, allow, opts, root, spawn, tree, write, writer_tree,
 };
 
+/// Each completion's status and error.
+type Seen = Vec<(CompletionStatus, Option<String>)>;
+
 /// Records each completion's status and error.
 #[derive(Debug, Default, Clone)]
-struct Completions(Arc<Mutex<Vec<(CompletionStatus, Option<String>)>>>);
+struct Completions(Arc<Mutex<Seen>>);
 
 #[async_trait]
 impl AfterHook for Completions {
