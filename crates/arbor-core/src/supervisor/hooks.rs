@@ -2,6 +2,9 @@
 //!
 //! `before` runs after the slot is reserved and before the child is built: it may refuse,
 //! replace the input (re-redacted and re-checked), lower limits or add a permission policy.
+//! A lowered `max_active_children` (a per-tenant quota) applies to that admission: the
+//! delegation runs only if fewer children than the lowered cap are live once the decision
+//! is applied, else it fails with the limit error naming the lowered maximum.
 //! `after` sees the redacted terminal summary exactly once per terminal and cannot change it.
 
 use std::fmt;

@@ -97,6 +97,13 @@ impl Supervisor {
                 }
             }
         }
+        // The hook's decision is applied: the slot counts as live from here on, and a cap
+        // the hook lowered is checked against the children already live (atomically).
+        let lowered = (limits.max_active_children < a.limits.max_active_children)
+            .then_some(limits.max_active_children);
+        if let Err(e) = a.slot.confirm(lowered) {
+            return Worked::Error(e);
+        }
         let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
         let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
         let model = a.model.clone();

@@ -13,6 +13,7 @@ mod nested_faults;
 mod nested_support;
 mod permission;
 mod pump;
+mod quota;
 mod reconcile;
 mod recover;
 mod redaction;
