@@ -1,6 +1,7 @@
 //! Registration: the async half of admission. After the synchronous checks (and the slot),
 //! the requested model is preflighted and the child's session record is written, which
-//! reserves its name among its siblings atomically. Only then does the caller get a handle,
+//! reserves its name among its siblings atomically (a requested name was reserved in this
+//! process at admission, before the first await, and is held until then). Only then does the caller get a handle,
 //! and only then is the attempt counted: a failure here leaves no record and no counter.
 
 use arbor_protocol::{SessionId, SupervisorEvent};
@@ -63,8 +64,11 @@ impl Supervisor {
             .clone()
             .unwrap_or_else(|| a.child_id.clone());
         let mut record = SessionRecord::new_root("", agent, a.model.clone().unwrap_or_default());
-        record.name = match a.requested_name.take() {
-            Some(name) => name,
+        // The reservation is held until the record exists (then the store holds the name);
+        // an error or a dropped registration frees it.
+        let reserved = a.requested_name.take();
+        record.name = match &reserved {
+            Some(name) => name.name().to_owned(),
             None => names::default_name(&a.input, record.id),
         };
         if let Some(parent) = a.parent {
@@ -107,6 +111,7 @@ impl Supervisor {
             .create_session(&record)
             .await
             .map_err(|e| name_error(e, record.depth))?;
+        drop(reserved);
         a.name = record.name.clone();
         // Known to the hub from admission on: messages can be delivered to it at once, and
         // the tree is not quiet while it is about to run.

@@ -92,6 +92,8 @@ pub(crate) struct Inner {
     pub(crate) session_token: CancellationToken,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) slots: Arc<Slots>,
+    /// Requested names being registered (in-process guard; the store guards across).
+    pub(crate) names: Arc<crate::supervisor::names::Reservations>,
     pub(crate) bus: Bus<SupervisorEnvelope>,
     pub(crate) state: Mutex<State>,
     pub(crate) tracker: TaskTracker,
@@ -444,6 +446,7 @@ impl SupervisorBuilder {
                 session_token: self.session_token,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 slots: Arc::new(Slots::default()),
+                names: Arc::default(),
                 bus: Bus::retaining(capacity),
                 tracker: TaskTracker::new(),
                 hub: Hub::default(),

@@ -214,8 +214,9 @@ pub(crate) struct Admitted {
     pub(crate) policy: EffectivePolicy,
     pub(crate) thread: String,
     pub(crate) name: String,
-    /// The checked name the request asked for (a default is made at registration).
-    pub(crate) requested_name: Option<String>,
+    /// The checked name the request asked for, reserved until its record exists (a default
+    /// is made at registration).
+    pub(crate) requested_name: Option<names::ReservedName>,
     pub(crate) model: Option<String>,
     pub(crate) mode: Mode,
     /// The child's session record, written at registration.
@@ -327,8 +328,14 @@ impl Supervisor {
         let identity = child_identity(parent_identity, entry.scopes.as_ref())?;
         let input = self.redact(&request.input);
         check_bytes(&input, &limits)?;
+        // Reserved before any await: a concurrent spawn of the same name is refused at once.
         let requested_name = match &request.name {
-            Some(n) => Some(names::requested(&self.redact(n))?),
+            Some(n) => {
+                let name = names::requested(&self.redact(n))?;
+                let parent = request.parent.map(|p| p.id);
+                let depth = request.parent.map_or(0, |p| p.depth.saturating_add(1));
+                Some(inner.names.reserve(parent, &name, depth)?)
+            }
             None => None,
         };
         let model = resolve_model(entry, request.model.as_deref())?;

@@ -3,7 +3,13 @@
 //! A requested name is trimmed and must be 1–64 characters without control characters, and
 //! not a broadcast alias (`*`, `all`, `broadcast`, any case). Without one, the child gets a
 //! readable default, `subagent-<slug of its task>-<last 8 of its session id>`. Uniqueness among
-//! siblings is the store's to enforce, atomically, when the child's record is created.
+//! siblings is the store's to enforce, atomically, when the child's record is created (the
+//! guard across processes). Within a process a requested name is also reserved at admission,
+//! before any await: a second spawn of the same name under the same parent while the first
+//! is still registering (preflighting its model) is refused at once, and the first goes on.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arbor_protocol::SessionId;
 
@@ -36,6 +42,75 @@ pub(crate) fn requested(name: &str) -> CoreResult<String> {
     Ok(name.to_owned())
 }
 
+/// Names being registered in this process, keyed by (parent, name); a top-level child has
+/// no parent (every root shares one scope, as in the store).
+#[derive(Debug, Default)]
+pub(crate) struct Reservations {
+    held: Mutex<HashSet<(Option<SessionId>, String)>>,
+}
+
+impl Reservations {
+    /// Reserves `name` under `parent` (whose children are at `depth`), or refuses it if a
+    /// registration of that name under that parent is in progress. Synchronous.
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        parent: Option<SessionId>,
+        name: &str,
+        depth: u32,
+    ) -> CoreResult<ReservedName> {
+        let key = (parent, name.to_owned());
+        let fresh = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone());
+        if !fresh {
+            return Err(CoreError::Validation(format!(
+                "Agent name \"{name}\" is unavailable: an agent of that name is being spawned at \
+                 depth {depth} under this parent"
+            )));
+        }
+        Ok(ReservedName {
+            key,
+            owner: self.clone(),
+        })
+    }
+
+    /// How many names are reserved now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// A reserved name; dropping it frees the reservation (registration failed, was dropped,
+/// or the record now holds the name in the store).
+#[derive(Debug)]
+pub(crate) struct ReservedName {
+    key: (Option<SessionId>, String),
+    owner: Arc<Reservations>,
+}
+
+impl ReservedName {
+    /// The name.
+    pub(crate) fn name(&self) -> &str {
+        &self.key.1
+    }
+}
+
+impl Drop for ReservedName {
+    fn drop(&mut self) {
+        self.owner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
 /// `subagent-<slug(task)>-<last 8 alphanumerics of the session id>`, at most 64 characters.
 pub(crate) fn default_name(task: &str, session: SessionId) -> String {
     let id: String = session
@@ -66,6 +141,26 @@ pub(crate) fn default_name(task: &str, session: SessionId) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reservation_is_per_parent_and_freed_on_drop() {
+        let r = Arc::new(Reservations::default());
+        let p = Some(SessionId::new());
+        let held = r.reserve(p, "api", 1).unwrap();
+        assert_eq!(held.name(), "api");
+        let e = r.reserve(p, "api", 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Agent name \"api\" is unavailable: an agent of that name is being spawned at depth \
+             1 under this parent"
+        );
+        let other_parent = r.reserve(Some(SessionId::new()), "api", 1).unwrap();
+        let top = r.reserve(None, "api", 0).unwrap();
+        assert_eq!(r.len(), 3);
+        drop((held, other_parent, top));
+        assert_eq!(r.len(), 0);
+        assert!(r.reserve(p, "api", 1).is_ok());
+    }
 
     #[test]
     fn requested_names_are_trimmed_and_checked() {

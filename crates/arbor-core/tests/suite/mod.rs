@@ -8,6 +8,7 @@ mod hold;
 mod identity;
 mod limits;
 mod messages;
+mod name_reservation;
 mod nested;
 mod nested_faults;
 mod nested_support;
