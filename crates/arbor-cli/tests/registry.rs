@@ -411,3 +411,46 @@ fn another_process_refuses_to_act_on_a_tree_a_live_process_runs() {
     let _ = Command::new("kill").args(["-KILL", &pid]).status();
     let _ = process.wait();
 }
+
+#[test]
+fn rm_refuses_a_selector_that_is_one_childs_name_and_anothers_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = json(dir.path(), &["run", REPLIES, "--json", "-q"]);
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    let kids = json(dir.path(), &["ls", &root, "--json"]);
+    let papers = child(&kids["children"], "papers")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let quiet = child(&kids["children"], "quiet")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // "quiet" is renamed to papers' session id (as a model may name a child).
+    let db = dir.path().join(".arbor/arbor.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let n = conn
+        .execute(
+            "UPDATE sessions SET name = ?1 WHERE id = ?2",
+            [&papers, &quiet],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(conn);
+
+    let out = arbor(dir.path(), &["rm", &root, &papers]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "error: Selector \"{papers}\" is ambiguous: it is the name of session {quiet} and \
+             the session id of \"papers\"; use a name or session id only one of them has"
+        )
+    );
+    // Nothing was deleted; what only one has still selects it.
+    let kids = json(dir.path(), &["ls", &root, "--json"]);
+    assert_eq!(kids["children"].as_array().unwrap().len(), 2);
+    let rm = json(dir.path(), &["rm", &root, &quiet, "--json"]);
+    assert_eq!(rm["session_id"], quiet.as_str());
+    assert_eq!(rm["already_deleted"], false);
+}

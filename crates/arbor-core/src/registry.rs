@@ -5,7 +5,9 @@
 //! restarts; a later process (`arbor ls`) reads the same rows.
 //!
 //! Selectors name a child by its name or its session id. An unknown name, an unknown id and
-//! the id of another parent's child get one error, which does not say which.
+//! the id of another parent's child get one error, which does not say which. A selector that
+//! is one child's name and another child's session id (a deleted child's id included) is
+//! refused as ambiguous, naming both, for every verb that takes one: nothing is picked.
 
 use arbor_protocol::{SessionId, SessionStatus, Timestamp, Usage};
 use arbor_store::{SessionQuery, SessionRecord, SessionUpdate, Store, Tombstone};
@@ -115,18 +117,63 @@ pub async fn children(
         .collect())
 }
 
+/// The error a selector that names more than one session gets: it says which names and
+/// which id it matched, so the caller can pick one by what only it has.
+pub fn ambiguous(selector: &str, matches: &[&SessionRecord]) -> CoreError {
+    let by_id: Option<SessionId> = selector.parse().ok();
+    let each: Vec<String> = matches
+        .iter()
+        .map(|r| {
+            if Some(r.id) == by_id {
+                format!("the session id of \"{}\"", r.name)
+            } else {
+                format!("the name of session {}", r.id)
+            }
+        })
+        .collect();
+    CoreError::Validation(format!(
+        "Selector \"{selector}\" is ambiguous: it is {}; use a name or session id only one of \
+         them has",
+        each.join(" and ")
+    ))
+}
+
+/// The one record among `records` that `selector` names: a live record by its name, or any
+/// record (deleted too) by its session id. `None` when nothing matches; an error naming
+/// each match when it names more than one. A deleted record's name does not count (names
+/// are free again once deleted).
+pub fn select<'a>(
+    records: &'a [SessionRecord],
+    selector: &str,
+) -> CoreResult<Option<&'a SessionRecord>> {
+    let by_id: Option<SessionId> = selector.parse().ok();
+    let mut matches: Vec<&SessionRecord> = records
+        .iter()
+        .filter(|r| Some(r.id) == by_id || (r.tombstone.is_none() && r.name == selector))
+        .collect();
+    matches.sort_by_key(|r| r.id);
+    matches.dedup_by_key(|r| r.id);
+    // Name matches first, then the id match: the message reads in that order.
+    matches.sort_by_key(|r| Some(r.id) == by_id);
+    match matches.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(*one)),
+        _ => Err(ambiguous(selector, &matches)),
+    }
+}
+
 /// The child of `parent` that `selector` names (its name, or its session id), not deleted.
+/// A selector that is one child's name and another's session id is refused as ambiguous.
 pub async fn find_child(
     store: &dyn Store,
     parent: SessionId,
     selector: &str,
 ) -> CoreResult<SessionRecord> {
     let kids = store.list_sessions(SessionQuery::Children(parent)).await?;
-    let by_id: Option<SessionId> = selector.parse().ok();
-    kids.into_iter()
-        .filter(|r| r.tombstone.is_none())
-        .find(|r| r.name == selector || Some(r.id) == by_id)
-        .ok_or_else(|| no_such_child(selector))
+    match select(&kids, selector)? {
+        Some(r) if r.tombstone.is_none() => Ok(r.clone()),
+        _ => Err(no_such_child(selector)),
+    }
 }
 
 /// Every session of the tree under `root` (deleted ones included), oldest first.
@@ -152,32 +199,29 @@ pub enum DeleteTarget {
     Deleted(SessionId, Tombstone),
 }
 
-/// Resolves a delete selector among `parent`'s children. A live child wins; otherwise a
-/// deleted child named by its session id, or the latest deleted child of that name, is
-/// found, so deleting twice is harmless (a deleted child's name is free for a new child,
-/// which a later delete by that name then deletes).
+/// Resolves a delete selector among `parent`'s children: a live child by its name, or any
+/// child by its session id (a deleted one is found, so deleting twice is harmless); failing
+/// both, the latest deleted child of that name (a deleted child's name is free for a new
+/// child, which a later delete by that name then deletes). A selector that is one child's
+/// name and another's session id is refused as ambiguous, naming both: nothing is deleted.
 pub async fn delete_target(
     store: &dyn Store,
     parent: SessionId,
     selector: &str,
 ) -> CoreResult<DeleteTarget> {
-    match find_child(store, parent, selector).await {
-        Ok(child) => Ok(DeleteTarget::Live(Box::new(child))),
-        Err(e) => {
-            let by_id: Option<SessionId> = selector.parse().ok();
-            let deleted = store
-                .list_sessions(SessionQuery::Children(parent))
-                .await?
-                .into_iter()
-                .filter(|r| Some(r.id) == by_id || r.name == selector)
-                .filter_map(|r| r.tombstone.map(|t| (r.id, t)))
-                .max_by_key(|(_, t)| t.at);
-            match deleted {
-                Some((id, tombstone)) => Ok(DeleteTarget::Deleted(id, tombstone)),
-                None => Err(e),
-            }
-        }
+    let kids = store.list_sessions(SessionQuery::Children(parent)).await?;
+    if let Some(r) = select(&kids, selector)? {
+        return Ok(match &r.tombstone {
+            Some(t) => DeleteTarget::Deleted(r.id, t.clone()),
+            None => DeleteTarget::Live(Box::new(r.clone())),
+        });
     }
+    kids.into_iter()
+        .filter(|r| r.name == selector)
+        .filter_map(|r| r.tombstone.map(|t| (r.id, t)))
+        .max_by_key(|(_, t)| t.at)
+        .map(|(id, tombstone)| DeleteTarget::Deleted(id, tombstone))
+        .ok_or_else(|| no_such_child(selector))
 }
 
 /// Writes `child`'s tombstone: who, when, why, its final status (`aborted` if it was still

@@ -64,7 +64,6 @@ impl SendMessageTool {
                 .parent_id
                 .ok_or_else(|| CoreError::validation("this session has no parent"));
         }
-        let by_id: Option<arbor_protocol::SessionId> = to.parse().ok();
         let mut family = store.list_sessions(SessionQuery::Children(me.id)).await?;
         if let Some(parent) = me.parent_id {
             family.extend(
@@ -75,17 +74,12 @@ impl SendMessageTool {
                     .filter(|s| s.id != me.id),
             );
         }
-        let matches: Vec<_> = family
-            .iter()
-            .filter(|s| s.tombstone.is_none() && (s.name == to || Some(s.id) == by_id))
-            .collect();
-        match matches.as_slice() {
-            [one] => Ok(one.id),
-            [] => Err(CoreError::Denied(format!(
+        // One rule for every selector: a name shared by a sibling and a child, or one
+        // agent's name that is another's session id, is refused naming both.
+        match crate::registry::select(&family, to)? {
+            Some(one) if one.tombstone.is_none() => Ok(one.id),
+            _ => Err(CoreError::Denied(format!(
                 "No agent named \"{to}\" among this session's parent, siblings and children"
-            ))),
-            _ => Err(CoreError::validation(format!(
-                "\"{to}\" is ambiguous: a sibling and a child share it; use its session id"
             ))),
         }
     }

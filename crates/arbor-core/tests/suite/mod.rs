@@ -20,6 +20,7 @@ mod recover;
 mod redaction;
 mod registry;
 mod run_once;
+mod selectors;
 mod spawn_tool;
 mod stay_dead;
 mod supervisor;
