@@ -63,8 +63,7 @@ impl DynTool for ListChildrenTool {
             serde_json::Value::Null => json!({}),
             other => other,
         };
-        let _: ListArgs = serde_json::from_value(arguments)
-            .map_err(|e| sup.bad_arguments("list_children", &e))?;
+        let _: ListArgs = sup.parse_arguments(&self.spec, arguments)?;
         let rows = registry::children(self.supervisor.store().as_ref(), ctx.session.id, false)
             .await
             .map_err(|e| sup.model_error(&e))?;

@@ -15,6 +15,7 @@
 //!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`.
 
 mod admission;
+mod arguments;
 pub mod catalog;
 mod core;
 mod delegate;

@@ -101,8 +101,7 @@ impl DynTool for SendMessageTool {
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
         let sup = &self.supervisor;
-        let args: SendArgs =
-            serde_json::from_value(arguments).map_err(|e| sup.bad_arguments("send_message", &e))?;
+        let args: SendArgs = sup.parse_arguments(&self.spec, arguments)?;
         let to = self
             .target(&ctx, args.to.trim())
             .await

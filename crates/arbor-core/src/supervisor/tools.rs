@@ -3,7 +3,9 @@
 //! The spawn tool's schema is closed: `child_id` is an enum of the supervisor's advertised
 //! ids and every other key is refused, naming it. Model arguments can never supply tools,
 //! identity, scopes or higher limits. Errors reach the model as tool errors that say what
-//! failed (which limit, with its maximum and observed value), redacted.
+//! failed (which limit, with its maximum and observed value), redacted. Arguments are checked
+//! against each tool's schema before parsing: an argument error names the field, the class
+//! of the value given and what is accepted.
 
 use arbor_model::ToolSpec;
 use arbor_protocol::SpawnPoint;
@@ -12,6 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::CoreError;
+use crate::supervisor::arguments;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{DelegationRequest, DelegationResult, Delegator};
 use crate::supervisor::handles::Reach;
@@ -77,10 +80,23 @@ impl Supervisor {
         }
     }
 
-    /// Bad arguments: a serde error names the bad field and may quote its value, so it is
-    /// redacted before the model reads it.
-    pub(crate) fn bad_arguments(&self, tool: &str, e: &serde_json::Error) -> ToolError {
-        self.tool_error(&format!("invalid arguments for `{tool}`: {e}"))
+    /// A model's arguments for `spec`, checked against its parameter schema first: an error
+    /// names the field, the class of the value given and what is accepted, so the model can
+    /// correct itself. It may quote the value, so it is redacted before the model reads it.
+    pub(crate) fn parse_arguments<T: serde::de::DeserializeOwned>(
+        &self,
+        spec: &ToolSpec,
+        arguments: serde_json::Value,
+    ) -> Result<T, ToolError> {
+        if let Err(e) = arguments::check(&spec.name, &spec.parameters, &arguments) {
+            return Err(self.bad_arguments(&spec.name, &e));
+        }
+        serde_json::from_value(arguments).map_err(|e| self.bad_arguments(&spec.name, &e))
+    }
+
+    /// Bad arguments for `tool`, as the model reads them (redacted).
+    pub(crate) fn bad_arguments(&self, tool: &str, e: &dyn std::fmt::Display) -> ToolError {
+        self.tool_error(&format!("invalid arguments for {tool}: {e}"))
     }
 }
 
@@ -207,11 +223,11 @@ impl DynTool for SpawnAgentTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: SpawnArgs = serde_json::from_value(arguments).map_err(|e| {
-            self.delegator
-                .supervisor()
-                .bad_arguments(&self.spec.name, &e)
-        })?;
+        let args: SpawnArgs = self
+            .delegator
+            .supervisor()
+            .parse_arguments(&self.spec, arguments)?;
+        // The schema's enum holds exactly the offered ids; this guards a hand-built call.
         if !self.allowed.contains(&args.child_id) {
             return Err(ToolError::ToModel("Unknown child id".to_owned()));
         }
@@ -321,8 +337,10 @@ impl DynTool for WaitAgentTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: HandleArgs = serde_json::from_value(arguments)
-            .map_err(|e| self.delegator.supervisor().bad_arguments("wait_agent", &e))?;
+        let args: HandleArgs = self
+            .delegator
+            .supervisor()
+            .parse_arguments(&self.spec, arguments)?;
         let options = WaitOptions {
             timeout: None,
             cancel: Some(ctx.cancel.clone()),
@@ -381,11 +399,10 @@ impl DynTool for CancelAgentTool {
         arguments: serde_json::Value,
         ctx: ToolContext,
     ) -> Result<String, ToolError> {
-        let args: HandleArgs = serde_json::from_value(arguments).map_err(|e| {
-            self.delegator
-                .supervisor()
-                .bad_arguments("cancel_agent", &e)
-        })?;
+        let args: HandleArgs = self
+            .delegator
+            .supervisor()
+            .parse_arguments(&self.spec, arguments)?;
         // A model reaches its own tree's handles only: another tree's id is unknown to it.
         let reach = Reach::Tree(ctx.session.root_id);
         match self

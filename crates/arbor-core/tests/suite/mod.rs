@@ -25,5 +25,6 @@ mod spawn_tool;
 mod stay_dead;
 mod supervisor;
 mod support;
+mod tool_arguments;
 mod tools;
 mod usage;

@@ -96,7 +96,12 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
         )
         .await,
     );
-    assert!(e.contains("unknown field `tools`"), "{e}");
+    assert_eq!(
+        e,
+        "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
+         array); accepted fields: budget_share, child_id, input, lifetime, milestone, mode, \
+         model, name, report, thread_id"
+    );
     let e = model_error(
         tool.call_json(
             json!({"child_id": "ghost", "input": "x"}),
@@ -104,7 +109,11 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
         )
         .await,
     );
-    assert_eq!(e, "Unknown child id");
+    assert_eq!(
+        e,
+        "invalid arguments for spawn_agent: \"child_id\" must be one of \"research\", \
+         \"write\" (got the string \"ghost\")"
+    );
     let e = model_error(
         tool.call_json(
             json!({"child_id": "research", "input": "x", "mode": "later"}),
@@ -112,7 +121,11 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
         )
         .await,
     );
-    assert!(e.contains("unknown variant `later`"), "{e}");
+    assert_eq!(
+        e,
+        "invalid arguments for spawn_agent: \"mode\" must be one of \"sync\", \"async\", \
+         \"message\" (got the string \"later\")"
+    );
     let e = model_error(
         tool.call_json(
             json!({"child_id": "research", "input": "x", "budget_share": 2.0}),
@@ -122,7 +135,8 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     );
     assert_eq!(
         e,
-        "budget_share must be a number greater than 0 and at most 1"
+        "invalid arguments for spawn_agent: \"budget_share\" must be a number greater than 0 \
+         and at most 1 (got the number 2.0)"
     );
     let e = model_error(
         tool.call_json(
@@ -133,7 +147,8 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     );
     assert_eq!(
         e,
-        "milestone.every_turns must be a positive integer at most 64"
+        "invalid arguments for spawn_agent: \"milestone.every_turns\" must be an integer from \
+         1 to 64 (got the number 99)"
     );
     assert_eq!(sup.summary()[0].attempts, 0);
 }
