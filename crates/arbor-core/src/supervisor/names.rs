@@ -4,9 +4,10 @@
 //! not a broadcast alias (`*`, `all`, `broadcast`, any case). Without one, the child gets a
 //! readable default, `subagent-<slug of its task>-<last 8 of its session id>`. Uniqueness among
 //! siblings is the store's to enforce, atomically, when the child's record is created (the
-//! guard across processes). Within a process a requested name is also reserved at admission,
-//! before any await: a second spawn of the same name under the same parent while the first
-//! is still registering (preflighting its model) is refused at once, and the first goes on.
+//! guard across processes). Within a process a requested name is also reserved under its
+//! parent at admission, before any await: a second spawn of the same name under the same
+//! parent while the first is still registering (preflighting its model) is refused at once,
+//! and the first goes on.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,11 +43,11 @@ pub(crate) fn requested(name: &str) -> CoreResult<String> {
     Ok(name.to_owned())
 }
 
-/// Names being registered in this process, keyed by (parent, name); a top-level child has
-/// no parent (every root shares one scope, as in the store).
+/// Names being registered in this process, keyed by (parent, name). Top-level children (no
+/// parent session) are not reserved: the store does not hold their names unique either.
 #[derive(Debug, Default)]
 pub(crate) struct Reservations {
-    held: Mutex<HashSet<(Option<SessionId>, String)>>,
+    held: Mutex<HashSet<(SessionId, String)>>,
 }
 
 impl Reservations {
@@ -58,6 +59,12 @@ impl Reservations {
         name: &str,
         depth: u32,
     ) -> CoreResult<ReservedName> {
+        let Some(parent) = parent else {
+            return Ok(ReservedName {
+                name: name.to_owned(),
+                held: None,
+            });
+        };
         let key = (parent, name.to_owned());
         let fresh = self
             .held
@@ -71,8 +78,8 @@ impl Reservations {
             )));
         }
         Ok(ReservedName {
-            key,
-            owner: self.clone(),
+            name: name.to_owned(),
+            held: Some((key, self.clone())),
         })
     }
 
@@ -86,28 +93,30 @@ impl Reservations {
     }
 }
 
-/// A reserved name; dropping it frees the reservation (registration failed, was dropped,
-/// or the record now holds the name in the store).
+/// A requested name, reserved under its parent; dropping it frees the reservation
+/// (registration failed, was dropped, or the record now holds the name in the store).
 #[derive(Debug)]
 pub(crate) struct ReservedName {
-    key: (Option<SessionId>, String),
-    owner: Arc<Reservations>,
+    name: String,
+    held: Option<((SessionId, String), Arc<Reservations>)>,
 }
 
 impl ReservedName {
     /// The name.
     pub(crate) fn name(&self) -> &str {
-        &self.key.1
+        &self.name
     }
 }
 
 impl Drop for ReservedName {
     fn drop(&mut self) {
-        self.owner
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
+        if let Some((key, owner)) = self.held.take() {
+            owner
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
+        }
     }
 }
 
@@ -155,8 +164,10 @@ mod tests {
              1 under this parent"
         );
         let other_parent = r.reserve(Some(SessionId::new()), "api", 1).unwrap();
+        // Top-level names are not unique in the store either: not reserved.
         let top = r.reserve(None, "api", 0).unwrap();
-        assert_eq!(r.len(), 3);
+        assert!(r.reserve(None, "api", 0).is_ok());
+        assert_eq!(r.len(), 2);
         drop((held, other_parent, top));
         assert_eq!(r.len(), 0);
         assert!(r.reserve(p, "api", 1).is_ok());
