@@ -1,8 +1,11 @@
 //! Which process owns a tree's runs, so a later process can tell a crash from a run still
 //! going: the root's record keeps `meta.owner` (the process id and its start time), and any
-//! command that opens a durable store first marks as `interrupted` the live sessions of trees
-//! whose owner is gone. A second process working on the same store never touches the runs of
-//! a first one that is still alive.
+//! command that opens a durable store first marks as `interrupted` the sessions of trees
+//! whose owner is gone and that were still in flight: `running` ones, and `idle` ones (created
+//! by a delegation whose child never started). A `suspended` session waits for decisions and
+//! stays as it is (`arbor resume` goes on with it); finished ones keep their outcome. A second
+//! process working on the same store never touches the runs of a first one that is still
+//! alive.
 
 use std::sync::Arc;
 
@@ -86,8 +89,14 @@ fn alive(owner: &Value) -> bool {
     }
 }
 
-/// Marks `interrupted` every live session of a tree whose owner process is gone; returns how
-/// many were marked.
+/// Whether a session of a tree whose owner is gone was cut off: running, or created and
+/// never started. Suspended sessions are resumable and finished ones keep their outcome.
+fn cut_off(status: SessionStatus) -> bool {
+    status.is_live() || status == SessionStatus::Idle
+}
+
+/// Marks `interrupted` every session of a tree whose owner process is gone that was running or
+/// never started; returns how many were marked.
 pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
     let fail = |e: arbor_store::StoreError| Fail::store(e.to_string());
     let mut marked = 0;
@@ -103,7 +112,7 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
             .list_sessions(SessionQuery::Tree(root.id))
             .await
             .map_err(fail)?;
-        for s in tree.iter().filter(|s| s.status.is_live()) {
+        for s in tree.iter().filter(|s| cut_off(s.status)) {
             let update = SessionUpdate {
                 expected_version: Some(s.version),
                 ..SessionUpdate::status(SessionStatus::Interrupted)
@@ -125,6 +134,25 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_running_and_never_started_sessions_are_cut_off() {
+        use SessionStatus::*;
+        let cut: Vec<_> = [
+            Idle,
+            Running,
+            Succeeded,
+            Failed,
+            Aborted,
+            Suspended,
+            Denied,
+            Interrupted,
+        ]
+        .into_iter()
+        .filter(|s| cut_off(*s))
+        .collect();
+        assert_eq!(cut, [Idle, Running]);
+    }
 
     #[test]
     fn this_process_is_alive_and_a_made_up_one_is_not() {
