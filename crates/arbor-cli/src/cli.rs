@@ -11,6 +11,8 @@ Exit codes:
   4  the root run is suspended: calls wait for approval (arbor approvals SESSION)
   2  bad usage or a bad spec (nothing was stored)
   3  the store cannot be opened, is locked by another process, or failed
+  130, 143, 129  a signal stopped the run (SIGINT/Ctrl-C, SIGTERM, SIGHUP: 128 + its number);
+     it ended aborted and the report is still printed
 
 Environment:
   ARBOR_LOG              log filter for tracing output on stderr (default: warn)
@@ -18,7 +20,8 @@ Environment:
   OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID   provider \"openai\"
   ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL                               provider \"anthropic\"
 
-Ctrl-C cancels the run: it ends aborted and the report is printed.";
+Ctrl-C, SIGTERM and SIGHUP cancel the run: it ends aborted, the report is printed, and the exit
+code is 128 + the signal's number. A second signal exits at once.";
 
 /// The `arbor` command line.
 #[derive(Debug, Parser)]
@@ -42,6 +45,7 @@ Exit codes:
   1  the follow-up or resumed run did not succeed
   4  the resumed run is suspended again
   2  bad usage, an unknown session or child
+  130, 143, 129  a signal (SIGINT, SIGTERM, SIGHUP) cancelled the resumed run or follow-up
   3  the store cannot be opened, is locked by another process, or failed";
 
 /// The subcommands.

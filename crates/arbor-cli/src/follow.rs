@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{RmArgs, SendArgs};
 use crate::fail::{EXIT_RUN, Fail};
 use crate::inspect::{open, session_id};
+use crate::interrupt::Watch;
 use crate::{output, owner, spec, tree};
 
 /// `arbor send SESSION NAME TEXT`.
@@ -58,15 +59,14 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         .await
         .map_err(Fail::core)?;
     let no_mail = arbor_core::inbox::Inbox::new();
+    // Ctrl-C, SIGTERM or SIGHUP cancel the follow-up; a second signal exits at once.
+    let signals = Watch::start(token.clone(), false);
     tokio::select! {
         () = sup.wait_for_mail_or_quiet(&no_mail) => {}
-        r = tokio::signal::ctrl_c() => {
-            if r.is_ok() {
-                token.cancel();
-            }
-        }
+        () = token.cancelled() => {}
     }
     sup.shutdown().await;
+    signals.finish();
 
     let replies = replies_from(&store, parent, child.id, before).await?;
     let after = registry::session(store.as_ref(), child.id)
@@ -93,10 +93,10 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
             after.aggregate_usage().total_tokens
         ));
     }
-    Ok(if after.status == SessionStatus::Succeeded {
-        0
-    } else {
-        EXIT_RUN
+    Ok(match after.status {
+        SessionStatus::Succeeded => 0,
+        SessionStatus::Aborted => signals.aborted_code(EXIT_RUN),
+        _ => EXIT_RUN,
     })
 }
 

@@ -4,7 +4,7 @@
 //! command's outcome into the exit code (see [`fail`]). The pieces:
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
-//! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C.
+//! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
 //! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`.
 //! - [`inspect`]: `ls`, `tree` and `log`; [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.

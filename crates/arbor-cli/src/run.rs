@@ -4,7 +4,9 @@
 //! is opened, so a bad spec exits 2 without touching stored data. The root session's record
 //! keeps the definition a later process needs (`meta.definition`: the spec path as given, its
 //! full text and its SHA-256 fingerprint; never environment variables or credentials).
-//! Ctrl-C cancels the run through its cancellation token; a second Ctrl-C exits at once.
+//! A termination signal (Ctrl-C, SIGTERM, SIGHUP) cancels the run through its cancellation
+//! token and the process exits with the signal's code; a second one exits at once (see
+//! [`crate::interrupt`]).
 
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
 use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
-use crate::interrupt::Interrupts;
+use crate::interrupt::Watch;
 use crate::progress::{self, RootProgress};
 use crate::store::{StoreChoice, StoreName, io_reason};
 use crate::{approvals, output, owner, report, spec, tree};
@@ -28,8 +30,6 @@ use crate::{approvals, output, owner, report, spec, tree};
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many times the root runs again on its children's replies before the run stops.
 const MAX_ROOT_FOLLOW_UPS: u32 = 64;
-/// The exit code of a second Ctrl-C.
-const EXIT_INTERRUPTED: i32 = 130;
 
 /// Runs the command; `Ok` carries the exit code (0 succeeded, 1 the run did not).
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
@@ -124,7 +124,7 @@ pub(crate) struct View<'a> {
     pub(crate) quiet: bool,
 }
 
-/// Runs (or resumes) the root with progress and Ctrl-C, runs it again on its children's
+/// Runs (or resumes) the root with progress and signal handling, runs it again on its children's
 /// replies until the tree is quiet, stops what still runs, and prints the report.
 pub(crate) async fn drive_root(
     view: View<'_>,
@@ -166,11 +166,7 @@ pub(crate) async fn drive_root(
             )));
         }
     }
-    let ctrl_c = tokio::spawn(cancel_on_ctrl_c(
-        Interrupts::listen(),
-        token.clone(),
-        view.quiet,
-    ));
+    let signals = Watch::start(token.clone(), view.quiet);
     let mut result = match start {
         Start::Task(task) => session.run(task, options()).await,
         Start::Resume(run) => session.resume(run, options()).await,
@@ -201,7 +197,8 @@ pub(crate) async fn drive_root(
         // Nothing keeps running unwatched: children still live end with the root's run.
         sup.shutdown().await;
     }
-    ctrl_c.abort();
+    // Nothing is left to cancel: a signal from now on exits at once.
+    signals.finish();
     done.cancel();
     drain(followers, result.is_ok()).await;
     let mut result = result.map_err(Fail::core)?;
@@ -254,6 +251,7 @@ pub(crate) async fn drive_root(
     Ok(match result.status {
         RunStatus::Succeeded => 0,
         RunStatus::Suspended => EXIT_SUSPENDED,
+        RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
         _ => EXIT_RUN,
     })
 }
@@ -304,20 +302,6 @@ pub(crate) fn fingerprint(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// The first Ctrl-C cancels the run; the second exits at once.
-async fn cancel_on_ctrl_c(mut interrupts: Interrupts, token: CancellationToken, quiet: bool) {
-    if !interrupts.next().await {
-        return;
-    }
-    if !quiet {
-        output::err("arbor: interrupted, cancelling the run (Ctrl-C again to exit at once)");
-    }
-    token.cancel();
-    if interrupts.next().await {
-        std::process::exit(EXIT_INTERRUPTED);
-    }
 }
 
 /// Lets the progress printers print what is left. The root's ends at the run's last event,

@@ -107,3 +107,149 @@ fn the_sweep_marks_never_started_children_of_a_dead_owner_and_keeps_suspended_on
     let roots = json_of(&arbor(dir.path(), &["ls", "--json", "--store", "a.db"]));
     assert_eq!(roots["roots"][0]["status"], "interrupted");
 }
+
+/// A root whose child is slow in its model call (a minute).
+#[cfg(unix)]
+const SLOW_CHILD: &str = r#"
+task = "wait"
+[agents.root]
+children = ["slow"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "slow", name = "slow", input = "take your time" } }]
+[[agents.root.turns]]
+text = "never"
+[agents.slow]
+[[agents.slow.turns]]
+delay_ms = 60000
+text = "late"
+"#;
+
+/// Starts `arbor run` on [`SLOW_CHILD`] and reads stderr until the child started.
+#[cfg(unix)]
+fn start_slow(
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    std::fs::write(dir.join("slow.toml"), SLOW_CHILD).unwrap();
+    let mut cmd = command(dir, &["run", "slow.toml", "--json"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let started = line.contains("slow: delegation started");
+        seen.push(line);
+        if started {
+            return (child, lines);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the child never started: {seen:#?}");
+}
+
+#[cfg(unix)]
+fn kill(signal: &str, pid: u32) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// `signal` stops the run gracefully: the exit code, the report, and the stored statuses.
+#[cfg(unix)]
+fn a_signal_ends_the_tree_aborted(signal: &str, name: &str, code: i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, lines) = start_slow(dir.path(), &[]);
+    kill(signal, child.id());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(code), "{rest:#?}");
+    assert!(
+        rest.iter().any(|l| l
+            == &format!(
+                "arbor: {name} received, cancelling the run (send it again to exit at once)"
+            )),
+        "{rest:#?}"
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.starts_with("root: run aborted (cancelled)")),
+        "{rest:#?}"
+    );
+    let report = json_of(&out);
+    assert_eq!(report["status"], "aborted");
+    assert_eq!(report["result"]["stop_reason"], "cancelled");
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    // What a later process finds: both ended aborted (not running, not interrupted).
+    let roots = json_of(&arbor(dir.path(), &["ls", "--json"]));
+    assert_eq!(roots["roots"][0]["status"], "aborted", "{roots}");
+    let kids = json_of(&arbor(dir.path(), &["ls", &root, "--json"]));
+    assert_eq!(kids["children"][0]["name"], "slow");
+    assert_eq!(kids["children"][0]["status"], "aborted", "{kids}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_ends_the_run_aborted_with_the_report_and_exit_143() {
+    a_signal_ends_the_tree_aborted("TERM", "SIGTERM", 143);
+}
+
+#[cfg(unix)]
+#[test]
+fn sighup_ends_the_run_aborted_with_the_report_and_exit_129() {
+    a_signal_ends_the_tree_aborted("HUP", "SIGHUP", 129);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_second_sigterm_during_a_slow_shutdown_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Shutdown writes the aborted statuses; another process holds the store's write lock, so
+    // they would wait a minute.
+    let (mut child, mut lines) = start_slow(dir.path(), &[("ARBOR_BUSY_TIMEOUT_MS", "60000")]);
+    let lock = rusqlite::Connection::open(dir.path().join(".arbor/arbor.db")).unwrap();
+    lock.busy_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    kill("TERM", child.id());
+    let notice = "arbor: SIGTERM received, cancelling the run (send it again to exit at once)";
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let found = line == notice;
+        seen.push(line);
+        if found {
+            break;
+        }
+    }
+    assert_eq!(seen.last().map(String::as_str), Some(notice), "{seen:#?}");
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the shutdown waits on the store"
+    );
+    let second = std::time::Instant::now();
+    kill("TERM", child.id());
+    let out = child.wait_with_output().unwrap();
+    let waited = second.elapsed();
+    assert_eq!(out.status.code(), Some(143));
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "the second signal took {waited:?}"
+    );
+    lock.execute_batch("ROLLBACK").unwrap();
+}
