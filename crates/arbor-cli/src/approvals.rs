@@ -14,7 +14,7 @@ use crate::fail::Fail;
 use crate::inspect::{open, session_id};
 use crate::run::{Start, View, drive_root};
 use crate::store::StoreChoice;
-use crate::{output, owner, spec, tree};
+use crate::{answers, output, owner, spec, tree};
 
 /// A suspension as JSON.
 pub(crate) fn suspension_json(s: &Suspension) -> Value {
@@ -78,8 +78,12 @@ pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
 
 /// `arbor approve` / `arbor reject`: records decisions on the session's suspended run.
 pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
-    let store = open(&args.store).await?;
+    answers::check_reason(args.reason.as_deref())?;
     let id = session_id(&args.session)?;
+    let store = open(&args.store).await?;
+    registry::session(store.as_ref(), id)
+        .await
+        .map_err(Fail::core)?;
     let verdict = match (allow, args.for_run) {
         (true, false) => Verdict::AllowOnce,
         (true, true) => Verdict::AllowForRun,
@@ -95,10 +99,20 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
             reason: args.reason.clone(),
         })
         .collect();
-    // The run whose pending decisions hold the first id (one error for any unknown id).
     let all = approval::suspensions(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
+    // Every id must be pending; one that is not is explained (decided already, or nothing
+    // waits), a forged one gets the one unknown-approval error.
+    for wanted in &args.ids {
+        if !all
+            .iter()
+            .any(|s| s.pending.iter().any(|p| &p.id == wanted))
+        {
+            return Err(answers::not_pending(store.as_ref(), id, &all, wanted).await?);
+        }
+    }
+    // The run whose pending decisions hold the first id.
     let Some(target) = all
         .iter()
         .find(|s| s.pending.iter().any(|p| Some(&p.id) == args.ids.first()))
@@ -108,8 +122,10 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
     let left = approval::decide(store.as_ref(), target.run_id, target.version, &decisions)
         .await
         .map_err(|e| match e.kind() {
-            // An unknown id is bad input, like an unknown session.
-            arbor_core::CoreErrorKind::Denied => Fail::usage(e.to_string()),
+            // An unknown id or an argument over a limit is bad input, like an unknown session.
+            arbor_core::CoreErrorKind::Denied | arbor_core::CoreErrorKind::Limit => {
+                Fail::usage(e.to_string())
+            }
             _ => Fail::core(e),
         })?;
     if args.store.json {
@@ -165,7 +181,10 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
         .open_session(store.clone(), id)
         .await
         .map_err(Fail::core)?;
-    drive_root(view, &built, session, Start::Resume(waiting.run_id), token).await
+    match drive_root(view, &built, session, Start::Resume(waiting.run_id), token).await {
+        Ok(code) => Ok(code),
+        Err(fail) => Err(answers::lost_resume(store.as_ref(), id, waiting.run_id, fail).await),
+    }
 }
 
 /// Continues the runs of the tree of `root` that a crash interrupted: the root's own run from

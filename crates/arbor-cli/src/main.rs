@@ -5,7 +5,8 @@
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
-//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`.
+//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
+//!   when nothing is pending.
 //! - [`inspect`]: `ls`, `tree` and `log`; [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.
 //! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
@@ -13,6 +14,7 @@
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
 //! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
 
+mod answers;
 mod approvals;
 mod cli;
 mod fail;

@@ -253,3 +253,120 @@ fn a_second_sigterm_during_a_slow_shutdown_exits_at_once() {
     );
     lock.execute_batch("ROLLBACK").unwrap();
 }
+
+const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+
+/// Runs the approvals example to its suspension: (root session, the pending id).
+fn suspended(dir: &Path, spec: &str) -> (String, String) {
+    let run = arbor(dir, &["run", spec, "--json", "-q"]);
+    assert_eq!(run.status.code(), Some(4), "{}", stderr(&run));
+    let report = json_of(&run);
+    (
+        report["root_session_id"].as_str().unwrap().to_owned(),
+        report["suspension"]["pending"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    )
+}
+
+#[test]
+fn deciding_twice_says_the_approval_was_already_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, id) = suspended(dir.path(), APPROVALS);
+    assert!(arbor(dir.path(), &["approve", &root, &id]).status.success());
+    for verb in ["approve", "reject"] {
+        let again = arbor(dir.path(), &[verb, &root, &id]);
+        assert_eq!(again.status.code(), Some(2), "{verb}");
+        assert_eq!(
+            stderr(&again),
+            format!("error: approval {id} was already decided\n"),
+            "{verb}"
+        );
+    }
+    // A forged id still learns nothing.
+    let forged = arbor(dir.path(), &["approve", &root, "sub_deadbeef"]);
+    assert_eq!(forged.status.code(), Some(2));
+    assert_eq!(stderr(&forged), "error: Unknown approval\n");
+    // Once the run is over, nothing waits.
+    assert!(arbor(dir.path(), &["resume", &root]).status.success());
+    let late = arbor(dir.path(), &["approve", &root, &id]);
+    assert_eq!(late.status.code(), Some(2));
+    assert_eq!(
+        stderr(&late),
+        format!("error: {root} waits for no decision (its run is over or never suspended)\n")
+    );
+}
+
+#[test]
+fn an_over_long_reason_is_bad_usage_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, id) = suspended(dir.path(), APPROVALS);
+    let before = json_of(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    let reason = "x".repeat(3000);
+    let out = arbor(dir.path(), &["reject", &root, &id, "--reason", &reason]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: --reason is 3000 bytes; at most 2048 are allowed\n"
+    );
+    let after = json_of(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    assert_eq!(after, before, "nothing was decided");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_resume_that_loses_the_race_names_the_process_that_resumes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let slow = std::fs::read_to_string(APPROVALS)
+        .unwrap()
+        .replace("tools = [\"echo\"]", "tools = [\"sleep\"]")
+        .replace(
+            "{ name = \"echo\", arguments = { text = \"published v1.2 release notes\" } }",
+            "{ name = \"sleep\", arguments = { ms = 20000 } }",
+        );
+    std::fs::write(dir.path().join("slow.toml"), slow).unwrap();
+    let (root, id) = suspended(dir.path(), "slow.toml");
+    let waiting = json_of(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    let run = waiting["suspensions"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(arbor(dir.path(), &["approve", &root, &id]).status.success());
+    let mut first = command(dir.path(), &["resume", &root])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    for line in BufReader::new(first.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let started = line.contains("publisher: delegation started");
+        seen.push(line);
+        if started {
+            break;
+        }
+    }
+    let second = arbor(dir.path(), &["resume", &root]);
+    let first_pid = first.id();
+    let _ = first.kill();
+    let _ = first.wait();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("publisher: delegation started")),
+        "{seen:#?}"
+    );
+    assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
+    // The tree's owner is checked first (compare-and-swap on the root): the answer names the
+    // process that resumes it.
+    let err = stderr(&second);
+    assert!(
+        err.starts_with(&format!(
+            "error: the tree of {root} is being run by process {} on ",
+            first_pid
+        )) && err.ends_with("; wait until it ends (or stop it), then try again\n"),
+        "{err}"
+    );
+}
