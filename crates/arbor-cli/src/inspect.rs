@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use arbor_core::registry::{self, ChildRow};
-use arbor_core::usage::reconcile;
 use arbor_protocol::{EntryKind, SessionId, TranscriptEntry};
 use arbor_store::{SessionQuery, Store};
 use serde_json::json;
@@ -13,7 +12,7 @@ use crate::cli::{LsArgs, SessionArgs, StoreArgs};
 use crate::fail::Fail;
 use crate::report::{table, thousands};
 use crate::store::StoreChoice;
-use crate::{output, owner};
+use crate::{output, owner, walk};
 
 /// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
@@ -123,50 +122,11 @@ fn children_table(rows: &[ChildRow]) -> String {
     out
 }
 
-/// `arbor tree SESSION`.
+/// `arbor tree SESSION`: streamed (see [`crate::walk`]).
 pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
     let store = open(&args.store).await?;
     let id = session_id(&args.session)?;
-    let sessions = registry::tree(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?;
-    let root = sessions.first().map_or(id, |s| s.root_id);
-    let check = reconcile(store.as_ref(), root).await.map_err(Fail::core)?;
-    if args.store.json {
-        let rows: Vec<_> = sessions
-            .iter()
-            .map(|s| {
-                let mut row = serde_json::to_value(ChildRow::of(s)).unwrap_or_default();
-                row["parent_id"] = json!(s.parent_id);
-                row
-            })
-            .collect();
-        output::out(
-            &json!({
-                "root_session_id": root,
-                "sessions": rows,
-                "silent_children": registry::silent_count(&sessions),
-                "reconciliation": {
-                    "consistent": check.is_consistent(),
-                    "own_total_tokens": check.own_total_tokens,
-                    "root_aggregate_tokens": check.root_aggregate_tokens,
-                },
-            })
-            .to_string(),
-        );
-    } else {
-        output::out(&table(&sessions));
-        output::out(&format!(
-            "tree own total {} tokens, root aggregate {} tokens{}",
-            thousands(check.own_total_tokens),
-            thousands(check.root_aggregate_tokens),
-            if check.is_consistent() {
-                ""
-            } else {
-                " (do not reconcile)"
-            }
-        ));
-    }
+    walk::tree(store.as_ref(), id, args.store.json).await?;
     Ok(0)
 }
 

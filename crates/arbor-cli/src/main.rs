@@ -7,7 +7,7 @@
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
 //! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
 //!   when nothing is pending.
-//! - [`inspect`]: `ls`, `tree` and `log`; [`follow`]: `send` and `rm`; [`owner`]: which
+//! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.
 //! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
 //! - [`store`]: which store a run uses and how it is opened.
@@ -32,6 +32,7 @@ mod run;
 mod spec;
 mod store;
 mod tree;
+mod walk;
 
 use std::process::ExitCode;
 

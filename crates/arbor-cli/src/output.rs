@@ -16,6 +16,43 @@ pub(crate) fn err(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
+/// Stdout written piece by piece (buffered) for output too large to hold: a write that fails
+/// (a closed pipe) is remembered, so the writer can stop producing.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    out: std::io::BufWriter<std::io::StdoutLock<'static>>,
+    broken: bool,
+}
+
+impl Stream {
+    /// Buffered stdout.
+    pub(crate) fn stdout() -> Self {
+        Self {
+            out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock()),
+            broken: false,
+        }
+    }
+
+    /// Writes `text` as it is.
+    pub(crate) fn write(&mut self, text: &str) {
+        if !self.broken && self.out.write_all(text.as_bytes()).is_err() {
+            self.broken = true;
+        }
+    }
+
+    /// Whether a write failed: nobody reads any more.
+    pub(crate) fn broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Writes what is buffered.
+    pub(crate) fn flush(&mut self) {
+        if !self.broken && self.out.flush().is_err() {
+            self.broken = true;
+        }
+    }
+}
+
 /// `text` on one line: line breaks become spaces, surrounding space is trimmed.
 pub(crate) fn one_line(text: &str) -> String {
     text.split(['\n', '\r'])

@@ -69,57 +69,67 @@ pub(crate) fn json_report(
     })
 }
 
+/// The table's header.
+pub(crate) const HEADER: [&str; 7] = [
+    "session",
+    "parent",
+    "depth",
+    "status",
+    "own tokens",
+    "aggregate",
+    "context",
+];
+
+/// One session's cells: name (indented by depth), parent, depth, status, own, aggregate and
+/// context tokens.
+pub(crate) fn cells(s: &SessionRecord, parent: Option<&str>) -> [String; 7] {
+    [
+        format!("{}{}", "  ".repeat(s.depth as usize), s.name),
+        parent.unwrap_or("-").to_owned(),
+        s.depth.to_string(),
+        s.status.to_string(),
+        thousands(s.own_usage.total_tokens),
+        thousands(s.aggregate_usage().total_tokens),
+        thousands(s.context_tokens),
+    ]
+}
+
+/// Widens `widths` to fit `row`.
+pub(crate) fn widen(widths: &mut [usize; 7], row: &[String; 7]) {
+    for (w, cell) in widths.iter_mut().zip(row) {
+        *w = (*w).max(cell.chars().count());
+    }
+}
+
+/// One line of the table: text columns left-aligned, numbers right-aligned.
+pub(crate) fn line(cells: [&str; 7], widths: &[usize; 7]) -> String {
+    let mut out = String::new();
+    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        if i < 2 || i == 3 {
+            out.push_str(&format!("{cell:<w$}  "));
+        } else {
+            out.push_str(&format!("{cell:>w$}  "));
+        }
+    }
+    out.trim_end().to_owned()
+}
+
 /// The table: name (indented by depth), parent, depth, status, own, aggregate and context
 /// tokens, with thousands separators.
 pub(crate) fn table(sessions: &[SessionRecord]) -> String {
     let by_id = names(sessions);
-    let header = [
-        "session",
-        "parent",
-        "depth",
-        "status",
-        "own tokens",
-        "aggregate",
-        "context",
-    ];
     let rows: Vec<[String; 7]> = sessions
         .iter()
-        .map(|s| {
-            [
-                format!("{}{}", "  ".repeat(s.depth as usize), s.name),
-                s.parent_id
-                    .and_then(|p| by_id.get(&p).copied())
-                    .unwrap_or("-")
-                    .to_owned(),
-                s.depth.to_string(),
-                s.status.to_string(),
-                thousands(s.own_usage.total_tokens),
-                thousands(s.aggregate_usage().total_tokens),
-                thousands(s.context_tokens),
-            ]
-        })
+        .map(|s| cells(s, s.parent_id.and_then(|p| by_id.get(&p).copied())))
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths = HEADER.map(str::len);
     for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
+        widen(&mut widths, row);
     }
-    let line = |cells: [&str; 7]| {
-        let mut out = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i < 2 || i == 3 {
-                out.push_str(&format!("{cell:<w$}  "));
-            } else {
-                out.push_str(&format!("{cell:>w$}  "));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-    let mut out = line(header);
+    let mut out = line(HEADER, &widths);
     for row in &rows {
         out.push('\n');
-        out.push_str(&line(row.each_ref().map(String::as_str)));
+        out.push_str(&line(row.each_ref().map(String::as_str), &widths));
     }
     out
 }

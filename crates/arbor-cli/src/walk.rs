@@ -1,0 +1,197 @@
+//! `arbor tree`: the tree walked depth first with a stack of per-level child lists, each
+//! session written as it is visited. Memory follows the tree's depth and fan-out (the
+//! siblings still to visit on the path), not its size: a tree of 65,000 sessions is never
+//! held at once.
+//!
+//! Two walks: the first checks the tree (the identities of [`arbor_core::usage::reconcile`],
+//! each session's transcript replayed on its own) and measures the table's columns; the
+//! second writes. The output keeps its form: one JSON object (`reconciliation`,
+//! `root_session_id`, `sessions`, `silent_children`, keys sorted as before), or the table and
+//! the totals line. Sessions come in tree order (each after its parent, siblings by creation).
+
+use arbor_core::registry::{self, ChildRow};
+use arbor_core::usage::replay;
+use arbor_protocol::{SessionId, Usage};
+use arbor_store::{SessionQuery, SessionRecord, Store};
+use serde_json::json;
+
+use crate::fail::Fail;
+use crate::output::Stream;
+use crate::report::{self, HEADER, thousands};
+
+/// A session on the path being walked, with its children still to visit.
+struct Frame {
+    node: SessionRecord,
+    kids: std::vec::IntoIter<SessionRecord>,
+    /// The own usage of its descendants visited so far.
+    below: Usage,
+}
+
+/// One step of the walk.
+enum Step {
+    /// A session, before its children; with its parent's name.
+    Enter(SessionRecord, Option<String>),
+    /// A session after its children, with the own usage of all its descendants.
+    Leave(SessionRecord, Usage),
+}
+
+/// A depth-first walk of the tree under a root.
+struct Walk<'a> {
+    store: &'a dyn Store,
+    start: Option<SessionRecord>,
+    stack: Vec<Frame>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(store: &'a dyn Store, root: SessionRecord) -> Self {
+        Self {
+            store,
+            start: Some(root),
+            stack: Vec::new(),
+        }
+    }
+
+    async fn enter(&mut self, node: SessionRecord) -> Result<(), Fail> {
+        let kids = self
+            .store
+            .list_sessions(SessionQuery::Children(node.id))
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?;
+        self.stack.push(Frame {
+            node,
+            kids: kids.into_iter(),
+            below: Usage::default(),
+        });
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Result<Option<Step>, Fail> {
+        if let Some(root) = self.start.take() {
+            self.enter(root.clone()).await?;
+            return Ok(Some(Step::Enter(root, None)));
+        }
+        let Some(top) = self.stack.last_mut() else {
+            return Ok(None);
+        };
+        if let Some(kid) = top.kids.next() {
+            let parent = top.node.name.clone();
+            self.enter(kid.clone()).await?;
+            return Ok(Some(Step::Enter(kid, Some(parent))));
+        }
+        let Some(done) = self.stack.pop() else {
+            return Ok(None);
+        };
+        if let Some(parent) = self.stack.last_mut() {
+            parent.below += done.below;
+            parent.below += done.node.own_usage;
+        }
+        Ok(Some(Step::Leave(done.node, done.below)))
+    }
+}
+
+/// What the first walk finds.
+struct Check {
+    consistent: bool,
+    own_total_tokens: u64,
+    root_aggregate_tokens: u64,
+    widths: [usize; 7],
+}
+
+fn is_silent(s: &SessionRecord) -> bool {
+    s.parent_id.is_some() && ChildRow::of(s).silent
+}
+
+async fn check(store: &dyn Store, root: &SessionRecord) -> Result<Check, Fail> {
+    let mut out = Check {
+        consistent: true,
+        own_total_tokens: 0,
+        root_aggregate_tokens: root.aggregate_usage().total_tokens,
+        widths: HEADER.map(str::len),
+    };
+    let mut walk = Walk::new(store, root.clone());
+    while let Some(step) = walk.next().await? {
+        match step {
+            Step::Enter(s, parent) => {
+                let replayed = replay(store, s.id).await.map_err(Fail::core)?;
+                if replayed.own != s.own_usage || replayed.attributed != s.attributed_usage {
+                    out.consistent = false;
+                }
+                out.own_total_tokens += s.own_usage.total_tokens;
+                report::widen(&mut out.widths, &report::cells(&s, parent.as_deref()));
+            }
+            Step::Leave(s, below) => {
+                if s.attributed_usage != below {
+                    out.consistent = false;
+                }
+            }
+        }
+    }
+    if out.own_total_tokens != out.root_aggregate_tokens {
+        out.consistent = false;
+    }
+    Ok(out)
+}
+
+/// `arbor tree SESSION`: the whole tree SESSION belongs to, from its root.
+pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result<(), Fail> {
+    let top = registry::session(store, id).await.map_err(Fail::core)?;
+    let root = registry::session(store, top.root_id)
+        .await
+        .map_err(Fail::core)?;
+    let check = check(store, &root).await?;
+    let mut out = Stream::stdout();
+    if json {
+        out.write(&format!(
+            "{{\"reconciliation\":{},\"root_session_id\":{},\"sessions\":[",
+            json!({
+                "consistent": check.consistent,
+                "own_total_tokens": check.own_total_tokens,
+                "root_aggregate_tokens": check.root_aggregate_tokens,
+            }),
+            json!(root.id)
+        ));
+    } else {
+        out.write(&report::line(HEADER, &check.widths));
+    }
+    let mut silent = 0usize;
+    let mut first = true;
+    let mut walk = Walk::new(store, root);
+    while !out.broken()
+        && let Some(step) = walk.next().await?
+    {
+        let Step::Enter(s, parent) = step else {
+            continue;
+        };
+        silent += usize::from(is_silent(&s));
+        if json {
+            let mut row = serde_json::to_value(ChildRow::of(&s)).unwrap_or_default();
+            row["parent_id"] = json!(s.parent_id);
+            out.write(if first { "" } else { "," });
+            out.write(&row.to_string());
+        } else {
+            let cells = report::cells(&s, parent.as_deref());
+            out.write("\n");
+            out.write(&report::line(
+                cells.each_ref().map(String::as_str),
+                &check.widths,
+            ));
+        }
+        first = false;
+    }
+    if json {
+        out.write(&format!("],\"silent_children\":{silent}}}\n"));
+    } else {
+        out.write(&format!(
+            "\ntree own total {} tokens, root aggregate {} tokens{}\n",
+            thousands(check.own_total_tokens),
+            thousands(check.root_aggregate_tokens),
+            if check.consistent {
+                ""
+            } else {
+                " (do not reconcile)"
+            }
+        ));
+    }
+    out.flush();
+    Ok(())
+}
