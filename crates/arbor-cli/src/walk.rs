@@ -4,10 +4,13 @@
 //! held at once.
 //!
 //! Two walks: the first checks the tree (the identities of [`arbor_core::usage::reconcile`],
-//! each session's transcript replayed on its own) and measures the table's columns; the
-//! second writes. The output keeps its form: one JSON object (`reconciliation`,
+//! each session's transcript replayed on its own), measures the table's columns and notes
+//! which sessions have children; the second writes, asking the store only for those
+//! sessions' children. The output keeps its form: one JSON object (`reconciliation`,
 //! `root_session_id`, `sessions`, `silent_children`, keys sorted as before), or the table and
 //! the totals line. Sessions come in tree order (each after its parent, siblings by creation).
+
+use std::collections::HashSet;
 
 use arbor_core::registry::{self, ChildRow};
 use arbor_core::usage::replay;
@@ -40,6 +43,10 @@ struct Walk<'a> {
     store: &'a dyn Store,
     start: Option<SessionRecord>,
     stack: Vec<Frame>,
+    /// The sessions found with children (a second walk asks the store only about these).
+    parents: HashSet<SessionId>,
+    /// Whether `parents` is complete.
+    known: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -48,15 +55,35 @@ impl<'a> Walk<'a> {
             store,
             start: Some(root),
             stack: Vec::new(),
+            parents: HashSet::new(),
+            known: false,
+        }
+    }
+
+    /// Walks again, asking for children only where the last walk found some (a bushy tree is
+    /// mostly leaves). Keeps one id per session with children.
+    fn again(self, root: SessionRecord) -> Self {
+        Self {
+            store: self.store,
+            start: Some(root),
+            stack: Vec::new(),
+            parents: self.parents,
+            known: true,
         }
     }
 
     async fn enter(&mut self, node: SessionRecord) -> Result<(), Fail> {
-        let kids = self
-            .store
-            .list_sessions(SessionQuery::Children(node.id))
-            .await
-            .map_err(|e| Fail::store(e.to_string()))?;
+        let kids = if self.known && !self.parents.contains(&node.id) {
+            Vec::new()
+        } else {
+            self.store
+                .list_sessions(SessionQuery::Children(node.id))
+                .await
+                .map_err(|e| Fail::store(e.to_string()))?
+        };
+        if !self.known && !kids.is_empty() {
+            self.parents.insert(node.id);
+        }
         self.stack.push(Frame {
             node,
             kids: kids.into_iter(),
@@ -101,7 +128,7 @@ fn is_silent(s: &SessionRecord) -> bool {
     s.parent_id.is_some() && ChildRow::of(s).silent
 }
 
-async fn check(store: &dyn Store, root: &SessionRecord) -> Result<Check, Fail> {
+async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check, Walk<'a>), Fail> {
     let mut out = Check {
         consistent: true,
         own_total_tokens: 0,
@@ -129,7 +156,7 @@ async fn check(store: &dyn Store, root: &SessionRecord) -> Result<Check, Fail> {
     if out.own_total_tokens != out.root_aggregate_tokens {
         out.consistent = false;
     }
-    Ok(out)
+    Ok((out, walk))
 }
 
 /// `arbor tree SESSION`: the whole tree SESSION belongs to, from its root.
@@ -138,7 +165,7 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
     let root = registry::session(store, top.root_id)
         .await
         .map_err(Fail::core)?;
-    let check = check(store, &root).await?;
+    let (check, walked) = check(store, &root).await?;
     let mut out = Stream::stdout();
     if json {
         out.write(&format!(
@@ -155,7 +182,7 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
     }
     let mut silent = 0usize;
     let mut first = true;
-    let mut walk = Walk::new(store, root);
+    let mut walk = walked.again(root);
     while !out.broken()
         && let Some(step) = walk.next().await?
     {
