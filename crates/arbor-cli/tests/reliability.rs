@@ -329,11 +329,6 @@ fn a_resume_that_loses_the_race_names_the_process_that_resumes() {
         );
     std::fs::write(dir.path().join("slow.toml"), slow).unwrap();
     let (root, id) = suspended(dir.path(), "slow.toml");
-    let waiting = json_of(&arbor(dir.path(), &["approvals", &root, "--json"]));
-    let run = waiting["suspensions"][0]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     assert!(arbor(dir.path(), &["approve", &root, &id]).status.success());
     let mut first = command(dir.path(), &["resume", &root])
         .stdout(Stdio::null())
@@ -364,8 +359,7 @@ fn a_resume_that_loses_the_race_names_the_process_that_resumes() {
     let err = stderr(&second);
     assert!(
         err.starts_with(&format!(
-            "error: the tree of {root} is being run by process {} on ",
-            first_pid
+            "error: the tree of {root} is being run by process {first_pid} on "
         )) && err.ends_with("; wait until it ends (or stop it), then try again\n"),
         "{err}"
     );
