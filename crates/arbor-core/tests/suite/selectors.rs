@@ -114,6 +114,8 @@ async fn a_name_that_is_another_childs_id_is_ambiguous_for_every_verb() {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     };
     let e = tool
         .call_json(json!({"to": selector, "text": "hi"}), ctx.clone())
@@ -204,6 +206,8 @@ async fn a_sibling_and_a_child_of_one_name_are_ambiguous_to_send_message() {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     };
     let e = tool
         .call_json(json!({"to": "api", "text": "hi"}), ctx)

@@ -37,6 +37,8 @@ async fn ctx(sup: &Supervisor) -> ToolContext {
         turn: 1,
         cancel: CancellationToken::new(),
         identity: None,
+        idempotency_key: None,
+        effects: None,
     }
 }
 
