@@ -193,6 +193,31 @@ pub struct ChildEntry {
     pub(crate) preflight: Option<Arc<dyn ModelProvider>>,
     /// The agent name its sessions record.
     pub(crate) agent_name: Option<String>,
+    /// Which of its events are milestones (`report = milestones`), when the host decides.
+    pub(crate) milestone: Option<MilestoneFn>,
+}
+
+/// A host's milestone predicate (see [`ChildEntry::milestone_fn`]).
+#[derive(Clone)]
+pub struct MilestoneFn(pub(crate) Arc<dyn Fn(&MilestoneContext<'_>) -> bool + Send + Sync>);
+
+impl fmt::Debug for MilestoneFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MilestoneFn")
+    }
+}
+
+/// What a milestone predicate sees: one event of a child's run.
+#[derive(Debug, Clone, Copy)]
+pub struct MilestoneContext<'a> {
+    /// The catalog entry.
+    pub child_id: &'a str,
+    /// The delegation.
+    pub delegation_id: &'a str,
+    /// The child's current turn (0 before its first).
+    pub turn: u32,
+    /// The event.
+    pub event: &'a arbor_protocol::AgentEvent,
 }
 
 impl ChildEntry {
@@ -210,6 +235,7 @@ impl ChildEntry {
             allowed_models: Vec::new(),
             preflight: None,
             agent_name: None,
+            milestone: None,
         }
     }
 
@@ -264,6 +290,19 @@ impl ChildEntry {
             .chain(&self.allowed_models)
             .map(String::as_str)
             .collect()
+    }
+
+    /// Decides which of the child's events are milestones when it reports `milestones`
+    /// (instead of the built-in subset). `milestone.every_turns`, when a delegation sets it,
+    /// still applies first: only events of every N-th turn are offered. A predicate that
+    /// panics selects nothing.
+    #[must_use]
+    pub fn milestone_fn(
+        mut self,
+        predicate: impl Fn(&MilestoneContext<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.milestone = Some(MilestoneFn(Arc::new(predicate)));
+        self
     }
 
     /// What the child is for (shown to the parent model).

@@ -41,8 +41,8 @@ mod work;
 
 pub use crate::redact::{REDACTED, Redactor, SecretRedactor};
 pub use catalog::{
-    AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory, Product,
-    erased_factory, factory_fn,
+    AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory,
+    MilestoneContext, MilestoneFn, Product, erased_factory, factory_fn,
 };
 pub use core::{ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder};
 pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator, Mode};

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::Subscription;
 use crate::redact::redact_serde;
+use crate::supervisor::catalog::MilestoneContext;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::limits::SupervisorLimits;
 use crate::supervisor::policy::{EffectivePolicy, Report};
@@ -116,10 +117,34 @@ impl ChildEventProjector {
         match self.policy.report {
             Report::OnComplete => false,
             Report::Stream => is_streamed(event),
-            Report::Milestones => match self.policy.every_turns {
-                Some(n) => matches!(event, AgentEvent::TurnStarted { turn } if turn % n == 0),
-                None => is_milestone(event),
-            },
+            Report::Milestones => {
+                let predicate = self
+                    .supervisor
+                    .inner
+                    .index
+                    .get(&self.origin.child_id)
+                    .and_then(|&i| self.supervisor.inner.entries[i].milestone.clone());
+                match (predicate, self.policy.every_turns) {
+                    (Some(p), every) => {
+                        let offered = every.is_none_or(|n| self.turn % n == 0);
+                        let ctx = MilestoneContext {
+                            child_id: &self.origin.child_id,
+                            delegation_id: &self.origin.delegation_id,
+                            turn: self.turn,
+                            event,
+                        };
+                        offered
+                            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                (p.0)(&ctx)
+                            }))
+                            .unwrap_or(false)
+                    }
+                    (None, Some(n)) => {
+                        matches!(event, AgentEvent::TurnStarted { turn } if turn % n == 0)
+                    }
+                    (None, None) => is_milestone(event),
+                }
+            }
         }
     }
 

@@ -283,6 +283,46 @@ async fn milestones_every_n_turns() {
     assert_eq!(events(&mut sub).len(), 3);
 }
 
+#[tokio::test]
+async fn a_host_predicate_decides_which_events_are_milestones() {
+    let mut turns: Vec<_> = (0..4)
+        .map(|_| ScriptedTurn::tool_call("echo", json!({"text": "x"})))
+        .collect();
+    turns.push(ScriptedTurn::text("done"));
+    // Only the tool calls finished in odd turns are milestones.
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(
+            ChildEntry::agent("c", child("c", turns))
+                .policy(PolicyInput {
+                    report: Some(Report::Milestones),
+                    ..PolicyInput::default()
+                })
+                .milestone_fn(|m| {
+                    assert_eq!(m.child_id, "c");
+                    matches!(m.event, AgentEvent::ToolExecutionFinished { .. }) && m.turn % 2 == 1
+                }),
+        )
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    sup.delegate(DelegationRequest::new("c", "go"))
+        .await
+        .unwrap();
+    let turns: Vec<u32> = events(&mut sub)
+        .iter()
+        .filter_map(|e| match e {
+            SupervisorEvent::ChildMilestone {
+                turn, child_event, ..
+            } => {
+                assert_eq!(child_event.event.type_name(), "tool_execution_finished");
+                Some(*turn)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(turns, [1, 3]);
+}
+
 #[derive(Debug, Default, Clone)]
 struct Collect(Arc<Mutex<Vec<SupervisorEnvelope>>>);
 
