@@ -71,6 +71,7 @@ impl Supervisor {
             Some(name) => name.name().to_owned(),
             None => names::default_name(&a.input, record.id),
         };
+        let mut inherited_depth = None;
         if let Some(parent) = a.parent {
             if inner.hub.is_closed(parent.id) {
                 return Err(CoreError::Denied(
@@ -88,6 +89,12 @@ impl Supervisor {
             record.parent_id = Some(stored.id);
             record.root_id = stored.root_id;
             record.depth = stored.depth + 1;
+            // The parent's own maximum depth, if its host lowered it (checked before anything
+            // is written; the child inherits it).
+            inherited_depth = crate::supervisor::depth::stored(&stored);
+            if let Some(max) = inherited_depth {
+                crate::supervisor::depth::check(record.depth, max)?;
+            }
         }
         record.spawned_by = a.spawned_by;
         let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
@@ -106,6 +113,9 @@ impl Supervisor {
             "limits": a.limits,
             "policy": a.policy,
         });
+        if let Some(max) = inherited_depth {
+            record.meta["max_depth"] = serde_json::Value::from(max);
+        }
         inner
             .store
             .create_session(&record)

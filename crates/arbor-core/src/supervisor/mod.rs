@@ -19,6 +19,7 @@ mod arguments;
 pub mod catalog;
 mod core;
 mod delegate;
+mod depth;
 mod handles;
 pub mod hooks;
 mod hub;

@@ -294,3 +294,69 @@ async fn a_child_that_dies_on_a_limit_is_attributed_on_child_failed() {
     let shown = serde_json::to_string(&calls).unwrap();
     assert!(!shown.contains("secret-"), "arguments never appear");
 }
+
+#[tokio::test]
+async fn a_session_max_depth_narrows_durably_and_children_inherit_it() {
+    use arbor_core::CoreErrorKind;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("worker", worker()))
+        .build()
+        .unwrap();
+    let root = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::default()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(sup.session_max_depth(root.id()).await.unwrap(), 4);
+    assert_eq!(sup.set_session_max_depth(root.id(), 1).await.unwrap(), 1);
+    let e = sup.set_session_max_depth(root.id(), 2).await.unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Validation);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "max_depth can only be lowered: session {} allows depth 1, 2 was asked",
+            root.id()
+        )
+    );
+    // A child at depth 1 is admitted, and inherits the value.
+    let child = sup
+        .delegate(DelegationRequest {
+            parent: Some(SessionRef::from(root.record())),
+            ..DelegationRequest::new("worker", "go")
+        })
+        .await
+        .unwrap();
+    assert_eq!(sup.session_max_depth(child.session_id).await.unwrap(), 1);
+    // Its own child would be at depth 2: refused before anything is written.
+    let record = store.session(child.session_id).await.unwrap().unwrap();
+    let e = sup
+        .delegate(DelegationRequest {
+            parent: Some(SessionRef::from(&record)),
+            ..DelegationRequest::new("worker", "deeper")
+        })
+        .await
+        .unwrap_err();
+    let info = e.limit().unwrap();
+    assert_eq!(
+        (info.limit, info.maximum, info.observed),
+        ("max_depth", 1, 2)
+    );
+    let under = store
+        .list_sessions(arbor_store::SessionQuery::Children(child.session_id))
+        .await
+        .unwrap();
+    assert!(under.is_empty());
+    // Another process reads the same value.
+    let other = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("worker", worker()))
+        .build()
+        .unwrap();
+    assert_eq!(other.session_max_depth(root.id()).await.unwrap(), 1);
+}
