@@ -71,6 +71,10 @@ pub(crate) enum Command {
     /// Delete the child NAME of SESSION: a durable tombstone; its transcript stays readable.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Rm(RmArgs),
+    /// Rename the child NAME of SESSION to NEW (free among its siblings); the child's
+    /// transcript records the rename.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Rename(RenameArgs),
     /// List the calls SESSION's suspended run waits on, with their paths and arguments.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Approvals(SessionArgs),
@@ -179,6 +183,22 @@ pub(crate) struct RmArgs {
     /// Why (kept in the tombstone).
     #[arg(long, default_value = "deleted from the command line")]
     pub(crate) reason: String,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// Arguments of `arbor rename`.
+#[derive(Debug, Args)]
+pub(crate) struct RenameArgs {
+    /// The parent session.
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: String,
+    /// The child's name or session id.
+    #[arg(value_name = "NAME")]
+    pub(crate) name: String,
+    /// Its new name.
+    #[arg(value_name = "NEW")]
+    pub(crate) new_name: String,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

@@ -11,7 +11,7 @@ use arbor_protocol::{EntryKind, SessionId, SessionStatus};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{RmArgs, SendArgs};
+use crate::cli::{RenameArgs, RmArgs, SendArgs};
 use crate::fail::{EXIT_RUN, Fail};
 use crate::inspect::{open, session_id};
 use crate::interrupt::Watch;
@@ -160,6 +160,31 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
         output::out(&format!(
             "deleted {id} ({}, {} tokens); its transcript stays: arbor log {id}",
             tombstone.final_status, tombstone.usage.total_tokens
+        ));
+    }
+    Ok(0)
+}
+
+/// `arbor rename SESSION NAME NEW`.
+pub(crate) async fn rename(args: RenameArgs) -> Result<u8, Fail> {
+    let store = open(&args.store).await?;
+    let parent = session_id(&args.session)?;
+    let by = format!(
+        "user:{}",
+        std::env::var("USER").unwrap_or_else(|_| "local".into())
+    );
+    let renamed = registry::rename_child(store.as_ref(), parent, &args.name, &args.new_name, &by)
+        .await
+        .map_err(Fail::core)?;
+    if args.store.json {
+        output::out(
+            &json!({"session_id": renamed.session_id, "from": renamed.from, "name": renamed.to})
+                .to_string(),
+        );
+    } else {
+        output::out(&format!(
+            "renamed {} ({}) to {}",
+            renamed.from, renamed.session_id, renamed.to
         ));
     }
     Ok(0)

@@ -183,6 +183,7 @@ fn describe(e: &TranscriptEntry) -> String {
             preview(&output::one_line(&message.text))
         ),
         EntryKind::InboxRead { ids } => format!("read {} message(s)", ids.len()),
+        EntryKind::Renamed { from, to, by } => format!("renamed {from} -> {to} (by {by})"),
         EntryKind::InboxDropped { ids, reason } => {
             format!("dropped {} message(s) unread: {reason}", ids.len())
         }

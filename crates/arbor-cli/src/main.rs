@@ -60,6 +60,7 @@ fn main() -> ExitCode {
         Command::Log(args) => runtime.block_on(inspect::log(args)),
         Command::Send(args) => runtime.block_on(follow::send(args)),
         Command::Rm(args) => runtime.block_on(follow::rm(args)),
+        Command::Rename(args) => runtime.block_on(follow::rename(args)),
         Command::Approvals(args) => runtime.block_on(approvals::list(args)),
         Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),

@@ -21,7 +21,7 @@ use arbor_coding::{Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFact
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
     CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, ListChildrenTool,
-    Ownership, SendMessageTool, SpawnAgentTool, Supervisor, WaitAgentTool,
+    Ownership, RenameChildTool, SendMessageTool, SpawnAgentTool, Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
 use arbor_model::{ModelProvider, Script, ScriptedProvider};
@@ -108,6 +108,9 @@ fn with_delegation(
     .dyn_tool(Arc::new(WaitAgentTool::new(delegator.clone())))
     .dyn_tool(Arc::new(CancelAgentTool::new(delegator.clone())))
     .dyn_tool(Arc::new(ListChildrenTool::new(
+        delegator.supervisor().clone(),
+    )))
+    .dyn_tool(Arc::new(RenameChildTool::new(
         delegator.supervisor().clone(),
     ))))
 }

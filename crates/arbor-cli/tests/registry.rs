@@ -454,3 +454,43 @@ fn rm_refuses_a_selector_that_is_one_childs_name_and_anothers_id() {
     assert_eq!(rm["session_id"], quiet.as_str());
     assert_eq!(rm["already_deleted"], false);
 }
+
+#[test]
+fn rename_moves_a_childs_name_and_the_transcript_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = json(dir.path(), &["run", REPLIES, "--json", "-q"]);
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    let out = arbor(dir.path(), &["rename", &root, "quiet", "papers"]);
+    assert_eq!(out.status.code(), Some(2), "papers is taken");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Agent name \"papers\" is unavailable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let renamed = json(
+        dir.path(),
+        &["rename", &root, "quiet", "silent-one", "--json"],
+    );
+    assert_eq!(
+        (renamed["from"].as_str(), renamed["name"].as_str()),
+        (Some("quiet"), Some("silent-one"))
+    );
+    let kids = json(dir.path(), &["ls", &root, "--json"]);
+    let names: Vec<&str> = kids["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"silent-one") && !names.contains(&"quiet"),
+        "{names:?}"
+    );
+    let id = renamed["session_id"].as_str().unwrap();
+    let log = arbor(dir.path(), &["log", id]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("renamed quiet -> silent-one"),
+        "{}",
+        String::from_utf8_lossy(&log.stdout)
+    );
+}

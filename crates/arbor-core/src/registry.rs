@@ -254,3 +254,70 @@ pub async fn write_tombstone(
         .await?;
     Ok(tombstone)
 }
+
+/// What a rename did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renamed {
+    /// The child's session.
+    pub session_id: SessionId,
+    /// The name it had.
+    pub from: String,
+    /// The name it has now.
+    pub to: String,
+}
+
+/// Renames the child of `parent` that `selector` names, in the store: the new name is
+/// checked like a requested one and must be free among its live siblings (`Validation`
+/// naming it otherwise, nothing changed), and the record's change and a `renamed` entry in
+/// its transcript (who, from, to) are one write. Renaming to its current name changes
+/// nothing.
+pub async fn rename_child(
+    store: &dyn Store,
+    parent: SessionId,
+    selector: &str,
+    new_name: &str,
+    by: &str,
+) -> CoreResult<Renamed> {
+    let to = crate::supervisor::names::requested(new_name)?;
+    let child = find_child(store, parent, selector).await?;
+    if to == child.name {
+        return Ok(Renamed {
+            session_id: child.id,
+            from: child.name.clone(),
+            to,
+        });
+    }
+    let update = arbor_store::SessionUpdate {
+        expected_version: Some(child.version),
+        name: Some(to.clone()),
+        live_only: true,
+        ..arbor_store::SessionUpdate::default()
+    };
+    let entry = arbor_protocol::EntryKind::Renamed {
+        from: child.name.clone(),
+        to: to.clone(),
+        by: by.to_owned(),
+    };
+    store
+        .append(
+            child.id,
+            arbor_protocol::RunId::new(),
+            &[entry],
+            Some(&update),
+        )
+        .await
+        .map_err(|e| match e {
+            arbor_store::StoreError::Conflict { .. } => CoreError::validation(format!(
+                "\"{}\" changed while it was renamed; try again",
+                child.name
+            )),
+            arbor_store::StoreError::Deleted { .. } => no_such_child(selector),
+            other => crate::session::name_error(other, child.depth),
+        })?;
+    tracing::info!(child = %child.id, from = %child.name, to = %to, by, "child renamed");
+    Ok(Renamed {
+        session_id: child.id,
+        from: child.name,
+        to,
+    })
+}

@@ -82,6 +82,15 @@ pub enum EntryKind {
         /// Why.
         reason: String,
     },
+    /// The session was renamed (its new name is held among its siblings, the old one freed).
+    Renamed {
+        /// The name it had.
+        from: String,
+        /// The name it has.
+        to: String,
+        /// Who renamed it (a user, a parent session, the host).
+        by: String,
+    },
     /// The conversation was compacted: from here on the model sees `summary` (as a user
     /// message) followed by the last `kept` messages before this entry. The earlier entries
     /// stay in the transcript; usage and attribution records are untouched.
@@ -121,6 +130,7 @@ impl EntryKind {
             Self::InboxReceived { .. } => "inbox_received",
             Self::InboxRead { .. } => "inbox_read",
             Self::InboxDropped { .. } => "inbox_dropped",
+            Self::Renamed { .. } => "renamed",
             Self::Compacted { .. } => "compacted",
             Self::RunFinished { .. } => "run_finished",
         }

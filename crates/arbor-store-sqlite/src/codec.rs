@@ -200,7 +200,8 @@ pub(crate) fn write_session(
         attributed_input_tokens = ?8, attributed_output_tokens = ?9, \
         attributed_total_tokens = ?10, attributed_cache_read_tokens = ?11, \
         attributed_cache_write_tokens = ?12, context_tokens = ?13, updated_at = ?14, \
-        meta = ?15, version = ?16, replies = ?17, tombstone = ?18, artifacts = ?19 WHERE id = ?1";
+        meta = ?15, version = ?16, replies = ?17, tombstone = ?18, artifacts = ?19, name = ?20 \
+        WHERE id = ?1";
     conn.prepare_cached(sql)
         .and_then(|mut stmt| {
             stmt.execute(params![
@@ -223,6 +224,7 @@ pub(crate) fn write_session(
                 i64::from(record.replies),
                 tombstone,
                 i64::from(record.artifacts),
+                record.name,
             ])
         })
         .at(path)

@@ -55,6 +55,19 @@ pub(crate) fn apply_update(
 ) -> StoreResult<SessionRecord> {
     let mut record = load(conn, path, id)?.ok_or_else(|| StoreError::session_not_found(id))?;
     record.check_version(update)?;
+    if let (Some(name), Some(parent), None) = (&update.name, record.parent_id, &record.tombstone)
+        && *name != record.name
+    {
+        let taken = conn
+            .prepare_cached(
+                "SELECT 1 FROM sessions WHERE parent_id = ?1 AND name = ?2 AND tombstone IS NULL",
+            )
+            .and_then(|mut stmt| stmt.exists(params![parent.to_string(), name]))
+            .at(path)?;
+        if taken {
+            return Err(StoreError::NameTaken { name: name.clone() });
+        }
+    }
     record.apply(update);
     write_session(conn, path, &record)?;
     Ok(record)

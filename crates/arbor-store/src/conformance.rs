@@ -33,6 +33,7 @@ pub use checkpoints::{
     checkpoint_writes_are_compare_and_swap, concurrent_checkpoint_writes_one_winner,
 };
 pub use concurrency::{concurrent_appends, concurrent_batches, concurrent_cas, concurrent_creates};
+pub use registry::renames_keep_sibling_names_unique;
 pub use registry::{
     append_attributed_is_atomic, attributions_reach_every_ancestor, concurrent_attributions_sum,
     concurrent_same_name_creates_one_wins, sibling_names_are_unique_until_deleted,
@@ -70,6 +71,7 @@ pub async fn run_all(store: &dyn Store) {
     concurrent_cas(store).await;
     concurrent_creates(store).await;
     sibling_names_are_unique_until_deleted(store).await;
+    renames_keep_sibling_names_unique(store).await;
     concurrent_same_name_creates_one_wins(store).await;
     attributions_reach_every_ancestor(store).await;
     append_attributed_is_atomic(store).await;
@@ -215,6 +217,11 @@ fn all_entry_kinds() -> Vec<EntryKind> {
         EntryKind::InboxDropped {
             ids: vec!["msg_1".into(), "msg_2".into()],
             reason: "the child could not start".into(),
+        },
+        EntryKind::Renamed {
+            from: "old".into(),
+            to: "new \"name\"".into(),
+            by: "user:ann".into(),
         },
     ]
 }

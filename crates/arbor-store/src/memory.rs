@@ -46,6 +46,13 @@ impl Inner {
             .ok_or_else(|| StoreError::session_not_found(session))?;
         if let Some(update) = update {
             record.check_version(update)?;
+            if let (Some(name), Some(parent), None) =
+                (&update.name, record.parent_id, &record.tombstone)
+                && *name != record.name
+                && self.names.get(&parent).is_some_and(|n| n.contains(name))
+            {
+                return Err(StoreError::NameTaken { name: name.clone() });
+            }
         }
         Ok(())
     }
@@ -72,7 +79,18 @@ impl Inner {
             return;
         };
         let was_live = record.tombstone.is_none();
+        let old_name = record.name.clone();
         record.apply(update);
+        if was_live
+            && record.tombstone.is_none()
+            && record.name != old_name
+            && let Some(parent) = record.parent_id
+        {
+            let names = self.names.entry(parent).or_default();
+            names.remove(&old_name);
+            names.insert(record.name.clone());
+            return;
+        }
         if was_live
             && record.tombstone.is_some()
             && let Some(parent) = record.parent_id

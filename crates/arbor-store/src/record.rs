@@ -160,6 +160,9 @@ impl SessionRecord {
         if let Some(tombstone) = &update.tombstone {
             self.tombstone = Some(tombstone.clone());
         }
+        if let Some(name) = &update.name {
+            self.name = name.clone();
+        }
         self.version += 1;
         self.updated_at = Timestamp::now().max(self.updated_at);
     }
@@ -187,6 +190,10 @@ pub struct SessionUpdate {
     pub artifacts: Option<u32>,
     /// The deletion record (a tombstone is never removed).
     pub tombstone: Option<Tombstone>,
+    /// A new name (a rename): unique among the live siblings, else `NameTaken`, changing
+    /// nothing. A root's name need not be unique.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Refuse the update (with `Deleted`, changing nothing) when the session has a tombstone:
     /// a run start checks the tombstone atomically with its status change.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -106,3 +106,37 @@ impl Supervisor {
         self.inner.hub.close(id).descendants
     }
 }
+
+pub use crate::registry::Renamed;
+
+impl Supervisor {
+    /// Renames the child of `parent` that `selector` names (its name or session id): the
+    /// new name is checked like a requested one and held among its live siblings (refused,
+    /// changing nothing, when taken or being spawned in this process), the old one is
+    /// freed, and a `renamed` entry in the child's transcript records who did it, in the
+    /// same write ([`registry::rename_child`]).
+    pub async fn rename_child(
+        &self,
+        parent: SessionId,
+        selector: &str,
+        new_name: &str,
+        by: &str,
+    ) -> CoreResult<Renamed> {
+        let to = crate::supervisor::names::requested(&self.redact(new_name))?;
+        let child = registry::find_child(self.inner.store.as_ref(), parent, selector).await?;
+        // A spawn of that name in progress holds it too.
+        let held = (to != child.name)
+            .then(|| self.inner.names.reserve(Some(parent), &to, child.depth))
+            .transpose()?;
+        let renamed = registry::rename_child(
+            self.inner.store.as_ref(),
+            parent,
+            selector,
+            &to,
+            &self.redact(by),
+        )
+        .await?;
+        drop(held);
+        Ok(renamed)
+    }
+}

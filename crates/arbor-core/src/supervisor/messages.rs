@@ -156,6 +156,9 @@ impl Supervisor {
         } else {
             "delivered"
         };
+        // Not held past here: a follow-up that ends at once on another thread must find the
+        // inbox free, or its session would stay tracked (see the hub's bound).
+        drop(inbox);
         self.wake(to);
         Ok(Receipt {
             id: message.id,

@@ -32,6 +32,7 @@ pub mod names;
 mod nested;
 pub mod policy;
 mod pump;
+mod rename_tool;
 mod resume;
 mod send_tool;
 mod slots;
@@ -51,13 +52,14 @@ pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
 };
 pub use join::{WaitOptions, WaitOutcome};
-pub use lifecycle::Deleted;
+pub use lifecycle::{Deleted, Renamed};
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use list_tool::ListChildrenTool;
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use nested::DELEGATION_NAMESPACE;
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
 pub use pump::ChildEventProjector;
+pub use rename_tool::RenameChildTool;
 pub use send_tool::SendMessageTool;
 pub use summary::{ChildSummary, Outcome};
 pub use tools::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};

@@ -126,7 +126,7 @@ impl ChildEventProjector {
                     .and_then(|&i| self.supervisor.inner.entries[i].milestone.clone());
                 match (predicate, self.policy.every_turns) {
                     (Some(p), every) => {
-                        let offered = every.is_none_or(|n| self.turn % n == 0);
+                        let offered = every.is_none_or(|n| self.turn.is_multiple_of(n));
                         let ctx = MilestoneContext {
                             child_id: &self.origin.child_id,
                             delegation_id: &self.origin.delegation_id,

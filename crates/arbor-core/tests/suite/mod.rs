@@ -19,6 +19,7 @@ mod reconcile;
 mod recover;
 mod redaction;
 mod registry;
+mod rename;
 mod run_once;
 mod selectors;
 mod spawn_tool;

@@ -321,3 +321,50 @@ pub async fn concurrent_attributions_sum(store: &dyn Store) {
         "[{b}] {CHECK}: aggregates"
     );
 }
+
+/// A rename (`SessionUpdate::name`) frees the old name and takes the new one among live
+/// siblings: a taken name is refused with `NameTaken`, changing nothing; a deleted sibling's
+/// name is free; a root may take any name.
+pub async fn renames_keep_sibling_names_unique(store: &dyn Store) {
+    const CHECK: &str = "renames_keep_sibling_names_unique";
+    let b = store.backend();
+    let parent = root("renames");
+    create(store, CHECK, &parent).await;
+    let (a, c) = (child(&parent, "alpha"), child(&parent, "gamma"));
+    create(store, CHECK, &a).await;
+    create(store, CHECK, &c).await;
+    let rename = |name: &str| SessionUpdate {
+        name: Some(name.to_owned()),
+        ..SessionUpdate::default()
+    };
+    let err = expect_err(
+        b,
+        CHECK,
+        store.update_session(a.id, &rename("gamma")).await,
+        StoreErrorKind::AlreadyExists,
+    );
+    assert_eq!(
+        err,
+        StoreError::NameTaken {
+            name: "gamma".into()
+        },
+        "[{b}] {CHECK}"
+    );
+    assert_eq!(get(store, CHECK, a.id).await.name, "alpha", "[{b}] {CHECK}");
+    let renamed = store.update_session(a.id, &rename("beta")).await;
+    let renamed = renamed.unwrap_or_else(|e| panic!("[{b}] {CHECK}: rename failed: {e}"));
+    assert_eq!(renamed.name, "beta", "[{b}] {CHECK}");
+    // The old name is free again, the new one is held.
+    let reuse = child(&parent, "alpha");
+    create(store, CHECK, &reuse).await;
+    let clash = child(&parent, "beta");
+    expect_err(
+        b,
+        CHECK,
+        store.create_session(&clash).await,
+        StoreErrorKind::AlreadyExists,
+    );
+    // Renaming to its own name changes nothing but the version.
+    let same = store.update_session(a.id, &rename("beta")).await;
+    assert!(same.is_ok(), "[{b}] {CHECK}: a rename to its own name");
+}

@@ -256,6 +256,7 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
                     usage: Usage::new(5, 6),
                 }),
                 live_only: false,
+                name: None,
             },
         ),
     ];
