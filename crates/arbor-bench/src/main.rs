@@ -4,15 +4,18 @@
 //! Each scenario and store runs in a fresh child process of this program (the hidden
 //! `--worker` mode), so each row's peak resident memory is its own. The parent prints a
 //! table, or one JSON object with `--json`, and exits 1 if any row's token total read back
-//! from the store differs from the exact figure its scripts imply.
+//! from the store differs from the exact figure its scripts imply, or if the long-life
+//! scenario ends with its supervisor tracking more sessions than the host's root.
 //!
 //! - [`scenario`]: the scenarios and their measurement.
 //! - [`trees`]: the agents, supervisors and stores they run.
 //! - [`pump`]: scenario E, the child-event projection.
+//! - [`long_life`]: scenario L, a long-lived supervisor's memory.
 //! - [`report`]: the rows, as a table or JSON.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod long_life;
 mod pump;
 mod report;
 mod rss;
@@ -31,7 +34,7 @@ use crate::trees::StoreKind;
 #[derive(Debug, Parser)]
 #[command(name = "arbor-bench", version)]
 struct Args {
-    /// Scenarios to run (B S C D A E; default all).
+    /// Scenarios to run (B S C D A E L; default all).
     #[arg(value_name = "SCENARIO")]
     scenarios: Vec<String>,
     /// Only this store (default: memory, then sqlite).
@@ -74,7 +77,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         };
         let (ops, runs) = match args.ops {
             Some(ops) => (ops.max(1), 1),
-            None => scenario.plan(args.quick),
+            None => scenario.plan(kind, args.quick),
         };
         let row = worker_row(scenario, kind, (ops, runs), args.multi_thread)?;
         println!(
@@ -145,19 +148,40 @@ fn run(args: Args) -> Result<ExitCode, String> {
         .filter(|r| !r.tokens_ok())
         .map(|r| format!("{} on {}", r.scenario, r.store))
         .collect();
-    if wrong.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
+    let unbounded: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.tracked_ok())
+        .map(|r| {
+            format!(
+                "{} on {} ({} tracked)",
+                r.scenario,
+                r.store,
+                r.tracked_sessions.unwrap_or_default()
+            )
+        })
+        .collect();
+    if !wrong.is_empty() {
         eprintln!(
             "arbor-bench: token totals differ from the expected figure: {}",
             wrong.join(", ")
         );
+    }
+    if !unbounded.is_empty() {
+        eprintln!(
+            "arbor-bench: the supervisor tracks more than {} session(s) at the end: {}",
+            long_life::MAX_TRACKED,
+            unbounded.join(", ")
+        );
+    }
+    if wrong.is_empty() && unbounded.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
         Ok(ExitCode::FAILURE)
     }
 }
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
-    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E)"))
+    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E L)"))
 }
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {

@@ -33,12 +33,34 @@ pub(crate) struct Row {
     pub(crate) wall_ms: f64,
     /// Resident memory added during the scenario (peak minus the set before it began).
     pub(crate) added_rss_mb: f64,
+    /// L: operations run before the warm-up reading.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) warm_ops: Option<u64>,
+    /// L: resident memory after the warm-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) warm_rss_mb: Option<f64>,
+    /// L: resident memory at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) end_rss_mb: Option<f64>,
+    /// L: resident growth per 10,000 operations after the warm-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rss_growth_mb_per_10k: Option<f64>,
+    /// L: sessions the supervisor still tracks at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tracked_sessions: Option<u64>,
 }
 
 impl Row {
     /// Whether the token figure read back equals the expected one.
     pub(crate) fn tokens_ok(&self) -> bool {
         self.root_total_tokens == self.expected_tokens
+    }
+
+    /// Whether the sessions tracked at the end (where measured) are within
+    /// [`MAX_TRACKED`](crate::long_life::MAX_TRACKED).
+    pub(crate) fn tracked_ok(&self) -> bool {
+        self.tracked_sessions
+            .is_none_or(|n| n <= crate::long_life::MAX_TRACKED)
     }
 }
 
@@ -80,16 +102,57 @@ pub(crate) fn table(rows: &[Row]) -> String {
             tokens(r.expected_tokens),
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
+    let mut out = aligned(&cells, 3);
+    let lives: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.tracked_sessions.is_some())
+        .collect();
+    if !lives.is_empty() {
+        let header = [
+            "long life",
+            "store",
+            "ops",
+            "warm-up ops",
+            "warm MB",
+            "end MB",
+            "MB per 10k",
+            "tracked",
+        ];
+        let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+        let mb = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        for r in lives {
+            cells.push(vec![
+                r.scenario.clone(),
+                r.store.clone(),
+                r.ops_per_run.to_string(),
+                tokens(r.warm_ops),
+                mb(r.warm_rss_mb),
+                mb(r.end_rss_mb),
+                r.rss_growth_mb_per_10k
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:+.2}")),
+                tokens(r.tracked_sessions),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&aligned(&cells, 2));
+    }
+    out
+}
+
+/// `cells` as lines of columns two spaces apart: the first `left` columns aligned left, the
+/// others right.
+fn aligned(cells: &[Vec<String>], left: usize) -> String {
+    let columns = cells.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
         .map(|c| cells.iter().map(|row| row[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for row in &cells {
+    for row in cells {
         let line: Vec<String> = row
             .iter()
             .enumerate()
             .map(|(c, cell)| {
-                if c < 3 {
+                if c < left {
                     format!("{cell:<w$}", w = widths[c])
                 } else {
                     format!("{cell:>w$}", w = widths[c])
@@ -121,7 +184,54 @@ mod tests {
             p99_us: None,
             wall_ms: 20.0,
             added_rss_mb: 1.0,
+            warm_ops: None,
+            warm_rss_mb: None,
+            end_rss_mb: None,
+            rss_growth_mb_per_10k: None,
+            tracked_sessions: None,
         }
+    }
+
+    fn long_life(tracked: u64) -> Row {
+        Row {
+            scenario: "L".into(),
+            op: "message-mode child".into(),
+            ops_per_run: 20_000,
+            warm_ops: Some(2000),
+            warm_rss_mb: Some(20.25),
+            end_rss_mb: Some(20.5),
+            rss_growth_mb_per_10k: Some(0.139),
+            tracked_sessions: Some(tracked),
+            ..row(Some(330_000), Some(330_000))
+        }
+    }
+
+    #[test]
+    fn a_long_life_row_gets_its_own_table_and_fails_past_the_tracked_bound() {
+        let t = table(&[row(Some(45_000), Some(45_000)), long_life(1)]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 6, "{t}");
+        assert_eq!(lines[3], "");
+        assert_eq!(
+            lines[4],
+            "long life  store     ops  warm-up ops  warm MB  end MB  MB per 10k  tracked"
+        );
+        assert_eq!(
+            lines[5],
+            "L          memory  20000         2000     20.2    20.5       +0.14        1"
+        );
+        assert!(long_life(1).tracked_ok());
+        assert!(!long_life(2).tracked_ok());
+        assert!(row(None, None).tracked_ok());
+        let v = serde_json::to_value(long_life(1)).unwrap();
+        assert_eq!(v["tracked_sessions"], 1);
+        assert_eq!(v["rss_growth_mb_per_10k"], 0.139);
+        assert!(
+            serde_json::to_value(row(None, None))
+                .unwrap()
+                .get("tracked_sessions")
+                .is_none()
+        );
     }
 
     #[test]
