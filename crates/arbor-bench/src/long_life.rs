@@ -30,7 +30,7 @@ pub(crate) const MAX_TRACKED: u64 = 1;
 /// The least warm-up, in children.
 pub(crate) const MIN_WARM_UP: u64 = 1000;
 /// Children live at once: each batch is this many spawns.
-const BATCH: u32 = 4;
+pub(crate) const BATCH: u32 = 4;
 
 /// What one long life measured.
 pub(crate) struct LongLife {
