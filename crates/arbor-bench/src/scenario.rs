@@ -79,7 +79,7 @@ impl Scenario {
     }
 
     /// Operations in one run on `kind`, and how many runs the median is taken over. L is one
-    /// long run; on SQLite (about 2 ms a child, most of it the store's commits) it is shorter,
+    /// long run; on SQLite (about 2 ms a child, most of it the store's writes) it is shorter,
     /// so that the whole of L stays near 10 s.
     pub(crate) fn plan(self, kind: StoreKind, quick: bool) -> (u64, u32) {
         let sqlite = kind == StoreKind::Sqlite;
