@@ -248,6 +248,7 @@ async fn continue_tree(
     if let Some(sup) = &built.supervisor {
         // Attached first, so the continued children's replies and notices reach it live.
         sup.attach(&mut session);
+        close_orphaned_suspensions(sup, store, &sessions).await?;
         for child in interrupted.iter().filter(|s| s.parent_id.is_some()) {
             if child.meta["mode"].as_str() == Some("message") {
                 output::err(&format!(
@@ -280,6 +281,62 @@ async fn continue_tree(
         return Ok(0);
     }
     drive_root(view, &built, session, Start::Inbox, token).await
+}
+
+/// Closes the suspensions nothing will resume: those of a sync or async child whose caller
+/// was interrupted (the crash came while its call waited for approval, before the caller's
+/// own run could suspend on it) or that was itself interrupted. Its caller's call is
+/// reported interrupted when the caller goes on, so the call it waited on never runs; the
+/// child's checkpoint is closed the way a run ending without resuming its children closes
+/// theirs (a `suspended` record becomes `aborted`), and no approval is listed for it.
+/// Message-mode children are not touched: their parents never waited on them.
+async fn close_orphaned_suspensions(
+    sup: &arbor_core::supervisor::Supervisor,
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    sessions: &[arbor_store::SessionRecord],
+) -> Result<(), Fail> {
+    use arbor_core::NestedResumer;
+    use arbor_protocol::SessionStatus;
+
+    let interrupted = |id: Option<SessionId>| {
+        sessions
+            .iter()
+            .any(|p| Some(p.id) == id && p.status == SessionStatus::Interrupted)
+    };
+    for child in sessions.iter().filter(|s| {
+        s.parent_id.is_some()
+            && s.tombstone.is_none()
+            && s.meta["mode"].as_str() != Some("message")
+            && (s.status == SessionStatus::Interrupted
+                || (s.status == SessionStatus::Suspended && interrupted(s.parent_id)))
+    }) {
+        let waiting = approval::suspensions(store.as_ref(), child.id)
+            .await
+            .map_err(Fail::core)?;
+        let calls: usize = waiting.iter().map(|w| w.pending.len()).sum();
+        for w in &waiting {
+            sup.abandon_nested(w.run_id, child.id).await;
+        }
+        if waiting.is_empty() && child.status == SessionStatus::Suspended {
+            // A close cut short by a crash (its checkpoint gone, its record not yet marked).
+            let update = arbor_store::SessionUpdate {
+                expected_version: Some(child.version),
+                ..arbor_store::SessionUpdate::status(SessionStatus::Aborted)
+            };
+            match store.update_session(child.id, &update).await {
+                Ok(_) | Err(arbor_store::StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(Fail::store(e.to_string())),
+            }
+        }
+        if !waiting.is_empty() || child.status == SessionStatus::Suspended {
+            output::err(&format!(
+                "closed the suspension of {} ({}): {calls} call(s) waiting for approval never \
+                 run; its caller's call is reported interrupted",
+                child.name, child.id
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn describe(state: &arbor_core::Continued) -> String {

@@ -204,3 +204,110 @@ fn the_listing_names_path_tool_and_arguments_and_for_run_holds_for_the_next_call
         .to_owned();
     assert_eq!(echo_results(dir.path(), &publisher), ["first", "second"]);
 }
+
+/// The root's turn spawns `publisher` (sync; its `echo` waits for approval) next to a long
+/// `sleep`, so the root is still running while its child is suspended.
+const STRANDED: &str = r#"
+task = "t"
+root = "root"
+[supervisor]
+approvals = true
+[agents.root]
+children = ["publisher"]
+tools = ["sleep"]
+[[agents.root.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "publisher", name = "publisher", input = "publish" } },
+  { name = "sleep", arguments = { ms = 600000 } },
+]
+[[agents.root.turns]]
+text = "done"
+[agents.publisher]
+tools = ["echo"]
+[[agents.publisher.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "published" } }]
+[[agents.publisher.turns]]
+text = "published"
+"#;
+
+#[cfg(unix)]
+#[test]
+fn a_crash_while_a_child_waits_for_approval_closes_its_suspension_when_the_tree_goes_on() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stranded.toml"), STRANDED).unwrap();
+    let mut process = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["run", "stranded.toml", "-q"])
+        .current_dir(dir.path())
+        .env_remove("ARBOR_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (from other processes) until the child's call waits for approval, then kill.
+    let started = Instant::now();
+    let (root, publisher) = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never suspended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        let ls = arbor(dir.path(), &["ls", "--json"]);
+        let Ok(roots) = serde_json::from_slice::<Value>(&ls.stdout) else {
+            continue;
+        };
+        let Some(root) = roots["roots"][0]["session_id"].as_str() else {
+            continue;
+        };
+        let kids = json(&arbor(dir.path(), &["ls", root, "--json"]));
+        let Some(publisher) = kids["children"][0]["session_id"].as_str() else {
+            continue;
+        };
+        let waiting = json(&arbor(dir.path(), &["approvals", publisher, "--json"]));
+        if kids["children"][0]["status"] == "suspended"
+            && !waiting["suspensions"].as_array().unwrap().is_empty()
+        {
+            break (root.to_owned(), publisher.to_owned());
+        }
+    };
+    process.kill().unwrap();
+    process.wait().unwrap();
+
+    // The tree goes on: the root's call to the child is reported interrupted, so nothing
+    // will resume the child: its suspension is closed, and said so.
+    let resumed = arbor(dir.path(), &["resume", &root, "--json"]);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "closed the suspension of publisher ({publisher}): 1 call(s) waiting for approval \
+             never run; its caller's call is reported interrupted"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(json(&resumed)["status"], "succeeded");
+    let waiting = json(&arbor(dir.path(), &["approvals", &publisher, "--json"]));
+    assert_eq!(
+        waiting["suspensions"],
+        serde_json::json!([]),
+        "no approval is left that nothing resumes"
+    );
+    let tree = json(&arbor(dir.path(), &["tree", &root, "--json"]));
+    let statuses: Vec<&str> = tree["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["succeeded", "aborted"], "{tree}");
+    assert_eq!(tree["reconciliation"]["consistent"], true);
+    assert!(
+        echo_results(dir.path(), &publisher).is_empty(),
+        "the call never ran"
+    );
+    let again = arbor(dir.path(), &["resume", &root]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to resume"));
+}
