@@ -10,7 +10,8 @@
 //! The kill points come from a seeded xorshift generator over a fixed list of seeds, so a
 //! failure names its seed and can be replayed: `ARBOR_CRASH_SEEDS=7,12 cargo test -p
 //! arbor-cli --test crash` runs only those seeds; `ARBOR_CRASH_ROUNDS=200` adds that many
-//! more seeds for a longer soak.
+//! more seeds for a longer soak; `ARBOR_CRASH_VERBOSE=1` prints every transcript after each
+//! kill (with `-- --nocapture`).
 // The harness prints its seeds and figures on stderr (shown with --nocapture or on failure).
 #![allow(
     clippy::unwrap_used,
@@ -92,7 +93,9 @@ text = "published"
 "#;
 
 /// The seeds CI runs: each is one round (its kind is chosen from the seed).
-const SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+const SEEDS: &[u64] = &[
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+];
 
 /// What a round kills.
 #[derive(Debug, Clone, Copy)]
