@@ -46,6 +46,7 @@ fn provider(spec: &AgentSpec) -> Arc<dyn ModelProvider> {
             turns: spec.turns.clone(),
             repeat_last: spec.repeat_last,
             models: spec.models.clone(),
+            thinking: Default::default(),
         })),
     }
 }

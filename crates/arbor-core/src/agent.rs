@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arbor_model::ModelProvider;
+use arbor_model::{ModelProvider, ThinkingLevel};
 use arbor_protocol::RunLimits;
 
 use crate::error::{CoreError, CoreResult};
@@ -46,6 +46,7 @@ struct AgentInner {
     event_capacity: usize,
     max_answer_bytes: usize,
     effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    thinking: Option<ThinkingLevel>,
 }
 
 impl fmt::Debug for Agent {
@@ -54,6 +55,7 @@ impl fmt::Debug for Agent {
             .field("name", &self.inner.name)
             .field("provider", &self.inner.provider.name())
             .field("model", &self.inner.model)
+            .field("thinking", &self.inner.thinking)
             .field("tools", &self.inner.tools.len())
             .field("limits", &self.inner.limits)
             .finish()
@@ -79,6 +81,7 @@ impl Agent {
             event_capacity: DEFAULT_EVENT_CAPACITY,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             effects: None,
+            thinking: None,
         }
     }
 
@@ -95,6 +98,11 @@ impl Agent {
     /// The model it asks for.
     pub fn model(&self) -> &str {
         &self.inner.model
+    }
+
+    /// How much its model is asked to reason (`None`: the provider's default).
+    pub fn thinking(&self) -> Option<ThinkingLevel> {
+        self.inner.thinking
     }
 
     /// Its system prompt.
@@ -185,6 +193,7 @@ impl Agent {
             event_capacity: i.event_capacity,
             max_answer_bytes: i.max_answer_bytes,
             effects: i.effects.clone(),
+            thinking: i.thinking,
         }
     }
 }
@@ -207,6 +216,7 @@ pub struct AgentBuilder {
     event_capacity: usize,
     max_answer_bytes: usize,
     effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    thinking: Option<ThinkingLevel>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -325,6 +335,14 @@ impl AgentBuilder {
         self
     }
 
+    /// How much the model is asked to reason, sent with every provider call (`None`, the
+    /// default: nothing is asked; the provider's own default applies). A supervisor forces
+    /// the level a delegation was admitted with onto its child.
+    pub fn thinking(mut self, thinking: Option<ThinkingLevel>) -> Self {
+        self.thinking = thinking;
+        self
+    }
+
     /// Validates and builds the agent.
     pub fn build(self) -> CoreResult<Agent> {
         validate_agent_name(&self.name)?;
@@ -373,6 +391,7 @@ impl AgentBuilder {
                 event_capacity: self.event_capacity,
                 max_answer_bytes: self.max_answer_bytes,
                 effects: self.effects,
+                thinking: self.thinking,
             }),
         })
     }

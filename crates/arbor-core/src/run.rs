@@ -366,6 +366,7 @@ impl Session {
             system: self.agent.system(),
             messages: &self.messages,
             tools: self.agent.tools().specs(),
+            thinking: self.agent.thinking(),
         };
         let mut text = String::new();
         let mut calls = Vec::new();

@@ -8,6 +8,7 @@
 //! delays and injected failures. It is deterministic, needs no network, and is what the tests,
 //! the benchmarks and the demo run on.
 //!
+//! - [`ThinkingLevel`]: how much a model reasons, and how each wire format says it.
 //! - [`sse`] and [`wire`]: server-sent events and the two HTTP wire formats, pure.
 //! - `http` (feature `http`): the OpenAI-compatible and Anthropic providers, with retries,
 //!   timeouts and preflights; why it is our own thin client is in `docs/PROVIDERS.md`.
@@ -21,8 +22,10 @@ mod scripted;
 pub mod sse;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod thinking;
 pub mod wire;
 
 pub use error::{ModelError, ModelErrorKind};
 pub use provider::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolSpec};
 pub use scripted::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};
+pub use thinking::{ThinkingLevel, names as thinking_names};

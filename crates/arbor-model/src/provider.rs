@@ -9,6 +9,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ModelError;
+use crate::thinking::ThinkingLevel;
 
 /// A tool the model may call: its name, what it does and the JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +33,9 @@ pub struct ModelRequest<'a> {
     pub messages: &'a [Message],
     /// The tools on offer.
     pub tools: &'a [ToolSpec],
+    /// How much the model should reason: `None` leaves it to the provider's default; `off`
+    /// asks for none (nothing is sent). Admission has checked the model supports it.
+    pub thinking: Option<ThinkingLevel>,
 }
 
 /// How a provider turn finished.
@@ -84,6 +88,20 @@ pub trait ModelProvider: fmt::Debug + Send + Sync {
         let _ = model;
         Ok(())
     }
+
+    /// The models this provider offers, if it can list them. `None` (the default) means it
+    /// cannot say: a caller then goes by the models it was configured with.
+    async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
+        Ok(None)
+    }
+
+    /// The thinking levels `model` supports, if this provider declares them. `None` (the
+    /// default) means it does not say: a caller then goes by its own declaration, else
+    /// treats the model as supporting only `off`.
+    fn thinking_levels(&self, model: &str) -> Option<Vec<ThinkingLevel>> {
+        let _ = model;
+        None
+    }
 }
 
 #[async_trait]
@@ -98,6 +116,14 @@ impl<T: ModelProvider + ?Sized> ModelProvider for std::sync::Arc<T> {
 
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
         (**self).preflight(model).await
+    }
+
+    async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
+        (**self).list_models().await
+    }
+
+    fn thinking_levels(&self, model: &str) -> Option<Vec<ThinkingLevel>> {
+        (**self).thinking_levels(model)
     }
 }
 

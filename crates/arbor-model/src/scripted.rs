@@ -10,6 +10,7 @@
 //! play the script from its start, and a session rebuilt from its transcript goes on where it
 //! stopped.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ModelError;
 use crate::provider::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream};
+use crate::thinking::ThinkingLevel;
 
 /// A tool call a scripted turn makes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +109,10 @@ pub struct Script {
     /// model.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
+    /// The thinking levels each model supports (by model id). A model not named here
+    /// declares none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub thinking: BTreeMap<String, Vec<ThinkingLevel>>,
 }
 
 impl Script {
@@ -116,6 +122,7 @@ impl Script {
             turns: turns.into_iter().collect(),
             repeat_last: false,
             models: Vec::new(),
+            thinking: BTreeMap::new(),
         }
     }
 }
@@ -255,6 +262,16 @@ impl ModelProvider for ScriptedProvider {
         })
     }
 
+    /// The script's `models`, when it names any (empty offers every model: no list).
+    async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
+        let models = &self.script.models;
+        Ok((!models.is_empty()).then(|| models.clone()))
+    }
+
+    fn thinking_levels(&self, model: &str) -> Option<Vec<ThinkingLevel>> {
+        self.script.thinking.get(model).cloned()
+    }
+
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let (index, turn) = self.turn_for(&request)?;
         let mut items: Vec<Result<ModelEvent, ModelError>> = Vec::new();
@@ -322,6 +339,7 @@ mod tests {
             system: None,
             messages,
             tools: &[],
+            thinking: None,
         }
     }
 
@@ -406,6 +424,7 @@ mod tests {
             }],
             repeat_last: true,
             models: Vec::new(),
+            thinking: BTreeMap::new(),
         });
         let msgs = vec![Message::assistant(""), Message::assistant("")];
         let mut s = provider.stream(request(&msgs)).await.unwrap();

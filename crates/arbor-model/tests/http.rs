@@ -48,6 +48,7 @@ async fn collect(p: &dyn ModelProvider) -> Result<Vec<ModelEvent>, ModelError> {
         system: Some("be brief"),
         messages: &messages,
         tools: &[],
+        thinking: None,
     };
     let mut stream = p.stream(req).await?;
     let mut out = Vec::new();
@@ -301,6 +302,31 @@ async fn preflight_checks_the_model_and_the_key() {
     );
     let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/v1/models/claude-nope", "/v1/models?limit=1000"]);
+}
+
+#[tokio::test]
+async fn list_models_reads_the_models_route() {
+    let server = serve(vec![
+        Canned::json(
+            200,
+            r#"{"object":"list","data":[{"id":"gpt-4o-mini"},{"id":"o4-mini"}]}"#,
+        ),
+        Canned::json(404, r#"{"error":{"message":"no such route"}}"#),
+        Canned::json(401, r#"{"error":{"message":"Incorrect API key provided"}}"#),
+    ])
+    .await;
+    let p = openai(&server.url, RetryPolicy::none());
+    assert_eq!(
+        p.list_models().await.unwrap(),
+        Some(vec!["gpt-4o-mini".to_owned(), "o4-mini".to_owned()])
+    );
+    // A server without the route cannot list: not an error, no list.
+    assert_eq!(p.list_models().await.unwrap(), None);
+    let e = p.list_models().await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "openai: HTTP 401: Incorrect API key provided"
+    );
 }
 
 #[tokio::test]

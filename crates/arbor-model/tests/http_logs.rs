@@ -51,6 +51,7 @@ async fn collect(p: &dyn ModelProvider) -> Result<Vec<ModelEvent>, ModelError> {
         system: None,
         messages: &messages,
         tools: &[],
+        thinking: None,
     };
     let mut stream = p.stream(req).await?;
     let mut out = Vec::new();

@@ -50,6 +50,7 @@ async fn collect(p: &dyn ModelProvider) -> Result<Vec<ModelEvent>, ModelError> {
         system: None,
         messages: &messages,
         tools: &[],
+        thinking: None,
     };
     let mut stream = p.stream(req).await?;
     let mut out = Vec::new();
@@ -171,6 +172,7 @@ async fn a_connection_lost_during_the_stream_is_retried_only_before_any_event() 
         system: None,
         messages: &messages,
         tools: &[],
+        thinking: None,
     };
     let items: Vec<_> = p.stream(req).await.unwrap().collect().await;
     assert_eq!(server.requests().len(), 1);

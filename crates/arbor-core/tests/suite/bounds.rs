@@ -18,6 +18,7 @@ fn worker() -> Agent {
             turns: vec![ScriptedTurn::text("done")],
             repeat_last: true,
             models: Vec::new(),
+            thinking: Default::default(),
         }))
         .build()
         .unwrap()

@@ -355,6 +355,7 @@ async fn a_hook_can_replace_input_and_lower_limits() {
             )],
             repeat_last: true,
             models: Vec::new(),
+            thinking: Default::default(),
         }))
         .tool(arbor_core::builtin::Echo)
         .build()
@@ -618,6 +619,7 @@ async fn budget_share_scales_the_child_run_limits() {
             )],
             repeat_last: true,
             models: Vec::new(),
+            thinking: Default::default(),
         }))
         .tool(arbor_core::builtin::Echo)
         .limits(arbor_protocol::RunLimits::HARD)

@@ -21,6 +21,7 @@ pub(crate) fn looping(turn: ScriptedTurn) -> AgentBuilder {
         turns: vec![turn],
         repeat_last: true,
         models: Vec::new(),
+        thinking: Default::default(),
     }))
 }
 

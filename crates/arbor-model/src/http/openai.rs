@@ -166,4 +166,13 @@ impl ModelProvider for OpenAiProvider {
             .check_model(model, &one, &list, self.headers()?);
         self.endpoint.preflight(model, check).await
     }
+
+    /// The models the server lists; a server without a models route cannot list (`None`).
+    async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
+        match self.models().await {
+            Ok(ids) => Ok(Some(ids)),
+            Err(ModelError::BadRequest { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }

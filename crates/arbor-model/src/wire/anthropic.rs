@@ -6,8 +6,21 @@ use serde_json::{Value, json};
 use crate::error::ModelError;
 use crate::provider::{FinishReason, ModelEvent, ModelRequest};
 
+/// Whether the conversation continues a tool loop: its last assistant message called
+/// tools. With thinking enabled the API wants that message to start with its signed
+/// thinking block, which the transcript does not keep, so such a request asks for no
+/// thinking (the loop's first call thought; its continuations do not).
+fn in_tool_loop(messages: &[Message]) -> bool {
+    messages.iter().rev().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } => Some(!tool_calls.is_empty()),
+        _ => None,
+    }) == Some(true)
+}
+
 /// The streaming request body for `request`, asking for at most `max_tokens` (required by
-/// the API).
+/// the API). A thinking level other than `off` adds `thinking: {type: enabled,
+/// budget_tokens}` and raises `max_tokens` by the budget, except while a tool loop goes on
+/// (see `in_tool_loop`).
 pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
     let mut messages: Vec<Value> = Vec::new();
     // Blocks of the user message being built: tool results first, then text.
@@ -73,6 +86,13 @@ pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
     });
     if let Some(system) = request.system {
         body["system"] = json!(system);
+    }
+    if let Some(budget) = request.thinking.and_then(|t| t.budget_tokens())
+        && !in_tool_loop(request.messages)
+    {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        // The budget comes out of `max_tokens`: the answer keeps what was configured.
+        body["max_tokens"] = json!(max_tokens.saturating_add(budget));
     }
     if !request.tools.is_empty() {
         body["tools"] = request
@@ -444,6 +464,7 @@ mod tests {
                 system: Some("root"),
                 messages: &messages,
                 tools: &tools,
+                thinking: None,
             },
             4096,
         );
@@ -465,5 +486,63 @@ mod tests {
         assert_eq!(kinds, ["tool_result", "tool_result", "text", "text"]);
         assert_eq!(m[2]["content"][1]["is_error"], true);
         assert_eq!(m[2]["content"][3]["text"], "[system] be brief");
+    }
+
+    #[test]
+    fn thinking_is_a_budget_outside_tool_loops() {
+        use crate::ThinkingLevel;
+        let asked = vec![Message::user("plan it")];
+        let body_for = |messages: &[Message], thinking| {
+            request_body(
+                &ModelRequest {
+                    model: "claude",
+                    system: None,
+                    messages,
+                    tools: &[],
+                    thinking,
+                },
+                4096,
+            )
+        };
+        let body = body_for(&asked, Some(ThinkingLevel::High));
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 16384})
+        );
+        assert_eq!(body["max_tokens"], 4096 + 16384);
+        let body = body_for(&asked, Some(ThinkingLevel::Minimal));
+        assert_eq!(body["thinking"]["budget_tokens"], 1024);
+        for t in [None, Some(ThinkingLevel::Off)] {
+            let body = body_for(&asked, t);
+            assert!(body.get("thinking").is_none(), "{body}");
+            assert_eq!(body["max_tokens"], 4096);
+        }
+        // Continuing a tool loop: the unsigned assistant turn cannot carry thinking.
+        let looping = vec![
+            Message::user("plan it"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "t1".into(),
+                    name: "w".into(),
+                    arguments: json!({}),
+                }],
+            },
+            Message::Tool(arbor_protocol::ToolResult {
+                call_id: "t1".into(),
+                name: "w".into(),
+                content: "ok".into(),
+                is_error: false,
+            }),
+        ];
+        let body = body_for(&looping, Some(ThinkingLevel::High));
+        assert!(body.get("thinking").is_none(), "{body}");
+        assert_eq!(body["max_tokens"], 4096);
+        // A new user turn after an answer thinks again.
+        let mut next = looping.clone();
+        next.push(Message::assistant("done"));
+        next.push(Message::user("again"));
+        let body = body_for(&next, Some(ThinkingLevel::Low));
+        assert_eq!(body["thinking"]["budget_tokens"], 2048);
     }
 }

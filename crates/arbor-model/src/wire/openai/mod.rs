@@ -7,7 +7,8 @@ use crate::error::ModelError;
 use crate::provider::{FinishReason, ModelEvent, ModelRequest};
 
 /// The streaming request body for `request`. `include_usage` asks for the final usage chunk
-/// (`stream_options`; some servers refuse it); `max_tokens` bounds the answer.
+/// (`stream_options`; some servers refuse it); `max_tokens` bounds the answer. A thinking
+/// level other than `off` is sent as `reasoning_effort` (the level's name).
 pub fn request_body(
     request: &ModelRequest<'_>,
     include_usage: bool,
@@ -82,6 +83,9 @@ pub fn request_body(
     }
     if let Some(n) = max_tokens {
         body["max_tokens"] = json!(n);
+    }
+    if let Some(effort) = request.thinking.and_then(|t| t.reasoning_effort()) {
+        body["reasoning_effort"] = json!(effort);
     }
     if !request.tools.is_empty() {
         body["tools"] = request

@@ -239,6 +239,7 @@ fn messages_read_between_tool_results_wait_for_the_last_result() {
             system: None,
             messages: &messages,
             tools: &[],
+            thinking: None,
         },
         false,
         None,
@@ -298,6 +299,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
         system: Some("Be brief."),
         messages: &messages,
         tools: &tools,
+        thinking: None,
     };
     let body = request_body(&req, true, Some(64));
     assert_eq!(body["max_tokens"], 64);
@@ -328,6 +330,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
             system: None,
             messages: &messages[..1],
             tools: &[],
+            thinking: None,
         },
         false,
         None,
@@ -395,4 +398,40 @@ fn a_turn_past_its_cap_fails_as_too_large() {
         e.to_string(),
         "answer too large: a new tool call took the turn past 1000 bytes of text and tool calls"
     );
+}
+
+#[test]
+fn thinking_is_sent_as_reasoning_effort() {
+    use crate::ThinkingLevel;
+    let messages = vec![Message::user("hi")];
+    let body_for = |thinking| {
+        request_body(
+            &ModelRequest {
+                model: "o4-mini",
+                system: None,
+                messages: &messages,
+                tools: &[],
+                thinking,
+            },
+            true,
+            None,
+        )
+    };
+    assert_eq!(
+        body_for(Some(ThinkingLevel::High))["reasoning_effort"],
+        "high"
+    );
+    assert_eq!(
+        body_for(Some(ThinkingLevel::Minimal))["reasoning_effort"],
+        "minimal"
+    );
+    assert_eq!(
+        body_for(Some(ThinkingLevel::Xhigh))["reasoning_effort"],
+        "xhigh"
+    );
+    // Off and unset send nothing: a model without reasoning would refuse the field.
+    for t in [None, Some(ThinkingLevel::Off)] {
+        let body = body_for(t);
+        assert!(body.get("reasoning_effort").is_none(), "{body}");
+    }
 }
