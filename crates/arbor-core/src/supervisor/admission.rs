@@ -112,6 +112,7 @@ impl Supervisor {
             // run of this child (a follow-up, a resume, in this process or another) keeps it.
             "limits": a.limits,
             "policy": a.policy,
+            "thinking": a.thinking,
         });
         if let Some(max) = inherited_depth {
             record.meta["max_depth"] = serde_json::Value::from(max);

@@ -1,12 +1,12 @@
 //! The child catalog: the host-owned allow-list of children a supervisor may build.
 
 use std::any::Any;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use arbor_model::ModelProvider;
+use arbor_model::{ModelProvider, ThinkingLevel};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
@@ -42,6 +42,9 @@ pub struct ChildContext {
     /// The model admission resolved (the request's, else the entry's default), if any: the
     /// agent built must use exactly it.
     pub model: Option<String>,
+    /// The thinking level admission checked, if the delegation asked for one (the runtime
+    /// forces it onto the agent built; the factory need not apply it).
+    pub thinking: Option<ThinkingLevel>,
     /// Fires when the delegation is cancelled or times out.
     pub cancel: CancellationToken,
     /// Delegates further from inside this child (path, depth and cancellation carried).
@@ -195,6 +198,8 @@ pub struct ChildEntry {
     pub(crate) agent_name: Option<String>,
     /// Which of its events are milestones (`report = milestones`), when the host decides.
     pub(crate) milestone: Option<MilestoneFn>,
+    /// The thinking levels each model supports, as the host declared them.
+    pub(crate) thinking: BTreeMap<String, Vec<ThinkingLevel>>,
 }
 
 /// A host's milestone predicate (see [`ChildEntry::milestone_fn`]).
@@ -236,6 +241,7 @@ impl ChildEntry {
             preflight: None,
             agent_name: None,
             milestone: None,
+            thinking: BTreeMap::new(),
         }
     }
 
@@ -281,6 +287,42 @@ impl ChildEntry {
     pub fn agent_name(mut self, name: impl Into<String>) -> Self {
         self.agent_name = Some(name.into());
         self
+    }
+
+    /// The thinking levels `model` supports when it runs this child (a request may ask for
+    /// any of them). This declaration wins over the provider's; a model declared by
+    /// neither supports only `off`, so asking it for more is refused, never ignored.
+    #[must_use]
+    pub fn thinking_levels<I>(mut self, model: impl Into<String>, levels: I) -> Self
+    where
+        I: IntoIterator<Item = ThinkingLevel>,
+    {
+        let mut levels: Vec<ThinkingLevel> = levels.into_iter().collect();
+        levels.sort();
+        levels.dedup();
+        self.thinking.insert(model.into(), levels);
+        self
+    }
+
+    /// The thinking levels `model` supports for this child, least first: the entry's
+    /// declaration, else its provider's, else only `off`.
+    pub fn supported_thinking(&self, model: Option<&str>) -> Vec<ThinkingLevel> {
+        let Some(model) = model else {
+            return vec![ThinkingLevel::Off];
+        };
+        let declared = self.thinking.get(model).cloned().or_else(|| {
+            self.preflight
+                .as_ref()
+                .and_then(|p| p.thinking_levels(model))
+        });
+        match declared {
+            Some(mut levels) => {
+                levels.sort();
+                levels.dedup();
+                levels
+            }
+            None => vec![ThinkingLevel::Off],
+        }
     }
 
     /// Every model a request may name, the default first.

@@ -20,6 +20,7 @@ use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::names;
 use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
 use crate::supervisor::slots::SlotGuard;
+use crate::supervisor::thinking;
 
 /// One delegation request.
 #[derive(Debug, Clone, Default)]
@@ -44,6 +45,11 @@ pub struct DelegationRequest {
     pub spawned_by: Option<SpawnPoint>,
     /// The model to run: one the child's catalog entry allows (default: the entry's own).
     pub model: Option<String>,
+    /// How much the child's model reasons: one of the levels the resolved model supports
+    /// ([`ChildEntry::supported_thinking`](crate::supervisor::ChildEntry::supported_thinking)),
+    /// else admission refuses the spawn naming them. Kept in the child's record
+    /// (`meta.thinking`) and forced onto every run of it; unset leaves the agent's own.
+    pub thinking: Option<arbor_model::ThinkingLevel>,
 }
 
 impl DelegationRequest {
@@ -218,6 +224,8 @@ pub(crate) struct Admitted {
     /// is made at registration).
     pub(crate) requested_name: Option<names::ReservedName>,
     pub(crate) model: Option<String>,
+    /// The checked thinking level the request asked for (a rerun reads its record's).
+    pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
     pub(crate) mode: Mode,
     /// The child's session record, written at registration.
     pub(crate) record: Option<arbor_store::SessionRecord>,
@@ -339,6 +347,7 @@ impl Supervisor {
             None => None,
         };
         let model = resolve_model(entry, request.model.as_deref())?;
+        let thinking = thinking::check(entry, model.as_deref(), request.thinking)?;
         let slot = inner.slots.reserve(
             limits
                 .max_active_children
@@ -377,6 +386,7 @@ impl Supervisor {
             name: String::new(),
             requested_name,
             model,
+            thinking,
             mode,
             record: None,
             parent: request.parent,

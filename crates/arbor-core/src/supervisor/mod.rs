@@ -12,7 +12,8 @@
 //! - [`hooks`], `before` and `after`.
 //! - [`summary`], the recovery counters.
 //! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`;
-//!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`.
+//!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`;
+//!   [`FindModelsTool`], `find_models` (the models and thinking levels a child may run).
 
 mod admission;
 mod arguments;
@@ -20,6 +21,7 @@ pub mod catalog;
 mod core;
 mod delegate;
 mod depth;
+mod find_models;
 mod handles;
 pub mod hooks;
 mod hub;
@@ -38,6 +40,7 @@ mod send_tool;
 mod slots;
 pub mod summary;
 mod terminal;
+mod thinking;
 pub mod tools;
 mod work;
 
@@ -48,6 +51,7 @@ pub use catalog::{
 };
 pub use core::{ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder};
 pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator, Mode};
+pub use find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
 };

@@ -244,6 +244,8 @@ impl NestedResumer for Supervisor {
             name: record.name.clone(),
             requested_name: None,
             model: (!record.model.is_empty()).then(|| record.model.clone()),
+            // Kept in the record's meta, which the run reads.
+            thinking: None,
             mode: Mode::Sync,
             replies_at_start: record.replies,
             record: Some(record),

@@ -220,6 +220,8 @@ impl Supervisor {
             name: record.name.clone(),
             requested_name: None,
             model: (!record.model.is_empty()).then(|| record.model.clone()),
+            // Kept in the record's meta, which the run reads.
+            thinking: None,
             mode,
             replies_at_start: record.replies,
             record: Some(record),

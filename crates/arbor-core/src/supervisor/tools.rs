@@ -7,7 +7,7 @@
 //! against each tool's schema before parsing: an argument error names the field, the class
 //! of the value given and what is accepted.
 
-use arbor_model::ToolSpec;
+use arbor_model::{ThinkingLevel, ToolSpec};
 use arbor_protocol::SpawnPoint;
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -44,6 +44,7 @@ struct SpawnArgs {
     thread_id: Option<String>,
     name: Option<String>,
     model: Option<String>,
+    thinking: Option<ThinkingLevel>,
     mode: Option<Mode>,
     lifetime: Option<Lifetime>,
     report: Option<Report>,
@@ -183,6 +184,7 @@ impl SpawnAgentTool {
                 "thread_id": {"type": "string"},
                 "name": {"type": "string", "minLength": 1, "maxLength": 64},
                 "model": {"type": "string", "description": "A model the child allows; default its own."},
+                "thinking": {"type": "string", "enum": ThinkingLevel::ALL.map(ThinkingLevel::as_str), "description": "How much the child's model reasons; it must support the level (find_models lists them). Default: the child's own."},
                 "mode": {"type": "string", "enum": ["sync", "async", "message"]},
                 "lifetime": {"type": "string", "enum": ["task", "session"]},
                 "report": {"type": "string", "enum": ["on-complete", "milestones", "stream"]},
@@ -231,6 +233,7 @@ impl DynTool for SpawnAgentTool {
         if !self.allowed.contains(&args.child_id) {
             return Err(ToolError::ToModel("Unknown child id".to_owned()));
         }
+        let thinking = args.thinking;
         let policy = PolicyInput {
             lifetime: args.lifetime,
             report: args.report,
@@ -248,6 +251,7 @@ impl DynTool for SpawnAgentTool {
             thread_id: args.thread_id,
             name: args.name,
             model: args.model,
+            thinking,
             policy,
             cancel: Some(ctx.cancel.clone()),
             parent: Some(ctx.session),
@@ -264,15 +268,18 @@ impl DynTool for SpawnAgentTool {
         };
         if let Some(handle) = handle {
             let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
-            return Ok(json!({
+            let mut out = json!({
                 "child_id": handle.child_id,
                 "delegation_id": handle.delegation_id,
                 "session_id": handle.session_id,
                 "name": handle.name,
                 "model": handle.model,
                 "status": "running",
-            })
-            .to_string());
+            });
+            if let Some(t) = thinking {
+                out["thinking"] = json!(t);
+            }
+            return Ok(out.to_string());
         }
         match self.delegator.delegate(request).await {
             Ok(r) => Ok(finished(&self.delegator, &r)),

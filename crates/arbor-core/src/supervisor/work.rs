@@ -22,6 +22,7 @@ use crate::supervisor::delegate::{Admitted, Delegator, Scope, Worked, check_byte
 use crate::supervisor::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::policy::Report;
 use crate::supervisor::pump::run_pump;
+use crate::supervisor::thinking;
 
 impl Supervisor {
     /// Hook, factory and child run.
@@ -107,6 +108,7 @@ impl Supervisor {
         let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
         let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
         let model = a.model.clone();
+        let recorded_thinking = a.record.as_ref().and_then(|r| thinking::recorded(&r.meta));
         // supervisor → catalog → hook → tool budget; the agent's own comes last.
         let mut permission = inner.permission.and(&entry.permission);
         if let Some(p) = &hook_permission {
@@ -130,6 +132,7 @@ impl Supervisor {
             permission: permission.clone(),
             identity: a.identity.clone(),
             model,
+            thinking: recorded_thinking,
             cancel: a.token.clone(),
             delegator: Delegator {
                 supervisor: self.clone(),
@@ -168,6 +171,8 @@ impl Supervisor {
                     .or_else(|| agent.effect_store().cloned()),
             )
             .limits(agent.limits().narrow(&limits.run_limits()))
+            // The level admission checked, from the record: every run of the child keeps it.
+            .thinking(recorded_thinking.or(agent.thinking()))
             .build()
         {
             Ok(agent) => agent,

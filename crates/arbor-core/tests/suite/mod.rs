@@ -8,6 +8,7 @@ mod hold;
 mod identity;
 mod limits;
 mod messages;
+mod models;
 mod name_reservation;
 mod nested;
 mod nested_faults;

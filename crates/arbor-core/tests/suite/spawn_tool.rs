@@ -100,7 +100,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
         e,
         "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
          array); accepted fields: budget_share, child_id, input, lifetime, milestone, mode, \
-         model, name, report, thread_id"
+         model, name, report, thinking, thread_id"
     );
     let e = model_error(
         tool.call_json(
