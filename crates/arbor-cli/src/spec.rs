@@ -103,6 +103,10 @@ pub(crate) struct AgentSpec {
     /// The models the scripted provider offers (its preflight refuses others; empty: all).
     #[serde(default)]
     pub(crate) models: Vec<String>,
+    /// The thinking levels its models (`model` and `allow_models`) support, which a parent
+    /// may ask for when it spawns it (empty: only `off`).
+    #[serde(default)]
+    pub(crate) thinking_levels: Vec<arbor_model::ThinkingLevel>,
     /// Built-in tools (coding tools need `workspace = true`).
     #[serde(default)]
     pub(crate) tools: Vec<String>,

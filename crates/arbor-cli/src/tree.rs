@@ -2,8 +2,8 @@
 //!
 //! Every agent other than the root becomes an allow-listed child of one supervisor, so the
 //! active-children limit holds across the whole tree. An agent with `children` gets
-//! `spawn_agent` (offering only those children), `wait_agent`, `cancel_agent` and
-//! `list_children`.
+//! `spawn_agent` (offering only those children), `wait_agent`, `cancel_agent`,
+//! `list_children` and `find_models` (the models and thinking levels of those children).
 //!
 //! An agent with `workspace = true` is built for its own worktree of the spec's repository
 //! (arbor-coding's worktree factory), with its coding tools confined to it; the supervisor's
@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use arbor_coding::{Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFactory, Worktrees};
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
-    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, ListChildrenTool,
-    Ownership, RenameChildTool, SendMessageTool, SpawnAgentTool, Supervisor, WaitAgentTool,
+    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, FindModelsTool,
+    ListChildrenTool, Ownership, RenameChildTool, SendMessageTool, SpawnAgentTool, Supervisor,
+    WaitAgentTool,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
 use arbor_model::{ModelProvider, Script, ScriptedProvider};
@@ -113,7 +114,11 @@ fn with_delegation(
     )))
     .dyn_tool(Arc::new(RenameChildTool::new(
         delegator.supervisor().clone(),
-    ))))
+    )))
+    .dyn_tool(Arc::new(FindModelsTool::for_children(
+        delegator.supervisor().clone(),
+        &spec.children,
+    )?)))
 }
 
 /// Builds a spec agent for each delegation, wiring its own children to the delegator the
@@ -220,6 +225,12 @@ pub(crate) fn build(
                 .model(agent.model.clone())
                 .allow_models(agent.allow_models.iter().cloned())
                 .preflight_with(provider(agent));
+            if !agent.thinking_levels.is_empty() {
+                let models: Vec<String> = entry.models().into_iter().map(str::to_owned).collect();
+                for model in models {
+                    entry = entry.thinking_levels(model, agent.thinking_levels.iter().copied());
+                }
+            }
             if let Some(d) = &agent.description {
                 entry = entry.description(d.clone());
             }
