@@ -67,6 +67,7 @@ pub(crate) async fn run(store: &Arc<dyn Store>, ops: u64) -> Result<LongLife, St
             turns: vec![turn(ScriptedTurn::text("done"))],
             repeat_last: true,
             models: Vec::new(),
+            thinking: Default::default(),
         }))
         .build()
         .map_err(e)?;

@@ -21,6 +21,7 @@ async fn a_child_is_renamed_durably_and_a_taken_name_is_refused() {
             turns: vec![ScriptedTurn::text("done")],
             repeat_last: true,
             models: Vec::new(),
+            thinking: Default::default(),
         }))
         .build()
         .unwrap();
