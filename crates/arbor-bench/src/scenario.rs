@@ -443,8 +443,6 @@ mod tests {
     /// On two workers a follow-up run can end on one thread while `send_message` still
     /// holds the child's inbox on the other.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "arbor-core: a follow-up that ends before send_message drops the child's \
-                inbox leaves the child tracked (reported; fixed by dropping it before wake)"]
     async fn a_long_life_on_two_workers_ends_tracking_only_the_root() {
         a_long_life_ends_tracking_only_the_root().await;
     }
