@@ -343,42 +343,15 @@ fn drive_to_completion(
     panic!("the tree of {root} was not done after 8 resumes");
 }
 
-/// Whether `row` is the known arbor-core defect `ORPHANED_NESTED_SUSPENSION` (see
-/// `crash_found::a_resume_cut_off_while_it_resumes_a_child_leaves_no_orphaned_suspension`): a sync child
-/// left `suspended` under a caller whose call to it a killed resume had marked in flight, so
-/// the caller's next resume reported it interrupted and nothing resumes the child.
-fn known_orphan(dir: &Path, tree: &Value, row: &Value) -> bool {
-    let parent = sessions(tree)
-        .into_iter()
-        .find(|p| p["session_id"] == row["parent_id"]);
-    row["status"] == "suspended"
-        && row["mode"] == "sync"
-        && parent.is_some_and(|p| {
-            p["status"] != "suspended"
-                && log_entries(dir, p["session_id"].as_str().unwrap())
-                    .iter()
-                    .any(|e| {
-                        e["message"]["role"] == "tool"
-                            && e["message"]["content"].as_str().is_some_and(|c| {
-                                c.starts_with("interrupted: this call was in flight")
-                            })
-                    })
-        })
-}
-
 /// The tree is done: nothing runs or waits, the totals reconcile, and the approved effect
 /// ran at most once per approval. Returns how many sessions showed the known core defect
 /// (tolerated, and counted, until arbor-core fixes it).
 fn check_done(dir: &Path, root: &str, approved: &HashSet<String>) -> usize {
     let tree = json(dir, &["tree", root, "--json"]);
     assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
-    let mut known = 0;
+    // No known defect is tolerated any more (the orphaned nested suspension is fixed).
+    let known = 0;
     for row in sessions(&tree) {
-        if known_orphan(dir, &tree, &row) {
-            eprintln!("  known core defect: {} left suspended", row["name"]);
-            known += 1;
-            continue;
-        }
         assert!(
             row["status"] != "running" && row["status"] != "suspended",
             "left {}: {tree}",

@@ -110,7 +110,13 @@ fn cut_off_while_resuming_the_child(dir: &Path, root: &str) {
         .unwrap();
     let mut checkpoint: Value = serde_json::from_str(&value).unwrap();
     assert_eq!(checkpoint["calls"][0]["state"]["state"], "nested");
-    checkpoint["calls"][0]["state"] = serde_json::json!({"state": "in_flight", "since_ms": 1});
+    // What a resume cut off there leaves: the call in flight, naming the child it resumed.
+    let nested = checkpoint["calls"][0]["state"].clone();
+    checkpoint["calls"][0]["state"] = serde_json::json!({
+        "state": "in_flight",
+        "since_ms": 1,
+        "child": [nested["run_id"], nested["session_id"]],
+    });
     db.execute(
         "UPDATE checkpoints SET value = ?1, version = version + 1 WHERE namespace = 'run' AND key = ?2",
         [checkpoint.to_string(), key],
@@ -118,8 +124,8 @@ fn cut_off_while_resuming_the_child(dir: &Path, root: &str) {
     .unwrap();
 }
 
-/// Found by the harness: a resume killed while it resumes a suspended child leaves that
-/// child's suspension orphaned. `Session::resume` (arbor-core `gate.rs`, `mark_in_flight`)
+/// Found by the harness, now fixed: a resume killed while it resumes a suspended child left
+/// that child's suspension orphaned. `Session::resume` (arbor-core `gate.rs`, `mark_in_flight`)
 /// replaces the caller's `CallState::Nested { run_id, session_id, .. }` by
 /// `CallState::InFlight { since_ms }`, losing which child run it was resuming; the next
 /// resume reports the call interrupted (right: at most once) but never closes the child's
@@ -130,7 +136,6 @@ fn cut_off_while_resuming_the_child(dir: &Path, root: &str) {
 /// checkpoint keeps its calls at most once). The harness tolerates and counts this state
 /// (`known_orphan` in tests/crash.rs) until then.
 #[test]
-#[ignore = "arbor-core orphans a suspended child when a resume is cut off while resuming it"]
 fn a_resume_cut_off_while_it_resumes_a_child_leaves_no_orphaned_suspension() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();

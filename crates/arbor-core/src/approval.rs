@@ -108,6 +108,10 @@ pub enum CallState {
     InFlight {
         /// When it started (ms since the epoch).
         since_ms: u64,
+        /// For a call resuming its suspended child: that child's run and session, so an
+        /// interrupted resume can close the child's suspension too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        child: Option<(RunId, SessionId)>,
     },
     /// Finished: its result goes into the transcript when the turn completes.
     Done {

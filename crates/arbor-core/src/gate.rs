@@ -213,9 +213,13 @@ impl Session {
                     expected = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
                     continue;
                 }
-                CallState::InFlight { .. } => {
+                CallState::InFlight { child, .. } => {
                     // A resume was cut off while this call ran: it is not run again. Its
-                    // recorded effect, if any, is its result; else it was interrupted.
+                    // recorded effect, if any, is its result; else it was interrupted. A
+                    // child it was resuming is closed: nothing will resume it now.
+                    if let (Some((run, session)), Some(nested)) = (child, &state.nested) {
+                        nested.abandon_nested(run, session).await;
+                    }
                     let result = match self.recorded_effect(state.run_id, &slot.call).await {
                         Some(content) => ToolResult {
                             call_id: slot.call.id.clone(),
@@ -369,8 +373,15 @@ impl Session {
         i: usize,
         expected: u64,
     ) -> CoreResult<u64> {
+        let child = match &checkpoint.calls[i].state {
+            CallState::Nested {
+                run_id, session_id, ..
+            } => Some((*run_id, *session_id)),
+            _ => None,
+        };
         checkpoint.calls[i].state = CallState::InFlight {
             since_ms: Timestamp::now().0,
+            child,
         };
         let version = approval::save(self.store.as_ref(), checkpoint, expected).await?;
         state.checkpointed = true;

@@ -647,7 +647,10 @@ impl Session {
         for slot in &checkpoint.calls {
             let result = match &slot.state {
                 crate::approval::CallState::Done { result } => Some(result.clone()),
-                crate::approval::CallState::InFlight { .. } => {
+                crate::approval::CallState::InFlight { child, .. } => {
+                    if let (Some((run, session)), Some(nested)) = (child, &state.nested) {
+                        nested.abandon_nested(*run, *session).await;
+                    }
                     Some(match self.recorded_effect(run_id, &slot.call).await {
                         Some(content) => ToolResult {
                             call_id: slot.call.id.clone(),
