@@ -456,6 +456,9 @@ impl Supervisor {
             .terminal(&a, &origin, worked, timed_out, host_aborted)
             .await;
         a.token.cancel();
+        // A hosted child its host (or its parent model) cancelled through its handle is
+        // released: its record gets a `revoked` tombstone once its run has ended.
+        let revoked = a.reason.get() == Some(crate::supervisor::join::HANDLE_CANCELLED);
         let Admitted {
             slot,
             record,
@@ -472,6 +475,7 @@ impl Supervisor {
                 replies_at_start,
                 host_aborted,
                 started,
+                revoked,
             };
             self.after_run(&record, &outcome, ended).await;
         }
@@ -488,6 +492,8 @@ pub(crate) struct Ended {
     pub(crate) host_aborted: bool,
     /// The child's run began (a hook, factory or delete stopped it before otherwise).
     pub(crate) started: bool,
+    /// Cancelled through its handle: the child is released (a `revoked` tombstone).
+    pub(crate) revoked: bool,
 }
 
 /// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it

@@ -11,6 +11,9 @@ use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, AsyncHandle, DelegationResult};
 use crate::supervisor::handles::{Entry, Reach};
 
+/// Why a delegation cancelled through its handle ended.
+pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
+
 /// Options of [`Supervisor::wait`].
 #[derive(Debug, Clone, Default)]
 pub struct WaitOptions {
@@ -147,7 +150,7 @@ impl Supervisor {
             return Ok(false);
         }
         entry.cancelled = true;
-        entry.reason.set("Async delegation cancelled");
+        entry.reason.set(HANDLE_CANCELLED);
         entry.token.cancel();
         Ok(true)
     }

@@ -348,10 +348,29 @@ impl Supervisor {
                 self.notify_parent(record, notice).await;
             }
         }
+        if ended.revoked {
+            self.revoke(record).await;
+        }
         if self.inner.hub.end_run(record.id) {
             self.wake(record.id);
         }
         self.wake_waiting();
+    }
+
+    /// Releases a child cancelled through its handle: closed (nothing of it starts again)
+    /// and tombstoned `revoked` by the host; its transcript stays.
+    async fn revoke(&self, record: &arbor_store::SessionRecord) {
+        self.inner.hub.close(record.id);
+        let current = match self.inner.store.session(record.id).await {
+            Ok(Some(r)) if r.tombstone.is_none() => r,
+            _ => return,
+        };
+        if let Err(e) =
+            crate::registry::write_tombstone(self.inner.store.as_ref(), &current, "host", "revoked")
+                .await
+        {
+            tracing::warn!(child = %record.id, error = %e, "could not revoke a cancelled child");
+        }
     }
 }
 

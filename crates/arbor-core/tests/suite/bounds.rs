@@ -361,3 +361,60 @@ async fn a_session_max_depth_narrows_durably_and_children_inherit_it() {
         .unwrap();
     assert_eq!(other.session_max_depth(root.id()).await.unwrap(), 1);
 }
+
+#[tokio::test]
+async fn a_child_cancelled_through_its_handle_is_revoked() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let slow = Agent::builder("slow")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "late",
+        )
+        .with_delay(Duration::from_secs(5))])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("slow", slow))
+        .build()
+        .unwrap();
+    let root = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::default()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let handle = sup
+        .delegate_async(DelegationRequest {
+            parent: Some(SessionRef::from(root.record())),
+            ..DelegationRequest::new("slow", "take your time")
+        })
+        .await
+        .unwrap();
+    assert!(sup.cancel(&handle.delegation_id).unwrap());
+    let waited = sup
+        .wait(&handle.delegation_id, Default::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        waited,
+        arbor_core::supervisor::WaitOutcome::Cancelled { .. }
+    ));
+    sup.shutdown().await;
+    let record = store.session(handle.session_id).await.unwrap().unwrap();
+    let tombstone = record.tombstone.expect("revoked");
+    assert_eq!(
+        (tombstone.by.as_str(), tombstone.reason.as_str()),
+        ("host", "revoked")
+    );
+    assert_eq!(
+        tombstone.final_status,
+        arbor_protocol::SessionStatus::Aborted
+    );
+    let listed = arbor_core::registry::children(store.as_ref(), root.id(), false)
+        .await
+        .unwrap();
+    assert!(listed.is_empty(), "a released child leaves the registry");
+}

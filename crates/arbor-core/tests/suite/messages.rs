@@ -275,10 +275,15 @@ async fn a_cancelled_child_sends_one_cancellation_notice() {
             kid.id
         )
     );
+    // Released: it leaves the registry (a `revoked` tombstone), its record stays.
     let kids = registry::children(store.as_ref(), root.id(), false)
         .await
         .unwrap();
-    assert_eq!(kids[0].status, SessionStatus::Aborted);
+    assert!(kids.is_empty(), "{kids:?}");
+    let all = registry::children(store.as_ref(), root.id(), true)
+        .await
+        .unwrap();
+    assert_eq!(all[0].status, SessionStatus::Aborted);
     // A second cancel is harmless and sends nothing more.
     sup.cancel(handle["delegation_id"].as_str().unwrap()).ok();
     sup.wait_for_mail_or_quiet(root.inbox()).await;
