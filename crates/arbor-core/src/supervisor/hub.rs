@@ -67,6 +67,17 @@ struct HubState {
     /// Sessions whose follow-up run could not start (no slot, say): retried when a slot
     /// frees. Every other idle session with mail was woken when the mail arrived.
     deferred: HashSet<SessionId>,
+    /// Teardowns whose tombstone could not be written (the store failed): retried after
+    /// every run that ends, until one succeeds. Closed already, so nothing of them runs.
+    unfinished: Vec<Unfinished>,
+}
+
+/// A teardown to finish: the session and its tombstone's who and why.
+#[derive(Debug, Clone)]
+pub(crate) struct Unfinished {
+    pub(crate) id: SessionId,
+    pub(crate) by: String,
+    pub(crate) reason: String,
 }
 
 /// See the module docs.
@@ -264,6 +275,19 @@ impl Hub {
             own_run,
             descendants: out,
         }
+    }
+
+    /// Remembers a teardown whose tombstone could not be written.
+    pub(crate) fn unfinished(&self, cleanup: Unfinished) {
+        let mut state = self.lock();
+        if !state.unfinished.iter().any(|u| u.id == cleanup.id) {
+            state.unfinished.push(cleanup);
+        }
+    }
+
+    /// Takes the unfinished teardowns (to retry them).
+    pub(crate) fn take_unfinished(&self) -> Vec<Unfinished> {
+        std::mem::take(&mut self.lock().unfinished)
     }
 
     /// Whether `id` was closed.

@@ -80,8 +80,21 @@ impl Supervisor {
             }
         };
         let closed = self.inner.hub.close(child.id);
-        let tombstone =
-            registry::write_tombstone(store.as_ref(), &child, by, &self.redact(reason)).await?;
+        let reason = self.redact(reason);
+        let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                // Closed here already (nothing of it runs); the tombstone is written again
+                // after the next run that ends, or by a retried delete.
+                self.inner.hub.unfinished(crate::supervisor::hub::Unfinished {
+                    id: child.id,
+                    by: by.to_owned(),
+                    reason,
+                });
+                return Err(e);
+            }
+        };
         tracing::info!(child = %child.id, parent = %parent, by, "child deleted");
         Ok(Deleted {
             session_id: child.id,
@@ -90,6 +103,30 @@ impl Supervisor {
             cancelled: closed.descendants,
             already: false,
         })
+    }
+
+    /// Retries the teardowns whose tombstone could not be written; returns how many are still
+    /// unfinished. Runs after every run that ends; a host may call it too.
+    pub async fn retry_cleanups(&self) -> usize {
+        let store = self.inner.store.as_ref();
+        let mut left = 0;
+        for u in self.inner.hub.take_unfinished() {
+            let done = match store.session(u.id).await {
+                Ok(Some(r)) if r.tombstone.is_some() => true,
+                Ok(Some(r)) => registry::write_tombstone(store, &r, &u.by, &u.reason)
+                    .await
+                    .is_ok(),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if done {
+                tracing::info!(child = %u.id, "an unfinished teardown was completed");
+            } else {
+                left += 1;
+                self.inner.hub.unfinished(u);
+            }
+        }
+        left
     }
 
     /// How many sessions this process tracks live: running, with messages pending, attached

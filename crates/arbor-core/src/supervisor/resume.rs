@@ -351,6 +351,8 @@ impl Supervisor {
         if ended.revoked {
             self.revoke(record).await;
         }
+        // Teardowns a store failure left unfinished are tried again now.
+        self.retry_cleanups().await;
         if self.inner.hub.end_run(record.id) {
             self.wake(record.id);
         }
@@ -363,13 +365,19 @@ impl Supervisor {
         self.inner.hub.close(record.id);
         let current = match self.inner.store.session(record.id).await {
             Ok(Some(r)) if r.tombstone.is_none() => r,
-            _ => return,
+            Ok(_) => return,
+            Err(_) => record.clone(),
         };
         if let Err(e) =
             crate::registry::write_tombstone(self.inner.store.as_ref(), &current, "host", "revoked")
                 .await
         {
-            tracing::warn!(child = %record.id, error = %e, "could not revoke a cancelled child");
+            tracing::warn!(child = %record.id, error = %e, "could not revoke a cancelled child; retried later");
+            self.inner.hub.unfinished(crate::supervisor::hub::Unfinished {
+                id: record.id,
+                by: "host".to_owned(),
+                reason: "revoked".to_owned(),
+            });
         }
     }
 }

@@ -34,6 +34,7 @@ struct Armed {
 pub(crate) struct HoldStore {
     inner: Arc<dyn Store>,
     armed: Mutex<Option<Armed>>,
+    failing: Mutex<Option<Matcher>>,
 }
 
 impl std::fmt::Debug for HoldStore {
@@ -54,6 +55,7 @@ impl HoldStore {
         Arc::new(Self {
             inner,
             armed: Mutex::new(None),
+            failing: Mutex::new(None),
         })
     }
 
@@ -77,6 +79,11 @@ impl HoldStore {
         }
     }
 
+    /// Fails the first call `matches` accepts (the store unavailable), changing nothing.
+    pub(crate) fn fail_once(&self, matches: impl Fn(&Call<'_>) -> bool + Send + 'static) {
+        *self.failing.lock().unwrap() = Some(Box::new(matches));
+    }
+
     fn take(&self, call: &Call<'_>) -> Option<Armed> {
         let mut armed = self.armed.lock().unwrap();
         if armed.as_ref().is_some_and(|a| (a.matches)(call)) {
@@ -91,6 +98,16 @@ impl HoldStore {
         call: Call<'_>,
         op: impl std::future::Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
+        {
+            let mut failing = self.failing.lock().unwrap();
+            if failing.as_ref().is_some_and(|m| m(&call)) {
+                *failing = None;
+                return Err(arbor_store::StoreError::Unavailable {
+                    path: "hold".into(),
+                    reason: "injected fault".into(),
+                });
+            }
+        }
         let Some(armed) = self.take(&call) else {
             return op.await;
         };

@@ -394,3 +394,40 @@ async fn a_second_process_never_starts_a_run_of_a_child_running_elsewhere() {
         "the message is kept for whoever runs the child next"
     );
 }
+
+#[tokio::test]
+async fn a_teardown_whose_tombstone_failed_is_finished_after_the_next_run() {
+    let mem: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let hold = HoldStore::new(mem);
+    let store: Arc<dyn Store> = hold.clone();
+    let sup = supervisor(
+        &store,
+        vec![ScriptedTurn::text("done")],
+        Arc::new(AtomicUsize::new(0)),
+        false,
+        |b| b,
+    );
+    let root = root(&sup, &store).await;
+    let first = sup.spawn(request(&root)).await.unwrap();
+    quiet(&sup).await;
+    // The store fails the tombstone's write: the delete reports it, the child is closed.
+    hold.fail_once(|c| matches!(c, Call::Update(_, u) if u.tombstone.is_some()));
+    let e = sup
+        .delete_child(root.id(), "w", "host", "done with it")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Store);
+    let record = store.session(first.session_id).await.unwrap().unwrap();
+    assert!(record.tombstone.is_none());
+    // The next run that ends finishes it.
+    let req = DelegationRequest {
+        name: Some("w2".into()),
+        ..request(&root)
+    };
+    sup.spawn(req).await.unwrap();
+    quiet(&sup).await;
+    let record = store.session(first.session_id).await.unwrap().unwrap();
+    let tombstone = record.tombstone.expect("finished after the next run");
+    assert_eq!(tombstone.reason, "done with it");
+    assert_eq!(sup.retry_cleanups().await, 0);
+}
