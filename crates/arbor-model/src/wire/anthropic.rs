@@ -178,11 +178,15 @@ impl EventDecoder {
             return Err(stream_error("the stream ended before message_stop"));
         };
         if self.saw_usage {
-            let input = self.input + self.cache_read + self.cache_write;
+            // Counts come from the network: a sum past u64::MAX saturates.
+            let input = self
+                .input
+                .saturating_add(self.cache_read)
+                .saturating_add(self.cache_write);
             out.push(ModelEvent::Usage(Usage {
                 input_tokens: input,
                 output_tokens: self.output,
-                total_tokens: input + self.output,
+                total_tokens: input.saturating_add(self.output),
                 cache_read_tokens: self.cache_read,
                 cache_write_tokens: self.cache_write,
             }));
@@ -381,6 +385,28 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "answer too large: text took the turn past 70 bytes of text and tool calls"
+        );
+    }
+
+    #[test]
+    fn token_counts_near_u64_max_saturate_instead_of_overflowing() {
+        // Found by the anthropic_stream fuzz target: input, cache reads and cache writes are
+        // added up for the whole prompt, and the sum overflowed (a panic in debug builds, a
+        // wrapped count in release).
+        let s = "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":18446744073709551615,\"cache_read_input_tokens\":7,\"cache_creation_input_tokens\":1}}}\n\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n";
+        let events = decode(s.as_bytes(), 0).unwrap();
+        assert_eq!(
+            events,
+            [
+                ModelEvent::Usage(Usage {
+                    input_tokens: u64::MAX,
+                    output_tokens: 3,
+                    total_tokens: u64::MAX,
+                    cache_read_tokens: 7,
+                    cache_write_tokens: 1,
+                }),
+                ModelEvent::Finished(FinishReason::Stop),
+            ]
         );
     }
 

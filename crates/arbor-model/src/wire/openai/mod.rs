@@ -161,7 +161,9 @@ fn usage_of(u: &Value) -> Usage {
     Usage {
         input_tokens: input,
         output_tokens: output,
-        total_tokens: u["total_tokens"].as_u64().unwrap_or(input + output),
+        total_tokens: u["total_tokens"]
+            .as_u64()
+            .unwrap_or(input.saturating_add(output)),
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
     }

@@ -435,3 +435,24 @@ fn thinking_is_sent_as_reasoning_effort() {
         assert!(body.get("reasoning_effort").is_none(), "{body}");
     }
 }
+
+#[test]
+fn token_counts_near_u64_max_saturate_instead_of_overflowing() {
+    // Found by the openai_stream fuzz target: a usage with no total and counts whose sum
+    // passes u64::MAX overflowed (a panic in debug builds, a wrapped total in release).
+    let s = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":18446744073709551615,\"completion_tokens\":2}}\n\n";
+    let events = decode(s.as_bytes(), 0).unwrap();
+    assert_eq!(
+        events,
+        [
+            ModelEvent::Usage(Usage {
+                input_tokens: u64::MAX,
+                output_tokens: 2,
+                total_tokens: u64::MAX,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
+            }),
+            ModelEvent::Finished(FinishReason::Stop),
+        ]
+    );
+}
