@@ -4,6 +4,7 @@ mod bounds;
 mod cancel;
 mod effects;
 mod events;
+mod fuzz_inputs;
 mod hold;
 mod identity;
 mod limits;
