@@ -1,0 +1,93 @@
+//! `arbor`: run agent trees from a spec and inspect what they left.
+//!
+//! The binary (`src/main.rs`) only calls [`main`], which parses the arguments, starts
+//! logging and the runtime, and turns the command's outcome into the exit code (see
+//! [`fail`]). The library exists so the spec parser can be fuzzed ([`check_spec`]); it is
+//! not a stable API. The pieces:
+//!
+//! - [`cli`]: the arguments and the help text (exit codes, environment).
+//! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
+//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
+//!   when nothing is pending.
+//! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
+//!   process owns a tree's runs.
+//! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
+//! - [`store`]: which store a run uses and how it is opened.
+//! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
+//! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
+
+mod answers;
+mod approvals;
+mod cli;
+mod fail;
+mod follow;
+mod inspect;
+mod interrupt;
+mod logging;
+mod models;
+mod output;
+mod owner;
+mod progress;
+mod redaction;
+mod report;
+mod run;
+mod spec;
+mod store;
+mod tree;
+mod walk;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+/// The `arbor` command: parses the process's arguments, runs the command, and returns the
+/// exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            output::err(&format!("error: cannot start the runtime: {e}"));
+            return ExitCode::from(fail::EXIT_RUN);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Ls(args) => runtime.block_on(inspect::ls(args)),
+        Command::Tree(args) => runtime.block_on(inspect::tree(args)),
+        Command::Log(args) => runtime.block_on(inspect::log(args)),
+        Command::Send(args) => runtime.block_on(follow::send(args)),
+        Command::Rm(args) => runtime.block_on(follow::rm(args)),
+        Command::Rename(args) => runtime.block_on(follow::rename(args)),
+        Command::Approvals(args) => runtime.block_on(approvals::list(args)),
+        Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
+        Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
+        Command::Resume(args) => runtime.block_on(approvals::resume(args)),
+        Command::Models(args) => runtime.block_on(models::list(args)),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(fail) => {
+            output::err(&format!("error: {}", output::one_line(&fail.message)));
+            ExitCode::from(fail.code)
+        }
+    }
+}
+
+/// Parses and validates a spec's text as `arbor run` does before it opens a store (building
+/// each HTTP provider it names, which sends nothing); the error is the one-line message
+/// `arbor run` prints, prefixed with `path`. For fuzzing: it must return, never panic,
+/// whatever `text` holds.
+#[doc(hidden)]
+pub fn check_spec(path: &str, text: &str) -> Result<(), String> {
+    let spec = spec::Spec::parse(path, text)?;
+    spec.root_name()?;
+    let _ = spec.is_tree();
+    Ok(())
+}
