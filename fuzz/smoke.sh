@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Fuzz smoke for CI: builds every cargo-fuzz target and runs each for a short while
+# (FUZZ_SECONDS, default 20) from its seed corpus; exits non-zero on a crash, a panic, a
+# timeout or a leak. Needs a nightly toolchain: without one it says so and exits 0 (the
+# stable fuzz-style tests in the crates' test suites still run). cargo-fuzz is installed
+# into .ci/tools once (kept between runs on the same machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+seconds=${FUZZ_SECONDS:-20}
+
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    echo "fuzz smoke: no nightly toolchain; skipping (the stable fuzz-style tests ran with the suite)"
+    exit 0
+fi
+
+tools="$root/.ci/tools"
+export PATH="$tools/bin:$PATH"
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz smoke: installing cargo-fuzz into .ci/tools"
+    if ! cargo install --locked --root "$tools" cargo-fuzz; then
+        echo "fuzz smoke: cargo-fuzz could not be installed; skipping"
+        exit 0
+    fi
+fi
+
+# Its own target folder, so the fuzz build (instrumented, nightly) never invalidates the
+# workspace's.
+export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$root/target/fuzz}"
+
+# Release with debug assertions (so integer overflow panics), without AddressSanitizer:
+# the code is safe Rust, and the build is minutes shorter. The long campaign adds ASan.
+flags="-O -a -s none"
+
+start=$SECONDS
+cargo +nightly fuzz build $flags
+echo "fuzz smoke: built in $((SECONDS - start)) s"
+
+# Corpora are copied so a run's new inputs never dirty the checkout.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+status=0
+for target in $(cargo +nightly fuzz list); do
+    corpus="$work/$target"
+    mkdir -p "$corpus"
+    if [ -d "fuzz/corpus/$target" ]; then
+        cp -R "fuzz/corpus/$target/." "$corpus/"
+    fi
+    t0=$SECONDS
+    if cargo +nightly fuzz run $flags "$target" "$corpus" -- \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+        -dict=fuzz/dict/json.dict -print_final_stats=1 >"$work/$target.log" 2>&1; then
+        echo "fuzz smoke: $target ok ($((SECONDS - t0)) s, $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/$target.log" | grep -o '[0-9]*$') runs)"
+    else
+        echo "fuzz smoke: $target FAILED; its log:"
+        tail -n 60 "$work/$target.log"
+        status=1
+    fi
+done
+echo "fuzz smoke: done in $((SECONDS - start)) s"
+exit $status
