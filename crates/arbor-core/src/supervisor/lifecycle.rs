@@ -81,17 +81,18 @@ impl Supervisor {
         };
         let closed = self.inner.hub.close(child.id);
         let reason = self.redact(reason);
-        let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await
-        {
+        let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await {
             Ok(t) => t,
             Err(e) => {
                 // Closed here already (nothing of it runs); the tombstone is written again
                 // after the next run that ends, or by a retried delete.
-                self.inner.hub.unfinished(crate::supervisor::hub::Unfinished {
-                    id: child.id,
-                    by: by.to_owned(),
-                    reason,
-                });
+                self.inner
+                    .hub
+                    .unfinished(crate::supervisor::hub::Unfinished {
+                        id: child.id,
+                        by: by.to_owned(),
+                        reason,
+                    });
                 return Err(e);
             }
         };

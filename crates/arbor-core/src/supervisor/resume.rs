@@ -373,11 +373,13 @@ impl Supervisor {
                 .await
         {
             tracing::warn!(child = %record.id, error = %e, "could not revoke a cancelled child; retried later");
-            self.inner.hub.unfinished(crate::supervisor::hub::Unfinished {
-                id: record.id,
-                by: "host".to_owned(),
-                reason: "revoked".to_owned(),
-            });
+            self.inner
+                .hub
+                .unfinished(crate::supervisor::hub::Unfinished {
+                    id: record.id,
+                    by: "host".to_owned(),
+                    reason: "revoked".to_owned(),
+                });
         }
     }
 }
