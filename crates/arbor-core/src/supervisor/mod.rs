@@ -6,6 +6,13 @@
 //! `before` hook, the child's factory and its run, under the delegation's timeout and
 //! cancellation, ending in exactly one terminal report (events, counters, `after` hook).
 //!
+//! **Teardown.** A delegation that ends (success, failure or cancel) cancels its
+//! task-lifetime descendants: nothing keeps running under a delegation that is over (the
+//! delegation contract's rule; the supervisor reference leaves them running). Session-lifetime
+//! and message-mode children run until cancelled, deleted, their parent closed, or the
+//! supervisor's session ends. [`Supervisor::summary`] shows a torn-down child `aborted`, and
+//! `failure_radius` counts the task-lifetime descendants live at the moment of the failure.
+//!
 //! - [`limits`], [`SupervisorLimits`], defaults, hard caps and narrowing.
 //! - [`policy`], child policies (lifetime, report, milestones, budget share).
 //! - [`catalog`], the allow-list ([`ChildEntry`], [`ChildFactory`]).
