@@ -55,7 +55,7 @@ pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
 
 /// `arbor approvals SESSION`.
 pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
-    let store = open(&args.store).await?;
+    let store = crate::inspect::open_to_read(&args.store).await?;
     let id = session_id(&args.session)?;
     registry::session(store.as_ref(), id)
         .await

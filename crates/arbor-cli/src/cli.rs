@@ -89,6 +89,10 @@ pub(crate) enum Command {
     Resume(SessionArgs),
     /// List the models the providers configured in the environment offer.
     Models(ModelsArgs),
+    /// Store maintenance: `arbor store check` runs SQLite's integrity and foreign-key checks
+    /// (read-only; exit 3 with the recovery steps when the file is damaged).
+    #[command(subcommand)]
+    Store(StoreCommand),
 }
 
 /// Arguments of `arbor models`.
@@ -185,6 +189,13 @@ pub(crate) struct RmArgs {
     pub(crate) reason: String,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+}
+
+/// `arbor store …`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum StoreCommand {
+    /// Checks the whole store file; changes nothing.
+    Check(StoreArgs),
 }
 
 /// Arguments of `arbor rename`.

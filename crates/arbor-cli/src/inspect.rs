@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::cli::{LsArgs, SessionArgs, StoreArgs};
 use crate::fail::Fail;
 use crate::report::{table, thousands};
-use crate::store::StoreChoice;
+use crate::store::{StoreChoice, StoreName};
 use crate::{output, owner, walk};
 
 /// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
@@ -19,6 +19,60 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
     let store = StoreChoice::from_args(false, args.store.as_deref())?.open_existing()?;
     owner::sweep(&store).await?;
     Ok(store)
+}
+
+/// Opens the store of `args` for a command that only reads: as [`open`] does, and when the
+/// store cannot be written (a read-only file or directory, a full disk), read-only, without
+/// the sweep (what it shows is then as the last writer left it).
+pub(crate) async fn open_to_read(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
+    let choice = StoreChoice::from_args(false, args.store.as_deref())?;
+    let store = match choice.open_existing() {
+        Ok(store) => store,
+        Err(e) if e.code == crate::fail::EXIT_STORE => {
+            let StoreName::Sqlite(path) = choice.name() else {
+                return Err(e);
+            };
+            match arbor_store_sqlite::SqliteStore::open_read_only(path) {
+                Ok(store) => {
+                    tracing::warn!(error = %e.message, "the store cannot be written; reading it as it is");
+                    return Ok(Arc::new(store));
+                }
+                Err(_) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    if let Err(e) = owner::sweep(&store).await {
+        // Reading still works: the runs of dead owners just show as they were left.
+        tracing::warn!(error = %e.message, "could not mark the runs of dead processes interrupted");
+    }
+    Ok(store)
+}
+
+/// `arbor store check`: SQLite's integrity and foreign-key checks, read-only.
+pub(crate) async fn check(args: StoreArgs) -> Result<u8, Fail> {
+    let choice = StoreChoice::from_args(false, args.store.as_deref())?;
+    let StoreName::Sqlite(path) = choice.name() else {
+        return Err(Fail::usage("only a SQLite store can be checked"));
+    };
+    if !path.exists() {
+        return Err(Fail::usage(format!("no store at {}", path.display())));
+    }
+    let store = arbor_store_sqlite::SqliteStore::open_read_only(path)
+        .map_err(|e| Fail::store(e.to_string()))?;
+    store
+        .check()
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?;
+    if args.json {
+        output::out(&serde_json::json!({"store": path, "ok": true}).to_string());
+    } else {
+        output::out(&format!(
+            "{}: ok (integrity and foreign keys checked)",
+            path.display()
+        ));
+    }
+    Ok(0)
 }
 
 /// A session id argument.
@@ -34,7 +88,7 @@ fn store_fail(e: arbor_store::StoreError) -> Fail {
 
 /// `arbor ls [SESSION]`.
 pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
-    let store = open(&args.store).await?;
+    let store = open_to_read(&args.store).await?;
     let Some(session) = &args.session else {
         let roots = store
             .list_sessions(SessionQuery::Roots)
@@ -124,7 +178,7 @@ fn children_table(rows: &[ChildRow]) -> String {
 
 /// `arbor tree SESSION`: streamed (see [`crate::walk`]).
 pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
-    let store = open(&args.store).await?;
+    let store = open_to_read(&args.store).await?;
     let id = session_id(&args.session)?;
     walk::tree(store.as_ref(), id, args.store.json).await?;
     Ok(0)
@@ -132,7 +186,7 @@ pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
 
 /// `arbor log SESSION`.
 pub(crate) async fn log(args: SessionArgs) -> Result<u8, Fail> {
-    let store = open(&args.store).await?;
+    let store = open_to_read(&args.store).await?;
     let id = session_id(&args.session)?;
     registry::session(store.as_ref(), id)
         .await

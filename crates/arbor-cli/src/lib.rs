@@ -70,6 +70,7 @@ pub fn main() -> ExitCode {
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
         Command::Resume(args) => runtime.block_on(approvals::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
+        Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

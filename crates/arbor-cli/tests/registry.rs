@@ -494,3 +494,88 @@ fn rename_moves_a_childs_name_and_the_transcript_records_it() {
         String::from_utf8_lossy(&log.stdout)
     );
 }
+
+#[test]
+fn store_check_passes_a_healthy_store_and_names_a_damaged_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(dir.path(), &["run", REPLIES, "--json", "-q"]);
+    assert!(run.status.success());
+    let ok = arbor(dir.path(), &["store", "check"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains(": ok (integrity and foreign keys checked)")
+    );
+    // Damage every page but the header: exit 3, the file named, the recovery said.
+    let path = dir.path().join(".arbor/arbor.db");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = 4096;
+    for (i, b) in bytes[page..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let bad = arbor(dir.path(), &["store", "check"]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("arbor.db"), "{stderr}");
+    assert!(
+        stderr.contains(".recover"),
+        "the recovery is said: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the damaged file is never rewritten"
+    );
+}
+
+/// Inspection works on a store that cannot be written (its directory mounted read-only in a
+/// private mount namespace, which binds even root); skipped where no namespace can be made.
+#[cfg(target_os = "linux")]
+#[test]
+fn inspection_reads_a_store_it_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = json(dir.path(), &["run", REPLIES, "--json", "-q"]);
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    let can = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind / / 2>/dev/null || mount -t tmpfs none /mnt",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !can {
+        eprintln!("skipped: no private mount namespace here");
+        return;
+    }
+    let store_dir = dir.path().join(".arbor");
+    let script = "mount --bind \"$D\" \"$D\" && mount -o remount,ro,bind \"$D\" && \
+                  touch \"$D/probe\" 2>/dev/null && exit 9; exec \"$0\" \"$@\"";
+    for args in [
+        vec!["ls", "--json"],
+        vec!["tree", root.as_str(), "--json"],
+        vec!["log", root.as_str()],
+        vec!["approvals", root.as_str()],
+    ] {
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", script])
+            .arg(env!("CARGO_BIN_EXE_arbor"))
+            .args(&args)
+            .env("D", &store_dir)
+            .env_remove("ARBOR_LOG")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?} on a read-only store: {:?} {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
