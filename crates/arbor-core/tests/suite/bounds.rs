@@ -32,15 +32,7 @@ async fn a_supervisor_tracks_what_is_live_not_every_child_that_ran() {
         .child(ChildEntry::agent("worker", worker()))
         .build()
         .unwrap();
-    let mut root = Agent::builder("root")
-        .provider(ScriptedProvider::new(Script::default()))
-        .build()
-        .unwrap()
-        .session()
-        .store(store.clone())
-        .create()
-        .await
-        .unwrap();
+    let mut root = super::support::idle_root(&store).await;
     sup.attach(&mut root);
     for i in 0..300 {
         let req = DelegationRequest {
@@ -305,15 +297,7 @@ async fn a_session_max_depth_narrows_durably_and_children_inherit_it() {
         .child(ChildEntry::agent("worker", worker()))
         .build()
         .unwrap();
-    let root = Agent::builder("root")
-        .provider(ScriptedProvider::new(Script::default()))
-        .build()
-        .unwrap()
-        .session()
-        .store(store.clone())
-        .create()
-        .await
-        .unwrap();
+    let root = super::support::idle_root(&store).await;
     assert_eq!(sup.session_max_depth(root.id()).await.unwrap(), 4);
     assert_eq!(sup.set_session_max_depth(root.id(), 1).await.unwrap(), 1);
     let e = sup.set_session_max_depth(root.id(), 2).await.unwrap_err();
@@ -377,15 +361,7 @@ async fn a_child_cancelled_through_its_handle_is_revoked() {
         .child(ChildEntry::agent("slow", slow))
         .build()
         .unwrap();
-    let root = Agent::builder("root")
-        .provider(ScriptedProvider::new(Script::default()))
-        .build()
-        .unwrap()
-        .session()
-        .store(store.clone())
-        .create()
-        .await
-        .unwrap();
+    let root = super::support::idle_root(&store).await;
     let handle = sup
         .delegate_async(DelegationRequest {
             parent: Some(SessionRef::from(root.record())),

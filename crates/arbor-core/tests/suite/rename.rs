@@ -30,15 +30,7 @@ async fn a_child_is_renamed_durably_and_a_taken_name_is_refused() {
         .child(ChildEntry::agent("worker", worker))
         .build()
         .unwrap();
-    let root = Agent::builder("root")
-        .provider(ScriptedProvider::new(Script::default()))
-        .build()
-        .unwrap()
-        .session()
-        .store(store.clone())
-        .create()
-        .await
-        .unwrap();
+    let root = super::support::idle_root(&store).await;
     for name in ["alpha", "beta"] {
         sup.delegate(DelegationRequest {
             parent: Some(SessionRef::from(root.record())),

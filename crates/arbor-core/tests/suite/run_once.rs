@@ -101,21 +101,15 @@ fn allow_all(s: &approval::Suspension) -> Vec<ApprovalDecision> {
         .collect()
 }
 
-fn tool_results(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool(r) => Some(r.content.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn a_resume_cancelled_mid_call_closes_the_run_and_nothing_runs_twice() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let (pay, refund) = (Pay::default(), Pay::default());
-    let mut s = agent(&pay, &refund, 300)
+/// A session of `agent(pay, refund, timeout_ms)` whose first run suspended on both calls,
+/// each then allowed: what a resume runs.
+async fn decided(
+    store: &Arc<dyn Store>,
+    pay: &Pay,
+    refund: &Pay,
+    timeout_ms: u64,
+) -> (arbor_core::Session, arbor_protocol::RunId) {
+    let mut s = agent(pay, refund, timeout_ms)
         .session()
         .store(store.clone())
         .create()
@@ -131,8 +125,26 @@ async fn a_resume_cancelled_mid_call_closes_the_run_and_nothing_runs_twice() {
     )
     .await
     .unwrap();
+    (s, r.run_id)
+}
+
+fn tool_results(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_resume_cancelled_mid_call_closes_the_run_and_nothing_runs_twice() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (pay, refund) = (Pay::default(), Pay::default());
+    let (mut s, run_id) = decided(&store, &pay, &refund, 300).await;
     let cancel = CancellationToken::new();
-    let resuming = s.resume(r.run_id, RunOptions::default().with_cancel(cancel.clone()));
+    let resuming = s.resume(run_id, RunOptions::default().with_cancel(cancel.clone()));
     let canceller = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
         cancel.cancel();
@@ -145,13 +157,13 @@ async fn a_resume_cancelled_mid_call_closes_the_run_and_nothing_runs_twice() {
     // The run is closed: nothing is listed as waiting, and nothing can be resumed again,
     // even once a claim would have expired.
     assert!(
-        approval::load(store.as_ref(), r.run_id)
+        approval::load(store.as_ref(), run_id)
             .await
             .unwrap()
             .is_none()
     );
     tokio::time::sleep(Duration::from_millis(350)).await;
-    let again = s.resume(r.run_id, RunOptions::default()).await.unwrap_err();
+    let again = s.resume(run_id, RunOptions::default()).await.unwrap_err();
     assert_eq!(again.to_string(), "Unknown approval");
     assert_eq!(
         pay.0.load(Ordering::SeqCst),
@@ -168,32 +180,17 @@ async fn a_resume_cancelled_mid_call_closes_the_run_and_nothing_runs_twice() {
 async fn a_resume_cut_off_mid_call_leaves_it_interrupted_for_the_next_resume() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let (pay, refund) = (Pay::default(), Pay::default());
-    let mut s = agent(&pay, &refund, 300)
-        .session()
-        .store(store.clone())
-        .create()
-        .await
-        .unwrap();
-    let r = s.run("settle", RunOptions::default()).await.unwrap();
-    let waiting = r.suspension.unwrap();
-    approval::decide(
-        store.as_ref(),
-        r.run_id,
-        waiting.version,
-        &allow_all(&waiting),
-    )
-    .await
-    .unwrap();
+    let (mut s, run_id) = decided(&store, &pay, &refund, 300).await;
     // A crash mid-call: the resume's future is dropped while `pay` runs; nothing of it
     // finishes, no cleanup happens.
     let cut = tokio::time::timeout(
         Duration::from_millis(50),
-        s.resume(r.run_id, RunOptions::default()),
+        s.resume(run_id, RunOptions::default()),
     )
     .await;
     assert!(cut.is_err(), "the resume was cut off");
     assert_eq!(pay.0.load(Ordering::SeqCst), 1);
-    let (_, stored) = approval::load(store.as_ref(), r.run_id)
+    let (_, stored) = approval::load(store.as_ref(), run_id)
         .await
         .unwrap()
         .unwrap();
@@ -205,7 +202,7 @@ async fn a_resume_cut_off_mid_call_leaves_it_interrupted_for_the_next_resume() {
     // Once the dead resume's claim expires, the next one finishes the run without paying
     // twice: the model is told the payment was interrupted; the refund runs once.
     tokio::time::sleep(Duration::from_millis(350)).await;
-    let done = s.resume(r.run_id, RunOptions::default()).await.unwrap();
+    let done = s.resume(run_id, RunOptions::default()).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(
         pay.0.load(Ordering::SeqCst),
@@ -217,7 +214,7 @@ async fn a_resume_cut_off_mid_call_leaves_it_interrupted_for_the_next_resume() {
     assert!(results[0].starts_with("interrupted:"), "{results:?}");
     assert_eq!(results[1], "refunded");
     assert!(
-        approval::load(store.as_ref(), r.run_id)
+        approval::load(store.as_ref(), run_id)
             .await
             .unwrap()
             .is_none()

@@ -95,3 +95,16 @@ impl Tool for Probe {
         Ok(args.tag)
     }
 }
+
+/// A root session on `store` whose agent never runs (the host's side of a tree).
+pub(crate) async fn idle_root(store: &Arc<dyn arbor_store::Store>) -> Session {
+    Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::default()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap()
+}
