@@ -4,8 +4,6 @@
 //! `child_failed`, so a host can tell a child that hit one wall from one that was about to
 //! hit all of them, without ever seeing what the child sent to its tools.
 
-use std::collections::VecDeque;
-
 use arbor_protocol::{
     AxisUse, Consumed, LimitKind, Message, RecentCall, RunAttribution, RunLimitBreach, RunLimits,
     ToolCall, Usage,
@@ -15,48 +13,30 @@ use sha2::{Digest, Sha256};
 /// Recent calls kept.
 const RECENT_CALLS: usize = 10;
 
-/// What a run records for its attribution as it goes. Cheap: counters, and the hash of
-/// each call's arguments.
+/// What a run records for its attribution as it goes: only how many messages each provider
+/// call was sent (a push per turn). Sizes and hashes are computed from the conversation
+/// when a limit fires, never on the run's hot path.
 #[derive(Debug, Default)]
 pub(crate) struct Trace {
-    provider_attempts: u32,
-    request_bytes: u64,
-    recent: VecDeque<RecentCall>,
+    /// The conversation's length at each provider call.
+    requests: Vec<usize>,
+    system_bytes: usize,
 }
 
 impl Trace {
-    /// One provider call on `messages` (and the system prompt).
-    pub(crate) fn request(&mut self, system: Option<&str>, messages: &[Message]) {
-        self.provider_attempts = self.provider_attempts.saturating_add(1);
-        let bytes = serialized_len(&messages).saturating_add(system.map_or(0, str::len));
-        self.request_bytes = self.request_bytes.saturating_add(bytes as u64);
+    /// One provider call on the first `messages` of the conversation (and the system prompt).
+    pub(crate) fn request(&mut self, system: Option<&str>, messages: usize) {
+        self.system_bytes = system.map_or(0, str::len);
+        self.requests.push(messages);
     }
 
-    /// The calls of one turn.
-    pub(crate) fn calls(&mut self, calls: &[ToolCall]) {
-        for call in calls {
-            if self.recent.len() == RECENT_CALLS {
-                self.recent.pop_front();
-            }
-            let args = serde_json::to_vec(&call.arguments).unwrap_or_default();
-            let hex: String = Sha256::digest(&args)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            self.recent.push_back(RecentCall {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arg_hash: format!("sha256:{hex}"),
-            });
-        }
-    }
-
-    /// The attribution of a run that hit `breach`.
+    /// The attribution of a run that hit `breach`, with `messages` its conversation now.
     pub(crate) fn attribution(
         &self,
         breach: &RunLimitBreach,
         limits: &RunLimits,
         used: Used,
+        messages: &[Message],
     ) -> RunAttribution {
         let ratio = |n: u64, max: u64| if max == 0 { 0.0 } else { n as f64 / max as f64 };
         let mut axes: Vec<AxisUse> = [
@@ -83,16 +63,59 @@ impl Trace {
         .collect();
         axes.sort_by(|a, b| b.used_ratio.total_cmp(&a.used_ratio));
         axes.truncate(3);
+        // Bytes of each call's request: the prefix of the conversation it was sent.
+        let mut prefix = Vec::with_capacity(messages.len() + 1);
+        prefix.push(0u64);
+        for m in messages {
+            let last = prefix.last().copied().unwrap_or(0);
+            prefix.push(last.saturating_add(serialized_len(m) as u64));
+        }
+        let request_bytes = self.requests.iter().fold(0u64, |sum, &n| {
+            let convo = prefix.get(n.min(messages.len())).copied().unwrap_or(0);
+            sum.saturating_add(convo)
+                .saturating_add(self.system_bytes as u64)
+        });
         RunAttribution {
             consumed: Consumed {
                 turns: used.turns,
                 input_tokens: used.usage.input_tokens,
-                provider_attempts: self.provider_attempts,
-                request_bytes: self.request_bytes,
+                provider_attempts: u32::try_from(self.requests.len()).unwrap_or(u32::MAX),
+                request_bytes,
             },
             closest_other_axes: axes,
-            recent_tool_calls: self.recent.iter().cloned().collect(),
+            recent_tool_calls: recent_calls(messages),
         }
+    }
+}
+
+/// The last [`RECENT_CALLS`] tool calls of the conversation, oldest first, their arguments
+/// hashed.
+fn recent_calls(messages: &[Message]) -> Vec<RecentCall> {
+    let mut recent: Vec<RecentCall> = messages
+        .iter()
+        .rev()
+        .filter_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => Some(tool_calls.iter().rev()),
+            _ => None,
+        })
+        .flatten()
+        .take(RECENT_CALLS)
+        .map(hashed)
+        .collect();
+    recent.reverse();
+    recent
+}
+
+fn hashed(call: &ToolCall) -> RecentCall {
+    let args = serde_json::to_vec(&call.arguments).unwrap_or_default();
+    let hex: String = Sha256::digest(&args)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    RecentCall {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        arg_hash: format!("sha256:{hex}"),
     }
 }
 
@@ -138,8 +161,14 @@ mod tests {
                 arguments: serde_json::json!({"secret": "hunter2", "i": i}),
             })
             .collect();
-        t.calls(&calls);
-        t.request(Some("sys"), &[Message::user("hi")]);
+        let messages = vec![
+            Message::user("hi"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: calls.clone(),
+            },
+        ];
+        t.request(Some("sys"), 1);
         let limits = RunLimits {
             max_steps: 8,
             max_tool_calls: 12,
@@ -157,7 +186,7 @@ mod tests {
             usage: Usage::new(600, 100),
             elapsed_ms: 1000,
         };
-        let a = t.attribution(&breach, &limits, used);
+        let a = t.attribution(&breach, &limits, used, &messages);
         assert_eq!(a.recent_tool_calls.len(), 10);
         assert_eq!(a.recent_tool_calls[0].id, "c2");
         let json = serde_json::to_string(&a).unwrap();
@@ -178,6 +207,10 @@ mod tests {
         assert_eq!(a.consumed.turns, 4);
         assert_eq!(a.consumed.input_tokens, 600);
         assert_eq!(a.consumed.provider_attempts, 1);
-        assert!(a.consumed.request_bytes > 3);
+        assert_eq!(
+            a.consumed.request_bytes,
+            (serialized_len(&messages[0]) + 3) as u64,
+            "the first message and the system prompt"
+        );
     }
 }

@@ -295,9 +295,10 @@ impl Session {
             state.turns = turn;
             self.bus
                 .publish(state.run_id, AgentEvent::TurnStarted { turn });
-            state.trace.request(self.agent.system(), &self.messages);
+            state
+                .trace
+                .request(self.agent.system(), self.messages.len());
             let (text, calls, usage, failure) = self.provider_turn(state.run_id, turn).await;
-            state.trace.calls(&calls);
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
             self.record_turn(
                 state,
@@ -601,7 +602,9 @@ impl Session {
                     .0
                     .saturating_sub(state.started_ms),
             };
-            state.trace.attribution(b, &state.limits, used)
+            state
+                .trace
+                .attribution(b, &state.limits, used, &self.messages)
         });
         Ok(RunResult {
             attribution,
