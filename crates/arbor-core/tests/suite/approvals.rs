@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use arbor_core::approval::{self, MAX_REASON_BYTES};
 use arbor_core::{Agent, CoreErrorKind, RunOptions, Tool, ToolContext, ToolError};
 use arbor_model::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};
-use arbor_protocol::{ApprovalDecision, EntryKind, Message, RunStatus, SessionStatus, Verdict};
+use arbor_protocol::{ApprovalDecision, EntryKind, RunStatus, SessionStatus, Verdict};
 use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+
+use super::support::tool_results;
 
 /// A side effect that counts how often it ran.
 #[derive(Debug, Clone)]
@@ -79,16 +81,6 @@ fn effects() -> (Effect, Effect) {
             runs: Arc::default(),
         },
     )
-}
-
-fn tool_results(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool(r) => Some(r.content.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use arbor_core::{
     Agent, RunLimits, RunOptions, StoreEffects, Tool, ToolContext, ToolEffect, ToolError,
 };
 use arbor_model::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};
-use arbor_protocol::{ApprovalDecision, Message, RunStatus, Verdict};
+use arbor_protocol::{ApprovalDecision, RunStatus, Verdict};
 use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::hold::{Call, HoldStore};
+use super::support::tool_results;
 
 /// Charges a card: an idempotent external effect. Keeps the key of every execution.
 #[derive(Debug, Clone, Default)]
@@ -64,16 +65,6 @@ fn charge_turn() -> ScriptedTurn {
         }],
         ..ScriptedTurn::default()
     }
-}
-
-fn results(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool(r) => Some(r.content.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -144,7 +135,7 @@ async fn a_recorded_effect_is_never_executed_again_after_a_cut_off_resume() {
     let done = s.resume(r.run_id, RunOptions::default()).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(charge.0.lock().unwrap().len(), 1, "charged once");
-    assert_eq!(results(s.messages()), ["charged 5"]);
+    assert_eq!(tool_results(s.messages()), ["charged 5"]);
 }
 
 #[tokio::test]

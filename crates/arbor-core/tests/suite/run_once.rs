@@ -10,12 +10,14 @@ use std::time::Duration;
 use arbor_core::approval;
 use arbor_core::{Agent, RunLimits, RunOptions, Tool, ToolContext, ToolError};
 use arbor_model::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};
-use arbor_protocol::{ApprovalDecision, Message, RunStatus, Verdict};
+use arbor_protocol::{ApprovalDecision, RunStatus, Verdict};
 use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+
+use super::support::tool_results;
 use tokio_util::sync::CancellationToken;
 
 /// A side effect that counts its starts and takes `ms` to finish.
@@ -126,16 +128,6 @@ async fn decided(
     .await
     .unwrap();
     (s, r.run_id)
-}
-
-fn tool_results(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool(r) => Some(r.content.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -108,3 +108,14 @@ pub(crate) async fn idle_root(store: &Arc<dyn arbor_store::Store>) -> Session {
         .await
         .unwrap()
 }
+
+/// The contents of the tool results in `messages`, in order.
+pub(crate) fn tool_results(messages: &[arbor_protocol::Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            arbor_protocol::Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
