@@ -173,8 +173,8 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
         return continue_tree(view, &spec, &root).await;
     };
     // This process runs the tree now (refused while another live process does).
-    owner::take_over(&store, &root).await?;
     let token = CancellationToken::new();
+    let _lease = owner::take_over(&store, &root, &token).await?;
     let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
     let session = built
         .root
@@ -226,8 +226,8 @@ async fn continue_tree(
             root.id
         )));
     }
-    owner::take_over(store, root).await?;
     let token = CancellationToken::new();
+    let _lease = owner::take_over(store, root, &token).await?;
     let built = tree::build(spec, store.clone(), token.clone()).map_err(Fail::core)?;
     let mut session = built
         .root

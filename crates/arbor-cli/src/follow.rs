@@ -46,7 +46,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         )));
     };
     // This process runs the tree's sessions now (refused while another live one does).
-    owner::take_over(&store, &root).await?;
+    let _lease = owner::take_over(&store, &root, &token).await?;
 
     let before = store
         .transcript(parent, 0, None)
@@ -136,7 +136,7 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
     let root = registry::session(store.as_ref(), parent_record.root_id)
         .await
         .map_err(Fail::core)?;
-    owner::take_over(&store, &root).await?;
+    let _lease = owner::take_over(&store, &root, &CancellationToken::new()).await?;
     let (id, tombstone, already) = match registry::delete_target(store.as_ref(), parent, &args.name)
         .await
         .map_err(Fail::core)?

@@ -1,24 +1,152 @@
 //! Which process owns a tree's runs, so a later process can tell a crash from a run still
-//! going: the root's record keeps `meta.owner` (the process id and its start time), and any
+//! going: the root's record keeps `meta.owner` (host, process id, start time, and a lease the
+//! owner renews by heartbeat), and any
 //! command that opens a durable store first marks as `interrupted` the sessions of trees
 //! whose owner is gone and that were still in flight: `running` ones, and `idle` ones (created
 //! by a delegation whose child never started). A `suspended` session waits for decisions and
 //! stays as it is (`arbor resume` goes on with it); finished ones keep their outcome. A second
 //! process working on the same store never touches the runs of a first one that is still
 //! alive.
+//!
+//! Liveness is never a guess. On the owner's host it is the process itself: gone (or its id
+//! reused by a later process) is dead at once. From another host sharing the store it is the
+//! lease: the owner renews `meta.owner.renewed_ms` every third of its term (`lease_ms`,
+//! 30 s unless `ARBOR_OWNER_LEASE_MS` says otherwise), and an owner whose lease ran out
+//! counts as gone. An owner that finds the tree taken over while it was stalled past its
+//! term stops its run (its token is cancelled) instead of going on beside the new owner.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use arbor_protocol::SessionStatus;
-use arbor_store::{SessionQuery, SessionUpdate, Store};
+use arbor_protocol::{SessionId, SessionStatus};
+use arbor_store::{SessionQuery, SessionUpdate, Store, StoreError};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::fail::Fail;
 
-/// This process, as `meta.owner` records it.
+/// The owner's lease term unless `ARBOR_OWNER_LEASE_MS` sets another (at least 300 ms).
+const DEFAULT_LEASE_MS: u64 = 30_000;
+
+/// This process's lease term, in milliseconds.
+fn lease_ms() -> u64 {
+    std::env::var("ARBOR_OWNER_LEASE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_LEASE_MS, |ms| ms.max(300))
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// This process, as `meta.owner` records it, with a fresh lease.
 pub(crate) fn current() -> Value {
     let pid = std::process::id();
-    json!({"pid": pid, "start": start_time(pid), "host": arbor_core::lease::ProcessId::current().host})
+    json!({
+        "pid": pid,
+        "start": start_time(pid),
+        "host": arbor_core::lease::ProcessId::current().host,
+        "renewed_ms": now_ms(),
+        "lease_ms": lease_ms(),
+    })
+}
+
+/// Whether `owner` names this very process.
+fn is_me(owner: &Value) -> bool {
+    let me = current();
+    owner["pid"] == me["pid"] && owner["start"] == me["start"] && owner["host"] == me["host"]
+}
+
+/// Keeps this process's lease on a tree while it runs it: renews it every third of its
+/// term, and cancels the run's token if it finds the tree taken over (it stalled past its
+/// term and another host's process took it). Dropping it stops the renewals.
+#[derive(Debug)]
+pub(crate) struct Heartbeat {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Heartbeat {
+    /// Starts renewing this process's lease on the tree of root `root`.
+    pub(crate) fn start(store: Arc<dyn Store>, root: SessionId, run: CancellationToken) -> Self {
+        let every = Duration::from_millis(lease_ms() / 3);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match renew(store.as_ref(), root).await {
+                    Renewal::Renewed => {}
+                    Renewal::Lost(by) => {
+                        tracing::warn!(%root, owner = %by, "another process took over the tree; stopping this run");
+                        crate::output::err(&format!(
+                            "error: another process ({by}) took over the tree of {root} while                              this one was stalled past its lease; stopping"
+                        ));
+                        run.cancel();
+                        return;
+                    }
+                    Renewal::Gone => return,
+                }
+            }
+        });
+        Self { task }
+    }
+}
+
+/// What one renewal found.
+enum Renewal {
+    Renewed,
+    /// Another process owns the tree now (named).
+    Lost(String),
+    /// The root is gone or deleted: nothing to keep.
+    Gone,
+}
+
+/// Renews this process's lease on `root` (compare-and-swap, retried while the record
+/// changes under it).
+async fn renew(store: &dyn Store, root: SessionId) -> Renewal {
+    for _ in 0..8 {
+        let record = match store.session(root).await {
+            Ok(Some(r)) if r.tombstone.is_none() => r,
+            Ok(_) => return Renewal::Gone,
+            Err(e) => {
+                tracing::warn!(%root, error = %e, "could not read the tree's owner to renew the lease");
+                return Renewal::Renewed;
+            }
+        };
+        let owner = &record.meta["owner"];
+        if !is_me(owner) {
+            return Renewal::Lost(format!(
+                "process {} on {}",
+                owner["pid"],
+                owner["host"].as_str().unwrap_or("an unknown host")
+            ));
+        }
+        let mut meta = record.meta.clone();
+        meta["owner"]["renewed_ms"] = Value::from(now_ms());
+        let update = SessionUpdate {
+            expected_version: Some(record.version),
+            meta: Some(meta),
+            ..SessionUpdate::default()
+        };
+        match store.update_session(root, &update).await {
+            Ok(_) => return Renewal::Renewed,
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(StoreError::Deleted { .. }) => return Renewal::Gone,
+            Err(e) => {
+                tracing::warn!(%root, error = %e, "could not renew the tree's lease");
+                return Renewal::Renewed;
+            }
+        }
+    }
+    Renewal::Renewed
 }
 
 /// Refuses (exit 2, naming the process) while another live process owns the tree of `root`.
@@ -36,13 +164,16 @@ pub(crate) fn not_run_elsewhere(root: &arbor_store::SessionRecord) -> Result<(),
     Ok(())
 }
 
-/// Makes this process the owner of the tree of `root` (compare-and-swap on its record).
-/// Refused while another live process owns it: one process runs a tree's sessions at a
-/// time, and a command never runs or deletes what another process is running.
+/// Makes this process the owner of the tree of `root` (compare-and-swap on its record) and
+/// keeps its lease while the returned heartbeat lives (`run` is cancelled if the tree is
+/// taken over meanwhile). Refused while another live process owns it: one process runs a
+/// tree's sessions at a time, and a command never runs or deletes what another process is
+/// running.
 pub(crate) async fn take_over(
     store: &Arc<dyn Store>,
     root: &arbor_store::SessionRecord,
-) -> Result<(), Fail> {
+    run: &CancellationToken,
+) -> Result<Heartbeat, Fail> {
     not_run_elsewhere(root)?;
     let mut meta = root.meta.clone();
     meta["owner"] = current();
@@ -52,7 +183,7 @@ pub(crate) async fn take_over(
         ..SessionUpdate::default()
     };
     match store.update_session(root.id, &update).await {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(Heartbeat::start(store.clone(), root.id, run.clone())),
         Err(arbor_store::StoreError::Conflict { .. }) => Err(Fail::usage(format!(
             "another process took over the tree of {} meanwhile; try again",
             root.id
@@ -70,22 +201,34 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Whether the process `owner` names still runs. Unknown (no `/proc`) counts as alive, so
-/// nothing is marked interrupted on a guess.
+/// Whether the process `owner` names still runs: on this host, whether the process exists
+/// (with the same start time); on another host, or where `/proc` cannot tell, whether its
+/// lease was renewed within its term.
 fn alive(owner: &Value) -> bool {
     let Some(pid) = owner["pid"].as_u64().and_then(|p| u32::try_from(p).ok()) else {
         return false;
     };
-    if pid == std::process::id() {
-        return true;
+    let here = arbor_core::lease::ProcessId::current();
+    if owner["host"].as_str().is_some_and(|h| h != here.host)
+        || !std::path::Path::new("/proc/self/stat").exists()
+    {
+        return lease_held(owner, now_ms());
     }
-    if !std::path::Path::new("/proc/self/stat").exists() {
+    if pid == std::process::id() {
         return true;
     }
     match (start_time(pid), owner["start"].as_u64()) {
         (Some(now), Some(then)) => now == then,
         (Some(_), None) => true,
         (None, _) => false,
+    }
+}
+
+/// Whether `owner`'s lease still ran at `now` (a record without one never renewed it).
+fn lease_held(owner: &Value, now: u64) -> bool {
+    match (owner["renewed_ms"].as_u64(), owner["lease_ms"].as_u64()) {
+        (Some(renewed), Some(term)) => now < renewed.saturating_add(term),
+        _ => false,
     }
 }
 
@@ -152,6 +295,31 @@ mod tests {
         .filter(|s| cut_off(*s))
         .collect();
         assert_eq!(cut, [Idle, Running]);
+    }
+
+    #[test]
+    fn an_owner_on_another_host_is_alive_while_its_lease_runs() {
+        let mut owner = current();
+        owner["host"] = Value::from("another-host.example");
+        assert!(alive(&owner), "renewed just now");
+        owner["renewed_ms"] = Value::from(now_ms() - 31_000);
+        owner["lease_ms"] = Value::from(30_000);
+        assert!(!alive(&owner), "its lease ran out");
+        owner["lease_ms"] = Value::from(60_000);
+        assert!(alive(&owner), "a longer term of its own");
+        let legacy = json!({"pid": 1, "start": 1, "host": "another-host.example"});
+        assert!(!alive(&legacy), "never renewed");
+        assert!(lease_held(&owner, now_ms()));
+        assert!(!lease_held(&owner, now_ms() + 60_000));
+    }
+
+    #[test]
+    fn on_this_host_a_dead_process_is_dead_whatever_its_lease() {
+        let mut owner = json!({"pid": u32::MAX - 7, "start": 1,
+            "host": arbor_core::lease::ProcessId::current().host});
+        owner["renewed_ms"] = Value::from(now_ms());
+        owner["lease_ms"] = Value::from(3_600_000);
+        assert!(!alive(&owner));
     }
 
     #[test]

@@ -93,6 +93,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         .create()
         .await
         .map_err(Fail::core)?;
+    let _lease = owner::Heartbeat::start(store.clone(), session.id(), token.clone());
     let view = View {
         store: &store,
         store_name: choice.name(),

@@ -412,6 +412,79 @@ fn another_process_refuses_to_act_on_a_tree_a_live_process_runs() {
     let _ = process.wait();
 }
 
+/// Across hosts, the owner's liveness is its lease: renewed by heartbeat, it keeps another
+/// host's process off the tree past its term; stalled (SIGSTOP) past it, the tree can be
+/// taken over, and the stalled owner, once it wakes, stops instead of going on beside the
+/// new one.
+#[test]
+fn an_owner_on_another_host_holds_the_tree_by_its_lease_and_stops_once_it_lost_it() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("crash.toml"), CRASH_SPEC).unwrap();
+    let mut process = command(dir.path(), &["run", "crash.toml"])
+        .env("ARBOR_HOST", "host-a")
+        .env("ARBOR_OWNER_LEASE_MS", "900")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(process.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().contains("slow: delegation started") {
+            break;
+        }
+    }
+    let pid = process.id().to_string();
+    let from_b = |args: &[&str]| {
+        command(dir.path(), args)
+            .env("ARBOR_HOST", "host-b")
+            .output()
+            .unwrap()
+    };
+    let roots = json(dir.path(), &["ls", "--json"]);
+    let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+    // Three terms later the owner still holds the tree: it renewed its lease.
+    std::thread::sleep(Duration::from_millis(2_700));
+    let out = from_b(&["rm", &root, "slow"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("is being run by process {pid} on host-a")),
+        "{stderr}"
+    );
+
+    // Stalled past its term, it has lost the tree: host-b's process takes it over.
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    let out = from_b(&["rm", &root, "slow"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+
+    // Awake again, the old owner finds the tree taken over and stops its run.
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = process.wait().unwrap();
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("took over the tree") && l.contains("host-b")),
+        "{rest:?}"
+    );
+    assert!(!status.success(), "{status:?}: {rest:?}");
+    // What host-b did stands: the slow child stays deleted.
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    let slow = child(&tree["sessions"], "slow");
+    assert!(!slow["tombstone"].is_null(), "{tree}");
+}
+
 #[test]
 fn rm_refuses_a_selector_that_is_one_childs_name_and_anothers_id() {
     let dir = tempfile::tempdir().unwrap();

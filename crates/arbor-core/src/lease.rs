@@ -57,8 +57,15 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// This host's name (`/proc/sys/kernel/hostname`, else `/etc/hostname`, else `localhost`).
+/// This host's name: `ARBOR_HOST` when set (for machines or containers that share a
+/// hostname and a store, whose process ids must not be compared), else
+/// `/proc/sys/kernel/hostname`, else `/etc/hostname`, else `localhost`.
 fn host_name() -> String {
+    if let Ok(name) = std::env::var("ARBOR_HOST")
+        && !name.trim().is_empty()
+    {
+        return name.trim().to_owned();
+    }
     ["/proc/sys/kernel/hostname", "/etc/hostname"]
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
