@@ -1,20 +1,17 @@
-//! `arbor approvals`, `approve`, `reject` and `resume`: the human side of durable approvals,
-//! each in its own process. Deciding only records the decision (nothing runs); `resume`
-//! rebuilds the tree from the definition kept in the root record and lets the suspended run
-//! go on, the approved calls running exactly once.
+//! `arbor approvals`, `approve` and `reject`: the human side of durable approvals, each in its
+//! own process. Deciding only records the decision (nothing runs); `arbor resume`
+//! ([`crate::resume`]) rebuilds the tree from the definition kept in the root record and lets
+//! the suspended runs go on, the approved calls running exactly once.
 
 use arbor_core::approval::{self, Suspension};
 use arbor_core::registry;
 use arbor_protocol::{ApprovalDecision, SessionId, Verdict};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::cli::{DecideArgs, SessionArgs};
 use crate::fail::Fail;
 use crate::inspect::{open, session_id};
-use crate::run::{Start, View, drive_root};
-use crate::store::StoreChoice;
-use crate::{answers, output, owner, spec, tree};
+use crate::{answers, output};
 
 /// A suspension as JSON.
 pub(crate) fn suspension_json(s: &Suspension) -> Value {
@@ -53,6 +50,53 @@ pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
     out
 }
 
+/// What waits for a decision at `id`: its own suspended run, then the suspended runs below it
+/// that nobody awaits (message-mode children that stopped on a call), each decided on its
+/// own run; their calls' paths are made relative to `id`, like those a run carries up.
+pub(crate) async fn waiting_at(
+    store: &dyn arbor_store::Store,
+    id: SessionId,
+) -> Result<Vec<Suspension>, Fail> {
+    let mut all = approval::suspensions(store, id).await.map_err(Fail::core)?;
+    let detached = arbor_core::supervisor::detached_suspensions(store, id)
+        .await
+        .map_err(Fail::core)?;
+    if detached.is_empty() {
+        return Ok(all);
+    }
+    let path_of = |meta: &Value| -> Vec<String> {
+        meta["path"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let base = match store.session(id).await {
+        Ok(Some(r)) => path_of(&r.meta),
+        _ => Vec::new(),
+    };
+    for mut s in detached {
+        let below = match store.session(s.session_id).await {
+            Ok(Some(r)) => path_of(&r.meta),
+            _ => Vec::new(),
+        };
+        let relative: Vec<String> = below
+            .strip_prefix(base.as_slice())
+            .unwrap_or(below.as_slice())
+            .to_vec();
+        for p in &mut s.pending {
+            let mut full = relative.clone();
+            full.append(&mut p.path);
+            p.path = full;
+        }
+        all.push(s);
+    }
+    Ok(all)
+}
+
 /// `arbor approvals SESSION`.
 pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
     let store = crate::inspect::open_to_read(&args.store).await?;
@@ -60,9 +104,7 @@ pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
     registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
-    let all = approval::suspensions(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?;
+    let all = waiting_at(store.as_ref(), id).await?;
     if args.store.json {
         let rows: Vec<Value> = all.iter().map(suspension_json).collect();
         output::out(&json!({ "session_id": id, "suspensions": rows }).to_string());
@@ -99,9 +141,7 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
             reason: args.reason.clone(),
         })
         .collect();
-    let all = approval::suspensions(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?;
+    let all = waiting_at(store.as_ref(), id).await?;
     // Every id must be pending; one that is not is explained (decided already, or nothing
     // waits), a forged one gets the one unknown-approval error.
     for wanted in &args.ids {
@@ -138,217 +178,4 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
         output::out(&suspension_text(id, &left));
     }
     Ok(0)
-}
-
-/// `arbor resume SESSION`: the suspended root run goes on; or, when the tree waits for no
-/// decision but a crash interrupted some of its runs, those runs continue (see
-/// [`continue_tree`]).
-pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
-    let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
-    let store = open(&args.store).await?;
-    let id = session_id(&args.session)?;
-    let root = registry::session(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?;
-    let Some(spec) = spec::Spec::from_definition(&root.meta["definition"]).map_err(Fail::usage)?
-    else {
-        return Err(Fail::usage(format!(
-            "session {} keeps no definition to rebuild its agents from",
-            root.id
-        )));
-    };
-    owner::not_run_elsewhere(&root)?;
-    let view = View {
-        store: &store,
-        store_name: choice.name(),
-        json: args.store.json,
-        quiet: false,
-    };
-    let Some(waiting) = approval::suspensions(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?
-        .into_iter()
-        .next()
-    else {
-        return continue_tree(view, &spec, &root).await;
-    };
-    // This process runs the tree now (refused while another live process does).
-    let token = CancellationToken::new();
-    let _lease = owner::take_over(&store, &root, &token).await?;
-    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
-    let session = built
-        .root
-        .open_session(store.clone(), id)
-        .await
-        .map_err(Fail::core)?;
-    match drive_root(view, &built, session, Start::Resume(waiting.run_id), token).await {
-        Ok(code) => Ok(code),
-        Err(fail) => Err(answers::lost_resume(store.as_ref(), id, waiting.run_id, fail).await),
-    }
-}
-
-/// Continues the runs of the tree of `root` that a crash interrupted: the root's own run from
-/// its transcript (a turn in progress asked again, tool calls in flight reported to the
-/// model as interrupted, never run again), and every interrupted message-mode child as a
-/// delegation whose answer reaches its parent by message. A sync or async child's caller was
-/// itself interrupted (its call is reported interrupted when that caller goes on), so such a
-/// child is left `interrupted` and said so. Stderr lists what was continued.
-async fn continue_tree(
-    view: View<'_>,
-    spec: &spec::Spec,
-    root: &arbor_store::SessionRecord,
-) -> Result<u8, Fail> {
-    let store = view.store;
-    let sessions = store
-        .list_sessions(arbor_store::SessionQuery::Tree(root.id))
-        .await
-        .map_err(|e| Fail::store(e.to_string()))?;
-    let interrupted: Vec<&arbor_store::SessionRecord> = sessions
-        .iter()
-        .filter(|s| s.status == arbor_protocol::SessionStatus::Interrupted && s.tombstone.is_none())
-        .collect();
-    // The root's run, and message-mode children (their answers reach their parents by
-    // message); a sync or async child's caller is the one that goes on.
-    let continuable = interrupted
-        .iter()
-        .any(|s| s.parent_id.is_none() || s.meta["mode"].as_str() == Some("message"));
-    if !continuable {
-        let left = if interrupted.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " ({} interrupted child(ren) stay so: their callers' calls were closed)",
-                interrupted.len()
-            )
-        };
-        return Err(Fail::usage(format!(
-            "{} waits for no decision and no run of its tree can go on: nothing to resume{left}",
-            root.id
-        )));
-    }
-    let token = CancellationToken::new();
-    let _lease = owner::take_over(store, root, &token).await?;
-    let built = tree::build(spec, store.clone(), token.clone()).map_err(Fail::core)?;
-    let mut session = built
-        .root
-        .open_session(store.clone(), root.id)
-        .await
-        .map_err(Fail::core)?;
-    let root_interrupted = session.record().status == arbor_protocol::SessionStatus::Interrupted;
-    if root_interrupted {
-        let state = session.interrupted_state();
-        output::err(&format!(
-            "continuing {} ({}): {}",
-            root.name,
-            root.id,
-            describe(&state)
-        ));
-    }
-    let mut children = Vec::new();
-    if let Some(sup) = &built.supervisor {
-        // Attached first, so the continued children's replies and notices reach it live.
-        sup.attach(&mut session);
-        close_orphaned_suspensions(sup, store, &sessions).await?;
-        for child in interrupted.iter().filter(|s| s.parent_id.is_some()) {
-            if child.meta["mode"].as_str() == Some("message") {
-                output::err(&format!(
-                    "continuing {} ({}): its answer goes to its parent by message",
-                    child.name, child.id
-                ));
-                let (sup, id) = (sup.clone(), child.id);
-                children.push(tokio::spawn(async move { sup.continue_child(id).await }));
-            } else {
-                output::err(&format!(
-                    "left interrupted: {} ({}): its caller's call is reported interrupted",
-                    child.name, child.id
-                ));
-            }
-        }
-    }
-    if root_interrupted {
-        return drive_root(view, &built, session, Start::Continue, token).await;
-    }
-    for child in children {
-        if let Ok(Err(e)) = child.await {
-            output::err(&format!("a child could not be continued: {e}"));
-        }
-    }
-    if session.inbox().is_empty() {
-        if let Some(sup) = &built.supervisor {
-            sup.shutdown().await;
-        }
-        output::err("nothing waits for the root: done");
-        return Ok(0);
-    }
-    drive_root(view, &built, session, Start::Inbox, token).await
-}
-
-/// Closes the suspensions nothing will resume: those of a sync or async child whose caller
-/// was interrupted (the crash came while its call waited for approval, before the caller's
-/// own run could suspend on it) or that was itself interrupted. Its caller's call is
-/// reported interrupted when the caller goes on, so the call it waited on never runs; the
-/// child's checkpoint is closed the way a run ending without resuming its children closes
-/// theirs (a `suspended` record becomes `aborted`), and no approval is listed for it.
-/// Message-mode children are not touched: their parents never waited on them.
-async fn close_orphaned_suspensions(
-    sup: &arbor_core::supervisor::Supervisor,
-    store: &std::sync::Arc<dyn arbor_store::Store>,
-    sessions: &[arbor_store::SessionRecord],
-) -> Result<(), Fail> {
-    use arbor_core::NestedResumer;
-    use arbor_protocol::SessionStatus;
-
-    let interrupted = |id: Option<SessionId>| {
-        sessions
-            .iter()
-            .any(|p| Some(p.id) == id && p.status == SessionStatus::Interrupted)
-    };
-    for child in sessions.iter().filter(|s| {
-        s.parent_id.is_some()
-            && s.tombstone.is_none()
-            && s.meta["mode"].as_str() != Some("message")
-            && (s.status == SessionStatus::Interrupted
-                || (s.status == SessionStatus::Suspended && interrupted(s.parent_id)))
-    }) {
-        let waiting = approval::suspensions(store.as_ref(), child.id)
-            .await
-            .map_err(Fail::core)?;
-        let calls: usize = waiting.iter().map(|w| w.pending.len()).sum();
-        for w in &waiting {
-            sup.abandon_nested(w.run_id, child.id).await;
-        }
-        if waiting.is_empty() && child.status == SessionStatus::Suspended {
-            // A close cut short by a crash (its checkpoint gone, its record not yet marked).
-            let update = arbor_store::SessionUpdate {
-                expected_version: Some(child.version),
-                ..arbor_store::SessionUpdate::status(SessionStatus::Aborted)
-            };
-            match store.update_session(child.id, &update).await {
-                Ok(_) | Err(arbor_store::StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(Fail::store(e.to_string())),
-            }
-        }
-        if !waiting.is_empty() || child.status == SessionStatus::Suspended {
-            output::err(&format!(
-                "closed the suspension of {} ({}): {calls} call(s) waiting for approval never \
-                 run; its caller's call is reported interrupted",
-                child.name, child.id
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn describe(state: &arbor_core::Continued) -> String {
-    if state.already_answered {
-        "its answer was in; the run ends".to_owned()
-    } else if !state.interrupted_calls.is_empty() {
-        format!(
-            "{} call(s) in flight reported interrupted ({}), never run again",
-            state.interrupted_calls.len(),
-            state.interrupted_calls.join(", ")
-        )
-    } else {
-        "the turn in progress is asked again".to_owned()
-    }
 }

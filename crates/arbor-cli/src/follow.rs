@@ -149,6 +149,11 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
             (child.id, t, false)
         }
     };
+    // What of it waited for approval nobody can resume now (also when a crash cut an
+    // earlier delete short).
+    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
+        .await
+        .map_err(Fail::core)?;
     if args.store.json {
         output::out(
             &json!({"session_id": id, "tombstone": tombstone, "already_deleted": already})

@@ -30,6 +30,7 @@ mod owner;
 mod progress;
 mod redaction;
 mod report;
+mod resume;
 mod run;
 mod spec;
 mod store;
@@ -68,7 +69,7 @@ pub fn main() -> ExitCode {
         Command::Approvals(args) => runtime.block_on(approvals::list(args)),
         Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
-        Command::Resume(args) => runtime.block_on(approvals::resume(args)),
+        Command::Resume(args) => runtime.block_on(resume::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
     };

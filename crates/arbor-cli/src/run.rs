@@ -209,6 +209,13 @@ pub(crate) async fn drive_root(
         result.error = result.error.map(|e| r.redact(&e).into_owned());
     }
 
+    // Children nobody awaits that stopped on a call waiting for approval: the tree is not
+    // done, it waits for decisions (`arbor approvals`, then `arbor resume`).
+    let children_waiting = if result.status == RunStatus::Succeeded {
+        approvals::waiting_at(store.as_ref(), root_id).await?
+    } else {
+        Vec::new()
+    };
     let sessions = store
         .list_sessions(SessionQuery::Tree(root_id))
         .await
@@ -236,6 +243,12 @@ pub(crate) async fn drive_root(
         if let Some(s) = &result.suspension {
             report["suspension"] = approvals::suspension_json(s);
         }
+        if !children_waiting.is_empty() {
+            report["child_suspensions"] = children_waiting
+                .iter()
+                .map(approvals::suspension_json)
+                .collect();
+        }
         output::out(&report.to_string());
     } else {
         output::out(&report::table(&sessions));
@@ -248,8 +261,12 @@ pub(crate) async fn drive_root(
         if let Some(s) = &result.suspension {
             output::out(&approvals::suspension_text(root_id, s));
         }
+        for s in &children_waiting {
+            output::out(&approvals::suspension_text(root_id, s));
+        }
     }
     Ok(match result.status {
+        RunStatus::Succeeded if !children_waiting.is_empty() => EXIT_SUSPENDED,
         RunStatus::Succeeded => 0,
         RunStatus::Suspended => EXIT_SUSPENDED,
         RunStatus::Aborted => signals.aborted_code(EXIT_RUN),

@@ -34,9 +34,10 @@ use crash_support::{
 };
 use serde_json::Value;
 
-/// The tree: the root spawns `notes` (message mode, silent: its notice wakes the root again)
-/// and `worker` (async), then `publisher` (sync), whose `echo` waits for an approval, then
-/// waits on the worker and answers. Every turn takes a while, so kills land inside runs.
+/// The tree: the root spawns `notes` (message mode: its reply to the root waits for an
+/// approval nobody's run carries, then wakes the root again) and `worker` (async), then
+/// `publisher` (sync), whose `echo` waits for an approval, then waits on the worker and
+/// answers. Every turn takes a while, so kills land inside runs.
 const TREE: &str = r#"
 task = "crash me"
 root = "root"
@@ -72,6 +73,10 @@ repeat_last = true
 [[agents.notes.turns]]
 delay_ms = 60
 usage = { input_tokens = 10, output_tokens = 1 }
+tool_calls = [{ name = "send_message", arguments = { to = "parent", text = "notes taken" } }]
+[[agents.notes.turns]]
+delay_ms = 30
+usage = { input_tokens = 5, output_tokens = 1 }
 text = "noted"
 
 [agents.worker]
@@ -266,13 +271,14 @@ fn check_after_kill(
         });
         assert!(found, "{line:?} reported but not stored: {tree}");
     }
-    // A suspension reported is listed with as many pending calls.
+    // A suspension reported is listed with as many pending calls (and those of message-mode
+    // children that wait beside it).
     if let Some(n) = lines.iter().find_map(|l| {
         l.strip_prefix("root: suspended, waiting for ")
             .map(|r| r.split(' ').next().unwrap().parse::<usize>().unwrap())
     }) {
         let waiting = pending(dir, &root);
-        assert_eq!(waiting.len(), n, "{lines:#?}");
+        assert!(waiting.len() >= n, "{waiting:?}: {lines:#?}");
     }
     // What `rm --json` and `send --json` printed is stored.
     if let Ok(printed) = serde_json::from_str::<Value>(killed.stdout.trim()) {

@@ -1,5 +1,5 @@
 //! Defects the crash harness (`tests/crash.rs`) found in arbor-core, each forced here
-//! without timing luck and ignored until arbor-core fixes it (arbor-cli cannot).
+//! without timing luck (all fixed now).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 #![cfg(unix)]
 
@@ -8,7 +8,7 @@ mod crash_support;
 
 use std::path::Path;
 
-use crash_support::{arbor, json, log_entries, pending, sessions};
+use crash_support::{arbor, command, json, log_entries, pending, sessions};
 use serde_json::Value;
 
 /// A message-mode child whose tool call (here its reply) waits for a durable approval.
@@ -32,23 +32,33 @@ tool_calls = [{ name = "send_message", arguments = { to = "parent", text = "hell
 text = "sent"
 "#;
 
-/// Found by the harness (it keeps its message-mode child silent for this reason): a
-/// message-mode child that suspends for approval is stranded. `arbor run` exits 0 with the
-/// child `suspended`; `arbor approvals ROOT` says the root "waits for no decision" (the
-/// pending call is listed only under the child's own session); `arbor resume ROOT` answers
-/// "nothing to resume"; `arbor resume CHILD` answers "keeps no definition". Nothing in
-/// arbor-core resumes a suspended message-mode child whose parent does not wait on it (no
-/// counterpart of `Supervisor::continue_child` for a suspended run). The same happens to a
-/// follow-up (`arbor send`) that suspends. Ignored until arbor-core can resume it.
+/// Found by the harness, now fixed: a message-mode child that suspends for approval was
+/// stranded. `arbor run` exited 0 with the child `suspended` (its parent was told it
+/// "failed: Delegated run suspended"); `arbor approvals ROOT` said the root "waits for no
+/// decision"; `arbor resume ROOT` answered "nothing to resume". Now the run exits 4 listing
+/// the child's call, the root lists it, and `arbor resume ROOT` resumes the child
+/// (`Supervisor::resume_child`), whose reply reaches the root once.
 #[test]
-#[ignore = "arbor-core cannot resume a suspended message-mode child (see the comment)"]
 fn a_message_child_waiting_for_approval_is_listed_at_the_root_and_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     std::fs::write(dir.join("message.toml"), MESSAGE_APPROVAL).unwrap();
     let out = arbor(dir, &["run", "message.toml", "--json", "-q"]);
+    assert_eq!(out.status.code(), Some(4), "the tree waits for a decision");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let root = report["root_session_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        report["child_suspensions"][0]["pending"][0]["tool"],
+        "send_message"
+    );
+    let notices = log_entries(dir, &root)
+        .iter()
+        .filter(|e| e["kind"] == "inbox_received")
+        .count();
+    assert_eq!(
+        notices, 0,
+        "a suspension is not terminal: the root heard nothing yet"
+    );
     let waiting = pending(dir, &root);
     assert_eq!(waiting.len(), 1, "the child's call is listed at the root");
     assert_eq!(waiting[0].1, "send_message");
@@ -70,6 +80,99 @@ fn a_message_child_waiting_for_approval_is_listed_at_the_root_and_resumed() {
         .collect();
     assert_eq!(statuses, ["succeeded", "succeeded"], "{tree}");
     let replies = log_entries(dir, &root)
+        .iter()
+        .filter(|e| e["kind"] == "inbox_received" && e["message"]["text"] == "hello root")
+        .count();
+    assert_eq!(replies, 1, "the approved reply arrived once");
+}
+
+/// The root spawns `kid` in message mode (its reply waits for approval), then sleeps.
+const MESSAGE_THEN_SLEEP: &str = r#"
+task = "t"
+root = "root"
+[supervisor]
+approvals = true
+[agents.root]
+children = ["kid"]
+tools = ["sleep"]
+repeat_last = true
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "kid", name = "kid", mode = "message", input = "go" } }]
+[[agents.root.turns]]
+tool_calls = [{ name = "sleep", arguments = { ms = 600000 } }]
+[[agents.root.turns]]
+text = "ok"
+[agents.kid]
+repeat_last = true
+[[agents.kid.turns]]
+tool_calls = [{ name = "send_message", arguments = { to = "parent", text = "hello root" } }]
+[[agents.kid.turns]]
+text = "sent"
+"#;
+
+/// Found by the harness (seed 8 of a soak): a crash while a message-mode child waited for
+/// approval left both an interrupted root and the child's suspension. `arbor resume`
+/// resumed the child and then ran the root on its reply as a new run, never continuing the
+/// root's interrupted run (its call in flight was never reported, and a sync child that
+/// waited under it stayed `suspended` for good). Now the resume continues the root's
+/// interrupted run and resumes the child, both.
+#[test]
+fn a_crash_while_a_message_child_waits_continues_the_root_and_resumes_the_child() {
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("sleep.toml"), MESSAGE_THEN_SLEEP).unwrap();
+    let mut run = command(dir, &["run", "sleep.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the kid waits for its approval, with the root asleep.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let root = loop {
+        assert!(std::time::Instant::now() < deadline, "the kid never waited");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = arbor(dir, &["ls", "--json"]);
+        let Ok(roots) = serde_json::from_slice::<Value>(&out.stdout) else {
+            continue;
+        };
+        let Some(root) = roots["roots"][0]["session_id"].as_str() else {
+            continue;
+        };
+        if pending(dir, root).len() == 1 {
+            break root.to_owned();
+        }
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+
+    let waiting = pending(dir, &root);
+    assert!(
+        arbor(dir, &["approve", &root, &waiting[0].0])
+            .status
+            .success()
+    );
+    let out = arbor(dir, &["resume", &root, "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("continuing root ("), "{stderr}");
+    assert!(stderr.contains("resuming kid ("), "{stderr}");
+    let tree = json(dir, &["tree", &root, "--json"]);
+    let statuses: Vec<String> = sessions(&tree)
+        .iter()
+        .map(|s| s["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["succeeded", "succeeded"], "{tree}");
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+    let log = log_entries(dir, &root);
+    assert!(
+        log.iter().any(|e| e["message"]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("interrupted: this call was in flight"))),
+        "the root's sleep in flight is reported interrupted"
+    );
+    let replies = log
         .iter()
         .filter(|e| e["kind"] == "inbox_received" && e["message"]["text"] == "hello root")
         .count();

@@ -246,6 +246,11 @@ pub(crate) struct Admitted {
     /// The child's reply count when this run began (a first task that ends with the same
     /// count never replied).
     pub(crate) replies_at_start: u32,
+    /// Nobody awaits this run's outcome (a message-mode child, a follow-up): if it suspends,
+    /// no caller's run carries its approvals, and [`Supervisor::resume_child`] resumes it.
+    ///
+    /// [`Supervisor::resume_child`]: crate::supervisor::Supervisor::resume_child
+    pub(crate) detached: bool,
 }
 
 /// How the work between start and terminal ended.
@@ -400,6 +405,7 @@ impl Supervisor {
             resume_run: None,
             recover: false,
             replies_at_start: 0,
+            detached: mode == Mode::Message,
         })
     }
 

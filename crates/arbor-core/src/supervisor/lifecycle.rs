@@ -70,6 +70,8 @@ impl Supervisor {
         let child = match registry::delete_target(store.as_ref(), parent, selector).await? {
             registry::DeleteTarget::Live(child) => child,
             registry::DeleteTarget::Deleted(session_id, tombstone) => {
+                // A delete cut short before it closed what waited is finished now.
+                self.close_dead(session_id).await;
                 return Ok(Deleted {
                     session_id,
                     tombstone,
@@ -97,6 +99,8 @@ impl Supervisor {
             }
         };
         tracing::info!(child = %child.id, parent = %parent, by, "child deleted");
+        // What of it waited for approval nobody can resume now.
+        self.close_dead(child.id).await;
         Ok(Deleted {
             session_id: child.id,
             tombstone,
@@ -104,6 +108,19 @@ impl Supervisor {
             cancelled: closed.descendants,
             already: false,
         })
+    }
+
+    /// Closes the suspensions nobody can resume under the deleted `id` (logged on failure:
+    /// the next delete, or `close_dead_suspensions`, finishes it).
+    async fn close_dead(&self, id: SessionId) {
+        let store = self.inner.store.as_ref();
+        let root = match store.session(id).await {
+            Ok(Some(r)) => r.root_id,
+            _ => return,
+        };
+        if let Err(e) = crate::supervisor::detached::close_dead_suspensions(store, root).await {
+            tracing::warn!(session = %id, error = %e, "could not close the suspensions of a deleted child");
+        }
     }
 
     /// Retries the teardowns whose tombstone could not be written; returns how many are still

@@ -18,6 +18,8 @@
 //! - [`catalog`], the allow-list ([`ChildEntry`], [`ChildFactory`]).
 //! - [`hooks`], `before` and `after`.
 //! - [`summary`], the recovery counters.
+//! - [`detached`], suspended runs nobody awaits (a message-mode child waiting for approval)
+//!   and [`Supervisor::resume_child`].
 //! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`;
 //!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`;
 //!   [`FindModelsTool`], `find_models` (the models and thinking levels a child may run).
@@ -28,6 +30,7 @@ pub mod catalog;
 mod core;
 mod delegate;
 mod depth;
+pub mod detached;
 mod find_models;
 mod handles;
 pub mod hooks;
@@ -58,6 +61,7 @@ pub use catalog::{
 };
 pub use core::{ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder};
 pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator, Mode};
+pub use detached::detached_suspensions;
 pub use find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,

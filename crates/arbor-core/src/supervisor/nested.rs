@@ -19,7 +19,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::gate::{NestedOutcome, NestedResumer};
 use crate::supervisor::admission::admitted_terms;
 use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::{Admitted, CancelReason, Mode, child_identity};
+use crate::supervisor::delegate::{Admitted, CancelReason, DelegationResult, Mode, child_identity};
 use crate::supervisor::policy::{PolicyInput, Report};
 use crate::supervisor::tools::finished;
 use crate::tool::NestedSuspension;
@@ -44,6 +44,17 @@ struct Mapping {
     report: Report,
     every_turns: Option<u32>,
     budget_share: Option<f64>,
+    /// Nobody awaits the run (a message-mode child, a follow-up): resumed by
+    /// [`Supervisor::resume_child`], not through a caller's run.
+    #[serde(default)]
+    detached: bool,
+    /// It was a follow-up run (on messages), not the child's first task.
+    #[serde(default)]
+    follow_up: bool,
+    /// The child's reply count when the run began (its notice when it ends tells a silent
+    /// first task).
+    #[serde(default)]
+    replies_at_start: u32,
 }
 
 fn unknown_run() -> CoreError {
@@ -80,6 +91,9 @@ impl Supervisor {
             report: a.policy.report,
             every_turns: a.policy.every_turns,
             budget_share: a.policy.budget_share,
+            detached: a.detached,
+            follow_up: a.resume,
+            replies_at_start: a.replies_at_start,
         };
         let key = run_id.to_string();
         let store = &self.inner.store;
@@ -152,14 +166,26 @@ fn deleted_text(name: &str) -> String {
     )
 }
 
-#[async_trait]
-impl NestedResumer for Supervisor {
-    async fn resume_nested(
+/// A suspended child rebuilt for its resume.
+pub(crate) enum Rebuilt {
+    /// Ready to drive, with its mapping's version.
+    Ready(Box<Admitted>, u64),
+    /// Deleted while it waited: its suspension is closed; why, for its caller.
+    Deleted(String),
+}
+
+impl Supervisor {
+    /// Rebuilds the suspended run `run_id` of child `session_id` from its mapping, after
+    /// recording `decisions` on its checkpoint: the terms its spawn narrowed to, its identity,
+    /// a slot. `detached` resumes a run nobody awaits (see [`Supervisor::resume_child`]); it
+    /// is refused for a run whose caller's own run carries its approvals.
+    pub(crate) async fn rebuild_suspended(
         &self,
         run_id: RunId,
         session_id: SessionId,
         decisions: Vec<ApprovalDecision>,
-    ) -> CoreResult<NestedOutcome> {
+        detached: bool,
+    ) -> CoreResult<Rebuilt> {
         let inner = &self.inner;
         let Some(revision) = &inner.revision else {
             return Err(CoreError::validation(
@@ -169,6 +195,12 @@ impl NestedResumer for Supervisor {
         let (mapping_version, mapping, entry_index) = self.mapping(run_id).await?;
         if mapping.session_id != session_id {
             return Err(unknown_run());
+        }
+        if detached && !mapping.detached {
+            return Err(CoreError::validation(format!(
+                "the suspended run of session {session_id} is carried by its caller's run: \
+                 resume the caller's run (the root of its tree) instead"
+            )));
         }
         if &mapping.revision != revision {
             return Err(CoreError::validation(format!(
@@ -184,7 +216,7 @@ impl NestedResumer for Supervisor {
             // Deleted while it waited: the decisions have nothing to resume, and the parent's
             // call fails so the parent goes on (rather than waiting on it forever).
             self.abandon_nested(run_id, session_id).await;
-            return Ok(NestedOutcome::Failed(deleted_text(&record.name)));
+            return Ok(Rebuilt::Deleted(deleted_text(&record.name)));
         }
         let (limits, policy) = if record.meta.get("limits").is_some() {
             // What the spawn narrowed to (request limits and budget share included).
@@ -229,14 +261,24 @@ impl NestedResumer for Supervisor {
         if !fresh.is_empty() {
             approval::decide(store, run_id, waiting.version, &fresh).await?;
         }
-        let parents: Arc<[String]> = Arc::from(mapping.parents.clone());
+        // A detached run answers the way its mode says (a message-mode child by message);
+        // a nested one answers its caller's resumed call.
+        let mode = if detached {
+            match record.meta["mode"].as_str() {
+                Some("sync") => Mode::Sync,
+                Some("async") => Mode::Join,
+                _ => Mode::Message,
+            }
+        } else {
+            Mode::Sync
+        };
         let admitted = Admitted {
             entry: entry_index,
             child_id: mapping.child_id.clone(),
             delegation_id: mapping.delegation_id.clone(),
             depth: mapping.depth,
             path: Arc::from(mapping.path.clone()),
-            parents: parents.clone(),
+            parents: Arc::from(mapping.parents.clone()),
             input: mapping.input.clone(),
             limits,
             policy,
@@ -246,8 +288,12 @@ impl NestedResumer for Supervisor {
             model: (!record.model.is_empty()).then(|| record.model.clone()),
             // Kept in the record's meta, which the run reads.
             thinking: None,
-            mode: Mode::Sync,
-            replies_at_start: record.replies,
+            mode,
+            replies_at_start: if detached {
+                mapping.replies_at_start
+            } else {
+                record.replies
+            },
             record: Some(record),
             parent,
             spawned_by: None,
@@ -257,13 +303,70 @@ impl NestedResumer for Supervisor {
             reason: CancelReason::default(),
             caller: None,
             slot,
-            resume: false,
+            resume: detached && mapping.follow_up,
             resume_run: Some(run_id),
             recover: false,
+            detached,
         };
+        Ok(Rebuilt::Ready(Box::new(admitted), mapping_version))
+    }
+
+    /// After a resumed suspended run: suspended again, it keeps its mapping; a child that
+    /// could not be rebuilt (its factory failed, say) still waits with its decisions kept
+    /// (the error is returned, so a later resume can finish it); terminal (or rejected
+    /// before it ran), nothing of its suspension is resumed again and its mapping has
+    /// served. Returns the outcome to report (`Err` of the outer result only for a store
+    /// failure while settling).
+    pub(crate) async fn settle_resumed(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+        mapping_version: u64,
+        outcome: CoreResult<DelegationResult>,
+    ) -> CoreResult<CoreResult<DelegationResult>> {
+        let store = self.inner.store.as_ref();
+        match outcome {
+            Err(CoreError::Suspended(again)) => Ok(Err(CoreError::Suspended(again))),
+            Err(e) if still_suspended(store, session_id).await => Err(e),
+            other => {
+                if approval::load(store, run_id).await?.is_some() {
+                    self.abandon(run_id, session_id, 0).await;
+                }
+                let _ = store
+                    .delete_checkpoint(
+                        DELEGATION_NAMESPACE,
+                        &run_id.to_string(),
+                        self.mapping(run_id).await.map_or(mapping_version, |m| m.0),
+                    )
+                    .await;
+                Ok(other)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl NestedResumer for Supervisor {
+    async fn resume_nested(
+        &self,
+        run_id: RunId,
+        session_id: SessionId,
+        decisions: Vec<ApprovalDecision>,
+    ) -> CoreResult<NestedOutcome> {
+        let inner = &self.inner;
+        let (admitted, mapping_version) = match self
+            .rebuild_suspended(run_id, session_id, decisions, false)
+            .await?
+        {
+            Rebuilt::Ready(admitted, version) => (*admitted, version),
+            Rebuilt::Deleted(why) => return Ok(NestedOutcome::Failed(why)),
+        };
+        let entry_index = admitted.entry;
+        let parents = admitted.parents.clone();
+        let delegation_id = admitted.delegation_id.clone();
         self.state().summary.rejoin(
             entry_index,
-            &mapping.delegation_id,
+            &delegation_id,
             parents,
             admitted.policy.lifetime,
         );
@@ -281,41 +384,24 @@ impl NestedResumer for Supervisor {
             )))
         });
         guard.disarm();
-        match outcome {
+        match self
+            .settle_resumed(run_id, session_id, mapping_version, outcome)
+            .await?
+        {
             Err(CoreError::Suspended(again)) => Ok(NestedOutcome::Suspended(again.pending)),
-            // The child could not be rebuilt (its factory failed, say): it still waits, with
-            // its decisions kept, and the parent's resume fails with the reason, so a later
-            // resume can finish it.
-            Err(e) if still_suspended(store, session_id).await => Err(e),
-            other => {
-                // Terminal (or rejected before it ran): nothing of its suspension is resumed.
-                if approval::load(store, run_id).await?.is_some() {
-                    self.abandon(run_id, session_id, 0).await;
-                }
-                // Terminal: the mapping has served.
-                let _ = store
-                    .delete_checkpoint(
-                        DELEGATION_NAMESPACE,
-                        &run_id.to_string(),
-                        self.mapping(run_id).await.map_or(mapping_version, |m| m.0),
-                    )
-                    .await;
-                Ok(match other {
-                    // The same result the parent's delegate call gives when nothing suspends.
-                    Ok(r) if r.result.status == RunStatus::Succeeded => {
-                        NestedOutcome::Completed(finished(&self.delegator(), &r))
-                    }
-                    Ok(r) => NestedOutcome::Failed(
-                        self.redact(
-                            r.result
-                                .error
-                                .as_deref()
-                                .unwrap_or("the delegated run did not succeed"),
-                        ),
-                    ),
-                    Err(e) => NestedOutcome::Failed(self.redact(&e.to_string())),
-                })
+            // The same result the parent's delegate call gives when nothing suspends.
+            Ok(r) if r.result.status == RunStatus::Succeeded => {
+                Ok(NestedOutcome::Completed(finished(&self.delegator(), &r)))
             }
+            Ok(r) => Ok(NestedOutcome::Failed(
+                self.redact(
+                    r.result
+                        .error
+                        .as_deref()
+                        .unwrap_or("the delegated run did not succeed"),
+                ),
+            )),
+            Err(e) => Ok(NestedOutcome::Failed(self.redact(&e.to_string()))),
         }
     }
 
@@ -347,55 +433,65 @@ impl NestedResumer for Supervisor {
 
 impl Supervisor {
     /// Closes a child's suspension nobody will resume (its parent's run ended, or it was
-    /// deleted): its own suspended children first, then its checkpoint and mapping; a live
-    /// record is marked aborted.
+    /// deleted): see [`abandon_suspension`].
     fn abandon(
         &self,
         run_id: RunId,
         session_id: SessionId,
         depth: usize,
     ) -> futures::future::BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let store = self.inner.store.as_ref();
-            if depth > approval::MAX_PATH {
+        abandon_suspension(self.inner.store.as_ref(), run_id, session_id, depth)
+    }
+}
+
+/// Closes the suspended run `run_id` of `session_id` that nobody will resume: its own
+/// suspended children first, then its checkpoint and mapping; a `suspended` record is marked
+/// `aborted`. Only the store is touched.
+pub(crate) fn abandon_suspension(
+    store: &dyn arbor_store::Store,
+    run_id: RunId,
+    session_id: SessionId,
+    depth: usize,
+) -> futures::future::BoxFuture<'_, ()> {
+    Box::pin(async move {
+        if depth > approval::MAX_PATH {
+            return;
+        }
+        if let Ok(Some((version, checkpoint))) = approval::load(store, run_id).await {
+            if checkpoint.session_id != session_id {
                 return;
             }
-            if let Ok(Some((version, checkpoint))) = approval::load(store, run_id).await {
-                if checkpoint.session_id != session_id {
-                    return;
-                }
-                for slot in &checkpoint.calls {
-                    if let approval::CallState::Nested {
-                        run_id: child_run,
-                        session_id: child,
-                        ..
-                    } = &slot.state
-                    {
-                        self.abandon(*child_run, *child, depth + 1).await;
-                    }
-                }
-                if let Err(e) = store
-                    .delete_checkpoint(approval::RUN_NAMESPACE, &run_id.to_string(), version)
-                    .await
+            for slot in &checkpoint.calls {
+                if let approval::CallState::Nested {
+                    run_id: child_run,
+                    session_id: child,
+                    ..
+                } = &slot.state
                 {
-                    tracing::warn!(run = %run_id, error = %e, "could not close an abandoned suspension");
+                    abandon_suspension(store, *child_run, *child, depth + 1).await;
                 }
             }
-            let key = run_id.to_string();
-            if let Ok(Some(c)) = store.checkpoint(DELEGATION_NAMESPACE, &key).await {
-                let _ = store
-                    .delete_checkpoint(DELEGATION_NAMESPACE, &key, c.version)
-                    .await;
-            }
-            if let Ok(Some(record)) = store.session(session_id).await
-                && record.status == arbor_protocol::SessionStatus::Suspended
+            if let Err(e) = store
+                .delete_checkpoint(approval::RUN_NAMESPACE, &run_id.to_string(), version)
+                .await
             {
-                let update = arbor_store::SessionUpdate {
-                    expected_version: Some(record.version),
-                    ..arbor_store::SessionUpdate::status(arbor_protocol::SessionStatus::Aborted)
-                };
-                let _ = store.update_session(session_id, &update).await;
+                tracing::warn!(run = %run_id, error = %e, "could not close an abandoned suspension");
             }
-        })
-    }
+        }
+        let key = run_id.to_string();
+        if let Ok(Some(c)) = store.checkpoint(DELEGATION_NAMESPACE, &key).await {
+            let _ = store
+                .delete_checkpoint(DELEGATION_NAMESPACE, &key, c.version)
+                .await;
+        }
+        if let Ok(Some(record)) = store.session(session_id).await
+            && record.status == arbor_protocol::SessionStatus::Suspended
+        {
+            let update = arbor_store::SessionUpdate {
+                expected_version: Some(record.version),
+                ..arbor_store::SessionUpdate::status(arbor_protocol::SessionStatus::Aborted)
+            };
+            let _ = store.update_session(session_id, &update).await;
+        }
+    })
 }

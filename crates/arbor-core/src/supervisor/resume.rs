@@ -235,6 +235,8 @@ impl Supervisor {
             resume: !recover,
             resume_run: None,
             recover,
+            // A follow-up or a continued run: nobody awaits it.
+            detached: true,
         };
         self.begin(&admitted);
         // Drive inline: this is already the background task (or the host's call).
@@ -243,7 +245,10 @@ impl Supervisor {
 
     /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even
     /// if this process no longer held it live).
-    async fn check_ancestors(&self, record: &arbor_store::SessionRecord) -> CoreResult<()> {
+    pub(crate) async fn check_ancestors(
+        &self,
+        record: &arbor_store::SessionRecord,
+    ) -> CoreResult<()> {
         let gone = || CoreError::Denied("Unknown or deleted session".to_owned());
         if self.inner.hub.is_closed(record.id) {
             return Err(gone());
@@ -266,13 +271,18 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Takes the run lease of `record`: `None` when a run of it is live elsewhere.
+    /// Takes the run lease of `record`: `None` when a run of it is live elsewhere, or it is
+    /// suspended (waiting for approval: what woke it waits for its resume).
     async fn take_lease(
         &self,
         mut record: arbor_store::SessionRecord,
     ) -> CoreResult<Option<arbor_store::SessionRecord>> {
         for _ in 0..16 {
-            if record.status == arbor_protocol::SessionStatus::Running {
+            // Running elsewhere, or suspended (its resume runs it, then reads what waits).
+            if matches!(
+                record.status,
+                arbor_protocol::SessionStatus::Running | arbor_protocol::SessionStatus::Suspended
+            ) {
                 return Ok(None);
             }
             let update = arbor_store::SessionUpdate {
@@ -319,7 +329,9 @@ impl Supervisor {
             self.drop_pending(record.id, &format!("the run could not start: {why}"))
                 .await;
         }
-        if ended.mode == Mode::Message && !self.inner.session_token.is_cancelled() {
+        // A suspension is not terminal: the parent hears of the run when its resume ends.
+        let suspended = matches!(outcome, Err(CoreError::Suspended(_)));
+        if ended.mode == Mode::Message && !suspended && !self.inner.session_token.is_cancelled() {
             let current = self.inner.store.session(record.id).await.ok().flatten();
             let deleted = self.inner.hub.is_closed(record.id)
                 || current.as_ref().is_none_or(|r| r.tombstone.is_some());

@@ -2,6 +2,7 @@ mod admission;
 mod approvals;
 mod bounds;
 mod cancel;
+mod detached;
 mod effects;
 mod events;
 mod fuzz_inputs;

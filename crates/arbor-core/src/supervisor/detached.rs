@@ -1,0 +1,194 @@
+//! Suspended runs nobody awaits: a message-mode child (its parent went on without it) or a
+//! follow-up run on messages that stopped on a call waiting for approval. No caller's run
+//! carries their approvals up to the root, so they are decided on the child's own
+//! checkpoint ([`approval::decide`]) and resumed here, by [`Supervisor::resume_child`]; the
+//! resumed run answers its parent the way its mode says (a reply or a lifecycle notice by
+//! message), exactly like a run that never suspended.
+//!
+//! A suspension is not a terminal event: the parent gets no notice when the child
+//! suspends, only when the resumed run ends.
+
+use arbor_protocol::{SessionId, SessionStatus};
+use arbor_store::{SessionQuery, Store};
+
+use crate::approval::{self, RunCheckpoint, Suspension};
+use crate::error::{CoreError, CoreResult};
+use crate::supervisor::core::Supervisor;
+use crate::supervisor::delegate::DelegationResult;
+use crate::supervisor::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};
+
+/// Whether the run `run` was one nobody awaits (its delegation mapping says so).
+async fn is_detached(store: &dyn Store, run: arbor_protocol::RunId) -> CoreResult<bool> {
+    Ok(store
+        .checkpoint(DELEGATION_NAMESPACE, &run.to_string())
+        .await?
+        .is_some_and(|m| m.value["detached"].as_bool() == Some(true)))
+}
+
+/// Closes the suspensions in the tree of `root` that nobody can resume any more: those of
+/// runs nobody awaits whose session was deleted or sits under a deleted ancestor (a deleted
+/// child stays dead: nothing of it runs again). Each is closed like an abandoned one (its
+/// checkpoint and mapping removed, its own suspended children closed first, a `suspended`
+/// record marked `aborted`); returns how many were closed. A delete calls it; it is safe
+/// to call again (after a crash cut a delete short, say).
+pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreResult<usize> {
+    let tree = store.list_sessions(SessionQuery::Tree(root)).await?;
+    // Deleted sessions and everything below them (tree order: parents first).
+    let mut dead = std::collections::HashSet::new();
+    for s in &tree {
+        if s.tombstone.is_some() || s.parent_id.is_some_and(|p| dead.contains(&p)) {
+            dead.insert(s.id);
+        }
+    }
+    let suspended: std::collections::HashSet<SessionId> = tree
+        .iter()
+        .filter(|s| dead.contains(&s.id) && s.status == SessionStatus::Suspended)
+        .map(|s| s.id)
+        .collect();
+    if suspended.is_empty() {
+        return Ok(0);
+    }
+    let mut closed = 0;
+    for c in store.list_checkpoints(approval::RUN_NAMESPACE).await? {
+        let Ok(checkpoint) = serde_json::from_value::<RunCheckpoint>(c.value) else {
+            continue;
+        };
+        if suspended.contains(&checkpoint.session_id)
+            && is_detached(store, checkpoint.run_id).await?
+        {
+            abandon_suspension(store, checkpoint.run_id, checkpoint.session_id, 0).await;
+            tracing::info!(session = %checkpoint.session_id, run = %checkpoint.run_id, "closed the suspension of a deleted child");
+            closed += 1;
+        }
+    }
+    Ok(closed)
+}
+
+/// The suspended runs below `session` that nobody awaits (see [`Supervisor::resume_child`]),
+/// in tree order: what a person deciding at `session` (the root, say) must see beside its
+/// own suspension, which carries only the calls of the children its run waits on. Each is
+/// decided on its own run ([`approval::decide`] with its `run_id`); its pending calls' paths
+/// are relative to its session.
+pub async fn detached_suspensions(
+    store: &dyn Store,
+    session: SessionId,
+) -> CoreResult<Vec<Suspension>> {
+    let Some(record) = store.session(session).await? else {
+        return Ok(Vec::new());
+    };
+    let tree = store
+        .list_sessions(SessionQuery::Tree(record.root_id))
+        .await?;
+    // The descendants of `session` that wait for approval (tree order: parents first).
+    let mut below = std::collections::HashSet::from([session]);
+    let mut waiting = Vec::new();
+    for s in &tree {
+        // Nothing under a deleted session can be resumed.
+        if s.tombstone.is_none() && s.parent_id.is_some_and(|p| below.contains(&p)) {
+            below.insert(s.id);
+            if s.status == SessionStatus::Suspended && s.tombstone.is_none() {
+                waiting.push(s.id);
+            }
+        }
+    }
+    if waiting.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut found: Vec<Suspension> = Vec::new();
+    for c in store.list_checkpoints(approval::RUN_NAMESPACE).await? {
+        let Ok(checkpoint) = serde_json::from_value::<RunCheckpoint>(c.value) else {
+            continue;
+        };
+        if !waiting.contains(&checkpoint.session_id) {
+            continue;
+        }
+        if is_detached(store, checkpoint.run_id).await? {
+            found.push(Suspension {
+                run_id: checkpoint.run_id,
+                session_id: checkpoint.session_id,
+                version: c.version,
+                pending: checkpoint.pending(),
+            });
+        }
+    }
+    found.sort_by_key(|s| waiting.iter().position(|w| *w == s.session_id));
+    Ok(found)
+}
+
+impl Supervisor {
+    /// Resumes the suspended run of child `id` that nobody awaits (a message-mode child, or
+    /// a follow-up run on messages), once every call it waits on is decided
+    /// ([`approval::decide`]). The child is rebuilt under the terms its spawn narrowed to
+    /// (its factory and the `before` hook again), its approved calls run exactly once, and
+    /// the resumed run ends like any delegation: one terminal report, and its answer (a reply,
+    /// or a lifecycle notice) reaches its parent by message. Returns its result, or
+    /// [`CoreError::Suspended`] if it stopped on another call.
+    ///
+    /// Refused (changing nothing) for a session that is not suspended, one with calls still
+    /// undecided, a run whose caller's own run carries its approvals (resume that caller:
+    /// the root of its tree), and a deleted child or one under a closed or deleted ancestor
+    /// (the same `Unknown or deleted session` as an unknown one).
+    pub async fn resume_child(&self, id: SessionId) -> CoreResult<DelegationResult> {
+        let unknown = || CoreError::Denied("Unknown or deleted session".to_owned());
+        let record = self
+            .inner
+            .store
+            .session(id)
+            .await?
+            .filter(|r| r.tombstone.is_none() && r.parent_id.is_some())
+            .ok_or_else(unknown)?;
+        if record.status != SessionStatus::Suspended {
+            return Err(CoreError::validation(format!(
+                "session {id} is not suspended (it is {}): nothing to resume",
+                record.status
+            )));
+        }
+        let store = self.inner.store.as_ref();
+        let Some(waiting) = approval::suspensions(store, id).await?.into_iter().next() else {
+            return Err(CoreError::validation(format!(
+                "session {id} keeps no suspended run to resume"
+            )));
+        };
+        if !waiting.pending.is_empty() {
+            return Err(CoreError::validation(format!(
+                "{} call(s) of session {id} still wait for a decision: decide them first",
+                waiting.pending.len()
+            )));
+        }
+        self.check_ancestors(&record).await?;
+        self.inbox_of(&record).await?;
+        if !self.inner.hub.claim_idle(id) {
+            return Err(CoreError::validation(format!(
+                "session {id} is running in this process"
+            )));
+        }
+        let rebuilt = match self
+            .rebuild_suspended(waiting.run_id, id, Vec::new(), true)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.inner.hub.end_run(id);
+                return Err(e);
+            }
+        };
+        let (admitted, mapping_version) = match rebuilt {
+            Rebuilt::Ready(admitted, version) => (*admitted, version),
+            Rebuilt::Deleted(_) => {
+                self.inner.hub.end_run(id);
+                return Err(unknown());
+            }
+        };
+        self.state().summary.rejoin(
+            admitted.entry,
+            &admitted.delegation_id,
+            admitted.parents.clone(),
+            admitted.policy.lifetime,
+        );
+        tracing::info!(session = %id, run = %waiting.run_id, "resuming a suspended child nobody awaits");
+        // Driven inline: the caller awaits it (the drive ends the hub's claim).
+        let outcome = self.drive(admitted).await;
+        self.settle_resumed(waiting.run_id, id, mapping_version, outcome)
+            .await?
+    }
+}

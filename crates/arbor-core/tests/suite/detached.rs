@@ -1,0 +1,270 @@
+//! Suspended runs nobody awaits: a message-mode child that stops on a call waiting for
+//! approval is listed for the root, resumed by `Supervisor::resume_child`, and its parent
+//! hears of it once, when the resumed run ends (a suspension is not terminal).
+
+use std::sync::atomic::Ordering;
+
+use arbor_core::CoreErrorKind;
+use arbor_core::approval;
+use arbor_core::supervisor::{Sender, detached_suspensions};
+use arbor_model::ScriptedTurn;
+use arbor_protocol::{Notice, RunStatus, SessionStatus};
+use serde_json::json;
+
+use super::nested_support::{allow, opts, root, spawn, tree, write};
+
+fn spawn_message(child: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": child, "name": child, "input": "write it", "mode": "message"}),
+    )
+}
+
+/// A root that spawned `writer` in message mode and went on; the writer waits for approval
+/// of its `write`.
+async fn waiting_writer(
+    writer: Vec<ScriptedTurn>,
+) -> (super::nested_support::Tree, arbor_core::Session) {
+    let t = tree(vec![("writer", writer)], None);
+    let mut root = root(
+        &t,
+        vec![
+            spawn_message("writer"),
+            ScriptedTurn::text("ok"),
+            ScriptedTurn::text("noted"),
+        ],
+    )
+    .await;
+    t.sup.attach(&mut root);
+    let r = root.run("go", opts(&t)).await.unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+    t.sup.wait_for_mail_or_quiet(root.inbox()).await;
+    (t, root)
+}
+
+#[tokio::test]
+async fn a_message_child_waiting_for_approval_is_listed_resumed_and_heard_of_once() {
+    let (t, root) = waiting_writer(vec![write("x"), ScriptedTurn::text("written")]).await;
+    // The suspension is not terminal: no notice reached the parent, nothing ran.
+    assert!(root.inbox().is_empty(), "{:?}", root.inbox().drain());
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    let waiting = detached_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let child = waiting[0].session_id;
+    assert_eq!(waiting[0].pending.len(), 1);
+    assert_eq!(waiting[0].pending[0].tool, "write");
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Suspended);
+    // The root's own run carries none of it.
+    assert!(
+        approval::suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Undecided, it is not resumed.
+    let e = t.sup.resume_child(child).await.unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Validation);
+    assert_eq!(
+        e.to_string(),
+        format!("1 call(s) of session {child} still wait for a decision: decide them first")
+    );
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+
+    approval::decide(
+        t.store.as_ref(),
+        waiting[0].run_id,
+        waiting[0].version,
+        &[allow(&waiting[0].pending[0].id)],
+    )
+    .await
+    .unwrap();
+    let done = t.sup.resume_child(child).await.unwrap();
+    assert_eq!(done.result.status, RunStatus::Succeeded);
+    assert_eq!(done.result.text, "written");
+    assert_eq!(
+        t.writes.0.load(Ordering::SeqCst),
+        1,
+        "the approved call ran once"
+    );
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Succeeded);
+    // The parent hears of it once: it finished without replying.
+    let heard = root.inbox().drain();
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert!(
+        matches!(heard[0].notice, Some(Notice::CompletedWithoutReply { .. })),
+        "{heard:?}"
+    );
+    assert!(
+        detached_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Nothing is left to resume, and nothing runs twice.
+    let again = t.sup.resume_child(child).await.unwrap_err();
+    assert_eq!(again.kind(), CoreErrorKind::Validation);
+    assert!(
+        again
+            .to_string()
+            .contains("is not suspended (it is succeeded)"),
+        "{again}"
+    );
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_message_to_a_suspended_child_waits_for_its_resume_and_is_read_once() {
+    let (t, root) = waiting_writer(vec![write("x"), ScriptedTurn::text("written")]).await;
+    let waiting = detached_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap()
+        .remove(0);
+    let child = waiting.session_id;
+    t.sup
+        .send_message(Sender::Host, child, "one more thing")
+        .await
+        .unwrap();
+    t.sup.wait_for_mail_or_quiet(root.inbox()).await;
+    // No follow-up run started beside the suspended one: the message waits, kept.
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Suspended);
+    assert_eq!(
+        detached_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    approval::decide(
+        t.store.as_ref(),
+        waiting.run_id,
+        waiting.version,
+        &[allow(&waiting.pending[0].id)],
+    )
+    .await
+    .unwrap();
+    t.sup.resume_child(child).await.unwrap();
+    // The resumed run read the message that waited (or a follow-up would have).
+    t.sup
+        .wait_for_mail_or_quiet(&arbor_core::inbox::Inbox::new())
+        .await;
+    let transcript = t.store.transcript(child, 0, None).await.unwrap();
+    let texts: Vec<String> = transcript
+        .iter()
+        .filter_map(|e| match &e.kind {
+            arbor_protocol::EntryKind::Message { message } => Some(message.text().to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|t| t.contains("one more thing"))
+            .count(),
+        1,
+        "{texts:?}"
+    );
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Succeeded);
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_sync_childs_suspension_is_resumed_through_its_caller_not_alone() {
+    let t = tree(
+        vec![("writer", vec![write("x"), ScriptedTurn::text("written")])],
+        None,
+    );
+    let mut root = root(&t, vec![spawn("writer"), ScriptedTurn::text("done")]).await;
+    let r = root.run("go", opts(&t)).await.unwrap();
+    assert_eq!(r.status, RunStatus::Suspended);
+    // Listed at the root through its own run, not as a detached one.
+    assert!(
+        detached_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let pending = &r.suspension.as_ref().unwrap().pending;
+    let child = t
+        .store
+        .list_sessions(arbor_store::SessionQuery::Children(root.id()))
+        .await
+        .unwrap()[0]
+        .id;
+    let own = approval::suspensions(t.store.as_ref(), child)
+        .await
+        .unwrap();
+    approval::decide(
+        t.store.as_ref(),
+        own[0].run_id,
+        own[0].version,
+        &[allow(&own[0].pending[0].id)],
+    )
+    .await
+    .unwrap();
+    let e = t.sup.resume_child(child).await.unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Validation);
+    assert!(
+        e.to_string().contains("is carried by its caller's run"),
+        "{e}"
+    );
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    assert!(!pending.is_empty());
+}
+
+#[tokio::test]
+async fn deleting_a_suspended_message_child_closes_what_it_waited_on() {
+    let (t, root) = waiting_writer(vec![write("x"), ScriptedTurn::text("written")]).await;
+    let waiting = detached_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap()
+        .remove(0);
+    let child = waiting.session_id;
+    approval::decide(
+        t.store.as_ref(),
+        waiting.run_id,
+        waiting.version,
+        &[allow(&waiting.pending[0].id)],
+    )
+    .await
+    .unwrap();
+    let deleted = t
+        .sup
+        .delete_child(root.id(), "writer", "host", "not needed")
+        .await
+        .unwrap();
+    assert_eq!(deleted.session_id, child);
+    // Nothing of it waits or runs any more, even approved.
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Aborted);
+    assert!(
+        approval::suspensions(t.store.as_ref(), child)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        detached_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let e = t.sup.resume_child(child).await.unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Denied);
+    assert_eq!(e.to_string(), "Unknown or deleted session");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    // A second delete is harmless.
+    let again = t
+        .sup
+        .delete_child(root.id(), &child.to_string(), "host", "again")
+        .await
+        .unwrap();
+    assert!(again.already);
+}
