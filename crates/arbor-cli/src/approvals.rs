@@ -11,44 +11,8 @@ use serde_json::{Value, json};
 use crate::cli::{DecideArgs, SessionArgs};
 use crate::fail::Fail;
 use crate::inspect::{open, session_id};
+use crate::report::{suspension_json, suspension_text};
 use crate::{answers, output};
-
-/// A suspension as JSON.
-pub(crate) fn suspension_json(s: &Suspension) -> Value {
-    json!({
-        "run_id": s.run_id,
-        "session_id": s.session_id,
-        "version": s.version,
-        "pending": s.pending,
-    })
-}
-
-/// A suspension as lines for a person.
-pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
-    let mut out = format!(
-        "suspended: {} call(s) wait for a decision (run {}, version {})",
-        s.pending.len(),
-        s.run_id,
-        s.version
-    );
-    for p in &s.pending {
-        let path = if p.path.is_empty() {
-            "root".to_owned()
-        } else {
-            p.path.join(" > ")
-        };
-        out.push_str(&format!(
-            "\n  {}  {path}: {} {}",
-            p.id,
-            p.tool,
-            output::one_line(&p.arguments.to_string())
-        ));
-    }
-    out.push_str(&format!(
-        "\ndecide with: arbor approve {session} ID... (or arbor reject), then: arbor resume {session}"
-    ));
-    out
-}
 
 /// What waits for a decision at `id`: its own suspended run, then the suspended runs below it
 /// that nobody awaits (message-mode children that stopped on a call), each decided on its

@@ -6,9 +6,10 @@
 use std::collections::HashMap;
 
 use arbor_core::RunResult;
+use arbor_core::approval::Suspension;
 use arbor_protocol::SessionId;
 use arbor_store::SessionRecord;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// `1234567` as `1,234,567`.
 pub(crate) fn thousands(n: u64) -> String {
@@ -131,6 +132,43 @@ pub(crate) fn table(sessions: &[SessionRecord]) -> String {
         out.push('\n');
         out.push_str(&line(row.each_ref().map(String::as_str), &widths));
     }
+    out
+}
+
+/// A suspension as JSON.
+pub(crate) fn suspension_json(s: &Suspension) -> Value {
+    json!({
+        "run_id": s.run_id,
+        "session_id": s.session_id,
+        "version": s.version,
+        "pending": s.pending,
+    })
+}
+
+/// A suspension as lines for a person.
+pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
+    let mut out = format!(
+        "suspended: {} call(s) wait for a decision (run {}, version {})",
+        s.pending.len(),
+        s.run_id,
+        s.version
+    );
+    for p in &s.pending {
+        let path = if p.path.is_empty() {
+            "root".to_owned()
+        } else {
+            p.path.join(" > ")
+        };
+        out.push_str(&format!(
+            "\n  {}  {path}: {} {}",
+            p.id,
+            p.tool,
+            crate::output::one_line(&p.arguments.to_string())
+        ));
+    }
+    out.push_str(&format!(
+        "\ndecide with: arbor approve {session} ID... (or arbor reject), then: arbor resume {session}"
+    ));
     out
 }
 

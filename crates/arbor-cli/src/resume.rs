@@ -8,10 +8,11 @@ use arbor_core::registry;
 use arbor_protocol::SessionId;
 use tokio_util::sync::CancellationToken;
 
-use crate::approvals::{suspension_text, waiting_at};
+use crate::approvals::waiting_at;
 use crate::cli::SessionArgs;
 use crate::fail::Fail;
 use crate::inspect::{open, session_id};
+use crate::report::suspension_text;
 use crate::run::{Start, View, drive_root};
 use crate::store::StoreChoice;
 use crate::{answers, output, owner, spec, tree};

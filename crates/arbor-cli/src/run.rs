@@ -15,7 +15,7 @@ use std::sync::Arc;
 use arbor_core::{RunOptions, Session};
 use arbor_protocol::{RunId, RunStatus};
 use arbor_store::{SessionQuery, Store};
-use sha2::{Digest, Sha256};
+
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -241,12 +241,12 @@ pub(crate) async fn drive_root(
             }).collect::<Vec<_>>(),
         });
         if let Some(s) = &result.suspension {
-            report["suspension"] = approvals::suspension_json(s);
+            report["suspension"] = report::suspension_json(s);
         }
         if !children_waiting.is_empty() {
             report["child_suspensions"] = children_waiting
                 .iter()
-                .map(approvals::suspension_json)
+                .map(report::suspension_json)
                 .collect();
         }
         output::out(&report.to_string());
@@ -259,10 +259,10 @@ pub(crate) async fn drive_root(
             ));
         }
         if let Some(s) = &result.suspension {
-            output::out(&approvals::suspension_text(root_id, s));
+            output::out(&report::suspension_text(root_id, s));
         }
         for s in &children_waiting {
-            output::out(&approvals::suspension_text(root_id, s));
+            output::out(&report::suspension_text(root_id, s));
         }
     }
     Ok(match result.status {
@@ -314,14 +314,6 @@ fn root_meta(
     serde_json::json!({ "definition": definition, "owner": owner::current() })
 }
 
-/// The SHA-256 of the spec text, in lowercase hex.
-pub(crate) fn fingerprint(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Lets the progress printers print what is left. The root's ends at the run's last event,
 /// which a run that failed in the store never publishes: then they are stopped.
 async fn drain(followers: Vec<JoinHandle<()>>, finished: bool) {
@@ -344,7 +336,7 @@ mod tests {
     fn the_definition_holds_path_text_and_fingerprint() {
         let meta = root_meta(
             "examples/x.toml",
-            ("abc", &fingerprint("abc")),
+            ("abc", &crate::spec::fingerprint("abc")),
             (None, None),
             (None, None),
         );

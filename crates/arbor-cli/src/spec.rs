@@ -156,7 +156,7 @@ impl Spec {
         })?;
         spec.validate().map_err(|e| format!("{path}: {e}"))?;
         let mut spec = spec;
-        spec.fingerprint = crate::run::fingerprint(text);
+        spec.fingerprint = fingerprint(text);
         spec.resolve_providers()
             .map_err(|e| format!("{path}: {e}"))?;
         Ok(spec)
@@ -361,6 +361,14 @@ impl Spec {
     pub(crate) fn is_tree(&self) -> bool {
         self.agents.values().any(|a| !a.children.is_empty())
     }
+}
+
+/// The SHA-256 of the spec text, in lowercase hex.
+pub(crate) fn fingerprint(text: &str) -> String {
+    <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //!
 //! [`Session::resume`]: crate::Session::resume
 
+pub use crate::outcome::Suspension;
 use std::collections::HashSet;
 
 use arbor_protocol::{
@@ -194,19 +195,6 @@ pub struct RunCheckpoint {
     /// The caps the run was configured with.
     #[serde(default)]
     pub caps: ApprovalCaps,
-}
-
-/// What waits: the checkpoint version (a decision names it) and the pending decisions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Suspension {
-    /// The run.
-    pub run_id: RunId,
-    /// The session.
-    pub session_id: SessionId,
-    /// The checkpoint version to decide against.
-    pub version: u64,
-    /// What waits, in call order.
-    pub pending: Vec<PendingDecision>,
 }
 
 fn hex_sha256(text: &str) -> String {

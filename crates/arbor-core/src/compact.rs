@@ -13,18 +13,12 @@
 //! transcript that spawned them, so a fork starts with none, and usage is not copied (each
 //! token is billed once, to the session that spent it).
 
-use arbor_protocol::{EntryKind, Message, RunId, TranscriptEntry};
+use arbor_protocol::{EntryKind, Message, RunId};
 use arbor_store::SessionUpdate;
 
 use crate::error::{CoreError, CoreResult};
+use crate::replay::summary_message;
 use crate::session::Session;
-
-/// The user message a summary becomes.
-fn summary_message(summary: &str) -> Message {
-    Message::user(format!(
-        "[Summary of the earlier conversation]\n\n{summary}"
-    ))
-}
 
 /// Where the last `keep` messages start, moved back so that no kept tool result is parted
 /// from the assistant message that called it.
@@ -34,26 +28,6 @@ fn kept_start(messages: &[Message], keep: usize) -> usize {
         start -= 1;
     }
     start
-}
-
-/// The messages a transcript shows its model: every message entry, with each compaction
-/// applied where it was written.
-pub(crate) fn replay_messages(entries: impl IntoIterator<Item = TranscriptEntry>) -> Vec<Message> {
-    let mut messages: Vec<Message> = Vec::new();
-    for entry in entries {
-        match entry.kind {
-            EntryKind::Message { message } => messages.push(message),
-            EntryKind::Compacted { summary, kept, .. } => {
-                let start = messages.len().saturating_sub(kept as usize);
-                let tail = messages.split_off(start);
-                messages = std::iter::once(summary_message(&summary))
-                    .chain(tail)
-                    .collect();
-            }
-            _ => {}
-        }
-    }
-    messages
 }
 
 impl Session {

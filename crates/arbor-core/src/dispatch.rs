@@ -12,9 +12,10 @@ use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::effect::{ToolEffect, effect_key};
+use crate::outcome::NestedSuspension;
 use crate::permission::{Decision, PermissionRequest};
 use crate::session::Session;
-use crate::tool::{NestedSuspension, ToolContext, ToolError};
+use crate::tool::{ToolContext, ToolError};
 
 /// A call outcome that ends the run.
 #[derive(Debug, Clone)]

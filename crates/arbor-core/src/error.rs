@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::identity::{IdentityError, IdentityErrorCode};
-use crate::run::RunResult;
+use crate::outcome::RunResult;
 
 /// What kind of failure a [`CoreError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,7 +105,7 @@ pub enum CoreError {
     /// The delegated run suspended on approvals; its pending decisions are attached (paths
     /// from the top of the tree).
     #[error("Delegated run suspended")]
-    Suspended(Box<crate::tool::NestedSuspension>),
+    Suspended(Box<crate::outcome::NestedSuspension>),
     /// A child run failed or was cancelled; its result is attached.
     #[error("{message}")]
     Run {

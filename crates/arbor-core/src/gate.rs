@@ -2,76 +2,22 @@
 //! decision, or when a call's child suspended; and [`Session::resume`], which runs what was
 //! decided and goes on. See [`crate::approval`] for the checkpoint and the decisions.
 
-use std::fmt;
 use std::sync::Arc;
 
 use arbor_protocol::{
-    AgentEvent, ApprovalDecision, EntryKind, Message, PendingDecision, RunId, SessionId,
-    SessionStatus, Timestamp, ToolCall, ToolResult,
+    AgentEvent, ApprovalDecision, EntryKind, Message, RunId, SessionStatus, Timestamp, ToolCall,
+    ToolResult,
 };
 use arbor_store::SessionUpdate;
-use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{self, CallSlot, CallState, RunCheckpoint, Suspension};
+use crate::approval::{self, CallSlot, CallState, RunCheckpoint};
 use crate::dispatch::CallStop;
 use crate::error::{CoreError, CoreResult};
-use crate::run::{Outcome, RunOptions, RunResult, RunState};
+use crate::outcome::{RunResult, Suspension};
+use crate::resumer::{NestedOutcome, NestedResumer, Turns};
+use crate::run::{Outcome, RunOptions, RunState};
 use crate::session::Session;
-
-/// Where the loop starts.
-#[derive(Debug)]
-pub(crate) enum Turns {
-    /// With a new provider turn.
-    Next,
-    /// With the calls of a suspended turn.
-    Resume(Box<RunCheckpoint>),
-    /// Nowhere: the conversation already ends with the model's answer (an interrupted run
-    /// that had finished its last turn but not recorded its end).
-    Answered,
-}
-
-/// How a child's resumed run ended, for the parent call that waits on it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NestedOutcome {
-    /// It answered: the parent's call gets this text as its result.
-    Completed(String),
-    /// It ended without an answer (failed, denied, rejected): the call gets this error.
-    Failed(String),
-    /// It suspended again on these decisions (ids of its run, paths from the top).
-    Suspended(Vec<PendingDecision>),
-}
-
-/// Resumes a delegated run with decisions taken at its parent (a supervisor does).
-#[async_trait]
-pub trait NestedResumer: fmt::Debug + Send + Sync {
-    /// Passes `decisions` to the suspended child run `run_id` and resumes it.
-    async fn resume_nested(
-        &self,
-        run_id: RunId,
-        session_id: SessionId,
-        decisions: Vec<ApprovalDecision>,
-    ) -> CoreResult<NestedOutcome>;
-
-    /// Why the suspended child run `run_id` can no longer be resumed (it was deleted), if
-    /// so: the parent's call then fails with this text and the parent goes on. The default
-    /// knows of no such case.
-    async fn nested_gone(
-        &self,
-        run_id: RunId,
-        session_id: SessionId,
-    ) -> CoreResult<Option<String>> {
-        let _ = (run_id, session_id);
-        Ok(None)
-    }
-
-    /// The parent's run ended without resuming the suspended child run `run_id` (it was
-    /// cancelled, timed out or failed): the child's suspension is closed, never resumed. The
-    /// default does nothing.
-    async fn abandon_nested(&self, run_id: RunId, session_id: SessionId) {
-        let _ = (run_id, session_id);
-    }
-}
 
 fn rejected(call: &ToolCall, reason: Option<&str>) -> ToolResult {
     ToolResult {

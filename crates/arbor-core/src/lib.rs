@@ -34,10 +34,13 @@ mod gate;
 pub mod identity;
 pub mod inbox;
 pub mod lease;
+mod outcome;
 pub mod permission;
 mod recover;
 pub mod redact;
 pub mod registry;
+mod replay;
+mod resumer;
 mod run;
 mod session;
 pub mod supervisor;
@@ -52,14 +55,15 @@ pub use arbor_protocol::RunLimits;
 pub use effect::{EffectStore, StoreEffects, ToolEffect};
 pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
-pub use gate::{NestedOutcome, NestedResumer};
 pub use identity::{Identity, IdentityError, IdentityErrorCode};
+pub use outcome::{NestedSuspension, RunResult, SessionRef, Suspension};
 pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest, ToolBudget};
 pub use recover::Continued;
 pub use redact::{Redactor, SecretRedactor};
-pub use run::{RunOptions, RunResult};
-pub use session::{Session, SessionBuilder, SessionRef, validate_session_name};
-pub use tool::{DynTool, NestedSuspension, Tool, ToolContext, ToolError, ToolSet, Typed};
+pub use resumer::{NestedOutcome, NestedResumer};
+pub use run::RunOptions;
+pub use session::{Session, SessionBuilder, validate_session_name};
+pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};
 
 #[cfg(test)]
 mod send_checks {

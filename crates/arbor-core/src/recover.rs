@@ -8,8 +8,9 @@
 use arbor_protocol::{Message, SessionStatus, ToolResult};
 
 use crate::error::{CoreError, CoreResult};
-use crate::gate::Turns;
-use crate::run::{RunOptions, RunResult};
+use crate::outcome::RunResult;
+use crate::resumer::Turns;
+use crate::run::RunOptions;
 use crate::session::Session;
 
 /// What a continued run closed before it went on.

@@ -9,15 +9,16 @@
 use arbor_model::{ModelEvent, ModelRequest};
 use arbor_protocol::{
     AgentEvent, EntryKind, LimitKind, Message, RunId, RunLimitBreach, RunLimits, RunStatus,
-    SessionId, SessionStatus, StopReason, ToolCall, ToolResult, Usage,
+    SessionStatus, StopReason, ToolCall, ToolResult, Usage,
 };
 use arbor_store::SessionUpdate;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{Sticky, Suspension};
+use crate::approval::Sticky;
 use crate::error::{CoreError, CoreResult};
-use crate::gate::{NestedResumer, Turns};
+use crate::outcome::{RunResult, Suspension};
+use crate::resumer::{NestedResumer, Turns};
 use crate::session::Session;
 
 /// Options of one run.
@@ -58,36 +59,6 @@ impl RunOptions {
         self.nested = Some(nested);
         self
     }
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunResult {
-    /// The session.
-    pub session_id: SessionId,
-    /// The run.
-    pub run_id: RunId,
-    /// Terminal status.
-    pub status: RunStatus,
-    /// Why it stopped.
-    pub stop_reason: StopReason,
-    /// The model's last text (its answer when the run succeeded).
-    pub text: String,
-    /// Tokens this run's provider turns used.
-    pub usage: Usage,
-    /// The limit that fired, if one did.
-    pub breach: Option<RunLimitBreach>,
-    /// What went wrong, for runs that did not succeed.
-    pub error: Option<String>,
-    /// Model turns taken.
-    pub turns: u32,
-    /// Tool calls executed or attempted.
-    pub tool_calls: u32,
-    /// For a suspended run: what it waits on, and the version to decide against.
-    pub suspension: Option<Suspension>,
-    /// For a run that died on a limit: what it consumed, its other limits' use, its last
-    /// calls (arguments hashed).
-    pub attribution: Option<arbor_protocol::RunAttribution>,
 }
 
 /// Why the loop stopped.

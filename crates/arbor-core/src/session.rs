@@ -16,28 +16,8 @@ use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
 use crate::events::{EventBus, Subscription};
 use crate::inbox::Inbox;
+use crate::outcome::SessionRef;
 use crate::redact::redact_serde;
-
-/// Where a session stands in its tree: what a child needs of its parent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionRef {
-    /// The session.
-    pub id: SessionId,
-    /// Its tree's root.
-    pub root_id: SessionId,
-    /// Its depth in the tree (0 for a root).
-    pub depth: u32,
-}
-
-impl From<&SessionRecord> for SessionRef {
-    fn from(r: &SessionRecord) -> Self {
-        Self {
-            id: r.id,
-            root_id: r.root_id,
-            depth: r.depth,
-        }
-    }
-}
 
 /// A live session. Runs take `&mut self`, so one session runs one input at a time.
 #[derive(Debug)]
@@ -171,7 +151,7 @@ impl Session {
     ) -> CoreResult<Session> {
         let entries = store.transcript(record.id, 0, None).await?;
         let inbox = Inbox::from_transcript(&entries);
-        let messages = crate::compact::replay_messages(entries);
+        let messages = crate::replay::replay_messages(entries);
         Self::assemble(agent, store, record, messages, inbox).await
     }
 

@@ -6,6 +6,7 @@
 //! [`DynTool`] is the erased form the run loop dispatches on; [`ToolSet`] is an agent's
 //! immutable set of tools, looked up by name.
 
+pub use crate::outcome::NestedSuspension;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -22,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
-use crate::session::SessionRef;
+use crate::outcome::SessionRef;
 
 /// What a tool call knows about where it runs.
 #[derive(Debug, Clone)]
@@ -64,17 +65,6 @@ pub enum ToolError {
     /// suspends too, with the child's decisions surfacing as its own.
     #[error("Delegated run suspended")]
     Suspended(Box<NestedSuspension>),
-}
-
-/// A child's suspended run, as a tool call reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NestedSuspension {
-    /// The child's run.
-    pub run_id: arbor_protocol::RunId,
-    /// The child's session.
-    pub session_id: arbor_protocol::SessionId,
-    /// What it waits on (ids of the child's run; paths from the top).
-    pub pending: Vec<arbor_protocol::PendingDecision>,
 }
 
 /// A typed tool.

@@ -1,11 +1,6 @@
 //! Options of a [`SqliteStore`](crate::SqliteStore) connection.
 
-use std::path::Path;
 use std::time::Duration;
-
-use arbor_store::StoreResult;
-
-use crate::store::SqliteStore;
 
 /// How hard SQLite pushes each commit to disk (`PRAGMA synchronous`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -87,16 +82,5 @@ impl SqliteOptions {
     /// The configured durability.
     pub fn synchronous_value(&self) -> Synchronous {
         self.synchronous
-    }
-
-    /// Opens (creating it if missing, unless read-only) the store file at `path`; see
-    /// [`SqliteStore::open`].
-    pub fn open(&self, path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
-        SqliteStore::open_with(path, self)
-    }
-
-    /// Opens a private in-memory store; see [`SqliteStore::open_in_memory`].
-    pub fn open_in_memory(&self) -> StoreResult<SqliteStore> {
-        SqliteStore::open_in_memory_with(self)
     }
 }

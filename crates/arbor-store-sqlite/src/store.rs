@@ -55,6 +55,20 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
+/// Opening a store with these options (kept beside the store, which owns the connection).
+impl SqliteOptions {
+    /// Opens (creating it if missing, unless read-only) the store file at `path`; see
+    /// [`SqliteStore::open`].
+    pub fn open(&self, path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        SqliteStore::open_with(path, self)
+    }
+
+    /// Opens a private in-memory store; see [`SqliteStore::open_in_memory`].
+    pub fn open_in_memory(&self) -> StoreResult<SqliteStore> {
+        SqliteStore::open_in_memory_with(self)
+    }
+}
+
 impl SqliteStore {
     /// Opens the store file at `path` with the default [`SqliteOptions`], creating the file
     /// (not its directory) if missing and migrating its schema.

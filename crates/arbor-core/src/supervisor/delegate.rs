@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::identity::Identity;
-use crate::run::RunResult;
-use crate::session::SessionRef;
+use crate::outcome::RunResult;
+use crate::outcome::SessionRef;
 use crate::supervisor::admission::resolve_model;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::limits::{LimitsInput, SupervisorLimits};

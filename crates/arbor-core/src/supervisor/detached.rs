@@ -11,8 +11,9 @@
 use arbor_protocol::{SessionId, SessionStatus};
 use arbor_store::{SessionQuery, Store};
 
-use crate::approval::{self, RunCheckpoint, Suspension};
+use crate::approval::{self, RunCheckpoint};
 use crate::error::{CoreError, CoreResult};
+use crate::outcome::Suspension;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::DelegationResult;
 use crate::supervisor::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};

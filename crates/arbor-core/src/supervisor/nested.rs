@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval;
 use crate::error::{CoreError, CoreResult};
-use crate::gate::{NestedOutcome, NestedResumer};
+use crate::outcome::NestedSuspension;
+use crate::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::admission::admitted_terms;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, CancelReason, DelegationResult, Mode, child_identity};
 use crate::supervisor::policy::{PolicyInput, Report};
 use crate::supervisor::tools::finished;
-use crate::tool::NestedSuspension;
 
 /// The store namespace of delegation mappings.
 pub const DELEGATION_NAMESPACE: &str = "delegation";

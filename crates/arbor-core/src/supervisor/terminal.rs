@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 
 use crate::dispatch::panic_message;
 use crate::error::{CoreError, CoreResult, LimitError, LimitInfo};
-use crate::run::RunResult;
+use crate::outcome::RunResult;
 use crate::supervisor::admission::session_of;
 use crate::supervisor::core::Supervisor;
 use crate::supervisor::delegate::{Admitted, DelegationResult, Worked};
