@@ -30,6 +30,7 @@ mod dispatch;
 pub mod effect;
 mod error;
 pub mod events;
+mod finish;
 mod gate;
 pub mod identity;
 pub mod inbox;

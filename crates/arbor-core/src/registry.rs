@@ -278,7 +278,7 @@ pub async fn rename_child(
     new_name: &str,
     by: &str,
 ) -> CoreResult<Renamed> {
-    let to = crate::supervisor::names::requested(new_name)?;
+    let to = crate::supervisor::config::names::requested(new_name)?;
     let child = find_child(store, parent, selector).await?;
     if to == child.name {
         return Ok(Renamed {

@@ -24,57 +24,40 @@
 //!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`;
 //!   [`FindModelsTool`], `find_models` (the models and thinking levels a child may run).
 
-mod admission;
-mod arguments;
-pub mod catalog;
-mod core;
-mod delegate;
-mod depth;
-pub mod detached;
-mod find_models;
-mod handles;
-pub mod hooks;
-mod hub;
-mod join;
-mod lifecycle;
-pub mod limits;
-mod list_tool;
-pub mod messages;
-pub mod names;
-mod nested;
-pub mod policy;
-mod pump;
-mod rename_tool;
-mod resume;
-mod send_tool;
-mod slots;
-pub mod summary;
-mod terminal;
-mod thinking;
+pub(crate) mod config;
+pub(crate) mod delegation;
+mod runtime;
 pub mod tools;
-mod work;
+pub(crate) mod tree;
+
+pub use config::{catalog, hooks, limits, names, policy};
+pub use delegation::{detached, summary};
+pub use tree::messages;
 
 pub use crate::redact::{REDACTED, Redactor, SecretRedactor};
 pub use catalog::{
     AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory,
     MilestoneContext, MilestoneFn, Product, erased_factory, factory_fn,
 };
-pub use core::{ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder};
-pub use delegate::{AsyncHandle, DelegationRequest, DelegationResult, Delegator, Mode};
-pub use detached::detached_suspensions;
-pub use find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
+pub use delegation::delegate::Delegator;
+pub use delegation::detached::detached_suspensions;
+pub use delegation::join::{WaitOptions, WaitOutcome};
+pub use delegation::nested::DELEGATION_NAMESPACE;
+pub use delegation::pump::ChildEventProjector;
+pub use delegation::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
 };
-pub use join::{WaitOptions, WaitOutcome};
-pub use lifecycle::{Deleted, Renamed};
 pub use limits::{LimitsInput, SupervisorLimits};
-pub use list_tool::ListChildrenTool;
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
-pub use nested::DELEGATION_NAMESPACE;
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
-pub use pump::ChildEventProjector;
-pub use rename_tool::RenameChildTool;
-pub use send_tool::SendMessageTool;
+pub use runtime::{
+    ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder,
+};
 pub use summary::{ChildSummary, Outcome};
-pub use tools::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};
+pub use tools::find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
+pub use tools::list_children::ListChildrenTool;
+pub use tools::rename_child::RenameChildTool;
+pub use tools::send_message::SendMessageTool;
+pub use tools::spawn_agent::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};
+pub use tree::lifecycle::{Deleted, Renamed};

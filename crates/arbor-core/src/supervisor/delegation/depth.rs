@@ -9,7 +9,7 @@ use arbor_protocol::SessionId;
 use arbor_store::{SessionRecord, SessionUpdate, StoreError};
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 
 /// The value a record keeps, if any.
 pub(crate) fn stored(record: &SessionRecord) -> Option<u32> {

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::CoreError;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::messages::{MAX_MESSAGE_BYTES, Sender};
+use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tree::messages::{MAX_MESSAGE_BYTES, Sender};
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]

@@ -14,12 +14,15 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::CoreError;
-use crate::supervisor::arguments;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::{DelegationRequest, DelegationResult, Delegator};
-use crate::supervisor::handles::Reach;
-use crate::supervisor::join::{WaitOptions, WaitOutcome};
-use crate::supervisor::policy::{HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+use crate::supervisor::config::policy::{
+    HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report,
+};
+use crate::supervisor::delegation::delegate::Delegator;
+use crate::supervisor::delegation::handles::Reach;
+use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
+use crate::supervisor::delegation::request::{DelegationRequest, DelegationResult};
+use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tools::arguments;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]

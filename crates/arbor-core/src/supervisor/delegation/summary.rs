@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::supervisor::policy::Lifetime;
+use crate::supervisor::config::policy::Lifetime;
 
 /// Where a child's delegations stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -290,7 +290,7 @@ pub mod bench {
     use std::sync::Arc;
 
     use super::{Outcome, Summary};
-    use crate::supervisor::policy::Lifetime;
+    use crate::supervisor::config::policy::Lifetime;
 
     /// The counters the supervisor updates on every delegation's start and settle.
     #[derive(Debug)]

@@ -14,13 +14,13 @@ use crate::events::{Bus, Subscription};
 use crate::identity::Identity;
 use crate::permission::Permission;
 use crate::redact::Redactor;
-use crate::supervisor::catalog::{ChildEntry, check_child_id, valid_id};
-use crate::supervisor::handles::Handles;
-use crate::supervisor::hooks::{AfterHook, BeforeHook};
-use crate::supervisor::hub::Hub;
-use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
-use crate::supervisor::slots::Slots;
-use crate::supervisor::summary::{ChildSummary, Summary};
+use crate::supervisor::config::catalog::{ChildEntry, check_child_id, valid_id};
+use crate::supervisor::config::hooks::{AfterHook, BeforeHook};
+use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
+use crate::supervisor::delegation::handles::Handles;
+use crate::supervisor::delegation::slots::Slots;
+use crate::supervisor::delegation::summary::{ChildSummary, Summary};
+use crate::supervisor::tree::hub::Hub;
 
 /// How long an `after` hook may run by default.
 pub const DEFAULT_AFTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -93,7 +93,7 @@ pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) slots: Arc<Slots>,
     /// Requested names being registered (in-process guard; the store guards across).
-    pub(crate) names: Arc<crate::supervisor::names::Reservations>,
+    pub(crate) names: Arc<crate::supervisor::config::names::Reservations>,
     pub(crate) bus: Bus<SupervisorEnvelope>,
     pub(crate) state: Mutex<State>,
     pub(crate) tracker: TaskTracker,

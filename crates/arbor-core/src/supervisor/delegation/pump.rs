@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::Subscription;
 use crate::redact::redact_serde;
-use crate::supervisor::catalog::MilestoneContext;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::limits::SupervisorLimits;
-use crate::supervisor::policy::{EffectivePolicy, Report};
+use crate::supervisor::config::catalog::MilestoneContext;
+use crate::supervisor::config::limits::SupervisorLimits;
+use crate::supervisor::config::policy::{EffectivePolicy, Report};
+use crate::supervisor::runtime::Supervisor;
 
 /// Events of the milestone subset.
 fn is_milestone(event: &AgentEvent) -> bool {

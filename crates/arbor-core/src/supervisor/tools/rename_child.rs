@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]

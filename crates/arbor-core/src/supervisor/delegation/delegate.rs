@@ -5,88 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::collections::BTreeSet;
+use arbor_protocol::ChildOrigin;
 
-use arbor_protocol::{ChildOrigin, SessionId, SpawnPoint, Timestamp};
-use tokio_util::sync::CancellationToken;
-
-use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::identity::Identity;
-use crate::outcome::RunResult;
-use crate::outcome::SessionRef;
-use crate::supervisor::admission::resolve_model;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
-use crate::supervisor::names;
-use crate::supervisor::policy::{EffectivePolicy, Lifetime, PolicyInput};
-use crate::supervisor::slots::SlotGuard;
-use crate::supervisor::thinking;
-
-/// One delegation request.
-#[derive(Debug, Clone, Default)]
-pub struct DelegationRequest {
-    /// The allow-listed child to run.
-    pub child_id: String,
-    /// Its task.
-    pub input: String,
-    /// A thread within the child's resource (default `default`).
-    pub thread_id: Option<String>,
-    /// A readable name for the child's session (default: the child id).
-    pub name: Option<String>,
-    /// Limits that may only lower the inherited ones.
-    pub limits: LimitsInput,
-    /// Lifetime, report, milestone and budget share, narrowing the child's policy.
-    pub policy: PolicyInput,
-    /// The caller's cancellation (ignored for session lifetime).
-    pub cancel: Option<CancellationToken>,
-    /// The session delegating, whose child the new session becomes.
-    pub parent: Option<SessionRef>,
-    /// The parent's run and turn that asked for the child (its usage is attributed there).
-    pub spawned_by: Option<SpawnPoint>,
-    /// The model to run: one the child's catalog entry allows (default: the entry's own).
-    pub model: Option<String>,
-    /// How much the child's model reasons: one of the levels the resolved model supports
-    /// ([`ChildEntry::supported_thinking`](crate::supervisor::ChildEntry::supported_thinking)),
-    /// else admission refuses the spawn naming them. Kept in the child's record
-    /// (`meta.thinking`) and forced onto every run of it; unset leaves the agent's own.
-    pub thinking: Option<arbor_model::ThinkingLevel>,
-}
-
-impl DelegationRequest {
-    /// A request to run `child_id` on `input`.
-    pub fn new(child_id: impl Into<String>, input: impl Into<String>) -> Self {
-        Self {
-            child_id: child_id.into(),
-            input: input.into(),
-            ..Self::default()
-        }
-    }
-}
-
-/// A finished delegation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DelegationResult {
-    /// The delegation.
-    pub delegation_id: String,
-    /// The catalog entry.
-    pub child_id: String,
-    /// The child's session (where its transcript lives).
-    pub session_id: SessionId,
-    /// The child session's name.
-    pub name: String,
-    /// The child run's result.
-    pub result: RunResult,
-}
-
-/// Where a delegation sits: the chain above it.
-#[derive(Debug, Clone)]
-pub(crate) struct Scope {
-    pub(crate) path: Arc<[String]>,
-    pub(crate) parents: Arc<[String]>,
-    pub(crate) token: CancellationToken,
-    /// The identity the delegating child acts as.
-    pub(crate) identity: Option<Arc<Identity>>,
-}
+use crate::error::{CoreError, CoreResult};
+use crate::supervisor::config::names;
+use crate::supervisor::config::policy::Lifetime;
+use crate::supervisor::delegation::admitted::{
+    Admitted, CancelReason, Ended, Scope, Worked, check_bytes, check_depth, child_identity,
+};
+use crate::supervisor::delegation::request::{
+    AsyncHandle, DelegationRequest, DelegationResult, Mode,
+};
+use crate::supervisor::runtime::Supervisor;
 
 /// Delegates on behalf of one place in the tree: the host (top level) or a running child.
 #[derive(Debug, Clone)]
@@ -152,116 +82,6 @@ impl Delegator {
         self.supervisor.register(&mut admitted).await?;
         self.supervisor.launch(admitted)
     }
-}
-
-/// How the caller takes the result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// The caller waits (`delegate`).
-    Sync,
-    /// The caller collects it with `wait` (`delegate_async`).
-    Join,
-    /// The child replies by message (`spawn`).
-    Message,
-}
-
-impl Mode {
-    /// The mode's name in records and tool arguments.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Sync => "sync",
-            Self::Join => "async",
-            Self::Message => "message",
-        }
-    }
-}
-
-/// The handle of an admitted delegation: what a parent needs to address the child later,
-/// and nothing of its result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AsyncHandle {
-    /// The delegation.
-    pub delegation_id: String,
-    /// The catalog entry.
-    pub child_id: String,
-    /// The child's session: where its transcript lives.
-    pub session_id: SessionId,
-    /// Its readable name, unique among its siblings.
-    pub name: String,
-    /// The model it runs (none when its factory chooses).
-    pub model: Option<String>,
-}
-
-/// Why a delegation was cancelled: the first reason set wins.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CancelReason(Arc<std::sync::OnceLock<&'static str>>);
-
-impl CancelReason {
-    pub(crate) fn set(&self, reason: &'static str) {
-        let _ = self.0.set(reason);
-    }
-
-    pub(crate) fn get(&self) -> Option<&'static str> {
-        self.0.get().copied()
-    }
-}
-
-/// Everything admission settled.
-#[derive(Debug)]
-pub(crate) struct Admitted {
-    pub(crate) entry: usize,
-    pub(crate) child_id: String,
-    pub(crate) delegation_id: String,
-    pub(crate) depth: u32,
-    pub(crate) path: Arc<[String]>,
-    pub(crate) parents: Arc<[String]>,
-    pub(crate) input: String,
-    pub(crate) limits: SupervisorLimits,
-    pub(crate) policy: EffectivePolicy,
-    pub(crate) thread: String,
-    pub(crate) name: String,
-    /// The checked name the request asked for, reserved until its record exists (a default
-    /// is made at registration).
-    pub(crate) requested_name: Option<names::ReservedName>,
-    pub(crate) model: Option<String>,
-    /// The checked thinking level the request asked for (a rerun reads its record's).
-    pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
-    pub(crate) mode: Mode,
-    /// The child's session record, written at registration.
-    pub(crate) record: Option<arbor_store::SessionRecord>,
-    pub(crate) parent: Option<SessionRef>,
-    pub(crate) spawned_by: Option<SpawnPoint>,
-    pub(crate) identity: Option<Arc<Identity>>,
-    pub(crate) token: CancellationToken,
-    /// Why the token was cancelled, set by whoever cancels it first.
-    pub(crate) reason: CancelReason,
-    pub(crate) caller: Option<CancellationToken>,
-    pub(crate) slot: SlotGuard,
-    /// A follow-up run of an existing session on its pending messages.
-    pub(crate) resume: bool,
-    /// A suspended run of the child to resume (its decisions are recorded).
-    pub(crate) resume_run: Option<arbor_protocol::RunId>,
-    /// The child's interrupted run to continue (its process died mid-run).
-    pub(crate) recover: bool,
-    /// The child's reply count when this run began (a first task that ends with the same
-    /// count never replied).
-    pub(crate) replies_at_start: u32,
-    /// Nobody awaits this run's outcome (a message-mode child, a follow-up): if it suspends,
-    /// no caller's run carries its approvals, and [`Supervisor::resume_child`] resumes it.
-    ///
-    /// [`Supervisor::resume_child`]: crate::supervisor::Supervisor::resume_child
-    pub(crate) detached: bool,
-}
-
-/// How the work between start and terminal ended.
-pub(crate) enum Worked {
-    Ran {
-        session_id: SessionId,
-        name: String,
-        result: Box<RunResult>,
-    },
-    Rejected(String),
-    Error(CoreError),
 }
 
 impl Supervisor {
@@ -351,8 +171,8 @@ impl Supervisor {
             }
             None => None,
         };
-        let model = resolve_model(entry, request.model.as_deref())?;
-        let thinking = thinking::check(entry, model.as_deref(), request.thinking)?;
+        let model = entry.resolve_model(request.model.as_deref())?;
+        let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
         let slot = inner.slots.reserve(
             limits
                 .max_active_children
@@ -464,7 +284,8 @@ impl Supervisor {
         a.token.cancel();
         // A hosted child its host (or its parent model) cancelled through its handle is
         // released: its record gets a `revoked` tombstone once its run has ended.
-        let revoked = a.reason.get() == Some(crate::supervisor::join::HANDLE_CANCELLED);
+        let revoked =
+            a.reason.get() == Some(crate::supervisor::delegation::admitted::HANDLE_CANCELLED);
         let Admitted {
             slot,
             record,
@@ -487,69 +308,6 @@ impl Supervisor {
         }
         outcome
     }
-}
-
-/// How a run of a registered child ended, for what follows it (notices, wake-ups).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ended {
-    pub(crate) mode: Mode,
-    pub(crate) resume: bool,
-    pub(crate) replies_at_start: u32,
-    pub(crate) host_aborted: bool,
-    /// The child's run began (a hook, factory or delete stopped it before otherwise).
-    pub(crate) started: bool,
-    /// Cancelled through its handle: the child is released (a `revoked` tombstone).
-    pub(crate) revoked: bool,
-}
-
-/// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it
-/// names any, and checked so it holds no more than the parent's. An inactive parent identity
-/// refuses the delegation even without narrowing: no child runs on an expired or revoked
-/// identity.
-pub(crate) fn child_identity(
-    parent: Option<Arc<Identity>>,
-    scopes: Option<&BTreeSet<String>>,
-) -> CoreResult<Option<Arc<Identity>>> {
-    let Some(parent) = parent else {
-        return Ok(None);
-    };
-    let now = Timestamp::now();
-    parent.check_active(now)?;
-    let Some(scopes) = scopes else {
-        return Ok(Some(parent));
-    };
-    let narrowed = parent.narrow(scopes.iter().cloned(), None, now)?;
-    parent.assert_propagation(&narrowed, now)?;
-    Ok(Some(Arc::new(narrowed)))
-}
-
-pub(super) fn check_depth(depth: u32, limits: &SupervisorLimits) -> CoreResult<()> {
-    if depth > limits.max_depth {
-        return Err(CoreError::limit_error(
-            "Delegation depth exceeded",
-            Some(LimitInfo {
-                limit: "max_depth",
-                maximum: u64::from(limits.max_depth),
-                observed: u64::from(depth),
-            }),
-        ));
-    }
-    Ok(())
-}
-
-pub(super) fn check_bytes(input: &str, limits: &SupervisorLimits) -> CoreResult<()> {
-    let bytes = input.len() as u64;
-    if bytes > limits.max_message_bytes {
-        return Err(CoreError::limit_error(
-            "Delegation input exceeds max bytes",
-            Some(LimitInfo {
-                limit: "max_message_bytes",
-                maximum: limits.max_message_bytes,
-                observed: bytes,
-            }),
-        ));
-    }
-    Ok(())
 }
 
 /// A fresh, time-ordered, never reused id suffix.

@@ -9,37 +9,12 @@ use arbor_store::SessionRecord;
 
 use crate::error::{CoreError, CoreResult};
 use crate::session::name_error;
-use crate::supervisor::catalog::ChildEntry;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::Admitted;
-use crate::supervisor::limits::SupervisorLimits;
-use crate::supervisor::names;
-use crate::supervisor::policy::{EffectivePolicy, PolicyInput};
-
-/// The model a request runs: the requested one if the entry allows it, else the entry's
-/// default.
-pub(crate) fn resolve_model(
-    entry: &ChildEntry,
-    requested: Option<&str>,
-) -> CoreResult<Option<String>> {
-    let Some(requested) = requested else {
-        return Ok(entry.model.clone());
-    };
-    let requested = requested.trim();
-    let allowed = entry.models();
-    match allowed.iter().find(|m| m.eq_ignore_ascii_case(requested)) {
-        Some(m) => Ok(Some((*m).to_owned())),
-        None => Err(CoreError::validation(format!(
-            "Requested model \"{requested}\" is not allowed for child \"{}\"; allowed models: {}",
-            entry.id,
-            if allowed.is_empty() {
-                "none (its factory chooses)".to_owned()
-            } else {
-                allowed.join(", ")
-            }
-        ))),
-    }
-}
+use crate::supervisor::config::catalog::ChildEntry;
+use crate::supervisor::config::limits::SupervisorLimits;
+use crate::supervisor::config::names;
+use crate::supervisor::config::policy::{EffectivePolicy, PolicyInput};
+use crate::supervisor::delegation::admitted::Admitted;
+use crate::supervisor::runtime::Supervisor;
 
 impl Supervisor {
     /// Preflights the model and writes the child's record (reserving its name). On error
@@ -91,9 +66,9 @@ impl Supervisor {
             record.depth = stored.depth + 1;
             // The parent's own maximum depth, if its host lowered it (checked before anything
             // is written; the child inherits it).
-            inherited_depth = crate::supervisor::depth::stored(&stored);
+            inherited_depth = crate::supervisor::delegation::depth::stored(&stored);
             if let Some(max) = inherited_depth {
-                crate::supervisor::depth::check(record.depth, max)?;
+                crate::supervisor::delegation::depth::check(record.depth, max)?;
             }
         }
         record.spawned_by = a.spawned_by;
@@ -152,7 +127,7 @@ impl Supervisor {
 /// catalog and the supervisor allow today (a definition may only have tightened since).
 /// A record from before they were stored gets the catalog's.
 pub(crate) fn admitted_terms(
-    inner: &crate::supervisor::core::Inner,
+    inner: &crate::supervisor::runtime::Inner,
     entry: &ChildEntry,
     record: &SessionRecord,
 ) -> CoreResult<(SupervisorLimits, EffectivePolicy)> {

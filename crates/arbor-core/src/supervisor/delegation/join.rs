@@ -7,12 +7,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::{Admitted, AsyncHandle, DelegationResult};
-use crate::supervisor::handles::{Entry, Reach};
-
-/// Why a delegation cancelled through its handle ended.
-pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
+use crate::supervisor::delegation::admitted::Admitted;
+use crate::supervisor::delegation::handles::{Entry, Reach};
+use crate::supervisor::delegation::request::{AsyncHandle, DelegationResult};
+use crate::supervisor::runtime::Supervisor;
 
 /// Options of [`Supervisor::wait`].
 #[derive(Debug, Clone, Default)]
@@ -150,7 +148,9 @@ impl Supervisor {
             return Ok(false);
         }
         entry.cancelled = true;
-        entry.reason.set(HANDLE_CANCELLED);
+        entry
+            .reason
+            .set(crate::supervisor::delegation::admitted::HANDLE_CANCELLED);
         entry.token.cancel();
         Ok(true)
     }

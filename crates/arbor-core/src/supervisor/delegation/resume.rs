@@ -12,14 +12,13 @@ use std::sync::Arc;
 use arbor_protocol::SessionId;
 
 use crate::error::{CoreError, CoreResult};
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 use arbor_protocol::Notice;
 
-use crate::supervisor::admission::admitted_terms;
-use crate::supervisor::delegate::{
-    Admitted, CancelReason, DelegationResult, Ended, Mode, child_identity,
-};
-use crate::supervisor::messages::preview;
+use crate::supervisor::delegation::admitted::{Admitted, CancelReason, Ended, child_identity};
+use crate::supervisor::delegation::register::admitted_terms;
+use crate::supervisor::delegation::request::{DelegationResult, Mode};
+use crate::supervisor::tree::messages::preview;
 
 impl Supervisor {
     /// Starts a follow-up run of `id` in the background if it is idle, retained and has
@@ -255,7 +254,7 @@ impl Supervisor {
         }
         let mut next = record.parent_id;
         // Depth is bounded by the hard cap; the bound guards against a corrupt cycle.
-        for _ in 0..=super::limits::SupervisorLimits::HARD.max_depth {
+        for _ in 0..=crate::supervisor::config::limits::SupervisorLimits::HARD.max_depth {
             let Some(id) = next else {
                 return Ok(());
             };
@@ -387,7 +386,7 @@ impl Supervisor {
             tracing::warn!(child = %record.id, error = %e, "could not revoke a cancelled child; retried later");
             self.inner
                 .hub
-                .unfinished(crate::supervisor::hub::Unfinished {
+                .unfinished(crate::supervisor::tree::hub::Unfinished {
                     id: record.id,
                     by: "host".to_owned(),
                     reason: "revoked".to_owned(),

@@ -14,7 +14,7 @@ use arbor_protocol::Usage;
 use async_trait::async_trait;
 
 use crate::permission::Permission;
-use crate::supervisor::limits::{LimitsInput, SupervisorLimits};
+use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
 
 /// What the `before` hook sees.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use crate::error::CoreResult;
 use crate::inbox::Inbox;
 use crate::registry;
 use crate::session::Session;
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 
 /// What [`Supervisor::delete_child`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl Supervisor {
                 // after the next run that ends, or by a retried delete.
                 self.inner
                     .hub
-                    .unfinished(crate::supervisor::hub::Unfinished {
+                    .unfinished(crate::supervisor::tree::hub::Unfinished {
                         id: child.id,
                         by: by.to_owned(),
                         reason,
@@ -118,7 +118,9 @@ impl Supervisor {
             Ok(Some(r)) => r.root_id,
             _ => return,
         };
-        if let Err(e) = crate::supervisor::detached::close_dead_suspensions(store, root).await {
+        if let Err(e) =
+            crate::supervisor::delegation::detached::close_dead_suspensions(store, root).await
+        {
             tracing::warn!(session = %id, error = %e, "could not close the suspensions of a deleted child");
         }
     }
@@ -177,7 +179,7 @@ impl Supervisor {
         new_name: &str,
         by: &str,
     ) -> CoreResult<Renamed> {
-        let to = crate::supervisor::names::requested(&self.redact(new_name))?;
+        let to = crate::supervisor::config::names::requested(&self.redact(new_name))?;
         let child = registry::find_child(self.inner.store.as_ref(), parent, selector).await?;
         // A spawn of that name in progress holds it too.
         let held = (to != child.name)

@@ -15,14 +15,15 @@ use crate::error::CoreError;
 use crate::permission::ToolBudget;
 use crate::run::RunOptions;
 use crate::session::Session;
-use crate::supervisor::admission::{encode_component, session_of};
-use crate::supervisor::catalog::ChildContext;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::{Admitted, Delegator, Scope, Worked, check_bytes, check_depth};
-use crate::supervisor::hooks::{BeforeContext, BeforeDecision};
-use crate::supervisor::policy::Report;
-use crate::supervisor::pump::run_pump;
-use crate::supervisor::thinking;
+use crate::supervisor::config::catalog::ChildContext;
+use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
+use crate::supervisor::config::policy::Report;
+use crate::supervisor::config::thinking;
+use crate::supervisor::delegation::admitted::{Admitted, Scope, Worked, check_bytes, check_depth};
+use crate::supervisor::delegation::delegate::Delegator;
+use crate::supervisor::delegation::pump::run_pump;
+use crate::supervisor::delegation::register::{encode_component, session_of};
+use crate::supervisor::runtime::Supervisor;
 
 impl Supervisor {
     /// Hook, factory and child run.

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::inbox::{Inbox, Reservation};
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 
 /// The largest message body, in UTF-8 bytes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;

@@ -9,11 +9,12 @@ use std::panic::AssertUnwindSafe;
 use crate::dispatch::panic_message;
 use crate::error::{CoreError, CoreResult, LimitError, LimitInfo};
 use crate::outcome::RunResult;
-use crate::supervisor::admission::session_of;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::{Admitted, DelegationResult, Worked};
-use crate::supervisor::hooks::{Completion, CompletionStatus};
-use crate::supervisor::summary::Outcome;
+use crate::supervisor::config::hooks::{Completion, CompletionStatus};
+use crate::supervisor::delegation::admitted::{Admitted, Worked};
+use crate::supervisor::delegation::register::session_of;
+use crate::supervisor::delegation::request::DelegationResult;
+use crate::supervisor::delegation::summary::Outcome;
+use crate::supervisor::runtime::Supervisor;
 
 fn limit_label(limit: arbor_protocol::LimitKind) -> &'static str {
     match limit {

@@ -14,9 +14,9 @@ use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
 use crate::permission::Permission;
-use crate::supervisor::Delegator;
-use crate::supervisor::limits::LimitsInput;
-use crate::supervisor::policy::PolicyInput;
+use crate::supervisor::config::limits::LimitsInput;
+use crate::supervisor::config::policy::PolicyInput;
+use crate::supervisor::delegation::delegate::Delegator;
 
 /// What a child factory receives.
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
-use crate::supervisor::delegate::{CancelReason, DelegationResult};
+use crate::supervisor::delegation::admitted::CancelReason;
+use crate::supervisor::delegation::request::DelegationResult;
 
 /// The shared outcome of one async delegation.
 pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;

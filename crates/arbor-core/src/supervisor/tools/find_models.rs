@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{CoreError, CoreResult};
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 /// The most models one search returns.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::registry;
-use crate::supervisor::core::Supervisor;
+use crate::supervisor::runtime::Supervisor;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]

@@ -18,11 +18,12 @@ use crate::approval;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::NestedSuspension;
 use crate::resumer::{NestedOutcome, NestedResumer};
-use crate::supervisor::admission::admitted_terms;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::{Admitted, CancelReason, DelegationResult, Mode, child_identity};
-use crate::supervisor::policy::{PolicyInput, Report};
-use crate::supervisor::tools::finished;
+use crate::supervisor::config::policy::{PolicyInput, Report};
+use crate::supervisor::delegation::admitted::{Admitted, CancelReason, child_identity};
+use crate::supervisor::delegation::register::admitted_terms;
+use crate::supervisor::delegation::request::{DelegationResult, Mode};
+use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tools::spawn_agent::finished;
 
 /// The store namespace of delegation mappings.
 pub const DELEGATION_NAMESPACE: &str = "delegation";

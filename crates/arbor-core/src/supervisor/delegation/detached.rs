@@ -14,9 +14,9 @@ use arbor_store::{SessionQuery, Store};
 use crate::approval::{self, RunCheckpoint};
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::Suspension;
-use crate::supervisor::core::Supervisor;
-use crate::supervisor::delegate::DelegationResult;
-use crate::supervisor::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};
+use crate::supervisor::delegation::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};
+use crate::supervisor::delegation::request::DelegationResult;
+use crate::supervisor::runtime::Supervisor;
 
 /// Whether the run `run` was one nobody awaits (its delegation mapping says so).
 async fn is_detached(store: &dyn Store, run: arbor_protocol::RunId) -> CoreResult<bool> {

@@ -1,0 +1,11 @@
+//! What a supervisor is configured with, before any delegation: the allow-listed
+//! [`catalog`] of children, the [`limits`] and child [`policy`] that only narrow, the
+//! `before`/`after` [`hooks`], the rules for child [`names`], and the thinking levels a child
+//! may be asked for.
+
+pub mod catalog;
+pub mod hooks;
+pub mod limits;
+pub mod names;
+pub mod policy;
+pub(crate) mod thinking;

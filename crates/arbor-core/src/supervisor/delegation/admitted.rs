@@ -1,0 +1,167 @@
+//! A delegation between admission and its terminal report: what admission settled
+//! ([`Admitted`]), where it sits in the tree ([`Scope`]), why it was cancelled
+//! ([`CancelReason`]), how its work ended ([`Worked`], [`Ended`]), and the checks and the
+//! identity narrowing admission applies.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arbor_protocol::{SessionId, SpawnPoint, Timestamp};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CoreError, CoreResult, LimitInfo};
+use crate::identity::Identity;
+use crate::outcome::{RunResult, SessionRef};
+use crate::supervisor::config::limits::SupervisorLimits;
+use crate::supervisor::config::names;
+use crate::supervisor::config::policy::EffectivePolicy;
+use crate::supervisor::delegation::request::Mode;
+use crate::supervisor::delegation::slots::SlotGuard;
+
+/// Where a delegation sits: the chain above it.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    pub(crate) path: Arc<[String]>,
+    pub(crate) parents: Arc<[String]>,
+    pub(crate) token: CancellationToken,
+    /// The identity the delegating child acts as.
+    pub(crate) identity: Option<Arc<Identity>>,
+}
+
+/// The reason of a delegation cancelled through its handle (its child is then revoked).
+pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
+
+/// Why a delegation was cancelled: the first reason set wins.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CancelReason(Arc<std::sync::OnceLock<&'static str>>);
+
+impl CancelReason {
+    pub(crate) fn set(&self, reason: &'static str) {
+        let _ = self.0.set(reason);
+    }
+
+    pub(crate) fn get(&self) -> Option<&'static str> {
+        self.0.get().copied()
+    }
+}
+
+/// Everything admission settled.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    pub(crate) entry: usize,
+    pub(crate) child_id: String,
+    pub(crate) delegation_id: String,
+    pub(crate) depth: u32,
+    pub(crate) path: Arc<[String]>,
+    pub(crate) parents: Arc<[String]>,
+    pub(crate) input: String,
+    pub(crate) limits: SupervisorLimits,
+    pub(crate) policy: EffectivePolicy,
+    pub(crate) thread: String,
+    pub(crate) name: String,
+    /// The checked name the request asked for, reserved until its record exists (a default
+    /// is made at registration).
+    pub(crate) requested_name: Option<names::ReservedName>,
+    pub(crate) model: Option<String>,
+    /// The checked thinking level the request asked for (a rerun reads its record's).
+    pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
+    pub(crate) mode: Mode,
+    /// The child's session record, written at registration.
+    pub(crate) record: Option<arbor_store::SessionRecord>,
+    pub(crate) parent: Option<SessionRef>,
+    pub(crate) spawned_by: Option<SpawnPoint>,
+    pub(crate) identity: Option<Arc<Identity>>,
+    pub(crate) token: CancellationToken,
+    /// Why the token was cancelled, set by whoever cancels it first.
+    pub(crate) reason: CancelReason,
+    pub(crate) caller: Option<CancellationToken>,
+    pub(crate) slot: SlotGuard,
+    /// A follow-up run of an existing session on its pending messages.
+    pub(crate) resume: bool,
+    /// A suspended run of the child to resume (its decisions are recorded).
+    pub(crate) resume_run: Option<arbor_protocol::RunId>,
+    /// The child's interrupted run to continue (its process died mid-run).
+    pub(crate) recover: bool,
+    /// The child's reply count when this run began (a first task that ends with the same
+    /// count never replied).
+    pub(crate) replies_at_start: u32,
+    /// Nobody awaits this run's outcome (a message-mode child, a follow-up): if it suspends,
+    /// no caller's run carries its approvals, and [`Supervisor::resume_child`] resumes it.
+    ///
+    /// [`Supervisor::resume_child`]: crate::supervisor::Supervisor::resume_child
+    pub(crate) detached: bool,
+}
+
+/// How the work between start and terminal ended.
+pub(crate) enum Worked {
+    Ran {
+        session_id: SessionId,
+        name: String,
+        result: Box<RunResult>,
+    },
+    Rejected(String),
+    Error(CoreError),
+}
+
+/// How a run of a registered child ended, for what follows it (notices, wake-ups).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    pub(crate) mode: Mode,
+    pub(crate) resume: bool,
+    pub(crate) replies_at_start: u32,
+    pub(crate) host_aborted: bool,
+    /// The child's run began (a hook, factory or delete stopped it before otherwise).
+    pub(crate) started: bool,
+    /// Cancelled through its handle: the child is released (a `revoked` tombstone).
+    pub(crate) revoked: bool,
+}
+
+/// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it
+/// names any, and checked so it holds no more than the parent's. An inactive parent identity
+/// refuses the delegation even without narrowing: no child runs on an expired or revoked
+/// identity.
+pub(crate) fn child_identity(
+    parent: Option<Arc<Identity>>,
+    scopes: Option<&BTreeSet<String>>,
+) -> CoreResult<Option<Arc<Identity>>> {
+    let Some(parent) = parent else {
+        return Ok(None);
+    };
+    let now = Timestamp::now();
+    parent.check_active(now)?;
+    let Some(scopes) = scopes else {
+        return Ok(Some(parent));
+    };
+    let narrowed = parent.narrow(scopes.iter().cloned(), None, now)?;
+    parent.assert_propagation(&narrowed, now)?;
+    Ok(Some(Arc::new(narrowed)))
+}
+
+pub(crate) fn check_depth(depth: u32, limits: &SupervisorLimits) -> CoreResult<()> {
+    if depth > limits.max_depth {
+        return Err(CoreError::limit_error(
+            "Delegation depth exceeded",
+            Some(LimitInfo {
+                limit: "max_depth",
+                maximum: u64::from(limits.max_depth),
+                observed: u64::from(depth),
+            }),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_bytes(input: &str, limits: &SupervisorLimits) -> CoreResult<()> {
+    let bytes = input.len() as u64;
+    if bytes > limits.max_message_bytes {
+        return Err(CoreError::limit_error(
+            "Delegation input exceeds max bytes",
+            Some(LimitInfo {
+                limit: "max_message_bytes",
+                maximum: limits.max_message_bytes,
+                observed: bytes,
+            }),
+        ));
+    }
+    Ok(())
+}

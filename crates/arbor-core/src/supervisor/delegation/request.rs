@@ -1,0 +1,104 @@
+//! What a host (or a model, through `spawn_agent`) asks for and gets back: a
+//! [`DelegationRequest`], how its caller takes the result ([`Mode`]), the [`AsyncHandle`] of an
+//! admitted child, and the [`DelegationResult`] of a finished one.
+
+use arbor_protocol::{SessionId, SpawnPoint};
+use tokio_util::sync::CancellationToken;
+
+use crate::outcome::{RunResult, SessionRef};
+use crate::supervisor::config::limits::LimitsInput;
+use crate::supervisor::config::policy::PolicyInput;
+
+/// One delegation request.
+#[derive(Debug, Clone, Default)]
+pub struct DelegationRequest {
+    /// The allow-listed child to run.
+    pub child_id: String,
+    /// Its task.
+    pub input: String,
+    /// A thread within the child's resource (default `default`).
+    pub thread_id: Option<String>,
+    /// A readable name for the child's session (default: the child id).
+    pub name: Option<String>,
+    /// Limits that may only lower the inherited ones.
+    pub limits: LimitsInput,
+    /// Lifetime, report, milestone and budget share, narrowing the child's policy.
+    pub policy: PolicyInput,
+    /// The caller's cancellation (ignored for session lifetime).
+    pub cancel: Option<CancellationToken>,
+    /// The session delegating, whose child the new session becomes.
+    pub parent: Option<SessionRef>,
+    /// The parent's run and turn that asked for the child (its usage is attributed there).
+    pub spawned_by: Option<SpawnPoint>,
+    /// The model to run: one the child's catalog entry allows (default: the entry's own).
+    pub model: Option<String>,
+    /// How much the child's model reasons: one of the levels the resolved model supports
+    /// ([`ChildEntry::supported_thinking`](crate::supervisor::ChildEntry::supported_thinking)),
+    /// else admission refuses the spawn naming them. Kept in the child's record
+    /// (`meta.thinking`) and forced onto every run of it; unset leaves the agent's own.
+    pub thinking: Option<arbor_model::ThinkingLevel>,
+}
+
+impl DelegationRequest {
+    /// A request to run `child_id` on `input`.
+    pub fn new(child_id: impl Into<String>, input: impl Into<String>) -> Self {
+        Self {
+            child_id: child_id.into(),
+            input: input.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A finished delegation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelegationResult {
+    /// The delegation.
+    pub delegation_id: String,
+    /// The catalog entry.
+    pub child_id: String,
+    /// The child's session (where its transcript lives).
+    pub session_id: SessionId,
+    /// The child session's name.
+    pub name: String,
+    /// The child run's result.
+    pub result: RunResult,
+}
+
+/// How the caller takes the result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The caller waits (`delegate`).
+    Sync,
+    /// The caller collects it with `wait` (`delegate_async`).
+    Join,
+    /// The child replies by message (`spawn`).
+    Message,
+}
+
+impl Mode {
+    /// The mode's name in records and tool arguments.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sync => "sync",
+            Self::Join => "async",
+            Self::Message => "message",
+        }
+    }
+}
+
+/// The handle of an admitted delegation: what a parent needs to address the child later,
+/// and nothing of its result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AsyncHandle {
+    /// The delegation.
+    pub delegation_id: String,
+    /// The catalog entry.
+    pub child_id: String,
+    /// The child's session: where its transcript lives.
+    pub session_id: SessionId,
+    /// Its readable name, unique among its siblings.
+    pub name: String,
+    /// The model it runs (none when its factory chooses).
+    pub model: Option<String>,
+}
