@@ -20,9 +20,7 @@ use std::path::{Path, PathBuf};
 use arbor_coding::{Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFactory, Worktrees};
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
-    CancelAgentTool, ChildContext, ChildEntry, ChildFactory, Delegator, FindModelsTool,
-    ListChildrenTool, Ownership, RenameChildTool, SendMessageTool, SpawnAgentTool, Supervisor,
-    WaitAgentTool,
+    ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, Supervisor,
 };
 use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult};
 use arbor_model::{ModelProvider, Script, ScriptedProvider};
@@ -97,28 +95,10 @@ fn with_delegation(
     delegator: &Delegator,
 ) -> CoreResult<AgentBuilder> {
     // Every agent of a tree can message its family (a child replies this way).
-    let b = b.dyn_tool(Arc::new(SendMessageTool::new(
-        delegator.supervisor().clone(),
-    )));
     if spec.children.is_empty() {
-        return Ok(b);
+        return Ok(b.dyn_tools(delegator.reply_tools()));
     }
-    Ok(b.dyn_tool(Arc::new(SpawnAgentTool::for_children(
-        delegator.clone(),
-        &spec.children,
-    )?))
-    .dyn_tool(Arc::new(WaitAgentTool::new(delegator.clone())))
-    .dyn_tool(Arc::new(CancelAgentTool::new(delegator.clone())))
-    .dyn_tool(Arc::new(ListChildrenTool::new(
-        delegator.supervisor().clone(),
-    )))
-    .dyn_tool(Arc::new(RenameChildTool::new(
-        delegator.supervisor().clone(),
-    )))
-    .dyn_tool(Arc::new(FindModelsTool::for_children(
-        delegator.supervisor().clone(),
-        &spec.children,
-    )?)))
+    Ok(b.dyn_tools(delegator.tools_for(&spec.children)?))
 }
 
 /// Builds a spec agent for each delegation, wiring its own children to the delegator the

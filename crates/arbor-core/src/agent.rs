@@ -264,6 +264,13 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds erased tools (for example a delegator's
+    /// [`tools`](crate::supervisor::Delegator::tools)).
+    pub fn dyn_tools(mut self, tools: impl IntoIterator<Item = Arc<dyn DynTool>>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
     /// Replaces the permission.
     pub fn permission(mut self, permission: Permission) -> Self {
         self.permission = permission;

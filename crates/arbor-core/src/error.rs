@@ -11,6 +11,7 @@ use crate::outcome::RunResult;
 
 /// What kind of failure a [`CoreError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CoreErrorKind {
     /// A configuration or request is invalid.
     Validation,
@@ -28,6 +29,10 @@ pub enum CoreErrorKind {
     Run,
     /// A delegated run waits for approvals (not a failure: resume it).
     Suspended,
+    /// The host wired the runtime wrong (a root session outside the supervisor's store, a
+    /// sink that can receive nothing): fix the host's setup. A delegation tool that meets
+    /// one ends its run with it rather than letting the model read it.
+    Config,
 }
 
 /// Which limit fired, its maximum and the value observed.
@@ -102,6 +107,9 @@ pub enum CoreError {
     /// The supervisor or a child factory failed.
     #[error("{0}")]
     Supervisor(String),
+    /// The host wired the runtime wrong; the message says how to fix it.
+    #[error("{0}")]
+    Config(String),
     /// The delegated run suspended on approvals; its pending decisions are attached (paths
     /// from the top of the tree).
     #[error("Delegated run suspended")]
@@ -126,6 +134,7 @@ impl CoreError {
             Self::Denied(_) | Self::Identity(_) => CoreErrorKind::Denied,
             Self::Limit(_) => CoreErrorKind::Limit,
             Self::Supervisor(_) => CoreErrorKind::Supervisor,
+            Self::Config(_) => CoreErrorKind::Config,
             Self::Run { .. } => CoreErrorKind::Run,
             Self::Suspended(_) => CoreErrorKind::Suspended,
         }

@@ -53,6 +53,9 @@ pub use agent::{
     DEFAULT_TOOL_CONCURRENCY, HARD_MAX_ANSWER_BYTES, MAX_TOOL_CONCURRENCY, validate_agent_name,
 };
 pub use arbor_protocol::RunLimits;
+/// Re-exported so a host implements arbor's async traits (hooks, factories, tools) without
+/// depending on `async-trait` itself.
+pub use async_trait::async_trait;
 pub use effect::{EffectStore, StoreEffects, ToolEffect};
 pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};

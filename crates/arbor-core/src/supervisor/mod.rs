@@ -46,13 +46,15 @@ pub use delegation::nested::DELEGATION_NAMESPACE;
 pub use delegation::pump::ChildEventProjector;
 pub use delegation::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use hooks::{
-    AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus,
+    AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus, FnAfter,
+    FnBefore, after_fn, before_fn,
 };
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
 pub use runtime::{
-    ChildEventSink, DEFAULT_AFTER_TIMEOUT, Ownership, Supervisor, SupervisorBuilder,
+    ChildEventSink, DEFAULT_AFTER_TIMEOUT, FnSink, Ownership, Supervisor, SupervisorBuilder,
+    sink_fn,
 };
 pub use summary::{ChildSummary, Outcome};
 pub use tools::find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};

@@ -67,6 +67,33 @@ pub trait ChildEventSink: fmt::Debug + Send + Sync {
     fn send(&self, event: &SupervisorEnvelope);
 }
 
+/// A shared sink (the host keeps a handle to what it collects).
+impl<T: ChildEventSink + ?Sized> ChildEventSink for Arc<T> {
+    fn send(&self, event: &SupervisorEnvelope) {
+        (**self).send(event);
+    }
+}
+
+/// A sink from a closure (see [`sink_fn`]).
+pub struct FnSink<F>(F);
+
+impl<F> fmt::Debug for FnSink<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnSink")
+    }
+}
+
+impl<F: Fn(&SupervisorEnvelope) + Send + Sync> ChildEventSink for FnSink<F> {
+    fn send(&self, event: &SupervisorEnvelope) {
+        (self.0)(event);
+    }
+}
+
+/// Makes a child-event sink of a closure (it must not block).
+pub fn sink_fn<F: Fn(&SupervisorEnvelope) + Send + Sync>(f: F) -> FnSink<F> {
+    FnSink(f)
+}
+
 pub(crate) struct State {
     pub(crate) summary: Summary,
     pub(crate) handles: Handles,
@@ -134,7 +161,7 @@ impl Supervisor {
             after_timeout: DEFAULT_AFTER_TIMEOUT,
             redactor: None,
             effects: None,
-            child_events: false,
+            child_events: None,
             sink: None,
             session_token: CancellationToken::new(),
             store: None,
@@ -263,7 +290,7 @@ pub struct SupervisorBuilder {
     after_timeout: std::time::Duration,
     redactor: Option<Arc<dyn Redactor>>,
     effects: Option<Arc<dyn crate::effect::EffectStore>>,
-    child_events: bool,
+    child_events: Option<bool>,
     sink: Option<Arc<dyn ChildEventSink>>,
     session_token: CancellationToken,
     store: Option<Arc<dyn Store>>,
@@ -343,13 +370,17 @@ impl SupervisorBuilder {
         self
     }
 
-    /// Streams child events for children without their own report policy.
+    /// Streams child events for children without their own report policy (default: on
+    /// when a [`child_event_sink`](Self::child_event_sink) is set, else off).
     pub fn child_events(mut self, on: bool) -> Self {
-        self.child_events = on;
+        self.child_events = Some(on);
         self
     }
 
-    /// A sink that receives every projected child event.
+    /// A sink that receives every projected child event. Setting one turns child events on
+    /// unless [`child_events`](Self::child_events)`(false)` says otherwise; with them off and
+    /// no catalog entry streaming by its own report policy, [`build`](Self::build) refuses
+    /// the sink (it would receive nothing).
     pub fn child_event_sink(mut self, sink: impl ChildEventSink + 'static) -> Self {
         self.sink = Some(Arc::new(sink));
         self
@@ -419,6 +450,20 @@ impl SupervisorBuilder {
                 "after_timeout must be positive and at most 600000 ms",
             ));
         }
+        let child_events = self.child_events.unwrap_or(self.sink.is_some());
+        let some_entry_streams = self.entries.iter().any(|e| {
+            e.policy
+                .report
+                .is_some_and(|r| r != crate::supervisor::config::policy::Report::OnComplete)
+        });
+        if self.sink.is_some() && !child_events && !some_entry_streams {
+            return Err(CoreError::Config(
+                "a child_event_sink is set, but child_events(false) turns child events off and \
+                 no child's report policy streams them: the sink would receive nothing (drop \
+                 child_events(false), or give a child a report policy)"
+                    .to_owned(),
+            ));
+        }
         let limits = SupervisorLimits::resolve(&self.limits)?;
         let child_ids: Arc<[String]> = self.entries.iter().map(|e| e.id.clone()).collect();
         let capacity = usize::try_from(limits.max_queued_events).unwrap_or(128);
@@ -441,7 +486,7 @@ impl SupervisorBuilder {
                 after_timeout: self.after_timeout,
                 redactor: self.redactor,
                 effects: self.effects,
-                child_events: self.child_events,
+                child_events,
                 sink: self.sink,
                 session_token: self.session_token,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),

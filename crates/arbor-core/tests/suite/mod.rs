@@ -7,6 +7,7 @@ mod effects;
 mod events;
 mod fuzz_inputs;
 mod hold;
+mod host_api;
 mod identity;
 mod limits;
 mod messages;

@@ -60,6 +60,14 @@ pub trait ChildFactory: fmt::Debug + Send + Sync {
 
 const _: fn(&dyn ChildFactory) = |_| {};
 
+/// A shared factory.
+#[async_trait]
+impl<T: ChildFactory + ?Sized> ChildFactory for Arc<T> {
+    async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
+        (**self).create(ctx).await
+    }
+}
+
 /// A factory from an async closure.
 pub struct FnFactory<F>(F);
 

@@ -110,3 +110,82 @@ impl<T: AfterHook + ?Sized> AfterHook for Arc<T> {
         (**self).after(completion).await
     }
 }
+
+/// A shared hook.
+#[async_trait]
+impl<T: BeforeHook + ?Sized> BeforeHook for Arc<T> {
+    async fn before(&self, ctx: &BeforeContext) -> BeforeDecision {
+        (**self).before(ctx).await
+    }
+}
+
+/// A `before` hook from an async closure (see [`before_fn`]).
+pub struct FnBefore<F>(F);
+
+impl<F> fmt::Debug for FnBefore<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnBefore")
+    }
+}
+
+#[async_trait]
+impl<F, Fut> BeforeHook for FnBefore<F>
+where
+    F: Fn(BeforeContext) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = BeforeDecision> + Send,
+{
+    async fn before(&self, ctx: &BeforeContext) -> BeforeDecision {
+        (self.0)(ctx.clone()).await
+    }
+}
+
+/// Makes a `before` hook of an async closure, which gets its own copy of the context:
+///
+/// ```
+/// use arbor_core::supervisor::{BeforeDecision, before_fn};
+///
+/// let no_secrets = before_fn(|ctx| async move {
+///     if ctx.input.contains("password") {
+///         BeforeDecision::Deny { reason: Some("no secrets in a child's task".into()) }
+///     } else {
+///         BeforeDecision::Allow
+///     }
+/// });
+/// # let _ = no_secrets;
+/// ```
+pub fn before_fn<F, Fut>(f: F) -> FnBefore<F>
+where
+    F: Fn(BeforeContext) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = BeforeDecision> + Send,
+{
+    FnBefore(f)
+}
+
+/// An `after` hook from an async closure (see [`after_fn`]).
+pub struct FnAfter<F>(F);
+
+impl<F> fmt::Debug for FnAfter<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FnAfter")
+    }
+}
+
+#[async_trait]
+impl<F, Fut> AfterHook for FnAfter<F>
+where
+    F: Fn(Completion) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    async fn after(&self, completion: &Completion) -> Result<(), String> {
+        (self.0)(completion.clone()).await
+    }
+}
+
+/// Makes an `after` hook of an async closure, which gets its own copy of the completion.
+pub fn after_fn<F, Fut>(f: F) -> FnAfter<F>
+where
+    F: Fn(Completion) -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    FnAfter(f)
+}

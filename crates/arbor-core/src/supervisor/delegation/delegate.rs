@@ -70,8 +70,17 @@ impl Delegator {
     }
 
     /// Admits a child and returns its handle; the child answers by message (its reply, or a
-    /// lifecycle notice, arrives in the parent session's inbox).
+    /// lifecycle notice, arrives in the parent session's inbox). The request must name its
+    /// parent ([`DelegationRequest::parent`]): a message-mode child without one would have
+    /// nobody to answer, so it is refused (a validation error), never started as a detached
+    /// root.
     pub async fn spawn(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
+        if request.parent.is_none() {
+            return Err(CoreError::validation(
+                "a message-mode child needs a parent session to answer: set \
+                 DelegationRequest::parent",
+            ));
+        }
         self.start(request, Mode::Message).await
     }
 

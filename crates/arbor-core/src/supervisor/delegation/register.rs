@@ -53,14 +53,28 @@ impl Supervisor {
                     "Cannot spawn a child after its parent was closed".into(),
                 ));
             }
-            let stored = inner
-                .store
-                .session(parent.id)
-                .await?
-                .filter(|p| p.tombstone.is_none())
-                .ok_or_else(|| {
-                    CoreError::Denied("Cannot spawn a child of a deleted or unknown session".into())
-                })?;
+            let stored = match inner.store.session(parent.id).await? {
+                Some(p) if p.tombstone.is_none() => p,
+                Some(_) => {
+                    return Err(CoreError::Denied(
+                        "Cannot spawn a child of a deleted or unknown session".into(),
+                    ));
+                }
+                // Not in this store at all: the host created the parent elsewhere.
+                None if parent.depth == 0 => {
+                    return Err(CoreError::Config(format!(
+                        "the root session {} is not in the supervisor's store: create it with \
+                         Supervisor::root_session (or in Supervisor::store()) so its children \
+                         can be recorded under it",
+                        parent.id
+                    )));
+                }
+                None => {
+                    return Err(CoreError::Denied(
+                        "Cannot spawn a child of a deleted or unknown session".into(),
+                    ));
+                }
+            };
             record.parent_id = Some(stored.id);
             record.root_id = stored.root_id;
             record.depth = stored.depth + 1;

@@ -48,6 +48,55 @@ impl DelegationRequest {
             ..Self::default()
         }
     }
+
+    /// The session delegating: the new child is recorded under it (required for a
+    /// message-mode child, whose answer goes to it).
+    pub fn parent(mut self, parent: impl Into<SessionRef>) -> Self {
+        self.parent = Some(parent.into());
+        self
+    }
+
+    /// A readable name for the child's session.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// A thread within the child's resource.
+    pub fn thread(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Limits that may only lower the inherited ones.
+    pub fn limits(mut self, limits: LimitsInput) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Lifetime, report, milestone and budget share, narrowing the child's policy.
+    pub fn policy(mut self, policy: PolicyInput) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The model to run (one the child's catalog entry allows).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// How much the child's model reasons.
+    pub fn thinking(mut self, level: arbor_model::ThinkingLevel) -> Self {
+        self.thinking = Some(level);
+        self
+    }
+
+    /// The caller's cancellation: cancelling it cancels a task-lifetime child.
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
 }
 
 /// A finished delegation.

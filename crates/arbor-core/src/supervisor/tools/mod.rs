@@ -14,3 +14,55 @@ pub use list_children::ListChildrenTool;
 pub use rename_child::RenameChildTool;
 pub use send_message::SendMessageTool;
 pub use spawn_agent::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};
+
+use std::sync::Arc;
+
+use crate::error::CoreResult;
+use crate::supervisor::delegation::delegate::Delegator;
+use crate::tool::DynTool;
+
+impl Delegator {
+    /// Every delegation tool a parent needs, for all of the supervisor's children:
+    /// `send_message`, `spawn_agent`, `wait_agent`, `cancel_agent`, `list_children`,
+    /// `rename_child` and `find_models`. Give them to the parent's agent
+    /// (`AgentBuilder::dyn_tools`); a child that only answers needs [`reply_tools`].
+    ///
+    /// [`reply_tools`]: Delegator::reply_tools
+    pub fn tools(&self) -> Vec<Arc<dyn DynTool>> {
+        let children = self.supervisor().child_ids().to_vec();
+        self.family(&children)
+    }
+
+    /// [`tools`](Delegator::tools) offering only `children` (each must be allow-listed,
+    /// else a validation error names it).
+    pub fn tools_for(&self, children: &[String]) -> CoreResult<Vec<Arc<dyn DynTool>>> {
+        // Checked once here; the constructors below cannot fail after it.
+        SpawnAgentTool::for_children(self.clone(), children)?;
+        Ok(self.family(children))
+    }
+
+    /// The tools of a child that answers its parent but spawns nothing: `send_message`.
+    pub fn reply_tools(&self) -> Vec<Arc<dyn DynTool>> {
+        vec![Arc::new(SendMessageTool::new(self.supervisor().clone()))]
+    }
+
+    fn family(&self, children: &[String]) -> Vec<Arc<dyn DynTool>> {
+        let sup = self.supervisor().clone();
+        let mut tools = self.reply_tools();
+        let spawn: Arc<dyn DynTool> = match SpawnAgentTool::for_children(self.clone(), children) {
+            Ok(t) => Arc::new(t),
+            Err(_) => Arc::new(SpawnAgentTool::new(self.clone())),
+        };
+        tools.push(spawn);
+        tools.push(Arc::new(WaitAgentTool::new(self.clone())));
+        tools.push(Arc::new(CancelAgentTool::new(self.clone())));
+        tools.push(Arc::new(ListChildrenTool::new(sup.clone())));
+        tools.push(Arc::new(RenameChildTool::new(sup.clone())));
+        let find: Arc<dyn DynTool> = match FindModelsTool::for_children(sup.clone(), children) {
+            Ok(t) => Arc::new(t),
+            Err(_) => Arc::new(FindModelsTool::new(sup)),
+        };
+        tools.push(find);
+        tools
+    }
+}

@@ -76,8 +76,13 @@ impl Supervisor {
         ToolError::ToModel(self.redact(text))
     }
 
-    /// A core error as the model reads it: with the limit that fired, redacted.
+    /// A core error as the model reads it: with the limit that fired, redacted. A wiring
+    /// error of the host ([`CoreErrorKind::Config`](crate::CoreErrorKind::Config)) ends the
+    /// run instead: the model cannot fix it, and the run must not look successful.
     pub(crate) fn model_error(&self, e: &CoreError) -> ToolError {
+        if e.kind() == crate::CoreErrorKind::Config {
+            return ToolError::Fatal(self.redact(&e.to_string()));
+        }
         match e.limit() {
             Some(info) => self.tool_error(&format!("{e}: {info}")),
             None => self.tool_error(&e.to_string()),

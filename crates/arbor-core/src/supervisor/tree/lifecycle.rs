@@ -27,6 +27,34 @@ pub struct Deleted {
 }
 
 impl Supervisor {
+    /// The host's entry point: a new root session of `agent` in the supervisor's own store,
+    /// attached (its children's replies and notices reach its inbox). Its children are
+    /// recorded under it; a root created elsewhere cannot have any (its spawns fail with a
+    /// [`CoreErrorKind::Config`](crate::CoreErrorKind::Config) error that ends the run).
+    ///
+    /// `configure` sets what a [`SessionBuilder`](crate::SessionBuilder) may (a name, host
+    /// data); its store is always the supervisor's.
+    pub async fn root_session(
+        &self,
+        agent: &crate::Agent,
+        configure: impl FnOnce(crate::SessionBuilder) -> crate::SessionBuilder,
+    ) -> CoreResult<Session> {
+        let mut session = configure(agent.session())
+            .store(self.inner.store.clone())
+            .create()
+            .await?;
+        self.attach(&mut session);
+        Ok(session)
+    }
+
+    /// Reopens the root session `id` of `agent` from the supervisor's store, attached (after
+    /// a restart, to resume or continue it).
+    pub async fn open_root(&self, agent: &crate::Agent, id: SessionId) -> CoreResult<Session> {
+        let mut session = agent.open_session(self.inner.store.clone(), id).await?;
+        self.attach(&mut session);
+        Ok(session)
+    }
+
     /// Attaches a session the host runs itself (typically the root): messages and notices
     /// for it go to its inbox, and the runtime never starts its runs (the host does, with
     /// [`Session::run_inbox`]).

@@ -1,0 +1,217 @@
+//! The host's entry point: a root session in the supervisor's store, the delegation tools
+//! from the delegator, closure hooks and sinks, and the wiring mistakes refused loudly.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arbor_core::supervisor::{
+    BeforeDecision, ChildEntry, CompletionStatus, DelegationRequest, Ownership, Supervisor,
+    after_fn, before_fn, sink_fn,
+};
+use arbor_core::{Agent, CoreErrorKind, RunOptions};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::RunStatus;
+use serde_json::json;
+
+fn leaf(name: &str, text: &str) -> Agent {
+    Agent::builder(name)
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            text,
+        )])))
+        .build()
+        .unwrap()
+}
+
+fn spawn(child: &str, input: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": child, "name": child, "input": input}),
+    )
+}
+
+fn root(sup: &Supervisor, turns: Vec<ScriptedTurn>) -> Agent {
+    Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .dyn_tools(sup.delegator().tools())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_host_wires_a_tree_with_root_session_tools_closures_and_a_sink() {
+    let events = Arc::new(AtomicUsize::new(0));
+    let seen = events.clone();
+    let afters = Arc::new(Mutex::new(Vec::new()));
+    let log = afters.clone();
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")).description("finds facts"))
+        .child(ChildEntry::agent("write", leaf("write", "prose")))
+        .before(before_fn(|ctx| async move {
+            if ctx.input.contains("password") {
+                BeforeDecision::Deny {
+                    reason: Some("no secrets".into()),
+                }
+            } else {
+                BeforeDecision::Allow
+            }
+        }))
+        .after(after_fn(move |c| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push((c.child_id.clone(), c.status));
+                Ok(())
+            }
+        }))
+        // A sink alone turns child events on.
+        .child_event_sink(sink_fn(move |_| {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }))
+        .build()
+        .unwrap();
+    let agent = root(
+        &sup,
+        vec![
+            spawn("research", "find facts"),
+            spawn("write", "the password is x"),
+            ScriptedTurn::text("done"),
+        ],
+    );
+    let mut session = sup.root_session(&agent, |b| b.name("brief")).await.unwrap();
+    assert_eq!(session.record().name, "brief");
+    let r = session
+        .run("write a brief", RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+    sup.shutdown().await;
+    // The child is recorded under the root, in the supervisor's store.
+    let children = arbor_core::registry::children(sup.store().as_ref(), session.id(), false)
+        .await
+        .unwrap();
+    let rows: Vec<(&str, String)> = children
+        .iter()
+        .map(|c| (c.name.as_str(), c.status.to_string()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("research", "succeeded".to_owned()),
+            ("write", "denied".to_owned())
+        ]
+    );
+    assert_eq!(
+        *afters.lock().unwrap(),
+        [
+            ("research".to_owned(), CompletionStatus::Succeeded),
+            ("write".to_owned(), CompletionStatus::Rejected),
+        ]
+    );
+    assert!(
+        events.load(Ordering::SeqCst) > 0,
+        "the sink received child events"
+    );
+}
+
+#[tokio::test]
+async fn a_root_outside_the_supervisors_store_fails_its_run_instead_of_succeeding() {
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .build()
+        .unwrap();
+    let agent = root(
+        &sup,
+        vec![spawn("research", "x"), ScriptedTurn::text("done")],
+    );
+    // Created in a store of its own (the default), not the supervisor's.
+    let mut session = agent.session().create().await.unwrap();
+    sup.attach(&mut session);
+    let r = session.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Failed, "{r:?}");
+    let error = r.error.unwrap_or_default();
+    assert!(
+        error.contains("is not in the supervisor's store: create it with Supervisor::root_session"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_sink_that_could_receive_nothing_is_refused_at_build() {
+    let e = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .child_events(false)
+        .child_event_sink(sink_fn(|_| {}))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Config);
+    assert!(
+        e.to_string().contains("the sink would receive nothing"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_message_mode_spawn_without_a_parent_is_refused() {
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .build()
+        .unwrap();
+    let e = sup
+        .delegator()
+        .spawn(DelegationRequest::new("research", "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Validation);
+    assert_eq!(
+        e.to_string(),
+        "a message-mode child needs a parent session to answer: set DelegationRequest::parent"
+    );
+    assert_eq!(sup.active_children(), 0);
+}
+
+#[tokio::test]
+async fn the_delegators_tools_and_the_request_builder() {
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .child(ChildEntry::agent("write", leaf("write", "prose")))
+        .build()
+        .unwrap();
+    let d = sup.delegator();
+    let names: Vec<String> = d.tools().iter().map(|t| t.spec().name.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            "send_message",
+            "spawn_agent",
+            "wait_agent",
+            "cancel_agent",
+            "list_children",
+            "rename_child",
+            "find_models"
+        ]
+    );
+    let reply: Vec<String> = d
+        .reply_tools()
+        .iter()
+        .map(|t| t.spec().name.clone())
+        .collect();
+    assert_eq!(reply, ["send_message"]);
+    let e = d.tools_for(&["nope".to_owned()]).unwrap_err();
+    assert_eq!(e.to_string(), "Invalid child id: nope");
+    let only = d.tools_for(&["write".to_owned()]).unwrap();
+    let spawn = only
+        .iter()
+        .find(|t| t.spec().name == "spawn_agent")
+        .unwrap();
+    assert_eq!(
+        spawn.spec().parameters["properties"]["child_id"]["enum"],
+        json!(["write"])
+    );
+
+    let request = DelegationRequest::new("write", "a poem")
+        .name("poet")
+        .thread("t1")
+        .model("m");
+    assert_eq!(request.name.as_deref(), Some("poet"));
+    assert_eq!(request.thread_id.as_deref(), Some("t1"));
+    assert_eq!(request.model.as_deref(), Some("m"));
+}
