@@ -1,4 +1,17 @@
-//! The arbor runtime.
+//! The arbor runtime: agents, their runs, and a supervisor that lets them delegate to
+//! allow-listed child agents under limits that only narrow.
+//!
+//! A host builds a [`Supervisor`](supervisor::Supervisor) with its catalog of children
+//! (hooks, limits, a sink for child events), gives the root agent the delegator's tools
+//! ([`Delegator::tools`](supervisor::Delegator::tools)), creates the root session in the
+//! supervisor's store ([`Supervisor::root_session`](supervisor::Supervisor::root_session))
+//! and runs it. This program is `examples/host.rs` (`cargo run -p arbor-core --example
+//! host`); `examples/approvals.rs` runs a tree on a real provider with every child's call
+//! approved from stdin.
+//!
+#![doc = concat!("```rust\n", include_str!("../../../examples/host.rs"), "\n```")]
+//!
+//! # Agents and sessions
 //!
 //! An [`Agent`] is an immutable configuration: a model provider and model, a system prompt,
 //! [`tool`]s, a [`Permission`] of AND-composed policies, and [`RunLimits`]. A [`Session`] is
@@ -20,6 +33,15 @@
 //! assert_eq!(result.text, "hello");
 //! # Ok(()) }
 //! ```
+//!
+//! # Where things live
+//!
+//! The run loop: [`Session`] (`session.rs`, `run.rs`, `dispatch.rs`, `gate.rs`,
+//! `finish.rs`), what runs hand back ([`RunResult`], `outcome.rs`), tools ([`tool`],
+//! [`builtin`]), permissions ([`permission`]), durable approvals ([`approval`]), events
+//! ([`events`]), inboxes ([`inbox`]), the stored registry of children ([`registry`]), and the
+//! [`supervisor`] (config, delegation, tree, tools). docs/ARCHITECTURE.md follows one
+//! delegation through the files.
 
 mod agent;
 pub mod approval;
