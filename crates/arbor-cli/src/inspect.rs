@@ -250,6 +250,8 @@ fn describe(e: &TranscriptEntry) -> String {
             thousands(*context_tokens),
             preview(&output::one_line(summary))
         ),
+        // A kind this build does not know (a newer writer): its name says what it is.
+        _ => String::new(),
     };
     format!("{:>4}  {}  {body}", e.seq, e.kind.kind_name())
 }

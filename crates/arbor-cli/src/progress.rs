@@ -150,6 +150,7 @@ impl RootProgress {
             AgentEvent::TurnFinished { .. } | AgentEvent::ProviderTurnStarted { .. } => {
                 return None;
             }
+            _ => return None,
         })
     }
 }

@@ -42,6 +42,7 @@ pub enum CodingError {
 
 /// The kind of a [`CodingError`], for hosts that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CodingErrorKind {
     /// Configuration.
     Config,

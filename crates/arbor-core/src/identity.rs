@@ -16,6 +16,7 @@ pub const ISSUED_AT_SKEW_MS: u64 = 60_000;
 
 /// Why an identity was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum IdentityErrorCode {
     /// The host has not verified it.
     Unverified,

@@ -54,6 +54,7 @@ pub struct ToolContext {
 
 /// A failed tool call.
 #[derive(Debug, Clone, Error, PartialEq)]
+#[non_exhaustive]
 pub enum ToolError {
     /// The model reads this message as the tool's result and the run goes on.
     #[error("{0}")]

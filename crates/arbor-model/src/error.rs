@@ -4,6 +4,7 @@ use thiserror::Error;
 
 /// What kind of failure a [`ModelError`] is, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ModelErrorKind {
     /// The provider answered with an error.
     Provider,

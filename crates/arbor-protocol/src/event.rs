@@ -25,6 +25,7 @@ pub enum ToolOutcome {
 /// One event of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// The run accepted its input.
     RunStarted {

@@ -38,6 +38,7 @@ impl Relationship {
 /// A lifecycle notice the runtime sends a parent about a child that answers by message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Notice {
     /// The child finished its first task without sending its parent anything.
     CompletedWithoutReply {

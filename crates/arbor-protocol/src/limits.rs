@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// Which limit fired. Serialized as the key a host configures it with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LimitKind {
     /// Model turns in one run.
     MaxSteps,

@@ -24,6 +24,7 @@ pub struct ChildOrigin {
 /// hook refusal publishes only `delegation_rejected`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SupervisorEvent {
     /// The delegation passed its checks and its hook; the child is being built.
     DelegationStarted {

@@ -25,6 +25,7 @@ pub struct SpawnPoint {
 /// What one transcript entry records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EntryKind {
     /// A message of the conversation.
     Message {

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 /// What kind of failure a [`StoreError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StoreErrorKind {
     /// The record does not exist.
     NotFound,

@@ -22,6 +22,7 @@ fn limit_label(limit: arbor_protocol::LimitKind) -> &'static str {
         arbor_protocol::LimitKind::MaxToolCalls => "tool-call",
         arbor_protocol::LimitKind::TimeoutMs => "timeout",
         arbor_protocol::LimitKind::MaxSteps => "run",
+        _ => "run",
     }
 }
 

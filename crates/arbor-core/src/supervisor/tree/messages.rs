@@ -264,6 +264,7 @@ impl Supervisor {
                     .map(|r| format!(": {r}"))
                     .unwrap_or_default()
             ),
+            other => format!("Child {} ({}): {other:?}", child.name, child.id),
         };
         let message = InboxMessage {
             id: format!("msg_{}", RunId::new().as_uuid().simple()),
