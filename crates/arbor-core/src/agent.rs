@@ -45,7 +45,7 @@ struct AgentInner {
     tool_concurrency: usize,
     event_capacity: usize,
     max_answer_bytes: usize,
-    effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
 }
 
@@ -165,7 +165,7 @@ impl Agent {
     }
 
     /// Where the results of its idempotent tool effects are recorded, if anywhere.
-    pub fn effect_store(&self) -> Option<&Arc<dyn crate::effect::EffectStore>> {
+    pub fn effect_store(&self) -> Option<&Arc<dyn crate::tool::effect::EffectStore>> {
         self.inner.effects.as_ref()
     }
 
@@ -215,7 +215,7 @@ pub struct AgentBuilder {
     tool_concurrency: usize,
     event_capacity: usize,
     max_answer_bytes: usize,
-    effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
 }
 
@@ -335,9 +335,12 @@ impl AgentBuilder {
         self
     }
 
-    /// Where the results of idempotent tool effects are recorded (see [`crate::effect`]): a
+    /// Where the results of idempotent tool effects are recorded (see [`crate::tool::effect`]): a
     /// call recorded done is never executed again.
-    pub fn effect_store(mut self, effects: Option<Arc<dyn crate::effect::EffectStore>>) -> Self {
+    pub fn effect_store(
+        mut self,
+        effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
+    ) -> Self {
         self.effects = effects;
         self
     }

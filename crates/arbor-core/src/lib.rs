@@ -45,30 +45,20 @@
 
 mod agent;
 pub mod approval;
-mod attribution;
-pub mod builtin;
-mod compact;
-mod dispatch;
-pub mod effect;
 mod error;
-pub mod events;
-mod finish;
-mod gate;
 pub mod identity;
-pub mod inbox;
 pub mod lease;
 mod outcome;
 pub mod permission;
-mod recover;
 pub mod redact;
 pub mod registry;
-mod replay;
-mod resumer;
-mod run;
-mod session;
+pub mod session;
 pub mod supervisor;
 pub mod tool;
 pub mod usage;
+
+pub use session::{events, inbox};
+pub use tool::{builtin, effect};
 
 pub use agent::{
     Agent, AgentBuilder, DEFAULT_EVENT_CAPACITY, DEFAULT_MAX_ANSWER_BYTES,
@@ -84,10 +74,10 @@ pub use events::{Bus, EventBus, Sequenced, Subscription};
 pub use identity::{Identity, IdentityError, IdentityErrorCode};
 pub use outcome::{NestedSuspension, RunResult, SessionRef, Suspension};
 pub use permission::{Decision, Permission, PermissionPolicy, PermissionRequest, ToolBudget};
-pub use recover::Continued;
 pub use redact::{Redactor, SecretRedactor};
-pub use resumer::{NestedOutcome, NestedResumer};
-pub use run::RunOptions;
+pub use session::recover::Continued;
+pub use session::resumer::{NestedOutcome, NestedResumer};
+pub use session::run::RunOptions;
 pub use session::{Session, SessionBuilder, validate_session_name};
 pub use tool::{DynTool, Tool, ToolContext, ToolError, ToolSet, Typed};
 

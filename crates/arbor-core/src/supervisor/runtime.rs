@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::{CoreError, CoreResult};
-use crate::events::{Bus, Subscription};
 use crate::identity::Identity;
 use crate::permission::Permission;
 use crate::redact::Redactor;
+use crate::session::events::{Bus, Subscription};
 use crate::supervisor::config::catalog::{ChildEntry, check_child_id, valid_id};
 use crate::supervisor::config::hooks::{AfterHook, BeforeHook};
 use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
@@ -113,7 +113,7 @@ pub(crate) struct Inner {
     /// How long the `after` hook may take before the delegation's report goes on without it.
     pub(crate) after_timeout: std::time::Duration,
     pub(crate) redactor: Option<Arc<dyn Redactor>>,
-    pub(crate) effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    pub(crate) effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     pub(crate) child_events: bool,
     pub(crate) sink: Option<Arc<dyn ChildEventSink>>,
     pub(crate) session_token: CancellationToken,
@@ -289,7 +289,7 @@ pub struct SupervisorBuilder {
     after: Option<Arc<dyn AfterHook>>,
     after_timeout: std::time::Duration,
     redactor: Option<Arc<dyn Redactor>>,
-    effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     child_events: Option<bool>,
     sink: Option<Arc<dyn ChildEventSink>>,
     session_token: CancellationToken,
@@ -364,8 +364,11 @@ impl SupervisorBuilder {
     }
 
     /// The effect store every child's idempotent tool effects are recorded in (over the
-    /// child agent's own, as the redactor is); see [`crate::effect`].
-    pub fn effect_store(mut self, effects: impl crate::effect::EffectStore + 'static) -> Self {
+    /// child agent's own, as the redactor is); see [`crate::tool::effect`].
+    pub fn effect_store(
+        mut self,
+        effects: impl crate::tool::effect::EffectStore + 'static,
+    ) -> Self {
         self.effects = Some(Arc::new(effects));
         self
     }

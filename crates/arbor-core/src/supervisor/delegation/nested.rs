@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::approval;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::NestedSuspension;
-use crate::resumer::{NestedOutcome, NestedResumer};
+use crate::session::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::config::policy::{PolicyInput, Report};
 use crate::supervisor::delegation::admitted::{Admitted, CancelReason, child_identity};
 use crate::supervisor::delegation::register::admitted_terms;

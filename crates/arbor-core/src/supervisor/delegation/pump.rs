@@ -13,8 +13,8 @@ use arbor_protocol::{AgentEvent, ChildOrigin, EventEnvelope, SupervisorEvent};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Subscription;
 use crate::redact::redact_serde;
+use crate::session::events::Subscription;
 use crate::supervisor::config::catalog::MilestoneContext;
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::policy::{EffectivePolicy, Report};

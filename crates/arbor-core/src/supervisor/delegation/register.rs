@@ -118,7 +118,7 @@ impl Supervisor {
         inner.hub.register(
             record.id,
             record.parent_id,
-            std::sync::Arc::new(crate::inbox::Inbox::new()),
+            std::sync::Arc::new(crate::session::inbox::Inbox::new()),
             false,
         );
         inner.hub.start_run(record.id, &a.token);

@@ -286,7 +286,7 @@ impl Supervisor {
             }
             let update = arbor_store::SessionUpdate {
                 expected_version: Some(record.version),
-                ..crate::run::running_update()
+                ..crate::session::run::running_update()
             };
             match self.inner.store.update_session(record.id, &update).await {
                 Ok(updated) => return Ok(Some(updated)),

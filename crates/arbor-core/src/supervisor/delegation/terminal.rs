@@ -6,9 +6,9 @@ use arbor_store::SessionUpdate;
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 
-use crate::dispatch::panic_message;
 use crate::error::{CoreError, CoreResult, LimitError, LimitInfo};
 use crate::outcome::RunResult;
+use crate::session::dispatch::panic_message;
 use crate::supervisor::config::hooks::{Completion, CompletionStatus};
 use crate::supervisor::delegation::admitted::{Admitted, Worked};
 use crate::supervisor::delegation::register::session_of;

@@ -10,11 +10,11 @@ use arbor_protocol::{ChildOrigin, SupervisorEvent};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::panic_message;
 use crate::error::CoreError;
 use crate::permission::ToolBudget;
-use crate::run::RunOptions;
 use crate::session::Session;
+use crate::session::dispatch::panic_message;
+use crate::session::run::RunOptions;
 use crate::supervisor::config::catalog::ChildContext;
 use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::config::policy::Report;

@@ -1,6 +1,6 @@
 //! The model-facing tools, one file each: `spawn_agent`, `wait_agent` and `cancel_agent`
-//! ([`spawn_agent`]), `send_message`, `list_children`, `rename_child` and `find_models`; and
-//! the check of a model's arguments against each tool's schema ([`arguments`]).
+//! (`spawn_agent.rs`), `send_message`, `list_children`, `rename_child` and `find_models`; and
+//! the check of a model's arguments against each tool's schema (`arguments.rs`).
 
 pub(crate) mod arguments;
 pub(crate) mod find_models;

@@ -16,7 +16,7 @@ use arbor_protocol::SessionId;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::inbox::Inbox;
+use crate::session::inbox::Inbox;
 
 /// Messages per second between one sender and one target, and the burst allowed.
 pub(crate) const RATE_PER_SECOND: f64 = 1.0;

@@ -6,9 +6,9 @@ use arbor_protocol::SessionId;
 use arbor_store::Tombstone;
 
 use crate::error::CoreResult;
-use crate::inbox::Inbox;
 use crate::registry;
 use crate::session::Session;
+use crate::session::inbox::Inbox;
 use crate::supervisor::runtime::Supervisor;
 
 /// What [`Supervisor::delete_child`] did.

@@ -14,7 +14,7 @@ use arbor_store::{SessionRecord, SessionUpdate, StoreError};
 use serde::Serialize;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::inbox::{Inbox, Reservation};
+use crate::session::inbox::{Inbox, Reservation};
 use crate::supervisor::runtime::Supervisor;
 
 /// The largest message body, in UTF-8 bytes.

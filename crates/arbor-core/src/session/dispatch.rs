@@ -11,10 +11,10 @@ use arbor_protocol::{AgentEvent, RunId, ToolCall, ToolResult};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::effect::{ToolEffect, effect_key};
 use crate::outcome::NestedSuspension;
 use crate::permission::{Decision, PermissionRequest};
 use crate::session::Session;
+use crate::tool::effect::{ToolEffect, effect_key};
 use crate::tool::{ToolContext, ToolError};
 
 /// A call outcome that ends the run.

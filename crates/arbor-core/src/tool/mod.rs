@@ -25,6 +25,9 @@ use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
 use crate::outcome::SessionRef;
 
+pub mod builtin;
+pub mod effect;
+
 /// What a tool call knows about where it runs.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -46,10 +49,10 @@ pub struct ToolContext {
     /// For a tool declaring an idempotent external effect ([`ToolEffect::Idempotent`]):
     /// this call's stable idempotency key (the same when the call is resumed or retried).
     ///
-    /// [`ToolEffect::Idempotent`]: crate::effect::ToolEffect::Idempotent
+    /// [`ToolEffect::Idempotent`]: crate::tool::effect::ToolEffect::Idempotent
     pub idempotency_key: Option<String>,
     /// The tree's effect store, if one is configured.
-    pub effects: Option<Arc<dyn crate::effect::EffectStore>>,
+    pub effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
 }
 
 /// A failed tool call.
@@ -95,9 +98,9 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
-    /// What the tool does outside the runtime (default: nothing). See [`crate::effect`].
-    fn effect(&self) -> crate::effect::ToolEffect {
-        crate::effect::ToolEffect::None
+    /// What the tool does outside the runtime (default: nothing). See [`crate::tool::effect`].
+    fn effect(&self) -> crate::tool::effect::ToolEffect {
+        crate::tool::effect::ToolEffect::None
     }
 
     /// Runs one call.
@@ -119,8 +122,8 @@ pub trait DynTool: fmt::Debug + Send + Sync {
     }
 
     /// See [`Tool::effect`].
-    fn effect(&self) -> crate::effect::ToolEffect {
-        crate::effect::ToolEffect::None
+    fn effect(&self) -> crate::tool::effect::ToolEffect {
+        crate::tool::effect::ToolEffect::None
     }
 
     /// Validates `arguments` and runs the call; returns the text the model reads.
@@ -202,7 +205,7 @@ impl<T: Tool> DynTool for Typed<T> {
         self.tool.writes_artifact()
     }
 
-    fn effect(&self) -> crate::effect::ToolEffect {
+    fn effect(&self) -> crate::tool::effect::ToolEffect {
         self.tool.effect()
     }
 

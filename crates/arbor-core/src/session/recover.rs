@@ -9,9 +9,9 @@ use arbor_protocol::{Message, SessionStatus, ToolResult};
 
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::RunResult;
-use crate::resumer::Turns;
-use crate::run::RunOptions;
 use crate::session::Session;
+use crate::session::resumer::Turns;
+use crate::session::run::RunOptions;
 
 /// What a continued run closed before it went on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

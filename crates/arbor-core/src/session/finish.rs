@@ -10,8 +10,8 @@ use arbor_store::SessionUpdate;
 
 use crate::error::CoreResult;
 use crate::outcome::RunResult;
-use crate::run::{Outcome, RunState};
 use crate::session::Session;
+use crate::session::run::{Outcome, RunState};
 
 impl Session {
     /// Writes the end of the run and builds its result.
@@ -120,7 +120,7 @@ impl Session {
         );
         tracing::debug!(session = %self.id(), run = %run_id, %status, %stop_reason, "run finished");
         let attribution = breach.as_ref().map(|b| {
-            let used = crate::attribution::Used {
+            let used = crate::session::attribution::Used {
                 turns: state.turns,
                 tool_calls: state.tool_calls,
                 usage: state.usage,

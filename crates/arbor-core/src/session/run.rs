@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::approval::Sticky;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::{RunResult, Suspension};
-use crate::resumer::{NestedResumer, Turns};
 use crate::session::Session;
+use crate::session::resumer::{NestedResumer, Turns};
 
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +101,7 @@ pub(crate) struct RunState {
     /// ends without suspending closes it.
     pub(crate) checkpointed: bool,
     /// What a limit death's attribution needs.
-    pub(crate) trace: crate::attribution::Trace,
+    pub(crate) trace: crate::session::attribution::Trace,
 }
 
 impl Session {
@@ -168,7 +168,7 @@ impl Session {
             started_ms: arbor_protocol::Timestamp::now().0,
             caps: self.agent.approval_caps(),
             checkpointed: false,
-            trace: crate::attribution::Trace::default(),
+            trace: crate::session::attribution::Trace::default(),
         };
         let run_id = state.run_id;
         let user = input.map(Message::user);
@@ -369,7 +369,7 @@ impl Session {
                 Ok(ModelEvent::ToolCall(call)) => {
                     let bytes = call.name.len()
                         + call.id.len()
-                        + crate::attribution::serialized_len(&call.arguments);
+                        + crate::session::attribution::serialized_len(&call.arguments);
                     size = size.saturating_add(bytes);
                     if size > cap {
                         return (text, Vec::new(), usage, Some(too_large()));

@@ -17,8 +17,8 @@ use arbor_protocol::{EntryKind, Message, RunId};
 use arbor_store::SessionUpdate;
 
 use crate::error::{CoreError, CoreResult};
-use crate::replay::summary_message;
 use crate::session::Session;
+use crate::session::replay::summary_message;
 
 /// Where the last `keep` messages start, moved back so that no kept tool result is parted
 /// from the assistant message that called it.

@@ -12,12 +12,12 @@ use arbor_store::SessionUpdate;
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::{self, CallSlot, CallState, RunCheckpoint};
-use crate::dispatch::CallStop;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::{RunResult, Suspension};
-use crate::resumer::{NestedOutcome, NestedResumer, Turns};
-use crate::run::{Outcome, RunOptions, RunState};
 use crate::session::Session;
+use crate::session::dispatch::CallStop;
+use crate::session::resumer::{NestedOutcome, NestedResumer, Turns};
+use crate::session::run::{Outcome, RunOptions, RunState};
 
 fn rejected(call: &ToolCall, reason: Option<&str>) -> ToolResult {
     ToolResult {
@@ -466,9 +466,9 @@ impl Session {
             started_ms: checkpoint.started_ms,
             caps: checkpoint.caps,
             checkpointed: true,
-            trace: crate::attribution::Trace::default(),
+            trace: crate::session::attribution::Trace::default(),
         };
-        self.commit(run_id, &[], Some(crate::run::running_update()))
+        self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;
         // The resumed attempt announces its own start, so a consumer of the stream can tell
         // where it begins.

@@ -1,9 +1,18 @@
-//! Sessions: one agent's conversation, its transcript and its usage.
+//! Sessions: one agent's conversation, its transcript and its usage, and the run loop that
+//! drives it.
 //!
 //! A session is created through [`Agent::session`], which writes its record to the store,
 //! or reopened from the store with [`Agent::open_session`], which rebuilds its messages and
-//! usage from the transcript. [`Session::run`](crate::Session::run) drives one input to a
-//! terminal status.
+//! usage from the transcript (`replay`). [`Session::run`](crate::Session::run) drives one
+//! input to a terminal status, in the order the files below run:
+//!
+//! - `run`: the loop (model turns, limits, cancellation), and `resumer`, its seams with
+//!   what it delegated;
+//! - `dispatch`: a turn's tool calls (permission, concurrency, effects);
+//! - `approval_gate`: calls that wait for a decision, and [`Session::resume`];
+//! - `finish`: the terminal status, the result, the closing of a checkpoint;
+//! - `recover`: continuing a run a crash interrupted; `compact`: compaction and forks;
+//! - [`events`], [`inbox`] and `attribution`: what a run publishes, reads and bills.
 
 use std::sync::Arc;
 
@@ -14,10 +23,22 @@ use arbor_store::{
 
 use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
-use crate::events::{EventBus, Subscription};
-use crate::inbox::Inbox;
 use crate::outcome::SessionRef;
 use crate::redact::redact_serde;
+use crate::session::events::{EventBus, Subscription};
+use crate::session::inbox::Inbox;
+
+pub(crate) mod approval_gate;
+pub(crate) mod attribution;
+pub(crate) mod compact;
+pub(crate) mod dispatch;
+pub mod events;
+pub(crate) mod finish;
+pub mod inbox;
+pub(crate) mod recover;
+pub(crate) mod replay;
+pub(crate) mod resumer;
+pub(crate) mod run;
 
 /// A live session. Runs take `&mut self`, so one session runs one input at a time.
 #[derive(Debug)]
@@ -151,7 +172,7 @@ impl Session {
     ) -> CoreResult<Session> {
         let entries = store.transcript(record.id, 0, None).await?;
         let inbox = Inbox::from_transcript(&entries);
-        let messages = crate::replay::replay_messages(entries);
+        let messages = crate::session::replay::replay_messages(entries);
         Self::assemble(agent, store, record, messages, inbox).await
     }
 
