@@ -219,7 +219,10 @@ pub fn nested_id(child_run: RunId, child_decision: &str) -> String {
 
 /// The error for an unknown, foreign, forged or already decided id (it is not echoed).
 pub fn unknown_approval() -> CoreError {
-    CoreError::Denied("Unknown approval".to_owned())
+    CoreError::denied(
+        crate::error::DenyReason::Unknown,
+        "Unknown approval".to_owned(),
+    )
 }
 
 impl RunCheckpoint {

@@ -35,6 +35,28 @@ pub enum CoreErrorKind {
     Config,
 }
 
+/// Why something was refused ([`CoreError::Denied`]), so a host can tell the cases apart
+/// without reading the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DenyReason {
+    /// The child is not in the supervisor's catalog (or not offered to this caller).
+    NotAllowListed,
+    /// The child's catalog policy refuses what was asked (a session lifetime, say).
+    Policy,
+    /// The `before` hook refused; the message carries its reason.
+    Hook,
+    /// The parent was closed or deleted: nothing new starts under it.
+    ParentClosed,
+    /// The session, delegation, run or approval named is unknown, deleted or another
+    /// tree's (all get the same answer).
+    Unknown,
+    /// A message's target is out of the sender's reach, or cannot take messages.
+    Unreachable,
+    /// The identity was refused (inactive, not the owner's, or wider than its parent's).
+    Identity,
+}
+
 /// Which limit fired, its maximum and the value observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LimitInfo {
@@ -94,9 +116,15 @@ pub enum CoreError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A policy, the allow-list or a hook refused.
-    #[error("{0}")]
-    Denied(String),
+    /// A policy, the allow-list or a hook refused, or what was named is unknown (a foreign
+    /// id gets the same answer as an unknown one). [`CoreError::deny_reason`] says which.
+    #[error("{message}")]
+    Denied {
+        /// Why, for a host to tell the cases apart.
+        reason: DenyReason,
+        /// What the caller (or the model) reads.
+        message: String,
+    },
     /// A limit refused or ended a delegation.
     #[error("{0}")]
     Limit(Box<LimitError>),
@@ -131,7 +159,7 @@ impl CoreError {
             Self::Validation(_) => CoreErrorKind::Validation,
             Self::NotFound { .. } => CoreErrorKind::NotFound,
             Self::Store(_) => CoreErrorKind::Store,
-            Self::Denied(_) | Self::Identity(_) => CoreErrorKind::Denied,
+            Self::Denied { .. } | Self::Identity(_) => CoreErrorKind::Denied,
             Self::Limit(_) => CoreErrorKind::Limit,
             Self::Supervisor(_) => CoreErrorKind::Supervisor,
             Self::Config(_) => CoreErrorKind::Config,
@@ -162,6 +190,24 @@ impl CoreError {
         match self {
             Self::Identity(e) => Some(e.code),
             _ => None,
+        }
+    }
+
+    /// Why a refusal was made, for refusals ([`CoreErrorKind::Denied`]); an identity
+    /// refusal is [`DenyReason::Identity`].
+    pub fn deny_reason(&self) -> Option<DenyReason> {
+        match self {
+            Self::Denied { reason, .. } => Some(*reason),
+            Self::Identity(_) => Some(DenyReason::Identity),
+            _ => None,
+        }
+    }
+
+    /// A refusal for `reason`.
+    pub(crate) fn denied(reason: DenyReason, message: impl Into<String>) -> Self {
+        Self::Denied {
+            reason,
+            message: message.into(),
         }
     }
 

@@ -69,7 +69,7 @@ pub use arbor_protocol::RunLimits;
 /// depending on `async-trait` itself.
 pub use async_trait::async_trait;
 pub use effect::{EffectStore, StoreEffects, ToolEffect};
-pub use error::{CoreError, CoreErrorKind, CoreResult, LimitError, LimitInfo};
+pub use error::{CoreError, CoreErrorKind, CoreResult, DenyReason, LimitError, LimitInfo};
 pub use events::{Bus, EventBus, Sequenced, Subscription};
 pub use identity::{Identity, IdentityError, IdentityErrorCode};
 pub use outcome::{NestedSuspension, RunResult, SessionRef, Suspension};

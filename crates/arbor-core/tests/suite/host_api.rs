@@ -215,3 +215,56 @@ async fn the_delegators_tools_and_the_request_builder() {
     assert_eq!(request.thread_id.as_deref(), Some("t1"));
     assert_eq!(request.model.as_deref(), Some("m"));
 }
+
+#[tokio::test]
+async fn refusals_say_why_in_a_typed_reason() {
+    use arbor_core::DenyReason;
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .before(before_fn(|ctx| async move {
+            if ctx.input == "forbidden" {
+                BeforeDecision::Deny {
+                    reason: Some("not today".into()),
+                }
+            } else {
+                BeforeDecision::Allow
+            }
+        }))
+        .build()
+        .unwrap();
+    let d = sup.delegator();
+    let e = d
+        .delegate(DelegationRequest::new("nope", "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Denied);
+    assert_eq!(e.deny_reason(), Some(DenyReason::NotAllowListed));
+    assert_eq!(e.to_string(), "Child is not allow-listed");
+
+    let e = d
+        .delegate(DelegationRequest::new("research", "forbidden"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.deny_reason(), Some(DenyReason::Hook));
+    assert!(e.to_string().contains("not today"), "{e}");
+
+    let e = sup
+        .wait("no-such-delegation", Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.deny_reason(), Some(DenyReason::Unknown));
+    assert_eq!(e.to_string(), "Unknown async delegation");
+
+    let agent = root(&sup, vec![ScriptedTurn::text("done")]);
+    let session = sup.root_session(&agent, |b| b).await.unwrap();
+    sup.close_session(session.id());
+    let e = d
+        .delegate(DelegationRequest::new("research", "x").parent(session.as_ref()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.deny_reason(), Some(DenyReason::ParentClosed));
+    assert_eq!(
+        e.to_string(),
+        "Cannot spawn a child after its parent was closed"
+    );
+}

@@ -163,7 +163,8 @@ impl PolicyInput {
         let requested = request.report.unwrap_or(ceiling);
         let lifetime = request.lifetime.unwrap_or(Lifetime::Task);
         if lifetime == Lifetime::Session && self.lifetime != Some(Lifetime::Session) {
-            return Err(CoreError::Denied(
+            return Err(CoreError::denied(
+                crate::error::DenyReason::Policy,
                 "Child does not allow session lifetime".to_owned(),
             ));
         }

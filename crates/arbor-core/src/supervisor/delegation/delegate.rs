@@ -132,10 +132,12 @@ impl Supervisor {
                 "Supervisor session has ended".to_owned(),
             ));
         }
-        let entry_index = *inner
-            .index
-            .get(&request.child_id)
-            .ok_or_else(|| CoreError::Denied("Child is not allow-listed".to_owned()))?;
+        let entry_index = *inner.index.get(&request.child_id).ok_or_else(|| {
+            CoreError::denied(
+                crate::error::DenyReason::NotAllowListed,
+                "Child is not allow-listed".to_owned(),
+            )
+        })?;
         let entry = &inner.entries[entry_index];
         let above: &[String] = scope.map_or(&[], |s| &s.path);
         if above.contains(&request.child_id) {

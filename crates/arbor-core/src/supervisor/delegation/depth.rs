@@ -105,5 +105,8 @@ pub(crate) fn check(depth: u32, max_depth: u32) -> CoreResult<()> {
 }
 
 fn unknown() -> CoreError {
-    CoreError::Denied("Unknown or deleted session".to_owned())
+    CoreError::denied(
+        crate::error::DenyReason::Unknown,
+        "Unknown or deleted session".to_owned(),
+    )
 }

@@ -130,7 +130,12 @@ impl Supervisor {
     /// the root of its tree), and a deleted child or one under a closed or deleted ancestor
     /// (the same `Unknown or deleted session` as an unknown one).
     pub async fn resume_child(&self, id: SessionId) -> CoreResult<DelegationResult> {
-        let unknown = || CoreError::Denied("Unknown or deleted session".to_owned());
+        let unknown = || {
+            CoreError::denied(
+                crate::error::DenyReason::Unknown,
+                "Unknown or deleted session".to_owned(),
+            )
+        };
         let record = self
             .inner
             .store

@@ -56,7 +56,10 @@ impl Reach {
 
 /// The error every unknown, foreign or evicted handle gets.
 pub(crate) fn unknown() -> CoreError {
-    CoreError::Denied("Unknown async delegation".to_owned())
+    CoreError::denied(
+        crate::error::DenyReason::Unknown,
+        "Unknown async delegation".to_owned(),
+    )
 }
 
 impl Handles {

@@ -59,7 +59,10 @@ struct Mapping {
 }
 
 fn unknown_run() -> CoreError {
-    CoreError::Denied("Unknown delegated run".to_owned())
+    CoreError::denied(
+        crate::error::DenyReason::Unknown,
+        "Unknown delegated run".to_owned(),
+    )
 }
 
 impl Supervisor {

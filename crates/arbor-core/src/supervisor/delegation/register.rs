@@ -49,15 +49,17 @@ impl Supervisor {
         let mut inherited_depth = None;
         if let Some(parent) = a.parent {
             if inner.hub.is_closed(parent.id) {
-                return Err(CoreError::Denied(
-                    "Cannot spawn a child after its parent was closed".into(),
+                return Err(CoreError::denied(
+                    crate::error::DenyReason::ParentClosed,
+                    "Cannot spawn a child after its parent was closed",
                 ));
             }
             let stored = match inner.store.session(parent.id).await? {
                 Some(p) if p.tombstone.is_none() => p,
                 Some(_) => {
-                    return Err(CoreError::Denied(
-                        "Cannot spawn a child of a deleted or unknown session".into(),
+                    return Err(CoreError::denied(
+                        crate::error::DenyReason::ParentClosed,
+                        "Cannot spawn a child of a deleted or unknown session",
                     ));
                 }
                 // Not in this store at all: the host created the parent elsewhere.
@@ -70,8 +72,9 @@ impl Supervisor {
                     )));
                 }
                 None => {
-                    return Err(CoreError::Denied(
-                        "Cannot spawn a child of a deleted or unknown session".into(),
+                    return Err(CoreError::denied(
+                        crate::error::DenyReason::ParentClosed,
+                        "Cannot spawn a child of a deleted or unknown session",
                     ));
                 }
             };

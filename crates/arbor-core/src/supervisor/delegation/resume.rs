@@ -106,7 +106,12 @@ impl Supervisor {
     ///
     /// [`Session::continue_interrupted`]: crate::Session::continue_interrupted
     pub async fn continue_child(&self, id: SessionId) -> CoreResult<DelegationResult> {
-        let unknown = || CoreError::Denied("Unknown or deleted session".to_owned());
+        let unknown = || {
+            CoreError::denied(
+                crate::error::DenyReason::Unknown,
+                "Unknown or deleted session".to_owned(),
+            )
+        };
         let record = self.live_child(id).await?;
         if record.status != arbor_protocol::SessionStatus::Interrupted {
             return Err(CoreError::validation(format!(
@@ -145,7 +150,12 @@ impl Supervisor {
             .session(id)
             .await?
             .filter(|r| r.tombstone.is_none())
-            .ok_or_else(|| CoreError::Denied("Unknown or deleted session".to_owned()))
+            .ok_or_else(|| {
+                CoreError::denied(
+                    crate::error::DenyReason::Unknown,
+                    "Unknown or deleted session".to_owned(),
+                )
+            })
     }
 
     /// Runs the child `id` again: on its pending messages, or (`recover`) continuing its
@@ -248,7 +258,12 @@ impl Supervisor {
         &self,
         record: &arbor_store::SessionRecord,
     ) -> CoreResult<()> {
-        let gone = || CoreError::Denied("Unknown or deleted session".to_owned());
+        let gone = || {
+            CoreError::denied(
+                crate::error::DenyReason::Unknown,
+                "Unknown or deleted session".to_owned(),
+            )
+        };
         if self.inner.hub.is_closed(record.id) {
             return Err(gone());
         }
@@ -291,10 +306,12 @@ impl Supervisor {
             match self.inner.store.update_session(record.id, &update).await {
                 Ok(updated) => return Ok(Some(updated)),
                 Err(arbor_store::StoreError::Conflict { .. }) => {
-                    record =
-                        self.inner.store.session(record.id).await?.ok_or_else(|| {
-                            CoreError::Denied("Unknown or deleted session".into())
-                        })?;
+                    record = self.inner.store.session(record.id).await?.ok_or_else(|| {
+                        CoreError::denied(
+                            crate::error::DenyReason::Unknown,
+                            "Unknown or deleted session",
+                        )
+                    })?;
                 }
                 Err(e) => return Err(e.into()),
             }

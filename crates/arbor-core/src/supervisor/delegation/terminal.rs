@@ -111,7 +111,7 @@ impl Supervisor {
                 self.state()
                     .summary
                     .settle(&a.delegation_id, Outcome::Rejected, false);
-                Err(CoreError::Denied(reason))
+                Err(CoreError::denied(crate::error::DenyReason::Hook, reason))
             }
             Worked::Ran {
                 session_id,
@@ -182,7 +182,7 @@ impl Supervisor {
             }
             Worked::Error(e) => {
                 let e = if timed_out { timeout_error() } else { e };
-                let failure = !host_aborted && !matches!(e, CoreError::Denied(_)) || timed_out;
+                let failure = !host_aborted && !matches!(e, CoreError::Denied { .. }) || timed_out;
                 self.fail(a, origin, e, failure, None).await
             }
         }
@@ -238,7 +238,7 @@ impl Supervisor {
         });
         let status = if failure {
             CompletionStatus::Failed
-        } else if matches!(error, CoreError::Denied(_)) {
+        } else if matches!(error, CoreError::Denied { .. }) {
             CompletionStatus::Rejected
         } else {
             CompletionStatus::Aborted
@@ -265,7 +265,10 @@ impl Supervisor {
         }
         match error {
             CoreError::Validation(m) => CoreError::Validation(self.redact(&m)),
-            CoreError::Denied(m) => CoreError::Denied(self.redact(&m)),
+            CoreError::Denied { reason, message } => CoreError::Denied {
+                reason,
+                message: self.redact(&message),
+            },
             CoreError::Supervisor(m) => CoreError::Supervisor(self.redact(&m)),
             CoreError::Run { message, result } => CoreError::Run {
                 message: self.redact(&message),

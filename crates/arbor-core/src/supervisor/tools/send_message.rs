@@ -78,9 +78,12 @@ impl SendMessageTool {
         // agent's name that is another's session id, is refused naming both.
         match crate::registry::select(&family, to)? {
             Some(one) if one.tombstone.is_none() => Ok(one.id),
-            _ => Err(CoreError::Denied(format!(
-                "No agent named \"{to}\" among this session's parent, siblings and children"
-            ))),
+            _ => Err(CoreError::denied(
+                crate::error::DenyReason::Unreachable,
+                format!(
+                    "No agent named \"{to}\" among this session's parent, siblings and children"
+                ),
+            )),
         }
     }
 }

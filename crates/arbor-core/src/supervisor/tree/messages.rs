@@ -47,7 +47,10 @@ pub enum Sender {
 
 /// The error every unknown, deleted or foreign target gets.
 fn unknown_target() -> CoreError {
-    CoreError::Denied("Unknown or deleted session".to_owned())
+    CoreError::denied(
+        crate::error::DenyReason::Unknown,
+        "Unknown or deleted session".to_owned(),
+    )
 }
 
 impl Supervisor {
@@ -97,10 +100,13 @@ impl Supervisor {
         };
         if let Some(why) = self.inner.hub.start_failure(to) {
             // Another run now would fail the same way: say so rather than start it.
-            return Err(CoreError::Denied(format!(
-                "\"{}\" could not start ({why}); it takes no messages: spawn a new child",
-                target.name
-            )));
+            return Err(CoreError::denied(
+                crate::error::DenyReason::Unreachable,
+                format!(
+                    "\"{}\" could not start ({why}); it takes no messages: spawn a new child",
+                    target.name
+                ),
+            ));
         }
         let inbox = self.inbox_of(&target).await?;
         // The check and the place it grants are one step: concurrent sends never exceed it.
@@ -314,7 +320,8 @@ fn reach(sender: &SessionRecord, target: &SessionRecord) -> CoreResult<Relations
     if sender.parent_id.is_some() && sender.parent_id == target.parent_id {
         return Ok(Relationship::Sibling);
     }
-    Err(CoreError::Denied(
+    Err(CoreError::denied(
+        crate::error::DenyReason::Unreachable,
         "Agent reach is limited to parent, siblings, and children".to_owned(),
     ))
 }
