@@ -221,8 +221,8 @@ pub(crate) fn build(
         None
     };
     let mut root = base(root_name, root_spec, None);
-    if redactor.is_some() {
-        root = root.redactor(redactor.clone());
+    if let Some(r) = &redactor {
+        root = root.shared_redactor(r.clone());
     }
     if let Some(sup) = &supervisor {
         root = with_delegation(root, root_spec, &sup.delegator())?;

@@ -283,15 +283,36 @@ impl AgentBuilder {
         self
     }
 
-    /// The identity its runs act as (or none).
-    pub fn identity(mut self, identity: Option<Identity>) -> Self {
-        self.identity = identity;
+    /// The identity its runs act as.
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identity = Some(identity);
         self
     }
 
-    /// The redactor applied to everything its sessions publish or store (or none).
-    pub fn redactor(mut self, redactor: Option<Arc<dyn Redactor>>) -> Self {
+    /// The redactor applied to everything its sessions publish or store.
+    pub fn redactor(self, redactor: impl Redactor + 'static) -> Self {
+        self.shared_redactor(Arc::new(redactor))
+    }
+
+    /// [`redactor`](Self::redactor), shared (the same redactor for several agents).
+    pub fn shared_redactor(mut self, redactor: Arc<dyn Redactor>) -> Self {
+        self.redactor = Some(redactor);
+        self
+    }
+
+    /// Replaces (or clears) the identity, redactor, effect store and thinking level at once:
+    /// a supervisor forcing its own onto a child's agent.
+    pub(crate) fn overrides(
+        mut self,
+        identity: Option<Identity>,
+        redactor: Option<Arc<dyn Redactor>>,
+        effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
+        thinking: Option<ThinkingLevel>,
+    ) -> Self {
+        self.identity = identity;
         self.redactor = redactor;
+        self.effects = effects;
+        self.thinking = thinking;
         self
     }
 
@@ -337,19 +358,24 @@ impl AgentBuilder {
 
     /// Where the results of idempotent tool effects are recorded (see [`crate::tool::effect`]): a
     /// call recorded done is never executed again.
-    pub fn effect_store(
+    pub fn effect_store(self, effects: impl crate::tool::effect::EffectStore + 'static) -> Self {
+        self.shared_effect_store(Arc::new(effects))
+    }
+
+    /// [`effect_store`](Self::effect_store), shared.
+    pub fn shared_effect_store(
         mut self,
-        effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
+        effects: Arc<dyn crate::tool::effect::EffectStore>,
     ) -> Self {
-        self.effects = effects;
+        self.effects = Some(effects);
         self
     }
 
     /// How much the model is asked to reason, sent with every provider call (`None`, the
     /// default: nothing is asked; the provider's own default applies). A supervisor forces
     /// the level a delegation was admitted with onto its child.
-    pub fn thinking(mut self, thinking: Option<ThinkingLevel>) -> Self {
-        self.thinking = thinking;
+    pub fn thinking(mut self, thinking: ThinkingLevel) -> Self {
+        self.thinking = Some(thinking);
         self
     }
 

@@ -114,6 +114,12 @@ impl Inbox {
         })
     }
 
+    /// A copy of every pending message, leaving them pending (a host looking before it
+    /// decides to run the session on them).
+    pub fn peek(&self) -> Vec<InboxMessage> {
+        self.queue().pending.iter().cloned().collect()
+    }
+
     /// Takes every pending message.
     pub fn drain(&self) -> Vec<InboxMessage> {
         self.queue().pending.drain(..).collect()

@@ -210,6 +210,12 @@ impl Session {
         &self.inbox
     }
 
+    /// Makes `inbox` this session's inbox: the one a supervisor's hub holds for it, so
+    /// deliveries made before the session was opened are read by its runs.
+    pub(crate) fn share_inbox(&mut self, inbox: Arc<Inbox>) {
+        self.inbox = inbox;
+    }
+
     /// The session's id.
     pub fn id(&self) -> SessionId {
         self.record.id

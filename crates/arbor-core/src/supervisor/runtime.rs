@@ -235,6 +235,11 @@ impl Supervisor {
         self.state().summary.rows()
     }
 
+    /// The counters of one catalog entry (none for an id not in the catalog).
+    pub fn summary_of(&self, child_id: &str) -> Option<ChildSummary> {
+        self.summary().into_iter().find(|r| r.child_id == child_id)
+    }
+
     /// The counters, then zeroes them (live delegations stay `running` and settle into the
     /// new window).
     pub fn summary_reset(&self) -> Vec<ChildSummary> {

@@ -80,7 +80,7 @@ async fn a_recorded_effect_is_never_executed_again_after_a_cut_off_resume() {
         ])))
         .tool(charge.clone())
         .interrupt_before_tool(true)
-        .effect_store(Some(Arc::new(StoreEffects::new(store.clone()))))
+        .effect_store(StoreEffects::new(store.clone()))
         .limits(RunLimits {
             timeout_ms: 300,
             ..RunLimits::default()

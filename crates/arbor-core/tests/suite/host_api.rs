@@ -268,3 +268,28 @@ async fn refusals_say_why_in_a_typed_reason() {
         "Cannot spawn a child after its parent was closed"
     );
 }
+
+#[tokio::test]
+async fn a_host_reads_one_childs_counters_and_peeks_at_an_inbox() {
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .build()
+        .unwrap();
+    let agent = root(&sup, vec![ScriptedTurn::text("done")]);
+    let session = sup.root_session(&agent, |b| b).await.unwrap();
+    let handle = sup
+        .delegator()
+        .spawn(DelegationRequest::new("research", "go").parent(session.as_ref()))
+        .await
+        .unwrap();
+    sup.wait_for_mail_or_quiet(session.inbox()).await;
+    let research = sup.summary_of("research").unwrap();
+    assert_eq!(research.attempts, 1);
+    assert!(sup.summary_of("nope").is_none());
+    // The child's notice waits in the root's inbox; peeking leaves it there.
+    let seen = session.inbox().peek();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].from, Some(handle.session_id));
+    assert_eq!(session.inbox().len(), 1);
+    assert_eq!(session.inbox().drain(), seen);
+}

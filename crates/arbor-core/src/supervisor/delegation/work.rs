@@ -163,17 +163,18 @@ impl Supervisor {
         let agent = match agent
             .to_builder()
             .permission(permission.and(agent.permission()))
-            .identity(a.identity.as_deref().or(agent.identity()).cloned())
-            .redactor(inner.redactor.clone().or_else(|| agent.redactor().cloned()))
-            .effect_store(
+            .overrides(
+                a.identity.as_deref().or(agent.identity()).cloned(),
+                inner.redactor.clone().or_else(|| agent.redactor().cloned()),
                 inner
                     .effects
                     .clone()
                     .or_else(|| agent.effect_store().cloned()),
+                // The level admission checked, from the record: every run of the child
+                // keeps it.
+                recorded_thinking.or(agent.thinking()),
             )
             .limits(agent.limits().narrow(&limits.run_limits()))
-            // The level admission checked, from the record: every run of the child keeps it.
-            .thinking(recorded_thinking.or(agent.thinking()))
             .build()
         {
             Ok(agent) => agent,
@@ -207,7 +208,7 @@ impl Supervisor {
         let inbox = inner
             .hub
             .register(session.id(), parent_id, session.inbox().clone(), false);
-        session.inbox = inbox;
+        session.share_inbox(inbox);
         inner.hub.start_run(session.id(), &a.token);
         let mut options = RunOptions::default()
             .with_cancel(a.token.clone())

@@ -65,7 +65,7 @@ impl Supervisor {
             session.inbox().clone(),
             true,
         );
-        session.inbox = inbox;
+        session.share_inbox(inbox);
     }
 
     /// Waits until `inbox` has mail or no run the runtime started is in flight. A host calls
