@@ -293,3 +293,34 @@ async fn a_host_reads_one_childs_counters_and_peeks_at_an_inbox() {
     assert_eq!(session.inbox().len(), 1);
     assert_eq!(session.inbox().drain(), seen);
 }
+
+#[tokio::test]
+async fn a_message_mode_child_can_reply_without_its_factory_adding_the_tool() {
+    // The child's agent has no tools at all; its model replies by message.
+    let child = Agent::builder("research")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn::tool_call(
+                "send_message",
+                json!({"to": "parent", "text": "three facts"}),
+            ),
+            ScriptedTurn::text("sent"),
+        ])))
+        .build()
+        .unwrap();
+    assert!(child.tools().get("send_message").is_none());
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", child))
+        .build()
+        .unwrap();
+    let agent = root(&sup, vec![ScriptedTurn::text("done")]);
+    let session = sup.root_session(&agent, |b| b).await.unwrap();
+    sup.delegator()
+        .spawn(DelegationRequest::new("research", "go").parent(session.as_ref()))
+        .await
+        .unwrap();
+    sup.wait_for_mail_or_quiet(session.inbox()).await;
+    let mail = session.inbox().drain();
+    assert_eq!(mail.len(), 1, "{mail:?}");
+    assert_eq!(mail[0].text, "three facts");
+    assert!(mail[0].notice.is_none(), "a reply, not a notice");
+}

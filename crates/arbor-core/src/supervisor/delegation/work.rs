@@ -160,8 +160,17 @@ impl Supervisor {
                 )));
             }
         };
-        let agent = match agent
-            .to_builder()
+        let mut builder = agent.to_builder();
+        // A message-mode child answers with `send_message`: the runtime gives it the tool
+        // when its factory did not, so no factory has to remember it.
+        if a.mode == crate::supervisor::delegation::request::Mode::Message
+            && agent.tools().get("send_message").is_none()
+        {
+            builder = builder.dyn_tool(Arc::new(
+                crate::supervisor::tools::send_message::SendMessageTool::new(self.clone()),
+            ));
+        }
+        let agent = match builder
             .permission(permission.and(agent.permission()))
             .overrides(
                 a.identity.as_deref().or(agent.identity()).cloned(),
