@@ -7,7 +7,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arbor_core::supervisor::{AfterHook, ChildContext, ChildFactory, Completion};
+use arbor_core::supervisor::{AfterHook, ChildContext, ChildFactory, Completion, HookError};
 use arbor_core::{Agent, CoreResult};
 use async_trait::async_trait;
 
@@ -97,10 +97,10 @@ impl ChildFactory for WorktreeChildFactory {
 /// and the hook's error (a `delegation_error` event) says where.
 #[async_trait]
 impl AfterHook for Worktrees {
-    async fn after(&self, completion: &Completion) -> Result<(), String> {
+    async fn after(&self, completion: &Completion) -> Result<(), HookError> {
         match self.cleanup(&completion.delegation_id).await {
             Ok(Cleanup::Removed(_) | Cleanup::NotOurs) => Ok(()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(HookError::new(e.to_string())),
         }
     }
 }

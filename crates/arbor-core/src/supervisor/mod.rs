@@ -47,7 +47,7 @@ pub use delegation::pump::ChildEventProjector;
 pub use delegation::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus, FnAfter,
-    FnBefore, after_fn, before_fn,
+    FnBefore, HookError, after_fn, before_fn,
 };
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};

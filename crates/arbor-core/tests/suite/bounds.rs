@@ -59,7 +59,7 @@ struct Stuck;
 
 #[async_trait]
 impl AfterHook for Stuck {
-    async fn after(&self, _c: &Completion) -> Result<(), String> {
+    async fn after(&self, _c: &Completion) -> Result<(), arbor_core::supervisor::HookError> {
         std::future::pending().await
     }
 }

@@ -31,7 +31,7 @@ struct Completions(Arc<Mutex<Seen>>);
 
 #[async_trait]
 impl AfterHook for Completions {
-    async fn after(&self, c: &Completion) -> Result<(), String> {
+    async fn after(&self, c: &Completion) -> Result<(), arbor_core::supervisor::HookError> {
         self.0.lock().unwrap().push((c.status, c.error.clone()));
         Ok(())
     }

@@ -46,7 +46,7 @@ pub(crate) struct Afters(pub(crate) Arc<Mutex<Vec<CompletionStatus>>>);
 
 #[async_trait]
 impl AfterHook for Afters {
-    async fn after(&self, c: &Completion) -> Result<(), String> {
+    async fn after(&self, c: &Completion) -> Result<(), arbor_core::supervisor::HookError> {
         self.0.lock().unwrap().push(c.status);
         Ok(())
     }

@@ -35,7 +35,7 @@ struct After(Arc<Mutex<Vec<String>>>);
 
 #[async_trait]
 impl AfterHook for After {
-    async fn after(&self, c: &Completion) -> Result<(), String> {
+    async fn after(&self, c: &Completion) -> Result<(), arbor_core::supervisor::HookError> {
         self.0
             .lock()
             .unwrap()

@@ -289,7 +289,7 @@ struct Record(Arc<Mutex<Vec<Completion>>>);
 
 #[async_trait]
 impl AfterHook for Record {
-    async fn after(&self, c: &Completion) -> Result<(), String> {
+    async fn after(&self, c: &Completion) -> Result<(), arbor_core::supervisor::HookError> {
         self.0.lock().unwrap().push(c.clone());
         Ok(())
     }

@@ -96,17 +96,47 @@ pub trait BeforeHook: fmt::Debug + Send + Sync {
     async fn before(&self, ctx: &BeforeContext) -> BeforeDecision;
 }
 
+/// What a failed `after` hook reports: it is published (redacted) as a `delegation_error`
+/// event; the delegation's result is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct HookError {
+    /// What went wrong.
+    pub message: String,
+}
+
+impl HookError {
+    /// A failure saying `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for HookError {
+    fn from(message: String) -> Self {
+        Self { message }
+    }
+}
+
+impl From<&str> for HookError {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
+}
+
 /// Runs once per terminal delegation.
 #[async_trait]
 pub trait AfterHook: fmt::Debug + Send + Sync {
     /// Observes. An `Err` is published as `delegation_error`; the result is unchanged.
-    async fn after(&self, completion: &Completion) -> Result<(), String>;
+    async fn after(&self, completion: &Completion) -> Result<(), HookError>;
 }
 
 /// A shared hook (the host keeps a handle to what it observes).
 #[async_trait]
 impl<T: AfterHook + ?Sized> AfterHook for Arc<T> {
-    async fn after(&self, completion: &Completion) -> Result<(), String> {
+    async fn after(&self, completion: &Completion) -> Result<(), HookError> {
         (**self).after(completion).await
     }
 }
@@ -174,9 +204,9 @@ impl<F> fmt::Debug for FnAfter<F> {
 impl<F, Fut> AfterHook for FnAfter<F>
 where
     F: Fn(Completion) -> Fut + Send + Sync,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
+    Fut: std::future::Future<Output = Result<(), HookError>> + Send,
 {
-    async fn after(&self, completion: &Completion) -> Result<(), String> {
+    async fn after(&self, completion: &Completion) -> Result<(), HookError> {
         (self.0)(completion.clone()).await
     }
 }
@@ -185,7 +215,7 @@ where
 pub fn after_fn<F, Fut>(f: F) -> FnAfter<F>
 where
     F: Fn(Completion) -> Fut + Send + Sync,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
+    Fut: std::future::Future<Output = Result<(), HookError>> + Send,
 {
     FnAfter(f)
 }

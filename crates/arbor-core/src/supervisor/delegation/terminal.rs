@@ -310,7 +310,7 @@ impl Supervisor {
         );
         let failed = match ran.await {
             Ok(Ok(Ok(()))) => None,
-            Ok(Ok(Err(message))) => Some(message),
+            Ok(Ok(Err(e))) => Some(e.message),
             Ok(Err(p)) => Some(format!("after hook panicked: {}", panic_message(&*p))),
             Err(_) => Some(format!(
                 "after hook timed out after {} ms",
