@@ -4,7 +4,8 @@
 //! compare-and-swap updates) and their append-only transcripts. [`MemoryStore`] is the
 //! in-memory backend (the library's default); `arbor-store-sqlite` is the embedded durable one.
 //! With the `conformance` feature, [`conformance`] holds the suite every backend's tests run,
-//! so the backends cannot drift apart.
+//! so the backends cannot drift apart. With the `testing` feature, [`testing`] holds a store
+//! wrapper that holds or fails one chosen write, for tests that force a fault.
 
 mod error;
 mod memory;
@@ -13,6 +14,8 @@ mod store;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use memory::MemoryStore;

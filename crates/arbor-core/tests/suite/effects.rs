@@ -19,8 +19,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::hold::{Call, HoldStore};
 use super::support::tool_results;
+use arbor_store::testing::{Call, FaultStore as HoldStore};
 
 /// Charges a card: an idempotent external effect. Keeps the key of every execution.
 #[derive(Debug, Clone, Default)]

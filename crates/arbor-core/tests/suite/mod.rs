@@ -6,7 +6,6 @@ mod detached;
 mod effects;
 mod events;
 mod fuzz_inputs;
-mod hold;
 mod host_api;
 mod identity;
 mod limits;

@@ -17,8 +17,8 @@ use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::hold::{Call, HoldStore};
 use super::support::Probe;
+use arbor_store::testing::{Call, FaultStore as HoldStore};
 
 /// A supervisor whose one child `worker` plays `turns` (with the probe tool), counting its
 /// builds; `fail` makes its factory fail.

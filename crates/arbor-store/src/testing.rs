@@ -1,26 +1,51 @@
-//! A store that stops one chosen call until the test lets it go: how the tests force a
-//! delete, a cancel or a crash into a precise point of a run.
+//! A fault-injecting store for tests (feature `testing`): [`FaultStore`] wraps any store and
+//! either holds one chosen write until the test lets it go (how a test forces a delete, a
+//! cancel or a crash into a precise point of a run) or fails one chosen write as if the
+//! store were unavailable, changing nothing.
+//!
+//! ```
+//! # async fn demo() {
+//! use std::sync::Arc;
+//! use arbor_store::testing::{Call, FaultStore};
+//! use arbor_store::{MemoryStore, Store};
+//!
+//! let store = FaultStore::new(Arc::new(MemoryStore::new()));
+//! // The next session update fails; everything else goes through.
+//! store.fail_once(|call| matches!(call, Call::Update(..)));
+//! let held = store.arm(false, |call| matches!(call, Call::Create(_)));
+//! # let _ = held;
+//! # }
+//! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use arbor_protocol::{EntryKind, RunId, SessionId, TranscriptEntry};
-use arbor_store::{
-    Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, Store, StoreResult,
+use crate::{
+    Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, Store, StoreError,
+    StoreResult,
 };
+use arbor_protocol::{EntryKind, RunId, SessionId, TranscriptEntry};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
-/// The call a hold matches (tests match on the parts they need).
+/// A write a hold or a fault matches (a test matches on the parts it needs).
 #[derive(Debug)]
-#[allow(dead_code)]
-pub(crate) enum Call<'a> {
+#[non_exhaustive]
+pub enum Call<'a> {
+    /// `create_session`.
     Create(&'a SessionRecord),
+    /// `update_session`.
     Update(SessionId, &'a SessionUpdate),
+    /// `append` or `append_attributed`.
     Append(SessionId, &'a [EntryKind], Option<&'a SessionUpdate>),
+    /// `put_checkpoint` (namespace, value).
     PutCheckpoint(&'a str, &'a serde_json::Value),
 }
 
 type Matcher = Box<dyn Fn(&Call<'_>) -> bool + Send>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 struct Armed {
     matches: Matcher,
@@ -31,27 +56,31 @@ struct Armed {
 }
 
 /// See the module docs.
-pub(crate) struct HoldStore {
+pub struct FaultStore {
     inner: Arc<dyn Store>,
     armed: Mutex<Option<Armed>>,
     failing: Mutex<Option<Matcher>>,
 }
 
-impl std::fmt::Debug for HoldStore {
+impl std::fmt::Debug for FaultStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HoldStore")
+        f.write_str("FaultStore")
     }
 }
 
 /// The two ends of an armed hold: `reached` fires when the call is held; send on `release`
 /// to let it go.
-pub(crate) struct Held {
-    pub(crate) reached: oneshot::Receiver<()>,
-    pub(crate) release: oneshot::Sender<()>,
+#[derive(Debug)]
+pub struct Held {
+    /// Fires when the matched call is held.
+    pub reached: oneshot::Receiver<()>,
+    /// Send on it to let the call go.
+    pub release: oneshot::Sender<()>,
 }
 
-impl HoldStore {
-    pub(crate) fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+impl FaultStore {
+    /// Wraps `inner`; nothing is held or failed until a test arms it.
+    pub fn new(inner: Arc<dyn Store>) -> Arc<Self> {
         Arc::new(Self {
             inner,
             armed: Mutex::new(None),
@@ -60,14 +89,10 @@ impl HoldStore {
     }
 
     /// Holds the first call `matches` accepts, before or `after` the inner store does it.
-    pub(crate) fn arm(
-        &self,
-        after: bool,
-        matches: impl Fn(&Call<'_>) -> bool + Send + 'static,
-    ) -> Held {
+    pub fn arm(&self, after: bool, matches: impl Fn(&Call<'_>) -> bool + Send + 'static) -> Held {
         let (reached_tx, reached_rx) = oneshot::channel();
         let (release_tx, release_rx) = oneshot::channel();
-        *self.armed.lock().unwrap() = Some(Armed {
+        *lock(&self.armed) = Some(Armed {
             matches: Box::new(matches),
             after,
             reached: reached_tx,
@@ -80,12 +105,12 @@ impl HoldStore {
     }
 
     /// Fails the first call `matches` accepts (the store unavailable), changing nothing.
-    pub(crate) fn fail_once(&self, matches: impl Fn(&Call<'_>) -> bool + Send + 'static) {
-        *self.failing.lock().unwrap() = Some(Box::new(matches));
+    pub fn fail_once(&self, matches: impl Fn(&Call<'_>) -> bool + Send + 'static) {
+        *lock(&self.failing) = Some(Box::new(matches));
     }
 
     fn take(&self, call: &Call<'_>) -> Option<Armed> {
-        let mut armed = self.armed.lock().unwrap();
+        let mut armed = lock(&self.armed);
         if armed.as_ref().is_some_and(|a| (a.matches)(call)) {
             armed.take()
         } else {
@@ -99,11 +124,11 @@ impl HoldStore {
         op: impl std::future::Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
         {
-            let mut failing = self.failing.lock().unwrap();
+            let mut failing = lock(&self.failing);
             if failing.as_ref().is_some_and(|m| m(&call)) {
                 *failing = None;
-                return Err(arbor_store::StoreError::Unavailable {
-                    path: "hold".into(),
+                return Err(StoreError::Unavailable {
+                    path: "fault".into(),
                     reason: "injected fault".into(),
                 });
             }
@@ -125,7 +150,7 @@ impl HoldStore {
 }
 
 #[async_trait]
-impl Store for HoldStore {
+impl Store for FaultStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
         self.gate(Call::Create(record), self.inner.create_session(record))
             .await
@@ -217,6 +242,6 @@ impl Store for HoldStore {
         self.inner.mark_interrupted().await
     }
     fn backend(&self) -> &'static str {
-        "hold"
+        "fault"
     }
 }
