@@ -324,3 +324,62 @@ async fn a_message_mode_child_can_reply_without_its_factory_adding_the_tool() {
     assert_eq!(mail[0].text, "three facts");
     assert!(mail[0].notice.is_none(), "a reply, not a notice");
 }
+
+#[tokio::test]
+async fn a_hosts_cancel_reason_reaches_the_after_hook_and_the_events() {
+    let slow = Agent::builder("slow")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "late",
+        )
+        .with_delay(std::time::Duration::from_secs(30))])))
+        .build()
+        .unwrap();
+    let afters = Arc::new(Mutex::new(Vec::new()));
+    let log = afters.clone();
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("slow", slow))
+        .after(after_fn(move |c| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push((c.status, c.error.clone()));
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let mut events = sup.subscribe();
+    let handle = sup
+        .delegator()
+        .delegate_async(DelegationRequest::new("slow", "take your time"))
+        .await
+        .unwrap();
+    assert!(
+        sup.cancel_with(&handle.delegation_id, "the user closed the tab")
+            .unwrap()
+    );
+    let out = sup
+        .wait(&handle.delegation_id, Default::default())
+        .await
+        .unwrap();
+    assert!(
+        matches!(out, arbor_core::supervisor::WaitOutcome::Cancelled { .. }),
+        "{out:?}"
+    );
+    sup.shutdown().await;
+    let afters = afters.lock().unwrap().clone();
+    assert_eq!(afters.len(), 1, "{afters:?}");
+    assert_eq!(afters[0].0, CompletionStatus::Aborted);
+    assert_eq!(
+        afters[0].1.as_deref(),
+        Some("Async delegation cancelled: the user closed the tab")
+    );
+    let mut said = Vec::new();
+    while let Some(e) = events.try_recv() {
+        said.push(serde_json::to_string(&e.event).unwrap());
+    }
+    assert!(
+        said.iter()
+            .any(|e| e.contains("Async delegation cancelled: the user closed the tab")),
+        "{said:#?}"
+    );
+}

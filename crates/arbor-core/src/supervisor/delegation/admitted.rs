@@ -33,15 +33,25 @@ pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
 
 /// Why a delegation was cancelled: the first reason set wins.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CancelReason(Arc<std::sync::OnceLock<&'static str>>);
+pub(crate) struct CancelReason(Arc<std::sync::OnceLock<(&'static str, Option<String>)>>);
 
 impl CancelReason {
     pub(crate) fn set(&self, reason: &'static str) {
-        let _ = self.0.set(reason);
+        let _ = self.0.set((reason, None));
+    }
+
+    /// The reason, with the words of whoever cancelled (a host's `cancel_with`).
+    pub(crate) fn set_with(&self, reason: &'static str, detail: String) {
+        let _ = self.0.set((reason, Some(detail)));
     }
 
     pub(crate) fn get(&self) -> Option<&'static str> {
-        self.0.get().copied()
+        self.0.get().map(|(r, _)| *r)
+    }
+
+    /// The words given with the reason, if any.
+    pub(crate) fn detail(&self) -> Option<&str> {
+        self.0.get().and_then(|(_, d)| d.as_deref())
     }
 }
 

@@ -140,17 +140,35 @@ impl Supervisor {
         self.cancel_from(Reach::Host, delegation_id)
     }
 
+    /// [`cancel`](Self::cancel) with the host's reason, which reaches the child's result
+    /// (its error reads `Async delegation cancelled: <reason>`), the terminal event and the
+    /// `after` hook (redacted).
+    pub fn cancel_with(&self, delegation_id: &str, reason: &str) -> CoreResult<bool> {
+        self.cancel_as(Reach::Host, delegation_id, Some(reason))
+    }
+
     /// [`cancel`](Self::cancel) as `reach` sees the handles.
     pub(crate) fn cancel_from(&self, reach: Reach, delegation_id: &str) -> CoreResult<bool> {
+        self.cancel_as(reach, delegation_id, None)
+    }
+
+    fn cancel_as(
+        &self,
+        reach: Reach,
+        delegation_id: &str,
+        detail: Option<&str>,
+    ) -> CoreResult<bool> {
         let mut state = self.state();
         let entry = state.handles.get_mut(delegation_id, reach)?;
         if entry.terminal || entry.rx.borrow().is_some() {
             return Ok(false);
         }
         entry.cancelled = true;
-        entry
-            .reason
-            .set(crate::supervisor::delegation::admitted::HANDLE_CANCELLED);
+        let reason = crate::supervisor::delegation::admitted::HANDLE_CANCELLED;
+        match detail.map(str::trim).filter(|d| !d.is_empty()) {
+            Some(d) => entry.reason.set_with(reason, d.to_owned()),
+            None => entry.reason.set(reason),
+        }
         entry.token.cancel();
         Ok(true)
     }

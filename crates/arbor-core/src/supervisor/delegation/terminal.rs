@@ -155,7 +155,7 @@ impl Supervisor {
                     attach(timeout_error(), &result)
                 } else if host_aborted || result.status == RunStatus::Aborted {
                     CoreError::Run {
-                        message: self.cancel_message(a).to_owned(),
+                        message: self.cancel_message(a),
                         result: Box::new(result.clone()),
                     }
                 } else if let Some(breach) = result.breach {
@@ -190,14 +190,19 @@ impl Supervisor {
 
     /// Why a host-aborted delegation ended: an explicit reason, else the session's end, else
     /// a cancelled caller or ancestor.
-    pub(crate) fn cancel_message(&self, a: &Admitted) -> &'static str {
-        a.reason
+    pub(crate) fn cancel_message(&self, a: &Admitted) -> String {
+        let reason = a
+            .reason
             .get()
             .unwrap_or(if self.inner.session_token.is_cancelled() {
                 "Supervisor session has ended"
             } else {
                 "Delegation cancelled"
-            })
+            });
+        match a.reason.detail() {
+            Some(detail) => self.redact(&format!("{reason}: {detail}")),
+            None => reason.to_owned(),
+        }
     }
 
     async fn fail(

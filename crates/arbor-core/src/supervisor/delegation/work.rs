@@ -42,7 +42,7 @@ impl Supervisor {
             inner.hub.start_run(id, &a.token);
         }
         if a.token.is_cancelled() {
-            return Worked::Error(CoreError::Supervisor(self.cancel_message(a).into()));
+            return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
         }
         let mut limits = a.limits;
         let mut input = a.input.clone();
@@ -58,7 +58,7 @@ impl Supervisor {
             };
             let decision = tokio::select! {
                 d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
-                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a).into())),
+                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a))),
             };
             match decision {
                 Err(p) => {
@@ -147,7 +147,7 @@ impl Supervisor {
         };
         let built = tokio::select! {
             b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
-            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a).into())),
+            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a))),
         };
         let agent = match built {
             Ok(Ok(agent)) => agent,
@@ -261,7 +261,7 @@ impl Supervisor {
                 // Deleted by another process as the run started: it ends as cancelled.
                 a.reason.set("Child was deleted");
                 a.token.cancel();
-                Worked::Error(CoreError::Supervisor(self.cancel_message(a).into()))
+                Worked::Error(CoreError::Supervisor(self.cancel_message(a)))
             }
             Ok(Err(e)) => Worked::Error(e),
             Err(p) => Worked::Error(CoreError::Supervisor(format!(
