@@ -94,6 +94,12 @@ pub fn sink_fn<F: Fn(&SupervisorEnvelope) + Send + Sync>(f: F) -> FnSink<F> {
     FnSink(f)
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.dropped.cancel();
+    }
+}
+
 pub(crate) struct State {
     pub(crate) summary: Summary,
     pub(crate) handles: Handles,
@@ -122,6 +128,10 @@ pub(crate) struct Inner {
     /// Requested names being registered (in-process guard; the store guards across).
     pub(crate) names: Arc<crate::supervisor::config::names::Reservations>,
     pub(crate) bus: Bus<SupervisorEnvelope>,
+    /// Set once a task watches for the session's end (to close the event stream).
+    pub(crate) watching: std::sync::atomic::AtomicBool,
+    /// Cancelled when the supervisor is dropped: its watcher stops.
+    pub(crate) dropped: CancellationToken,
     pub(crate) state: Mutex<State>,
     pub(crate) tracker: TaskTracker,
     pub(crate) hub: Hub,
@@ -219,7 +229,42 @@ impl Supervisor {
     /// what was published before it (up to `max_queued_events`; a lag marker counts any
     /// dropped). Every subscription ends after [`shutdown`](Self::shutdown).
     pub fn subscribe(&self) -> Subscription<SupervisorEnvelope> {
+        self.watch_session_end();
         self.inner.bus.subscribe()
+    }
+
+    /// Closes the event stream once the session token is cancelled (by [`shutdown`] or by
+    /// the host directly), after the children it ends have reported their terminals:
+    /// subscribers read what is queued, then their `recv` returns `None`. Started once,
+    /// by the first subscription or delegation made inside a Tokio runtime.
+    ///
+    /// [`shutdown`]: Self::shutdown
+    pub(crate) fn watch_session_end(&self) {
+        use std::sync::atomic::Ordering;
+        if self.inner.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner.watching.store(false, Ordering::Release);
+            return;
+        };
+        let token = self.inner.session_token.clone();
+        let dropped = self.inner.dropped.clone();
+        let inner = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            tokio::select! {
+                () = token.cancelled() => {}
+                () = dropped.cancelled() => return,
+            }
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let (tracker, bus) = (inner.tracker.clone(), inner.bus.clone());
+            drop(inner);
+            tracker.close();
+            tracker.wait().await;
+            bus.close();
+        });
     }
 
     /// `text` with the supervisor's secrets replaced.
@@ -501,6 +546,8 @@ impl SupervisorBuilder {
                 slots: Arc::new(Slots::default()),
                 names: Arc::default(),
                 bus: Bus::retaining(capacity),
+                watching: std::sync::atomic::AtomicBool::new(false),
+                dropped: CancellationToken::new(),
                 tracker: TaskTracker::new(),
                 hub: Hub::default(),
                 revision: self.revision,

@@ -383,3 +383,42 @@ async fn a_hosts_cancel_reason_reaches_the_after_hook_and_the_events() {
         "{said:#?}"
     );
 }
+
+#[tokio::test]
+async fn cancelling_the_session_token_closes_the_event_stream_after_the_terminals() {
+    let slow = Agent::builder("slow")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "late",
+        )
+        .with_delay(std::time::Duration::from_secs(30))])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("slow", slow))
+        .build()
+        .unwrap();
+    let mut events = sup.subscribe();
+    sup.delegator()
+        .delegate_async(DelegationRequest::new("slow", "x"))
+        .await
+        .unwrap();
+    // The host ends the session with the token, not with shutdown().
+    sup.session_token().cancel();
+    let mut seen = Vec::new();
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(e) = events.recv().await {
+            seen.push(e.event.type_name());
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the stream never closed: {seen:?}");
+    assert_eq!(seen.first(), Some(&"delegation_admitted"), "{seen:?}");
+    // The child's terminal report came before the end of the stream.
+    assert!(
+        matches!(
+            seen.last(),
+            Some(&("delegation_error" | "delegation_cancelled" | "delegation_failed"))
+        ),
+        "{seen:?}"
+    );
+}

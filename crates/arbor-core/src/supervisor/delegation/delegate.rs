@@ -244,6 +244,7 @@ impl Supervisor {
     /// start, before an async launch returns its handle, so a failure of an ancestor counts
     /// every descendant already started.
     pub(crate) fn begin(&self, a: &Admitted) {
+        self.watch_session_end();
         self.state().summary.start(
             a.entry,
             &a.delegation_id,
