@@ -16,6 +16,10 @@
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
 //! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
 
+// The map above links private modules: it is for contributors, rendered by
+// `cargo doc -p arbor-cli --document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod answers;
 mod approvals;
 mod cli;

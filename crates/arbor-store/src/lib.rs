@@ -3,9 +3,10 @@
 //! [`Store`] is the one trait every backend implements: session records (with a version for
 //! compare-and-swap updates) and their append-only transcripts. [`MemoryStore`] is the
 //! in-memory backend (the library's default); `arbor-store-sqlite` is the embedded durable one.
-//! With the `conformance` feature, [`conformance`] holds the suite every backend's tests run,
-//! so the backends cannot drift apart. With the `testing` feature, [`testing`] holds a store
-//! wrapper that holds or fails one chosen write, for tests that force a fault.
+//! With the `conformance` feature, the `conformance` module holds the suite every backend's
+//! tests run, so the backends cannot drift apart; with the `testing` feature, the `testing`
+//! module holds a store wrapper that holds or fails one chosen write, for tests that force a
+//! fault.
 
 mod error;
 mod memory;

@@ -1,6 +1,6 @@
 //! The wire formats of the HTTP providers, kept pure: request bodies built from a
 //! [`ModelRequest`](crate::ModelRequest), stream chunks decoded into
-//! [`ModelEvent`](crate::ModelEvent)s, error bodies classified, model lists read. Nothing here
+//! [`ModelEvent`]s, error bodies classified, model lists read. Nothing here
 //! touches a socket, so every case is tested on recorded bytes.
 //!
 //! - [`openai`]: Chat Completions (OpenAI and the servers that speak it: vLLM, llama.cpp,
