@@ -3,7 +3,7 @@
 # (FUZZ_SECONDS, default 20) from its seed corpus; exits non-zero on a crash, a panic, a
 # timeout or a leak. Needs a nightly toolchain: without one it says so and exits 0 (the
 # stable fuzz-style tests in the crates' test suites still run). cargo-fuzz is installed
-# into .ci/tools once (kept between runs on the same machine).
+# once by .ci/tools.sh (kept between runs and clones on the same machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -15,14 +15,10 @@ if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     exit 0
 fi
 
-tools="$root/.ci/tools"
-export PATH="$tools/bin:$PATH"
-if ! cargo fuzz --version >/dev/null 2>&1; then
-    echo "fuzz smoke: installing cargo-fuzz into .ci/tools"
-    if ! cargo install --locked --root "$tools" cargo-fuzz; then
-        echo "fuzz smoke: cargo-fuzz could not be installed; skipping"
-        exit 0
-    fi
+. .ci/tools.sh
+if ! cargo fuzz --version >/dev/null 2>&1 && ! ci_tool cargo-fuzz; then
+    echo "fuzz smoke: cargo-fuzz could not be installed; skipping"
+    exit 0
 fi
 
 # Its own target folder, so the fuzz build (instrumented, nightly) never invalidates the

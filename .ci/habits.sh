@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The checks the anchor projects run beside their tests (run by .ci/run after clippy):
+#
+#   doc    cargo doc --no-deps --workspace, every rustdoc warning an error
+#   hack   cargo hack check --each-feature --workspace: each crate alone, with no features,
+#          with each feature by itself and with all of them (features built together hide a
+#          missing `dep:` or cfg)
+#   msrv   cargo +<rust-version> check --workspace --all-targets --locked, on the minimum
+#          Rust version the root Cargo.toml declares (the toolchain is installed by rustup)
+#   deny   cargo deny check against deny.toml: licences, bans (duplicates warn), sources
+#          (crates.io only), and advisories when RustSec's database can be had
+#
+# HABITS=doc,deny runs some of them. Every step runs even if one before failed; the script
+# exits non-zero if any failed. cargo-hack and cargo-deny are installed at pinned versions
+# by .ci/tools.sh (minutes the first time on a machine, then cached). A step whose tool or
+# toolchain cannot be installed here is skipped, saying so.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+. .ci/tools.sh
+
+CARGO_HACK=cargo-hack@0.6.46
+CARGO_DENY=cargo-deny@0.20.2
+
+steps=",${HABITS:-doc,hack,msrv,deny},"
+failed=()
+start=$SECONDS
+
+# step NAME COMMAND...: runs one step, timed.
+step() {
+    local name=$1 t0=$SECONDS
+    shift
+    echo "habits: $name: $*"
+    if "$@"; then
+        echo "habits: $name ok ($((SECONDS - t0)) s)"
+    else
+        echo "habits: $name FAILED ($((SECONDS - t0)) s)"
+        failed+=("$name")
+    fi
+}
+
+doc() {
+    RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --no-deps --workspace --locked
+}
+
+hack() {
+    ci_tool "$CARGO_HACK" || { echo "habits: hack skipped (no cargo-hack)"; return 0; }
+    # Dev-dependencies stay (--no-dev-deps would rewrite Cargo.lock, which --locked forbids);
+    # `check` builds no test target, so their features are not unified in.
+    cargo hack check --each-feature --workspace --locked --quiet
+}
+
+msrv() {
+    local version
+    version=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml | head -n 1)
+    if [ -z "$version" ]; then
+        echo "habits: msrv: no rust-version in Cargo.toml"
+        return 1
+    fi
+    if ! rustup run "$version" rustc --version >/dev/null 2>&1; then
+        echo "habits: msrv: installing Rust $version"
+        if ! rustup toolchain install "$version" --profile minimal >/dev/null 2>&1; then
+            echo "habits: msrv skipped: Rust $version cannot be installed here"
+            return 0
+        fi
+    fi
+    # Its own target folder: another compiler's artifacts never evict the main build's.
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}/msrv" \
+        cargo "+$version" check --workspace --all-targets --locked --quiet
+}
+
+deny() {
+    ci_tool "$CARGO_DENY" || { echo "habits: deny skipped (no cargo-deny)"; return 0; }
+    local status=0
+    cargo deny --locked check --hide-inclusion-graph bans licenses sources || status=1
+    # Advisories need RustSec's database, a git clone into $CARGO_HOME/advisory-dbs. Fetch
+    # it; where that fails (no network), use a copy fetched before, or skip.
+    local dbs="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
+    if timeout 120 cargo deny --locked fetch db >/dev/null 2>&1; then
+        cargo deny --locked check --hide-inclusion-graph advisories || status=1
+    elif compgen -G "$dbs/*/crates" >/dev/null; then
+        echo "habits: deny: RustSec's database cannot be fetched; checking against the copy in $dbs"
+        cargo deny --offline --locked check --hide-inclusion-graph advisories || status=1
+    else
+        echo "habits: deny: advisories skipped: RustSec's database cannot be fetched here and no copy is in $dbs"
+    fi
+    return $status
+}
+
+for name in doc hack msrv deny; do
+    case "$steps" in
+        *",$name,"*) step "$name" "$name" ;;
+    esac
+done
+
+echo "habits: done in $((SECONDS - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "habits: failed: ${failed[*]}"
+    exit 1
+fi
