@@ -23,7 +23,7 @@ impl Synchronous {
     }
 }
 
-/// How a [`SqliteStore`] opens its file.
+/// How a [`SqliteStore`](crate::SqliteStore) opens its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteOptions {
     pub(crate) busy_timeout: Duration,
