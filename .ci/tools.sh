@@ -5,7 +5,7 @@
 # clone on a machine reuses what an earlier run built; set ARBOR_CI_TOOLS=.ci/tools to keep
 # them in the checkout). Installing a version already there takes a fraction of a second.
 
-ci_tools="${ARBOR_CI_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/arbor/ci-tools}"
+ci_tools="${ARBOR_CI_TOOLS:-${XDG_CACHE_HOME:-${HOME:-$PWD/.ci/tools}/.cache}/arbor/ci-tools}"
 mkdir -p "$ci_tools"
 ci_tools=$(cd "$ci_tools" && pwd)
 export PATH="$ci_tools/bin:$PATH"
