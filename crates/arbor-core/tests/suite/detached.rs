@@ -20,6 +20,18 @@ fn spawn_message(child: &str) -> ScriptedTurn {
     )
 }
 
+/// Approves the first call `waiting` holds, once.
+async fn approve_first(t: &super::nested_support::Tree, waiting: &arbor_core::Suspension) {
+    approval::decide(
+        t.store.as_ref(),
+        waiting.run_id,
+        waiting.version,
+        &[allow(&waiting.pending[0].id)],
+    )
+    .await
+    .unwrap();
+}
+
 /// A root that spawned `writer` in message mode and went on; the writer waits for approval
 /// of its `write`.
 async fn waiting_writer(
@@ -74,14 +86,7 @@ async fn a_message_child_waiting_for_approval_is_listed_resumed_and_heard_of_onc
     );
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
 
-    approval::decide(
-        t.store.as_ref(),
-        waiting[0].run_id,
-        waiting[0].version,
-        &[allow(&waiting[0].pending[0].id)],
-    )
-    .await
-    .unwrap();
+    approve_first(&t, &waiting[0]).await;
     let done = t.sup.resume_child(child).await.unwrap();
     assert_eq!(done.result.status, RunStatus::Succeeded);
     assert_eq!(done.result.text, "written");
@@ -141,14 +146,7 @@ async fn a_message_to_a_suspended_child_waits_for_its_resume_and_is_read_once() 
         1
     );
 
-    approval::decide(
-        t.store.as_ref(),
-        waiting.run_id,
-        waiting.version,
-        &[allow(&waiting.pending[0].id)],
-    )
-    .await
-    .unwrap();
+    approve_first(&t, &waiting).await;
     t.sup.resume_child(child).await.unwrap();
     // The resumed run read the message that waited (or a follow-up would have).
     t.sup
@@ -201,14 +199,7 @@ async fn a_sync_childs_suspension_is_resumed_through_its_caller_not_alone() {
     let own = approval::suspensions(t.store.as_ref(), child)
         .await
         .unwrap();
-    approval::decide(
-        t.store.as_ref(),
-        own[0].run_id,
-        own[0].version,
-        &[allow(&own[0].pending[0].id)],
-    )
-    .await
-    .unwrap();
+    approve_first(&t, &own[0]).await;
     let e = t.sup.resume_child(child).await.unwrap_err();
     assert_eq!(e.kind(), CoreErrorKind::Validation);
     assert!(
@@ -227,14 +218,7 @@ async fn deleting_a_suspended_message_child_closes_what_it_waited_on() {
         .unwrap()
         .remove(0);
     let child = waiting.session_id;
-    approval::decide(
-        t.store.as_ref(),
-        waiting.run_id,
-        waiting.version,
-        &[allow(&waiting.pending[0].id)],
-    )
-    .await
-    .unwrap();
+    approve_first(&t, &waiting).await;
     let deleted = t
         .sup
         .delete_child(root.id(), "writer", "host", "not needed")
