@@ -64,7 +64,7 @@ impl FindModelsTool {
         Ok(Self::build(supervisor, children.to_vec()))
     }
 
-    fn build(supervisor: Supervisor, ids: Vec<String>) -> Self {
+    pub(crate) fn build(supervisor: Supervisor, ids: Vec<String>) -> Self {
         let spec = ToolSpec {
             name: TOOL.to_owned(),
             description: format!(

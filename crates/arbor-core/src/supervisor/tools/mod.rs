@@ -36,8 +36,12 @@ impl Delegator {
     /// [`tools`](Delegator::tools) offering only `children` (each must be allow-listed,
     /// else a validation error names it).
     pub fn tools_for(&self, children: &[String]) -> CoreResult<Vec<Arc<dyn DynTool>>> {
-        // Checked once here; the constructors below cannot fail after it.
-        SpawnAgentTool::for_children(self.clone(), children)?;
+        let known = self.supervisor().child_ids();
+        if let Some(id) = children.iter().find(|id| !known.contains(id)) {
+            return Err(crate::CoreError::Validation(format!(
+                "Invalid child id: {id}"
+            )));
+        }
         Ok(self.family(children))
     }
 
@@ -49,20 +53,17 @@ impl Delegator {
     fn family(&self, children: &[String]) -> Vec<Arc<dyn DynTool>> {
         let sup = self.supervisor().clone();
         let mut tools = self.reply_tools();
-        let spawn: Arc<dyn DynTool> = match SpawnAgentTool::for_children(self.clone(), children) {
-            Ok(t) => Arc::new(t),
-            Err(_) => Arc::new(SpawnAgentTool::new(self.clone())),
-        };
-        tools.push(spawn);
+        // `children` are allow-listed (checked by the caller).
+        tools.push(Arc::new(SpawnAgentTool::build(
+            self.clone(),
+            "spawn_agent",
+            children.to_vec(),
+        )));
         tools.push(Arc::new(WaitAgentTool::new(self.clone())));
         tools.push(Arc::new(CancelAgentTool::new(self.clone())));
         tools.push(Arc::new(ListChildrenTool::new(sup.clone())));
         tools.push(Arc::new(RenameChildTool::new(sup.clone())));
-        let find: Arc<dyn DynTool> = match FindModelsTool::for_children(sup.clone(), children) {
-            Ok(t) => Arc::new(t),
-            Err(_) => Arc::new(FindModelsTool::new(sup)),
-        };
-        tools.push(find);
+        tools.push(Arc::new(FindModelsTool::build(sup, children.to_vec())));
         tools
     }
 }

@@ -171,7 +171,7 @@ impl SpawnAgentTool {
         Ok(Self::build(delegator, "spawn_agent", children.to_vec()))
     }
 
-    fn build(delegator: Delegator, name: &str, ids: Vec<String>) -> Self {
+    pub(crate) fn build(delegator: Delegator, name: &str, ids: Vec<String>) -> Self {
         let sup = delegator.supervisor();
         let listed: Vec<String> = ids
             .iter()
