@@ -46,7 +46,8 @@ async fn main() -> CoreResult<()> {
                 BeforeDecision::Allow
             }
         }))
-        // A sink turns child events on; it must not block.
+        // Child events on, and a sink for them (it must not block).
+        .child_events(true)
         .child_event_sink(sink_fn(move |_event| {
             counted.fetch_add(1, Ordering::Relaxed);
         }))

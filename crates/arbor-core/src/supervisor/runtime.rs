@@ -171,7 +171,7 @@ impl Supervisor {
             after_timeout: DEFAULT_AFTER_TIMEOUT,
             redactor: None,
             effects: None,
-            child_events: None,
+            child_events: false,
             sink: None,
             session_token: CancellationToken::new(),
             store: None,
@@ -340,7 +340,7 @@ pub struct SupervisorBuilder {
     after_timeout: std::time::Duration,
     redactor: Option<Arc<dyn Redactor>>,
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
-    child_events: Option<bool>,
+    child_events: bool,
     sink: Option<Arc<dyn ChildEventSink>>,
     session_token: CancellationToken,
     store: Option<Arc<dyn Store>>,
@@ -423,17 +423,16 @@ impl SupervisorBuilder {
         self
     }
 
-    /// Streams child events for children without their own report policy (default: on
-    /// when a [`child_event_sink`](Self::child_event_sink) is set, else off).
+    /// Streams child events for children without their own report policy (default off: a
+    /// child without a report policy reports on completion).
     pub fn child_events(mut self, on: bool) -> Self {
-        self.child_events = Some(on);
+        self.child_events = on;
         self
     }
 
-    /// A sink that receives every projected child event. Setting one turns child events on
-    /// unless [`child_events`](Self::child_events)`(false)` says otherwise; with them off and
-    /// no catalog entry streaming by its own report policy, [`build`](Self::build) refuses
-    /// the sink (it would receive nothing).
+    /// A sink that receives every projected child event. With child events off and no
+    /// catalog entry streaming by its own report policy, [`build`](Self::build) refuses it
+    /// (it would receive nothing): set [`child_events`](Self::child_events)`(true)`.
     pub fn child_event_sink(mut self, sink: impl ChildEventSink + 'static) -> Self {
         self.sink = Some(Arc::new(sink));
         self
@@ -503,7 +502,7 @@ impl SupervisorBuilder {
                 "after_timeout must be positive and at most 600000 ms",
             ));
         }
-        let child_events = self.child_events.unwrap_or(self.sink.is_some());
+        let child_events = self.child_events;
         let some_entry_streams = self.entries.iter().any(|e| {
             e.policy
                 .report
@@ -511,9 +510,9 @@ impl SupervisorBuilder {
         });
         if self.sink.is_some() && !child_events && !some_entry_streams {
             return Err(CoreError::Config(
-                "a child_event_sink is set, but child_events(false) turns child events off and \
-                 no child's report policy streams them: the sink would receive nothing (drop \
-                 child_events(false), or give a child a report policy)"
+                "a child_event_sink is set, but child events are off and no child's report \
+                 policy streams them: the sink would receive nothing (set child_events(true), \
+                 or give a child a report policy)"
                     .to_owned(),
             ));
         }

@@ -62,7 +62,7 @@ async fn a_host_wires_a_tree_with_root_session_tools_closures_and_a_sink() {
                 Ok(())
             }
         }))
-        // A sink alone turns child events on.
+        .child_events(true)
         .child_event_sink(sink_fn(move |_| {
             seen.fetch_add(1, Ordering::SeqCst);
         }))
@@ -138,7 +138,7 @@ async fn a_root_outside_the_supervisors_store_fails_its_run_instead_of_succeedin
 async fn a_sink_that_could_receive_nothing_is_refused_at_build() {
     let e = Supervisor::builder(Ownership::user("acme", "alice"))
         .child(ChildEntry::agent("research", leaf("research", "facts")))
-        .child_events(false)
+        // No child_events(true), and no child streams by its own policy.
         .child_event_sink(sink_fn(|_| {}))
         .build()
         .unwrap_err();
