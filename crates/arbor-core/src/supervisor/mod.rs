@@ -39,7 +39,9 @@ pub use catalog::{
     AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory,
     MilestoneContext, MilestoneFn, Product, erased_factory, factory_fn,
 };
-pub use delegation::delegate::Delegator;
+pub use config::builder::{DEFAULT_AFTER_TIMEOUT, SupervisorBuilder};
+pub use config::ownership::Ownership;
+pub use config::sink::{ChildEventSink, FnSink, sink_fn};
 pub use delegation::detached::detached_suspensions;
 pub use delegation::join::{WaitOptions, WaitOutcome};
 pub use delegation::nested::DELEGATION_NAMESPACE;
@@ -52,10 +54,8 @@ pub use hooks::{
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
-pub use runtime::{
-    ChildEventSink, DEFAULT_AFTER_TIMEOUT, FnSink, Ownership, Supervisor, SupervisorBuilder,
-    sink_fn,
-};
+pub use runtime::Delegator;
+pub use runtime::Supervisor;
 pub use summary::{ChildSummary, Outcome};
 pub use tools::find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
 pub use tools::list_children::ListChildrenTool;

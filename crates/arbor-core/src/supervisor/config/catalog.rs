@@ -1,64 +1,21 @@
 //! The child catalog: the host-owned allow-list of children a supervisor may build.
 
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
 use arbor_model::{ModelProvider, ThinkingLevel};
 use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::error::{CoreError, CoreResult};
-use crate::identity::Identity;
 use crate::permission::Permission;
 use crate::supervisor::config::limits::LimitsInput;
 use crate::supervisor::config::policy::PolicyInput;
-use crate::supervisor::delegation::delegate::Delegator;
-
-/// What a child factory receives.
-#[derive(Debug, Clone)]
-pub struct ChildContext {
-    /// The catalog entry.
-    pub child_id: String,
-    /// The delegation.
-    pub delegation_id: String,
-    /// Its depth (1 for a root's children).
-    pub depth: u32,
-    /// Child ids from the top, this one last.
-    pub path: Arc<[String]>,
-    /// `<supervisor>/<delegation>/<child>`: the scope for the child's own memory and data.
-    pub resource_id: String,
-    /// The resource id plus the requested thread (`default` when none).
-    pub thread_id: String,
-    /// The narrowed permission the child's runs are held to (the runtime composes it with the
-    /// agent's own; the factory need not apply it).
-    pub permission: Permission,
-    /// The identity the child acts as: the parent's, narrowed to the entry's scopes (the
-    /// runtime forces it onto the agent). Never a credential.
-    pub identity: Option<Arc<Identity>>,
-    /// The model admission resolved (the request's, else the entry's default), if any: the
-    /// agent built must use exactly it.
-    pub model: Option<String>,
-    /// The thinking level admission checked, if the delegation asked for one (the runtime
-    /// forces it onto the agent built; the factory need not apply it).
-    pub thinking: Option<ThinkingLevel>,
-    /// Fires when the delegation is cancelled or times out.
-    pub cancel: CancellationToken,
-    /// Delegates further from inside this child (path, depth and cancellation carried).
-    pub delegator: Delegator,
-}
-
-/// Builds a child's agent for one delegation.
-#[async_trait]
-pub trait ChildFactory: fmt::Debug + Send + Sync {
-    /// Builds the agent. It may use the context's ids, permission and delegator.
-    async fn create(&self, ctx: ChildContext) -> CoreResult<Agent>;
-}
-
-const _: fn(&dyn ChildFactory) = |_| {};
+pub use crate::supervisor::config::policy::{MilestoneContext, MilestoneFn};
+pub use crate::supervisor::runtime::{ChildContext, ChildEntry, ChildFactory};
 
 /// A shared factory.
 #[async_trait]
@@ -184,53 +141,6 @@ where
     Fut: Future<Output = CoreResult<Option<Product>>> + Send,
 {
     ErasedFactory(f)
-}
-
-/// One allow-listed child.
-#[derive(Debug, Clone)]
-pub struct ChildEntry {
-    pub(crate) id: String,
-    pub(crate) description: Option<String>,
-    pub(crate) factory: Arc<dyn ChildFactory>,
-    pub(crate) permission: Permission,
-    pub(crate) limits: LimitsInput,
-    pub(crate) policy: PolicyInput,
-    pub(crate) scopes: Option<BTreeSet<String>>,
-    /// The model it runs when none is requested.
-    pub(crate) model: Option<String>,
-    /// Other models a request may choose.
-    pub(crate) allowed_models: Vec<String>,
-    /// The provider a requested model is preflighted against.
-    pub(crate) preflight: Option<Arc<dyn ModelProvider>>,
-    /// The agent name its sessions record.
-    pub(crate) agent_name: Option<String>,
-    /// Which of its events are milestones (`report = milestones`), when the host decides.
-    pub(crate) milestone: Option<MilestoneFn>,
-    /// The thinking levels each model supports, as the host declared them.
-    pub(crate) thinking: BTreeMap<String, Vec<ThinkingLevel>>,
-}
-
-/// A host's milestone predicate (see [`ChildEntry::milestone_fn`]).
-#[derive(Clone)]
-pub struct MilestoneFn(pub(crate) Arc<dyn Fn(&MilestoneContext<'_>) -> bool + Send + Sync>);
-
-impl fmt::Debug for MilestoneFn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("MilestoneFn")
-    }
-}
-
-/// What a milestone predicate sees: one event of a child's run.
-#[derive(Debug, Clone, Copy)]
-pub struct MilestoneContext<'a> {
-    /// The catalog entry.
-    pub child_id: &'a str,
-    /// The delegation.
-    pub delegation_id: &'a str,
-    /// The child's current turn (0 before its first).
-    pub turn: u32,
-    /// The event.
-    pub event: &'a arbor_protocol::AgentEvent,
 }
 
 impl ChildEntry {
@@ -398,21 +308,5 @@ impl ChildEntry {
     /// The entry's id.
     pub fn id(&self) -> &str {
         &self.id
-    }
-}
-
-/// Checks a supervisor or child id: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
-pub(crate) fn valid_id(id: &str) -> bool {
-    let mut bytes = id.bytes();
-    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && id.len() <= 128
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
-
-pub(crate) fn check_child_id(id: &str) -> CoreResult<()> {
-    if valid_id(id) {
-        Ok(())
-    } else {
-        Err(CoreError::validation(format!("Invalid child id: {id}")))
     }
 }

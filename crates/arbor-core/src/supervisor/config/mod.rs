@@ -3,9 +3,13 @@
 //! `before`/`after` [`hooks`], the rules for child [`names`], and the thinking levels a child
 //! may be asked for.
 
+pub(crate) mod builder;
 pub mod catalog;
 pub mod hooks;
 pub mod limits;
 pub mod names;
+pub(crate) mod ownership;
 pub mod policy;
+pub(crate) mod settings;
+pub(crate) mod sink;
 pub(crate) mod thinking;

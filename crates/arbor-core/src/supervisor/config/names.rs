@@ -147,6 +147,22 @@ pub(crate) fn default_name(task: &str, session: SessionId) -> String {
     format!("subagent-{slug}-{suffix}")
 }
 
+/// Checks a supervisor or child id: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
+pub(crate) fn valid_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && id.len() <= 128
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+pub(crate) fn check_child_id(id: &str) -> CoreResult<()> {
+    if valid_id(id) {
+        Ok(())
+    } else {
+        Err(CoreError::validation(format!("Invalid child id: {id}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

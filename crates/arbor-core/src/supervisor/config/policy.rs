@@ -5,6 +5,7 @@
 //! share takes the lower value, and session lifetime is refused unless the host enabled it.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -183,6 +184,29 @@ impl PolicyInput {
             budget_share,
         })
     }
+}
+
+/// A host's milestone predicate (see [`ChildEntry::milestone_fn`](crate::supervisor::ChildEntry::milestone_fn)).
+#[derive(Clone)]
+pub struct MilestoneFn(pub(crate) Arc<dyn Fn(&MilestoneContext<'_>) -> bool + Send + Sync>);
+
+impl fmt::Debug for MilestoneFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MilestoneFn")
+    }
+}
+
+/// What a milestone predicate sees: one event of a child's run.
+#[derive(Debug, Clone, Copy)]
+pub struct MilestoneContext<'a> {
+    /// The catalog entry.
+    pub child_id: &'a str,
+    /// The delegation.
+    pub delegation_id: &'a str,
+    /// The child's current turn (0 before its first).
+    pub turn: u32,
+    /// The event.
+    pub event: &'a arbor_protocol::AgentEvent,
 }
 
 #[cfg(test)]

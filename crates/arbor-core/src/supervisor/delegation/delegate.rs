@@ -16,14 +16,7 @@ use crate::supervisor::delegation::admitted::{
 use crate::supervisor::delegation::request::{
     AsyncHandle, DelegationRequest, DelegationResult, Mode,
 };
-use crate::supervisor::runtime::Supervisor;
-
-/// Delegates on behalf of one place in the tree: the host (top level) or a running child.
-#[derive(Debug, Clone)]
-pub struct Delegator {
-    pub(crate) supervisor: Supervisor,
-    pub(crate) scope: Option<Arc<Scope>>,
-}
+use crate::supervisor::runtime::{Delegator, Supervisor};
 
 impl Delegator {
     /// The supervisor it delegates through.
@@ -50,8 +43,8 @@ impl Delegator {
         let supervisor = self.supervisor.clone();
         let task = self
             .supervisor
-            .inner
-            .tracker
+            .live()
+            .tracker()
             // Boxed: the drive's state is large, and a task moves its future several times.
             .spawn(Box::pin(async move { supervisor.drive(admitted).await }));
         let joined = task.await;
@@ -126,24 +119,25 @@ impl Supervisor {
         mode: Mode,
     ) -> CoreResult<Admitted> {
         let is_async = mode != Mode::Sync;
-        let inner = &self.inner;
-        if inner.session_token.is_cancelled() {
+        let sup = self;
+        if sup.live().session_token().is_cancelled() {
             return Err(CoreError::Supervisor(
                 "Supervisor session has ended".to_owned(),
             ));
         }
-        let entry_index = *inner.index.get(&request.child_id).ok_or_else(|| {
+        let (entry_index, entry) = sup.catalog().get(&request.child_id).ok_or_else(|| {
             CoreError::denied(
                 crate::error::DenyReason::NotAllowListed,
                 "Child is not allow-listed".to_owned(),
             )
         })?;
-        let entry = &inner.entries[entry_index];
         let above: &[String] = scope.map_or(&[], |s| &s.path);
         if above.contains(&request.child_id) {
             return Err(CoreError::limit_error("Delegation cycle detected", None));
         }
-        let policy = entry.policy.narrow(&request.policy, inner.child_events)?;
+        let policy = entry
+            .policy
+            .narrow(&request.policy, sup.settings().child_events())?;
         if policy.lifetime == Lifetime::Session && !is_async {
             return Err(CoreError::validation(
                 "Session-lifetime children must be started with delegate_async (mode: \"async\")",
@@ -154,8 +148,9 @@ impl Supervisor {
                 "Session-lifetime children can only be started from the top level",
             ));
         }
-        let mut limits = inner
-            .limits
+        let mut limits = sup
+            .settings()
+            .limits()
             .narrow(&entry.limits)?
             .narrow(&request.limits)?;
         if let Some(share) = policy.budget_share {
@@ -167,7 +162,7 @@ impl Supervisor {
         check_depth(depth, &limits)?;
         let parent_identity = match scope {
             Some(s) => s.identity.clone(),
-            None => inner.identity.clone(),
+            None => sup.settings().identity().cloned(),
         };
         let identity = child_identity(parent_identity, entry.scopes.as_ref())?;
         let input = self.redact(&request.input);
@@ -178,19 +173,19 @@ impl Supervisor {
                 let name = names::requested(&self.redact(n))?;
                 let parent = request.parent.map(|p| p.id);
                 let depth = request.parent.map_or(0, |p| p.depth.saturating_add(1));
-                Some(inner.names.reserve(parent, &name, depth)?)
+                Some(sup.live().names().reserve(parent, &name, depth)?)
             }
             None => None,
         };
         let model = entry.resolve_model(request.model.as_deref())?;
         let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
-        let slot = inner.slots.reserve(
+        let slot = sup.live().slots().reserve(
             limits
                 .max_active_children
-                .min(inner.limits.max_active_children),
+                .min(sup.settings().limits().max_active_children),
         )?;
 
-        let delegation_id = format!("{}-{}", inner.id, uuid_like());
+        let delegation_id = format!("{}-{}", sup.settings().id(), uuid_like());
         let mut path: Vec<String> = above.to_vec();
         path.push(request.child_id.clone());
         let parents: Vec<String> = scope.map_or_else(Vec::new, |s| s.parents.to_vec());
@@ -198,9 +193,9 @@ impl Supervisor {
         // to the supervisor's session, and ends when it is deleted, its parent is closed, or
         // the session ends.
         let token = match (policy.lifetime, scope, mode) {
-            (_, _, Mode::Message) => inner.session_token.child_token(),
+            (_, _, Mode::Message) => sup.live().session_token().child_token(),
             (Lifetime::Task, Some(s), _) => s.token.child_token(),
-            _ => inner.session_token.child_token(),
+            _ => sup.live().session_token().child_token(),
         };
         let caller = match (policy.lifetime, mode) {
             (Lifetime::Task, Mode::Sync | Mode::Join) => request.cancel,

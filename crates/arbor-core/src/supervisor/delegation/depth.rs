@@ -58,7 +58,7 @@ impl Supervisor {
                 live_only: true,
                 ..SessionUpdate::default()
             };
-            match self.inner.store.update_session(id, &update).await {
+            match self.live().store().update_session(id, &update).await {
                 Ok(_) => {
                     tracing::info!(session = %id, max_depth, "session max depth lowered");
                     return Ok(max_depth);
@@ -75,13 +75,13 @@ impl Supervisor {
 
     /// The session's value narrowed by the supervisor's.
     pub(crate) fn effective_max_depth(&self, record: &SessionRecord) -> u32 {
-        let base = self.inner.limits.max_depth;
+        let base = self.settings().limits().max_depth;
         stored(record).map_or(base, |d| d.min(base))
     }
 
     async fn depth_target(&self, id: SessionId) -> CoreResult<SessionRecord> {
-        self.inner
-            .store
+        self.live()
+            .store()
             .session(id)
             .await?
             .filter(|r| r.tombstone.is_none())

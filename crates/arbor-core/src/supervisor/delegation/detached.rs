@@ -137,8 +137,8 @@ impl Supervisor {
             )
         };
         let record = self
-            .inner
-            .store
+            .live()
+            .store()
             .session(id)
             .await?
             .filter(|r| r.tombstone.is_none() && r.parent_id.is_some())
@@ -149,7 +149,7 @@ impl Supervisor {
                 record.status
             )));
         }
-        let store = self.inner.store.as_ref();
+        let store = self.live().store().as_ref();
         let Some(waiting) = approval::suspensions(store, id).await?.into_iter().next() else {
             return Err(CoreError::validation(format!(
                 "session {id} keeps no suspended run to resume"
@@ -163,7 +163,7 @@ impl Supervisor {
         }
         self.check_ancestors(&record).await?;
         self.inbox_of(&record).await?;
-        if !self.inner.hub.claim_idle(id) {
+        if !self.live().hub().claim_idle(id) {
             return Err(CoreError::validation(format!(
                 "session {id} is running in this process"
             )));
@@ -174,14 +174,14 @@ impl Supervisor {
         {
             Ok(r) => r,
             Err(e) => {
-                self.inner.hub.end_run(id);
+                self.live().hub().end_run(id);
                 return Err(e);
             }
         };
         let (admitted, mapping_version) = match rebuilt {
             Rebuilt::Ready(admitted, version) => (*admitted, version),
             Rebuilt::Deleted(_) => {
-                self.inner.hub.end_run(id);
+                self.live().hub().end_run(id);
                 return Err(unknown());
             }
         };

@@ -65,7 +65,7 @@ impl Supervisor {
         let this = self.clone();
         let id = handle.delegation_id.clone();
         // Boxed: the drive's state is large, and a task moves its future several times.
-        self.inner.tracker.spawn(Box::pin(async move {
+        self.live().tracker().spawn(Box::pin(async move {
             // Marks the handle finished even if the drive panics, so it is never left
             // "running" (its waiters then get an error rather than hanging).
             let _finish = FinishOnDrop {
@@ -93,7 +93,7 @@ impl Supervisor {
         options: WaitOptions,
     ) -> CoreResult<WaitOutcome> {
         let mut rx = self.state().handles.get(delegation_id, reach)?.rx.clone();
-        let cap = Duration::from_millis(self.inner.limits.timeout_ms);
+        let cap = Duration::from_millis(self.settings().limits().timeout_ms);
         let timeout = options.timeout.map_or(cap, |t| t.min(cap));
         let cancel = options.cancel.unwrap_or_default();
         let outcome = tokio::select! {

@@ -75,15 +75,15 @@ impl Supervisor {
         session_id: SessionId,
         pending: Vec<PendingDecision>,
     ) -> CoreError {
-        let Some(revision) = &self.inner.revision else {
+        let Some(revision) = self.settings().revision() else {
             return CoreError::Supervisor(
                 "a child suspended, but durable approvals are not configured on its supervisor"
                     .to_owned(),
             );
         };
         let mapping = Mapping {
-            supervisor_id: self.inner.id.clone(),
-            revision: revision.clone(),
+            supervisor_id: self.settings().id().to_owned(),
+            revision: revision.to_owned(),
             child_id: a.child_id.clone(),
             delegation_id: a.delegation_id.clone(),
             session_id,
@@ -100,7 +100,7 @@ impl Supervisor {
             replies_at_start: a.replies_at_start,
         };
         let key = run_id.to_string();
-        let store = &self.inner.store;
+        let store = &self.live().store();
         let stored = match serde_json::to_value(&mapping) {
             Ok(value) => {
                 let current = store
@@ -139,17 +139,17 @@ impl Supervisor {
 
     async fn mapping(&self, run_id: RunId) -> CoreResult<(u64, Mapping, usize)> {
         let c = self
-            .inner
-            .store
+            .live()
+            .store()
             .checkpoint(DELEGATION_NAMESPACE, &run_id.to_string())
             .await?
             .ok_or_else(unknown_run)?;
         let mapping: Mapping = serde_json::from_value(c.value).map_err(|_| unknown_run())?;
-        let entry = *self
-            .inner
-            .index
+        let entry = self
+            .catalog()
             .get(&mapping.child_id)
-            .filter(|_| mapping.supervisor_id == self.inner.id)
+            .map(|(i, _)| i)
+            .filter(|_| mapping.supervisor_id == self.settings().id())
             .ok_or_else(unknown_run)?;
         Ok((c.version, mapping, entry))
     }
@@ -190,8 +190,8 @@ impl Supervisor {
         decisions: Vec<ApprovalDecision>,
         detached: bool,
     ) -> CoreResult<Rebuilt> {
-        let inner = &self.inner;
-        let Some(revision) = &inner.revision else {
+        let sup = self;
+        let Some(revision) = &sup.settings().revision() else {
             return Err(CoreError::validation(
                 "Nested-run resume requires durable approvals and a definition revision",
             ));
@@ -213,8 +213,8 @@ impl Supervisor {
                 mapping.revision
             )));
         }
-        let store = inner.store.as_ref();
-        let entry = &inner.entries[entry_index];
+        let store = sup.live().store().as_ref();
+        let entry = sup.catalog().entry(entry_index).ok_or_else(unknown_run)?;
         let record = store.session(session_id).await?.ok_or_else(unknown_run)?;
         if record.tombstone.is_some() {
             // Deleted while it waited: the decisions have nothing to resume, and the parent's
@@ -224,7 +224,7 @@ impl Supervisor {
         }
         let (limits, policy) = if record.meta.get("limits").is_some() {
             // What the spawn narrowed to (request limits and budget share included).
-            admitted_terms(inner, entry, &record)?
+            admitted_terms(sup, entry, &record)?
         } else {
             // A record from before admission stored its terms: replay the mapping's policy.
             let replay = PolicyInput {
@@ -233,8 +233,10 @@ impl Supervisor {
                 budget_share: mapping.budget_share,
                 ..PolicyInput::default()
             };
-            let policy = entry.policy.narrow(&replay, inner.child_events)?;
-            let mut limits = inner.limits.narrow(&entry.limits)?;
+            let policy = entry
+                .policy
+                .narrow(&replay, sup.settings().child_events())?;
+            let mut limits = sup.settings().limits().narrow(&entry.limits)?;
             if let Some(share) = policy.budget_share {
                 limits = limits.narrow(&limits.scaled(share).to_input())?;
             }
@@ -246,8 +248,8 @@ impl Supervisor {
                     .filter_map(|s| s.as_str().map(str::to_owned))
                     .collect()
             });
-        let identity = child_identity(inner.identity.clone(), scopes.as_ref())?;
-        let slot = inner.slots.reserve(limits.max_active_children)?;
+        let identity = child_identity(sup.settings().identity().cloned(), scopes.as_ref())?;
+        let slot = sup.live().slots().reserve(limits.max_active_children)?;
         let parent = match record.parent_id {
             Some(p) => store.session(p).await?.map(|r| (&r).into()),
             None => None,
@@ -303,7 +305,7 @@ impl Supervisor {
             spawned_by: None,
             identity,
             // Linked only to the session: no caller waits on a resumed child.
-            token: inner.session_token.child_token(),
+            token: sup.live().session_token().child_token(),
             reason: CancelReason::default(),
             caller: None,
             slot,
@@ -328,7 +330,7 @@ impl Supervisor {
         mapping_version: u64,
         outcome: CoreResult<DelegationResult>,
     ) -> CoreResult<CoreResult<DelegationResult>> {
-        let store = self.inner.store.as_ref();
+        let store = self.live().store().as_ref();
         match outcome {
             Err(CoreError::Suspended(again)) => Ok(Err(CoreError::Suspended(again))),
             Err(e) if still_suspended(store, session_id).await => Err(e),
@@ -357,7 +359,7 @@ impl NestedResumer for Supervisor {
         session_id: SessionId,
         decisions: Vec<ApprovalDecision>,
     ) -> CoreResult<NestedOutcome> {
-        let inner = &self.inner;
+        let sup = self;
         let (admitted, mapping_version) = match self
             .rebuild_suspended(run_id, session_id, decisions, false)
             .await?
@@ -379,8 +381,9 @@ impl NestedResumer for Supervisor {
         // when that happens.
         let guard = admitted.token.clone().drop_guard();
         let this = self.clone();
-        let task = inner
-            .tracker
+        let task = sup
+            .live()
+            .tracker()
             .spawn(Box::pin(async move { this.drive(admitted).await }));
         let outcome = task.await.unwrap_or_else(|e| {
             Err(CoreError::Supervisor(format!(
@@ -420,7 +423,7 @@ impl NestedResumer for Supervisor {
         if mapping.session_id != session_id {
             return Ok(None);
         }
-        let record = self.inner.store.session(session_id).await?;
+        let record = self.live().store().session(session_id).await?;
         match record {
             Some(r) if r.tombstone.is_some() => {
                 self.abandon_nested(run_id, session_id).await;
@@ -444,7 +447,7 @@ impl Supervisor {
         session_id: SessionId,
         depth: usize,
     ) -> futures::future::BoxFuture<'_, ()> {
-        abandon_suspension(self.inner.store.as_ref(), run_id, session_id, depth)
+        abandon_suspension(self.live().store().as_ref(), run_id, session_id, depth)
     }
 }
 

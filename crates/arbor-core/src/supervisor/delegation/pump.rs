@@ -104,7 +104,7 @@ impl ChildEventProjector {
 
     fn publish(&self, event: SupervisorEvent) {
         if let Some(envelope) = self.supervisor.publish(event)
-            && let Some(sink) = &self.supervisor.inner.sink
+            && let Some(sink) = &self.supervisor.settings().sink()
         {
             sink.send(&envelope);
         }
@@ -120,10 +120,9 @@ impl ChildEventProjector {
             Report::Milestones => {
                 let predicate = self
                     .supervisor
-                    .inner
-                    .index
+                    .catalog()
                     .get(&self.origin.child_id)
-                    .and_then(|&i| self.supervisor.inner.entries[i].milestone.clone());
+                    .and_then(|(_, entry)| entry.milestone.clone());
                 match (predicate, self.policy.every_turns) {
                     (Some(p), every) => {
                         let offered = every.is_none_or(|n| self.turn.is_multiple_of(n));
@@ -151,7 +150,7 @@ impl ChildEventProjector {
     /// The event with its strings redacted, and its serialized size in UTF-8 bytes. `None`
     /// when it cannot be serialized or redacted safely (it is then dropped, not leaked).
     fn redacted(&self, envelope: &EventEnvelope) -> Option<(EventEnvelope, u64)> {
-        let event = match &self.supervisor.inner.redactor {
+        let event = match &self.supervisor.settings().redactor() {
             None => envelope.clone(),
             Some(r) => match redact_serde(r.as_ref(), envelope) {
                 Ok(Some(clean)) => clean,

@@ -20,8 +20,11 @@ impl Supervisor {
     /// Preflights the model and writes the child's record (reserving its name). On error
     /// nothing was written and nothing counted; the slot is released when `a` drops.
     pub(crate) async fn register(&self, a: &mut Admitted) -> CoreResult<()> {
-        let inner = &self.inner;
-        let entry = &inner.entries[a.entry];
+        let sup = self;
+        let entry = sup
+            .catalog()
+            .entry(a.entry)
+            .ok_or_else(crate::supervisor::runtime::unknown_entry)?;
         // Every resolved model is preflighted, the entry's default too: a spawn never runs
         // a model its provider would refuse (HTTP providers cache a passed check).
         if let (Some(model), Some(provider)) = (&a.model, &entry.preflight) {
@@ -48,13 +51,13 @@ impl Supervisor {
         };
         let mut inherited_depth = None;
         if let Some(parent) = a.parent {
-            if inner.hub.is_closed(parent.id) {
+            if sup.live().hub().is_closed(parent.id) {
                 return Err(CoreError::denied(
                     crate::error::DenyReason::ParentClosed,
                     "Cannot spawn a child after its parent was closed",
                 ));
             }
-            let stored = match inner.store.session(parent.id).await? {
+            let stored = match sup.live().store().session(parent.id).await? {
                 Some(p) if p.tombstone.is_none() => p,
                 Some(_) => {
                     return Err(CoreError::denied(
@@ -89,9 +92,9 @@ impl Supervisor {
             }
         }
         record.spawned_by = a.spawned_by;
-        let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
+        let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
         record.meta = serde_json::json!({
-            "supervisor_id": inner.id,
+            "supervisor_id": sup.settings().id(),
             "delegation_id": a.delegation_id,
             "child_id": a.child_id,
             "mode": a.mode.as_str(),
@@ -109,8 +112,8 @@ impl Supervisor {
         if let Some(max) = inherited_depth {
             record.meta["max_depth"] = serde_json::Value::from(max);
         }
-        inner
-            .store
+        sup.live()
+            .store()
             .create_session(&record)
             .await
             .map_err(|e| name_error(e, record.depth))?;
@@ -118,13 +121,13 @@ impl Supervisor {
         a.name = record.name.clone();
         // Known to the hub from admission on: messages can be delivered to it at once, and
         // the tree is not quiet while it is about to run.
-        inner.hub.register(
+        sup.live().hub().register(
             record.id,
             record.parent_id,
             std::sync::Arc::new(crate::session::inbox::Inbox::new()),
             false,
         );
-        inner.hub.start_run(record.id, &a.token);
+        sup.live().hub().start_run(record.id, &a.token);
         self.publish(SupervisorEvent::DelegationAdmitted {
             origin: arbor_protocol::ChildOrigin {
                 child_id: a.child_id.clone(),
@@ -144,11 +147,11 @@ impl Supervisor {
 /// catalog and the supervisor allow today (a definition may only have tightened since).
 /// A record from before they were stored gets the catalog's.
 pub(crate) fn admitted_terms(
-    inner: &crate::supervisor::runtime::Inner,
+    sup: &Supervisor,
     entry: &ChildEntry,
     record: &SessionRecord,
 ) -> CoreResult<(SupervisorLimits, EffectivePolicy)> {
-    let mut limits = inner.limits.narrow(&entry.limits)?;
+    let mut limits = sup.settings().limits().narrow(&entry.limits)?;
     if let Ok(stored) = serde_json::from_value::<SupervisorLimits>(record.meta["limits"].clone()) {
         limits = limits.narrow(&stored.to_input())?;
     }
@@ -163,13 +166,15 @@ pub(crate) fn admitted_terms(
                 // Already applied to the stored limits: scaling them again would shrink them.
                 budget_share: None,
             };
-            let mut policy = entry.policy.narrow(&replay, inner.child_events)?;
+            let mut policy = entry
+                .policy
+                .narrow(&replay, sup.settings().child_events())?;
             policy.budget_share = p.budget_share;
             policy
         }
         None => entry
             .policy
-            .narrow(&PolicyInput::default(), inner.child_events)?,
+            .narrow(&PolicyInput::default(), sup.settings().child_events())?,
     };
     Ok((limits, policy))
 }

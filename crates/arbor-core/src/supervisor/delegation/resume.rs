@@ -25,28 +25,28 @@ impl Supervisor {
     /// pending messages. Harmless when it is running (its next turn reads them) or is the
     /// host's.
     pub(crate) fn wake(&self, id: SessionId) {
-        if self.inner.session_token.is_cancelled() || !self.inner.hub.claim_idle(id) {
+        if self.live().session_token().is_cancelled() || !self.live().hub().claim_idle(id) {
             return;
         }
         let this = self.clone();
         // Boxed: a follow-up run's state is large, and a task moves its future several times.
-        self.inner.tracker.spawn(Box::pin(async move {
+        self.live().tracker().spawn(Box::pin(async move {
             match this.resume(id).await {
                 Ok(FollowUp::Ran) => {}
                 Ok(FollowUp::NotOurs) => {
                     // Not one of this supervisor's children (a root its host runs): its
                     // messages wait for the host.
-                    this.inner.hub.end_run(id);
+                    this.live().hub().end_run(id);
                 }
                 Ok(FollowUp::RunningElsewhere) => {
                     // Another process runs it: the messages are stored, and its owner (or
                     // whoever runs it next) reads them. Not retried from here.
-                    this.inner.hub.end_run(id);
+                    this.live().hub().end_run(id);
                 }
                 Err(e) if e.limit().is_some_and(|l| l.limit == "max_active_children") => {
                     // No slot: retried when a delegation ends.
-                    this.inner.hub.end_run(id);
-                    this.inner.hub.defer(id);
+                    this.live().hub().end_run(id);
+                    this.live().hub().defer(id);
                 }
                 Err(e) => {
                     // It cannot run (deleted, under a closed parent, its terms no longer
@@ -54,7 +54,7 @@ impl Supervisor {
                     // a loop.
                     let why = this.redact(&format!("the follow-up run could not start: {e}"));
                     this.drop_pending(id, &why).await;
-                    this.inner.hub.end_run(id);
+                    this.live().hub().end_run(id);
                     tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
                 }
             }
@@ -63,7 +63,7 @@ impl Supervisor {
 
     /// Drops what waits in the live inbox of `id`, unread, with one durable record of why.
     pub(crate) async fn drop_pending(&self, id: SessionId, why: &str) {
-        let Some(inbox) = self.inner.hub.inbox(id) else {
+        let Some(inbox) = self.live().hub().inbox(id) else {
             return;
         };
         let dropped = inbox.drain();
@@ -75,7 +75,7 @@ impl Supervisor {
             reason: why.to_owned(),
         };
         let run = arbor_protocol::RunId::new();
-        if let Err(e) = self.inner.store.append(id, run, &[entry], None).await {
+        if let Err(e) = self.live().store().append(id, run, &[entry], None).await {
             tracing::warn!(session = %id, error = %e, "could not record dropped messages");
         }
     }
@@ -83,7 +83,7 @@ impl Supervisor {
     /// Wakes every idle child with mail whose follow-up could not start before (after a
     /// slot was freed).
     pub(crate) fn wake_waiting(&self) {
-        for id in self.inner.hub.take_deferred() {
+        for id in self.live().hub().take_deferred() {
             self.wake(id);
         }
     }
@@ -120,7 +120,7 @@ impl Supervisor {
             )));
         }
         self.inbox_of(&record).await?;
-        if !self.inner.hub.claim_idle(id) {
+        if !self.live().hub().claim_idle(id) {
             return Err(CoreError::validation(format!(
                 "session {id} is running in this process"
             )));
@@ -128,25 +128,25 @@ impl Supervisor {
         match self.rerun(id, true).await {
             Ok(Rerun::Ran(outcome)) => *outcome,
             Ok(Rerun::NotOurs) => {
-                self.inner.hub.end_run(id);
+                self.live().hub().end_run(id);
                 Err(unknown())
             }
             Ok(Rerun::RunningElsewhere) => {
-                self.inner.hub.end_run(id);
+                self.live().hub().end_run(id);
                 Err(CoreError::validation(format!(
                     "session {id} is running in another process"
                 )))
             }
             Err(e) => {
-                self.inner.hub.end_run(id);
+                self.live().hub().end_run(id);
                 Err(e)
             }
         }
     }
 
     async fn live_child(&self, id: SessionId) -> CoreResult<arbor_store::SessionRecord> {
-        self.inner
-            .store
+        self.live()
+            .store()
             .session(id)
             .await?
             .filter(|r| r.tombstone.is_none())
@@ -161,34 +161,33 @@ impl Supervisor {
     /// Runs the child `id` again: on its pending messages, or (`recover`) continuing its
     /// interrupted run. The caller has claimed it in the hub.
     async fn rerun(&self, id: SessionId, recover: bool) -> CoreResult<Rerun> {
-        let inner = &self.inner;
+        let sup = self;
         let record = self.live_child(id).await?;
         let child_id = record.meta["child_id"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let (Some(&entry_index), true) = (
-            inner.index.get(&child_id),
-            record.meta["supervisor_id"] == inner.id.as_str(),
+        let (Some((entry_index, entry)), true) = (
+            sup.catalog().get(&child_id),
+            record.meta["supervisor_id"] == sup.settings().id(),
         ) else {
             return Ok(Rerun::NotOurs);
         };
         self.check_ancestors(&record).await?;
-        let entry = &inner.entries[entry_index];
         let mode = match record.meta["mode"].as_str() {
             Some("sync") => Mode::Sync,
             Some("async") => Mode::Join,
             _ => Mode::Message,
         };
         // The limits and policy its spawn narrowed to, never the catalog's wider defaults.
-        let (limits, policy) = admitted_terms(inner, entry, &record)?;
+        let (limits, policy) = admitted_terms(sup, entry, &record)?;
         let scopes: Option<Vec<String>> = record.meta["scopes"].as_array().map(|a| {
             a.iter()
                 .filter_map(|s| s.as_str().map(str::to_owned))
                 .collect()
         });
         let identity = child_identity(
-            inner.identity.clone(),
+            sup.settings().identity().cloned(),
             scopes.map(|s| s.into_iter().collect()).as_ref(),
         )?;
         let path: Vec<String> = record.meta["path"].as_array().map_or_else(
@@ -201,14 +200,14 @@ impl Supervisor {
         );
         // A follow-up waits for no one: without a slot it stays pending, and is retried
         // when a delegation ends.
-        let slot = inner.slots.reserve(limits.max_active_children)?;
+        let slot = sup.live().slots().reserve(limits.max_active_children)?;
         // The run lease: the session's status goes to `running` compare-and-swap, refused
         // when a run of it is live elsewhere (another process) or it was deleted since.
         let Some(record) = self.take_lease(record).await? else {
             return Ok(Rerun::RunningElsewhere);
         };
         let parent = match record.parent_id {
-            Some(p) => inner.store.session(p).await?.map(|r| (&r).into()),
+            Some(p) => sup.live().store().session(p).await?.map(|r| (&r).into()),
             None => None,
         };
         let admitted = Admitted {
@@ -216,7 +215,7 @@ impl Supervisor {
             child_id,
             delegation_id: format!(
                 "{}-{}",
-                inner.id,
+                sup.settings().id(),
                 arbor_protocol::RunId::new().as_uuid().simple()
             ),
             depth: record.depth.max(1),
@@ -237,7 +236,7 @@ impl Supervisor {
             parent,
             spawned_by: None,
             identity,
-            token: inner.session_token.child_token(),
+            token: sup.live().session_token().child_token(),
             reason: CancelReason::default(),
             caller: None,
             slot,
@@ -264,7 +263,7 @@ impl Supervisor {
                 "Unknown or deleted session".to_owned(),
             )
         };
-        if self.inner.hub.is_closed(record.id) {
+        if self.live().hub().is_closed(record.id) {
             return Err(gone());
         }
         let mut next = record.parent_id;
@@ -273,10 +272,10 @@ impl Supervisor {
             let Some(id) = next else {
                 return Ok(());
             };
-            if self.inner.hub.is_closed(id) {
+            if self.live().hub().is_closed(id) {
                 return Err(gone());
             }
-            let ancestor = self.inner.store.session(id).await?.ok_or_else(gone)?;
+            let ancestor = self.live().store().session(id).await?.ok_or_else(gone)?;
             if ancestor.tombstone.is_some() {
                 return Err(gone());
             }
@@ -303,15 +302,20 @@ impl Supervisor {
                 expected_version: Some(record.version),
                 ..crate::session::run::running_update()
             };
-            match self.inner.store.update_session(record.id, &update).await {
+            match self.live().store().update_session(record.id, &update).await {
                 Ok(updated) => return Ok(Some(updated)),
                 Err(arbor_store::StoreError::Conflict { .. }) => {
-                    record = self.inner.store.session(record.id).await?.ok_or_else(|| {
-                        CoreError::denied(
-                            crate::error::DenyReason::Unknown,
-                            "Unknown or deleted session",
-                        )
-                    })?;
+                    record = self
+                        .live()
+                        .store()
+                        .session(record.id)
+                        .await?
+                        .ok_or_else(|| {
+                            CoreError::denied(
+                                crate::error::DenyReason::Unknown,
+                                "Unknown or deleted session",
+                            )
+                        })?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -340,16 +344,17 @@ impl Supervisor {
                 Ok(_) => "the run did not start".to_owned(),
             };
             if !ended.resume && !ended.host_aborted {
-                self.inner.hub.set_start_failure(record.id, why.clone());
+                self.live().hub().set_start_failure(record.id, why.clone());
             }
             self.drop_pending(record.id, &format!("the run could not start: {why}"))
                 .await;
         }
         // A suspension is not terminal: the parent hears of the run when its resume ends.
         let suspended = matches!(outcome, Err(CoreError::Suspended(_)));
-        if ended.mode == Mode::Message && !suspended && !self.inner.session_token.is_cancelled() {
-            let current = self.inner.store.session(record.id).await.ok().flatten();
-            let deleted = self.inner.hub.is_closed(record.id)
+        if ended.mode == Mode::Message && !suspended && !self.live().session_token().is_cancelled()
+        {
+            let current = self.live().store().session(record.id).await.ok().flatten();
+            let deleted = self.live().hub().is_closed(record.id)
                 || current.as_ref().is_none_or(|r| r.tombstone.is_some());
             let replies = current.as_ref().map_or(0, |r| r.replies);
             // Exactly one notice per run, whether a delete raced it or not.
@@ -381,7 +386,7 @@ impl Supervisor {
         }
         // Teardowns a store failure left unfinished are tried again now.
         self.retry_cleanups().await;
-        if self.inner.hub.end_run(record.id) {
+        if self.live().hub().end_run(record.id) {
             self.wake(record.id);
         }
         self.wake_waiting();
@@ -390,19 +395,23 @@ impl Supervisor {
     /// Releases a child cancelled through its handle: closed (nothing of it starts again)
     /// and tombstoned `revoked` by the host; its transcript stays.
     async fn revoke(&self, record: &arbor_store::SessionRecord) {
-        self.inner.hub.close(record.id);
-        let current = match self.inner.store.session(record.id).await {
+        self.live().hub().close(record.id);
+        let current = match self.live().store().session(record.id).await {
             Ok(Some(r)) if r.tombstone.is_none() => r,
             Ok(_) => return,
             Err(_) => record.clone(),
         };
-        if let Err(e) =
-            crate::registry::write_tombstone(self.inner.store.as_ref(), &current, "host", "revoked")
-                .await
+        if let Err(e) = crate::registry::write_tombstone(
+            self.live().store().as_ref(),
+            &current,
+            "host",
+            "revoked",
+        )
+        .await
         {
             tracing::warn!(child = %record.id, error = %e, "could not revoke a cancelled child; retried later");
-            self.inner
-                .hub
+            self.live()
+                .hub()
                 .unfinished(crate::supervisor::tree::hub::Unfinished {
                     id: record.id,
                     by: "host".to_owned(),

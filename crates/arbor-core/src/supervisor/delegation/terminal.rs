@@ -72,7 +72,7 @@ impl Supervisor {
             self.state().summary.suspend(&a.delegation_id);
             if let Some(id) = session_of(a) {
                 let back = SessionUpdate::status(SessionStatus::Suspended);
-                if let Err(e) = self.inner.store.update_session(id, &back).await {
+                if let Err(e) = self.live().store().update_session(id, &back).await {
                     tracing::warn!(session = %id, error = %e, "could not mark the child suspended again");
                 }
             }
@@ -88,7 +88,7 @@ impl Supervisor {
         };
         if let (Some(status), Some(id)) = (status, session_of(a)) {
             let settle = SessionUpdate::status(status);
-            if let Err(e) = self.inner.store.update_session(id, &settle).await {
+            if let Err(e) = self.live().store().update_session(id, &settle).await {
                 tracing::warn!(session = %id, error = %e, "could not record the delegation's status");
             }
         }
@@ -194,7 +194,7 @@ impl Supervisor {
         let reason = a
             .reason
             .get()
-            .unwrap_or(if self.inner.session_token.is_cancelled() {
+            .unwrap_or(if self.live().session_token().is_cancelled() {
                 "Supervisor session has ended"
             } else {
                 "Delegation cancelled"
@@ -265,7 +265,7 @@ impl Supervisor {
     /// so a child's secret must not ride out in one. (A child result attached to it keeps
     /// the child's own text, for the host.)
     fn redact_error(&self, error: CoreError) -> CoreError {
-        if self.inner.redactor.is_none() {
+        if self.settings().redactor().is_none() {
             return error;
         }
         match error {
@@ -296,7 +296,7 @@ impl Supervisor {
         error: Option<String>,
         origin: &ChildOrigin,
     ) {
-        let Some(hook) = &self.inner.after else {
+        let Some(hook) = &self.settings().after() else {
             return;
         };
         let completion = Completion {
@@ -308,7 +308,7 @@ impl Supervisor {
             usage,
             error,
         };
-        let limit = self.inner.after_timeout;
+        let limit = self.settings().after_timeout();
         let ran = tokio::time::timeout(
             limit,
             AssertUnwindSafe(hook.after(&completion)).catch_unwind(),

@@ -20,9 +20,9 @@ use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::config::policy::Report;
 use crate::supervisor::config::thinking;
 use crate::supervisor::delegation::admitted::{Admitted, Scope, Worked, check_bytes, check_depth};
-use crate::supervisor::delegation::delegate::Delegator;
 use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::{encode_component, session_of};
+use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Supervisor;
 
 impl Supervisor {
@@ -33,13 +33,15 @@ impl Supervisor {
         origin: &ChildOrigin,
         deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
     ) -> Worked {
-        let inner = &self.inner;
-        let entry = &inner.entries[a.entry];
+        let sup = self;
+        let Some(entry) = sup.catalog().entry(a.entry) else {
+            return Worked::Error(crate::supervisor::runtime::unknown_entry());
+        };
         // The run is marked started before anything of it happens: a delete that landed
         // since admission (or since a follow-up was claimed) has closed the session, and
         // then nothing starts (no hook, no factory, no turn).
         if let Some(id) = session_of(a) {
-            inner.hub.start_run(id, &a.token);
+            sup.live().hub().start_run(id, &a.token);
         }
         if a.token.is_cancelled() {
             return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
@@ -47,7 +49,7 @@ impl Supervisor {
         let mut limits = a.limits;
         let mut input = a.input.clone();
         let mut hook_permission = None;
-        if let Some(hook) = &inner.before {
+        if let Some(hook) = &sup.settings().before() {
             let ctx = BeforeContext {
                 child_id: a.child_id.clone(),
                 delegation_id: a.delegation_id.clone(),
@@ -106,12 +108,12 @@ impl Supervisor {
         if let Err(e) = a.slot.confirm(lowered) {
             return Worked::Error(e);
         }
-        let resource_id = format!("{}/{}/{}", inner.id, a.delegation_id, a.child_id);
+        let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
         let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
         let model = a.model.clone();
         let recorded_thinking = a.record.as_ref().and_then(|r| thinking::recorded(&r.meta));
         // supervisor → catalog → hook → tool budget; the agent's own comes last.
-        let mut permission = inner.permission.and(&entry.permission);
+        let mut permission = sup.settings().permission().and(&entry.permission);
         if let Some(p) = &hook_permission {
             permission = permission.and(p);
         }
@@ -174,10 +176,13 @@ impl Supervisor {
             .permission(permission.and(agent.permission()))
             .overrides(
                 a.identity.as_deref().or(agent.identity()).cloned(),
-                inner.redactor.clone().or_else(|| agent.redactor().cloned()),
-                inner
-                    .effects
-                    .clone()
+                sup.settings()
+                    .redactor()
+                    .cloned()
+                    .or_else(|| agent.redactor().cloned()),
+                sup.settings()
+                    .effects()
+                    .cloned()
                     .or_else(|| agent.effect_store().cloned()),
                 // The level admission checked, from the record: every run of the child
                 // keeps it.
@@ -205,24 +210,25 @@ impl Supervisor {
         }
         let parent_id = record.parent_id;
         let opened = if a.resume || a.resume_run.is_some() || a.recover {
-            Session::reopen(agent, inner.store.clone(), record).await
+            Session::reopen(agent, sup.live().store().clone(), record).await
         } else {
-            Session::attach(agent, inner.store.clone(), record).await
+            Session::attach(agent, sup.live().store().clone(), record).await
         };
         let mut session = match opened {
             Ok(s) => s,
             Err(e) => return Worked::Error(e),
         };
         // One inbox per session: deliveries made before this run began are in it.
-        let inbox = inner
-            .hub
-            .register(session.id(), parent_id, session.inbox().clone(), false);
+        let inbox =
+            sup.live()
+                .hub()
+                .register(session.id(), parent_id, session.inbox().clone(), false);
         session.share_inbox(inbox);
-        inner.hub.start_run(session.id(), &a.token);
+        sup.live().hub().start_run(session.id(), &a.token);
         let mut options = RunOptions::default()
             .with_cancel(a.token.clone())
             .with_nested(Arc::new(self.clone()));
-        if inner.revision.is_some() {
+        if sup.settings().revision().is_some() {
             // Durable approvals: every call of every child waits for a decision, its own
             // delegations included, so delegating and side effects are approved apart.
             options = options.with_approvals();

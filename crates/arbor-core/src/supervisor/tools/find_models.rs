@@ -164,16 +164,15 @@ impl DynTool for FindModelsTool {
     async fn call_json(&self, arguments: Value, _ctx: ToolContext) -> Result<String, ToolError> {
         let (query, limit, children) = self.parse(arguments)?;
         let query = normalize(&query);
-        let inner = &self.supervisor.inner;
+        let sup = &self.supervisor;
         // One listing per provider, however many children share it.
         let mut listed: HashMap<usize, Result<Option<Vec<String>>, String>> = HashMap::new();
         let mut found: Vec<Found> = Vec::new();
         let mut unavailable: Vec<Value> = Vec::new();
         for child_id in &children {
-            let Some(&i) = inner.index.get(child_id) else {
+            let Some((_, entry)) = sup.catalog().get(child_id) else {
                 continue;
             };
-            let entry = &inner.entries[i];
             let offered = match &entry.preflight {
                 None => Ok(None),
                 Some(p) => {

@@ -18,7 +18,7 @@ pub use spawn_agent::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};
 use std::sync::Arc;
 
 use crate::error::CoreResult;
-use crate::supervisor::delegation::delegate::Delegator;
+use crate::supervisor::runtime::Delegator;
 use crate::tool::DynTool;
 
 impl Delegator {

@@ -17,10 +17,10 @@ use crate::error::CoreError;
 use crate::supervisor::config::policy::{
     HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report,
 };
-use crate::supervisor::delegation::delegate::Delegator;
 use crate::supervisor::delegation::handles::Reach;
 use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
 use crate::supervisor::delegation::request::{DelegationRequest, DelegationResult};
+use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
 use crate::tool::{DynTool, ToolContext, ToolError};
@@ -60,14 +60,12 @@ impl Supervisor {
     /// The most of `child_id`'s answer its parent's context gets (`max_result_bytes`, the
     /// supervisor's narrowed by the child's catalog entry).
     pub(crate) fn result_cap(&self, child_id: &str) -> usize {
-        let inner = &self.inner;
-        let entry = inner
-            .index
+        let max = self.settings().limits().max_result_bytes;
+        let entry = self
+            .catalog()
             .get(child_id)
-            .and_then(|&i| inner.entries[i].limits.max_result_bytes);
-        let cap = entry.map_or(inner.limits.max_result_bytes, |e| {
-            e.min(inner.limits.max_result_bytes)
-        });
+            .and_then(|(_, e)| e.limits.max_result_bytes);
+        let cap = entry.map_or(max, |e| e.min(max));
         usize::try_from(cap).unwrap_or(usize::MAX)
     }
 

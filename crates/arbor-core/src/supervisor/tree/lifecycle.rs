@@ -40,7 +40,7 @@ impl Supervisor {
         configure: impl FnOnce(crate::SessionBuilder) -> crate::SessionBuilder,
     ) -> CoreResult<Session> {
         let mut session = configure(agent.session())
-            .store(self.inner.store.clone())
+            .store(self.live().store().clone())
             .create()
             .await?;
         self.attach(&mut session);
@@ -50,7 +50,7 @@ impl Supervisor {
     /// Reopens the root session `id` of `agent` from the supervisor's store, attached (after
     /// a restart, to resume or continue it).
     pub async fn open_root(&self, agent: &crate::Agent, id: SessionId) -> CoreResult<Session> {
-        let mut session = agent.open_session(self.inner.store.clone(), id).await?;
+        let mut session = agent.open_session(self.live().store().clone(), id).await?;
         self.attach(&mut session);
         Ok(session)
     }
@@ -59,7 +59,7 @@ impl Supervisor {
     /// for it go to its inbox, and the runtime never starts its runs (the host does, with
     /// [`Session::run_inbox`]).
     pub fn attach(&self, session: &mut Session) {
-        let inbox = self.inner.hub.register(
+        let inbox = self.live().hub().register(
             session.id(),
             session.record().parent_id,
             session.inbox().clone(),
@@ -72,8 +72,8 @@ impl Supervisor {
     /// it after its session's run to decide: run again on the mail, or stop (quiet).
     pub async fn wait_for_mail_or_quiet(&self, inbox: &Inbox) {
         loop {
-            let changed = self.inner.hub.changed.notified();
-            if !inbox.is_empty() || !self.inner.hub.any_running() {
+            let changed = self.live().hub().changed.notified();
+            if !inbox.is_empty() || !self.live().hub().any_running() {
                 return;
             }
             tokio::select! {
@@ -94,7 +94,7 @@ impl Supervisor {
         by: &str,
         reason: &str,
     ) -> CoreResult<Deleted> {
-        let store = &self.inner.store;
+        let store = &self.live().store();
         let child = match registry::delete_target(store.as_ref(), parent, selector).await? {
             registry::DeleteTarget::Live(child) => child,
             registry::DeleteTarget::Deleted(session_id, tombstone) => {
@@ -109,15 +109,15 @@ impl Supervisor {
                 });
             }
         };
-        let closed = self.inner.hub.close(child.id);
+        let closed = self.live().hub().close(child.id);
         let reason = self.redact(reason);
         let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await {
             Ok(t) => t,
             Err(e) => {
                 // Closed here already (nothing of it runs); the tombstone is written again
                 // after the next run that ends, or by a retried delete.
-                self.inner
-                    .hub
+                self.live()
+                    .hub()
                     .unfinished(crate::supervisor::tree::hub::Unfinished {
                         id: child.id,
                         by: by.to_owned(),
@@ -141,7 +141,7 @@ impl Supervisor {
     /// Closes the suspensions nobody can resume under the deleted `id` (logged on failure:
     /// the next delete, or `close_dead_suspensions`, finishes it).
     async fn close_dead(&self, id: SessionId) {
-        let store = self.inner.store.as_ref();
+        let store = self.live().store().as_ref();
         let root = match store.session(id).await {
             Ok(Some(r)) => r.root_id,
             _ => return,
@@ -156,9 +156,9 @@ impl Supervisor {
     /// Retries the teardowns whose tombstone could not be written; returns how many are still
     /// unfinished. Runs after every run that ends; a host may call it too.
     pub async fn retry_cleanups(&self) -> usize {
-        let store = self.inner.store.as_ref();
+        let store = self.live().store().as_ref();
         let mut left = 0;
-        for u in self.inner.hub.take_unfinished() {
+        for u in self.live().hub().take_unfinished() {
             let done = match store.session(u.id).await {
                 Ok(Some(r)) if r.tombstone.is_some() => true,
                 Ok(Some(r)) => registry::write_tombstone(store, &r, &u.by, &u.reason)
@@ -171,7 +171,7 @@ impl Supervisor {
                 tracing::info!(child = %u.id, "an unfinished teardown was completed");
             } else {
                 left += 1;
-                self.inner.hub.unfinished(u);
+                self.live().hub().unfinished(u);
             }
         }
         left
@@ -181,14 +181,14 @@ impl Supervisor {
     /// by the host, or whose start failed. Bounded by what is live, not by how many children
     /// ever ran (for monitoring a long-lived host).
     pub fn tracked_sessions(&self) -> usize {
-        self.inner.hub.len()
+        self.live().hub().len()
     }
 
     /// Closes `id`: cancels the runs of its live descendants (nothing keeps running
     /// unwatched) and refuses new children under it or them. Returns the descendants
     /// closed.
     pub fn close_session(&self, id: SessionId) -> Vec<SessionId> {
-        self.inner.hub.close(id).descendants
+        self.live().hub().close(id).descendants
     }
 }
 
@@ -208,13 +208,13 @@ impl Supervisor {
         by: &str,
     ) -> CoreResult<Renamed> {
         let to = crate::supervisor::config::names::requested(&self.redact(new_name))?;
-        let child = registry::find_child(self.inner.store.as_ref(), parent, selector).await?;
+        let child = registry::find_child(self.live().store().as_ref(), parent, selector).await?;
         // A spawn of that name in progress holds it too.
         let held = (to != child.name)
-            .then(|| self.inner.names.reserve(Some(parent), &to, child.depth))
+            .then(|| self.live().names().reserve(Some(parent), &to, child.depth))
             .transpose()?;
         let renamed = registry::rename_child(
-            self.inner.store.as_ref(),
+            self.live().store().as_ref(),
             parent,
             selector,
             &to,

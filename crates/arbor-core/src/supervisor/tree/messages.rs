@@ -55,8 +55,8 @@ fn unknown_target() -> CoreError {
 
 impl Supervisor {
     async fn live_record(&self, id: SessionId) -> CoreResult<SessionRecord> {
-        self.inner
-            .store
+        self.live()
+            .store()
             .session(id)
             .await?
             .filter(|r| r.tombstone.is_none())
@@ -98,7 +98,7 @@ impl Supervisor {
                 (Some(sender), relationship)
             }
         };
-        if let Some(why) = self.inner.hub.start_failure(to) {
+        if let Some(why) = self.live().hub().start_failure(to) {
             // Another run now would fail the same way: say so rather than start it.
             return Err(CoreError::denied(
                 crate::error::DenyReason::Unreachable,
@@ -124,7 +124,7 @@ impl Supervisor {
             )
         })?;
         let from_id = sender.as_ref().map(|s| s.id);
-        if let Err(wait) = self.inner.hub.take_token(from_id, to) {
+        if let Err(wait) = self.live().hub().take_token(from_id, to) {
             return Err(CoreError::limit_error(
                 format!(
                     "Agent messaging rate limit exceeded; retry after {}ms",
@@ -149,7 +149,7 @@ impl Supervisor {
             at: Timestamp::now(),
         };
         if let Err(e) = self.deliver(&target, place, message.clone()).await {
-            self.inner.hub.refund_token(from_id, to);
+            self.live().hub().refund_token(from_id, to);
             return Err(e);
         }
         if let Some(sender) = &sender
@@ -157,7 +157,7 @@ impl Supervisor {
         {
             self.count_reply(sender.id).await?;
         }
-        let status = if self.inner.hub.is_running(to) {
+        let status = if self.live().hub().is_running(to) {
             "queued"
         } else {
             "delivered"
@@ -180,14 +180,14 @@ impl Supervisor {
         &self,
         target: &SessionRecord,
     ) -> CoreResult<std::sync::Arc<Inbox>> {
-        if let Some(inbox) = self.inner.hub.inbox(target.id) {
+        if let Some(inbox) = self.live().hub().inbox(target.id) {
             return Ok(inbox);
         }
-        let entries = self.inner.store.transcript(target.id, 0, None).await?;
+        let entries = self.live().store().transcript(target.id, 0, None).await?;
         let inbox = std::sync::Arc::new(Inbox::from_transcript(&entries));
         Ok(self
-            .inner
-            .hub
+            .live()
+            .hub()
             .register(target.id, target.parent_id, inbox, false))
     }
 
@@ -199,8 +199,8 @@ impl Supervisor {
         place: Reservation<'_>,
         message: InboxMessage,
     ) -> CoreResult<()> {
-        self.inner
-            .store
+        self.live()
+            .store()
             .append(
                 target.id,
                 RunId::new(),
@@ -223,7 +223,7 @@ impl Supervisor {
                 replies: Some(record.replies.saturating_add(1)),
                 ..SessionUpdate::default()
             };
-            match self.inner.store.update_session(id, &update).await {
+            match self.live().store().update_session(id, &update).await {
                 Ok(_) => return Ok(()),
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -242,7 +242,7 @@ impl Supervisor {
         let Some(parent_id) = child.parent_id else {
             return;
         };
-        if self.inner.hub.is_closed(parent_id) {
+        if self.live().hub().is_closed(parent_id) {
             return;
         }
         let Ok(parent) = self.live_record(parent_id).await else {

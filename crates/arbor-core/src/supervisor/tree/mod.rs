@@ -4,4 +4,5 @@
 
 pub(crate) mod hub;
 pub(crate) mod lifecycle;
+pub(crate) mod live;
 pub mod messages;
