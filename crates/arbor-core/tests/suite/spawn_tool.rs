@@ -85,6 +85,58 @@ fn the_schema_is_closed_and_lists_only_allowed_children() {
     assert_eq!(err.to_string(), "Invalid child id: ghost");
 }
 
+/// Strips what only informs the model (descriptions), leaving what is checked.
+fn checked_part(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "description")
+                .map(|(k, v)| (k.clone(), checked_part(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The schema is generated from the argument type (schemars): it must accept and refuse
+/// exactly what the hand-written schema before it did, field by field.
+#[test]
+fn the_generated_schema_checks_what_the_hand_written_one_did() {
+    let sup = supervisor();
+    let tool = SpawnAgentTool::new(sup.delegator());
+    let expected = json!({
+        "type": "object",
+        "properties": {
+            "child_id": {"type": "string", "enum": ["research", "write"]},
+            "input": {"type": "string"},
+            "thread_id": {"type": "string"},
+            "name": {"type": "string", "minLength": 1, "maxLength": 64},
+            "model": {"type": "string"},
+            "thinking": {"type": "string", "enum": ["off", "minimal", "low", "medium", "high", "xhigh", "max"]},
+            "mode": {"type": "string", "enum": ["sync", "async", "message"]},
+            "lifetime": {"type": "string", "enum": ["task", "session"]},
+            "report": {"type": "string", "enum": ["on-complete", "milestones", "stream"]},
+            "milestone": {
+                "type": "object",
+                "properties": {"every_turns": {"type": "integer", "minimum": 1, "maximum": 64}},
+                "additionalProperties": false
+            },
+            "budget_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+        },
+        "required": ["child_id", "input"],
+        "additionalProperties": false
+    });
+    assert_eq!(checked_part(&tool.spec().parameters), expected);
+    // Every field the model is shown has a description, on one line.
+    let props = tool.spec().parameters["properties"].as_object().unwrap();
+    for (name, p) in props {
+        let d = p["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no description"));
+        assert!(!d.contains('\n'), "{name}: {d:?}");
+    }
+}
+
 #[tokio::test]
 async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     let sup = supervisor();

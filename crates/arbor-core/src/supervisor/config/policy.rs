@@ -15,7 +15,9 @@ use crate::error::{CoreError, CoreResult};
 pub const HARD_MILESTONE_EVERY_TURNS: u32 = 64;
 
 /// How long a child may live.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Lifetime {
     /// Linked to the caller: cancelling the caller cancels the child.
@@ -47,7 +49,18 @@ impl Lifetime {
 
 /// How much of a child's activity is projected onto the supervisor's stream.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Report {

@@ -16,6 +16,67 @@ use serde_json::{Map, Value};
 /// The longest quoted string value in an error, in characters.
 const QUOTE_CHARS: usize = 60;
 
+/// Brings a generated schema (schemars, draft-07, inlined) to the subset [`check`] reads
+/// and models are shown: an optional field's `null` alternative is dropped (`["string",
+/// "null"]` becomes `"string"`, `anyOf: [S, {"type": "null"}]` becomes `S`, `null` leaves an
+/// `enum`, a `null` default goes); a `oneOf` of string constants becomes one `enum`; `format`
+/// goes; a description
+/// is one line. Descriptions on the field are kept over its type's.
+pub(crate) fn simplify(schema: &mut Value) {
+    let Value::Object(obj) = schema else {
+        return;
+    };
+    obj.remove("format");
+    if obj.get("default").is_some_and(Value::is_null) {
+        obj.remove("default");
+    }
+    if let Some(Value::String(text)) = obj.get_mut("description") {
+        *text = text.replace('\n', " ");
+    }
+    if let Some(Value::Array(types)) = obj.get("type") {
+        let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        if let [one] = kept.as_slice() {
+            obj.insert("type".to_owned(), one.clone());
+        }
+    }
+    if let Some(Value::Array(values)) = obj.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    if let Some(Value::Array(any)) = obj.get("anyOf") {
+        let kept: Vec<&Value> = any.iter().filter(|s| s["type"] != "null").collect();
+        if let [Value::Object(only)] = kept.as_slice() {
+            let only = only.clone();
+            obj.remove("anyOf");
+            for (k, v) in only {
+                obj.entry(k).or_insert(v);
+            }
+        }
+    }
+    if let Some(Value::Array(one_of)) = obj.get("oneOf") {
+        let consts: Option<Vec<Value>> = one_of
+            .iter()
+            .map(|s| {
+                (s["type"] == "string")
+                    .then(|| s.get("const").cloned())
+                    .flatten()
+            })
+            .collect();
+        if let Some(consts) = consts {
+            obj.remove("oneOf");
+            obj.insert("type".to_owned(), Value::from("string"));
+            obj.insert("enum".to_owned(), Value::Array(consts));
+        }
+    }
+    for key in ["properties"] {
+        if let Some(Value::Object(props)) = obj.get_mut(key) {
+            props.values_mut().for_each(simplify);
+        }
+    }
+    if let Some(items) = obj.get_mut("items") {
+        simplify(items);
+    }
+}
+
 /// The first problem of `args` against `schema` (a tool's parameters), said for the model.
 pub(crate) fn check(tool: &str, schema: &Value, args: &Value) -> Result<(), String> {
     match args {
@@ -193,6 +254,45 @@ fn join(path: &str, key: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn simplify_drops_null_alternatives_and_flattens_string_constants() {
+        let mut generated = json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": ["integer", "null"], "format": "uint32", "minimum": 1},
+                "e": {"type": ["string", "null"], "enum": ["a", "b", null]},
+                "k": {
+                    "description": "kind",
+                    "anyOf": [
+                        {"description": "the type's", "oneOf": [
+                            {"const": "x", "type": "string", "description": "an x"},
+                            {"const": "y", "type": "string"}
+                        ]},
+                        {"type": "null"}
+                    ]
+                },
+                "t": {"type": "string", "default": null, "description": "two\nlines"}
+            }
+        });
+        simplify(&mut generated);
+        assert_eq!(
+            generated,
+            json!({
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer", "minimum": 1},
+                    "e": {"type": "string", "enum": ["a", "b"]},
+                    "k": {"description": "kind", "type": "string", "enum": ["x", "y"]},
+                    "t": {"type": "string", "description": "two lines"}
+                }
+            })
+        );
+        // What it made is what `check` reads: `null` counts as absent, the enum is closed.
+        assert!(check("t", &generated, &json!({"k": null, "e": "a"})).is_ok());
+        let e = check("t", &generated, &json!({"k": "z"})).unwrap_err();
+        assert_eq!(e, r#""k" must be one of "x", "y" (got the string "z")"#);
+    }
 
     fn schema() -> Value {
         json!({

@@ -10,6 +10,7 @@
 use arbor_model::{ThinkingLevel, ToolSpec};
 use arbor_protocol::SpawnPoint;
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -25,13 +26,16 @@ use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
-#[derive(Debug, Deserialize)]
+/// `milestone`: when a `milestones` report offers events.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Milestone {
+    /// Offer only the events of every N-th turn.
+    #[schemars(range(min = 1, max = HARD_MILESTONE_EVERY_TURNS))]
     every_turns: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum Mode {
     Sync,
@@ -39,20 +43,68 @@ enum Mode {
     Message,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `spawn_agent`. The tool's parameter schema is generated from this type
+/// ([`spawn_schema`]), with the offered child ids patched in as `child_id`'s enum, so what
+/// the model is shown, what [`arguments::check`] checks and what is parsed cannot drift.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SpawnArgs {
+    /// The child to delegate to (one of the allowed ids).
     child_id: String,
+    /// The child's task.
     input: String,
+    /// The conversation thread within the child's memory (default `default`).
     thread_id: Option<String>,
+    /// The child's name: how you address it later.
+    #[schemars(length(min = 1, max = 64))]
     name: Option<String>,
+    /// A model the child allows; default its own.
     model: Option<String>,
+    /// How much the child's model reasons; it must support the level (find_models lists
+    /// them). Default: the child's own.
+    #[serde(default)]
+    #[schemars(schema_with = "thinking_schema")]
     thinking: Option<ThinkingLevel>,
+    /// `sync` (default) waits for the answer; `async` returns a handle for wait_agent;
+    /// `message` answers by message on a later turn.
     mode: Option<Mode>,
+    /// `task` (default) ends with this delegation; `session` outlives it.
     lifetime: Option<Lifetime>,
+    /// Which of the child's events reach you while it runs.
     report: Option<Report>,
+    /// Milestone settings (with `report: milestones`).
     milestone: Option<Milestone>,
+    /// The share of the remaining budget the child may use.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1))]
     budget_share: Option<f64>,
+}
+
+/// `thinking`: one of the levels arbor knows (a child's model may support fewer).
+fn thinking_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ThinkingLevel::ALL.map(ThinkingLevel::as_str),
+    })
+}
+
+/// The parameter schema of `spawn_agent` offering `ids`: generated from [`SpawnArgs`]
+/// (draft-07, subschemas inlined, then [`arguments::simplify`]d: an optional field is its
+/// value's schema and may be left out), with `child_id` closed to `ids`.
+fn spawn_schema(ids: &[String]) -> serde_json::Value {
+    let mut settings = schemars::generate::SchemaSettings::draft07();
+    settings.inline_subschemas = true;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<SpawnArgs>()
+        .to_value();
+    if let Some(obj) = schema.as_object_mut() {
+        obj.remove("$schema");
+        obj.remove("title");
+        obj.remove("description");
+    }
+    arguments::simplify(&mut schema);
+    schema["properties"]["child_id"]["enum"] = json!(ids);
+    schema
 }
 
 /// The text a delegation error shows the model: the message, and for limits which one fired.
@@ -182,28 +234,7 @@ impl SpawnAgentTool {
             "Delegate a task to a child agent. Allowed children: {}. mode sync (default) waits for its answer; async returns a handle for wait_agent; message returns a handle at once and the child's reply (or a notice that it finished, failed or was cancelled) arrives as a message on a later turn, so end your turn instead of waiting. Name each child: the name is how you address it later.",
             listed.join(", ")
         );
-        let parameters = json!({
-            "type": "object",
-            "properties": {
-                "child_id": {"type": "string", "enum": ids},
-                "input": {"type": "string", "description": "The child's task."},
-                "thread_id": {"type": "string"},
-                "name": {"type": "string", "minLength": 1, "maxLength": 64},
-                "model": {"type": "string", "description": "A model the child allows; default its own."},
-                "thinking": {"type": "string", "enum": ThinkingLevel::ALL.map(ThinkingLevel::as_str), "description": "How much the child's model reasons; it must support the level (find_models lists them). Default: the child's own."},
-                "mode": {"type": "string", "enum": ["sync", "async", "message"]},
-                "lifetime": {"type": "string", "enum": ["task", "session"]},
-                "report": {"type": "string", "enum": ["on-complete", "milestones", "stream"]},
-                "milestone": {
-                    "type": "object",
-                    "properties": {"every_turns": {"type": "integer", "minimum": 1, "maximum": HARD_MILESTONE_EVERY_TURNS}},
-                    "additionalProperties": false
-                },
-                "budget_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
-            },
-            "required": ["child_id", "input"],
-            "additionalProperties": false
-        });
+        let parameters = spawn_schema(&ids);
         Self {
             spec: ToolSpec {
                 name: name.to_owned(),
