@@ -337,7 +337,7 @@ impl RunCheckpoint {
                 return Err(CoreError::limit_error(
                     format!("a decision's reason exceeds {MAX_REASON_BYTES} bytes"),
                     Some(LimitInfo {
-                        limit: "max_reason_bytes",
+                        limit: arbor_protocol::LimitKind::MaxReasonBytes,
                         maximum: MAX_REASON_BYTES as u64,
                         observed: d.reason.as_ref().map_or(0, |r| r.len() as u64),
                     }),
@@ -367,7 +367,7 @@ impl RunCheckpoint {
             return Err(CoreError::limit_error(
                 format!("a run keeps at most {max_sticky} run-wide decisions"),
                 Some(LimitInfo {
-                    limit: "max_sticky_decisions",
+                    limit: arbor_protocol::LimitKind::MaxStickyDecisions,
                     maximum: max_sticky as u64,
                     observed: sticky.len() as u64,
                 }),
@@ -412,7 +412,7 @@ pub(crate) fn check_paths(pending: &[PendingDecision]) -> CoreResult<()> {
         Some(deep) => Err(CoreError::limit_error(
             format!("Attribution path exceeds {MAX_PATH} entries"),
             Some(LimitInfo {
-                limit: "max_attribution_path",
+                limit: arbor_protocol::LimitKind::MaxAttributionPath,
                 maximum: MAX_PATH as u64,
                 observed: deep.path.len() as u64,
             }),

@@ -60,8 +60,9 @@ pub enum DenyReason {
 /// Which limit fired, its maximum and the value observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LimitInfo {
-    /// The limit's configuration key (`max_active_children`, `max_depth`, …).
-    pub limit: &'static str,
+    /// Which limit (it displays as its configuration key, `max_active_children`, …, and
+    /// compares equal to it).
+    pub limit: arbor_protocol::LimitKind,
     /// Its maximum.
     pub maximum: u64,
     /// What was observed.

@@ -10,9 +10,10 @@ use crate::ids::{RunId, SessionId, Timestamp};
 use crate::run::{RunLimitBreach, RunStatus, StopReason};
 use crate::usage::Usage;
 
-/// How a tool call ended, in [`AgentEvent::ToolExecutionFinished`].
+/// How a tool call ended, whichever event said so ([`AgentEvent::tool_outcome`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolOutcome {
     /// The tool returned output.
     Ok,
@@ -172,6 +173,17 @@ impl AgentEvent {
     pub fn is_terminal(&self) -> bool {
         matches!(self, Self::RunFinished { .. })
     }
+
+    /// For an event that ends a tool call: its call id and how it ended (output, an error
+    /// the model reads, or blocked by a policy). `None` for every other event.
+    pub fn tool_outcome(&self) -> Option<(&str, ToolOutcome)> {
+        match self {
+            Self::ToolExecutionFinished { call_id, .. } => Some((call_id, ToolOutcome::Ok)),
+            Self::ToolExecutionError { call_id, .. } => Some((call_id, ToolOutcome::Error)),
+            Self::ToolExecutionBlocked { call_id, .. } => Some((call_id, ToolOutcome::Blocked)),
+            _ => None,
+        }
+    }
 }
 
 /// An event with the place it belongs to.
@@ -211,5 +223,49 @@ mod tests {
         let back: EventEnvelope = serde_json::from_value(json).unwrap();
         assert_eq!(back, env);
         assert_eq!(env.event.type_name(), "turn_started");
+    }
+
+    #[test]
+    fn the_three_ends_of_a_tool_call_have_one_typed_outcome() {
+        let (turn, name) = (1, "t".to_owned());
+        let ended = [
+            AgentEvent::ToolExecutionFinished {
+                turn,
+                call_id: "a".into(),
+                name: name.clone(),
+                output_bytes: 3,
+            },
+            AgentEvent::ToolExecutionError {
+                turn,
+                call_id: "b".into(),
+                name: name.clone(),
+                error: "bad".into(),
+            },
+            AgentEvent::ToolExecutionBlocked {
+                turn,
+                call_id: "c".into(),
+                name: name.clone(),
+                reason: "policy".into(),
+            },
+            AgentEvent::ToolExecutionStarted {
+                turn,
+                call_id: "d".into(),
+                name,
+            },
+        ];
+        let outcomes: Vec<_> = ended.iter().map(AgentEvent::tool_outcome).collect();
+        assert_eq!(
+            outcomes,
+            [
+                Some(("a", ToolOutcome::Ok)),
+                Some(("b", ToolOutcome::Error)),
+                Some(("c", ToolOutcome::Blocked)),
+                None
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(ToolOutcome::Blocked).unwrap(),
+            "blocked"
+        );
     }
 }

@@ -1,11 +1,13 @@
-//! Run limits an agent carries, and the names of the limits a breach reports.
+//! Run limits an agent carries, and the names of every limit arbor enforces ([`LimitKind`]:
+//! one vocabulary for run limits, supervisor limits, message and approval bounds).
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Which limit fired. Serialized as the key a host configures it with.
+/// Which limit fired: every limit arbor enforces, run and supervisor alike, by one name.
+/// Serialized (and displayed) as the key a host configures it with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -16,11 +18,54 @@ pub enum LimitKind {
     MaxToolCalls,
     /// Total tokens of one run (checked after each provider turn).
     MaxTokens,
-    /// Wall time of one run, in milliseconds.
+    /// Wall time of one run or of one delegation, in milliseconds.
     TimeoutMs,
+    /// Children live at once across a supervisor's tree.
+    MaxActiveChildren,
+    /// How deep the tree may grow.
+    MaxDepth,
+    /// The bytes of a child's input or of one message.
+    MaxMessageBytes,
+    /// Messages waiting in one inbox.
+    MaxPendingMessages,
+    /// Messages one sender may send per second.
+    MessagesPerSecond,
+    /// Calls of one run waiting for a decision.
+    MaxPendingApprovals,
+    /// The bytes of a decision's reason.
+    MaxReasonBytes,
+    /// Sticky decisions one approval checkpoint keeps.
+    MaxStickyDecisions,
+    /// The length of an approval's attribution path.
+    MaxAttributionPath,
 }
 
 impl LimitKind {
+    /// The limits of one run ([`RunLimits`]' fields).
+    pub const RUN: [LimitKind; 4] = [
+        Self::MaxSteps,
+        Self::MaxToolCalls,
+        Self::MaxTokens,
+        Self::TimeoutMs,
+    ];
+
+    /// Every limit, run limits first.
+    pub const ALL: [LimitKind; 13] = [
+        Self::MaxSteps,
+        Self::MaxToolCalls,
+        Self::MaxTokens,
+        Self::TimeoutMs,
+        Self::MaxActiveChildren,
+        Self::MaxDepth,
+        Self::MaxMessageBytes,
+        Self::MaxPendingMessages,
+        Self::MessagesPerSecond,
+        Self::MaxPendingApprovals,
+        Self::MaxReasonBytes,
+        Self::MaxStickyDecisions,
+        Self::MaxAttributionPath,
+    ];
+
     /// The configuration key of this limit.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -28,7 +73,34 @@ impl LimitKind {
             Self::MaxToolCalls => "max_tool_calls",
             Self::MaxTokens => "max_tokens",
             Self::TimeoutMs => "timeout_ms",
+            Self::MaxActiveChildren => "max_active_children",
+            Self::MaxDepth => "max_depth",
+            Self::MaxMessageBytes => "max_message_bytes",
+            Self::MaxPendingMessages => "max_pending_messages",
+            Self::MessagesPerSecond => "messages_per_second",
+            Self::MaxPendingApprovals => "max_pending_approvals",
+            Self::MaxReasonBytes => "max_reason_bytes",
+            Self::MaxStickyDecisions => "max_sticky_decisions",
+            Self::MaxAttributionPath => "max_attribution_path",
         }
+    }
+
+    /// The limit configured by `key`, if there is one.
+    pub fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == key)
+    }
+}
+
+/// A limit compares equal to its configuration key (`kind == "max_depth"`).
+impl PartialEq<str> for LimitKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for LimitKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -88,27 +160,23 @@ impl RunLimits {
         Duration::from_millis(self.timeout_ms)
     }
 
-    /// The value of one limit, widened to u64.
-    pub fn get(&self, kind: LimitKind) -> u64 {
+    /// The value of one run limit, widened to u64 (`None` for a limit a run does not carry).
+    pub fn get(&self, kind: LimitKind) -> Option<u64> {
         match kind {
-            LimitKind::MaxSteps => u64::from(self.max_steps),
-            LimitKind::MaxToolCalls => u64::from(self.max_tool_calls),
-            LimitKind::MaxTokens => self.max_tokens,
-            LimitKind::TimeoutMs => self.timeout_ms,
+            LimitKind::MaxSteps => Some(u64::from(self.max_steps)),
+            LimitKind::MaxToolCalls => Some(u64::from(self.max_tool_calls)),
+            LimitKind::MaxTokens => Some(self.max_tokens),
+            LimitKind::TimeoutMs => Some(self.timeout_ms),
+            _ => None,
         }
     }
 
     /// Checks every field is at least 1 and at most its hard cap; the error names the first
     /// key that is not, as `<key> must be a positive integer at most <hard>`.
     pub fn validate(&self) -> Result<(), String> {
-        for kind in [
-            LimitKind::MaxSteps,
-            LimitKind::MaxToolCalls,
-            LimitKind::MaxTokens,
-            LimitKind::TimeoutMs,
-        ] {
-            let value = self.get(kind);
-            let hard = Self::HARD.get(kind);
+        for kind in LimitKind::RUN {
+            let value = self.get(kind).unwrap_or(0);
+            let hard = Self::HARD.get(kind).unwrap_or(0);
             if value == 0 || value > hard {
                 return Err(format!("{kind} must be a positive integer at most {hard}"));
             }
@@ -163,5 +231,18 @@ mod tests {
         );
         assert!(RunLimits::DEFAULT.validate().is_ok());
         assert!(RunLimits::HARD.validate().is_ok());
+    }
+
+    #[test]
+    fn every_limit_serializes_as_its_key_and_parses_back() {
+        for kind in LimitKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, serde_json::Value::from(kind.as_str()));
+            assert_eq!(serde_json::from_value::<LimitKind>(json).unwrap(), kind);
+            assert_eq!(LimitKind::from_key(kind.as_str()), Some(kind));
+            assert_eq!(kind.to_string(), kind.as_str());
+            assert!(kind == kind.as_str());
+        }
+        assert_eq!(LimitKind::from_key("max_fun"), None);
     }
 }

@@ -68,13 +68,15 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// The stop reason a breach of `limit` gives.
-    pub fn for_limit(limit: LimitKind) -> Self {
+    /// The stop reason a breach of the run limit `limit` gives (`None` for a limit a run
+    /// does not carry: those refuse an action, they do not stop a run).
+    pub fn for_limit(limit: LimitKind) -> Option<Self> {
         match limit {
-            LimitKind::MaxSteps => Self::TurnLimit,
-            LimitKind::MaxToolCalls => Self::ToolCallLimit,
-            LimitKind::MaxTokens => Self::TokenLimit,
-            LimitKind::TimeoutMs => Self::Timeout,
+            LimitKind::MaxSteps => Some(Self::TurnLimit),
+            LimitKind::MaxToolCalls => Some(Self::ToolCallLimit),
+            LimitKind::MaxTokens => Some(Self::TokenLimit),
+            LimitKind::TimeoutMs => Some(Self::Timeout),
+            _ => None,
         }
     }
 

@@ -413,7 +413,7 @@ impl Session {
                     pending.len()
                 ),
                 Some(crate::error::LimitInfo {
-                    limit: "max_pending_approvals",
+                    limit: arbor_protocol::LimitKind::MaxPendingApprovals,
                     maximum: max as u64,
                     observed: pending.len() as u64,
                 }),

@@ -26,7 +26,8 @@ impl Session {
             Outcome::Completed => (RunStatus::Succeeded, StopReason::Completed, None, None),
             Outcome::Breach(b) => (
                 RunStatus::Failed,
-                StopReason::for_limit(b.limit),
+                // A breach is always of a run limit (the run loop checks only those).
+                StopReason::for_limit(b.limit).unwrap_or(StopReason::TurnLimit),
                 Some(b),
                 Some(b.to_string()),
             ),

@@ -47,6 +47,7 @@ pub use delegation::join::{WaitOptions, WaitOutcome};
 pub use delegation::nested::DELEGATION_NAMESPACE;
 pub use delegation::pump::ChildEventProjector;
 pub use delegation::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
+pub use delegation::suspended::SuspendedDelegation;
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus, FnAfter,
     FnBefore, HookError, after_fn, before_fn,

@@ -792,7 +792,7 @@ async fn configured_caps_bound_a_turn_and_the_run_wide_decisions() {
     assert_eq!(e.to_string(), "a run keeps at most 1 run-wide decisions");
     assert_eq!(
         e.limit().map(|l| (l.limit, l.maximum, l.observed)),
-        Some(("max_sticky_decisions", 1, 2))
+        Some((arbor_protocol::LimitKind::MaxStickyDecisions, 1, 2))
     );
     let still = approval::suspension(store.as_ref(), r.run_id)
         .await

@@ -330,7 +330,7 @@ async fn a_session_max_depth_narrows_durably_and_children_inherit_it() {
     let info = e.limit().unwrap();
     assert_eq!(
         (info.limit, info.maximum, info.observed),
-        ("max_depth", 1, 2)
+        (arbor_protocol::LimitKind::MaxDepth, 1, 2)
     );
     let under = store
         .list_sessions(arbor_store::SessionQuery::Children(child.session_id))

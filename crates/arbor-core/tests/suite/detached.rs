@@ -69,6 +69,19 @@ async fn a_message_child_waiting_for_approval_is_listed_resumed_and_heard_of_onc
     assert_eq!(waiting[0].pending[0].tool, "write");
     let record = t.store.session(child).await.unwrap().unwrap();
     assert_eq!(record.status, SessionStatus::Suspended);
+    // The supervisor's typed view: which child, nobody awaits it, what it waits on.
+    let typed = t.sup.suspended_delegations().await.unwrap();
+    assert_eq!(typed.len(), 1, "{typed:?}");
+    assert_eq!(
+        (
+            typed[0].child_id.as_str(),
+            typed[0].path.as_slice(),
+            typed[0].depth
+        ),
+        ("writer", &["writer".to_owned()][..], 1)
+    );
+    assert!(!typed[0].awaited && !typed[0].follow_up);
+    assert_eq!(typed[0].suspension, waiting[0]);
     // The root's own run carries none of it.
     assert!(
         approval::suspensions(t.store.as_ref(), root.id())
@@ -87,6 +100,8 @@ async fn a_message_child_waiting_for_approval_is_listed_resumed_and_heard_of_onc
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
 
     approve_first(&t, &waiting[0]).await;
+    let decided = t.sup.suspended_delegations().await.unwrap();
+    assert!(decided[0].suspension.pending.is_empty(), "{decided:?}");
     let done = t.sup.resume_child(child).await.unwrap();
     assert_eq!(done.result.status, RunStatus::Succeeded);
     assert_eq!(done.result.text, "written");
@@ -110,6 +125,7 @@ async fn a_message_child_waiting_for_approval_is_listed_resumed_and_heard_of_onc
             .unwrap()
             .is_empty()
     );
+    assert!(t.sup.suspended_delegations().await.unwrap().is_empty());
     // Nothing is left to resume, and nothing runs twice.
     let again = t.sup.resume_child(child).await.unwrap_err();
     assert_eq!(again.kind(), CoreErrorKind::Validation);
@@ -190,6 +206,11 @@ async fn a_sync_childs_suspension_is_resumed_through_its_caller_not_alone() {
             .is_empty()
     );
     assert_eq!(r.suspension.as_ref().unwrap().pending[0].tool, "write");
+    // Typed: its caller's run awaits it.
+    let typed = t.sup.suspended_delegations().await.unwrap();
+    assert_eq!(typed.len(), 1, "{typed:?}");
+    assert!(typed[0].awaited, "{typed:?}");
+    assert_eq!(typed[0].suspension.pending[0].tool, "write");
     let child = t
         .store
         .list_sessions(arbor_store::SessionQuery::Children(root.id()))

@@ -517,7 +517,7 @@ async fn messages_are_bounded_in_size_queue_and_rate() {
     );
     assert_eq!(
         e.limit().map(|l| (l.limit, l.maximum, l.observed)),
-        Some(("messages_per_second", 1, 2))
+        Some((arbor_protocol::LimitKind::MessagesPerSecond, 1, 2))
     );
     // The rate is per pair: another sender reaches the same inbox at once.
     sup.send_message(Sender::Session(top.id()), to, "from the parent")

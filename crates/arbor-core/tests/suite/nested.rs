@@ -424,7 +424,10 @@ async fn a_rebuild_refused_for_want_of_a_slot_keeps_the_decision_for_a_later_res
         .await
         .unwrap_err();
     assert_eq!(e.to_string(), "Active child limit exceeded");
-    assert_eq!(e.limit().map(|l| l.limit), Some("max_active_children"));
+    assert_eq!(
+        e.limit().map(|l| l.limit),
+        Some(arbor_protocol::LimitKind::MaxActiveChildren)
+    );
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
     // The root keeps its decision, unsent; the child's call still waits for it.
     let root_waiting = arbor_core::approval::suspension(t.store.as_ref(), s1.run_id)

@@ -71,7 +71,7 @@ async fn a_hook_that_lowers_max_active_children_is_enforced() {
     let info = err.limit().unwrap();
     assert_eq!(
         (info.limit, info.maximum, info.observed),
-        ("max_active_children", 2, 3)
+        (arbor_protocol::LimitKind::MaxActiveChildren, 2, 3)
     );
     // Every slot (and its confirmation) was released exactly once.
     assert_eq!(sup.active_children(), 0);

@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use arbor_core::supervisor::tools::{HandleStatus, HandleUpdate, ToolReport};
 use arbor_core::supervisor::{
     CancelAgentTool, ChildEntry, LimitsInput, Ownership, SecretRedactor, SpawnAgentTool,
     Supervisor, WaitAgentTool,
@@ -283,6 +284,30 @@ async fn async_spawn_wait_and_cancel_through_the_tools() {
         serde_json::from_str::<Value>(&c).unwrap()["status"],
         "terminal"
     );
+    // Each result is a typed report a host can parse back.
+    let ToolReport::Started(started) = ToolReport::parse(&out).unwrap() else {
+        panic!("expected a started child: {out}");
+    };
+    assert_eq!(
+        (started.child_id.as_str(), started.status),
+        ("slow", HandleStatus::Running)
+    );
+    assert_eq!(started.delegation_id, id);
+    let ToolReport::Answer(answer) = ToolReport::parse(&done.to_string()).unwrap() else {
+        panic!("expected an answer: {done}");
+    };
+    assert_eq!(
+        (answer.status, answer.text.as_str()),
+        (RunStatus::Succeeded, "late")
+    );
+    assert_eq!(
+        ToolReport::parse(&c),
+        Some(ToolReport::Handle(HandleUpdate {
+            delegation_id: id.clone(),
+            status: HandleStatus::Terminal
+        }))
+    );
+    assert_eq!(ToolReport::parse("Unknown delegation"), None);
     let e = model_error(
         wait.call_json(json!({"delegation_id": "forged"}), ctx.clone())
             .await,

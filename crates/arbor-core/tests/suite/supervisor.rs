@@ -201,7 +201,7 @@ async fn pre_checks_refuse_before_anything_is_counted() {
     let info = err.limit().unwrap();
     assert_eq!(
         (info.limit, info.maximum, info.observed),
-        ("max_message_bytes", 8, 12)
+        (arbor_protocol::LimitKind::MaxMessageBytes, 8, 12)
     );
     let mut req = DelegationRequest::new("a", "x");
     req.policy.lifetime = Some(Lifetime::Session);
@@ -259,7 +259,7 @@ async fn parallel_delegations_never_exceed_max_active_children() {
         let info = e.limit().unwrap();
         assert_eq!(
             (info.limit, info.maximum, info.observed),
-            ("max_active_children", 3, 4)
+            (arbor_protocol::LimitKind::MaxActiveChildren, 3, 4)
         );
     }
     watcher.await.unwrap();
@@ -376,7 +376,7 @@ async fn a_hook_can_replace_input_and_lower_limits() {
     let info = err.limit().unwrap();
     assert_eq!(
         (info.limit, info.maximum, info.observed),
-        ("max_steps", 1, 2)
+        (arbor_protocol::LimitKind::MaxSteps, 1, 2)
     );
     let result = err.result().unwrap();
     // The child saw the redacted replacement input.
@@ -636,7 +636,10 @@ async fn budget_share_scales_the_child_run_limits() {
     req.policy.budget_share = Some(0.25); // the lower share wins: 8 × 0.25 = 2 steps
     let err = sup.delegate(req).await.unwrap_err();
     let info = err.limit().unwrap();
-    assert_eq!((info.limit, info.maximum), ("max_steps", 2));
+    assert_eq!(
+        (info.limit, info.maximum),
+        (arbor_protocol::LimitKind::MaxSteps, 2)
+    );
     let err = sup
         .delegate(DelegationRequest::new("a", "x"))
         .await

@@ -152,7 +152,7 @@ pub(crate) fn check_depth(depth: u32, limits: &SupervisorLimits) -> CoreResult<(
         return Err(CoreError::limit_error(
             "Delegation depth exceeded",
             Some(LimitInfo {
-                limit: "max_depth",
+                limit: arbor_protocol::LimitKind::MaxDepth,
                 maximum: u64::from(limits.max_depth),
                 observed: u64::from(depth),
             }),
@@ -167,7 +167,7 @@ pub(crate) fn check_bytes(input: &str, limits: &SupervisorLimits) -> CoreResult<
         return Err(CoreError::limit_error(
             "Delegation input exceeds max bytes",
             Some(LimitInfo {
-                limit: "max_message_bytes",
+                limit: arbor_protocol::LimitKind::MaxMessageBytes,
                 maximum: limits.max_message_bytes,
                 observed: bytes,
             }),

@@ -3,15 +3,12 @@
 //! delegation's timeout and cancellation, then exactly one terminal report.
 
 use std::sync::Arc;
-use std::time::Duration;
-
-use arbor_protocol::ChildOrigin;
 
 use crate::error::{CoreError, CoreResult};
 use crate::supervisor::config::names;
 use crate::supervisor::config::policy::Lifetime;
 use crate::supervisor::delegation::admitted::{
-    Admitted, CancelReason, Ended, Scope, Worked, check_bytes, check_depth, child_identity,
+    Admitted, CancelReason, Scope, check_bytes, check_depth, child_identity,
 };
 use crate::supervisor::delegation::request::{
     AsyncHandle, DelegationRequest, DelegationResult, Mode,
@@ -31,22 +28,21 @@ impl Delegator {
 
     /// Runs a child and waits for it.
     pub async fn delegate(&self, request: DelegationRequest) -> CoreResult<DelegationResult> {
-        let mut admitted = self
+        let admitted = self
             .supervisor
             .admit(self.scope.as_deref(), request, Mode::Sync)?;
-        self.supervisor.register(&mut admitted).await?;
-        self.supervisor.begin(&admitted);
+        let registered = self.supervisor.register(admitted).await?;
+        registered.begin();
         // The drive runs as its own task, so a caller that drops this future (its run was
         // cancelled or timed out) still gets exactly one terminal report; the guard cancels
         // the delegation when that happens.
-        let guard = admitted.token.clone().drop_guard();
-        let supervisor = self.supervisor.clone();
+        let guard = registered.admitted().token.clone().drop_guard();
         let task = self
             .supervisor
             .live()
             .tracker()
             // Boxed: the drive's state is large, and a task moves its future several times.
-            .spawn(Box::pin(async move { supervisor.drive(admitted).await }));
+            .spawn(Box::pin(registered.drive()));
         let joined = task.await;
         guard.disarm();
         joined.unwrap_or_else(|e| {
@@ -78,11 +74,11 @@ impl Delegator {
     }
 
     async fn start(&self, request: DelegationRequest, mode: Mode) -> CoreResult<AsyncHandle> {
-        let mut admitted = self
+        let admitted = self
             .supervisor
             .admit(self.scope.as_deref(), request, mode)?;
-        self.supervisor.register(&mut admitted).await?;
-        self.supervisor.launch(admitted)
+        let registered = self.supervisor.register(admitted).await?;
+        self.supervisor.launch(registered)
     }
 }
 
@@ -233,87 +229,6 @@ impl Supervisor {
             replies_at_start: 0,
             detached: mode == Mode::Message,
         })
-    }
-
-    /// Counts the attempt and registers the delegation as live. Called synchronously at
-    /// start, before an async launch returns its handle, so a failure of an ancestor counts
-    /// every descendant already started.
-    pub(crate) fn begin(&self, a: &Admitted) {
-        self.watch_session_end();
-        self.state().summary.start(
-            a.entry,
-            &a.delegation_id,
-            a.parents.clone(),
-            a.policy.lifetime,
-        );
-    }
-
-    /// Runs a begun delegation to its terminal report; then ends its task-lifetime
-    /// descendants (nothing keeps running under a delegation that is over).
-    pub(crate) async fn drive(&self, admitted: Admitted) -> CoreResult<DelegationResult> {
-        let a = admitted;
-        let origin = ChildOrigin {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
-        };
-        let (deadline_tx, mut deadline_rx) = tokio::sync::watch::channel(
-            tokio::time::Instant::now() + Duration::from_millis(a.limits.timeout_ms),
-        );
-        let mut timed_out = false;
-        let worked = {
-            let work = self.work(&a, &origin, &deadline_tx);
-            tokio::pin!(work);
-            let caller = a.caller.clone().unwrap_or_default();
-            loop {
-                let deadline = *deadline_rx.borrow_and_update();
-                tokio::select! {
-                    biased;
-                    w = &mut work => break w,
-                    _ = caller.cancelled(), if !a.token.is_cancelled() => {
-                        a.reason.set("Delegation cancelled");
-                        a.token.cancel();
-                    }
-                    changed = deadline_rx.changed() => { let _ = changed; }
-                    _ = tokio::time::sleep_until(deadline), if !timed_out && !a.token.is_cancelled() => {
-                        timed_out = true;
-                        a.token.cancel();
-                    }
-                }
-            }
-        };
-        let host_aborted = a.token.is_cancelled() && !timed_out;
-        // Whether the child's run began (and so read what waited in its inbox).
-        let started = matches!(worked, Worked::Ran { .. });
-        let outcome = self
-            .terminal(&a, &origin, worked, timed_out, host_aborted)
-            .await;
-        a.token.cancel();
-        // A hosted child its host (or its parent model) cancelled through its handle is
-        // released: its record gets a `revoked` tombstone once its run has ended.
-        let revoked =
-            a.reason.get() == Some(crate::supervisor::delegation::admitted::HANDLE_CANCELLED);
-        let Admitted {
-            slot,
-            record,
-            mode,
-            resume,
-            replies_at_start,
-            ..
-        } = a;
-        drop(slot);
-        if let Some(record) = record {
-            let ended = Ended {
-                mode,
-                resume,
-                replies_at_start,
-                host_aborted,
-                started,
-                revoked,
-            };
-            self.after_run(&record, &outcome, ended).await;
-        }
-        outcome
     }
 }
 

@@ -95,7 +95,7 @@ pub(crate) fn check(depth: u32, max_depth: u32) -> CoreResult<()> {
         return Err(CoreError::limit_error(
             "Delegation depth exceeded",
             Some(LimitInfo {
-                limit: "max_depth",
+                limit: arbor_protocol::LimitKind::MaxDepth,
                 maximum: u64::from(max_depth),
                 observed: u64::from(depth),
             }),

@@ -15,6 +15,7 @@ use crate::approval::{self, RunCheckpoint};
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::Suspension;
 use crate::supervisor::delegation::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};
+use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::request::DelegationResult;
 use crate::supervisor::runtime::Supervisor;
 
@@ -185,15 +186,11 @@ impl Supervisor {
                 return Err(unknown());
             }
         };
-        self.state().summary.rejoin(
-            admitted.entry,
-            &admitted.delegation_id,
-            admitted.parents.clone(),
-            admitted.policy.lifetime,
-        );
+        let registered = Registered::resumed(self, admitted);
+        registered.rejoin();
         tracing::info!(session = %id, run = %waiting.run_id, "resuming a suspended child nobody awaits");
         // Driven inline: the caller awaits it (the drive ends the hub's claim).
-        let outcome = self.drive(admitted).await;
+        let outcome = registered.drive().await;
         self.settle_resumed(waiting.run_id, id, mapping_version, outcome)
             .await?
     }

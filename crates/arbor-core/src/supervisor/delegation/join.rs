@@ -7,8 +7,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
-use crate::supervisor::delegation::admitted::Admitted;
 use crate::supervisor::delegation::handles::{Entry, Reach};
+use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::request::{AsyncHandle, DelegationResult};
 use crate::supervisor::runtime::Supervisor;
 
@@ -35,7 +35,8 @@ pub enum WaitOutcome {
 
 impl Supervisor {
     /// Starts an admitted delegation in the background and registers its handle.
-    pub(crate) fn launch(&self, admitted: Admitted) -> CoreResult<AsyncHandle> {
+    pub(crate) fn launch(&self, registered: Registered) -> CoreResult<AsyncHandle> {
+        let admitted = registered.admitted();
         let Some(record) = &admitted.record else {
             return Err(CoreError::Supervisor(
                 "an async delegation must be registered before it is launched".to_owned(),
@@ -61,7 +62,7 @@ impl Supervisor {
                 rx,
             },
         );
-        self.begin(&admitted);
+        registered.begin();
         let this = self.clone();
         let id = handle.delegation_id.clone();
         // Boxed: the drive's state is large, and a task moves its future several times.
@@ -72,7 +73,7 @@ impl Supervisor {
                 supervisor: this.clone(),
                 id,
             };
-            let outcome = this.drive(admitted).await;
+            let outcome = registered.drive().await;
             let _ = tx.send(Some(Arc::new(outcome)));
         }));
         Ok(handle)
@@ -105,7 +106,7 @@ impl Supervisor {
                 return Err(CoreError::limit_error(
                     "Async delegation wait timeout exceeded",
                     Some(LimitInfo {
-                        limit: "timeout_ms",
+                        limit: arbor_protocol::LimitKind::TimeoutMs,
                         maximum: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                         observed: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                     }),

@@ -1,11 +1,12 @@
-//! One delegation, in the order it runs: [`delegate`] admits a request (the allow-list,
-//! cycles, policy, limits, depth and input checks, a slot from [`slots`]) and drives it;
-//! [`register`] writes the child's record; [`work`] runs the `before` hook, the factory and
-//! the child's run (with [`pump`] relaying its events); [`terminal`] writes the one terminal
-//! report (events, the `after` hook, the [`summary`] counters); [`resume`] runs what follows
-//! a child's run (notices, wake-ups, follow-up runs). Async handles live in [`handles`] and
-//! [`join`]; suspended children are rebuilt by [`nested`] (under a waiting parent) and
-//! [`detached`] (nobody waits); [`depth`] keeps a session's lowered depth limit.
+//! One delegation, in the order it runs, as the values of [`pipeline`] hand it over:
+//! [`delegate`] admits a request (the allow-list, cycles, policy, limits, depth and input
+//! checks, a slot from [`slots`]); [`register`] writes the child's record; [`work`] runs the
+//! `before` hook, the factory and the child's run (with [`pump`] relaying its events);
+//! [`terminal`] writes the one terminal report (events, the `after` hook, the [`summary`]
+//! counters); [`resume`] runs what follows a child's run (notices, wake-ups, follow-up
+//! runs). Async handles live in [`handles`] and [`join`]; suspended children are rebuilt by
+//! [`nested`] (under a waiting parent) and [`detached`] (nobody waits), and [`suspended`]
+//! lists them, typed; [`depth`] keeps a session's lowered depth limit.
 
 pub(crate) mod admitted;
 pub(crate) mod delegate;
@@ -14,11 +15,13 @@ pub mod detached;
 pub(crate) mod handles;
 pub(crate) mod join;
 pub(crate) mod nested;
+pub(crate) mod pipeline;
 pub(crate) mod pump;
 pub(crate) mod register;
 pub(crate) mod request;
 pub(crate) mod resume;
 pub(crate) mod slots;
 pub mod summary;
+pub(crate) mod suspended;
 pub(crate) mod terminal;
 pub(crate) mod work;

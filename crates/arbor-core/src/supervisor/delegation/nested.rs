@@ -20,42 +20,43 @@ use crate::outcome::NestedSuspension;
 use crate::session::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::config::policy::{PolicyInput, Report};
 use crate::supervisor::delegation::admitted::{Admitted, CancelReason, child_identity};
+use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::register::admitted_terms;
 use crate::supervisor::delegation::request::{DelegationResult, Mode};
 use crate::supervisor::runtime::Supervisor;
-use crate::supervisor::tools::spawn_agent::finished;
+use crate::supervisor::tools::report::finished;
 
 /// The store namespace of delegation mappings.
 pub const DELEGATION_NAMESPACE: &str = "delegation";
 
 /// What a suspended delegation needs to be rebuilt.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Mapping {
-    supervisor_id: String,
-    revision: String,
-    child_id: String,
-    delegation_id: String,
-    session_id: SessionId,
-    path: Vec<String>,
-    parents: Vec<String>,
-    depth: u32,
-    thread: String,
+pub(crate) struct Mapping {
+    pub(crate) supervisor_id: String,
+    pub(crate) revision: String,
+    pub(crate) child_id: String,
+    pub(crate) delegation_id: String,
+    pub(crate) session_id: SessionId,
+    pub(crate) path: Vec<String>,
+    pub(crate) parents: Vec<String>,
+    pub(crate) depth: u32,
+    pub(crate) thread: String,
     /// Redacted.
-    input: String,
-    report: Report,
-    every_turns: Option<u32>,
-    budget_share: Option<f64>,
+    pub(crate) input: String,
+    pub(crate) report: Report,
+    pub(crate) every_turns: Option<u32>,
+    pub(crate) budget_share: Option<f64>,
     /// Nobody awaits the run (a message-mode child, a follow-up): resumed by
     /// [`Supervisor::resume_child`], not through a caller's run.
     #[serde(default)]
-    detached: bool,
+    pub(crate) detached: bool,
     /// It was a follow-up run (on messages), not the child's first task.
     #[serde(default)]
-    follow_up: bool,
+    pub(crate) follow_up: bool,
     /// The child's reply count when the run began (its notice when it ends tells a silent
     /// first task).
     #[serde(default)]
-    replies_at_start: u32,
+    pub(crate) replies_at_start: u32,
 }
 
 fn unknown_run() -> CoreError {
@@ -367,24 +368,13 @@ impl NestedResumer for Supervisor {
             Rebuilt::Ready(admitted, version) => (*admitted, version),
             Rebuilt::Deleted(why) => return Ok(NestedOutcome::Failed(why)),
         };
-        let entry_index = admitted.entry;
-        let parents = admitted.parents.clone();
-        let delegation_id = admitted.delegation_id.clone();
-        self.state().summary.rejoin(
-            entry_index,
-            &delegation_id,
-            parents,
-            admitted.policy.lifetime,
-        );
+        let registered = Registered::resumed(self, admitted);
+        registered.rejoin();
         // The drive runs as its own task, so a parent resume that is cancelled or times out
         // still leaves the child exactly one terminal report; the guard cancels the child
         // when that happens.
-        let guard = admitted.token.clone().drop_guard();
-        let this = self.clone();
-        let task = sup
-            .live()
-            .tracker()
-            .spawn(Box::pin(async move { this.drive(admitted).await }));
+        let guard = registered.admitted().token.clone().drop_guard();
+        let task = sup.live().tracker().spawn(Box::pin(registered.drive()));
         let outcome = task.await.unwrap_or_else(|e| {
             Err(CoreError::Supervisor(format!(
                 "delegation task failed: {e}"

@@ -17,9 +17,9 @@ use crate::supervisor::delegation::admitted::Admitted;
 use crate::supervisor::runtime::Supervisor;
 
 impl Supervisor {
-    /// Preflights the model and writes the child's record (reserving its name). On error
-    /// nothing was written and nothing counted; the slot is released when `a` drops.
-    pub(crate) async fn register(&self, a: &mut Admitted) -> CoreResult<()> {
+    /// Preflights the model and writes the child's record (reserving its name); see
+    /// [`Supervisor::register`], which hands the delegation over as registered.
+    pub(crate) async fn write_record(&self, a: &mut Admitted) -> CoreResult<()> {
         let sup = self;
         let entry = sup
             .catalog()

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use arbor_protocol::SessionId;
 
 use crate::error::{CoreError, CoreResult};
+use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::runtime::Supervisor;
 use arbor_protocol::Notice;
 
@@ -43,7 +44,11 @@ impl Supervisor {
                     // whoever runs it next) reads them. Not retried from here.
                     this.live().hub().end_run(id);
                 }
-                Err(e) if e.limit().is_some_and(|l| l.limit == "max_active_children") => {
+                Err(e)
+                    if e.limit().is_some_and(|l| {
+                        l.limit == arbor_protocol::LimitKind::MaxActiveChildren
+                    }) =>
+                {
                     // No slot: retried when a delegation ends.
                     this.live().hub().end_run(id);
                     this.live().hub().defer(id);
@@ -246,9 +251,10 @@ impl Supervisor {
             // A follow-up or a continued run: nobody awaits it.
             detached: true,
         };
-        self.begin(&admitted);
+        let registered = Registered::resumed(self, admitted);
+        registered.begin();
         // Drive inline: this is already the background task (or the host's call).
-        Ok(Rerun::Ran(Box::new(self.drive(admitted).await)))
+        Ok(Rerun::Ran(Box::new(registered.drive().await)))
     }
 
     /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even

@@ -25,7 +25,7 @@ fn limit_error(max: u32, current: u32) -> CoreError {
     CoreError::limit_error(
         "Active child limit exceeded",
         Some(LimitInfo {
-            limit: "max_active_children",
+            limit: arbor_protocol::LimitKind::MaxActiveChildren,
             maximum: u64::from(max),
             observed: u64::from(current) + 1,
         }),
@@ -197,7 +197,7 @@ mod tests {
         let info = err.limit().unwrap();
         assert_eq!(
             (info.limit, info.maximum, info.observed),
-            ("max_active_children", 1, 2)
+            (arbor_protocol::LimitKind::MaxActiveChildren, 1, 2)
         );
     }
 }

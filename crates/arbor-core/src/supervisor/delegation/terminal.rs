@@ -41,7 +41,7 @@ impl Supervisor {
             CoreError::limit_error(
                 "Delegation timeout exceeded",
                 Some(LimitInfo {
-                    limit: "timeout_ms",
+                    limit: arbor_protocol::LimitKind::TimeoutMs,
                     maximum: a.limits.timeout_ms,
                     observed: a.limits.timeout_ms,
                 }),
@@ -162,7 +162,7 @@ impl Supervisor {
                     CoreError::Limit(Box::new(LimitError {
                         message: format!("Delegation {} limit exceeded", limit_label(breach.limit)),
                         info: Some(LimitInfo {
-                            limit: breach.limit.as_str(),
+                            limit: breach.limit,
                             maximum: breach.maximum,
                             observed: breach.observed,
                         }),

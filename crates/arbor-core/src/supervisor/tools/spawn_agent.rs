@@ -20,10 +20,10 @@ use crate::supervisor::config::policy::{
 };
 use crate::supervisor::delegation::handles::Reach;
 use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
-use crate::supervisor::delegation::request::{DelegationRequest, DelegationResult};
+use crate::supervisor::delegation::request::DelegationRequest;
 use crate::supervisor::runtime::Delegator;
-use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
+use crate::supervisor::tools::report::{self, ChildStarted, HandleStatus, HandleUpdate, finished};
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 /// `milestone`: when a `milestones` report offers events.
@@ -105,90 +105,6 @@ fn spawn_schema(ids: &[String]) -> serde_json::Value {
     arguments::simplify(&mut schema);
     schema["properties"]["child_id"]["enum"] = json!(ids);
     schema
-}
-
-/// The text a delegation error shows the model: the message, and for limits which one fired.
-impl Supervisor {
-    /// The most of `child_id`'s answer its parent's context gets (`max_result_bytes`, the
-    /// supervisor's narrowed by the child's catalog entry).
-    pub(crate) fn result_cap(&self, child_id: &str) -> usize {
-        let max = self.settings().limits().max_result_bytes;
-        let entry = self
-            .catalog()
-            .get(child_id)
-            .and_then(|(_, e)| e.limits.max_result_bytes);
-        let cap = entry.map_or(max, |e| e.min(max));
-        usize::try_from(cap).unwrap_or(usize::MAX)
-    }
-
-    /// `text` as a tool error the model reads, redacted.
-    pub(crate) fn tool_error(&self, text: &str) -> ToolError {
-        ToolError::ToModel(self.redact(text))
-    }
-
-    /// A core error as the model reads it: with the limit that fired, redacted. A wiring
-    /// error of the host ([`CoreErrorKind::Config`](crate::CoreErrorKind::Config)) ends the
-    /// run instead: the model cannot fix it, and the run must not look successful.
-    pub(crate) fn model_error(&self, e: &CoreError) -> ToolError {
-        if e.kind() == crate::CoreErrorKind::Config {
-            return ToolError::Fatal(self.redact(&e.to_string()));
-        }
-        match e.limit() {
-            Some(info) => self.tool_error(&format!("{e}: {info}")),
-            None => self.tool_error(&e.to_string()),
-        }
-    }
-
-    /// A model's arguments for `spec`, checked against its parameter schema first: an error
-    /// names the field, the class of the value given and what is accepted, so the model can
-    /// correct itself. It may quote the value, so it is redacted before the model reads it.
-    pub(crate) fn parse_arguments<T: serde::de::DeserializeOwned>(
-        &self,
-        spec: &ToolSpec,
-        arguments: serde_json::Value,
-    ) -> Result<T, ToolError> {
-        if let Err(e) = arguments::check(&spec.name, &spec.parameters, &arguments) {
-            return Err(self.bad_arguments(&spec.name, &e));
-        }
-        serde_json::from_value(arguments).map_err(|e| self.bad_arguments(&spec.name, &e))
-    }
-
-    /// Bad arguments for `tool`, as the model reads them (redacted).
-    pub(crate) fn bad_arguments(&self, tool: &str, e: &dyn std::fmt::Display) -> ToolError {
-        self.tool_error(&format!("invalid arguments for {tool}: {e}"))
-    }
-}
-
-pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
-    let sup = delegator.supervisor();
-    let text = sup.redact(&r.result.text);
-    let cap = sup.result_cap(&r.child_id);
-    json!({
-        "child_id": r.child_id,
-        "delegation_id": r.delegation_id,
-        "status": r.result.status,
-        "usage": r.result.usage,
-        "text": cut(&text, cap, r.session_id),
-    })
-    .to_string()
-}
-
-/// `text` cut to at most `cap` bytes on a character boundary, with a marker saying how much
-/// was left out and where the whole of it is.
-pub(crate) fn cut(text: &str, cap: usize, session: arbor_protocol::SessionId) -> String {
-    if text.len() <= cap {
-        return text.to_owned();
-    }
-    let mut end = cap;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(
-        "{}\n[truncated: {} of {} bytes shown; the whole answer is in the transcript of session {session}]",
-        &text[..end],
-        end,
-        text.len()
-    )
 }
 
 /// `spawn_agent`: delegate to an allow-listed child, waiting (`sync`) or not (`async`).
@@ -305,18 +221,7 @@ impl DynTool for SpawnAgentTool {
         };
         if let Some(handle) = handle {
             let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
-            let mut out = json!({
-                "child_id": handle.child_id,
-                "delegation_id": handle.delegation_id,
-                "session_id": handle.session_id,
-                "name": handle.name,
-                "model": handle.model,
-                "status": "running",
-            });
-            if let Some(t) = thinking {
-                out["thinking"] = json!(t);
-            }
-            return Ok(out.to_string());
+            return Ok(report::text(&ChildStarted::new(handle, thinking)));
         }
         match self.delegator.delegate(request).await {
             Ok(r) => Ok(finished(&self.delegator, &r)),
@@ -400,9 +305,10 @@ impl DynTool for WaitAgentTool {
             .await
         {
             Ok(WaitOutcome::Finished(r)) => Ok(finished(&self.delegator, &r)),
-            Ok(WaitOutcome::Cancelled { delegation_id }) => {
-                Ok(json!({"delegation_id": delegation_id, "status": "cancelled"}).to_string())
-            }
+            Ok(WaitOutcome::Cancelled { delegation_id }) => Ok(report::text(&HandleUpdate {
+                delegation_id,
+                status: HandleStatus::Cancelled,
+            })),
             Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
     }
@@ -454,11 +360,14 @@ impl DynTool for CancelAgentTool {
             .supervisor()
             .cancel_from(reach, &args.delegation_id)
         {
-            Ok(running) => Ok(json!({
-                "delegation_id": args.delegation_id,
-                "status": if running { "cancelling" } else { "terminal" },
-            })
-            .to_string()),
+            Ok(running) => Ok(report::text(&HandleUpdate {
+                delegation_id: args.delegation_id,
+                status: if running {
+                    HandleStatus::Cancelling
+                } else {
+                    HandleStatus::Terminal
+                },
+            })),
             Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
     }

@@ -78,7 +78,7 @@ impl Supervisor {
             return Err(CoreError::limit_error(
                 format!("Message exceeds {MAX_MESSAGE_BYTES} bytes"),
                 Some(LimitInfo {
-                    limit: "max_message_bytes",
+                    limit: arbor_protocol::LimitKind::MaxMessageBytes,
                     maximum: MAX_MESSAGE_BYTES as u64,
                     observed: text.len() as u64,
                 }),
@@ -117,7 +117,7 @@ impl Supervisor {
                     target.name
                 ),
                 Some(LimitInfo {
-                    limit: "max_pending_messages",
+                    limit: arbor_protocol::LimitKind::MaxPendingMessages,
                     maximum: MAX_PENDING as u64,
                     observed: taken as u64 + 1,
                 }),
@@ -131,7 +131,7 @@ impl Supervisor {
                     wait.as_millis().max(1)
                 ),
                 Some(LimitInfo {
-                    limit: "messages_per_second",
+                    limit: arbor_protocol::LimitKind::MessagesPerSecond,
                     maximum: 1,
                     observed: 2,
                 }),
@@ -287,7 +287,7 @@ impl Supervisor {
                 Err(taken) => Err(CoreError::limit_error(
                     format!("the parent's inbox is full ({taken} pending messages)"),
                     Some(LimitInfo {
-                        limit: "max_pending_messages",
+                        limit: arbor_protocol::LimitKind::MaxPendingMessages,
                         maximum: MAX_PENDING as u64,
                         observed: taken as u64 + 1,
                     }),
