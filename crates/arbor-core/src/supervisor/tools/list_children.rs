@@ -11,11 +11,12 @@ use serde_json::json;
 
 use crate::registry;
 use crate::supervisor::runtime::Supervisor;
-use crate::tool::{DynTool, ToolContext, ToolError};
+use crate::supervisor::tools::model_tool::ModelTool;
+use crate::tool::{ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {}
+pub(crate) struct ListArgs {}
 
 /// The `list_children` tool of one supervisor's tree.
 #[derive(Debug, Clone)]
@@ -44,26 +45,21 @@ impl ListChildrenTool {
 }
 
 #[async_trait]
-impl DynTool for ListChildrenTool {
+impl ModelTool for ListChildrenTool {
+    type Args = ListArgs;
+
+    const ARGUMENTS_OPTIONAL: bool = true;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn exclusive(&self) -> bool {
-        false
+    fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
     }
 
-    async fn call_json(
-        &self,
-        arguments: serde_json::Value,
-        ctx: ToolContext,
-    ) -> Result<String, ToolError> {
+    async fn call(&self, _args: ListArgs, ctx: ToolContext) -> Result<String, ToolError> {
         let sup = &self.supervisor;
-        let arguments = match arguments {
-            serde_json::Value::Null => json!({}),
-            other => other,
-        };
-        let _: ListArgs = sup.parse_arguments(&self.spec, arguments)?;
         let rows = registry::children(self.supervisor.store().as_ref(), ctx.session.id, false)
             .await
             .map_err(|e| sup.model_error(&e))?;

@@ -8,6 +8,7 @@ pub(crate) mod arguments;
 pub(crate) mod errors;
 pub(crate) mod find_models;
 pub(crate) mod list_children;
+pub(crate) mod model_tool;
 pub(crate) mod rename_child;
 pub mod report;
 pub(crate) mod send_message;

@@ -8,11 +8,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::supervisor::runtime::Supervisor;
-use crate::tool::{DynTool, ToolContext, ToolError};
+use crate::supervisor::tools::model_tool::ModelTool;
+use crate::tool::{ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RenameArgs {
+pub(crate) struct RenameArgs {
     child: String,
     name: String,
 }
@@ -47,22 +48,19 @@ impl RenameChildTool {
 }
 
 #[async_trait]
-impl DynTool for RenameChildTool {
+impl ModelTool for RenameChildTool {
+    type Args = RenameArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn exclusive(&self) -> bool {
-        false
+    fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
     }
 
-    async fn call_json(
-        &self,
-        arguments: serde_json::Value,
-        ctx: ToolContext,
-    ) -> Result<String, ToolError> {
+    async fn call(&self, args: RenameArgs, ctx: ToolContext) -> Result<String, ToolError> {
         let sup = &self.supervisor;
-        let args: RenameArgs = sup.parse_arguments(&self.spec, arguments)?;
         let by = format!("session:{}", ctx.session.id);
         let renamed = sup
             .rename_child(ctx.session.id, &args.child, &args.name, &by)

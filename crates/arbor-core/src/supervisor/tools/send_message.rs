@@ -11,12 +11,13 @@ use serde_json::json;
 
 use crate::error::CoreError;
 use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tools::model_tool::ModelTool;
 use crate::supervisor::tree::messages::{MAX_MESSAGE_BYTES, Sender};
-use crate::tool::{DynTool, ToolContext, ToolError};
+use crate::tool::{ToolContext, ToolError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SendArgs {
+pub(crate) struct SendArgs {
     to: String,
     text: String,
 }
@@ -89,22 +90,19 @@ impl SendMessageTool {
 }
 
 #[async_trait]
-impl DynTool for SendMessageTool {
+impl ModelTool for SendMessageTool {
+    type Args = SendArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn exclusive(&self) -> bool {
-        false
+    fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
     }
 
-    async fn call_json(
-        &self,
-        arguments: serde_json::Value,
-        ctx: ToolContext,
-    ) -> Result<String, ToolError> {
+    async fn call(&self, args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
         let sup = &self.supervisor;
-        let args: SendArgs = sup.parse_arguments(&self.spec, arguments)?;
         let to = self
             .target(&ctx, args.to.trim())
             .await

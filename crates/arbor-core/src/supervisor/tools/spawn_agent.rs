@@ -22,9 +22,11 @@ use crate::supervisor::delegation::handles::Reach;
 use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
 use crate::supervisor::delegation::request::DelegationRequest;
 use crate::supervisor::runtime::Delegator;
+use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
+use crate::supervisor::tools::model_tool::ModelTool;
 use crate::supervisor::tools::report::{self, ChildStarted, HandleStatus, HandleUpdate, finished};
-use crate::tool::{DynTool, ToolContext, ToolError};
+use crate::tool::{ToolContext, ToolError};
 
 /// `milestone`: when a `milestones` report offers events.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -48,7 +50,7 @@ enum Mode {
 /// the model is shown, what [`arguments::check`] checks and what is parsed cannot drift.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SpawnArgs {
+pub(crate) struct SpawnArgs {
     /// The child to delegate to (one of the allowed ids).
     child_id: String,
     /// The child's task.
@@ -164,24 +166,18 @@ impl SpawnAgentTool {
 }
 
 #[async_trait]
-impl DynTool for SpawnAgentTool {
+impl ModelTool for SpawnAgentTool {
+    type Args = SpawnArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn exclusive(&self) -> bool {
-        false
+    fn supervisor(&self) -> &Supervisor {
+        self.delegator.supervisor()
     }
 
-    async fn call_json(
-        &self,
-        arguments: serde_json::Value,
-        ctx: ToolContext,
-    ) -> Result<String, ToolError> {
-        let args: SpawnArgs = self
-            .delegator
-            .supervisor()
-            .parse_arguments(&self.spec, arguments)?;
+    async fn call(&self, args: SpawnArgs, ctx: ToolContext) -> Result<String, ToolError> {
         // The schema's enum holds exactly the offered ids; this guards a hand-built call.
         if !self.allowed.contains(&args.child_id) {
             return Err(ToolError::ToModel("Unknown child id".to_owned()));
@@ -234,7 +230,7 @@ impl DynTool for SpawnAgentTool {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct HandleArgs {
+pub(crate) struct HandleArgs {
     delegation_id: String,
 }
 
@@ -272,24 +268,18 @@ impl WaitAgentTool {
 }
 
 #[async_trait]
-impl DynTool for WaitAgentTool {
+impl ModelTool for WaitAgentTool {
+    type Args = HandleArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn exclusive(&self) -> bool {
-        false
+    fn supervisor(&self) -> &Supervisor {
+        self.delegator.supervisor()
     }
 
-    async fn call_json(
-        &self,
-        arguments: serde_json::Value,
-        ctx: ToolContext,
-    ) -> Result<String, ToolError> {
-        let args: HandleArgs = self
-            .delegator
-            .supervisor()
-            .parse_arguments(&self.spec, arguments)?;
+    async fn call(&self, args: HandleArgs, ctx: ToolContext) -> Result<String, ToolError> {
         let options = WaitOptions {
             timeout: None,
             cancel: Some(ctx.cancel.clone()),
@@ -335,24 +325,18 @@ impl CancelAgentTool {
 }
 
 #[async_trait]
-impl DynTool for CancelAgentTool {
+impl ModelTool for CancelAgentTool {
+    type Args = HandleArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn exclusive(&self) -> bool {
-        false
+    fn supervisor(&self) -> &Supervisor {
+        self.delegator.supervisor()
     }
 
-    async fn call_json(
-        &self,
-        arguments: serde_json::Value,
-        ctx: ToolContext,
-    ) -> Result<String, ToolError> {
-        let args: HandleArgs = self
-            .delegator
-            .supervisor()
-            .parse_arguments(&self.spec, arguments)?;
+    async fn call(&self, args: HandleArgs, ctx: ToolContext) -> Result<String, ToolError> {
         // A model reaches its own tree's handles only: another tree's id is unknown to it.
         let reach = Reach::Tree(ctx.session.root_id);
         match self
