@@ -89,10 +89,36 @@ pub(crate) enum Command {
     Resume(SessionArgs),
     /// List the models the providers configured in the environment offer.
     Models(ModelsArgs),
+    /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`) over the store, running the
+    /// specs of `--specs DIR` on request.
+    Serve(ServeArgs),
     /// Store maintenance: `arbor store check` runs SQLite's integrity and foreign-key checks
     /// (read-only; exit 3 with the recovery steps when the file is damaged).
     #[command(subcommand)]
     Store(StoreCommand),
+}
+
+/// Arguments of `arbor serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on (without tokens, a loopback one only).
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub(crate) listen: String,
+    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing).
+    #[arg(long, value_name = "PATH", conflicts_with = "memory")]
+    pub(crate) store: Option<PathBuf>,
+    /// Keep nothing: use the in-memory store.
+    #[arg(long)]
+    pub(crate) memory: bool,
+    /// A directory of specs (`NAME.toml`), started by name with `POST /v1/runs`.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) specs: Option<PathBuf>,
+    /// Bearer tokens: lines `TENANT sha256:HEX` (see --hash-token); else ARBOR_TOKENS.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tokens: Option<PathBuf>,
+    /// Print the tokens-file line of TENANT for the token read on stdin, and exit.
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) hash_token: Option<String>,
 }
 
 /// Arguments of `arbor models`.

@@ -7,6 +7,7 @@
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
+//! - [`serve`]: the `serve` command, the HTTP service with the spec runner as its launcher.
 //! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
 //!   when nothing is pending.
 //! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
@@ -36,6 +37,7 @@ mod redaction;
 mod report;
 mod resume;
 mod run;
+mod serve;
 mod spec;
 mod store;
 mod tree;
@@ -75,6 +77,7 @@ pub fn main() -> ExitCode {
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
         Command::Resume(args) => runtime.block_on(resume::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
+        Command::Serve(args) => runtime.block_on(serve::serve(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
     };
     match outcome {

@@ -37,12 +37,66 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     let path = args.spec.display().to_string();
     let text = std::fs::read_to_string(&args.spec)
         .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
-    let mut spec = spec::Spec::parse(&path, &text).map_err(Fail::usage)?;
-    if let Some(repository) = &args.repository {
+    let overrides = Overrides {
+        repository: args.repository.clone(),
+        provider: args.provider.clone(),
+        model: args.model.clone(),
+    };
+    let prepared = prepare(&path, &text, &overrides).await?;
+    let store = choice.open()?;
+    owner::sweep(&store).await?;
+    let token = CancellationToken::new();
+    let (built, session) = create_root(
+        &prepared,
+        &overrides,
+        &store,
+        &token,
+        serde_json::Value::Null,
+    )
+    .await?;
+    let _lease = owner::Heartbeat::start(store.clone(), session.id(), token.clone());
+    let view = View {
+        store: &store,
+        store_name: choice.name(),
+        json: args.json,
+        quiet: args.quiet,
+    };
+    let task = prepared.spec.task.clone();
+    drive_root(view, &built, session, Start::Task(task), token).await
+}
+
+/// What may change a spec for one run: its repository, the root's provider and model.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Overrides {
+    pub(crate) repository: Option<std::path::PathBuf>,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+}
+
+/// A spec read, checked and built in full, before any store is opened.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) path: String,
+    pub(crate) spec: spec::Spec,
+    /// The text kept with the run (secrets redacted).
+    pub(crate) kept: String,
+    /// The repository, absolute.
+    pub(crate) repository: Option<std::path::PathBuf>,
+}
+
+/// Parses, overrides, preflights and checks a spec's text; the error is a usage error
+/// naming `path`. Nothing is stored.
+pub(crate) async fn prepare(
+    path: &str,
+    text: &str,
+    overrides: &Overrides,
+) -> Result<Prepared, Fail> {
+    let mut spec = spec::Spec::parse(path, text).map_err(Fail::usage)?;
+    if let Some(repository) = &overrides.repository {
         spec.set_repository(repository.clone());
     }
-    if args.provider.is_some() || args.model.is_some() {
-        spec.override_root(args.provider.as_deref(), args.model.as_deref())
+    if overrides.provider.is_some() || overrides.model.is_some() {
+        spec.override_root(overrides.provider.as_deref(), overrides.model.as_deref())
             .map_err(|e| Fail::usage(format!("{path}: {e}")))?;
     }
     preflight_root(&spec).await?;
@@ -62,45 +116,57 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     // What is kept of the spec is redacted like everything else (its fingerprint is the
     // original's, so durable approvals resume under the same revision).
     let kept = match spec.redaction.redactor().map_err(Fail::core)? {
-        Some(r) => r.redact(&text).into_owned(),
-        None => text.clone(),
+        Some(r) => r.redact(text).into_owned(),
+        None => text.to_owned(),
     };
     if kept != text {
-        spec::Spec::parse(&path, &kept).map_err(|e| {
+        spec::Spec::parse(path, &kept).map_err(|e| {
             Fail::usage(format!(
                 "{path}: the spec does not parse once its secrets are redacted (keep secrets \
                  inside strings): {e}"
             ))
         })?;
     }
-    let store = choice.open()?;
-    owner::sweep(&store).await?;
-    let token = CancellationToken::new();
-    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    Ok(Prepared {
+        path: path.to_owned(),
+        spec,
+        kept,
+        repository,
+    })
+}
+
+/// Builds the tree of a prepared spec and creates its root session, its record keeping the
+/// definition and the owner (and whatever `extra` adds to `meta`, such as the tenant).
+pub(crate) async fn create_root(
+    prepared: &Prepared,
+    overrides: &Overrides,
+    store: &Arc<dyn Store>,
+    token: &CancellationToken,
+    extra: serde_json::Value,
+) -> Result<(tree::Built, Session), Fail> {
+    let spec = &prepared.spec;
+    let built = tree::build(spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let mut meta = root_meta(
+        &prepared.path,
+        (&prepared.kept, &spec.fingerprint),
+        (
+            prepared.repository.as_deref(),
+            spec.workspace.as_ref().map(|w| w.worktrees.as_path()),
+        ),
+        (overrides.provider.as_deref(), overrides.model.as_deref()),
+    );
+    if let (Some(meta), serde_json::Value::Object(extra)) = (meta.as_object_mut(), extra) {
+        meta.extend(extra);
+    }
     let session = built
         .root
         .session()
         .store(store.clone())
-        .meta(root_meta(
-            &path,
-            (&kept, &spec.fingerprint),
-            (
-                repository.as_deref(),
-                spec.workspace.as_ref().map(|w| w.worktrees.as_path()),
-            ),
-            (args.provider.as_deref(), args.model.as_deref()),
-        ))
+        .meta(meta)
         .create()
         .await
         .map_err(Fail::core)?;
-    let _lease = owner::Heartbeat::start(store.clone(), session.id(), token.clone());
-    let view = View {
-        store: &store,
-        store_name: choice.name(),
-        json: args.json,
-        quiet: args.quiet,
-    };
-    drive_root(view, &built, session, Start::Task(spec.task.clone()), token).await
+    Ok((built, session))
 }
 
 /// How a root run starts.
@@ -136,13 +202,6 @@ pub(crate) async fn drive_root(
 ) -> Result<u8, Fail> {
     let store = view.store;
     let root_id = session.id();
-    let options = || {
-        let o = RunOptions::default().with_cancel(token.clone());
-        match &built.supervisor {
-            Some(sup) => o.with_nested(Arc::new(sup.clone())),
-            None => o,
-        }
-    };
     if let Some(sup) = &built.supervisor {
         sup.attach(&mut session);
     }
@@ -168,36 +227,7 @@ pub(crate) async fn drive_root(
         }
     }
     let signals = Watch::start(token.clone(), view.quiet);
-    let mut result = match start {
-        Start::Task(task) => session.run(task, options()).await,
-        Start::Resume(run) => session.resume(run, options()).await,
-        Start::Continue => session
-            .continue_interrupted(options())
-            .await
-            .map(|(_, r)| r),
-        Start::Inbox => session.run_inbox(options()).await,
-    };
-    if let Some(sup) = &built.supervisor {
-        // Children spawned in message mode answer after the root's turn ended: the root runs
-        // again on each batch of replies and notices until the tree is quiet.
-        let mut follow_ups = 0;
-        while matches!(&result, Ok(r) if r.status == RunStatus::Succeeded)
-            && !token.is_cancelled()
-            && follow_ups < MAX_ROOT_FOLLOW_UPS
-        {
-            tokio::select! {
-                () = sup.wait_for_mail_or_quiet(session.inbox()) => {}
-                () = token.cancelled() => break,
-            }
-            if session.inbox().is_empty() {
-                break;
-            }
-            follow_ups += 1;
-            result = session.run_inbox(options()).await;
-        }
-        // Nothing keeps running unwatched: children still live end with the root's run.
-        sup.shutdown().await;
-    }
+    let result = run_tree(built, &mut session, start, &token).await;
     // Nothing is left to cancel: a signal from now on exits at once.
     signals.finish();
     done.cancel();
@@ -272,6 +302,55 @@ pub(crate) async fn drive_root(
         RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
         _ => EXIT_RUN,
     })
+}
+
+/// Runs (or resumes) the root of an attached tree, runs it again on its children's replies
+/// until the tree is quiet, and stops what still runs. Prints nothing: `drive_root` and the
+/// server's launcher both use it.
+pub(crate) async fn run_tree(
+    built: &tree::Built,
+    session: &mut Session,
+    start: Start,
+    token: &CancellationToken,
+) -> arbor_core::CoreResult<arbor_core::RunResult> {
+    let options = || {
+        let o = RunOptions::default().with_cancel(token.clone());
+        match &built.supervisor {
+            Some(sup) => o.with_nested(Arc::new(sup.clone())),
+            None => o,
+        }
+    };
+    let mut result = match start {
+        Start::Task(task) => session.run(task, options()).await,
+        Start::Resume(run) => session.resume(run, options()).await,
+        Start::Continue => session
+            .continue_interrupted(options())
+            .await
+            .map(|(_, r)| r),
+        Start::Inbox => session.run_inbox(options()).await,
+    };
+    if let Some(sup) = &built.supervisor {
+        // Children spawned in message mode answer after the root's turn ended: the root runs
+        // again on each batch of replies and notices until the tree is quiet.
+        let mut follow_ups = 0;
+        while matches!(&result, Ok(r) if r.status == RunStatus::Succeeded)
+            && !token.is_cancelled()
+            && follow_ups < MAX_ROOT_FOLLOW_UPS
+        {
+            tokio::select! {
+                () = sup.wait_for_mail_or_quiet(session.inbox()) => {}
+                () = token.cancelled() => break,
+            }
+            if session.inbox().is_empty() {
+                break;
+            }
+            follow_ups += 1;
+            result = session.run_inbox(options()).await;
+        }
+        // Nothing keeps running unwatched: children still live end with the root's run.
+        sup.shutdown().await;
+    }
+    result
 }
 
 /// The root record's `meta`: what a later process needs to rebuild the same agents, and the

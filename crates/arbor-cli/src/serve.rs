@@ -1,0 +1,251 @@
+//! `arbor serve`: the HTTP service ([`arbor_server`]) over the store, with the CLI's spec
+//! runner as its launcher: `POST /v1/runs {"spec": NAME}` runs `--specs DIR/NAME.toml` as
+//! `arbor run` would (the same checks, the same definition kept with the root, the same
+//! owner lease), in the background, for the calling tenant.
+//!
+//! Tenants: `--tokens FILE` (lines `tenant sha256:<hex>`; `arbor serve --hash-token TENANT`
+//! prints one) or `ARBOR_TOKENS=tenant=token,…`. With neither, the server is open as the
+//! tenant `local` and listens on loopback only (another address is refused).
+//!
+//! Shutdown (Ctrl-C, SIGTERM): no new runs are admitted, the runs in flight are cancelled
+//! (their roots end `aborted`, as under `arbor run`), the requests in flight finish, the
+//! store is flushed as each run's terminal write lands, and the process exits 0.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arbor_protocol::SessionId;
+use arbor_server::{ApiError, ErrorKind, Launcher, Server, StartRun, Tenants};
+use arbor_store::Store;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::ServeArgs;
+use crate::fail::Fail;
+use crate::run::{Overrides, Start, create_root, prepare, run_tree};
+use crate::store::{StoreChoice, io_reason};
+use crate::{output, owner};
+
+/// Runs the command until a termination signal; `Ok(0)` after a clean shutdown.
+pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
+    if let Some(tenant) = &args.hash_token {
+        return hash_token(tenant);
+    }
+    let tenants = tenants(args.tokens.as_deref())?;
+    let listen: SocketAddr = args.listen.parse().map_err(|_| {
+        Fail::usage(format!(
+            "--listen {:?} is not an address such as 127.0.0.1:7700",
+            args.listen
+        ))
+    })?;
+    if tenants.is_open() && !listen.ip().is_loopback() {
+        return Err(Fail::usage(format!(
+            "--listen {listen}: without tokens (--tokens FILE or ARBOR_TOKENS) the server \
+             listens on loopback only"
+        )));
+    }
+    let specs = match &args.specs {
+        Some(dir) => read_specs(dir).await?,
+        None => BTreeMap::new(),
+    };
+    let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
+    let store = choice.open()?;
+    owner::sweep(&store).await?;
+    let runs = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let launcher = SpecLauncher {
+        specs: Arc::new(specs),
+        store: store.clone(),
+        runs: runs.clone(),
+        tracker: tracker.clone(),
+    };
+    let names = launcher.specs();
+    let server = Server::builder(store)
+        .launcher(launcher)
+        .tenants(tenants.clone())
+        .build();
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Fail::usage(format!("cannot listen on {listen}: {}", io_reason(&e))))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Fail::usage(e.to_string()))?;
+    output::err(&format!(
+        "arbor serve: listening on http://{bound} (store {}, {} spec(s){})",
+        choice.name(),
+        names.len(),
+        if tenants.is_open() {
+            "; no tokens configured: open as tenant `local`, loopback only"
+        } else {
+            ""
+        }
+    ));
+    let stop = runs.clone();
+    server
+        .serve(listener, async move {
+            shutdown_signal().await;
+            output::err("arbor serve: shutting down (no new runs; cancelling the runs in flight)");
+            stop.cancel();
+        })
+        .await
+        .map_err(|e| Fail::usage(format!("the server failed: {e}")))?;
+    tracker.close();
+    tracker.wait().await;
+    output::err("arbor serve: stopped");
+    Ok(0)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+fn hash_token(tenant: &str) -> Result<u8, Fail> {
+    let mut token = String::new();
+    std::io::stdin()
+        .read_line(&mut token)
+        .map_err(|e| Fail::usage(format!("cannot read the token on stdin: {e}")))?;
+    let token = token.trim();
+    if token.len() < 16 {
+        return Err(Fail::usage(
+            "the token (read on stdin) must be at least 16 characters",
+        ));
+    }
+    output::out(&Tenants::file_line(tenant, token));
+    Ok(0)
+}
+
+fn tenants(file: Option<&Path>) -> Result<Tenants, Fail> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            Fail::usage(format!("cannot read {}: {}", file.display(), io_reason(&e)))
+        })?;
+        return Tenants::from_file_text(&text)
+            .map_err(|e| Fail::usage(format!("{}: {e}", file.display())));
+    }
+    match std::env::var("ARBOR_TOKENS") {
+        Ok(value) if !value.trim().is_empty() => {
+            Tenants::from_env_value(&value).map_err(|e| Fail::usage(format!("ARBOR_TOKENS: {e}")))
+        }
+        _ => Ok(Tenants::open()),
+    }
+}
+
+/// Every `*.toml` of `dir`, by file stem, each checked as `arbor run` checks a spec. One
+/// that does not pass is not offered, and the server says why at start (one line naming
+/// the file): a directory of examples may hold specs that need what a server cannot give
+/// them (a repository to work on, say).
+async fn read_specs(dir: &Path) -> Result<BTreeMap<String, PathBuf>, Fail> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Fail::usage(format!("--specs {}: {}", dir.display(), io_reason(&e))))?;
+    let mut specs = BTreeMap::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Fail::usage(format!("cannot read {}: {}", path.display(), io_reason(&e)))
+        })?;
+        if let Err(fail) = prepare(&path.display().to_string(), &text, &Overrides::default()).await
+        {
+            // The message names the file.
+            output::err(&format!(
+                "arbor serve: not offering a spec: {}",
+                output::one_line(&fail.message)
+            ));
+            continue;
+        }
+        specs.insert(name.to_owned(), path);
+    }
+    Ok(specs)
+}
+
+/// Runs the specs of `--specs` for the server.
+#[derive(Debug)]
+struct SpecLauncher {
+    specs: Arc<BTreeMap<String, PathBuf>>,
+    store: Arc<dyn Store>,
+    /// Cancelled at shutdown: every run ends.
+    runs: CancellationToken,
+    tracker: TaskTracker,
+}
+
+#[async_trait]
+impl Launcher for SpecLauncher {
+    fn specs(&self) -> Vec<String> {
+        self.specs.keys().cloned().collect()
+    }
+
+    async fn start(&self, run: StartRun) -> Result<SessionId, ApiError> {
+        let path = self
+            .specs
+            .get(&run.spec)
+            .ok_or_else(|| ApiError::not_found("spec"))?;
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ApiError::internal(&format!("cannot read {shown}: {}", io_reason(&e))))?;
+        let overrides = Overrides {
+            repository: None,
+            provider: run.provider.clone(),
+            model: run.model.clone(),
+        };
+        let prepared = prepare(&shown, &text, &overrides)
+            .await
+            .map_err(|f| override_error(&run, f))?;
+        let token = self.runs.child_token();
+        let extra = serde_json::json!({"tenant": run.tenant});
+        let (built, mut session) = create_root(&prepared, &overrides, &self.store, &token, extra)
+            .await
+            .map_err(|f| ApiError::internal(&f.message))?;
+        let id = session.id();
+        let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
+        let task = run.task.unwrap_or_else(|| prepared.spec.task.clone());
+        self.tracker.spawn(async move {
+            let _lease = lease;
+            if let Some(sup) = &built.supervisor {
+                sup.attach(&mut session);
+            }
+            match run_tree(&built, &mut session, Start::Task(task), &token).await {
+                Ok(r) => tracing::info!(root = %id, status = ?r.status, "run ended"),
+                Err(e) => tracing::warn!(root = %id, "run failed: {e}"),
+            }
+        });
+        Ok(id)
+    }
+}
+
+/// A spec that fails with the request's overrides: the override is at fault.
+fn override_error(run: &StartRun, fail: Fail) -> ApiError {
+    let field = if run.provider.is_some() {
+        "provider"
+    } else if run.model.is_some() {
+        "model"
+    } else {
+        return ApiError::new(ErrorKind::Validation, fail.message);
+    };
+    ApiError::field(field, fail.message)
+}

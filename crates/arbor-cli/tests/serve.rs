@@ -1,0 +1,213 @@
+//! `arbor serve` as a process: started on an ephemeral loopback port with a directory of
+//! specs, driven over HTTP by a real client, stopped by SIGTERM (exit 0), its runs durable
+//! in the store for the other commands.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
+
+struct Served {
+    child: Child,
+    base: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+    /// What it said before it listened.
+    early: Vec<String>,
+}
+
+/// A failed test never leaves a server running.
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--specs",
+            "specs",
+            "--store",
+            "a.db",
+        ])
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("ARBOR_LOG")
+        .env_remove("ARBOR_TOKENS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut early = Vec::new();
+    let line = loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        if line.contains("listening on") {
+            break line;
+        }
+        early.push(line);
+    };
+    let base = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    Served {
+        child,
+        base,
+        stderr: rx,
+        early,
+    }
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+#[tokio::test]
+async fn a_spec_runs_over_http_and_sigterm_stops_the_server_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::copy(REVIEW, dir.path().join("specs/review.toml")).unwrap();
+    let mut served = serve(dir.path(), &[]);
+    let http = client();
+
+    let specs: Value = http
+        .get(format!("{}/v1/specs", served.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(specs, json!({"specs": ["review"]}));
+    let resp = http
+        .post(format!("{}/v1/runs", served.base))
+        .json(&json!({"spec": "review"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let run: Value = resp.json().await.unwrap();
+    let root = run["root_id"].as_str().unwrap().to_owned();
+
+    let started = Instant::now();
+    let run = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never finished"
+        );
+        let run: Value = http
+            .get(format!("{}/v1/runs/{root}", served.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if run["status"] == "succeeded" {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let sessions = run["tree"]["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 5, "{run}");
+    // The two totals of the example: the root's own 40,000; the tree's 740,000.
+    assert_eq!(sessions[0]["usage"]["own"]["total_tokens"], 40_000);
+    assert_eq!(sessions[0]["usage"]["aggregate"]["total_tokens"], 740_000);
+    let children: Value = http
+        .get(format!("{}/v1/sessions/{root}/children", served.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(children["children"].as_array().unwrap().len(), 3);
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = served.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let said: Vec<String> = served.stderr.try_iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("arbor serve: stopped")),
+        "{said:?}"
+    );
+
+    // The run is in the store, for every other command.
+    let ls = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["ls", "--json", "--store", "a.db"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let roots: Value = serde_json::from_slice(&ls.stdout).unwrap();
+    assert_eq!(roots["roots"][0]["session_id"], root.as_str());
+}
+
+#[test]
+fn without_tokens_only_loopback_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--memory"])
+        .current_dir(dir.path())
+        .env_remove("ARBOR_TOKENS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "without tokens (--tokens FILE or ARBOR_TOKENS) the server listens on loopback only"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_spec_that_does_not_pass_its_checks_is_not_offered_and_the_server_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::copy(REVIEW, dir.path().join("specs/review.toml")).unwrap();
+    std::fs::write(dir.path().join("specs/broken.toml"), "task = 3\n").unwrap();
+    let mut served = serve(dir.path(), &[]);
+    let specs: Value = client()
+        .get(format!("{}/v1/specs", served.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    served.child.kill().unwrap();
+    let _ = served.child.wait();
+    assert_eq!(specs, json!({"specs": ["review"]}));
+    assert!(
+        served
+            .early
+            .iter()
+            .any(|l| l.contains("not offering") && l.contains("broken.toml")),
+        "{:?}",
+        served.early
+    );
+}

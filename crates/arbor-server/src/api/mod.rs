@@ -1,0 +1,14 @@
+//! The handlers, one file per resource: [`health`] (`/healthz`, `/readyz`, `/metrics`),
+//! [`runs`] (`/v1/specs`, `/v1/runs`), [`sessions`] (`/v1/sessions/...`). The routes that
+//! mount them are in [`crate::app`].
+
+pub(crate) mod health;
+pub(crate) mod runs;
+pub(crate) mod sessions;
+
+use std::time::Duration;
+
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long a request (other than an event stream) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

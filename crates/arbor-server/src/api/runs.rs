@@ -1,0 +1,130 @@
+//! Root runs: the specs a server can start (`GET /v1/specs`), starting one
+//! (`POST /v1/runs`), and a run's tree and status (`GET /v1/runs/{id}`).
+
+use arbor_store::SessionQuery;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::extract::Body;
+use crate::launcher::StartRun;
+use crate::state::AppState;
+use crate::views::{RunView, SessionView, SpecList, StartRunRequest, TreeView};
+
+/// The longest task a request may carry, in bytes.
+pub const MAX_TASK_BYTES: usize = 32 * 1024;
+
+/// The specs this server can start.
+#[utoipa::path(get, path = "/v1/specs", tag = "runs",
+    responses(
+        (status = 200, body = SpecList),
+        (status = 401, body = ApiError)))]
+pub(crate) async fn specs(_tenant: Tenant, State(state): State<AppState>) -> Json<SpecList> {
+    let specs = state
+        .launcher
+        .as_ref()
+        .map(|l| l.specs())
+        .unwrap_or_default();
+    Json(SpecList { specs })
+}
+
+/// Starts a root run of a named spec; answers once its root exists (the run goes on).
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
+    responses(
+        (status = 201, description = "Started", body = RunView),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown spec", body = ApiError),
+        (status = 413, body = ApiError), (status = 503, body = ApiError)))]
+pub(crate) async fn start(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Body(req): Body<StartRunRequest>,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    if state.draining() {
+        return Err(ApiError::new(
+            ErrorKind::Unavailable,
+            "The server is shutting down",
+        ));
+    }
+    let launcher = state
+        .launcher
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("spec"))?;
+    if req.spec.trim().is_empty() {
+        return Err(ApiError::field(
+            "spec",
+            "spec must name one of GET /v1/specs",
+        ));
+    }
+    if let Some(task) = &req.task {
+        if task.trim().is_empty() {
+            return Err(ApiError::field(
+                "task",
+                "task must not be blank (leave it out to run the spec's own)",
+            ));
+        }
+        if task.len() > MAX_TASK_BYTES {
+            return Err(ApiError::field(
+                "task",
+                format!("task is {} bytes; at most {MAX_TASK_BYTES}", task.len()),
+            ));
+        }
+    }
+    for (field, value) in [("provider", &req.provider), ("model", &req.model)] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ApiError::field(field, format!("{field} must not be blank")));
+        }
+    }
+    if !launcher.specs().contains(&req.spec) {
+        return Err(ApiError::not_found("spec"));
+    }
+    let root = launcher
+        .start(StartRun {
+            tenant: tenant.0.clone(),
+            spec: req.spec,
+            task: req.task,
+            provider: req.provider,
+            model: req.model,
+        })
+        .await?;
+    state.metrics.run_started();
+    let view = run_view(&state, &tenant, &root.to_string()).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// A run: where its root stands and its whole tree.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The root session")),
+    responses(
+        (status = 200, body = RunView),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign, or not a root", body = ApiError)))]
+pub(crate) async fn get(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(run_view(&state, &tenant, &id).await?))
+}
+
+async fn run_view(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<RunView> {
+    let root = state.visible(tenant, id).await?;
+    if root.parent_id.is_some() {
+        return Err(ApiError::not_found("run"));
+    }
+    let sessions = state
+        .store
+        .list_sessions(SessionQuery::Tree(root.id))
+        .await?;
+    let view = SessionView::from(&root);
+    Ok(RunView {
+        root_id: view.id.clone(),
+        status: view.status.clone(),
+        tree: TreeView {
+            root_id: view.id,
+            sessions: sessions.iter().map(SessionView::from).collect(),
+        },
+    })
+}

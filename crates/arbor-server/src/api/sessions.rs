@@ -1,0 +1,102 @@
+//! Sessions: one session (`GET /v1/sessions/{id}`), its children as the registry lists them
+//! (`GET /v1/sessions/{id}/children`) and its transcript, paged
+//! (`GET /v1/sessions/{id}/transcript?after=&limit=`).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::Params;
+use crate::state::AppState;
+use crate::views::{ChildrenView, SessionView, TranscriptPage};
+
+/// The most transcript entries one page holds.
+pub const MAX_PAGE: u32 = 500;
+const DEFAULT_PAGE: u32 = 100;
+
+/// One session.
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path, description = "The session")),
+    responses(
+        (status = 200, body = SessionView),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError)))]
+pub(crate) async fn get(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SessionView>> {
+    let record = state.visible(&tenant, &id).await?;
+    Ok(Json(SessionView::from(&record)))
+}
+
+/// A session's children: both token totals, status, model, mode, replies, tombstones.
+#[utoipa::path(get, path = "/v1/sessions/{id}/children", tag = "sessions",
+    params(("id" = String, Path, description = "The parent session")),
+    responses(
+        (status = 200, body = ChildrenView),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError)))]
+pub(crate) async fn children(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ChildrenView>> {
+    let record = state.visible(&tenant, &id).await?;
+    let children = arbor_core::registry::children(state.store.as_ref(), record.id, true).await?;
+    Ok(Json(ChildrenView {
+        session_id: record.id.to_string(),
+        children,
+    }))
+}
+
+/// Which page of a transcript.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// Entries after this sequence number (default 0: from the start).
+    after: Option<u64>,
+    /// At most this many entries (default 100, at most 500).
+    limit: Option<u32>,
+}
+
+/// A page of a session's transcript, oldest first.
+#[utoipa::path(get, path = "/v1/sessions/{id}/transcript", tag = "sessions",
+    params(("id" = String, Path, description = "The session"), PageQuery),
+    responses(
+        (status = 200, body = TranscriptPage),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError)))]
+pub(crate) async fn transcript(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Params(q): Params<PageQuery>,
+) -> ApiResult<Json<TranscriptPage>> {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::field(
+            "limit",
+            format!("limit must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    let record = state.visible(&tenant, &id).await?;
+    let after = q.after.unwrap_or(0);
+    // One more than asked, to tell whether a next page exists.
+    let mut entries = state
+        .store
+        .transcript(record.id, after, Some(limit as usize + 1))
+        .await?;
+    let more = entries.len() > limit as usize;
+    entries.truncate(limit as usize);
+    let next_after = more.then(|| entries.last().map(|e| e.seq)).flatten();
+    Ok(Json(TranscriptPage {
+        session_id: record.id.to_string(),
+        entries,
+        next_after,
+    }))
+}

@@ -1,0 +1,56 @@
+//! The app: every route mounted on its handler, with the body cap, the timeout, the JSON
+//! answers for unknown routes and methods, and the request counters.
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower_http::timeout::TimeoutLayer;
+
+use crate::api::{MAX_BODY_BYTES, REQUEST_TIMEOUT, health, runs, sessions};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Every route, with the body cap, the timeout and the request counters.
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/openapi.json", get(crate::openapi::openapi_json))
+        .route("/v1/specs", get(runs::specs))
+        .route("/v1/runs", post(runs::start))
+        .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/sessions/{id}", get(sessions::get))
+        .route("/v1/sessions/{id}/children", get(sessions::children))
+        .route("/v1/sessions/{id}/transcript", get(sessions::transcript))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), count))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        crate::error::ErrorKind::MethodNotAllowed,
+        "This route does not take that method",
+    )
+}
+
+async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    state
+        .metrics
+        .request(response.status().is_client_error() || response.status().is_server_error());
+    response.into_response()
+}

@@ -1,0 +1,88 @@
+//! What the server asks of its host: starting root runs. The server owns the API, the
+//! tenant wall and the store's views; how a named spec becomes a tree of agents is the
+//! host's ([`Launcher`]): `arbor serve` plugs in the CLI's spec-based one, and a Rust host
+//! embedding the server plugs in its own (or a closure, [`launcher_fn`]).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use arbor_protocol::SessionId;
+use async_trait::async_trait;
+
+use crate::error::ApiError;
+
+/// A request to start a root run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartRun {
+    /// The tenant it runs for (the launcher records it on the root: `meta.tenant`).
+    pub tenant: String,
+    /// The spec's name.
+    pub spec: String,
+    /// The task; `None` runs the spec's own.
+    pub task: Option<String>,
+    /// Another provider for the root agent.
+    pub provider: Option<String>,
+    /// Another model for the root agent.
+    pub model: Option<String>,
+}
+
+/// Starts root runs for the server.
+#[async_trait]
+pub trait Launcher: fmt::Debug + Send + Sync + 'static {
+    /// The names of the specs it can start, sorted.
+    fn specs(&self) -> Vec<String>;
+
+    /// Starts a root run and returns its root session once the session's record exists
+    /// (with `meta.tenant` set to the request's tenant); the run goes on in the background.
+    /// An unknown spec is a `not_found` error; a bad override a `validation` error naming
+    /// its field.
+    async fn start(&self, run: StartRun) -> Result<SessionId, ApiError>;
+}
+
+type StartFuture = Pin<Box<dyn Future<Output = Result<SessionId, ApiError>> + Send>>;
+
+/// A launcher from a list of spec names and a closure (see [`launcher_fn`]).
+pub struct FnLauncher<F> {
+    specs: Vec<String>,
+    start: F,
+}
+
+impl<F> fmt::Debug for FnLauncher<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnLauncher")
+            .field("specs", &self.specs)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<F> Launcher for FnLauncher<F>
+where
+    F: Fn(StartRun) -> StartFuture + Send + Sync + 'static,
+{
+    fn specs(&self) -> Vec<String> {
+        self.specs.clone()
+    }
+
+    async fn start(&self, run: StartRun) -> Result<SessionId, ApiError> {
+        (self.start)(run).await
+    }
+}
+
+/// Makes a launcher of the spec names it offers and a closure that starts one.
+pub fn launcher_fn<F, Fut>(
+    specs: impl IntoIterator<Item = impl Into<String>>,
+    start: F,
+) -> impl Launcher
+where
+    F: Fn(StartRun) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<SessionId, ApiError>> + Send + 'static,
+{
+    let mut specs: Vec<String> = specs.into_iter().map(Into::into).collect();
+    specs.sort();
+    FnLauncher {
+        specs,
+        start: move |run| -> StartFuture { Box::pin(start(run)) },
+    }
+}

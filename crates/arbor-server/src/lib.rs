@@ -1,0 +1,156 @@
+//! # arbor-server
+//!
+//! arbor's HTTP service: a small, strict, versioned API under `/v1` over the runtime and
+//! its store, for hosts in any language. Every failure answers in one JSON shape
+//! (`{"error": {"kind", "message", "field"?, "limit"?}}`, see [`ApiError`]); unknown JSON
+//! fields and query parameters are refused by name; bodies are capped; every id is scoped
+//! to its tenant, and another tenant's id gets the same 404 as an unknown one.
+//!
+//! The server owns the API, the tenant wall and the store's views. Starting a run from a
+//! named spec is its host's: a [`Launcher`] (`arbor serve` plugs in the CLI's; a Rust host
+//! may plug in a closure with [`launcher_fn`]).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use arbor_server::{Server, Tenants, launcher_fn, ApiError};
+//!
+//! # async fn host() -> std::io::Result<()> {
+//! let store: Arc<dyn arbor_store::Store> = Arc::new(arbor_store::MemoryStore::new());
+//! let launcher = launcher_fn(["hello"], |run| async move {
+//!     // Build the tree for `run.spec`, create its root with `meta.tenant = run.tenant`,
+//!     // start it in the background, and return the root's session id.
+//!     Err::<arbor_protocol::SessionId, _>(ApiError::not_found("spec"))
+//! });
+//! let server = Server::builder(store)
+//!     .launcher(launcher)
+//!     .tenants(Tenants::open())
+//!     .build();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7700").await?;
+//! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+//!
+//! The routes (see `GET /v1/openapi.json` for the whole document):
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness, Prometheus text |
+//! | `GET /v1/specs` | the specs this server can start |
+//! | `POST /v1/runs`, `GET /v1/runs/{id}` | start a root run; its status and tree |
+//! | `GET /v1/sessions/{id}` | one session, with both token totals |
+//! | `GET /v1/sessions/{id}/children` | its children, as `arbor ls --json` lists them |
+//! | `GET /v1/sessions/{id}/transcript` | its transcript, paged (`after`, `limit`) |
+
+mod api;
+mod app;
+mod auth;
+mod error;
+mod extract;
+mod launcher;
+mod metrics;
+mod openapi;
+mod state;
+mod views;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arbor_store::Store;
+
+pub use api::runs::MAX_TASK_BYTES;
+pub use api::sessions::MAX_PAGE;
+pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};
+pub use auth::{LOCAL_TENANT, Tenant, Tenants};
+pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
+pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
+pub use openapi::ApiDoc;
+pub use views::{
+    ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest, Totals,
+    TranscriptPage, TreeView, UsageView,
+};
+
+use crate::metrics::Metrics;
+use crate::state::AppState;
+
+/// A configured server. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Server {
+    state: AppState,
+}
+
+/// Builds a [`Server`].
+#[derive(Debug)]
+#[must_use]
+pub struct ServerBuilder {
+    store: Arc<dyn Store>,
+    launcher: Option<Arc<dyn Launcher>>,
+    tenants: Tenants,
+}
+
+impl ServerBuilder {
+    /// Who starts runs (without one, `POST /v1/runs` knows no spec).
+    pub fn launcher(mut self, launcher: impl Launcher) -> Self {
+        self.launcher = Some(Arc::new(launcher));
+        self
+    }
+
+    /// The tenants and their tokens (default: open, as [`LOCAL_TENANT`]).
+    pub fn tenants(mut self, tenants: Tenants) -> Self {
+        self.tenants = tenants;
+        self
+    }
+
+    /// The server.
+    pub fn build(self) -> Server {
+        Server {
+            state: AppState {
+                store: self.store,
+                launcher: self.launcher,
+                tenants: self.tenants,
+                metrics: Arc::new(Metrics::default()),
+                draining: Arc::new(AtomicBool::new(false)),
+            },
+        }
+    }
+}
+
+impl Server {
+    /// Starts building a server over `store`.
+    pub fn builder(store: Arc<dyn Store>) -> ServerBuilder {
+        ServerBuilder {
+            store,
+            launcher: None,
+            tenants: Tenants::open(),
+        }
+    }
+
+    /// The routes, to serve or to mount in a larger app.
+    pub fn router(&self) -> axum::Router {
+        app::router(self.state.clone())
+    }
+
+    /// Stops admitting new runs (`POST /v1/runs` and `/readyz` answer 503); requests in
+    /// flight finish.
+    pub fn drain(&self) {
+        self.state.draining.store(true, Ordering::Release);
+    }
+
+    /// Serves on `listener` until `shutdown` resolves; then drains (no new runs), lets the
+    /// requests in flight finish and returns.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let draining = self.state.draining.clone();
+        let app = self.router();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                draining.store(true, Ordering::Release);
+                tracing::info!("shutting down: no new runs; finishing the requests in flight");
+            })
+            .await
+    }
+}

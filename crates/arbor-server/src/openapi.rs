@@ -1,0 +1,65 @@
+//! `GET /v1/openapi.json`: the API described from the handlers' own types (utoipa).
+
+use axum::Json;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use crate::api;
+use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
+use crate::views::{
+    ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest, Totals,
+    TranscriptPage, TreeView, UsageView,
+};
+
+/// The document.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(title = "arbor", description = "Supervised recursive agent delegation: runs, trees, \
+        transcripts and approvals, for hosts in any language."),
+    paths(
+        api::health::healthz,
+        api::health::readyz,
+        api::health::metrics,
+        api::runs::specs,
+        api::runs::start,
+        api::runs::get,
+        api::sessions::get,
+        api::sessions::children,
+        api::sessions::transcript,
+        openapi_json,
+    ),
+    components(schemas(
+        ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
+        ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, SpecList,
+    )),
+    modifiers(&Bearer),
+    tags(
+        (name = "health", description = "Liveness, readiness, metrics"),
+        (name = "runs", description = "Root runs started from named specs"),
+        (name = "sessions", description = "Sessions, their children and transcripts"),
+    )
+)]
+pub struct ApiDoc;
+
+struct Bearer;
+
+impl utoipa::Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "health",
+    responses((status = 200, description = "The OpenAPI document", body = Object)))]
+pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

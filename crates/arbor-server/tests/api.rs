@@ -1,0 +1,325 @@
+//! The API driven as a real client would: a live server on an ephemeral loopback port, a
+//! real HTTP client, a real runtime running the trees (scripted model, in-memory store).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+
+use arbor_core::{Agent, RunOptions};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::SessionId;
+use arbor_server::{ApiError, ErrorKind, Server, StartRun, Tenants, launcher_fn};
+use arbor_store::{MemoryStore, Store};
+use serde_json::{Value, json};
+
+const ACME: &str = "acme-token-0123456789";
+const GLOBEX: &str = "globex-token-0123456789";
+
+/// Starts a run of a one-agent tree: its root record carries the tenant, the run goes on in
+/// the background.
+async fn start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionId, ApiError> {
+    let turns = vec![ScriptedTurn::text("first").with_usage(10, 5)];
+    let agent = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .build()
+        .map_err(ApiError::from)?;
+    let mut session = agent
+        .session()
+        .store(store)
+        .name("root")
+        .meta(json!({"tenant": run.tenant, "spec": run.spec}))
+        .create()
+        .await
+        .map_err(ApiError::from)?;
+    let id = session.id();
+    let task = run.task.unwrap_or_else(|| "the spec's task".to_owned());
+    tokio::spawn(async move {
+        let _ = session.run(task, RunOptions::default()).await;
+    });
+    Ok(id)
+}
+
+struct Live {
+    base: String,
+    http: reqwest::Client,
+    server: Server,
+    store: Arc<dyn Store>,
+}
+
+impl Live {
+    async fn new(tenants: Tenants) -> Self {
+        // reqwest is built without a TLS provider of its own; these calls are plain HTTP.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let for_launcher = store.clone();
+        let launcher = launcher_fn(["hello", "research"], move |run| {
+            start(for_launcher.clone(), run)
+        });
+        let server = Server::builder(store.clone())
+            .launcher(launcher)
+            .tenants(tenants)
+            .build();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let serving = server.clone();
+        tokio::spawn(async move {
+            serving
+                .serve(listener, std::future::pending())
+                .await
+                .unwrap();
+        });
+        Self {
+            base,
+            http: reqwest::Client::new(),
+            server,
+            store,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, token, None).await
+    }
+
+    async fn post(&self, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, token, Some(body))
+            .await
+    }
+
+    /// Waits until the run's root has finished.
+    async fn finished(&self, root: &str, token: Option<&str>) -> Value {
+        for _ in 0..200 {
+            let (status, run) = self.get(&format!("/v1/runs/{root}"), token).await;
+            assert_eq!(status, 200, "{run}");
+            if run["status"] != "running" && run["status"] != "idle" {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the run did not finish");
+    }
+}
+
+fn tenants() -> Tenants {
+    Tenants::from_env_value(&format!("acme={ACME},globex={GLOBEX}")).unwrap()
+}
+
+fn kind(body: &Value) -> &str {
+    body["error"]["kind"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_run_starts_from_a_named_spec_and_its_tree_transcript_and_children_read_back() {
+    let live = Live::new(Tenants::open()).await;
+    let (status, specs) = live.get("/v1/specs", None).await;
+    assert_eq!(
+        (status, &specs),
+        (200, &json!({"specs": ["hello", "research"]}))
+    );
+
+    let (status, run) = live
+        .post("/v1/runs", None, json!({"spec": "hello", "task": "say hi"}))
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    assert_eq!(run["tree"]["sessions"][0]["id"], root.as_str());
+
+    let run = live.finished(&root, None).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let usage = &run["tree"]["sessions"][0]["usage"];
+    assert_eq!(usage["own"]["total_tokens"], 15);
+    assert_eq!(usage["aggregate"]["total_tokens"], 15);
+
+    let (status, session) = live.get(&format!("/v1/sessions/{root}"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(session["name"], "root");
+    assert_eq!(session["parent_id"], Value::Null);
+    assert_eq!(session["deleted"], false);
+
+    let (status, children) = live
+        .get(&format!("/v1/sessions/{root}/children"), None)
+        .await;
+    assert_eq!((status, &children["children"]), (200, &json!([])));
+
+    // Paged: one entry at a time, each page pointing at the next.
+    let (status, first) = live
+        .get(&format!("/v1/sessions/{root}/transcript?limit=1"), None)
+        .await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(first["entries"][0]["seq"], 1);
+    let next = first["next_after"].as_u64().unwrap();
+    let (_, rest) = live
+        .get(
+            &format!("/v1/sessions/{root}/transcript?after={next}&limit=500"),
+            None,
+        )
+        .await;
+    let rest = rest["entries"].as_array().unwrap().clone();
+    assert!(!rest.is_empty());
+    assert_eq!(rest[0]["seq"], next + 1);
+    let whole = live
+        .store
+        .transcript(root.parse().unwrap(), 0, None)
+        .await
+        .unwrap();
+    assert_eq!(rest.len() + 1, whole.len());
+    let (_, last) = live
+        .get(
+            &format!("/v1/sessions/{root}/transcript?after={next}&limit=500"),
+            None,
+        )
+        .await;
+    assert_eq!(last["next_after"], Value::Null);
+}
+
+#[tokio::test]
+async fn bad_requests_name_the_field_in_one_error_shape() {
+    let live = Live::new(Tenants::open()).await;
+    let cases = [
+        (json!({"spec": "hello", "tools": ["rm"]}), "tools"),
+        (json!({"task": "x"}), "spec"),
+        (json!({"spec": "hello", "task": "  "}), "task"),
+        (json!({"spec": "hello", "model": ""}), "model"),
+        (json!({"spec": "hello", "task": 3}), ""),
+    ];
+    for (body, field) in cases {
+        let (status, e) = live.post("/v1/runs", None, body.clone()).await;
+        assert_eq!(status, 400, "{body} -> {e}");
+        assert_eq!(kind(&e), "validation", "{e}");
+        if !field.is_empty() {
+            assert_eq!(e["error"]["field"], field, "{body} -> {e}");
+        }
+        assert!(e["error"]["message"].as_str().unwrap().len() > 5, "{e}");
+    }
+    // An unknown spec is a 404, like an unknown id.
+    let (status, e) = live.post("/v1/runs", None, json!({"spec": "nope"})).await;
+    assert_eq!((status, kind(&e)), (404, "not_found"));
+    assert_eq!(e["error"]["message"], "Unknown spec");
+    // A body over the cap.
+    let big = "x".repeat(arbor_server::MAX_BODY_BYTES + 1);
+    let (status, e) = live
+        .post("/v1/runs", None, json!({"spec": "hello", "task": big}))
+        .await;
+    assert_eq!((status, kind(&e)), (413, "too_large"), "{e}");
+    // Not JSON.
+    let resp = live
+        .http
+        .post(format!("{}/v1/runs", live.base))
+        .body("spec=hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(kind(&e), "validation");
+    // Query parameters: out of range, unknown.
+    let (_, run) = live.post("/v1/runs", None, json!({"spec": "hello"})).await;
+    let root = run["root_id"].as_str().unwrap();
+    let (status, e) = live
+        .get(&format!("/v1/sessions/{root}/transcript?limit=0"), None)
+        .await;
+    assert_eq!(
+        (status, &e["error"]["field"]),
+        (400, &json!("limit")),
+        "{e}"
+    );
+    let (status, e) = live
+        .get(&format!("/v1/sessions/{root}/transcript?page=2"), None)
+        .await;
+    assert_eq!((status, &e["error"]["field"]), (400, &json!("page")), "{e}");
+    // Unknown routes and methods answer in the same shape.
+    let (status, e) = live.get("/v1/nothing", None).await;
+    assert_eq!((status, kind(&e)), (404, "not_found"));
+    let (status, e) = live.get("/v1/runs", None).await;
+    assert_eq!((status, kind(&e)), (405, "method_not_allowed"));
+    // A malformed id is just unknown.
+    let (status, e) = live.get("/v1/sessions/not-an-id", None).await;
+    assert_eq!((status, kind(&e)), (404, "not_found"));
+}
+
+#[tokio::test]
+async fn another_tenants_ids_answer_exactly_as_unknown_ones() {
+    let live = Live::new(tenants()).await;
+    let (status, e) = live.get("/v1/specs", None).await;
+    assert_eq!((status, kind(&e)), (401, "unauthorized"));
+    let (status, e) = live.get("/v1/specs", Some("wrong-token-0123456789")).await;
+    assert_eq!((status, kind(&e)), (401, "unauthorized"));
+
+    let (status, run) = live
+        .post("/v1/runs", Some(ACME), json!({"spec": "hello"}))
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    live.finished(&root, Some(ACME)).await;
+    let unknown = SessionId::new().to_string();
+    for path in [
+        "/v1/runs/{}",
+        "/v1/sessions/{}",
+        "/v1/sessions/{}/children",
+        "/v1/sessions/{}/transcript",
+    ] {
+        let foreign = live.get(&path.replace("{}", &root), Some(GLOBEX)).await;
+        let missing = live.get(&path.replace("{}", &unknown), Some(GLOBEX)).await;
+        assert_eq!(foreign.0, 404, "{path}: {:?}", foreign.1);
+        assert_eq!(foreign, missing, "{path}");
+        let own = live.get(&path.replace("{}", &root), Some(ACME)).await;
+        assert_eq!(own.0, 200, "{path}: {:?}", own.1);
+    }
+}
+
+#[tokio::test]
+async fn health_metrics_openapi_and_draining() {
+    let live = Live::new(Tenants::open()).await;
+    assert_eq!(live.get("/healthz", None).await, (200, json!("ok")));
+    assert_eq!(live.get("/readyz", None).await, (200, json!("ready")));
+    let (_, run) = live.post("/v1/runs", None, json!({"spec": "hello"})).await;
+    live.finished(run["root_id"].as_str().unwrap(), None).await;
+    let (status, text) = live.get("/metrics", None).await;
+    assert_eq!(status, 200);
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("arbor_runs{status=\"succeeded\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("arbor_live_children 0"), "{text}");
+    assert!(text.contains("arbor_runs_started_total 1"), "{text}");
+
+    let (status, doc) = live.get("/v1/openapi.json", None).await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in [
+        "/v1/runs",
+        "/v1/runs/{id}",
+        "/v1/sessions/{id}/transcript",
+        "/healthz",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    assert!(doc["components"]["schemas"]["ApiError"].is_object());
+
+    live.server.drain();
+    let (status, e) = live.post("/v1/runs", None, json!({"spec": "hello"})).await;
+    assert_eq!((status, kind(&e)), (503, "unavailable"));
+    assert_eq!(live.get("/readyz", None).await.0, 503);
+    assert_eq!(ErrorKind::Unavailable.status().as_u16(), 503);
+}
