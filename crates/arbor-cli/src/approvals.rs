@@ -14,51 +14,14 @@ use crate::inspect::{open, session_id};
 use crate::report::{suspension_json, suspension_text};
 use crate::{answers, output};
 
-/// What waits for a decision at `id`: its own suspended run, then the suspended runs below it
-/// that nobody awaits (message-mode children that stopped on a call), each decided on its
-/// own run; their calls' paths are made relative to `id`, like those a run carries up.
+/// What waits for a decision at `id` (see [`arbor_core::supervisor::waiting_at`]).
 pub(crate) async fn waiting_at(
     store: &dyn arbor_store::Store,
     id: SessionId,
 ) -> Result<Vec<Suspension>, Fail> {
-    let mut all = approval::suspensions(store, id).await.map_err(Fail::core)?;
-    let detached = arbor_core::supervisor::detached_suspensions(store, id)
+    arbor_core::supervisor::waiting_at(store, id)
         .await
-        .map_err(Fail::core)?;
-    if detached.is_empty() {
-        return Ok(all);
-    }
-    let path_of = |meta: &Value| -> Vec<String> {
-        meta["path"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let base = match store.session(id).await {
-        Ok(Some(r)) => path_of(&r.meta),
-        _ => Vec::new(),
-    };
-    for mut s in detached {
-        let below = match store.session(s.session_id).await {
-            Ok(Some(r)) => path_of(&r.meta),
-            _ => Vec::new(),
-        };
-        let relative: Vec<String> = below
-            .strip_prefix(base.as_slice())
-            .unwrap_or(below.as_slice())
-            .to_vec();
-        for p in &mut s.pending {
-            let mut full = relative.clone();
-            full.append(&mut p.path);
-            p.path = full;
-        }
-        all.push(s);
-    }
-    Ok(all)
+        .map_err(Fail::core)
 }
 
 /// `arbor approvals SESSION`.

@@ -84,7 +84,7 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
 
 /// Resumes, together, the decided suspended runs of children nobody awaits; says which
 /// were resumed, how each ended, and which still wait for decisions.
-async fn resume_children(
+pub(crate) async fn resume_children(
     sup: &arbor_core::supervisor::Supervisor,
     store: &dyn arbor_store::Store,
     ready: &[Suspension],

@@ -61,6 +61,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
         store: store.clone(),
         runs: runs.clone(),
         tracker: tracker.clone(),
+        running: Arc::default(),
     };
     let names = launcher.specs();
     let server = Server::builder(store)
@@ -192,6 +193,44 @@ struct SpecLauncher {
     /// Cancelled at shutdown: every run ends.
     runs: CancellationToken,
     tracker: TaskTracker,
+    /// The roots whose runs this process is running now: a resume of one is refused.
+    running: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+}
+
+/// Holds a root in [`SpecLauncher::running`] while its run goes on.
+struct Running {
+    set: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+    root: SessionId,
+}
+
+impl Running {
+    /// Claims `root`, or `None` if this process runs it already.
+    fn claim(
+        set: &Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+        root: SessionId,
+    ) -> Option<Self> {
+        let fresh = set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(root);
+        fresh.then(|| Self {
+            set: set.clone(),
+            root,
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.root);
+    }
+}
+
+fn conflict(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::Conflict, message)
 }
 
 #[async_trait]
@@ -223,9 +262,11 @@ impl Launcher for SpecLauncher {
             .map_err(|f| ApiError::internal(&f.message))?;
         let id = session.id();
         let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
+        let claim = Running::claim(&self.running, id);
         let task = run.task.unwrap_or_else(|| prepared.spec.task.clone());
         self.tracker.spawn(async move {
             let _lease = lease;
+            let _claim = claim;
             if let Some(sup) = &built.supervisor {
                 sup.attach(&mut session);
             }
@@ -235,6 +276,80 @@ impl Launcher for SpecLauncher {
             }
         });
         Ok(id)
+    }
+
+    async fn resume(&self, root: SessionId) -> Result<(), ApiError> {
+        self.resume_tree(root).await
+    }
+}
+
+impl SpecLauncher {
+    async fn resume_tree(&self, id: SessionId) -> Result<(), ApiError> {
+        let store = &self.store;
+        let claim = Running::claim(&self.running, id)
+            .ok_or_else(|| conflict("The run is still going: nothing to resume yet"))?;
+        let root = arbor_core::registry::session(store.as_ref(), id).await?;
+        let spec = crate::spec::Spec::from_definition(&root.meta["definition"])
+            .map_err(|e| ApiError::internal(&e))?
+            .ok_or_else(|| conflict("The run keeps no definition to rebuild its agents from"))?;
+        owner::not_run_elsewhere(&root).map_err(|f| conflict(f.message))?;
+        arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), id).await?;
+        let own = arbor_core::approval::suspensions(store.as_ref(), id)
+            .await?
+            .into_iter()
+            .next();
+        let (ready, undecided): (Vec<_>, Vec<_>) =
+            arbor_core::supervisor::detached_suspensions(store.as_ref(), id)
+                .await?
+                .into_iter()
+                .partition(|s| s.pending.is_empty());
+        match &own {
+            Some(w) if !w.pending.is_empty() => {
+                return Err(conflict(format!(
+                    "{} call(s) still wait for a decision: decide them first",
+                    w.pending.len()
+                )));
+            }
+            None if ready.is_empty() && !undecided.is_empty() => {
+                let calls: usize = undecided.iter().map(|s| s.pending.len()).sum();
+                return Err(conflict(format!(
+                    "{calls} call(s) below the root still wait for a decision: decide them first"
+                )));
+            }
+            None if ready.is_empty() => {
+                return Err(conflict("Nothing waits for a decision: nothing to resume"));
+            }
+            _ => {}
+        }
+        let token = self.runs.child_token();
+        let lease = owner::take_over(store, &root, &token)
+            .await
+            .map_err(|f| conflict(f.message))?;
+        let built = crate::tree::build(&spec, store.clone(), token.clone())?;
+        let mut session = built.root.open_session(store.clone(), id).await?;
+        let store = store.clone();
+        self.tracker.spawn(async move {
+            let (_lease, _claim) = (lease, claim);
+            if let Some(sup) = &built.supervisor {
+                sup.attach(&mut session);
+                crate::resume::resume_children(sup, store.as_ref(), &ready, &undecided).await;
+            }
+            let start = match own {
+                Some(w) => Start::Resume(w.run_id),
+                None if !session.inbox().is_empty() => Start::Inbox,
+                None => {
+                    if let Some(sup) = &built.supervisor {
+                        sup.shutdown().await;
+                    }
+                    return;
+                }
+            };
+            match run_tree(&built, &mut session, start, &token).await {
+                Ok(r) => tracing::info!(root = %id, status = ?r.status, "resumed run ended"),
+                Err(e) => tracing::warn!(root = %id, "resumed run failed: {e}"),
+            }
+        });
+        Ok(())
     }
 }
 

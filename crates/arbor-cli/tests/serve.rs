@@ -211,3 +211,192 @@ async fn a_spec_that_does_not_pass_its_checks_is_not_offered_and_the_server_says
         served.early
     );
 }
+
+const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http.request(method, url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        assert!(started.elapsed() < Duration::from_secs(30), "never {want}");
+        let (_, run) = call(
+            http,
+            reqwest::Method::GET,
+            format!("{base}/v1/runs/{root}"),
+            None,
+        )
+        .await;
+        if run["status"] == want {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The tool results of `session`'s transcript (what its calls returned).
+async fn tool_results(http: &reqwest::Client, base: &str, session: &str) -> Vec<String> {
+    let (_, page) = call(
+        http,
+        reqwest::Method::GET,
+        format!("{base}/v1/sessions/{session}/transcript?limit=500"),
+        None,
+    )
+    .await;
+    page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_its_call_once() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::copy(APPROVALS, dir.path().join("specs/approvals.toml")).unwrap();
+    let served = serve(dir.path(), &[]);
+    let (base, http) = (served.base.clone(), client());
+
+    let (status, run) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs"),
+        Some(json!({"spec": "approvals"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    let run = status_becomes(&http, &base, &root, "suspended").await;
+    let publisher = run["tree"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "publisher")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let (status, waiting) = call(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/approvals"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let pending = &waiting["suspensions"][0]["pending"];
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{waiting}");
+    assert_eq!(pending[0]["tool"], "echo");
+    assert_eq!(pending[0]["path"], json!(["publisher"]));
+    assert_eq!(
+        pending[0]["arguments"],
+        json!({"text": "published v1.2 release notes"})
+    );
+    let id = pending[0]["id"].as_str().unwrap().to_owned();
+
+    // Undecided: the resume is refused, nothing runs.
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"]["kind"].as_str()),
+        (409, Some("conflict")),
+        "{e}"
+    );
+    // A forged id: the one unknown-approval answer.
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/approvals"),
+        Some(json!({"decisions": [{"id": "sub_0000", "verdict": "allow_once"}]})),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"]["message"].as_str()),
+        (404, Some("Unknown approval"))
+    );
+    // A verdict that does not exist names its field.
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/approvals"),
+        Some(json!({"decisions": [{"id": id, "verdict": "maybe"}]})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+
+    let (status, left) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/approvals"),
+        Some(
+            json!({"decisions": [{"id": id, "verdict": "allow_once", "reason": "ok to publish"}]}),
+        ),
+    )
+    .await;
+    assert_eq!((status, &left["pending"]), (200, &json!([])), "{left}");
+    assert!(
+        tool_results(&http, &base, &publisher).await.is_empty(),
+        "deciding runs nothing"
+    );
+    // Decided already: the same unknown-approval answer.
+    let (status, _) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/approvals"),
+        Some(json!({"decisions": [{"id": id, "verdict": "allow_once"}]})),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    let (status, resumed) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &resumed["status"]),
+        (202, &json!("resuming")),
+        "{resumed}"
+    );
+    status_becomes(&http, &base, &root, "succeeded").await;
+    assert_eq!(
+        tool_results(&http, &base, &publisher).await,
+        ["published v1.2 release notes"],
+        "the approved call ran exactly once"
+    );
+    // Over: nothing waits, a second resume runs nothing.
+    let (status, _) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert_eq!(tool_results(&http, &base, &publisher).await.len(), 1);
+}

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
-use crate::api::{MAX_BODY_BYTES, REQUEST_TIMEOUT, health, runs, sessions};
+use crate::api::{MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, runs, sessions};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -22,9 +22,15 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/specs", get(runs::specs))
         .route("/v1/runs", post(runs::start))
         .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/runs/{id}/resume", post(approvals::resume))
+        .route(
+            "/v1/sessions/{id}/approvals",
+            get(approvals::list).post(approvals::decide),
+        )
         .route("/v1/sessions/{id}", get(sessions::get))
         .route("/v1/sessions/{id}/children", get(sessions::children))
         .route("/v1/sessions/{id}/transcript", get(sessions::transcript))
+        .route("/v1/sessions/{id}/events", get(events::stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

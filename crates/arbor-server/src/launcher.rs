@@ -38,6 +38,17 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
     /// An unknown spec is a `not_found` error; a bad override a `validation` error naming
     /// its field.
     async fn start(&self, run: StartRun) -> Result<SessionId, ApiError>;
+
+    /// Lets the tree of `root` go on with its decisions (the server checked the tenant and
+    /// that it is a root); returns once the resume has started. A tree with calls still
+    /// undecided, or with nothing to resume, is a `conflict`. By default: not supported.
+    async fn resume(&self, root: SessionId) -> Result<(), ApiError> {
+        let _ = root;
+        Err(ApiError::new(
+            crate::error::ErrorKind::Conflict,
+            "This server's launcher cannot resume runs",
+        ))
+    }
 }
 
 type StartFuture = Pin<Box<dyn Future<Output = Result<SessionId, ApiError>> + Send>>;

@@ -40,6 +40,9 @@
 //! | `GET /v1/sessions/{id}` | one session, with both token totals |
 //! | `GET /v1/sessions/{id}/children` | its children, as `arbor ls --json` lists them |
 //! | `GET /v1/sessions/{id}/transcript` | its transcript, paged (`after`, `limit`) |
+//! | `GET /v1/sessions/{id}/events` | its entries and status changes over SSE, resumable (`Last-Event-ID`) |
+//! | `GET`, `POST /v1/sessions/{id}/approvals` | what waits for a decision there; decide |
+//! | `POST /v1/runs/{id}/resume` | let the tree go on with its decisions |
 
 mod api;
 mod app;
@@ -58,6 +61,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arbor_store::Store;
 
+pub use api::approvals::{
+    ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
+    VerdictInput,
+};
 pub use api::runs::MAX_TASK_BYTES;
 pub use api::sessions::MAX_PAGE;
 pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};

@@ -5,6 +5,10 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::api;
+use crate::api::approvals::{
+    ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
+    VerdictInput,
+};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
     ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest, Totals,
@@ -26,17 +30,24 @@ use crate::views::{
         api::sessions::get,
         api::sessions::children,
         api::sessions::transcript,
+        api::events::stream,
+        api::approvals::list,
+        api::approvals::decide,
+        api::approvals::resume,
         openapi_json,
     ),
     components(schemas(
         ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
         ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, SpecList,
+        PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
+        ResumeView,
     )),
     modifiers(&Bearer),
     tags(
         (name = "health", description = "Liveness, readiness, metrics"),
         (name = "runs", description = "Root runs started from named specs"),
         (name = "sessions", description = "Sessions, their children and transcripts"),
+        (name = "approvals", description = "Calls waiting for a person's decision, and resuming"),
     )
 )]
 pub struct ApiDoc;

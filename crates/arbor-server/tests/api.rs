@@ -323,3 +323,176 @@ async fn health_metrics_openapi_and_draining() {
     assert_eq!(live.get("/readyz", None).await.0, 503);
     assert_eq!(ErrorKind::Unavailable.status().as_u16(), 503);
 }
+
+/// One SSE event: its id (if any), its type and its data.
+#[derive(Debug, Clone, PartialEq)]
+struct Sse {
+    id: Option<u64>,
+    event: String,
+    data: Value,
+}
+
+/// Reads events from `resp` until `enough` says stop (or 10 s pass).
+async fn read_sse(resp: reqwest::Response, enough: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+    use futures::StreamExt;
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !enough(&out) {
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .expect("the stream stalled")
+            .expect("the stream ended")
+            .unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = Some(v.trim().parse().unwrap());
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            if !data.is_empty() {
+                out.push(Sse {
+                    id,
+                    event,
+                    data: serde_json::from_str(&data).unwrap(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn entries(events: &[Sse]) -> Vec<u64> {
+    events.iter().filter_map(|e| e.id).collect()
+}
+
+/// A run slow enough to be watched live: three turns, each 150 ms.
+async fn slow_start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionId, ApiError> {
+    let slow = |t: &str| ScriptedTurn::text(t).with_delay(std::time::Duration::from_millis(150));
+    let agent = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(vec![slow("one")])))
+        .build()
+        .map_err(ApiError::from)?;
+    let mut session = agent
+        .session()
+        .store(store)
+        .name("root")
+        .meta(json!({"tenant": run.tenant}))
+        .create()
+        .await
+        .map_err(ApiError::from)?;
+    let id = session.id();
+    tokio::spawn(async move {
+        for task in ["a", "b", "c"] {
+            let _ = session.run(task, RunOptions::default()).await;
+        }
+    });
+    Ok(id)
+}
+
+#[tokio::test]
+async fn events_stream_live_and_a_reconnect_with_last_event_id_loses_and_repeats_nothing() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let for_launcher = store.clone();
+    let server = Server::builder(store.clone())
+        .launcher(launcher_fn(["slow"], move |run| {
+            slow_start(for_launcher.clone(), run)
+        }))
+        .tenants(tenants())
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(ACME)
+        .json(&json!({"spec": "slow"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    let url = format!("{base}/v1/sessions/{root}/events");
+
+    // Live: read the first three entries while the run is still going, then drop.
+    let resp = http.get(&url).bearer_auth(ACME).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let first = read_sse(resp, |e| entries(e).len() >= 3).await;
+    let seen = entries(&first);
+    assert_eq!(seen[..3], [1, 2, 3], "{first:?}");
+    assert!(first.iter().any(|e| e.event == "status" && e.id.is_none()));
+    let last = seen[seen.len() - 1];
+
+    // Reconnect after `last`; read until the whole transcript (three runs) has come.
+    let total = || async {
+        loop {
+            let rows = store
+                .transcript(root.parse().unwrap(), 0, None)
+                .await
+                .unwrap();
+            let record = store.session(root.parse().unwrap()).await.unwrap().unwrap();
+            let runs = rows
+                .iter()
+                .filter(|r| serde_json::to_value(r).unwrap()["kind"] == "run_finished")
+                .count();
+            if runs == 3 && record.status != arbor_protocol::SessionStatus::Running {
+                return rows.len() as u64;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    let resp = http
+        .get(&url)
+        .bearer_auth(ACME)
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    let n = total().await;
+    let rest = read_sse(resp, |e| entries(e).last().copied() == Some(n)).await;
+    let mut all = seen.clone();
+    all.extend(entries(&rest));
+    assert_eq!(all, (1..=n).collect::<Vec<_>>(), "no gap, no repeat");
+    // Each entry's data is the entry itself.
+    let third = first.iter().find(|e| e.id == Some(3)).unwrap();
+    assert_eq!(third.data["seq"], 3);
+    assert_eq!(third.event, third.data["kind"].as_str().unwrap());
+
+    // `?since=` does the same; a bad Last-Event-ID names the header; another tenant gets 404.
+    let resp = http
+        .get(format!("{url}?since={}", n - 1))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    let tail = read_sse(resp, |e| !entries(e).is_empty()).await;
+    assert_eq!(entries(&tail), [n]);
+    let bad = http
+        .get(&url)
+        .bearer_auth(ACME)
+        .header("Last-Event-ID", "x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let e: Value = bad.json().await.unwrap();
+    assert_eq!(e["error"]["field"], "Last-Event-ID");
+    let foreign = http.get(&url).bearer_auth(GLOBEX).send().await.unwrap();
+    assert_eq!(foreign.status().as_u16(), 404);
+}

@@ -2,6 +2,8 @@
 //! [`runs`] (`/v1/specs`, `/v1/runs`), [`sessions`] (`/v1/sessions/...`). The routes that
 //! mount them are in [`crate::app`].
 
+pub(crate) mod approvals;
+pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod runs;
 pub(crate) mod sessions;

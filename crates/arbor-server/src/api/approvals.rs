@@ -1,0 +1,269 @@
+//! Approvals at a session: what waits for a decision there (`GET
+//! /v1/sessions/{id}/approvals`: its own suspended run and the runs below it that nobody
+//! awaits, each call with its id, path, tool and arguments), deciding (`POST
+//! /v1/sessions/{id}/approvals`: allow or reject, once or for the run, with a reason), and
+//! letting the tree go on (`POST /v1/runs/{id}/resume`). Deciding records the decisions
+//! only; nothing runs until the resume, and an approved call runs exactly once.
+
+use arbor_core::approval::{self, MAX_REASON_BYTES};
+use arbor_protocol::{ApprovalDecision, Verdict};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::extract::Body;
+use crate::state::AppState;
+
+/// One call waiting for a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct PendingView {
+    /// What a decision names (`apr_…` for the run's own calls, `sub_…` for a child's).
+    pub id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments, as the model wrote them.
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+    /// The call's id in the run that made it.
+    pub call_id: String,
+    /// Child ids from the session down to the run that made the call (empty: its own).
+    pub path: Vec<String>,
+}
+
+/// One suspended run and what it waits on.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SuspensionView {
+    /// The run.
+    pub run_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// The checkpoint version the decisions are taken against.
+    pub version: u64,
+    /// The calls still undecided, in call order.
+    pub pending: Vec<PendingView>,
+}
+
+impl From<&arbor_core::Suspension> for SuspensionView {
+    fn from(s: &arbor_core::Suspension) -> Self {
+        Self {
+            run_id: s.run_id.to_string(),
+            session_id: s.session_id.to_string(),
+            version: s.version,
+            pending: s
+                .pending
+                .iter()
+                .map(|p| PendingView {
+                    id: p.id.clone(),
+                    tool: p.tool.clone(),
+                    arguments: p.arguments.clone(),
+                    call_id: p.call_id.clone(),
+                    path: p.path.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What waits at a session.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ApprovalsView {
+    /// The session.
+    pub session_id: String,
+    /// Its suspended run first, then those below it nobody awaits.
+    pub suspensions: Vec<SuspensionView>,
+}
+
+/// What a decision does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictInput {
+    /// Run this call.
+    AllowOnce,
+    /// Run it and every later call of the same tool on the same path in this run.
+    AllowForRun,
+    /// Do not run it; the model reads the rejection.
+    RejectOnce,
+    /// Reject it and every later call of the same tool on the same path in this run.
+    RejectForRun,
+}
+
+/// One decision.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionInput {
+    /// The pending call's id.
+    pub id: String,
+    /// What to do with it.
+    pub verdict: VerdictInput,
+    /// Why (the model reads it for a rejection; at most 2048 bytes).
+    pub reason: Option<String>,
+}
+
+/// Decisions on calls waiting at a session.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideRequest {
+    /// One or more decisions, all on calls of one suspended run.
+    pub decisions: Vec<DecisionInput>,
+}
+
+/// What waits for a decision at a session.
+#[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
+    params(("id" = String, Path, description = "The session (a root, usually)")),
+    responses(
+        (status = 200, body = ApprovalsView),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError)))]
+pub(crate) async fn list(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ApprovalsView>> {
+    let record = state.visible(&tenant, &id).await?;
+    let all = arbor_core::supervisor::waiting_at(state.store.as_ref(), record.id).await?;
+    Ok(Json(ApprovalsView {
+        session_id: record.id.to_string(),
+        suspensions: all.iter().map(SuspensionView::from).collect(),
+    }))
+}
+
+/// Records decisions (nothing runs until `POST /v1/runs/{id}/resume`); answers with what
+/// still waits on that run.
+#[utoipa::path(post, path = "/v1/sessions/{id}/approvals", tag = "approvals",
+    request_body = DecideRequest,
+    params(("id" = String, Path, description = "The session the calls wait at")),
+    responses(
+        (status = 200, description = "Recorded; what still waits on the run", body = SuspensionView),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or not pending (decided already)", body = ApiError),
+        (status = 409, description = "Decided meanwhile by someone else: read and decide again", body = ApiError)))]
+pub(crate) async fn decide(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<DecideRequest>,
+) -> ApiResult<Json<SuspensionView>> {
+    if req.decisions.is_empty() {
+        return Err(ApiError::field(
+            "decisions",
+            "decisions must hold at least one decision",
+        ));
+    }
+    for (i, d) in req.decisions.iter().enumerate() {
+        if d.reason
+            .as_ref()
+            .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+        {
+            return Err(ApiError::field(
+                format!("decisions[{i}].reason"),
+                format!("a decision's reason is at most {MAX_REASON_BYTES} bytes"),
+            ));
+        }
+    }
+    let record = state.visible(&tenant, &id).await?;
+    let all = arbor_core::supervisor::waiting_at(state.store.as_ref(), record.id).await?;
+    let holder = |wanted: &str| {
+        all.iter()
+            .find(|s| s.pending.iter().any(|p| p.id == wanted))
+    };
+    // Every id must be pending, and all on one run: an unknown, forged or decided id gets
+    // the one unknown-approval answer.
+    let Some(target) = holder(&req.decisions[0].id) else {
+        return Err(ApiError::not_found("approval"));
+    };
+    for d in &req.decisions {
+        match holder(&d.id) {
+            Some(s) if s.run_id == target.run_id => {}
+            Some(_) => {
+                return Err(ApiError::field(
+                    "decisions",
+                    "decisions in one request must all be on calls of one run",
+                ));
+            }
+            None => return Err(ApiError::not_found("approval")),
+        }
+    }
+    let decisions: Vec<ApprovalDecision> = req
+        .decisions
+        .iter()
+        .map(|d| ApprovalDecision {
+            id: d.id.clone(),
+            verdict: match d.verdict {
+                VerdictInput::AllowOnce => Verdict::AllowOnce,
+                VerdictInput::AllowForRun => Verdict::AllowForRun,
+                VerdictInput::RejectOnce => Verdict::RejectOnce,
+                VerdictInput::RejectForRun => Verdict::RejectForRun,
+            },
+            reason: d.reason.clone(),
+        })
+        .collect();
+    let left = approval::decide(
+        state.store.as_ref(),
+        target.run_id,
+        target.version,
+        &decisions,
+    )
+    .await
+    .map_err(|e| {
+        if e.kind() == arbor_core::CoreErrorKind::Denied
+            && e.deny_reason() != Some(arbor_core::DenyReason::Unknown)
+        {
+            ApiError::new(ErrorKind::Conflict, e.to_string())
+        } else {
+            ApiError::from(e)
+        }
+    })?;
+    Ok(Json(SuspensionView::from(&left)))
+}
+
+/// A resume was started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ResumeView {
+    /// The root.
+    pub root_id: String,
+    /// `resuming`: the tree goes on in the background (follow `GET /v1/runs/{id}`).
+    pub status: String,
+}
+
+/// Lets a tree go on with its decisions: the root's suspended run and the decided runs
+/// below it that nobody awaits. The approved calls run exactly once.
+#[utoipa::path(post, path = "/v1/runs/{id}/resume", tag = "approvals",
+    params(("id" = String, Path, description = "The root session")),
+    responses(
+        (status = 202, description = "Resuming", body = ResumeView),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or not a root", body = ApiError),
+        (status = 409, description = "Calls still wait for a decision, nothing waits, or another process runs the tree", body = ApiError),
+        (status = 503, body = ApiError)))]
+pub(crate) async fn resume(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<ResumeView>)> {
+    if state.draining() {
+        return Err(ApiError::new(
+            ErrorKind::Unavailable,
+            "The server is shutting down",
+        ));
+    }
+    let root = state.visible(&tenant, &id).await?;
+    if root.parent_id.is_some() {
+        return Err(ApiError::not_found("run"));
+    }
+    let launcher = state
+        .launcher
+        .as_ref()
+        .ok_or_else(|| ApiError::new(ErrorKind::Conflict, "This server cannot resume runs"))?;
+    launcher.resume(root.id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ResumeView {
+            root_id: root.id.to_string(),
+            status: "resuming".to_owned(),
+        }),
+    ))
+}

@@ -1,0 +1,144 @@
+//! A session's events over SSE (`GET /v1/sessions/{id}/events`): every transcript entry, in
+//! order, as `event: <its type>`, `id: <its sequence number>`, `data: <the entry as JSON>`;
+//! and `event: status` (no id) whenever the session's status changes. The store is the
+//! source, so a reconnect with `Last-Event-ID` (or `?since=`) replays exactly what was
+//! missed: no event is lost or sent twice, whichever process wrote it, and a slow client
+//! only falls behind, never past a gap.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::{SessionId, SessionStatus, TranscriptEntry};
+use arbor_store::Store;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::Params;
+use crate::state::AppState;
+
+/// How often the store is read for new entries.
+const POLL: Duration = Duration::from_millis(100);
+/// Entries read from the store at once.
+const BATCH: usize = 200;
+
+/// Where a stream starts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SinceQuery {
+    /// Replay the entries after this sequence number (default 0: all of them). A
+    /// `Last-Event-ID` header wins over it.
+    since: Option<u64>,
+}
+
+struct Cursor {
+    store: Arc<dyn Store>,
+    session: SessionId,
+    after: u64,
+    status: Option<SessionStatus>,
+    queued: VecDeque<Event>,
+}
+
+fn entry_event(entry: &TranscriptEntry) -> Event {
+    let data = serde_json::to_string(entry).unwrap_or_default();
+    let kind = serde_json::to_value(entry)
+        .ok()
+        .and_then(|v| v["kind"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "entry".to_owned());
+    Event::default()
+        .id(entry.seq.to_string())
+        .event(kind)
+        .data(data)
+}
+
+impl Cursor {
+    /// The next event: queued first, else what the store has since, else waits a poll.
+    async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
+        loop {
+            if let Some(event) = self.queued.pop_front() {
+                return Some((Ok(event), self));
+            }
+            match self
+                .store
+                .transcript(self.session, self.after, Some(BATCH))
+                .await
+            {
+                Ok(entries) => {
+                    for e in &entries {
+                        self.after = e.seq;
+                        self.queued.push_back(entry_event(e));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session = %self.session, "event stream: the store failed: {e}");
+                    return None;
+                }
+            }
+            if let Ok(Some(record)) = self.store.session(self.session).await
+                && self.status != Some(record.status)
+            {
+                self.status = Some(record.status);
+                let word = serde_json::to_value(record.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                self.queued.push_back(
+                    Event::default()
+                        .event("status")
+                        .data(serde_json::json!({"status": word}).to_string()),
+                );
+            }
+            if self.queued.is_empty() {
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
+
+/// A session's transcript entries and status changes, live, resumable.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions",
+    params(("id" = String, Path, description = "The session"), SinceQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this entry")),
+    responses(
+        (status = 200, description = "`text/event-stream`: `id` = the entry's sequence number", content_type = "text/event-stream", body = String),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError)))]
+pub(crate) async fn stream(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Params(q): Params<SinceQuery>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let record = state.visible(&tenant, &id).await?;
+    let after = match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                ApiError::field(
+                    "Last-Event-ID",
+                    "Last-Event-ID must be an event's id (a number)",
+                )
+            })?,
+        None => q.since.unwrap_or(0),
+    };
+    let cursor = Cursor {
+        store: state.store.clone(),
+        session: record.id,
+        after,
+        status: None,
+        queued: VecDeque::new(),
+    };
+    let events = futures::stream::unfold(cursor, Cursor::next);
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
