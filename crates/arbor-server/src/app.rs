@@ -8,7 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
-use crate::api::{MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, runs, sessions};
+use crate::api::{
+    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, runs, sessions, tree,
+};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -20,7 +22,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/v1/openapi.json", get(crate::openapi::openapi_json))
         .route("/v1/specs", get(runs::specs))
-        .route("/v1/runs", post(runs::start))
+        .route("/v1/runs", post(runs::start).get(tree::list))
+        .route("/v1/runs/{id}/events", get(tree::stream))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/runs/{id}/resume", post(approvals::resume))
         .route(

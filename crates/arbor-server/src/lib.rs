@@ -36,7 +36,8 @@
 //! | --- | --- |
 //! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness, Prometheus text |
 //! | `GET /v1/specs` | the specs this server can start |
-//! | `POST /v1/runs`, `GET /v1/runs/{id}` | start a root run; its status and tree |
+//! | `POST /v1/runs`, `GET /v1/runs`, `GET /v1/runs/{id}` | start a root run; the tenant's runs; one's status and tree |
+//! | `GET /v1/runs/{id}/events` | whole-tree snapshots over SSE, on every change |
 //! | `GET /v1/sessions/{id}` | one session, with both token totals |
 //! | `GET /v1/sessions/{id}/children` | its children, as `arbor ls --json` lists them |
 //! | `GET /v1/sessions/{id}/transcript` | its transcript, paged (`after`, `limit`) |
@@ -67,6 +68,7 @@ pub use api::approvals::{
 };
 pub use api::runs::MAX_TASK_BYTES;
 pub use api::sessions::MAX_PAGE;
+pub use api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};
 pub use auth::{LOCAL_TENANT, Tenant, Tenants};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};

@@ -9,6 +9,7 @@ use crate::api::approvals::{
     ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
     VerdictInput,
 };
+use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
     ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest, Totals,
@@ -27,6 +28,8 @@ use crate::views::{
         api::runs::specs,
         api::runs::start,
         api::runs::get,
+        api::tree::list,
+        api::tree::stream,
         api::sessions::get,
         api::sessions::children,
         api::sessions::transcript,
@@ -40,7 +43,7 @@ use crate::views::{
         ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
         ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, SpecList,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
-        ResumeView,
+        ResumeView, NodeView, TreeSnapshot, RunSummary, RunList,
     )),
     modifiers(&Bearer),
     tags(

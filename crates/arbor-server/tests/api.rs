@@ -250,7 +250,9 @@ async fn bad_requests_name_the_field_in_one_error_shape() {
     // Unknown routes and methods answer in the same shape.
     let (status, e) = live.get("/v1/nothing", None).await;
     assert_eq!((status, kind(&e)), (404, "not_found"));
-    let (status, e) = live.get("/v1/runs", None).await;
+    let (status, e) = live
+        .call(reqwest::Method::DELETE, "/v1/runs", None, None)
+        .await;
     assert_eq!((status, kind(&e)), (405, "method_not_allowed"));
     // A malformed id is just unknown.
     let (status, e) = live.get("/v1/sessions/not-an-id", None).await;
@@ -327,7 +329,7 @@ async fn health_metrics_openapi_and_draining() {
 /// One SSE event: its id (if any), its type and its data.
 #[derive(Debug, Clone, PartialEq)]
 struct Sse {
-    id: Option<u64>,
+    id: Option<String>,
     event: String,
     data: Value,
 }
@@ -351,7 +353,7 @@ async fn read_sse(resp: reqwest::Response, enough: impl Fn(&[Sse]) -> bool) -> V
             let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
             for line in block.lines() {
                 if let Some(v) = line.strip_prefix("id:") {
-                    id = Some(v.trim().parse().unwrap());
+                    id = Some(v.trim().to_owned());
                 } else if let Some(v) = line.strip_prefix("event:") {
                     event = v.trim().to_owned();
                 } else if let Some(v) = line.strip_prefix("data:") {
@@ -371,7 +373,10 @@ async fn read_sse(resp: reqwest::Response, enough: impl Fn(&[Sse]) -> bool) -> V
 }
 
 fn entries(events: &[Sse]) -> Vec<u64> {
-    events.iter().filter_map(|e| e.id).collect()
+    events
+        .iter()
+        .filter_map(|e| e.id.as_deref().map(|i| i.parse().unwrap()))
+        .collect()
 }
 
 /// A run slow enough to be watched live: three turns, each 150 ms.
@@ -470,7 +475,7 @@ async fn events_stream_live_and_a_reconnect_with_last_event_id_loses_and_repeats
     all.extend(entries(&rest));
     assert_eq!(all, (1..=n).collect::<Vec<_>>(), "no gap, no repeat");
     // Each entry's data is the entry itself.
-    let third = first.iter().find(|e| e.id == Some(3)).unwrap();
+    let third = first.iter().find(|e| e.id.as_deref() == Some("3")).unwrap();
     assert_eq!(third.data["seq"], 3);
     assert_eq!(third.event, third.data["kind"].as_str().unwrap());
 
@@ -494,5 +499,75 @@ async fn events_stream_live_and_a_reconnect_with_last_event_id_loses_and_repeats
     let e: Value = bad.json().await.unwrap();
     assert_eq!(e["error"]["field"], "Last-Event-ID");
     let foreign = http.get(&url).bearer_auth(GLOBEX).send().await.unwrap();
+    assert_eq!(foreign.status().as_u16(), 404);
+}
+
+#[tokio::test]
+async fn the_tree_stream_sends_a_snapshot_at_once_and_again_only_on_change() {
+    let live = Live::new(tenants()).await;
+    let (_, run) = live
+        .post(
+            "/v1/runs",
+            Some(ACME),
+            json!({"spec": "hello", "task": "say  hi\nplease"}),
+        )
+        .await;
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    live.finished(&root, Some(ACME)).await;
+
+    let (status, runs) = live.get("/v1/runs", Some(ACME)).await;
+    assert_eq!(status, 200);
+    assert_eq!(runs["runs"][0]["id"], root.as_str());
+    assert_eq!(runs["runs"][0]["headline"], "say hi please");
+    let (_, others) = live.get("/v1/runs", Some(GLOBEX)).await;
+    assert_eq!(others["runs"], json!([]));
+
+    let url = format!("{}/v1/runs/{root}/events", live.base);
+    let resp = live.http.get(&url).bearer_auth(ACME).send().await.unwrap();
+    let first = read_sse(resp, |e| !e.is_empty()).await;
+    assert_eq!(first[0].event, "tree");
+    let snap = &first[0].data;
+    assert_eq!(snap["root_id"], root.as_str());
+    assert_eq!(snap["nodes"][0]["status"], "succeeded");
+    assert_eq!(snap["nodes"][0]["headline"], "say hi please");
+    assert_eq!(snap["nodes"][0]["usage"]["aggregate"]["total_tokens"], 15);
+    assert_eq!(snap["approvals"], json!([]));
+    let fingerprint = snap["fingerprint"].as_str().unwrap().to_owned();
+    // Reconnecting with the fingerprint seen: nothing changed, nothing is sent.
+    let resp = live
+        .http
+        .get(&url)
+        .bearer_auth(ACME)
+        .header("Last-Event-ID", &fingerprint)
+        .send()
+        .await
+        .unwrap();
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(600), async {
+        use futures::StreamExt;
+        resp.bytes_stream().next().await
+    })
+    .await;
+    assert!(
+        quiet.is_err(),
+        "a snapshot was sent though nothing changed: {quiet:?}"
+    );
+    // A stale fingerprint gets the current snapshot at once.
+    let resp = live
+        .http
+        .get(&url)
+        .bearer_auth(ACME)
+        .header("Last-Event-ID", "0.0.0.0")
+        .send()
+        .await
+        .unwrap();
+    let again = read_sse(resp, |e| !e.is_empty()).await;
+    assert_eq!(again[0].id.as_deref(), Some(fingerprint.as_str()));
+    let foreign = live
+        .http
+        .get(&url)
+        .bearer_auth(GLOBEX)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(foreign.status().as_u16(), 404);
 }

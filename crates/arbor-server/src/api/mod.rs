@@ -7,6 +7,7 @@ pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod runs;
 pub(crate) mod sessions;
+pub(crate) mod tree;
 
 use std::time::Duration;
 

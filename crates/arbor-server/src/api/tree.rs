@@ -1,0 +1,222 @@
+//! The live tree of a run, for people and thin clients: `GET /v1/runs` (this tenant's runs,
+//! newest first) and `GET /v1/runs/{id}/events`, an SSE stream of whole-tree snapshots
+//! (`event: tree`): every session with its state, headline (its task), both token totals,
+//! model and times, and every call waiting for a decision. A snapshot is sent at once, then
+//! whenever anything in the tree changes. Its `id` is the tree's fingerprint (the sessions'
+//! and the waiting checkpoints' versions): a reconnect with `Last-Event-ID` gets a snapshot
+//! at once if anything changed meanwhile, so a client that reconnects never misses a state.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_protocol::{EntryKind, Message, SessionId};
+use arbor_store::{SessionQuery, SessionRecord, Store};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::api::approvals::SuspensionView;
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult};
+use crate::state::{AppState, tenant_of_root};
+use crate::views::SessionView;
+
+/// How often the store is read for changes.
+const POLL: Duration = Duration::from_millis(200);
+/// The longest headline, in characters.
+const HEADLINE_CHARS: usize = 120;
+
+/// One node of a tree snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct NodeView {
+    /// The session.
+    #[serde(flatten)]
+    pub session: SessionView,
+    /// Its task, in one line.
+    pub headline: String,
+    /// The catalog entry a child was built from.
+    pub child_id: Option<String>,
+    /// How its parent takes its result (`sync`, `async`, `message`).
+    pub mode: Option<String>,
+}
+
+/// A whole tree at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct TreeSnapshot {
+    /// The root.
+    pub root_id: String,
+    /// What changes whenever anything in the tree changes (the event's id).
+    pub fingerprint: String,
+    /// Every session, in tree order (parents first).
+    pub nodes: Vec<NodeView>,
+    /// What waits for a decision at the root: its run and the runs below nobody awaits.
+    pub approvals: Vec<SuspensionView>,
+}
+
+/// One run in a list.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct RunSummary {
+    /// The root session.
+    #[serde(flatten)]
+    pub root: SessionView,
+    /// Its task, in one line.
+    pub headline: String,
+}
+
+/// This tenant's runs.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct RunList {
+    /// Newest first.
+    pub runs: Vec<RunSummary>,
+}
+
+fn one_line(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= HEADLINE_CHARS {
+        return flat;
+    }
+    let cut: String = flat.chars().take(HEADLINE_CHARS - 1).collect();
+    format!("{cut}…")
+}
+
+/// The task a session was given: its first user message.
+async fn task_of(store: &dyn Store, id: SessionId) -> String {
+    let Ok(entries) = store.transcript(id, 0, Some(8)).await else {
+        return String::new();
+    };
+    entries
+        .iter()
+        .find_map(|e| match &e.kind {
+            EntryKind::Message {
+                message: Message::User { content },
+            } => Some(one_line(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// This tenant's runs, newest first.
+#[utoipa::path(get, path = "/v1/runs", tag = "runs",
+    responses((status = 200, body = RunList), (status = 401, body = ApiError)))]
+pub(crate) async fn list(
+    tenant: Tenant,
+    State(state): State<AppState>,
+) -> ApiResult<Json<RunList>> {
+    let mut roots: Vec<SessionRecord> = state
+        .store
+        .list_sessions(SessionQuery::Roots)
+        .await?
+        .into_iter()
+        .filter(|r| tenant_of_root(r) == tenant.0)
+        .collect();
+    roots.sort_by_key(|r| std::cmp::Reverse(r.created_at));
+    let mut runs = Vec::with_capacity(roots.len());
+    for r in &roots {
+        runs.push(RunSummary {
+            root: SessionView::from(r),
+            headline: task_of(state.store.as_ref(), r.id).await,
+        });
+    }
+    Ok(Json(RunList { runs }))
+}
+
+struct Watcher {
+    store: Arc<dyn Store>,
+    root: SessionId,
+    last: Option<String>,
+    headlines: HashMap<SessionId, String>,
+}
+
+impl Watcher {
+    async fn snapshot(&mut self) -> Result<TreeSnapshot, ApiError> {
+        let sessions = self
+            .store
+            .list_sessions(SessionQuery::Tree(self.root))
+            .await?;
+        let waiting = arbor_core::supervisor::waiting_at(self.store.as_ref(), self.root).await?;
+        let versions: u64 = sessions.iter().map(|s| s.version).sum();
+        let decided: u64 = waiting.iter().map(|w| w.version).sum();
+        let pending: usize = waiting.iter().map(|w| w.pending.len()).sum();
+        let fingerprint = format!("{}.{versions}.{decided}.{pending}", sessions.len());
+        let mut nodes = Vec::with_capacity(sessions.len());
+        for s in &sessions {
+            let headline = match self.headlines.get(&s.id) {
+                Some(h) if !h.is_empty() => h.clone(),
+                _ => {
+                    let h = task_of(self.store.as_ref(), s.id).await;
+                    self.headlines.insert(s.id, h.clone());
+                    h
+                }
+            };
+            nodes.push(NodeView {
+                session: SessionView::from(s),
+                headline,
+                child_id: s.meta["child_id"].as_str().map(str::to_owned),
+                mode: s.meta["mode"].as_str().map(str::to_owned),
+            });
+        }
+        Ok(TreeSnapshot {
+            root_id: self.root.to_string(),
+            fingerprint,
+            nodes,
+            approvals: waiting.iter().map(SuspensionView::from).collect(),
+        })
+    }
+
+    async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
+        loop {
+            match self.snapshot().await {
+                Ok(snap) if self.last.as_deref() != Some(snap.fingerprint.as_str()) => {
+                    self.last = Some(snap.fingerprint.clone());
+                    let event = Event::default()
+                        .id(snap.fingerprint.clone())
+                        .event("tree")
+                        .data(serde_json::to_string(&snap).unwrap_or_default());
+                    return Some((Ok(event), self));
+                }
+                Ok(_) => tokio::time::sleep(POLL).await,
+                Err(e) => {
+                    tracing::warn!(root = %self.root, "tree stream: {e}");
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Whole-tree snapshots of a run, at once and on every change.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "The root session"),
+        ("Last-Event-ID" = Option<String>, Header, description = "The fingerprint last seen")),
+    responses(
+        (status = 200, description = "`text/event-stream` of `tree` events, each a TreeSnapshot", content_type = "text/event-stream", body = TreeSnapshot),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or not a root", body = ApiError)))]
+pub(crate) async fn stream(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let root = state.visible(&tenant, &id).await?;
+    if root.parent_id.is_some() {
+        return Err(ApiError::not_found("run"));
+    }
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let watcher = Watcher {
+        store: state.store.clone(),
+        root: root.id,
+        last,
+        headlines: HashMap::new(),
+    };
+    Ok(Sse::new(futures::stream::unfold(watcher, Watcher::next)).keep_alive(KeepAlive::default()))
+}
