@@ -193,39 +193,56 @@ struct SpecLauncher {
     /// Cancelled at shutdown: every run ends.
     runs: CancellationToken,
     tracker: TaskTracker,
-    /// The roots whose runs this process is running now: a resume of one is refused.
-    running: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+    /// The trees this process runs now, by root: a resume of one is refused, and a cancel
+    /// reaches its runs.
+    running: Trees,
+}
+
+/// A tree running in this process: its run's token and its supervisor (once built).
+#[derive(Debug, Clone, Default)]
+struct LiveTree {
+    token: Option<CancellationToken>,
+    supervisor: Option<arbor_core::supervisor::Supervisor>,
+}
+
+type Trees = Arc<std::sync::Mutex<std::collections::HashMap<SessionId, LiveTree>>>;
+
+fn trees(t: &Trees) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionId, LiveTree>> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Holds a root in [`SpecLauncher::running`] while its run goes on.
 struct Running {
-    set: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+    set: Trees,
     root: SessionId,
 }
 
 impl Running {
     /// Claims `root`, or `None` if this process runs it already.
-    fn claim(
-        set: &Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
-        root: SessionId,
-    ) -> Option<Self> {
-        let fresh = set
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(root);
-        fresh.then(|| Self {
+    fn claim(set: &Trees, root: SessionId) -> Option<Self> {
+        let mut map = trees(set);
+        if map.contains_key(&root) {
+            return None;
+        }
+        map.insert(root, LiveTree::default());
+        Some(Self {
             set: set.clone(),
             root,
         })
+    }
+
+    /// Records what a cancel needs.
+    fn live(&self, token: &CancellationToken, built: &crate::tree::Built) {
+        if let Some(t) = trees(&self.set).get_mut(&self.root) {
+            t.token = Some(token.clone());
+            t.supervisor = built.supervisor.clone();
+        }
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.root);
+        trees(&self.set).remove(&self.root);
     }
 }
 
@@ -263,6 +280,9 @@ impl Launcher for SpecLauncher {
         let id = session.id();
         let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
         let claim = Running::claim(&self.running, id);
+        if let Some(c) = &claim {
+            c.live(&token, &built);
+        }
         let task = run.task.unwrap_or_else(|| prepared.spec.task.clone());
         self.tracker.spawn(async move {
             let _lease = lease;
@@ -280,6 +300,20 @@ impl Launcher for SpecLauncher {
 
     async fn resume(&self, root: SessionId) -> Result<(), ApiError> {
         self.resume_tree(root).await
+    }
+
+    async fn cancel(&self, root: SessionId, session: SessionId) -> Result<bool, ApiError> {
+        let Some(tree) = trees(&self.running).get(&root).cloned() else {
+            return Ok(false);
+        };
+        if session == root {
+            return Ok(tree.token.is_some_and(|t| {
+                let running = !t.is_cancelled();
+                t.cancel();
+                running
+            }));
+        }
+        Ok(tree.supervisor.is_some_and(|s| s.cancel_session(session)))
     }
 }
 
@@ -327,6 +361,7 @@ impl SpecLauncher {
             .map_err(|f| conflict(f.message))?;
         let built = crate::tree::build(&spec, store.clone(), token.clone())?;
         let mut session = built.root.open_session(store.clone(), id).await?;
+        claim.live(&token, &built);
         let store = store.clone();
         self.tracker.spawn(async move {
             let (_lease, _claim) = (lease, claim);

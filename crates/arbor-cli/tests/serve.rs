@@ -400,3 +400,92 @@ async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_i
     assert_eq!(status, 409);
     assert_eq!(tool_results(&http, &base, &publisher).await.len(), 1);
 }
+
+/// A root that delegates to a child whose one turn takes a minute.
+const SLOW: &str = r#"
+task = "wait for the slow child"
+root = "root"
+
+[agents.root]
+children = ["slow"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "slow", name = "slow", input = "take your time" } }]
+[[agents.root.turns]]
+text = "done"
+
+[agents.slow]
+[[agents.slow.turns]]
+delay_ms = 60000
+text = "finally"
+"#;
+
+#[tokio::test]
+async fn a_running_child_is_cancelled_over_http_and_its_tree_goes_on() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/slow.toml"), SLOW).unwrap();
+    let served = serve(dir.path(), &[]);
+    let (base, http) = (served.base.clone(), client());
+    let (status, run) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs"),
+        Some(json!({"spec": "slow"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    // Wait until the child runs.
+    let started = Instant::now();
+    let child = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the child never ran"
+        );
+        let (_, kids) = call(
+            &http,
+            Method::GET,
+            format!("{base}/v1/sessions/{root}/children"),
+            None,
+        )
+        .await;
+        if kids["children"][0]["status"] == "running" {
+            break kids["children"][0]["session_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (status, c) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{child}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &c["status"]), (202, &json!("cancelling")), "{c}");
+    // The child ends aborted; its parent reads the failed call and answers.
+    let run = status_becomes(&http, &base, &root, "succeeded").await;
+    let slow = run["tree"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "slow")
+        .unwrap();
+    assert_eq!(slow["status"], "aborted", "{run}");
+    // Nothing runs now: a cancel is a conflict.
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{child}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"]["kind"].as_str()),
+        (409, Some("conflict")),
+        "{e}"
+    );
+}

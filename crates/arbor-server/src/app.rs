@@ -34,6 +34,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/children", get(sessions::children))
         .route("/v1/sessions/{id}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{id}/events", get(events::stream))
+        .route("/v1/sessions/{id}/cancel", post(sessions::cancel))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

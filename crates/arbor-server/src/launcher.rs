@@ -49,6 +49,14 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
             "This server's launcher cannot resume runs",
         ))
     }
+
+    /// Cancels the run of `session` (in the tree of `root`) if this process runs it: the
+    /// root's run cancels the whole tree; a child's ends it and its task-lifetime
+    /// descendants. `Ok(false)` when no run of it goes on here. By default: nothing runs.
+    async fn cancel(&self, root: SessionId, session: SessionId) -> Result<bool, ApiError> {
+        let _ = (root, session);
+        Ok(false)
+    }
 }
 
 type StartFuture = Pin<Box<dyn Future<Output = Result<SessionId, ApiError>> + Send>>;

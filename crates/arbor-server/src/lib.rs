@@ -42,6 +42,7 @@
 //! | `GET /v1/sessions/{id}/children` | its children, as `arbor ls --json` lists them |
 //! | `GET /v1/sessions/{id}/transcript` | its transcript, paged (`after`, `limit`) |
 //! | `GET /v1/sessions/{id}/events` | its entries and status changes over SSE, resumable (`Last-Event-ID`) |
+//! | `POST /v1/sessions/{id}/cancel` | cancel a session's run going on in this server |
 //! | `GET`, `POST /v1/sessions/{id}/approvals` | what waits for a decision there; decide |
 //! | `POST /v1/runs/{id}/resume` | let the tree go on with its decisions |
 
@@ -75,8 +76,8 @@ pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use openapi::ApiDoc;
 pub use views::{
-    ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest, Totals,
-    TranscriptPage, TreeView, UsageView,
+    CancelView, ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest,
+    Totals, TranscriptPage, TreeView, UsageView,
 };
 
 use crate::metrics::Metrics;

@@ -12,8 +12,8 @@ use crate::api::approvals::{
 use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
-    ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest, Totals,
-    TranscriptPage, TreeView, UsageView,
+    CancelView, ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest,
+    Totals, TranscriptPage, TreeView, UsageView,
 };
 
 /// The document.
@@ -33,6 +33,7 @@ use crate::views::{
         api::sessions::get,
         api::sessions::children,
         api::sessions::transcript,
+        api::sessions::cancel,
         api::events::stream,
         api::approvals::list,
         api::approvals::decide,
@@ -41,7 +42,7 @@ use crate::views::{
     ),
     components(schemas(
         ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
-        ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, SpecList,
+        ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList,
     )),

@@ -213,6 +213,15 @@ pub struct RunView {
     pub tree: TreeView,
 }
 
+/// A cancel under way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CancelView {
+    /// The session.
+    pub session_id: String,
+    /// `cancelling`: it ends `aborted` (follow `GET /v1/sessions/{id}`).
+    pub status: String,
+}
+
 /// The specs a server can start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct SpecList {

@@ -422,3 +422,48 @@ async fn cancelling_the_session_token_closes_the_event_stream_after_the_terminal
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_host_cancels_one_childs_run_by_its_session() {
+    let slow = Agent::builder("slow")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "late",
+        )
+        .with_delay(std::time::Duration::from_secs(30))])))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("slow", slow))
+        .build()
+        .unwrap();
+    let handle = sup
+        .delegate_async(DelegationRequest::new("slow", "wait"))
+        .await
+        .unwrap();
+    // Not yet running (or already): wait until its run is in flight.
+    let mut cancelled = false;
+    for _ in 0..200 {
+        if sup.cancel_session(handle.session_id) {
+            cancelled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(cancelled, "its run never started");
+    // The delegation ends with one terminal report: a cancelled run.
+    let e = sup
+        .wait(&handle.delegation_id, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "Delegation cancelled");
+    let record = sup
+        .store()
+        .session(handle.session_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, arbor_protocol::SessionStatus::Aborted);
+    assert!(record.tombstone.is_none(), "cancelled, not deleted");
+    // Nothing runs now: a second cancel says so.
+    assert!(!sup.cancel_session(handle.session_id));
+}

@@ -11,7 +11,7 @@ use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Params;
 use crate::state::AppState;
-use crate::views::{ChildrenView, SessionView, TranscriptPage};
+use crate::views::{CancelView, ChildrenView, SessionView, TranscriptPage};
 
 /// The most transcript entries one page holds.
 pub const MAX_PAGE: u32 = 500;
@@ -99,4 +99,38 @@ pub(crate) async fn transcript(
         entries,
         next_after,
     }))
+}
+
+/// Cancels the run of a session going on in this server: a root's run ends with its whole
+/// tree; a child's ends with its task-lifetime descendants. The session stays.
+#[utoipa::path(post, path = "/v1/sessions/{id}/cancel", tag = "sessions",
+    params(("id" = String, Path, description = "The session")),
+    responses(
+        (status = 202, description = "Cancelling", body = CancelView),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError),
+        (status = 409, description = "No run of it goes on in this server", body = ApiError)))]
+pub(crate) async fn cancel(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<(axum::http::StatusCode, Json<CancelView>)> {
+    let record = state.visible(&tenant, &id).await?;
+    let cancelled = match &state.launcher {
+        Some(l) => l.cancel(record.root_id, record.id).await?,
+        None => false,
+    };
+    if !cancelled {
+        return Err(ApiError::new(
+            crate::error::ErrorKind::Conflict,
+            "No run of this session goes on in this server: nothing to cancel",
+        ));
+    }
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(CancelView {
+            session_id: record.id.to_string(),
+            status: "cancelling".to_owned(),
+        }),
+    ))
 }

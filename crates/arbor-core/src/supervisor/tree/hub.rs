@@ -140,6 +140,23 @@ impl Hub {
         }
     }
 
+    /// Cancels the run of `id` in flight, if one is (its task-lifetime descendants end with
+    /// it); `false` when none is.
+    pub(crate) fn cancel_run(&self, id: SessionId) -> bool {
+        let state = self.lock();
+        match state.live.get(&id) {
+            Some(Live {
+                running: true,
+                token: Some(token),
+                ..
+            }) => {
+                token.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Claims `id` for a follow-up run: `true` when it is registered, idle and not the
     /// host's, and is now marked running.
     pub(crate) fn claim_idle(&self, id: SessionId) -> bool {

@@ -184,6 +184,14 @@ impl Supervisor {
         self.live().hub().len()
     }
 
+    /// Cancels the run of the child session `id` in flight in this process: it ends
+    /// `aborted` with one terminal report, and its task-lifetime descendants end with it. The
+    /// session stays (a message starts a new run of a retained child). `false` when no run
+    /// of it is in flight here.
+    pub fn cancel_session(&self, id: SessionId) -> bool {
+        self.live().hub().cancel_run(id)
+    }
+
     /// Closes `id`: cancels the runs of its live descendants (nothing keeps running
     /// unwatched) and refuses new children under it or them. Returns the descendants
     /// closed.
