@@ -17,6 +17,9 @@ use crate::state::AppState;
 /// Every route, with the body cap, the timeout and the request counters.
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(crate::web::index))
+        .route("/app.js", get(crate::web::script))
+        .route("/app.css", get(crate::web::style))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

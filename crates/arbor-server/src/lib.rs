@@ -34,6 +34,7 @@
 //!
 //! | route | what |
 //! | --- | --- |
+//! | `GET /` | the web view: the live tree of a run, approvals, cancel, transcripts |
 //! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness, Prometheus text |
 //! | `GET /v1/specs` | the specs this server can start |
 //! | `POST /v1/runs`, `GET /v1/runs`, `GET /v1/runs/{id}` | start a root run; the tenant's runs; one's status and tree |
@@ -56,6 +57,7 @@ mod metrics;
 mod openapi;
 mod state;
 mod views;
+mod web;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -120,6 +122,7 @@ impl ServerBuilder {
                 tenants: self.tenants,
                 metrics: Arc::new(Metrics::default()),
                 draining: Arc::new(AtomicBool::new(false)),
+                closing: tokio_util::sync::CancellationToken::new(),
             },
         }
     }
@@ -146,19 +149,21 @@ impl Server {
         self.state.draining.store(true, Ordering::Release);
     }
 
-    /// Serves on `listener` until `shutdown` resolves; then drains (no new runs), lets the
-    /// requests in flight finish and returns.
+    /// Serves on `listener` until `shutdown` resolves; then drains (no new runs), ends the
+    /// event streams, lets the other requests in flight finish and returns.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let draining = self.state.draining.clone();
+        let closing = self.state.closing.clone();
         let app = self.router();
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 draining.store(true, Ordering::Release);
+                closing.cancel();
                 tracing::info!("shutting down: no new runs; finishing the requests in flight");
             })
             .await

@@ -22,6 +22,9 @@ pub struct AppState {
     pub(crate) tenants: Tenants,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) draining: Arc<AtomicBool>,
+    /// Cancelled when the server shuts down: event streams end, so their connections close
+    /// and the shutdown does not wait on them.
+    pub(crate) closing: tokio_util::sync::CancellationToken,
 }
 
 impl FromRef<AppState> for Tenants {

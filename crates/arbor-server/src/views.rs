@@ -48,7 +48,6 @@ pub struct Totals {
 
 /// One session of a tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct SessionView {
     /// The session.
     pub id: String,

@@ -140,5 +140,6 @@ pub(crate) async fn stream(
         queued: VecDeque::new(),
     };
     let events = futures::stream::unfold(cursor, Cursor::next);
+    let events = futures::StreamExt::take_until(events, state.closing.clone().cancelled_owned());
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }

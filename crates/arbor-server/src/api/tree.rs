@@ -218,5 +218,9 @@ pub(crate) async fn stream(
         last,
         headlines: HashMap::new(),
     };
-    Ok(Sse::new(futures::stream::unfold(watcher, Watcher::next)).keep_alive(KeepAlive::default()))
+    let events = futures::StreamExt::take_until(
+        futures::stream::unfold(watcher, Watcher::next),
+        state.closing.clone().cancelled_owned(),
+    );
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The service's clients, as real users run them: the web view in Debian's chromium driven by
+# Playwright (tests/web/view_test.py), and Schemathesis against /v1/openapi.json
+# (tests/web/schema_test.sh). Installs what they need, idempotently: chromium by apt (once
+# per machine), Playwright and Schemathesis by pip into a venv under the CI cache (kept
+# between runs). Expects `cargo test` to have built target/debug/arbor.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache="${ARBOR_CI_CACHE:-${XDG_CACHE_HOME:-${HOME:-$PWD/.ci}/.cache}/arbor}"
+venv="$cache/web-venv"
+playwright_version=1.65.2
+schemathesis_version=4.32.5
+t0=$SECONDS
+
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "web: installing Debian's chromium (once per machine)"
+    if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+want="playwright==$playwright_version schemathesis==$schemathesis_version"
+if ! "$venv/bin/python" -m pip freeze 2>/dev/null | grep -qx "playwright==$playwright_version" ||
+   ! "$venv/bin/python" -m pip freeze 2>/dev/null | grep -qx "schemathesis==$schemathesis_version"; then
+    echo "web: installing $want into $venv"
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install -q $want
+fi
+echo "web: tools ready in $((SECONDS - t0)) s"
+
+if [ ! -x target/debug/arbor ]; then
+    cargo build -q -p arbor-cli --locked
+fi
+artifacts=target/web-artifacts
+mkdir -p "$artifacts"
+timeout 180 "$venv/bin/python" tests/web/view_test.py \
+    --arbor target/debug/arbor --spec examples/approvals.toml --out "$artifacts"
+timeout 300 bash tests/web/schema_test.sh "$venv" target/debug/arbor
+echo "web: done in $((SECONDS - t0)) s"

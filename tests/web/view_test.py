@@ -1,0 +1,154 @@
+"""The web view in a real browser: Debian's chromium driven by Playwright.
+
+Starts `arbor serve` on a scripted tree whose child waits for approval, opens `/`, sees the
+pending approval on top, clicks Approve, and sees the tree go to Done with the totals the API
+reports; then stops the server, sees the view say it is reconnecting, starts the server again
+on the same port and store, and sees the view go live again without a reload. Saves
+screenshots under the artifacts directory.
+
+Usage: python view_test.py --arbor PATH --spec PATH --out DIR
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from playwright.sync_api import expect, sync_playwright
+
+
+def start(arbor, workdir, port=0):
+    proc = subprocess.Popen(
+        [arbor, "serve", "--listen", f"127.0.0.1:{port}", "--specs", "specs", "--store", "a.db"],
+        cwd=workdir,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in ("ARBOR_TOKENS", "ARBOR_LOG")},
+    )
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise SystemExit("arbor serve did not start")
+
+
+def call(base, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        req.add_header("content-type", "application/json")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def until(what, check, seconds=20):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def main():
+    args = argparse.ArgumentParser()
+    args.add_argument("--arbor", required=True)
+    args.add_argument("--spec", required=True)
+    args.add_argument("--out", required=True)
+    a = args.parse_args()
+    a.arbor = os.path.abspath(a.arbor)
+    os.makedirs(a.out, exist_ok=True)
+    browser_path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser_path:
+        raise SystemExit("chromium is not installed (see .ci/web.sh)")
+
+    work = tempfile.mkdtemp(prefix="arbor-web-")
+    os.makedirs(os.path.join(work, "specs"))
+    shutil.copy(a.spec, os.path.join(work, "specs", "approvals.toml"))
+    server, base = start(a.arbor, work)
+    port = int(base.rsplit(":", 1)[1])
+    checks = 0
+    try:
+        run = call(base, "POST", "/v1/runs", {"spec": "approvals"})
+        root = run["root_id"]
+        until("the child to wait for approval",
+              lambda: call(base, "GET", f"/v1/runs/{root}")["status"] == "suspended")
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=browser_path,
+                                        args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{base}/#run={root}")
+
+            card = page.get_by_test_id("approval")
+            expect(card).to_have_count(1)
+            expect(card).to_contain_text("echo")
+            expect(card).to_contain_text("publisher")
+            expect(card).to_contain_text("published v1.2 release notes")
+            expect(page.get_by_test_id("run-status")).to_have_text("Needs input")
+            expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+            checks += 5
+            page.screenshot(path=os.path.join(a.out, "view-needs-input.png"), full_page=True)
+
+            page.get_by_test_id("approve").click()
+            expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+            expect(page.get_by_test_id("approval")).to_have_count(0)
+            publisher = page.locator("[data-testid=node][data-name=publisher]")
+            expect(publisher).to_have_attribute("data-state", "done")
+            checks += 3
+            done = call(base, "GET", f"/v1/runs/{root}")
+            assert done["status"] == "succeeded", done
+            total = done["tree"]["sessions"][0]["usage"]["aggregate"]["total_tokens"]
+            expect(page.get_by_test_id("tree-tokens")).to_have_text(f"{total:,}")
+            checks += 2
+            page.screenshot(path=os.path.join(a.out, "view-done.png"), full_page=True)
+
+            # The transcript drawer shows what the approved call returned, once.
+            publisher.click()
+            drawer = page.locator("#transcript")
+            expect(drawer).to_contain_text("published v1.2 release notes")
+            results = page.locator("#transcript li", has_text="tool: published v1.2 release notes")
+            expect(results).to_have_count(1)
+            checks += 2
+
+            # The server goes away and comes back: the view reconnects without a reload.
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=20) == 0
+            expect(page.locator("#conn")).to_have_attribute("data-state", "reconnecting", timeout=10000)
+            server, base = start(a.arbor, work, port)
+            expect(page.locator("#conn")).to_have_attribute("data-state", "live", timeout=15000)
+            expect(page.get_by_test_id("run-status")).to_have_text("Done")
+            checks += 3
+            assert not errors, errors
+            checks += 1
+            page.screenshot(path=os.path.join(a.out, "view.png"), full_page=True)
+            browser.close()
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"web view: {checks} checks passed; screenshots in {a.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
