@@ -1,5 +1,6 @@
 //! The app: every route mounted on its handler, with the body cap, the timeout, the JSON
-//! answers for unknown routes and methods, and the request counters.
+//! answers for unknown routes and methods, the request counters and a `tracing` span per
+//! request.
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -7,6 +8,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::api::{
     MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, runs, sessions, tree,
@@ -46,6 +48,8 @@ pub(crate) fn router(state: AppState) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), count))
+        // One `tracing` span per request (method, path, status, latency).
+        .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
 
