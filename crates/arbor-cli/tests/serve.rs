@@ -265,34 +265,46 @@ async fn tool_results(http: &reqwest::Client, base: &str, session: &str) -> Vec<
         .collect()
 }
 
-#[tokio::test]
-async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_its_call_once() {
-    use reqwest::Method;
+/// A server over a fresh directory whose `specs/NAME.toml` holds `text`.
+fn serving(name: &str, text: &str) -> (tempfile::TempDir, Served) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("specs")).unwrap();
-    std::fs::copy(APPROVALS, dir.path().join("specs/approvals.toml")).unwrap();
+    std::fs::write(dir.path().join(format!("specs/{name}.toml")), text).unwrap();
     let served = serve(dir.path(), &[]);
-    let (base, http) = (served.base.clone(), client());
+    (dir, served)
+}
 
+/// Starts a run of `spec`; its root's id.
+async fn start_run(http: &reqwest::Client, base: &str, spec: &str) -> String {
     let (status, run) = call(
-        &http,
-        Method::POST,
+        http,
+        reqwest::Method::POST,
         format!("{base}/v1/runs"),
-        Some(json!({"spec": "approvals"})),
+        Some(json!({"spec": spec})),
     )
     .await;
     assert_eq!(status, 201, "{run}");
-    let root = run["root_id"].as_str().unwrap().to_owned();
-    let run = status_becomes(&http, &base, &root, "suspended").await;
-    let publisher = run["tree"]["sessions"]
+    run["root_id"].as_str().unwrap().to_owned()
+}
+
+/// The session named `name` in a run's tree.
+fn node<'a>(run: &'a Value, name: &str) -> &'a Value {
+    run["tree"]["sessions"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["name"] == "publisher")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {run}"))
+}
+
+#[tokio::test]
+async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_its_call_once() {
+    use reqwest::Method;
+    let (_dir, served) = serving("approvals", &std::fs::read_to_string(APPROVALS).unwrap());
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "approvals").await;
+    let run = status_becomes(&http, &base, &root, "suspended").await;
+    let publisher = node(&run, "publisher")["id"].as_str().unwrap().to_owned();
 
     let (status, waiting) = call(
         &http,
@@ -422,20 +434,9 @@ text = "finally"
 #[tokio::test]
 async fn a_running_child_is_cancelled_over_http_and_its_tree_goes_on() {
     use reqwest::Method;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("specs")).unwrap();
-    std::fs::write(dir.path().join("specs/slow.toml"), SLOW).unwrap();
-    let served = serve(dir.path(), &[]);
+    let (_dir, served) = serving("slow", SLOW);
     let (base, http) = (served.base.clone(), client());
-    let (status, run) = call(
-        &http,
-        Method::POST,
-        format!("{base}/v1/runs"),
-        Some(json!({"spec": "slow"})),
-    )
-    .await;
-    assert_eq!(status, 201, "{run}");
-    let root = run["root_id"].as_str().unwrap().to_owned();
+    let root = start_run(&http, &base, "slow").await;
     // Wait until the child runs.
     let started = Instant::now();
     let child = loop {
@@ -468,13 +469,7 @@ async fn a_running_child_is_cancelled_over_http_and_its_tree_goes_on() {
     assert_eq!((status, &c["status"]), (202, &json!("cancelling")), "{c}");
     // The child ends aborted; its parent reads the failed call and answers.
     let run = status_becomes(&http, &base, &root, "succeeded").await;
-    let slow = run["tree"]["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "slow")
-        .unwrap();
-    assert_eq!(slow["status"], "aborted", "{run}");
+    assert_eq!(node(&run, "slow")["status"], "aborted", "{run}");
     // Nothing runs now: a cancel is a conflict.
     let (status, e) = call(
         &http,
