@@ -116,6 +116,10 @@ pub(crate) struct ServeArgs {
     /// Bearer tokens: lines `TENANT sha256:HEX` (see --hash-token); else ARBOR_TOKENS.
     #[arg(long, value_name = "FILE")]
     pub(crate) tokens: Option<PathBuf>,
+    /// Run inline specs (`spec_text` in `POST /v1/runs`). Off by default: a spec can name
+    /// commands, repositories and servers to call.
+    #[arg(long)]
+    pub(crate) allow_inline_specs: bool,
     /// Print the tokens-file line of TENANT for the token read on stdin, and exit.
     #[arg(long, value_name = "TENANT")]
     pub(crate) hash_token: Option<String>,

@@ -1,7 +1,8 @@
 //! `arbor serve`: the HTTP service ([`arbor_server`]) over the store, with the CLI's spec
 //! runner as its launcher: `POST /v1/runs {"spec": NAME}` runs `--specs DIR/NAME.toml` as
 //! `arbor run` would (the same checks, the same definition kept with the root, the same
-//! owner lease), in the background, for the calling tenant.
+//! owner lease), in the background, for the calling tenant. With `--allow-inline-specs`
+//! a request may carry its own spec (`spec_text`), checked the same way.
 //!
 //! Tenants: `--tokens FILE` (lines `tenant sha256:<hex>`; `arbor serve --hash-token TENANT`
 //! prints one) or `ARBOR_TOKENS=tenant=token,…`. With neither, the server is open as the
@@ -57,6 +58,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
     let runs = CancellationToken::new();
     let tracker = TaskTracker::new();
     let launcher = SpecLauncher {
+        inline: args.allow_inline_specs,
         specs: Arc::new(specs),
         store: store.clone(),
         runs: runs.clone(),
@@ -188,6 +190,8 @@ async fn read_specs(dir: &Path) -> Result<BTreeMap<String, PathBuf>, Fail> {
 /// Runs the specs of `--specs` for the server.
 #[derive(Debug)]
 struct SpecLauncher {
+    /// Whether inline specs run (`--allow-inline-specs`).
+    inline: bool,
     specs: Arc<BTreeMap<String, PathBuf>>,
     store: Arc<dyn Store>,
     /// Cancelled at shutdown: every run ends.
@@ -256,14 +260,26 @@ impl Launcher for SpecLauncher {
         self.specs.keys().cloned().collect()
     }
 
+    fn accepts_inline(&self) -> bool {
+        self.inline
+    }
+
     async fn start(&self, run: StartRun) -> Result<SessionId, ApiError> {
-        let path = self
-            .specs
-            .get(&run.spec)
-            .ok_or_else(|| ApiError::not_found("spec"))?;
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ApiError::internal(&format!("cannot read {shown}: {}", io_reason(&e))))?;
+        let (shown, text) = match &run.spec_text {
+            Some(text) if self.inline => ("inline spec".to_owned(), text.clone()),
+            Some(_) => return Err(ApiError::field("spec_text", "inline specs are refused")),
+            None => {
+                let path = self
+                    .specs
+                    .get(&run.spec)
+                    .ok_or_else(|| ApiError::not_found("spec"))?;
+                let shown = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ApiError::internal(&format!("cannot read {shown}: {}", io_reason(&e)))
+                })?;
+                (shown, text)
+            }
+        };
         let overrides = Overrides {
             repository: None,
             provider: run.provider.clone(),
@@ -388,9 +404,12 @@ impl SpecLauncher {
     }
 }
 
-/// A spec that fails with the request's overrides: the override is at fault.
+/// A spec that fails its checks: an inline one is at fault itself; a named one with the
+/// request's overrides, the override is.
 fn override_error(run: &StartRun, fail: Fail) -> ApiError {
-    let field = if run.provider.is_some() {
+    let field = if run.spec_text.is_some() {
+        "spec_text"
+    } else if run.provider.is_some() {
         "provider"
     } else if run.model.is_some() {
         "model"

@@ -484,3 +484,75 @@ async fn a_running_child_is_cancelled_over_http_and_its_tree_goes_on() {
         "{e}"
     );
 }
+
+const INLINE: &str = r#"
+task = "say hello"
+root = "root"
+[agents.root]
+[[agents.root.turns]]
+text = "hello from an inline spec"
+"#;
+
+#[tokio::test]
+async fn inline_specs_run_only_on_a_server_that_allows_them() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    let refusing = serve(dir.path(), &[]);
+    let http = client();
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{}/v1/runs", refusing.base),
+        Some(json!({"spec_text": INLINE})),
+    )
+    .await;
+    assert_eq!(
+        (status, &e["error"]["field"]),
+        (400, &json!("spec_text")),
+        "{e}"
+    );
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-inline-specs"),
+        "{e}"
+    );
+    drop(refusing);
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    let served = serve(dir.path(), &["--allow-inline-specs"]);
+    let base = served.base.clone();
+    let (status, run) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs"),
+        Some(json!({"spec_text": INLINE})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    status_becomes(&http, &base, &root, "succeeded").await;
+    // A broken inline spec is refused naming the field, with the parser's reason.
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs"),
+        Some(json!({"spec_text": "task = 3"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &e["error"]["field"]),
+        (400, &json!("spec_text")),
+        "{e}"
+    );
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("inline spec"),
+        "{e}"
+    );
+}

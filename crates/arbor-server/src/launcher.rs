@@ -17,8 +17,10 @@ use crate::error::ApiError;
 pub struct StartRun {
     /// The tenant it runs for (the launcher records it on the root: `meta.tenant`).
     pub tenant: String,
-    /// The spec's name.
+    /// The spec's name (`inline` for an inline spec).
     pub spec: String,
+    /// An inline spec's text (only when the launcher [accepts them](Launcher::accepts_inline)).
+    pub spec_text: Option<String>,
     /// The task; `None` runs the spec's own.
     pub task: Option<String>,
     /// Another provider for the root agent.
@@ -32,6 +34,12 @@ pub struct StartRun {
 pub trait Launcher: fmt::Debug + Send + Sync + 'static {
     /// The names of the specs it can start, sorted.
     fn specs(&self) -> Vec<String>;
+
+    /// Whether it runs inline specs (a request's own TOML). Default: no; a spec can name
+    /// commands, repositories and servers to call, so a host opts in explicitly.
+    fn accepts_inline(&self) -> bool {
+        false
+    }
 
     /// Starts a root run and returns its root session once the session's record exists
     /// (with `meta.tenant` set to the request's tenant); the run goes on in the background.

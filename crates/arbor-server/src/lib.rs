@@ -69,7 +69,7 @@ pub use api::approvals::{
     ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
     VerdictInput,
 };
-pub use api::runs::MAX_TASK_BYTES;
+pub use api::runs::{MAX_SPEC_BYTES, MAX_TASK_BYTES};
 pub use api::sessions::MAX_PAGE;
 pub use api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};

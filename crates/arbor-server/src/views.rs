@@ -192,7 +192,11 @@ pub struct TranscriptPage {
 #[serde(deny_unknown_fields)]
 pub struct StartRunRequest {
     /// The spec's name (one of `GET /v1/specs`).
-    pub spec: String,
+    pub spec: Option<String>,
+    /// An inline spec (TOML) instead of a name: refused unless the server was started with
+    /// `--allow-inline-specs`, since a spec can name commands, repositories and servers to
+    /// call.
+    pub spec_text: Option<String>,
     /// The task; default the spec's own.
     pub task: Option<String>,
     /// Another provider for the root agent.

@@ -201,6 +201,11 @@ async fn bad_requests_name_the_field_in_one_error_shape() {
         (json!({"spec": "hello", "task": "  "}), "task"),
         (json!({"spec": "hello", "model": ""}), "model"),
         (json!({"spec": "hello", "task": 3}), ""),
+        (json!({"spec_text": "task = \"x\""}), "spec_text"),
+        (
+            json!({"spec": "hello", "spec_text": "task = \"x\""}),
+            "spec_text",
+        ),
     ];
     for (body, field) in cases {
         let (status, e) = live.post("/v1/runs", None, body.clone()).await;

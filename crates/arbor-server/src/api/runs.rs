@@ -15,6 +15,8 @@ use crate::views::{RunView, SessionView, SpecList, StartRunRequest, TreeView};
 
 /// The longest task a request may carry, in bytes.
 pub const MAX_TASK_BYTES: usize = 32 * 1024;
+/// The longest inline spec, in bytes (the body cap holds it too).
+pub const MAX_SPEC_BYTES: usize = 48 * 1024;
 
 /// The specs this server can start.
 #[utoipa::path(get, path = "/v1/specs", tag = "runs",
@@ -52,12 +54,45 @@ pub(crate) async fn start(
         .launcher
         .as_ref()
         .ok_or_else(|| ApiError::not_found("spec"))?;
-    if req.spec.trim().is_empty() {
-        return Err(ApiError::field(
-            "spec",
-            "spec must name one of GET /v1/specs",
-        ));
-    }
+    let (spec, spec_text) = match (req.spec, req.spec_text) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "spec_text",
+                "give spec (a name) or spec_text (an inline spec), not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "spec",
+                "spec (one of GET /v1/specs) or spec_text is required",
+            ));
+        }
+        (Some(name), None) if name.trim().is_empty() => {
+            return Err(ApiError::field(
+                "spec",
+                "spec must name one of GET /v1/specs",
+            ));
+        }
+        (Some(name), None) => (name, None),
+        (None, Some(_)) if !launcher.accepts_inline() => {
+            return Err(ApiError::field(
+                "spec_text",
+                "inline specs are refused: this server was not started with \
+                 --allow-inline-specs (a spec can name commands, repositories and servers to \
+                 call)",
+            ));
+        }
+        (None, Some(text)) if text.len() > MAX_SPEC_BYTES => {
+            return Err(ApiError::field(
+                "spec_text",
+                format!(
+                    "spec_text is {} bytes; at most {MAX_SPEC_BYTES}",
+                    text.len()
+                ),
+            ));
+        }
+        (None, Some(text)) => ("inline".to_owned(), Some(text)),
+    };
     if let Some(task) = &req.task {
         if task.trim().is_empty() {
             return Err(ApiError::field(
@@ -77,13 +112,14 @@ pub(crate) async fn start(
             return Err(ApiError::field(field, format!("{field} must not be blank")));
         }
     }
-    if !launcher.specs().contains(&req.spec) {
+    if spec_text.is_none() && !launcher.specs().contains(&spec) {
         return Err(ApiError::not_found("spec"));
     }
     let root = launcher
         .start(StartRun {
             tenant: tenant.0.clone(),
-            spec: req.spec,
+            spec,
+            spec_text,
             task: req.task,
             provider: req.provider,
             model: req.model,
