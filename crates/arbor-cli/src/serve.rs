@@ -331,6 +331,48 @@ impl Launcher for SpecLauncher {
         }
         Ok(tree.supervisor.is_some_and(|s| s.cancel_session(session)))
     }
+
+    fn supervisor(&self, root: SessionId) -> Option<arbor_core::supervisor::Supervisor> {
+        trees(&self.running)
+            .get(&root)
+            .and_then(|t| t.supervisor.clone())
+    }
+
+    async fn delete_offline(
+        &self,
+        root: SessionId,
+        parent: SessionId,
+        child: SessionId,
+        by: &str,
+        reason: &str,
+    ) -> Result<arbor_core::supervisor::Deleted, ApiError> {
+        use arbor_core::registry::{self, DeleteTarget};
+        // Held while the tombstone is written: no run of the tree starts here meanwhile.
+        let _claim = Running::claim(&self.running, root)
+            .ok_or_else(|| conflict("The run is going on: try again"))?;
+        let store = &self.store;
+        let root_record = registry::session(store.as_ref(), root).await?;
+        // Never under a live run of another process: it would finish the child anyway.
+        let _lease = owner::take_over(store, &root_record, &CancellationToken::new())
+            .await
+            .map_err(|f| conflict(f.message))?;
+        let (session_id, tombstone, already) =
+            match registry::delete_target(store.as_ref(), parent, &child.to_string()).await? {
+                DeleteTarget::Deleted(id, t) => (id, t, true),
+                DeleteTarget::Live(record) => {
+                    let t = registry::write_tombstone(store.as_ref(), &record, by, reason).await?;
+                    (record.id, t, false)
+                }
+            };
+        arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root).await?;
+        Ok(arbor_core::supervisor::Deleted {
+            session_id,
+            tombstone,
+            run_cancelled: false,
+            cancelled: Vec::new(),
+            already,
+        })
+    }
 }
 
 impl SpecLauncher {

@@ -231,8 +231,12 @@ async fn call(
 
 async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
     let started = Instant::now();
+    let mut last = Value::Null;
     loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "never {want}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never {want}: {last}"
+        );
         let (_, run) = call(
             http,
             reqwest::Method::GET,
@@ -243,6 +247,7 @@ async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &s
         if run["status"] == want {
             return run;
         }
+        last = run;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -554,5 +559,192 @@ async fn inline_specs_run_only_on_a_server_that_allows_them() {
             .unwrap()
             .contains("inline spec"),
         "{e}"
+    );
+}
+
+/// A root whose one turn holds the tree open for a while, and a child that answers at once.
+const HOSTED: &str = r#"
+task = "hold the tree open"
+root = "root"
+
+[agents.root]
+children = ["helper"]
+# Its run on the host's message answers the same.
+repeat_last = true
+[[agents.root.turns]]
+delay_ms = 4000
+text = "done"
+
+[agents.helper]
+description = "Helps"
+repeat_last = true
+[[agents.helper.turns]]
+text = "helped"
+"#;
+
+#[tokio::test]
+async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
+    use reqwest::Method;
+    let (_dir, served) = serving("hosted", HOSTED);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "hosted").await;
+    status_becomes(&http, &base, &root, "running").await;
+    let children = format!("{base}/v1/sessions/{root}/children");
+
+    // sync: the answer in the response.
+    let (status, a) = call(
+        &http,
+        Method::POST,
+        children.clone(),
+        Some(json!({"child_id": "helper", "input": "help now", "name": "first", "mode": "sync", "wait_ms": 5000})),
+    )
+    .await;
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(
+        (a["status"].as_str(), a["text"].as_str()),
+        (Some("succeeded"), Some("helped"))
+    );
+    assert_eq!(a["name"], "first");
+
+    // join: a handle, then a wait.
+    let (status, h) = call(
+        &http,
+        Method::POST,
+        children.clone(),
+        Some(json!({"child_id": "helper", "input": "help later", "name": "second"})),
+    )
+    .await;
+    assert_eq!((status, &h["status"]), (201, &json!("running")), "{h}");
+    let did = h["delegation_id"].as_str().unwrap();
+    let (status, done) = call(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/delegations/{did}?wait_ms=5000"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &done["text"]), (200, &json!("helped")), "{done}");
+    // Its handle, once ended: a cancel says it was over.
+    let (status, c) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/delegations/{did}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &c["status"]), (200, &json!("terminal")), "{c}");
+
+    // Bad requests name their field; an unknown handle is just unknown.
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        children.clone(),
+        Some(json!({"child_id": "ghost", "input": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &e["error"]["field"]),
+        (400, &json!("child_id")),
+        "{e}"
+    );
+    let (status, e) = call(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/delegations/{did}?wait_ms=99999"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &e["error"]["field"]),
+        (400, &json!("wait_ms")),
+        "{e}"
+    );
+    let (status, _) = call(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/delegations/supervisor-forged?wait_ms=0"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // A message to the root while its run goes on: queued for its next turn.
+    let (status, r) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/messages"),
+        Some(json!({"text": "a note from the host"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{r}");
+    assert_eq!(r["to"], root.as_str());
+
+    // Delete the first child: its tombstone; a second delete changes nothing.
+    let first = a["session_id"].as_str().unwrap();
+    let (status, d) = call(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{first}?reason=done+with+it"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &d["already_deleted"]), (200, &json!(false)), "{d}");
+    assert_eq!(d["tombstone"]["reason"], "done with it");
+    let (status, d) = call(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{first}"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &d["already_deleted"]), (200, &json!(true)), "{d}");
+    // A root is not deleted this way.
+    let (status, _) = call(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{root}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409);
+
+    // Once the run is over, the tree no longer runs here: a spawn is a conflict, a delete
+    // still works.
+    let run = status_becomes(&http, &base, &root, "succeeded").await;
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        children,
+        Some(json!({"child_id": "helper", "input": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"]["kind"].as_str()),
+        (409, Some("conflict")),
+        "{e}"
+    );
+    let second = node(&run, "second")["id"].as_str().unwrap().to_owned();
+    let (status, d) = call(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{second}"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &d["already_deleted"]), (200, &json!(false)), "{d}");
+    let (_, kids) = call(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/children"),
+        None,
+    )
+    .await;
+    assert!(
+        kids["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| !k["tombstone"].is_null()),
+        "{kids}"
     );
 }

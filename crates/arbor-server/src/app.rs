@@ -11,7 +11,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::api::{
-    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, runs, sessions, tree,
+    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, host, runs, sessions, tree,
 };
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -35,8 +35,20 @@ pub(crate) fn router(state: AppState) -> Router {
             "/v1/sessions/{id}/approvals",
             get(approvals::list).post(approvals::decide),
         )
-        .route("/v1/sessions/{id}", get(sessions::get))
-        .route("/v1/sessions/{id}/children", get(sessions::children))
+        .route("/v1/sessions/{id}", get(sessions::get).delete(host::delete))
+        .route(
+            "/v1/sessions/{id}/children",
+            get(sessions::children).post(host::spawn),
+        )
+        .route("/v1/sessions/{id}/messages", post(host::message))
+        .route(
+            "/v1/sessions/{id}/delegations/{delegation}",
+            get(host::wait),
+        )
+        .route(
+            "/v1/sessions/{id}/delegations/{delegation}/cancel",
+            post(host::cancel),
+        )
         .route("/v1/sessions/{id}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{id}/events", get(events::stream))
         .route("/v1/sessions/{id}/cancel", post(sessions::cancel))

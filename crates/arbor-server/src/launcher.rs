@@ -65,6 +65,31 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
         let _ = (root, session);
         Ok(false)
     }
+
+    /// The live supervisor of the tree of `root`, if this process runs it (what the host's
+    /// spawn, wait, cancel and message calls go through). Default: none.
+    fn supervisor(&self, root: SessionId) -> Option<arbor_core::supervisor::Supervisor> {
+        let _ = root;
+        None
+    }
+
+    /// Deletes the child `child` of `parent` in a tree this process does not run (a live
+    /// tree's supervisor deletes its own): writes its tombstone once no other process runs
+    /// the tree. Default: refused.
+    async fn delete_offline(
+        &self,
+        root: SessionId,
+        parent: SessionId,
+        child: SessionId,
+        by: &str,
+        reason: &str,
+    ) -> Result<arbor_core::supervisor::Deleted, ApiError> {
+        let _ = (root, parent, child, by, reason);
+        Err(ApiError::new(
+            crate::error::ErrorKind::Conflict,
+            "The tree does not run in this server: start or resume it first",
+        ))
+    }
 }
 
 type StartFuture = Pin<Box<dyn Future<Output = Result<SessionId, ApiError>> + Send>>;

@@ -43,6 +43,9 @@
 //! | `GET /v1/sessions/{id}/children` | its children, as `arbor ls --json` lists them |
 //! | `GET /v1/sessions/{id}/transcript` | its transcript, paged (`after`, `limit`) |
 //! | `GET /v1/sessions/{id}/events` | its entries and status changes over SSE, resumable (`Last-Event-ID`) |
+//! | `POST /v1/sessions/{id}/children` | spawn a child under a session (`sync`, `join`, `message`) |
+//! | `GET /v1/sessions/{id}/delegations/{d}`, `POST …/cancel` | wait for a child (`wait_ms`); cancel it |
+//! | `POST /v1/sessions/{id}/messages`, `DELETE /v1/sessions/{id}` | message a session; delete a child |
 //! | `POST /v1/sessions/{id}/cancel` | cancel a session's run going on in this server |
 //! | `GET`, `POST /v1/sessions/{id}/approvals` | what waits for a decision there; decide |
 //! | `POST /v1/runs/{id}/resume` | let the tree go on with its decisions |
@@ -68,6 +71,10 @@ use arbor_store::Store;
 pub use api::approvals::{
     ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
     VerdictInput,
+};
+pub use api::host::{
+    AnswerView, DelegationState, DeletedView, HandleView, MAX_WAIT_MS, MessageRequest, ReceiptView,
+    SpawnMode, SpawnRequest,
 };
 pub use api::runs::{MAX_SPEC_BYTES, MAX_TASK_BYTES};
 pub use api::sessions::MAX_PAGE;

@@ -9,6 +9,10 @@ use crate::api::approvals::{
     ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
     VerdictInput,
 };
+use crate::api::host::{
+    AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView, SpawnMode,
+    SpawnRequest,
+};
 use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
@@ -34,6 +38,11 @@ use crate::views::{
         api::sessions::children,
         api::sessions::transcript,
         api::sessions::cancel,
+        api::host::spawn,
+        api::host::wait,
+        api::host::cancel,
+        api::host::message,
+        api::host::delete,
         api::events::stream,
         api::approvals::list,
         api::approvals::decide,
@@ -44,13 +53,15 @@ use crate::views::{
         ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
         ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
-        ResumeView, NodeView, TreeSnapshot, RunSummary, RunList,
+        ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, SpawnMode, SpawnRequest,
+        HandleView, AnswerView, DelegationState, MessageRequest, ReceiptView, DeletedView,
     )),
     modifiers(&Bearer),
     tags(
         (name = "health", description = "Liveness, readiness, metrics"),
         (name = "runs", description = "Root runs started from named specs"),
         (name = "sessions", description = "Sessions, their children and transcripts"),
+        (name = "host", description = "A host acting as a parent: spawn, wait, cancel, message, delete"),
         (name = "approvals", description = "Calls waiting for a person's decision, and resuming"),
     )
 )]

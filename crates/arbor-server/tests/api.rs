@@ -292,6 +292,60 @@ async fn another_tenants_ids_answer_exactly_as_unknown_ones() {
         let own = live.get(&path.replace("{}", &root), Some(ACME)).await;
         assert_eq!(own.0, 200, "{path}: {:?}", own.1);
     }
+    // Every verb that acts: a foreign id gets the unknown id's answer, before anything else
+    // is looked at (the body is valid, the tree is not running here).
+    use reqwest::Method;
+    let acts: [(Method, &str, Option<Value>); 8] = [
+        (
+            Method::POST,
+            "/v1/sessions/{}/children",
+            Some(json!({"child_id": "c", "input": "x"})),
+        ),
+        (
+            Method::GET,
+            "/v1/sessions/{}/delegations/d-1?wait_ms=0",
+            None,
+        ),
+        (Method::POST, "/v1/sessions/{}/delegations/d-1/cancel", None),
+        (
+            Method::POST,
+            "/v1/sessions/{}/messages",
+            Some(json!({"text": "hi"})),
+        ),
+        (Method::DELETE, "/v1/sessions/{}", None),
+        (Method::POST, "/v1/sessions/{}/cancel", None),
+        (
+            Method::POST,
+            "/v1/sessions/{}/approvals",
+            Some(json!({"decisions": [{"id": "apr_1", "verdict": "allow_once"}]})),
+        ),
+        (Method::POST, "/v1/runs/{}/resume", None),
+    ];
+    for (method, path, body) in acts {
+        let foreign = live
+            .call(
+                method.clone(),
+                &path.replace("{}", &root),
+                Some(GLOBEX),
+                body.clone(),
+            )
+            .await;
+        let missing = live
+            .call(
+                method.clone(),
+                &path.replace("{}", &unknown),
+                Some(GLOBEX),
+                body.clone(),
+            )
+            .await;
+        assert_eq!(foreign.0, 404, "{method} {path}: {:?}", foreign.1);
+        assert_eq!(foreign, missing, "{method} {path}");
+        let own = live
+            .call(method.clone(), &path.replace("{}", &root), Some(ACME), body)
+            .await;
+        // The owner gets past the wall (to whatever its request deserves).
+        assert_ne!(own, missing, "{method} {path}");
+    }
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 pub(crate) mod approvals;
 pub(crate) mod events;
 pub(crate) mod health;
+pub(crate) mod host;
 pub(crate) mod runs;
 pub(crate) mod sessions;
 pub(crate) mod tree;

@@ -1,0 +1,444 @@
+//! A host acting as a parent, on a tree this server runs: spawn a child under a session
+//! (`POST /v1/sessions/{id}/children`: `sync`, `join` or `message`), wait for one
+//! (`GET /v1/sessions/{id}/delegations/{delegation}?wait_ms=`), cancel one
+//! (`POST …/delegations/{delegation}/cancel`), send a session a message
+//! (`POST /v1/sessions/{id}/messages`) and delete a child (`DELETE /v1/sessions/{id}`).
+//! Each goes through the tree's live supervisor: the same allow-list, limits, policies,
+//! redaction and events as a delegation its model makes. A tree that does not run in this
+//! server gets a `conflict` (start or resume it first); a delete works either way.
+
+use std::time::Duration;
+
+use arbor_core::supervisor::{
+    DelegationRequest, DelegationResult, Sender, WaitOptions, WaitOutcome,
+};
+use arbor_core::{CoreError, DenyReason, SessionRef};
+use arbor_store::SessionRecord;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::extract::{Body, Params};
+use crate::state::AppState;
+use crate::views::UsageView;
+
+/// The longest a request waits for a child, in milliseconds.
+pub const MAX_WAIT_MS: u64 = 25_000;
+const DEFAULT_WAIT_MS: u64 = 10_000;
+
+/// How the host takes the child's result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SpawnMode {
+    /// Wait for the answer (up to `wait_ms`; a child still running then answers 202 with
+    /// its handle).
+    Sync,
+    /// Answer at once with a handle to wait on.
+    #[default]
+    Join,
+    /// Answer at once; the child answers its parent session by message.
+    Message,
+}
+
+/// A child to spawn under a session.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnRequest {
+    /// The catalog entry (allow-listed by the tree's spec).
+    pub child_id: String,
+    /// Its task.
+    pub input: String,
+    /// Its name (unique among its siblings; default a readable one).
+    pub name: Option<String>,
+    /// A model the entry allows; default its own.
+    pub model: Option<String>,
+    /// `sync`, `join` (default) or `message`.
+    #[serde(default)]
+    pub mode: SpawnMode,
+    /// For `sync`: how long to wait, in ms (default 10000, at most 25000).
+    pub wait_ms: Option<u64>,
+}
+
+/// A child started: its handle.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct HandleView {
+    /// The delegation: what wait and cancel take.
+    pub delegation_id: String,
+    /// The catalog entry.
+    pub child_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// Its name.
+    pub name: String,
+    /// Its model (none when its factory chooses).
+    pub model: Option<String>,
+    /// `running`.
+    pub status: String,
+}
+
+/// A child's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct AnswerView {
+    /// The delegation.
+    pub delegation_id: String,
+    /// The catalog entry.
+    pub child_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// Its name.
+    pub name: String,
+    /// How its run ended (`succeeded`, `failed`, …).
+    pub status: String,
+    /// Its answer, redacted.
+    pub text: String,
+    /// The tokens its run used.
+    pub usage: UsageView,
+}
+
+/// What a wait or a cancel found.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct DelegationState {
+    /// The delegation.
+    pub delegation_id: String,
+    /// `running`, `cancelled`, `cancelling` or `terminal`.
+    pub status: String,
+}
+
+/// A message to a session.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRequest {
+    /// The text (at most 16 KiB).
+    pub text: String,
+}
+
+/// A message delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ReceiptView {
+    /// The message.
+    pub message_id: String,
+    /// The target session.
+    pub to: String,
+    /// `queued` (its run reads it on its next turn) or `delivered` (it starts a new turn).
+    pub status: String,
+}
+
+/// A child deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct DeletedView {
+    /// The child's session.
+    pub session_id: String,
+    /// It was deleted before: nothing changed.
+    pub already_deleted: bool,
+    /// Who, when, why, its final status and usage.
+    #[schema(value_type = Object)]
+    pub tombstone: serde_json::Value,
+}
+
+fn answer(r: &DelegationResult, text: String) -> AnswerView {
+    AnswerView {
+        delegation_id: r.delegation_id.clone(),
+        child_id: r.child_id.clone(),
+        session_id: r.session_id.to_string(),
+        name: r.name.clone(),
+        status: serde_json::to_value(r.result.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        text,
+        usage: r.result.usage.into(),
+    }
+}
+
+/// A refusal of the spawn, said for the host: an entry not in the catalog names the field.
+fn spawn_error(e: CoreError) -> ApiError {
+    match e.deny_reason() {
+        Some(DenyReason::NotAllowListed) => ApiError::field("child_id", e.to_string()),
+        _ if e.kind() == arbor_core::CoreErrorKind::Validation => {
+            let field = ["name", "model", "input"]
+                .into_iter()
+                .find(|f| e.to_string().to_lowercase().contains(f));
+            match field {
+                Some(f) => ApiError::field(f, e.to_string()),
+                None => ApiError::from(e),
+            }
+        }
+        _ => ApiError::from(e),
+    }
+}
+
+async fn live(
+    state: &AppState,
+    record: &SessionRecord,
+) -> ApiResult<arbor_core::supervisor::Supervisor> {
+    state
+        .launcher
+        .as_ref()
+        .and_then(|l| l.supervisor(record.root_id))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::Conflict,
+                "The tree does not run in this server: start or resume it first",
+            )
+        })
+}
+
+fn wait_for(ms: Option<u64>) -> ApiResult<Duration> {
+    let ms = ms.unwrap_or(DEFAULT_WAIT_MS);
+    if ms > MAX_WAIT_MS {
+        return Err(ApiError::field(
+            "wait_ms",
+            format!("wait_ms must be at most {MAX_WAIT_MS}"),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Spawns a child under a session, as its parent.
+#[utoipa::path(post, path = "/v1/sessions/{id}/children", tag = "host",
+    request_body = SpawnRequest,
+    params(("id" = String, Path, description = "The parent session")),
+    responses(
+        (status = 200, description = "sync: the child's answer", body = AnswerView),
+        (status = 201, description = "join or message: the child's handle", body = HandleView),
+        (status = 202, description = "sync: still running after wait_ms; its handle", body = HandleView),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError),
+        (status = 409, description = "The tree does not run here, or a policy refused", body = ApiError),
+        (status = 429, description = "A limit refused it (which, its maximum, observed)", body = ApiError)))]
+pub(crate) async fn spawn(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<SpawnRequest>,
+) -> ApiResult<Response> {
+    if req.input.trim().is_empty() {
+        return Err(ApiError::field("input", "input must not be blank"));
+    }
+    let wait = wait_for(req.wait_ms)?;
+    let parent = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &parent).await?;
+    let mut request = DelegationRequest::new(req.child_id.clone(), req.input.clone())
+        .parent(SessionRef::from(&parent));
+    request.name = req.name.clone();
+    request.model = req.model.clone();
+    let handle = match req.mode {
+        SpawnMode::Message => sup.spawn(request).await,
+        SpawnMode::Sync | SpawnMode::Join => sup.delegate_async(request).await,
+    }
+    .map_err(spawn_error)?;
+    let view = HandleView {
+        delegation_id: handle.delegation_id.clone(),
+        child_id: handle.child_id.clone(),
+        session_id: handle.session_id.to_string(),
+        name: handle.name.clone(),
+        model: handle.model.clone(),
+        status: "running".to_owned(),
+    };
+    if req.mode != SpawnMode::Sync {
+        return Ok((StatusCode::CREATED, Json(view)).into_response());
+    }
+    match tokio::time::timeout(
+        wait,
+        sup.wait(&handle.delegation_id, WaitOptions::default()),
+    )
+    .await
+    {
+        Err(_) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
+        Ok(Ok(WaitOutcome::Finished(r))) => {
+            let text = sup.redact(&r.result.text);
+            Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
+        }
+        Ok(Ok(_)) => Ok((
+            StatusCode::OK,
+            Json(DelegationState {
+                delegation_id: handle.delegation_id,
+                status: "cancelled".to_owned(),
+            }),
+        )
+            .into_response()),
+        Ok(Err(e)) => Err(ApiError::from(e)),
+    }
+}
+
+/// How long to wait.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct WaitQuery {
+    /// Milliseconds (default 10000, at most 25000; 0 answers at once).
+    wait_ms: Option<u64>,
+}
+
+/// Waits for a child spawned in the tree (by the host or by a model).
+#[utoipa::path(get, path = "/v1/sessions/{id}/delegations/{delegation}", tag = "host",
+    params(("id" = String, Path, description = "A session of the tree (its parent, usually)"),
+        ("delegation" = String, Path, description = "The delegation"), WaitQuery),
+    responses(
+        (status = 200, description = "It finished: its answer", body = AnswerView),
+        (status = 202, description = "Still running after wait_ms", body = DelegationState),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or forgotten", body = ApiError),
+        (status = 409, description = "The tree does not run here", body = ApiError)))]
+pub(crate) async fn wait(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path((id, delegation)): Path<(String, String)>,
+    Params(q): Params<WaitQuery>,
+) -> ApiResult<Response> {
+    let wait = wait_for(q.wait_ms)?;
+    let record = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &record).await?;
+    let running = || {
+        (
+            StatusCode::ACCEPTED,
+            Json(DelegationState {
+                delegation_id: delegation.clone(),
+                status: "running".to_owned(),
+            }),
+        )
+            .into_response()
+    };
+    match tokio::time::timeout(wait, sup.wait(&delegation, WaitOptions::default())).await {
+        Err(_) => Ok(running()),
+        Ok(Ok(WaitOutcome::Finished(r))) => {
+            let text = sup.redact(&r.result.text);
+            Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
+        }
+        Ok(Ok(_)) => Ok((
+            StatusCode::OK,
+            Json(DelegationState {
+                delegation_id: delegation.clone(),
+                status: "cancelled".to_owned(),
+            }),
+        )
+            .into_response()),
+        Ok(Err(e)) => Err(ApiError::from(e)),
+    }
+}
+
+/// Cancels a child by its handle.
+#[utoipa::path(post, path = "/v1/sessions/{id}/delegations/{delegation}/cancel", tag = "host",
+    params(("id" = String, Path, description = "A session of the tree"),
+        ("delegation" = String, Path, description = "The delegation")),
+    responses(
+        (status = 200, description = "`cancelling`, or `terminal` when it had ended", body = DelegationState),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or forgotten", body = ApiError),
+        (status = 409, description = "The tree does not run here", body = ApiError)))]
+pub(crate) async fn cancel(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path((id, delegation)): Path<(String, String)>,
+) -> ApiResult<Json<DelegationState>> {
+    let record = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &record).await?;
+    let running = sup.cancel(&delegation)?;
+    Ok(Json(DelegationState {
+        delegation_id: delegation,
+        status: if running { "cancelling" } else { "terminal" }.to_owned(),
+    }))
+}
+
+/// Sends a session a message from the host.
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "host",
+    request_body = MessageRequest,
+    params(("id" = String, Path, description = "The target session")),
+    responses(
+        (status = 202, description = "Queued or delivered", body = ReceiptView),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or deleted", body = ApiError),
+        (status = 409, description = "The tree does not run here", body = ApiError),
+        (status = 429, description = "Its inbox is full or the rate is exceeded", body = ApiError)))]
+pub(crate) async fn message(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(req): Body<MessageRequest>,
+) -> ApiResult<(StatusCode, Json<ReceiptView>)> {
+    if req.text.trim().is_empty() {
+        return Err(ApiError::field("text", "text must not be blank"));
+    }
+    let record = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &record).await?;
+    let receipt = sup
+        .send_message(Sender::Host, record.id, &req.text)
+        .await
+        .map_err(|e| match e.limit() {
+            Some(l) if l.limit == arbor_protocol::LimitKind::MaxMessageBytes => {
+                ApiError::field("text", e.to_string())
+            }
+            _ => ApiError::from(e),
+        })?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ReceiptView {
+            message_id: receipt.id,
+            to: receipt.to.to_string(),
+            status: receipt.status.to_owned(),
+        }),
+    ))
+}
+
+/// Why a child is deleted.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct DeleteQuery {
+    /// Kept in the tombstone (default "deleted over HTTP").
+    reason: Option<String>,
+}
+
+/// Deletes a child: its run and its live descendants' runs are cancelled, its tombstone
+/// written; its transcript stays readable. A root is not deleted this way.
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "host",
+    params(("id" = String, Path, description = "The child session"), DeleteQuery),
+    responses(
+        (status = 200, body = DeletedView),
+        (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, description = "Unknown or foreign", body = ApiError),
+        (status = 409, description = "A root, or another process runs the tree", body = ApiError)))]
+pub(crate) async fn delete(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Params(q): Params<DeleteQuery>,
+) -> ApiResult<Json<DeletedView>> {
+    let reason = q.reason.unwrap_or_else(|| "deleted over HTTP".to_owned());
+    if reason.len() > 1024 {
+        return Err(ApiError::field("reason", "reason is at most 1024 bytes"));
+    }
+    let record = state.visible(&tenant, &id).await?;
+    let Some(parent) = record.parent_id else {
+        return Err(ApiError::new(
+            ErrorKind::Conflict,
+            "A root is not deleted: delete its children, or cancel its run",
+        ));
+    };
+    let launcher = state
+        .launcher
+        .as_ref()
+        .ok_or_else(|| ApiError::new(ErrorKind::Conflict, "This server cannot delete"))?;
+    let by = format!("tenant:{}", tenant.0);
+    let deleted = match launcher.supervisor(record.root_id) {
+        Some(sup) => {
+            sup.delete_child(parent, &record.id.to_string(), &by, &reason)
+                .await?
+        }
+        None => {
+            launcher
+                .delete_offline(record.root_id, parent, record.id, &by, &reason)
+                .await?
+        }
+    };
+    Ok(Json(DeletedView {
+        session_id: deleted.session_id.to_string(),
+        already_deleted: deleted.already,
+        tombstone: serde_json::to_value(&deleted.tombstone).unwrap_or_default(),
+    }))
+}
