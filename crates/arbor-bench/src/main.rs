@@ -11,6 +11,7 @@
 //! - [`trees`]: the agents, supervisors and stores they run.
 //! - [`pump`]: scenario E, the child-event projection.
 //! - [`long_life`]: scenario L, a long-lived supervisor's memory.
+//! - [`service`]: scenario H, a sync delegation over HTTP (`arbor-server` on loopback).
 //! - [`report`]: the rows, as a table or JSON.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -20,6 +21,7 @@ mod pump;
 mod report;
 mod rss;
 mod scenario;
+mod service;
 mod trees;
 
 use std::process::{Command, ExitCode};
@@ -34,7 +36,7 @@ use crate::trees::StoreKind;
 #[derive(Debug, Parser)]
 #[command(name = "arbor-bench", version)]
 struct Args {
-    /// Scenarios to run (B S C D A E L; default all).
+    /// Scenarios to run (B S C D A E L H; default all).
     #[arg(value_name = "SCENARIO")]
     scenarios: Vec<String>,
     /// Only this store (default: memory, then sqlite).
@@ -181,7 +183,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
 }
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
-    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E L)"))
+    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E L H)"))
 }
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {

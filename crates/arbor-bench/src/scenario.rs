@@ -12,7 +12,7 @@ use arbor_store::{SessionRecord, Store};
 use crate::long_life::{self, LongLife};
 use crate::report::Row;
 use crate::trees::{self, CALL_TOKENS, StoreKind};
-use crate::{pump, rss};
+use crate::{pump, rss, service};
 
 /// A benchmark scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,13 +31,15 @@ pub(crate) enum Scenario {
     E,
     /// Long life: many message-mode children under one supervisor, memory measured.
     L,
+    /// A sync delegation over HTTP (`arbor-server` on loopback).
+    H,
 }
 
 /// Children that C runs.
 pub(crate) const FAN_OUT: u32 = 1000;
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 7] = [
+    pub(crate) const ALL: [Scenario; 8] = [
         Scenario::B,
         Scenario::S,
         Scenario::C,
@@ -45,6 +47,7 @@ impl Scenario {
         Scenario::A,
         Scenario::E,
         Scenario::L,
+        Scenario::H,
     ];
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
@@ -62,6 +65,7 @@ impl Scenario {
             Scenario::A => "A",
             Scenario::E => "E",
             Scenario::L => "L",
+            Scenario::H => "H",
         }
     }
 
@@ -75,6 +79,7 @@ impl Scenario {
             Scenario::A => "admission",
             Scenario::E => "child event",
             Scenario::L => "message-mode child",
+            Scenario::H => "sync delegation over HTTP",
         }
     }
 
@@ -92,6 +97,7 @@ impl Scenario {
             Scenario::E => (20_000, 5),
             Scenario::L if sqlite => (3_000, 1),
             Scenario::L => (10_000, 1),
+            Scenario::H => (1000, 3),
         };
         if quick {
             let ops = match self {
@@ -119,6 +125,7 @@ impl Scenario {
             Scenario::E => None,
             // Plus one call per follow-up run, below.
             Scenario::L => Some(CALL_TOKENS),
+            Scenario::H => Some(CALL_TOKENS),
         }
     }
 
@@ -285,6 +292,15 @@ async fn run_once(
                 elapsed,
                 samples: Vec::new(),
                 roots: Vec::new(),
+                long_life: None,
+            })
+        }
+        Scenario::H => {
+            let m = service::delegations(store, ops).await?;
+            Ok(RunOutcome {
+                elapsed: m.elapsed,
+                samples: m.samples,
+                roots: vec![m.root],
                 long_life: None,
             })
         }
