@@ -748,3 +748,58 @@ async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
         "{kids}"
     );
 }
+
+/// One slot for children, and a child that takes its time.
+const ONE_SLOT: &str = r#"
+task = "hold the tree open"
+root = "root"
+
+[supervisor]
+limits = { max_active_children = 1 }
+
+[agents.root]
+children = ["helper"]
+[[agents.root.turns]]
+delay_ms = 3000
+text = "done"
+
+[agents.helper]
+repeat_last = true
+[[agents.helper.turns]]
+delay_ms = 2000
+text = "helped"
+"#;
+
+#[tokio::test]
+async fn a_spawn_over_a_limit_is_a_429_that_names_the_limit() {
+    use reqwest::Method;
+    let (_dir, served) = serving("one_slot", ONE_SLOT);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "one_slot").await;
+    status_becomes(&http, &base, &root, "running").await;
+    let children = format!("{base}/v1/sessions/{root}/children");
+    let (status, h) = call(
+        &http,
+        Method::POST,
+        children.clone(),
+        Some(json!({"child_id": "helper", "input": "one"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{h}");
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        children,
+        Some(json!({"child_id": "helper", "input": "two"})),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"]["kind"].as_str()),
+        (429, Some("limit")),
+        "{e}"
+    );
+    assert_eq!(
+        e["error"]["limit"],
+        json!({"name": "max_active_children", "maximum": 1, "observed": 2})
+    );
+}
