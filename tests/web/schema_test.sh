@@ -20,10 +20,14 @@ for _ in $(seq 1 300); do
     sleep 0.1
 done
 [ -n "$base" ] || { echo "schema: arbor serve did not start"; cat serve.log; exit 1; }
-# Some data to read: a finished run and one waiting for approval.
+# Some data to read: a finished run and one waiting for approval, whose root every `{id}`
+# gets (so the operations on a session reach their logic, not only the unknown-id answer).
 curl -sf -X POST "$base/v1/runs" -H 'content-type: application/json' -d '{"spec":"review"}' >/dev/null
-curl -sf -X POST "$base/v1/runs" -H 'content-type: application/json' -d '{"spec":"approvals"}' >/dev/null
-"$venv/bin/st" run "$base/v1/openapi.json" \
+root=$(curl -sf -X POST "$base/v1/runs" -H 'content-type: application/json' -d '{"spec":"approvals"}' |
+    grep -o '"root_id":"[^"]*"' | head -n1 | cut -d'"' -f4)
+[ -n "$root" ] || { echo "schema: no run started"; exit 1; }
+printf '[parameters]\n"path.id" = "%s"\n' "$root" >schemathesis.toml
+"$venv/bin/st" --config-file schemathesis.toml run "$base/v1/openapi.json" \
     --checks not_a_server_error,response_schema_conformance,status_code_conformance \
     --exclude-path-regex '/events$' \
     --phases examples,coverage,fuzzing \
