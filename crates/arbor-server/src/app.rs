@@ -1,12 +1,13 @@
 //! The app: every route mounted on its handler, with the body cap, the timeout, the JSON
-//! answers for unknown routes and methods, the request counters and a `tracing` span per
-//! request.
+//! answers for unknown routes and methods, the request counters, gzip when asked (never on
+//! an event stream) and a `tracing` span per request.
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use tower_http::compression::CompressionLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
@@ -60,6 +61,8 @@ pub(crate) fn router(state: AppState) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), count))
+        // gzip for clients that ask (never an event stream: it would be held back).
+        .layer(CompressionLayer::new())
         // One `tracing` span per request (method, path, status, latency).
         .layer(TraceLayer::new_for_http())
         .with_state(state)

@@ -377,6 +377,25 @@ async fn health_metrics_openapi_and_draining() {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
     assert!(doc["components"]["schemas"]["ApiError"].is_object());
+    // gzip when asked; an event stream never (it would be held back).
+    let resp = live
+        .http
+        .get(format!("{}/v1/openapi.json", live.base))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-encoding"], "gzip");
+    let root = run["root_id"].as_str().unwrap();
+    let resp = live
+        .http
+        .get(format!("{}/v1/sessions/{root}/events", live.base))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers().get("content-encoding").is_none());
 
     live.server.drain();
     let (status, e) = live.post("/v1/runs", None, json!({"spec": "hello"})).await;
