@@ -48,10 +48,31 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Self(v)),
-            Err(rejection) => Err(json_error(&rejection)),
-        }
+        // JSON first (type, size, syntax), then the shape, with the path of what is wrong.
+        let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(req, state)
+            .await
+            .map_err(|r| json_error(&r))?;
+        serde_path_to_error::deserialize::<_, T>(value)
+            .map(Self)
+            .map_err(|e| shape_error(&e))
+    }
+}
+
+/// A body that is JSON but not the request's shape: the error names the field at fault by
+/// its path (`task`, `decisions[0].verdict`).
+fn shape_error(e: &serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let message = tidy(&e.inner().to_string());
+    let at = (path != ".").then_some(path);
+    let field = match (named_field(&message), at) {
+        // An unknown or missing key inside an object: the object's path, then the key.
+        (Some(key), Some(at)) if !at.ends_with(&key) => Some(format!("{at}.{key}")),
+        (Some(key), None) => Some(key),
+        (_, at) => at,
+    };
+    match field {
+        Some(field) => ApiError::field(field, message),
+        None => ApiError::new(ErrorKind::Validation, message),
     }
 }
 
@@ -94,6 +115,47 @@ fn query_error(rejection: &QueryRejection) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Decision {
+        id: String,
+        verdict: bool,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Shape {
+        task: String,
+        decisions: Vec<Decision>,
+    }
+
+    fn shape(v: serde_json::Value) -> ApiError {
+        shape_error(&serde_path_to_error::deserialize::<_, Shape>(v).unwrap_err())
+    }
+
+    #[test]
+    fn a_body_of_the_wrong_shape_names_the_path_at_fault() {
+        let e = shape(serde_json::json!({"task": 3, "decisions": []}));
+        assert_eq!(e.error.field.as_deref(), Some("task"));
+        assert_eq!(
+            e.error.message,
+            "invalid type: integer `3`, expected a string"
+        );
+        let e =
+            shape(serde_json::json!({"task": "t", "decisions": [{"id": "a", "verdict": "maybe"}]}));
+        assert_eq!(e.error.field.as_deref(), Some("decisions[0].verdict"));
+        let e = shape(
+            serde_json::json!({"task": "t", "decisions": [{"id": "a", "verdict": true, "x": 1}]}),
+        );
+        assert_eq!(e.error.field.as_deref(), Some("decisions[0].x"), "{e:?}");
+        let e = shape(serde_json::json!({"task": "t", "decisions": [], "tools": []}));
+        assert_eq!(e.error.field.as_deref(), Some("tools"), "{e:?}");
+        let e = shape(serde_json::json!({"decisions": []}));
+        assert_eq!(e.error.field.as_deref(), Some("task"), "{e:?}");
+    }
 
     #[test]
     fn serde_messages_name_their_field() {

@@ -200,7 +200,7 @@ async fn bad_requests_name_the_field_in_one_error_shape() {
         (json!({"task": "x"}), "spec"),
         (json!({"spec": "hello", "task": "  "}), "task"),
         (json!({"spec": "hello", "model": ""}), "model"),
-        (json!({"spec": "hello", "task": 3}), ""),
+        (json!({"spec": "hello", "task": 3}), "task"),
         (json!({"spec_text": "task = \"x\""}), "spec_text"),
         (
             json!({"spec": "hello", "spec_text": "task = \"x\""}),
