@@ -207,6 +207,17 @@ struct SpecLauncher {
 struct LiveTree {
     token: Option<CancellationToken>,
     supervisor: Option<arbor_core::supervisor::Supervisor>,
+    /// Hosted for a host's calls (no root run): released once idle.
+    hosted: bool,
+}
+
+/// How long a hosted tree stays after its last child ended: `ARBOR_HOST_IDLE_MS`, else 30 s.
+fn host_idle() -> std::time::Duration {
+    let ms = std::env::var("ARBOR_HOST_IDLE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(30_000);
+    std::time::Duration::from_millis(ms.max(100))
 }
 
 type Trees = Arc<std::sync::Mutex<std::collections::HashMap<SessionId, LiveTree>>>;
@@ -240,6 +251,13 @@ impl Running {
         if let Some(t) = trees(&self.set).get_mut(&self.root) {
             t.token = Some(token.clone());
             t.supervisor = built.supervisor.clone();
+        }
+    }
+
+    /// Marks the tree hosted (no root run: a cancel of the root cancels nothing).
+    fn hosted(&self) {
+        if let Some(t) = trees(&self.set).get_mut(&self.root) {
+            t.hosted = true;
         }
     }
 }
@@ -323,6 +341,9 @@ impl Launcher for SpecLauncher {
             return Ok(false);
         };
         if session == root {
+            if tree.hosted {
+                return Ok(false);
+            }
             return Ok(tree.token.is_some_and(|t| {
                 let running = !t.is_cancelled();
                 t.cancel();
@@ -336,6 +357,49 @@ impl Launcher for SpecLauncher {
         trees(&self.running)
             .get(&root)
             .and_then(|t| t.supervisor.clone())
+    }
+
+    async fn host(&self, root: SessionId) -> Result<arbor_core::supervisor::Supervisor, ApiError> {
+        let Some(claim) = Running::claim(&self.running, root) else {
+            return self
+                .supervisor(root)
+                .ok_or_else(|| conflict("The tree is being started or resumed: try again"));
+        };
+        let store = &self.store;
+        let record = arbor_core::registry::session(store.as_ref(), root).await?;
+        let spec = crate::spec::Spec::from_definition(&record.meta["definition"])
+            .map_err(|e| ApiError::internal(&e))?
+            .ok_or_else(|| conflict("The run keeps no definition to rebuild its agents from"))?;
+        let token = self.runs.child_token();
+        let lease = owner::take_over(store, &record, &token)
+            .await
+            .map_err(|f| conflict(f.message))?;
+        let built = crate::tree::build(&spec, store.clone(), token.clone())?;
+        let sup = built
+            .supervisor
+            .clone()
+            .ok_or_else(|| conflict("The tree's root has no children to spawn"))?;
+        claim.live(&token, &built);
+        claim.hosted();
+        let (watched, idle) = (sup.clone(), host_idle());
+        self.tracker.spawn(async move {
+            let (_claim, _lease, _built) = (claim, lease, built);
+            let mut quiet_since = std::time::Instant::now();
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                }
+                if watched.active_children() > 0 || watched.running_handles() > 0 {
+                    quiet_since = std::time::Instant::now();
+                } else if quiet_since.elapsed() >= idle {
+                    break;
+                }
+            }
+            tracing::info!(root = %root, "released the hosted tree");
+            watched.shutdown().await;
+        });
+        Ok(sup)
     }
 
     async fn delete_offline(
@@ -378,8 +442,17 @@ impl Launcher for SpecLauncher {
 impl SpecLauncher {
     async fn resume_tree(&self, id: SessionId) -> Result<(), ApiError> {
         let store = &self.store;
-        let claim = Running::claim(&self.running, id)
-            .ok_or_else(|| conflict("The run is still going: nothing to resume yet"))?;
+        let claim = Running::claim(&self.running, id).ok_or_else(|| {
+            if trees(&self.running).get(&id).is_some_and(|t| t.hosted) {
+                conflict(format!(
+                    "The tree is hosted for the host's calls until {} s after its last child \
+                     ended: resume it then",
+                    host_idle().as_secs()
+                ))
+            } else {
+                conflict("The run is still going: nothing to resume yet")
+            }
+        })?;
         let root = arbor_core::registry::session(store.as_ref(), id).await?;
         let spec = crate::spec::Spec::from_definition(&root.meta["definition"])
             .map_err(|e| ApiError::internal(&e))?

@@ -29,6 +29,10 @@ impl Drop for Served {
 }
 
 fn serve(dir: &Path, extra: &[&str]) -> Served {
+    serve_env(dir, extra, &[])
+}
+
+fn serve_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
         .args([
             "serve",
@@ -43,6 +47,7 @@ fn serve(dir: &Path, extra: &[&str]) -> Served {
         .current_dir(dir)
         .env_remove("ARBOR_LOG")
         .env_remove("ARBOR_TOKENS")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -585,7 +590,10 @@ text = "helped"
 #[tokio::test]
 async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
     use reqwest::Method;
-    let (_dir, served) = serving("hosted", HOSTED);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/hosted.toml"), HOSTED).unwrap();
+    let served = serve_env(dir.path(), &[], &[("ARBOR_HOST_IDLE_MS", "300")]);
     let (base, http) = (served.base.clone(), client());
     let root = start_run(&http, &base, "hosted").await;
     status_becomes(&http, &base, &root, "running").await;
@@ -708,21 +716,48 @@ async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
     .await;
     assert_eq!(status, 409);
 
-    // Once the run is over, the tree no longer runs here: a spawn is a conflict, a delete
-    // still works.
+    // Once the run is over, the tree is hosted for the host's calls: a spawn still works.
     let run = status_becomes(&http, &base, &root, "succeeded").await;
-    let (status, e) = call(
+    let (status, a) = call(
         &http,
         Method::POST,
         children,
-        Some(json!({"child_id": "helper", "input": "x"})),
+        Some(json!({"child_id": "helper", "input": "after the run", "mode": "sync", "wait_ms": 5000})),
     )
     .await;
-    assert_eq!(
-        (status, e["error"]["kind"].as_str()),
-        (409, Some("conflict")),
+    assert_eq!((status, &a["text"]), (200, &json!("helped")), "{a}");
+    // While hosted, a resume says so; once idle, the tree is released (and a resume finds
+    // nothing waiting).
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("hosted"),
         "{e}"
     );
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never released"
+        );
+        let (_, e) = call(
+            &http,
+            Method::POST,
+            format!("{base}/v1/runs/{root}/resume"),
+            None,
+        )
+        .await;
+        if e["error"]["message"] == "Nothing waits for a decision: nothing to resume" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let second = node(&run, "second")["id"].as_str().unwrap().to_owned();
     let (status, d) = call(
         &http,
@@ -739,14 +774,14 @@ async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
         None,
     )
     .await;
-    assert!(
-        kids["children"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|k| !k["tombstone"].is_null()),
-        "{kids}"
-    );
+    let deleted: Vec<&str> = kids["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| !k["tombstone"].is_null())
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(deleted, ["first", "second"], "{kids}");
 }
 
 /// One slot for children, and a child that takes its time.

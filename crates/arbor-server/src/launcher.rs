@@ -73,6 +73,17 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// Hosts the tree of `root` for a host's calls when this process does not run it: rebuilds
+    /// it from what the store keeps and holds it until it has been idle a while. Default:
+    /// refused (`conflict`).
+    async fn host(&self, root: SessionId) -> Result<arbor_core::supervisor::Supervisor, ApiError> {
+        let _ = root;
+        Err(ApiError::new(
+            crate::error::ErrorKind::Conflict,
+            "The tree does not run in this server: start or resume it first",
+        ))
+    }
+
     /// Deletes the child `child` of `parent` in a tree this process does not run (a live
     /// tree's supervisor deletes its own): writes its tombstone once no other process runs
     /// the tree. Default: refused.

@@ -4,8 +4,8 @@
 //! (`POST …/delegations/{delegation}/cancel`), send a session a message
 //! (`POST /v1/sessions/{id}/messages`) and delete a child (`DELETE /v1/sessions/{id}`).
 //! Each goes through the tree's live supervisor: the same allow-list, limits, policies,
-//! redaction and events as a delegation its model makes. A tree that does not run in this
-//! server gets a `conflict` (start or resume it first); a delete works either way.
+//! redaction and events as a delegation its model makes. A tree whose run is over is hosted
+//! for these calls (the launcher rebuilds it from the store and releases it once idle).
 
 use std::time::Duration;
 
@@ -172,20 +172,20 @@ fn spawn_error(e: CoreError) -> ApiError {
     }
 }
 
+/// The live supervisor of the record's tree: the one running it here, else the tree hosted
+/// for the host's calls (rebuilt from the store by the launcher).
 async fn live(
     state: &AppState,
     record: &SessionRecord,
 ) -> ApiResult<arbor_core::supervisor::Supervisor> {
-    state
+    let launcher = state
         .launcher
         .as_ref()
-        .and_then(|l| l.supervisor(record.root_id))
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorKind::Conflict,
-                "The tree does not run in this server: start or resume it first",
-            )
-        })
+        .ok_or_else(|| ApiError::new(ErrorKind::Conflict, "This server runs no trees"))?;
+    match launcher.supervisor(record.root_id) {
+        Some(sup) => Ok(sup),
+        None => launcher.host(record.root_id).await,
+    }
 }
 
 fn wait_for(ms: Option<u64>) -> ApiResult<Duration> {
