@@ -7,7 +7,8 @@
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
-//! - [`serve`]: the `serve` command, the HTTP service with the spec runner as its launcher.
+//! - [`serve`]: the `serve` command, the HTTP service with the spec runner ([`launcher`]) as
+//!   its launcher.
 //! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
 //!   when nothing is pending.
 //! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
@@ -28,6 +29,7 @@ mod fail;
 mod follow;
 mod inspect;
 mod interrupt;
+mod launcher;
 mod logging;
 mod models;
 mod output;

@@ -1,0 +1,389 @@
+//! The launcher `arbor serve` gives the server ([`SpecLauncher`]): it runs the specs of
+//! `--specs` (and inline ones when allowed) as `arbor run` would, in the background; resumes
+//! a tree with its decisions; cancels runs; and hosts a tree whose run is over for a host's
+//! calls, releasing it once idle. It keeps the trees this process runs by root, so a second
+//! run of a tree here (a resume while it goes on, say) is refused.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arbor_protocol::SessionId;
+use arbor_server::{ApiError, ErrorKind, Launcher, StartRun};
+use arbor_store::Store;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::fail::Fail;
+use crate::owner;
+use crate::run::{Overrides, Start, create_root, prepare, run_tree};
+use crate::store::io_reason;
+
+/// Runs the specs of `--specs` for the server.
+#[derive(Debug)]
+pub(crate) struct SpecLauncher {
+    /// Whether inline specs run (`--allow-inline-specs`).
+    inline: bool,
+    specs: Arc<BTreeMap<String, PathBuf>>,
+    store: Arc<dyn Store>,
+    /// Cancelled at shutdown: every run ends.
+    runs: CancellationToken,
+    tracker: TaskTracker,
+    /// The trees this process runs now, by root: a resume of one is refused, and a cancel
+    /// reaches its runs.
+    running: Trees,
+}
+
+/// A tree running in this process: its run's token and its supervisor (once built).
+#[derive(Debug, Clone, Default)]
+struct LiveTree {
+    token: Option<CancellationToken>,
+    supervisor: Option<arbor_core::supervisor::Supervisor>,
+    /// Hosted for a host's calls (no root run): released once idle.
+    hosted: bool,
+}
+
+/// How long a hosted tree stays after its last child ended: `ARBOR_HOST_IDLE_MS`, else 30 s.
+fn host_idle() -> std::time::Duration {
+    let ms = std::env::var("ARBOR_HOST_IDLE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(30_000);
+    std::time::Duration::from_millis(ms.max(100))
+}
+
+type Trees = Arc<std::sync::Mutex<std::collections::HashMap<SessionId, LiveTree>>>;
+
+fn trees(t: &Trees) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionId, LiveTree>> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Holds a root in [`SpecLauncher::running`] while its run goes on.
+struct Running {
+    set: Trees,
+    root: SessionId,
+}
+
+impl Running {
+    /// Claims `root`, or `None` if this process runs it already.
+    fn claim(set: &Trees, root: SessionId) -> Option<Self> {
+        let mut map = trees(set);
+        if map.contains_key(&root) {
+            return None;
+        }
+        map.insert(root, LiveTree::default());
+        Some(Self {
+            set: set.clone(),
+            root,
+        })
+    }
+
+    /// Records what a cancel needs.
+    fn live(&self, token: &CancellationToken, built: &crate::tree::Built) {
+        if let Some(t) = trees(&self.set).get_mut(&self.root) {
+            t.token = Some(token.clone());
+            t.supervisor = built.supervisor.clone();
+        }
+    }
+
+    /// Marks the tree hosted (no root run: a cancel of the root cancels nothing).
+    fn hosted(&self) {
+        if let Some(t) = trees(&self.set).get_mut(&self.root) {
+            t.hosted = true;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        trees(&self.set).remove(&self.root);
+    }
+}
+
+impl SpecLauncher {
+    /// A launcher of `specs` (by name) over `store`; its runs end when `runs` is cancelled,
+    /// and `tracker` holds their tasks.
+    pub(crate) fn new(
+        specs: BTreeMap<String, PathBuf>,
+        inline: bool,
+        store: Arc<dyn Store>,
+        runs: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self {
+            inline,
+            specs: Arc::new(specs),
+            store,
+            runs,
+            tracker,
+            running: Arc::default(),
+        }
+    }
+}
+
+fn conflict(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::Conflict, message)
+}
+
+#[async_trait]
+impl Launcher for SpecLauncher {
+    fn specs(&self) -> Vec<String> {
+        self.specs.keys().cloned().collect()
+    }
+
+    fn accepts_inline(&self) -> bool {
+        self.inline
+    }
+
+    async fn start(&self, run: StartRun) -> Result<SessionId, ApiError> {
+        let (shown, text) = match &run.spec_text {
+            Some(text) if self.inline => ("inline spec".to_owned(), text.clone()),
+            Some(_) => return Err(ApiError::field("spec_text", "inline specs are refused")),
+            None => {
+                let path = self
+                    .specs
+                    .get(&run.spec)
+                    .ok_or_else(|| ApiError::not_found("spec"))?;
+                let shown = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ApiError::internal(&format!("cannot read {shown}: {}", io_reason(&e)))
+                })?;
+                (shown, text)
+            }
+        };
+        let overrides = Overrides {
+            repository: None,
+            provider: run.provider.clone(),
+            model: run.model.clone(),
+        };
+        let prepared = prepare(&shown, &text, &overrides)
+            .await
+            .map_err(|f| override_error(&run, f))?;
+        let token = self.runs.child_token();
+        let extra = serde_json::json!({"tenant": run.tenant});
+        let (built, mut session) = create_root(&prepared, &overrides, &self.store, &token, extra)
+            .await
+            .map_err(|f| ApiError::internal(&f.message))?;
+        let id = session.id();
+        let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
+        let claim = Running::claim(&self.running, id);
+        if let Some(c) = &claim {
+            c.live(&token, &built);
+        }
+        let task = run.task.unwrap_or_else(|| prepared.spec.task.clone());
+        self.tracker.spawn(async move {
+            let _lease = lease;
+            let _claim = claim;
+            if let Some(sup) = &built.supervisor {
+                sup.attach(&mut session);
+            }
+            match run_tree(&built, &mut session, Start::Task(task), &token).await {
+                Ok(r) => tracing::info!(root = %id, status = ?r.status, "run ended"),
+                Err(e) => tracing::warn!(root = %id, "run failed: {e}"),
+            }
+        });
+        Ok(id)
+    }
+
+    async fn resume(&self, root: SessionId) -> Result<(), ApiError> {
+        self.resume_tree(root).await
+    }
+
+    async fn cancel(&self, root: SessionId, session: SessionId) -> Result<bool, ApiError> {
+        let Some(tree) = trees(&self.running).get(&root).cloned() else {
+            return Ok(false);
+        };
+        if session == root {
+            if tree.hosted {
+                return Ok(false);
+            }
+            return Ok(tree.token.is_some_and(|t| {
+                let running = !t.is_cancelled();
+                t.cancel();
+                running
+            }));
+        }
+        Ok(tree.supervisor.is_some_and(|s| s.cancel_session(session)))
+    }
+
+    fn supervisor(&self, root: SessionId) -> Option<arbor_core::supervisor::Supervisor> {
+        trees(&self.running)
+            .get(&root)
+            .and_then(|t| t.supervisor.clone())
+    }
+
+    async fn host(&self, root: SessionId) -> Result<arbor_core::supervisor::Supervisor, ApiError> {
+        let Some(claim) = Running::claim(&self.running, root) else {
+            return self
+                .supervisor(root)
+                .ok_or_else(|| conflict("The tree is being started or resumed: try again"));
+        };
+        let store = &self.store;
+        let record = arbor_core::registry::session(store.as_ref(), root).await?;
+        let spec = crate::spec::Spec::from_definition(&record.meta["definition"])
+            .map_err(|e| ApiError::internal(&e))?
+            .ok_or_else(|| conflict("The run keeps no definition to rebuild its agents from"))?;
+        let token = self.runs.child_token();
+        let lease = owner::take_over(store, &record, &token)
+            .await
+            .map_err(|f| conflict(f.message))?;
+        let built = crate::tree::build(&spec, store.clone(), token.clone())?;
+        let sup = built
+            .supervisor
+            .clone()
+            .ok_or_else(|| conflict("The tree's root has no children to spawn"))?;
+        claim.live(&token, &built);
+        claim.hosted();
+        let (watched, idle) = (sup.clone(), host_idle());
+        self.tracker.spawn(async move {
+            let (_claim, _lease, _built) = (claim, lease, built);
+            let mut quiet_since = std::time::Instant::now();
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                }
+                if watched.active_children() > 0 || watched.running_handles() > 0 {
+                    quiet_since = std::time::Instant::now();
+                } else if quiet_since.elapsed() >= idle {
+                    break;
+                }
+            }
+            tracing::info!(root = %root, "released the hosted tree");
+            watched.shutdown().await;
+        });
+        Ok(sup)
+    }
+
+    async fn delete_offline(
+        &self,
+        root: SessionId,
+        parent: SessionId,
+        child: SessionId,
+        by: &str,
+        reason: &str,
+    ) -> Result<arbor_core::supervisor::Deleted, ApiError> {
+        use arbor_core::registry::{self, DeleteTarget};
+        // Held while the tombstone is written: no run of the tree starts here meanwhile.
+        let _claim = Running::claim(&self.running, root)
+            .ok_or_else(|| conflict("The run is going on: try again"))?;
+        let store = &self.store;
+        let root_record = registry::session(store.as_ref(), root).await?;
+        // Never under a live run of another process: it would finish the child anyway.
+        let _lease = owner::take_over(store, &root_record, &CancellationToken::new())
+            .await
+            .map_err(|f| conflict(f.message))?;
+        let (session_id, tombstone, already) =
+            match registry::delete_target(store.as_ref(), parent, &child.to_string()).await? {
+                DeleteTarget::Deleted(id, t) => (id, t, true),
+                DeleteTarget::Live(record) => {
+                    let t = registry::write_tombstone(store.as_ref(), &record, by, reason).await?;
+                    (record.id, t, false)
+                }
+            };
+        arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root).await?;
+        Ok(arbor_core::supervisor::Deleted {
+            session_id,
+            tombstone,
+            run_cancelled: false,
+            cancelled: Vec::new(),
+            already,
+        })
+    }
+}
+
+impl SpecLauncher {
+    async fn resume_tree(&self, id: SessionId) -> Result<(), ApiError> {
+        let store = &self.store;
+        let claim = Running::claim(&self.running, id).ok_or_else(|| {
+            if trees(&self.running).get(&id).is_some_and(|t| t.hosted) {
+                conflict(format!(
+                    "The tree is hosted for the host's calls until {} s after its last child \
+                     ended: resume it then",
+                    host_idle().as_secs()
+                ))
+            } else {
+                conflict("The run is still going: nothing to resume yet")
+            }
+        })?;
+        let root = arbor_core::registry::session(store.as_ref(), id).await?;
+        let spec = crate::spec::Spec::from_definition(&root.meta["definition"])
+            .map_err(|e| ApiError::internal(&e))?
+            .ok_or_else(|| conflict("The run keeps no definition to rebuild its agents from"))?;
+        owner::not_run_elsewhere(&root).map_err(|f| conflict(f.message))?;
+        arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), id).await?;
+        let own = arbor_core::approval::suspensions(store.as_ref(), id)
+            .await?
+            .into_iter()
+            .next();
+        let (ready, undecided): (Vec<_>, Vec<_>) =
+            arbor_core::supervisor::detached_suspensions(store.as_ref(), id)
+                .await?
+                .into_iter()
+                .partition(|s| s.pending.is_empty());
+        match &own {
+            Some(w) if !w.pending.is_empty() => {
+                return Err(conflict(format!(
+                    "{} call(s) still wait for a decision: decide them first",
+                    w.pending.len()
+                )));
+            }
+            None if ready.is_empty() && !undecided.is_empty() => {
+                let calls: usize = undecided.iter().map(|s| s.pending.len()).sum();
+                return Err(conflict(format!(
+                    "{calls} call(s) below the root still wait for a decision: decide them first"
+                )));
+            }
+            None if ready.is_empty() => {
+                return Err(conflict("Nothing waits for a decision: nothing to resume"));
+            }
+            _ => {}
+        }
+        let token = self.runs.child_token();
+        let lease = owner::take_over(store, &root, &token)
+            .await
+            .map_err(|f| conflict(f.message))?;
+        let built = crate::tree::build(&spec, store.clone(), token.clone())?;
+        let mut session = built.root.open_session(store.clone(), id).await?;
+        claim.live(&token, &built);
+        let store = store.clone();
+        self.tracker.spawn(async move {
+            let (_lease, _claim) = (lease, claim);
+            if let Some(sup) = &built.supervisor {
+                sup.attach(&mut session);
+                crate::resume::resume_children(sup, store.as_ref(), &ready, &undecided).await;
+            }
+            let start = match own {
+                Some(w) => Start::Resume(w.run_id),
+                None if !session.inbox().is_empty() => Start::Inbox,
+                None => {
+                    if let Some(sup) = &built.supervisor {
+                        sup.shutdown().await;
+                    }
+                    return;
+                }
+            };
+            match run_tree(&built, &mut session, start, &token).await {
+                Ok(r) => tracing::info!(root = %id, status = ?r.status, "resumed run ended"),
+                Err(e) => tracing::warn!(root = %id, "resumed run failed: {e}"),
+            }
+        });
+        Ok(())
+    }
+}
+
+/// A spec that fails its checks: an inline one is at fault itself; a named one with the
+/// request's overrides, the override is.
+fn override_error(run: &StartRun, fail: Fail) -> ApiError {
+    let field = if run.spec_text.is_some() {
+        "spec_text"
+    } else if run.provider.is_some() {
+        "provider"
+    } else if run.model.is_some() {
+        "model"
+    } else {
+        return ApiError::new(ErrorKind::Validation, fail.message);
+    };
+    ApiError::field(field, fail.message)
+}
