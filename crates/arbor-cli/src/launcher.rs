@@ -172,16 +172,15 @@ impl Launcher for SpecLauncher {
             c.live(&token, &built);
         }
         let task = run.task.unwrap_or_else(|| prepared.spec.task.clone());
+        let store = self.store.clone();
         self.tracker.spawn(async move {
             let _lease = lease;
             let _claim = claim;
             if let Some(sup) = &built.supervisor {
                 sup.attach(&mut session);
             }
-            match run_tree(&built, &mut session, Start::Task(task), &token).await {
-                Ok(r) => tracing::info!(root = %id, status = ?r.status, "run ended"),
-                Err(e) => tracing::warn!(root = %id, "run failed: {e}"),
-            }
+            let result = run_tree(&built, &mut session, Start::Task(task), &token).await;
+            keep_result(&store, id, built.root.redactor(), &result).await;
         });
         Ok(id)
     }
@@ -364,12 +363,57 @@ impl SpecLauncher {
                     return;
                 }
             };
-            match run_tree(&built, &mut session, start, &token).await {
-                Ok(r) => tracing::info!(root = %id, status = ?r.status, "resumed run ended"),
-                Err(e) => tracing::warn!(root = %id, "resumed run failed: {e}"),
-            }
+            let result = run_tree(&built, &mut session, start, &token).await;
+            keep_result(&store, id, built.root.redactor(), &result).await;
         });
         Ok(())
+    }
+}
+
+/// Keeps how the root's run ended in its record (`meta.result`: status, stop reason, its
+/// answer and error, redacted), for `GET /v1/runs/{id}`. Written with the record's version,
+/// so the owner's heartbeat (also in `meta`) is never overwritten.
+async fn keep_result(
+    store: &Arc<dyn Store>,
+    root: SessionId,
+    redactor: Option<&Arc<dyn arbor_core::Redactor>>,
+    result: &arbor_core::CoreResult<arbor_core::RunResult>,
+) {
+    let redact = |t: &str| redactor.map_or_else(|| t.to_owned(), |r| r.redact(t).into_owned());
+    let kept = match result {
+        Ok(r) => {
+            tracing::info!(root = %root, status = ?r.status, "run ended");
+            serde_json::json!({
+                "status": r.status,
+                "stop_reason": r.stop_reason,
+                "text": redact(&r.text),
+                "error": r.error.as_deref().map(redact),
+            })
+        }
+        Err(e) => {
+            tracing::warn!(root = %root, "run failed: {e}");
+            serde_json::json!({"status": "failed", "error": redact(&e.to_string())})
+        }
+    };
+    for _ in 0..8 {
+        let Ok(Some(record)) = store.session(root).await else {
+            return;
+        };
+        let mut meta = record.meta.clone();
+        meta["result"] = kept.clone();
+        let update = arbor_store::SessionUpdate {
+            expected_version: Some(record.version),
+            meta: Some(meta),
+            ..arbor_store::SessionUpdate::default()
+        };
+        match store.update_session(root, &update).await {
+            Err(arbor_store::StoreError::Conflict { .. }) => continue,
+            Err(e) => {
+                tracing::warn!(root = %root, "could not keep the run's result: {e}");
+                return;
+            }
+            Ok(_) => return,
+        }
     }
 }
 

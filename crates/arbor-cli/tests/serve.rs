@@ -257,6 +257,28 @@ async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &s
     }
 }
 
+/// How the run of `root` ended, once its launcher kept a result with status `want`.
+async fn result_of(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no result kept"
+        );
+        let (_, run) = call(
+            http,
+            reqwest::Method::GET,
+            format!("{base}/v1/runs/{root}"),
+            None,
+        )
+        .await;
+        if run["result"]["status"] == want {
+            return run["result"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The tool results of `session`'s transcript (what its calls returned).
 async fn tool_results(http: &reqwest::Client, base: &str, session: &str) -> Vec<String> {
     let (_, page) = call(
@@ -406,6 +428,12 @@ async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_i
         "{resumed}"
     );
     status_becomes(&http, &base, &root, "succeeded").await;
+    let result = result_of(&http, &base, &root, "succeeded").await;
+    assert_eq!(
+        (&result["status"], &result["text"]),
+        (&json!("succeeded"), &json!("The release notes are out.")),
+        "{result}"
+    );
     assert_eq!(
         tool_results(&http, &base, &publisher).await,
         ["published v1.2 release notes"],

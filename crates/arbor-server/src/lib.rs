@@ -85,8 +85,8 @@ pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use openapi::ApiDoc;
 pub use views::{
-    CancelView, ChildRowView, ChildrenView, RunView, SessionView, SpecList, StartRunRequest,
-    Totals, TranscriptPage, TreeView, UsageView,
+    CancelView, ChildRowView, ChildrenView, RunResultView, RunView, SessionView, SpecList,
+    StartRunRequest, Totals, TranscriptPage, TreeView, UsageView,
 };
 
 use crate::metrics::Metrics;

@@ -205,6 +205,19 @@ pub struct StartRunRequest {
     pub model: Option<String>,
 }
 
+/// How a root's run ended, as its launcher kept it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunResultView {
+    /// `succeeded`, `failed`, `aborted`, `suspended`, `denied`.
+    pub status: String,
+    /// Why it stopped (`completed`, `turn_limit`, …).
+    pub stop_reason: Option<String>,
+    /// The root's answer (redacted).
+    pub text: Option<String>,
+    /// What went wrong, for a run that did not succeed (redacted).
+    pub error: Option<String>,
+}
+
 /// A started run.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct RunView {
@@ -212,6 +225,9 @@ pub struct RunView {
     pub root_id: String,
     /// Where the root stands.
     pub status: String,
+    /// How its last run ended, once it has (absent while it runs, and for runs not started
+    /// through this API).
+    pub result: Option<RunResultView>,
     /// The whole tree.
     pub tree: TreeView,
 }

@@ -11,7 +11,7 @@ use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::extract::Body;
 use crate::launcher::StartRun;
 use crate::state::AppState;
-use crate::views::{RunView, SessionView, SpecList, StartRunRequest, TreeView};
+use crate::views::{RunResultView, RunView, SessionView, SpecList, StartRunRequest, TreeView};
 
 /// The longest task a request may carry, in bytes.
 pub const MAX_TASK_BYTES: usize = 32 * 1024;
@@ -155,9 +155,11 @@ async fn run_view(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<RunV
         .list_sessions(SessionQuery::Tree(root.id))
         .await?;
     let view = SessionView::from(&root);
+    let result = serde_json::from_value::<RunResultView>(root.meta["result"].clone()).ok();
     Ok(RunView {
         root_id: view.id.clone(),
         status: view.status.clone(),
+        result,
         tree: TreeView {
             root_id: view.id,
             sessions: sessions.iter().map(SessionView::from).collect(),
