@@ -188,6 +188,32 @@ async fn live(
     }
 }
 
+/// Waits up to `wait` for the delegation: its answer (200), a cancelled state (200), or
+/// `still_running` when the wait ran out (the child goes on).
+async fn waited(
+    sup: &arbor_core::supervisor::Supervisor,
+    delegation: &str,
+    wait: Duration,
+    still_running: Response,
+) -> ApiResult<Response> {
+    match tokio::time::timeout(wait, sup.wait(delegation, WaitOptions::default())).await {
+        Err(_) => Ok(still_running),
+        Ok(Ok(WaitOutcome::Finished(r))) => {
+            let text = sup.redact(&r.result.text);
+            Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
+        }
+        Ok(Ok(_)) => Ok((
+            StatusCode::OK,
+            Json(DelegationState {
+                delegation_id: delegation.to_owned(),
+                status: "cancelled".to_owned(),
+            }),
+        )
+            .into_response()),
+        Ok(Err(e)) => Err(ApiError::from(e)),
+    }
+}
+
 fn wait_for(ms: Option<u64>) -> ApiResult<Duration> {
     let ms = ms.unwrap_or(DEFAULT_WAIT_MS);
     if ms > MAX_WAIT_MS {
@@ -243,27 +269,8 @@ pub(crate) async fn spawn(
     if req.mode != SpawnMode::Sync {
         return Ok((StatusCode::CREATED, Json(view)).into_response());
     }
-    match tokio::time::timeout(
-        wait,
-        sup.wait(&handle.delegation_id, WaitOptions::default()),
-    )
-    .await
-    {
-        Err(_) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
-        Ok(Ok(WaitOutcome::Finished(r))) => {
-            let text = sup.redact(&r.result.text);
-            Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
-        }
-        Ok(Ok(_)) => Ok((
-            StatusCode::OK,
-            Json(DelegationState {
-                delegation_id: handle.delegation_id,
-                status: "cancelled".to_owned(),
-            }),
-        )
-            .into_response()),
-        Ok(Err(e)) => Err(ApiError::from(e)),
-    }
+    let still_running = (StatusCode::ACCEPTED, Json(view)).into_response();
+    waited(&sup, &handle.delegation_id, wait, still_running).await
 }
 
 /// How long to wait.
@@ -294,32 +301,15 @@ pub(crate) async fn wait(
     let wait = wait_for(q.wait_ms)?;
     let record = state.visible(&tenant, &id).await?;
     let sup = live(&state, &record).await?;
-    let running = || {
-        (
-            StatusCode::ACCEPTED,
-            Json(DelegationState {
-                delegation_id: delegation.clone(),
-                status: "running".to_owned(),
-            }),
-        )
-            .into_response()
-    };
-    match tokio::time::timeout(wait, sup.wait(&delegation, WaitOptions::default())).await {
-        Err(_) => Ok(running()),
-        Ok(Ok(WaitOutcome::Finished(r))) => {
-            let text = sup.redact(&r.result.text);
-            Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
-        }
-        Ok(Ok(_)) => Ok((
-            StatusCode::OK,
-            Json(DelegationState {
-                delegation_id: delegation.clone(),
-                status: "cancelled".to_owned(),
-            }),
-        )
-            .into_response()),
-        Ok(Err(e)) => Err(ApiError::from(e)),
-    }
+    let running = (
+        StatusCode::ACCEPTED,
+        Json(DelegationState {
+            delegation_id: delegation.clone(),
+            status: "running".to_owned(),
+        }),
+    )
+        .into_response();
+    waited(&sup, &delegation, wait, running).await
 }
 
 /// Cancels a child by its handle.
