@@ -45,6 +45,34 @@ def start(arbor, workdir, port=0):
     raise SystemExit("arbor serve did not start")
 
 
+def fan_out(n):
+    """A root that delegates to `n` children (four at a time), each answering at once."""
+    calls = ",\n  ".join(
+        f'{{ name = "spawn_agent", arguments = {{ child_id = "worker", name = "worker-{i:02}", '
+        f'input = "Part {i} of the job" }} }}'
+        for i in range(1, n + 1)
+    )
+    return f"""task = "Split the job into {n} parts"
+root = "root"
+
+[agents.root]
+children = ["worker"]
+tool_concurrency = 4
+limits = {{ max_tool_calls = 256 }}
+[[agents.root.turns]]
+tool_calls = [
+  {calls}
+]
+[[agents.root.turns]]
+text = "All parts done."
+
+[agents.worker]
+repeat_last = true
+[[agents.worker.turns]]
+text = "done"
+"""
+
+
 def call(base, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
@@ -79,6 +107,8 @@ def main():
     work = tempfile.mkdtemp(prefix="arbor-web-")
     os.makedirs(os.path.join(work, "specs"))
     shutil.copy(a.spec, os.path.join(work, "specs", "approvals.toml"))
+    with open(os.path.join(work, "specs", "fanout.toml"), "w") as f:
+        f.write(fan_out(50))
     server, base = start(a.arbor, work)
     port = int(base.rsplit(":", 1)[1])
     checks = 0
@@ -135,9 +165,23 @@ def main():
             expect(page.locator("#conn")).to_have_attribute("data-state", "live", timeout=15000)
             expect(page.get_by_test_id("run-status")).to_have_text("Done")
             checks += 3
+            page.screenshot(path=os.path.join(a.out, "view.png"), full_page=True)
+
+            # A tree of 50 children: every node listed, nothing overflowing sideways.
+            big = call(base, "POST", "/v1/runs", {"spec": "fanout"})["root_id"]
+            until("the fan-out to finish",
+                  lambda: call(base, "GET", f"/v1/runs/{big}")["status"] == "succeeded")
+            page.goto(f"{base}/#run={big}")
+            expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+            expect(page.get_by_test_id("node")).to_have_count(51)
+            overflow = page.evaluate(
+                "() => { const m = document.querySelector('.main');"
+                " return m.scrollWidth - m.clientWidth; }")
+            assert overflow <= 1, f"the view overflows sideways by {overflow}px"
+            checks += 3
+            page.screenshot(path=os.path.join(a.out, "view-50-children.png"), full_page=True)
             assert not errors, errors
             checks += 1
-            page.screenshot(path=os.path.join(a.out, "view.png"), full_page=True)
             browser.close()
     finally:
         if server.poll() is None:

@@ -88,6 +88,9 @@ function follow(id) {
   state.run = id;
   state.snapshot = null;
   state.approvalsKey = null;
+  // Another run: the drawer showed a session of the last one.
+  state.drawer = null;
+  $("drawer").hidden = true;
   const ctrl = new AbortController();
   state.stream = ctrl;
   let last = null;
