@@ -105,6 +105,23 @@ impl Session {
                 None => interrupted,
             }));
         }
+        // A crash between a suspension's checkpoint and its record's `suspended` leaves the
+        // checkpoint of a run that goes on here instead: its calls are the ones reported
+        // interrupted above (never run), so it is closed, and nothing lists it as waiting.
+        for stale in crate::approval::suspensions(self.store.as_ref(), self.id()).await? {
+            match self
+                .store
+                .delete_checkpoint(
+                    crate::approval::RUN_NAMESPACE,
+                    &stale.run_id.to_string(),
+                    stale.version,
+                )
+                .await
+            {
+                Ok(()) | Err(arbor_store::StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let from = if state.already_answered {
             Turns::Answered
         } else {

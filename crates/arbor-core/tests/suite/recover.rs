@@ -185,3 +185,58 @@ async fn an_interrupted_child_continues_as_a_delegation_and_answers_its_parent()
     let e = sup.continue_child(child_id).await.unwrap_err();
     assert!(e.to_string().contains("was not interrupted"), "{e}");
 }
+
+/// A crash between a suspension's checkpoint and its record's `suspended`: the record says
+/// `interrupted`, the checkpoint says calls wait. Continuing the run reports those calls
+/// interrupted (never run) and closes the checkpoint: nothing lists the session as waiting
+/// afterwards (the crash harness's seed 15 found it left listed).
+#[tokio::test]
+async fn continuing_a_run_cut_off_while_it_suspended_closes_its_checkpoint() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tool = Probe::default();
+    let agent = Agent::builder("worker")
+        .provider(ScriptedProvider::new(Script::new([
+            probe(1),
+            ScriptedTurn::text("carried on"),
+        ])))
+        .tool(tool.clone())
+        .interrupt_before_tool(true)
+        .build()
+        .unwrap();
+    let mut s = agent.session().store(store.clone()).create().await.unwrap();
+    let r = s.run("work", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Suspended);
+    let id = s.id();
+    assert_eq!(
+        arbor_core::approval::suspensions(store.as_ref(), id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // The crash: the record never got (or lost) its `suspended`; the sweep finds it running.
+    let record = store.session(id).await.unwrap().unwrap();
+    let update = arbor_store::SessionUpdate {
+        expected_version: Some(record.version),
+        ..arbor_store::SessionUpdate::status(SessionStatus::Running)
+    };
+    store.update_session(id, &update).await.unwrap();
+    assert_eq!(store.mark_interrupted().await.unwrap(), [id]);
+
+    let mut s = agent.open_session(store.clone(), id).await.unwrap();
+    let (continued, r) = s.continue_interrupted(RunOptions::default()).await.unwrap();
+    assert_eq!(continued.interrupted_calls, ["probe"]);
+    assert_eq!(r.status, RunStatus::Succeeded);
+    assert_eq!(
+        tool.calls.load(Ordering::SeqCst),
+        0,
+        "the waiting call never ran"
+    );
+    assert!(
+        arbor_core::approval::suspensions(store.as_ref(), id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the session is still listed as waiting"
+    );
+}
