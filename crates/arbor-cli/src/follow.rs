@@ -136,24 +136,8 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
     let root = registry::session(store.as_ref(), parent_record.root_id)
         .await
         .map_err(Fail::core)?;
-    let _lease = owner::take_over(&store, &root, &CancellationToken::new()).await?;
-    let (id, tombstone, already) = match registry::delete_target(store.as_ref(), parent, &args.name)
-        .await
-        .map_err(Fail::core)?
-    {
-        registry::DeleteTarget::Deleted(id, t) => (id, t, true),
-        registry::DeleteTarget::Live(child) => {
-            let t = registry::write_tombstone(store.as_ref(), &child, &by, &args.reason)
-                .await
-                .map_err(Fail::core)?;
-            (child.id, t, false)
-        }
-    };
-    // What of it waited for approval nobody can resume now (also when a crash cut an
-    // earlier delete short).
-    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
-        .await
-        .map_err(Fail::core)?;
+    let (id, tombstone, already) =
+        delete_stored(&store, &root, parent, &args.name, &by, &args.reason).await?;
     if args.store.json {
         output::out(
             &json!({"session_id": id, "tombstone": tombstone, "already_deleted": already})
@@ -193,4 +177,36 @@ pub(crate) async fn rename(args: RenameArgs) -> Result<u8, Fail> {
         ));
     }
     Ok(0)
+}
+
+/// Deletes the child `selector` names under `parent` in the tree of `root`, run by no live
+/// process (this one takes the tree's lease while it writes): the tombstone, then whatever
+/// of the tree waited for approval and nobody can resume now (also after a crash cut an
+/// earlier delete short). Returns the child, its tombstone and whether it was deleted
+/// before. `arbor rm` and `arbor serve` (a delete on a tree it does not run) share it.
+pub(crate) async fn delete_stored(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    root: &arbor_store::SessionRecord,
+    parent: SessionId,
+    selector: &str,
+    by: &str,
+    reason: &str,
+) -> Result<(SessionId, arbor_store::Tombstone, bool), Fail> {
+    let _lease = owner::take_over(store, root, &CancellationToken::new()).await?;
+    let deleted = match registry::delete_target(store.as_ref(), parent, selector)
+        .await
+        .map_err(Fail::core)?
+    {
+        registry::DeleteTarget::Deleted(id, t) => (id, t, true),
+        registry::DeleteTarget::Live(child) => {
+            let t = registry::write_tombstone(store.as_ref(), &child, by, reason)
+                .await
+                .map_err(Fail::core)?;
+            (child.id, t, false)
+        }
+    };
+    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
+        .await
+        .map_err(Fail::core)?;
+    Ok(deleted)
 }

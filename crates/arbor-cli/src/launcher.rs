@@ -203,7 +203,10 @@ impl Launcher for SpecLauncher {
                 running
             }));
         }
-        Ok(tree.supervisor.is_some_and(|s| s.cancel_session(session)))
+        match tree.supervisor {
+            Some(sup) => Ok(sup.cancel_session(session).await?),
+            None => Ok(false),
+        }
     }
 
     fn supervisor(&self, root: SessionId) -> Option<arbor_core::supervisor::Supervisor> {
@@ -263,25 +266,24 @@ impl Launcher for SpecLauncher {
         by: &str,
         reason: &str,
     ) -> Result<arbor_core::supervisor::Deleted, ApiError> {
-        use arbor_core::registry::{self, DeleteTarget};
         // Held while the tombstone is written: no run of the tree starts here meanwhile.
         let _claim = Running::claim(&self.running, root)
             .ok_or_else(|| conflict("The run is going on: try again"))?;
-        let store = &self.store;
-        let root_record = registry::session(store.as_ref(), root).await?;
+        let root_record = arbor_core::registry::session(self.store.as_ref(), root).await?;
         // Never under a live run of another process: it would finish the child anyway.
-        let _lease = owner::take_over(store, &root_record, &CancellationToken::new())
-            .await
-            .map_err(|f| conflict(f.message))?;
-        let (session_id, tombstone, already) =
-            match registry::delete_target(store.as_ref(), parent, &child.to_string()).await? {
-                DeleteTarget::Deleted(id, t) => (id, t, true),
-                DeleteTarget::Live(record) => {
-                    let t = registry::write_tombstone(store.as_ref(), &record, by, reason).await?;
-                    (record.id, t, false)
-                }
-            };
-        arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root).await?;
+        let (session_id, tombstone, already) = crate::follow::delete_stored(
+            &self.store,
+            &root_record,
+            parent,
+            &child.to_string(),
+            by,
+            reason,
+        )
+        .await
+        .map_err(|f| match f.code {
+            crate::fail::EXIT_STORE => ApiError::internal(&f.message),
+            _ => conflict(f.message),
+        })?;
         Ok(arbor_core::supervisor::Deleted {
             session_id,
             tombstone,

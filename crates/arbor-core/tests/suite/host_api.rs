@@ -443,27 +443,42 @@ async fn a_host_cancels_one_childs_run_by_its_session() {
     // Not yet running (or already): wait until its run is in flight.
     let mut cancelled = false;
     for _ in 0..200 {
-        if sup.cancel_session(handle.session_id) {
+        if sup.cancel_session(handle.session_id).await.unwrap() {
             cancelled = true;
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     assert!(cancelled, "its run never started");
-    // The delegation ends with one terminal report: a cancelled run.
-    let e = sup
+    // Through its handle: the wait says it was cancelled, and the hosted child is
+    // released (`revoked`) once its run has ended.
+    let outcome = sup
         .wait(&handle.delegation_id, Default::default())
         .await
-        .unwrap_err();
-    assert_eq!(e.to_string(), "Delegation cancelled");
-    let record = sup
-        .store()
-        .session(handle.session_id)
-        .await
-        .unwrap()
         .unwrap();
+    assert!(
+        matches!(
+            outcome,
+            arbor_core::supervisor::WaitOutcome::Cancelled { .. }
+        ),
+        "{outcome:?}"
+    );
+    let store = sup.store().clone();
+    let mut record = store.session(handle.session_id).await.unwrap().unwrap();
+    for _ in 0..200 {
+        if record.tombstone.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        record = store.session(handle.session_id).await.unwrap().unwrap();
+    }
     assert_eq!(record.status, arbor_protocol::SessionStatus::Aborted);
-    assert!(record.tombstone.is_none(), "cancelled, not deleted");
-    // Nothing runs now: a second cancel says so.
-    assert!(!sup.cancel_session(handle.session_id));
+    assert_eq!(
+        record.tombstone.map(|t| t.reason),
+        Some("revoked".to_owned())
+    );
+    // Nothing runs now, and an unknown session: a cancel says so.
+    assert!(!sup.cancel_session(handle.session_id).await.unwrap());
+    let unknown = arbor_protocol::SessionId::new();
+    assert!(!sup.cancel_session(unknown).await.unwrap());
 }

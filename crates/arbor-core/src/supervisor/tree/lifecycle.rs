@@ -185,11 +185,21 @@ impl Supervisor {
     }
 
     /// Cancels the run of the child session `id` in flight in this process: it ends
-    /// `aborted` with one terminal report, and its task-lifetime descendants end with it. The
-    /// session stays (a message starts a new run of a retained child). `false` when no run
-    /// of it is in flight here.
-    pub fn cancel_session(&self, id: SessionId) -> bool {
-        self.live().hub().cancel_run(id)
+    /// `aborted` with one terminal report, and its task-lifetime descendants end with it. A
+    /// child with a handle (started by `delegate_async` or `spawn`) is cancelled through it,
+    /// as [`cancel`](Self::cancel) does: a hosted child is then released (`revoked`, the
+    /// delegation contract's stop). Another keeps its record (a message starts a new run of a
+    /// retained child). `false` when no run of it is in flight here, or `id` is unknown.
+    pub async fn cancel_session(&self, id: SessionId) -> CoreResult<bool> {
+        let record = self.live().store().session(id).await?;
+        if let Some(did) = record
+            .as_ref()
+            .and_then(|r| r.meta["delegation_id"].as_str())
+            && let Ok(true) = self.cancel(did)
+        {
+            return Ok(true);
+        }
+        Ok(self.live().hub().cancel_run(id))
     }
 
     /// Closes `id`: cancels the runs of its live descendants (nothing keeps running
