@@ -272,3 +272,53 @@ async fn deleting_a_suspended_message_child_closes_what_it_waited_on() {
         .unwrap();
     assert!(again.already);
 }
+
+/// A child the host itself started to join (no calling run: an MCP client or an HTTP host
+/// acting as the root) that stops on a call waiting for approval has no caller's run to
+/// carry its approvals: it is listed at the root, decided there and resumed on its own; the
+/// approved call runs once and the resumed run's answer is the child's.
+#[tokio::test]
+async fn a_child_the_host_joins_waiting_for_approval_is_listed_and_resumed_on_its_own() {
+    let t = tree(
+        vec![("writer", vec![write("x"), ScriptedTurn::text("written")])],
+        None,
+    );
+    let root = root(&t, vec![ScriptedTurn::text("unused")]).await;
+    let handle = t
+        .sup
+        .delegate_async(
+            arbor_core::supervisor::DelegationRequest::new("writer", "write it")
+                .parent(arbor_core::SessionRef::from(root.record())),
+        )
+        .await
+        .unwrap();
+    let e = t
+        .sup
+        .wait(&handle.delegation_id, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Suspended, "{e}");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    let waiting = detached_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0].session_id, handle.session_id);
+    assert_eq!(waiting[0].pending[0].tool, "write");
+    approve_first(&t, &waiting[0]).await;
+    let done = t.sup.resume_child(handle.session_id).await.unwrap();
+    assert_eq!(done.result.status, RunStatus::Succeeded);
+    assert_eq!(done.result.text, "written");
+    assert_eq!(done.delegation_id, handle.delegation_id);
+    assert_eq!(
+        t.writes.0.load(Ordering::SeqCst),
+        1,
+        "the approved call ran once"
+    );
+    assert!(
+        detached_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -198,6 +198,7 @@ impl Supervisor {
             _ => None,
         };
         let thread = request.thread_id.as_deref().unwrap_or("default").to_owned();
+        let host_join = scope.is_none() && request.spawned_by.is_none();
         Ok(Admitted {
             entry: entry_index,
             child_id: request.child_id,
@@ -227,7 +228,11 @@ impl Supervisor {
             resume_run: None,
             recover: false,
             replies_at_start: 0,
-            detached: mode == Mode::Message,
+            // Nobody's run carries the approvals of a message-mode child, nor those of a
+            // child the host itself started to join (no calling run spawned it): when either
+            // stops on a call, it is listed at the root and resumed on its own
+            // (`resume_child`).
+            detached: mode == Mode::Message || (mode == Mode::Join && host_join),
         })
     }
 }
