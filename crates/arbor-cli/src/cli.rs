@@ -92,6 +92,9 @@ pub(crate) enum Command {
     /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`) over the store, running the
     /// specs of `--specs DIR` on request.
     Serve(ServeArgs),
+    /// Serve MCP over stdio: the MCP client drives a root session of SPEC in place of its
+    /// root agent (spawn, wait, cancel and message its children, decide their approvals).
+    Mcp(McpArgs),
     /// Store maintenance: `arbor store check` runs SQLite's integrity and foreign-key checks
     /// (read-only; exit 3 with the recovery steps when the file is damaged).
     #[command(subcommand)]
@@ -123,6 +126,19 @@ pub(crate) struct ServeArgs {
     /// Print the tokens-file line of TENANT for the token read on stdin, and exit.
     #[arg(long, value_name = "TENANT")]
     pub(crate) hash_token: Option<String>,
+}
+
+/// Arguments of `arbor mcp`.
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// The spec whose root the client stands in for (its root must have children).
+    pub(crate) spec: PathBuf,
+    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing).
+    #[arg(long, value_name = "PATH", conflicts_with = "memory")]
+    pub(crate) store: Option<PathBuf>,
+    /// Keep nothing: use the in-memory store.
+    #[arg(long)]
+    pub(crate) memory: bool,
 }
 
 /// Arguments of `arbor models`.

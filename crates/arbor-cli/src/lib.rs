@@ -9,6 +9,7 @@
 //! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
 //! - [`serve`]: the `serve` command, the HTTP service with the spec runner ([`launcher`]) as
 //!   its launcher.
+//! - [`mcp`]: the `mcp` command, an MCP client driving a root over stdio.
 //! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
 //!   when nothing is pending.
 //! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
@@ -39,6 +40,7 @@ mod redaction;
 mod report;
 mod resume;
 mod run;
+mod mcp;
 mod serve;
 mod spec;
 mod store;
@@ -80,6 +82,7 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => runtime.block_on(resume::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
         Command::Serve(args) => runtime.block_on(serve::serve(args)),
+        Command::Mcp(args) => runtime.block_on(mcp::serve(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
     };
     match outcome {

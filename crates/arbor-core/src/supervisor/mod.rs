@@ -62,5 +62,7 @@ pub use tools::find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT,
 pub use tools::list_children::ListChildrenTool;
 pub use tools::rename_child::RenameChildTool;
 pub use tools::send_message::SendMessageTool;
-pub use tools::spawn_agent::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};
+pub use tools::spawn_agent::{
+    CancelAgentTool, HostSpawn, SpawnAgentTool, SpawnMode, WaitAgentTool,
+};
 pub use tree::lifecycle::{Deleted, Renamed};

@@ -19,7 +19,7 @@ pub use list_children::ListChildrenTool;
 pub use rename_child::RenameChildTool;
 pub use report::{ChildAnswer, ChildStarted, HandleStatus, HandleUpdate, ToolReport};
 pub use send_message::SendMessageTool;
-pub use spawn_agent::{CancelAgentTool, SpawnAgentTool, WaitAgentTool};
+pub use spawn_agent::{CancelAgentTool, HostSpawn, SpawnAgentTool, SpawnMode, WaitAgentTool};
 
 use std::sync::Arc;
 

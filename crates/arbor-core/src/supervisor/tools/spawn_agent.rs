@@ -178,42 +178,17 @@ impl ModelTool for SpawnAgentTool {
     }
 
     async fn call(&self, args: SpawnArgs, ctx: ToolContext) -> Result<String, ToolError> {
-        // The schema's enum holds exactly the offered ids; this guards a hand-built call.
-        if !self.allowed.contains(&args.child_id) {
-            return Err(ToolError::ToModel("Unknown child id".to_owned()));
-        }
-        let thinking = args.thinking;
-        let policy = PolicyInput {
-            lifetime: args.lifetime,
-            report: args.report,
-            every_turns: args.milestone.and_then(|m| m.every_turns),
-            budget_share: args.budget_share,
+        let spawn_point = SpawnPoint {
+            run_id: ctx.run_id,
+            turn: ctx.turn,
         };
-        let mode = match (args.mode, args.lifetime) {
-            (Some(Mode::Message), _) => Mode::Message,
-            (Some(Mode::Async), _) | (_, Some(Lifetime::Session)) => Mode::Async,
-            _ => Mode::Sync,
-        };
-        let request = DelegationRequest {
-            child_id: args.child_id.clone(),
-            input: args.input,
-            thread_id: args.thread_id,
-            name: args.name,
-            model: args.model,
-            thinking,
-            policy,
-            cancel: Some(ctx.cancel.clone()),
-            parent: Some(ctx.session),
-            spawned_by: Some(SpawnPoint {
-                run_id: ctx.run_id,
-                turn: ctx.turn,
-            }),
-            ..DelegationRequest::default()
-        };
+        let HostSpawn { request, mode } =
+            self.request_of(args, ctx.session, Some(ctx.cancel.clone()), Some(spawn_point))?;
+        let thinking = request.thinking;
         let handle = match mode {
-            Mode::Sync => None,
-            Mode::Async => Some(self.delegator.delegate_async(request.clone()).await),
-            Mode::Message => Some(self.delegator.spawn(request.clone()).await),
+            SpawnMode::Sync => None,
+            SpawnMode::Async => Some(self.delegator.delegate_async(request.clone()).await),
+            SpawnMode::Message => Some(self.delegator.spawn(request.clone()).await),
         };
         if let Some(handle) = handle {
             let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
@@ -225,6 +200,106 @@ impl ModelTool for SpawnAgentTool {
             Err(CoreError::Suspended(nested)) => Err(ToolError::Suspended(nested)),
             Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
+    }
+}
+
+/// How a spawn takes its child's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpawnMode {
+    /// The caller waits for the answer.
+    Sync,
+    /// The caller gets a handle to wait on (`wait_agent`).
+    Async,
+    /// The child answers its parent session by message.
+    Message,
+}
+
+/// A spawn as a host acting as a parent session makes it from a model's arguments (see
+/// [`SpawnAgentTool::host_request`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HostSpawn {
+    /// The request, for [`Supervisor::delegate_async`] or [`Supervisor::spawn`].
+    pub request: DelegationRequest,
+    /// How the arguments asked to take the answer.
+    pub mode: SpawnMode,
+}
+
+impl SpawnAgentTool {
+    /// Checks and parses a `spawn_agent` call exactly as for a model (the same closed
+    /// schema, the same errors naming the field, the same allow-list) into the request a
+    /// host acting as the parent session `parent` makes: an MCP client, say, driving a root
+    /// session itself. No calling run spawns it, so a child the host joins that stops for an
+    /// approval is listed at the root and resumed on its own
+    /// ([`Supervisor::resume_child`]). A host takes `sync` by starting the child with
+    /// [`Supervisor::delegate_async`] and waiting on its handle.
+    pub fn host_request(
+        &self,
+        arguments: serde_json::Value,
+        parent: crate::SessionRef,
+    ) -> Result<HostSpawn, ToolError> {
+        let args: SpawnArgs = self
+            .delegator
+            .supervisor()
+            .parse_arguments(ModelTool::spec(self), arguments)?;
+        self.request_of(args, parent, None, None)
+    }
+
+    /// The text a parent reads for a finished delegation: the [`ChildAnswer`] JSON, its
+    /// text redacted and cut to the parent's `max_result_bytes`.
+    ///
+    /// [`ChildAnswer`]: crate::supervisor::tools::ChildAnswer
+    pub fn answer_text(&self, result: &crate::supervisor::DelegationResult) -> String {
+        finished(&self.delegator, result)
+    }
+
+    /// The text a parent reads for a child started without waiting: the [`ChildStarted`]
+    /// JSON.
+    pub fn started_text(
+        &self,
+        handle: crate::supervisor::AsyncHandle,
+        thinking: Option<ThinkingLevel>,
+    ) -> String {
+        report::text(&ChildStarted::new(handle, thinking))
+    }
+
+    fn request_of(
+        &self,
+        args: SpawnArgs,
+        parent: crate::SessionRef,
+        cancel: Option<tokio_util::sync::CancellationToken>,
+        spawned_by: Option<SpawnPoint>,
+    ) -> Result<HostSpawn, ToolError> {
+        // The schema's enum holds exactly the offered ids; this guards a hand-built call.
+        if !self.allowed.contains(&args.child_id) {
+            return Err(ToolError::ToModel("Unknown child id".to_owned()));
+        }
+        let policy = PolicyInput {
+            lifetime: args.lifetime,
+            report: args.report,
+            every_turns: args.milestone.and_then(|m| m.every_turns),
+            budget_share: args.budget_share,
+        };
+        let mode = match (args.mode, args.lifetime) {
+            (Some(Mode::Message), _) => SpawnMode::Message,
+            (Some(Mode::Async), _) | (_, Some(Lifetime::Session)) => SpawnMode::Async,
+            _ => SpawnMode::Sync,
+        };
+        let request = DelegationRequest {
+            child_id: args.child_id,
+            input: args.input,
+            thread_id: args.thread_id,
+            name: args.name,
+            model: args.model,
+            thinking: args.thinking,
+            policy,
+            cancel,
+            parent: Some(parent),
+            spawned_by,
+            ..DelegationRequest::default()
+        };
+        Ok(HostSpawn { request, mode })
     }
 }
 
