@@ -123,6 +123,14 @@ pub(crate) struct ServeArgs {
     /// commands, repositories and servers to call.
     #[arg(long)]
     pub(crate) allow_inline_specs: bool,
+    /// The spec MCP clients reach at `/mcp` (default: the only spec; each spec is also at
+    /// `/mcp/NAME`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) mcp_spec: Option<String>,
+    /// A `Host` name MCP answers to, besides localhost, 127.0.0.1 and ::1 (repeat it; for a
+    /// server reached by another name).
+    #[arg(long, value_name = "HOST")]
+    pub(crate) mcp_host: Vec<String>,
     /// Print the tokens-file line of TENANT for the token read on stdin, and exit.
     #[arg(long, value_name = "TENANT")]
     pub(crate) hash_token: Option<String>,

@@ -258,6 +258,43 @@ impl Launcher for SpecLauncher {
         Ok(sup)
     }
 
+    async fn open_root(&self, tenant: &str, spec: &str) -> Result<arbor_mcp::HostedRoot, ApiError> {
+        let path = self
+            .specs
+            .get(spec)
+            .ok_or_else(|| ApiError::not_found("spec"))?;
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ApiError::internal(&format!("cannot read {shown}: {}", io_reason(&e))))?;
+        let prepared = prepare(&shown, &text, &Overrides::default())
+            .await
+            .map_err(|f| ApiError::new(ErrorKind::Validation, f.message))?;
+        let token = self.runs.child_token();
+        let extra = serde_json::json!({"tenant": tenant, "via": "mcp"});
+        let opened = crate::mcp::open_root(&prepared, &self.store, &token, extra)
+            .await
+            .map_err(|f| match f.code {
+                crate::fail::EXIT_USAGE => ApiError::new(ErrorKind::Validation, f.message),
+                _ => ApiError::internal(&f.message),
+            })?;
+        let id = opened.session.id();
+        let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
+        let claim = Running::claim(&self.running, id);
+        if let Some(c) = &claim {
+            c.live(&token, &opened.built);
+            c.hosted();
+        }
+        let root = opened.root.clone();
+        self.tracker.spawn(async move {
+            // Held until the client's session ends (or the server shuts down).
+            let (_lease, _claim) = (lease, claim);
+            token.cancelled().await;
+            tracing::info!(root = %id, "the MCP client's root ended");
+            opened.supervisor.shutdown().await;
+        });
+        Ok(root)
+    }
+
     async fn delete_offline(
         &self,
         root: SessionId,

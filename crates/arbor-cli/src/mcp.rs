@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::McpArgs;
 use crate::fail::Fail;
+use crate::owner;
 use crate::run::{Overrides, create_root, prepare};
 use crate::store::{StoreChoice, io_reason};
-use crate::owner;
 
 /// Runs the command until the client goes away.
 pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
@@ -24,39 +24,14 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
         .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
     let overrides = Overrides::default();
     let prepared = prepare(&path, &text, &overrides).await?;
-    let root_name = prepared.spec.root_name().map_err(Fail::usage)?.to_owned();
-    let children = prepared.spec.agents[&root_name].children.clone();
-    if children.is_empty() {
-        return Err(Fail::usage(format!(
-            "{path}: the root agent {root_name:?} delegates to no children: nothing to offer \
-             over MCP (give it children = [...])"
-        )));
-    }
+    // Checked before the store is opened: a spec with nothing to offer touches nothing.
+    offered(&prepared)?;
     let store = choice.open()?;
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
-    let (built, mut session) = create_root(
-        &prepared,
-        &overrides,
-        &store,
-        &token,
-        serde_json::json!({"via": "mcp"}),
-    )
-    .await?;
-    let _lease = owner::Heartbeat::start(store.clone(), session.id(), token.clone());
-    let Some(sup) = built.supervisor.clone() else {
-        return Err(Fail::usage(format!("{path}: the spec builds no supervisor")));
-    };
-    sup.attach(&mut session);
-    let root = HostedRoot::new(
-        sup.clone(),
-        SessionRef::from(session.record()),
-        root_name,
-        &children,
-        session.inbox().clone(),
-        token.clone(),
-    )
-    .map_err(|e| Fail::usage(e.to_string()))?;
+    let opened = open_root(&prepared, &store, &token, serde_json::json!({"via": "mcp"})).await?;
+    let _lease = owner::Heartbeat::start(store.clone(), opened.session.id(), token.clone());
+    let (sup, session, root) = (opened.supervisor, opened.session, opened.root);
     tracing::info!(root = %session.id(), "serving MCP over stdio");
     let served = tokio::select! {
         r = arbor_mcp::serve_stdio(ArborMcp::new(FixedRoot(root))) => r,
@@ -66,6 +41,70 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
     sup.shutdown().await;
     served.map_err(|e| Fail::core(arbor_core::CoreError::Supervisor(e.to_string())))?;
     Ok(0)
+}
+
+/// A root opened for an MCP client: its tree built, its record created (nothing runs).
+pub(crate) struct Opened {
+    pub(crate) built: crate::tree::Built,
+    pub(crate) supervisor: arbor_core::supervisor::Supervisor,
+    pub(crate) session: arbor_core::Session,
+    pub(crate) root: HostedRoot,
+}
+
+/// Builds the tree of a prepared spec and creates its root session for an MCP client that
+/// stands in for the root agent (`extra` goes in the record's `meta`). A root without
+/// children is a usage error.
+pub(crate) async fn open_root(
+    prepared: &crate::run::Prepared,
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    token: &CancellationToken,
+    extra: serde_json::Value,
+) -> Result<Opened, Fail> {
+    let path = &prepared.path;
+    let (root_name, children) = offered(prepared)?;
+    let (built, mut session) =
+        create_root(prepared, &Overrides::default(), store, token, extra).await?;
+    let Some(supervisor) = built.supervisor.clone() else {
+        return Err(Fail::usage(format!(
+            "{path}: the spec builds no supervisor"
+        )));
+    };
+    supervisor.attach(&mut session);
+    let root = HostedRoot::new(
+        supervisor.clone(),
+        SessionRef::from(session.record()),
+        root_name,
+        &children,
+        session.inbox().clone(),
+        token.clone(),
+    )
+    .map_err(|e| Fail::usage(e.to_string()))?;
+    Ok(Opened {
+        built,
+        supervisor,
+        session,
+        root,
+    })
+}
+
+/// The root agent's name and the children it offers; a root without children is a usage
+/// error.
+pub(crate) fn offered(prepared: &crate::run::Prepared) -> Result<(String, Vec<String>), Fail> {
+    let root_name = prepared.spec.root_name().map_err(Fail::usage)?.to_owned();
+    let children = prepared
+        .spec
+        .agents
+        .get(&root_name)
+        .map(|a| a.children.clone())
+        .unwrap_or_default();
+    if children.is_empty() {
+        return Err(Fail::usage(format!(
+            "{}: the root agent {root_name:?} delegates to no children: nothing to offer over \
+             MCP (give it children = [...])",
+            prepared.path
+        )));
+    }
+    Ok((root_name, children))
 }
 
 /// Ctrl-C or SIGTERM.

@@ -49,6 +49,15 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
         Some(dir) => read_specs(dir).await?,
         None => BTreeMap::new(),
     };
+    if let Some(spec) = &args.mcp_spec
+        && !specs.contains_key(spec)
+    {
+        let names: Vec<&str> = specs.keys().map(String::as_str).collect();
+        return Err(Fail::usage(format!(
+            "--mcp-spec {spec:?}: no such spec in --specs (specs: {})",
+            names.join(", ")
+        )));
+    }
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
     let store = choice.open()?;
     owner::sweep(&store).await?;
@@ -62,10 +71,22 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
         tracker.clone(),
     );
     let names = launcher.specs();
-    let server = Server::builder(store)
+    let mut builder = Server::builder(store)
         .launcher(launcher)
-        .tenants(tenants.clone())
-        .build();
+        .tenants(tenants.clone());
+    if !args.mcp_host.is_empty() {
+        let mut hosts = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+        ];
+        hosts.extend(args.mcp_host.iter().cloned());
+        builder = builder.mcp_hosts(hosts);
+    }
+    if let Some(spec) = &args.mcp_spec {
+        builder = builder.mcp_default(spec.clone());
+    }
+    let server = builder.build();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Fail::usage(format!("cannot listen on {listen}: {}", io_reason(&e))))?;

@@ -84,6 +84,19 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
         ))
     }
 
+    /// Opens a root session of the spec `spec` for a client that stands in for its root
+    /// agent (an MCP client): the tree is built and its root's record created for `tenant`
+    /// (nothing runs); the root is held, its tree hosted here, until its token is cancelled.
+    /// An unknown spec is a `not_found` error; one whose root has no children, a
+    /// `validation` error. Default: refused (`conflict`).
+    async fn open_root(&self, tenant: &str, spec: &str) -> Result<arbor_mcp::HostedRoot, ApiError> {
+        let _ = (tenant, spec);
+        Err(ApiError::new(
+            crate::error::ErrorKind::Conflict,
+            "This server's launcher cannot open roots for MCP clients",
+        ))
+    }
+
     /// Deletes the child `child` of `parent` in a tree this process does not run (a live
     /// tree's supervisor deletes its own): writes its tombstone once no other process runs
     /// the tree. Default: refused.

@@ -56,6 +56,7 @@ mod auth;
 mod error;
 mod extract;
 mod launcher;
+mod mcp;
 mod metrics;
 mod openapi;
 mod state;
@@ -105,6 +106,7 @@ pub struct ServerBuilder {
     store: Arc<dyn Store>,
     launcher: Option<Arc<dyn Launcher>>,
     tenants: Tenants,
+    mcp: mcp::McpConfig,
 }
 
 impl ServerBuilder {
@@ -120,6 +122,20 @@ impl ServerBuilder {
         self
     }
 
+    /// The `Host` headers MCP answers to (DNS-rebinding protection; a name without a port
+    /// matches any port). Default: `localhost`, `127.0.0.1` and `::1`.
+    pub fn mcp_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.mcp.hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The spec `/mcp` serves (default: the launcher's only spec; each spec is also at
+    /// `/mcp/{name}`).
+    pub fn mcp_default(mut self, spec: impl Into<String>) -> Self {
+        self.mcp.default = Some(spec.into());
+        self
+    }
+
     /// The server.
     pub fn build(self) -> Server {
         Server {
@@ -130,6 +146,7 @@ impl ServerBuilder {
                 metrics: Arc::new(Metrics::default()),
                 draining: Arc::new(AtomicBool::new(false)),
                 closing: tokio_util::sync::CancellationToken::new(),
+                mcp: self.mcp,
             },
         }
     }
@@ -142,12 +159,13 @@ impl Server {
             store,
             launcher: None,
             tenants: Tenants::open(),
+            mcp: mcp::McpConfig::default(),
         }
     }
 
     /// The routes, to serve or to mount in a larger app.
     pub fn router(&self) -> axum::Router {
-        app::router(self.state.clone())
+        app::router(self.state.clone()).merge(mcp::router(&self.state))
     }
 
     /// Stops admitting new runs (`POST /v1/runs` and `/readyz` answer 503); requests in

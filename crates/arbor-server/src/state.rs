@@ -25,6 +25,8 @@ pub struct AppState {
     /// Cancelled when the server shuts down: event streams end, so their connections close
     /// and the shutdown does not wait on them.
     pub(crate) closing: tokio_util::sync::CancellationToken,
+    /// Where MCP is mounted and which hosts it answers to.
+    pub(crate) mcp: crate::mcp::McpConfig,
 }
 
 impl FromRef<AppState> for Tenants {

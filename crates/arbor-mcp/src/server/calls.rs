@@ -317,7 +317,10 @@ async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
         return Err("decisions must hold at least one decision".to_owned());
     }
     for (i, d) in args.decisions.iter().enumerate() {
-        if d.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_BYTES) {
+        if d.reason
+            .as_ref()
+            .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+        {
             return Err(format!(
                 "decisions[{i}].reason: a decision's reason is at most {MAX_REASON_BYTES} bytes"
             ));
@@ -328,7 +331,10 @@ async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
     let all = arbor_core::supervisor::waiting_at(store.as_ref(), root.root().id)
         .await
         .map_err(|e| core_error(&e))?;
-    let holder = |wanted: &str| all.iter().find(|s| s.pending.iter().any(|p| p.id == wanted));
+    let holder = |wanted: &str| {
+        all.iter()
+            .find(|s| s.pending.iter().any(|p| p.id == wanted))
+    };
     // An unknown, forged or decided id gets one answer.
     let unknown = || "Unknown approval".to_owned();
     let target = holder(&args.decisions[0].id).ok_or_else(unknown)?;

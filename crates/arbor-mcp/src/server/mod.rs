@@ -34,6 +34,24 @@ use crate::root::{Caller, RootSource};
 pub struct ArborMcp {
     source: Arc<dyn RootSource>,
     version: String,
+    session: Arc<SessionWatch>,
+}
+
+/// Tells the source when the MCP session a handler served ends (the handler is dropped).
+#[derive(Debug)]
+struct SessionWatch {
+    source: Arc<dyn RootSource>,
+    id: std::sync::OnceLock<String>,
+}
+
+impl Drop for SessionWatch {
+    fn drop(&mut self) {
+        let (Some(id), Ok(runtime)) = (self.id.get(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let (source, id) = (self.source.clone(), id.clone());
+        runtime.spawn(async move { source.session_closed(&id).await });
+    }
 }
 
 impl ArborMcp {
@@ -46,9 +64,18 @@ impl ArborMcp {
     /// [`new`](Self::new) with a shared source.
     pub fn shared(source: Arc<dyn RootSource>) -> Self {
         Self {
+            session: Arc::new(SessionWatch {
+                source: source.clone(),
+                id: std::sync::OnceLock::new(),
+            }),
             source,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
+    }
+
+    /// The same server for a new MCP session (its end is reported on its own).
+    fn fresh(&self) -> Self {
+        Self::shared(self.source.clone()).version(self.version.clone())
     }
 
     /// Reports another version (the host's, say).
@@ -58,8 +85,12 @@ impl ArborMcp {
     }
 
     async fn root(&self, cx: &RequestContext<RoleServer>) -> Result<crate::HostedRoot, ErrorData> {
+        let caller = caller(cx);
+        if let Some(id) = &caller.session {
+            let _ = self.session.id.get_or_init(|| id.clone());
+        }
         self.source
-            .root(&caller(cx))
+            .root(&caller)
             .await
             .map_err(|e| protocol_error(&e))
     }
@@ -68,15 +99,14 @@ impl ArborMcp {
 /// Who asks: the tenant the HTTP layer put in the request's extensions, and the MCP session.
 fn caller(cx: &RequestContext<RoleServer>) -> Caller {
     let parts = cx.extensions.get::<http::request::Parts>();
-    let tenant = parts.and_then(|p| p.extensions.get::<Tenant>()).map(|t| t.0.clone());
+    let tenant = parts
+        .and_then(|p| p.extensions.get::<Tenant>())
+        .map(|t| t.0.clone());
     let session = parts
         .and_then(|p| p.headers.get("mcp-session-id"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let mut c = Caller::default();
-    c.tenant = tenant;
-    c.session = session;
-    c
+    Caller { tenant, session }
 }
 
 /// The tenant an HTTP layer authenticated, put in the request's extensions before the MCP
@@ -216,7 +246,7 @@ pub fn http_service(
         .with_allowed_hosts(allowed_hosts)
         .with_cancellation_token(shutdown);
     StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(server.fresh()),
         Arc::new(LocalSessionManager::default()),
         config,
     )

@@ -3,9 +3,9 @@
 
 use arbor_core::Subscription;
 use arbor_protocol::SupervisorEnvelope;
+use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
-use rmcp::RoleServer;
 
 /// Where a call's progress goes (nowhere when the client sent no token).
 #[derive(Debug, Clone)]
@@ -21,14 +21,12 @@ impl Progress {
         }
     }
 
-    /// None: no notifications.
-    #[cfg(test)]
-    pub(crate) fn none() -> Self {
-        Self { to: None }
-    }
-
     /// Forwards the events of `delegation` from `events` until the future is dropped.
-    pub(crate) async fn forward(&self, mut events: Subscription<SupervisorEnvelope>, delegation: String) {
+    pub(crate) async fn forward(
+        &self,
+        mut events: Subscription<SupervisorEnvelope>,
+        delegation: String,
+    ) {
         let Some((token, peer)) = &self.to else {
             return std::future::pending().await;
         };

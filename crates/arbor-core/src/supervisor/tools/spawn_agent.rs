@@ -182,8 +182,12 @@ impl ModelTool for SpawnAgentTool {
             run_id: ctx.run_id,
             turn: ctx.turn,
         };
-        let HostSpawn { request, mode } =
-            self.request_of(args, ctx.session, Some(ctx.cancel.clone()), Some(spawn_point))?;
+        let HostSpawn { request, mode } = self.request_of(
+            args,
+            ctx.session,
+            Some(ctx.cancel.clone()),
+            Some(spawn_point),
+        )?;
         let thinking = request.thinking;
         let handle = match mode {
             SpawnMode::Sync => None,
