@@ -285,12 +285,14 @@ impl Launcher for SpecLauncher {
             c.hosted();
         }
         let root = opened.root.clone();
+        let store = self.store.clone();
         self.tracker.spawn(async move {
             // Held until the client's session ends (or the server shuts down).
             let (_lease, _claim) = (lease, claim);
             token.cancelled().await;
             tracing::info!(root = %id, "the MCP client's root ended");
             opened.supervisor.shutdown().await;
+            crate::mcp::close_root(&store, id).await;
         });
         Ok(root)
     }

@@ -8,6 +8,7 @@
 
 use arbor_core::SessionRef;
 use arbor_mcp::{ArborMcp, FixedRoot, HostedRoot};
+use arbor_protocol::{SessionId, SessionStatus};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::McpArgs;
@@ -39,6 +40,7 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
     };
     token.cancel();
     sup.shutdown().await;
+    close_root(&store, session.id()).await;
     served.map_err(|e| Fail::core(arbor_core::CoreError::Supervisor(e.to_string())))?;
     Ok(0)
 }
@@ -70,6 +72,8 @@ pub(crate) async fn open_root(
         )));
     };
     supervisor.attach(&mut session);
+    // A live host drives it: `running` until the client goes away.
+    set_status(store, session.id(), SessionStatus::Running).await;
     let root = HostedRoot::new(
         supervisor.clone(),
         SessionRef::from(session.record()),
@@ -85,6 +89,47 @@ pub(crate) async fn open_root(
         session,
         root,
     })
+}
+
+/// Settles the root of a client that went away: `suspended` while calls below it wait for
+/// a decision (`arbor approvals`, then `arbor resume`), else `succeeded`. (A process that
+/// dies instead leaves it `running`: the next command marks it `interrupted`.)
+pub(crate) async fn close_root(store: &std::sync::Arc<dyn arbor_store::Store>, root: SessionId) {
+    let waiting = arbor_core::supervisor::waiting_at(store.as_ref(), root)
+        .await
+        .map(|w| !w.is_empty())
+        .unwrap_or(false);
+    let status = if waiting {
+        SessionStatus::Suspended
+    } else {
+        SessionStatus::Succeeded
+    };
+    set_status(store, root, status).await;
+}
+
+/// Sets the root's status, against its version (the owner's heartbeat writes the record too).
+async fn set_status(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    root: SessionId,
+    status: SessionStatus,
+) {
+    for _ in 0..8 {
+        let Ok(Some(record)) = store.session(root).await else {
+            return;
+        };
+        let update = arbor_store::SessionUpdate {
+            expected_version: Some(record.version),
+            ..arbor_store::SessionUpdate::status(status)
+        };
+        match store.update_session(root, &update).await {
+            Err(arbor_store::StoreError::Conflict { .. }) => continue,
+            Err(e) => {
+                tracing::warn!(root = %root, "could not set the MCP root's status: {e}");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
 }
 
 /// The root agent's name and the children it offers; a root without children is a usage

@@ -87,7 +87,13 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     match state.tenants.tenant_of(header) {
         Ok(tenant) => {
             req.extensions_mut().insert(arbor_mcp::Tenant(tenant));
-            next.run(req).await
+            let closing = req.method() == axum::http::Method::DELETE;
+            let mut response = next.run(req).await;
+            // A session closed answers 204, as clients expect (rmcp says 202 Accepted).
+            if closing && response.status() == axum::http::StatusCode::ACCEPTED {
+                *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+            }
+            response
         }
         Err(e) => e.into_response(),
     }

@@ -159,14 +159,16 @@ async fn spawn(
                 .await
                 .map_err(|e| core_error(&e))?;
             let id = handle.delegation_id.clone();
+            let mut forwarder = progress.forwarder(events, id.clone());
             let waited = tokio::select! {
                 r = sup.wait(&id, WaitOptions::default()) => r,
-                () = progress.forward(events, id.clone()) => unreachable_pending(),
+                () = forwarder.run() => unreachable_pending(),
                 () = cancel.cancelled() => {
                     token.cancel();
                     return Err("Cancelled by the client: the child is cancelled".to_owned());
                 }
             };
+            forwarder.flush().await;
             answer(root, &id, waited)
         }
     }
@@ -200,13 +202,14 @@ async fn wait(
     let args: HandleArgs = parse("wait_agent", arguments)?;
     let sup = root.supervisor();
     let id = args.delegation_id;
-    let events = sup.subscribe();
+    let mut forwarder = progress.forwarder(sup.subscribe(), id.clone());
     if let Some(mut resumed) = root.resumed(&id) {
         let outcome = tokio::select! {
             r = resumed.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
-            () = progress.forward(events, id.clone()) => None,
+            () = forwarder.run() => None,
             () = cancel.cancelled() => return Err("Wait cancelled by the client".to_owned()),
         };
+        forwarder.flush().await;
         let Some(outcome) = outcome else {
             return Err("The resumed run ended without a result".to_owned());
         };
@@ -222,8 +225,9 @@ async fn wait(
     };
     let waited = tokio::select! {
         r = sup.wait(&id, options) => r,
-        () = progress.forward(events, id.clone()) => unreachable_pending(),
+        () = forwarder.run() => unreachable_pending(),
     };
+    forwarder.flush().await;
     answer(root, &id, waited)
 }
 

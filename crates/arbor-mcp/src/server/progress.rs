@@ -1,8 +1,9 @@
 //! Progress notifications: while a sync spawn or a wait runs, each event of the child's
-//! delegation reaches a client that sent a progress token, as one notification.
+//! delegation reaches a client that sent a progress token, as one notification; what was
+//! published before the call returned is sent before its result.
 
 use arbor_core::Subscription;
-use arbor_protocol::SupervisorEnvelope;
+use arbor_protocol::{SupervisorEnvelope, SupervisorEvent};
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
@@ -21,37 +22,74 @@ impl Progress {
         }
     }
 
-    /// Forwards the events of `delegation` from `events` until the future is dropped.
-    pub(crate) async fn forward(
+    /// A forwarder of `delegation`'s events from `events`.
+    pub(crate) fn forwarder(
         &self,
-        mut events: Subscription<SupervisorEnvelope>,
+        events: Subscription<SupervisorEnvelope>,
         delegation: String,
-    ) {
-        let Some((token, peer)) = &self.to else {
-            return std::future::pending().await;
-        };
-        let mut n = 0u32;
-        while let Some(env) = events.recv().await {
-            let Some(origin) = env.event.origin() else {
-                continue;
-            };
-            if origin.delegation_id != delegation {
-                continue;
-            }
-            n += 1;
-            let message = match &env.event {
-                arbor_protocol::SupervisorEvent::DelegationChildEvent { child_event, .. } => {
-                    format!("{}: {}", origin.child_id, child_event.event.type_name())
-                }
-                e => format!("{}: {}", origin.child_id, e.type_name()),
-            };
-            let param =
-                ProgressNotificationParam::new(token.clone(), f64::from(n)).with_message(message);
-            // A client that went away gets no more; the call itself ends on its own.
-            if peer.notify_progress(param).await.is_err() {
-                return std::future::pending().await;
+    ) -> Forwarder {
+        Forwarder {
+            to: self.to.clone(),
+            events,
+            delegation,
+            sent: 0,
+            gone: false,
+        }
+    }
+}
+
+/// Sends one delegation's events as progress notifications.
+pub(crate) struct Forwarder {
+    to: Option<(ProgressToken, Peer<RoleServer>)>,
+    events: Subscription<SupervisorEnvelope>,
+    delegation: String,
+    sent: u32,
+    gone: bool,
+}
+
+impl Forwarder {
+    /// Forwards events as they come; never returns (drop it, or select it against the call).
+    pub(crate) async fn run(&mut self) {
+        if self.to.is_some() {
+            while let Some(env) = self.events.recv().await {
+                self.send(&env.event).await;
             }
         }
         std::future::pending().await
+    }
+
+    /// Sends what was published and not yet sent.
+    pub(crate) async fn flush(&mut self) {
+        if self.to.is_none() {
+            return;
+        }
+        while let Some(env) = self.events.try_recv() {
+            self.send(&env.event).await;
+        }
+    }
+
+    async fn send(&mut self, event: &SupervisorEvent) {
+        let (Some((token, peer)), false) = (&self.to, self.gone) else {
+            return;
+        };
+        let Some(origin) = event.origin() else {
+            return;
+        };
+        if origin.delegation_id != self.delegation {
+            return;
+        }
+        self.sent += 1;
+        let message = match event {
+            SupervisorEvent::DelegationChildEvent { child_event, .. } => {
+                format!("{}: {}", origin.child_id, child_event.event.type_name())
+            }
+            e => format!("{}: {}", origin.child_id, e.type_name()),
+        };
+        let param = ProgressNotificationParam::new(token.clone(), f64::from(self.sent))
+            .with_message(message);
+        // A client that went away gets no more; the call itself ends on its own.
+        if peer.notify_progress(param).await.is_err() {
+            self.gone = true;
+        }
     }
 }
