@@ -1,0 +1,297 @@
+//! The MCP server driven by rmcp's own client over an in-process pipe: the tools and their
+//! schemas, a client that gives up on a sync spawn, and two clients deciding one approval
+//! at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arbor_core::supervisor::{ChildEntry, Ownership, SpawnAgentTool, Supervisor, factory_fn};
+use arbor_core::{Agent, SessionRef, Tool, ToolContext, ToolError};
+use arbor_mcp::{ArborMcp, FixedRoot, HostedRoot};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::SessionStatus;
+use arbor_store::{MemoryStore, SessionQuery, Store};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Default)]
+struct Write(Arc<AtomicUsize>);
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct WriteArgs {
+    file: String,
+}
+
+#[async_trait::async_trait]
+impl Tool for Write {
+    type Args = WriteArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        "write"
+    }
+    fn description(&self) -> &str {
+        "writes a file"
+    }
+    async fn call(&self, args: WriteArgs, _ctx: ToolContext) -> Result<String, ToolError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("wrote {}", args.file))
+    }
+}
+
+struct Tree {
+    sup: Supervisor,
+    store: Arc<dyn Store>,
+    root: HostedRoot,
+    writes: Write,
+    _session: arbor_core::Session,
+}
+
+/// A tree whose root offers `writer` (writes once, then answers) and `sleeper` (hangs),
+/// with durable approvals when `approvals`.
+async fn tree(approvals: bool) -> Tree {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let writes = Write::default();
+    let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
+    if approvals {
+        b = b.durable_approvals("rev-1");
+    }
+    let w = writes.clone();
+    b = b.child(ChildEntry::new(
+        "writer",
+        factory_fn(move |ctx| {
+            let w = w.clone();
+            async move {
+                Agent::builder(ctx.child_id.clone())
+                    .provider(ScriptedProvider::new(Script::new([
+                        ScriptedTurn::tool_call("write", json!({"file": "x"})),
+                        ScriptedTurn::text("written"),
+                    ])))
+                    .tool(w)
+                    .build()
+            }
+        }),
+    ));
+    let sleeper = Agent::builder("sleeper")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn {
+            hang: true,
+            ..ScriptedTurn::default()
+        }])))
+        .build()
+        .unwrap();
+    b = b.child(ChildEntry::agent("sleeper", sleeper));
+    let sup = b.build().unwrap();
+    let mut session = Agent::builder("lead")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "-",
+        )])))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    sup.attach(&mut session);
+    let children = vec!["writer".to_owned(), "sleeper".to_owned()];
+    let root = HostedRoot::new(
+        sup.clone(),
+        SessionRef::from(session.record()),
+        "lead",
+        &children,
+        session.inbox().clone(),
+        sup.session_token().clone(),
+    )
+    .unwrap();
+    Tree {
+        sup,
+        store,
+        root,
+        writes,
+        _session: session,
+    }
+}
+
+/// A client of `root` over an in-process pipe.
+async fn client(root: &HostedRoot) -> RunningService<rmcp::RoleClient, ()> {
+    let (a, b) = tokio::io::duplex(1 << 16);
+    let server = ArborMcp::new(FixedRoot(root.clone()));
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(b).await {
+            let _ = running.waiting().await;
+        }
+    });
+    ().serve(a).await.unwrap()
+}
+
+async fn call(c: &RunningService<rmcp::RoleClient, ()>, name: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    c.call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn structured(r: &CallToolResult) -> Value {
+    r.structured_content.clone().unwrap_or(Value::Null)
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test]
+async fn the_tools_are_the_root_agents_with_their_closed_schemas() {
+    let t = tree(false).await;
+    let c = client(&t.root).await;
+    let info = c.peer_info().unwrap();
+    assert_eq!(info.server_info.as_ref().unwrap().name, "arbor");
+    let tools = c.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        [
+            "send_message",
+            "spawn_agent",
+            "wait_agent",
+            "cancel_agent",
+            "list_children",
+            "rename_child",
+            "find_models",
+            "list_approvals",
+            "decide_approval",
+            "read_messages"
+        ]
+    );
+    let model = SpawnAgentTool::for_children(
+        t.sup.delegator(),
+        &["writer".to_owned(), "sleeper".to_owned()],
+    )
+    .unwrap();
+    let spawn = tools.iter().find(|t| t.name == "spawn_agent").unwrap();
+    assert_eq!(
+        Value::Object((*spawn.input_schema).clone()),
+        arbor_core::DynTool::spec(&model).parameters,
+        "the client gets exactly the schema the root's model gets"
+    );
+    for tool in &tools {
+        assert_eq!(
+            tool.input_schema.get("additionalProperties"),
+            Some(&Value::Bool(false)),
+            "{} is closed",
+            tool.name
+        );
+    }
+    // An unknown tool is a protocol error, not a tool result.
+    let e = c
+        .call_tool(CallToolRequestParams::new("rm_rf"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("unknown tool: rm_rf"), "{e}");
+    c.cancel().await.unwrap();
+}
+
+/// A client that gives up on a sync spawn (its request is cancelled) cancels the child: its
+/// run ends aborted, its slot is released once, and nothing keeps running.
+#[tokio::test]
+async fn a_client_giving_up_on_a_sync_spawn_cancels_the_child() {
+    let t = tree(false).await;
+    let c = client(&t.root).await;
+    let args = json!({"child_id": "sleeper", "input": "sleep", "name": "dozy"});
+    let Value::Object(args) = args else {
+        unreachable!()
+    };
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        c.call_tool(CallToolRequestParams::new("spawn_agent").with_arguments(args)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the sleeper never answers");
+    assert_eq!(
+        t.sup.active_children(),
+        1,
+        "it was running when the client gave up"
+    );
+    // The cancellation reaches the server, which cancels the child.
+    let mut status = SessionStatus::Running;
+    for _ in 0..200 {
+        let kids = t
+            .store
+            .list_sessions(SessionQuery::Children(t.root.root().id))
+            .await
+            .unwrap();
+        status = kids[0].status;
+        if status == SessionStatus::Aborted && t.sup.active_children() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, SessionStatus::Aborted);
+    assert_eq!(t.sup.active_children(), 0, "its slot is released");
+    // The tree goes on: a new spawn is admitted and answers.
+    let r = call(
+        &c,
+        "spawn_agent",
+        json!({"child_id": "writer", "input": "w"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["status"], "succeeded", "{r:?}");
+    c.cancel().await.unwrap();
+}
+
+/// Two clients decide the one call a child waits on, at the same moment: one decision is
+/// recorded and resumes the child, the other is refused; the approved call runs exactly once.
+#[tokio::test]
+async fn two_clients_deciding_one_approval_at_once_run_it_exactly_once() {
+    let t = tree(true).await;
+    let (a, b) = (client(&t.root).await, client(&t.root).await);
+    let r = call(
+        &a,
+        "spawn_agent",
+        json!({"child_id": "writer", "input": "w"}),
+    )
+    .await;
+    let s = structured(&r);
+    assert_eq!(s["status"], "suspended", "{r:?}");
+    assert_eq!(s["pending"][0]["tool"], "write");
+    let delegation = s["delegation_id"].as_str().unwrap().to_owned();
+    let id = s["pending"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+
+    let decide = json!({"decisions": [{"id": id, "verdict": "allow_once"}]});
+    let (ra, rb) = tokio::join!(
+        call(&a, "decide_approval", decide.clone()),
+        call(&b, "decide_approval", decide.clone())
+    );
+    let wins: Vec<&CallToolResult> = [&ra, &rb]
+        .into_iter()
+        .filter(|r| r.is_error != Some(true))
+        .collect();
+    assert_eq!(wins.len(), 1, "one decision wins: {ra:?} {rb:?}");
+    assert_eq!(structured(wins[0])["resumed"]["delegation_id"], delegation);
+    let lost = if ra.is_error == Some(true) { &ra } else { &rb };
+    assert!(!text(lost).is_empty(), "the other is told why: {lost:?}");
+
+    let r = call(&b, "wait_agent", json!({"delegation_id": delegation})).await;
+    assert_eq!(structured(&r)["status"], "succeeded", "{r:?}");
+    assert_eq!(structured(&r)["text"], "written");
+    assert_eq!(
+        t.writes.0.load(Ordering::SeqCst),
+        1,
+        "the approved call ran once"
+    );
+    // Deciding it again changes nothing.
+    let again = call(&a, "decide_approval", decide).await;
+    assert_eq!(again.is_error, Some(true));
+    assert_eq!(text(&again), "Unknown approval");
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
