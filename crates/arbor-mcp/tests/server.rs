@@ -1,6 +1,7 @@
 //! The MCP server driven by rmcp's own client over an in-process pipe: the tools and their
 //! schemas, a client that gives up on a sync spawn, and two clients deciding one approval
 //! at once.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
