@@ -38,7 +38,9 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         )));
     };
     let token = CancellationToken::new();
-    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let built = tree::build(&spec, store.clone(), token.clone())
+        .await
+        .map_err(Fail::core)?;
     let Some(sup) = built.supervisor else {
         return Err(Fail::usage(format!(
             "the tree of {} has no children",
@@ -66,6 +68,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         () = token.cancelled() => {}
     }
     sup.shutdown().await;
+    built.mcp.close().await;
     signals.finish();
 
     let replies = replies_from(&store, parent, child.id, before).await?;

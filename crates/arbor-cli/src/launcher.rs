@@ -230,7 +230,7 @@ impl Launcher for SpecLauncher {
         let lease = owner::take_over(store, &record, &token)
             .await
             .map_err(|f| conflict(f.message))?;
-        let built = crate::tree::build(&spec, store.clone(), token.clone())?;
+        let built = crate::tree::build(&spec, store.clone(), token.clone()).await?;
         let sup = built
             .supervisor
             .clone()
@@ -254,6 +254,7 @@ impl Launcher for SpecLauncher {
             }
             tracing::info!(root = %root, "released the hosted tree");
             watched.shutdown().await;
+            _built.close().await;
         });
         Ok(sup)
     }
@@ -292,6 +293,7 @@ impl Launcher for SpecLauncher {
             token.cancelled().await;
             tracing::info!(root = %id, "the MCP client's root ended");
             opened.supervisor.shutdown().await;
+            opened.built.close().await;
             crate::mcp::close_root(&store, id).await;
         });
         Ok(root)
@@ -384,7 +386,7 @@ impl SpecLauncher {
         let lease = owner::take_over(store, &root, &token)
             .await
             .map_err(|f| conflict(f.message))?;
-        let built = crate::tree::build(&spec, store.clone(), token.clone())?;
+        let built = crate::tree::build(&spec, store.clone(), token.clone()).await?;
         let mut session = built.root.open_session(store.clone(), id).await?;
         claim.live(&token, &built);
         let store = store.clone();
@@ -401,6 +403,7 @@ impl SpecLauncher {
                     if let Some(sup) = &built.supervisor {
                         sup.shutdown().await;
                     }
+                    built.close().await;
                     return;
                 }
             };

@@ -32,7 +32,8 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
     let token = CancellationToken::new();
     let opened = open_root(&prepared, &store, &token, serde_json::json!({"via": "mcp"})).await?;
     let _lease = owner::Heartbeat::start(store.clone(), opened.session.id(), token.clone());
-    let (sup, session, root) = (opened.supervisor, opened.session, opened.root);
+    let (sup, session, root, opened_built) =
+        (opened.supervisor, opened.session, opened.root, opened.built);
     tracing::info!(root = %session.id(), "serving MCP over stdio");
     let served = tokio::select! {
         r = arbor_mcp::serve_stdio(ArborMcp::new(FixedRoot(root))) => r,
@@ -40,6 +41,7 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
     };
     token.cancel();
     sup.shutdown().await;
+    opened_built.close().await;
     close_root(&store, session.id()).await;
     served.map_err(|e| Fail::core(arbor_core::CoreError::Supervisor(e.to_string())))?;
     Ok(0)

@@ -65,7 +65,9 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
     // This process runs the tree now (refused while another live process does).
     let token = CancellationToken::new();
     let _lease = owner::take_over(&store, &root, &token).await?;
-    let built = tree::build(&spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let built = tree::build(&spec, store.clone(), token.clone())
+        .await
+        .map_err(Fail::core)?;
     let mut session = built
         .root
         .open_session(store.clone(), id)
@@ -181,7 +183,9 @@ async fn continue_tree(
     }
     let token = CancellationToken::new();
     let _lease = owner::take_over(store, root, &token).await?;
-    let built = tree::build(spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let built = tree::build(spec, store.clone(), token.clone())
+        .await
+        .map_err(Fail::core)?;
     let mut session = built
         .root
         .open_session(store.clone(), root.id)
@@ -231,6 +235,7 @@ async fn continue_tree(
         if let Some(sup) = &built.supervisor {
             sup.shutdown().await;
         }
+        built.close().await;
         let left = waiting_at(store.as_ref(), root.id).await?;
         if !left.is_empty() {
             for s in &left {

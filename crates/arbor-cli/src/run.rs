@@ -112,6 +112,12 @@ pub(crate) async fn prepare(
         spec.set_worktrees(abs);
     }
     tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+    // An MCP server's `${VAR}` must be set now, not found missing mid-run.
+    if let Some(missing) = spec.missing_variables().first() {
+        return Err(Fail::usage(format!(
+            "{path}: environment variable {missing} is not set"
+        )));
+    }
 
     // What is kept of the spec is redacted like everything else (its fingerprint is the
     // original's, so durable approvals resume under the same revision).
@@ -145,7 +151,9 @@ pub(crate) async fn create_root(
     extra: serde_json::Value,
 ) -> Result<(tree::Built, Session), Fail> {
     let spec = &prepared.spec;
-    let built = tree::build(spec, store.clone(), token.clone()).map_err(Fail::core)?;
+    let built = tree::build(spec, store.clone(), token.clone())
+        .await
+        .map_err(Fail::core)?;
     let mut meta = root_meta(
         &prepared.path,
         (&prepared.kept, &spec.fingerprint),
@@ -350,6 +358,8 @@ pub(crate) async fn run_tree(
         // Nothing keeps running unwatched: children still live end with the root's run.
         sup.shutdown().await;
     }
+    // The tree's MCP servers end with it.
+    built.close().await;
     result
 }
 

@@ -38,6 +38,9 @@ pub(crate) struct Spec {
     /// Named HTTP providers agents may use (`provider = "<name>"`).
     #[serde(default)]
     pub(crate) providers: BTreeMap<String, crate::models::ProviderSpec>,
+    /// MCP servers whose tools agents may be granted (`tools = ["mcp:NAME/*"]`).
+    #[serde(default)]
+    pub(crate) mcp_servers: BTreeMap<String, arbor_mcp::ServerConfig>,
     /// The agents, by name.
     pub(crate) agents: BTreeMap<String, AgentSpec>,
     /// The SHA-256 of the spec's text: the revision suspended children are resumed under.
@@ -107,7 +110,8 @@ pub(crate) struct AgentSpec {
     /// may ask for when it spawns it (empty: only `off`).
     #[serde(default)]
     pub(crate) thinking_levels: Vec<arbor_model::ThinkingLevel>,
-    /// Built-in tools (coding tools need `workspace = true`).
+    /// Built-in tools (coding tools need `workspace = true`) and MCP grants
+    /// (`mcp:SERVER/*` or `mcp:SERVER/TOOL`; a child holds only what its parent holds too).
     #[serde(default)]
     pub(crate) tools: Vec<String>,
     /// Works in its own worktree of `[workspace] repository` (children only).
@@ -239,7 +243,16 @@ impl Spec {
                 .validate()
                 .map_err(|e| format!("agent {name:?}: {e}"))?;
             for tool in &agent.tools {
-                if CODING_TOOLS.contains(&tool.as_str()) {
+                if let Some(grant) = arbor_mcp::Grant::parse(tool) {
+                    let grant = grant.map_err(|e| format!("agent {name:?}: {e}"))?;
+                    if !self.mcp_servers.contains_key(&grant.server) {
+                        return Err(format!(
+                            "agent {name:?}: {tool:?} names MCP server {:?}, which is not declared \
+                             ([mcp_servers.{}])",
+                            grant.server, grant.server
+                        ));
+                    }
+                } else if CODING_TOOLS.contains(&tool.as_str()) {
                     if !agent.workspace {
                         return Err(format!(
                             "agent {name:?}: tool {tool:?} needs workspace = true (coding tools \
@@ -250,7 +263,8 @@ impl Spec {
                     let known: Vec<&str> =
                         BUILTIN_TOOLS.iter().chain(&CODING_TOOLS).copied().collect();
                     return Err(format!(
-                        "agent {name:?}: unknown tool {tool:?} (known: {})",
+                        "agent {name:?}: unknown tool {tool:?} (known: {}, mcp:SERVER/*, \
+                         mcp:SERVER/TOOL)",
                         known.join(", ")
                     ));
                 }
@@ -275,6 +289,9 @@ impl Spec {
                     return Err(format!("agent {name:?}: the root cannot be a child"));
                 }
             }
+        }
+        for (name, server) in &self.mcp_servers {
+            server.validate(name)?;
         }
         arbor_core::supervisor::SupervisorLimits::resolve(&self.supervisor.limits)
             .map_err(|e| format!("supervisor: {e}"))?;
@@ -357,6 +374,28 @@ impl Spec {
         }
     }
 
+    /// The MCP grants of agent `name` (what its entry names; a child holds only what its
+    /// ancestors hold too).
+    pub(crate) fn grants(&self, name: &str) -> Vec<arbor_mcp::Grant> {
+        self.agents
+            .get(name)
+            .map(|a| {
+                a.tools
+                    .iter()
+                    .filter_map(|t| arbor_mcp::Grant::parse(t)?.ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The `${VAR}` references of the MCP servers that are not set in the environment.
+    pub(crate) fn missing_variables(&self) -> Vec<String> {
+        self.mcp_servers
+            .iter()
+            .flat_map(|(name, s)| s.missing_variables(name))
+            .collect()
+    }
+
     /// True when some agent delegates.
     pub(crate) fn is_tree(&self) -> bool {
         self.agents.values().any(|a| !a.children.is_empty())
@@ -396,7 +435,7 @@ mod tests {
         assert_eq!(
             err,
             "s.toml: agent \"root\": unknown tool \"rm\" (known: echo, sleep, read_file, \
-             write_file, list_dir, edit_file, run_command)"
+             write_file, list_dir, edit_file, run_command, mcp:SERVER/*, mcp:SERVER/TOOL)"
         );
         let text =
             "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n[[agents.root.turns]]\n";

@@ -13,9 +13,11 @@
 //! agent once up front (against a throwaway in-memory store), so a configuration the runtime
 //! refuses is a spec error before the real store is opened, not a child failure mid-run.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use std::path::{Path, PathBuf};
+use arbor_mcp::{Grant, McpServers};
 
 use arbor_coding::{Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFactory, Worktrees};
 use arbor_core::builtin::{Echo, Sleep};
@@ -35,6 +37,16 @@ use crate::spec::{AgentSpec, Spec};
 pub(crate) struct Built {
     pub(crate) root: Agent,
     pub(crate) supervisor: Option<Supervisor>,
+    /// The tree's MCP servers: started on first use, stopped when the tree ends
+    /// ([`Built::close`]) or this is dropped.
+    pub(crate) mcp: Arc<McpServers>,
+}
+
+impl Built {
+    /// Stops what the tree started outside the runtime: its MCP servers.
+    pub(crate) async fn close(&self) {
+        self.mcp.close().await;
+    }
 }
 
 /// The agent's provider: its resolved HTTP provider, or its script.
@@ -102,19 +114,44 @@ fn with_delegation(
 }
 
 /// Builds a spec agent for each delegation, wiring its own children to the delegator the
-/// supervisor hands it (so path, depth and cancellation carry down the tree).
+/// supervisor hands it (so path, depth and cancellation carry down the tree), with the MCP
+/// tools it holds.
 #[derive(Debug)]
 struct SpecFactory {
     name: String,
     spec: AgentSpec,
+    mcp: Arc<McpServers>,
+    /// Each agent's own MCP grants, by name.
+    grants: Arc<BTreeMap<String, Vec<Grant>>>,
+    /// The root agent's name.
+    root: String,
+}
+
+impl SpecFactory {
+    /// The MCP tools of this child at `path`: what its entry grants AND what its root and
+    /// every ancestor on the path holds.
+    async fn mcp_tools(&self, path: &[String]) -> CoreResult<Vec<Arc<dyn arbor_core::DynTool>>> {
+        let none = Vec::new();
+        let mut held = self.grants.get(&self.name).unwrap_or(&none).clone();
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ancestors =
+            std::iter::once(&self.root).chain(path.iter().take(path.len().saturating_sub(1)));
+        for ancestor in ancestors {
+            held = arbor_mcp::client::narrow(&held, self.grants.get(ancestor).unwrap_or(&none));
+        }
+        Ok(self.mcp.tools_for(&held).await?)
+    }
 }
 
 #[async_trait]
 impl ChildFactory for SpecFactory {
     async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
         let model = ctx.model.clone();
+        let tools = self.mcp_tools(&ctx.path).await?;
         with_delegation(
-            base(&self.name, &self.spec, model.as_deref()),
+            base(&self.name, &self.spec, model.as_deref()).dyn_tools(tools),
             &self.spec,
             &ctx.delegator,
         )?
@@ -128,8 +165,9 @@ impl WorkspaceFactory for SpecFactory {
     async fn create(&self, ctx: ChildContext, cwd: PathBuf) -> CoreResult<Agent> {
         let dir = Workdir::new(&cwd).map_err(CoreError::from)?;
         let model = ctx.model.clone();
+        let tools = self.mcp_tools(&ctx.path).await?;
         with_delegation(
-            base_in(&self.name, &self.spec, model.as_deref(), Some(&dir)),
+            base_in(&self.name, &self.spec, model.as_deref(), Some(&dir)).dyn_tools(tools),
             &self.spec,
             &ctx.delegator,
         )?
@@ -161,12 +199,39 @@ pub(crate) fn local_ownership() -> Ownership {
     Ownership::user("local", user)
 }
 
-pub(crate) fn build(
+/// Builds the tree of `spec`: its supervisor and children, and the root agent with the MCP
+/// tools it holds (their servers started now; a server that cannot start fails the build).
+pub(crate) async fn build(
     spec: &Spec,
     store: Arc<dyn Store>,
     token: CancellationToken,
 ) -> CoreResult<Built> {
+    let mcp = Arc::new(McpServers::new(spec.mcp_servers.clone())?);
     let root_name = spec.root_name().map_err(CoreError::Validation)?;
+    let grants = spec.grants(root_name);
+    let root_tools = if grants.is_empty() {
+        Vec::new()
+    } else {
+        mcp.tools_for(&grants).await?
+    };
+    assemble(spec, store, token, mcp, root_tools)
+}
+
+/// The tree of `spec`, its root given `root_tools` besides its own (nothing is started).
+fn assemble(
+    spec: &Spec,
+    store: Arc<dyn Store>,
+    token: CancellationToken,
+    mcp: Arc<McpServers>,
+    root_tools: Vec<Arc<dyn arbor_core::DynTool>>,
+) -> CoreResult<Built> {
+    let root_name = spec.root_name().map_err(CoreError::Validation)?;
+    let grants: Arc<BTreeMap<String, Vec<Grant>>> = Arc::new(
+        spec.agents
+            .keys()
+            .map(|n| (n.clone(), spec.grants(n)))
+            .collect(),
+    );
     let root_spec = &spec.agents[root_name];
     let redactor = spec.redaction.redactor()?;
     let supervisor = if spec.is_tree() {
@@ -191,6 +256,9 @@ pub(crate) fn build(
             let factory = SpecFactory {
                 name: name.clone(),
                 spec: agent.clone(),
+                mcp: mcp.clone(),
+                grants: grants.clone(),
+                root: root_name.to_owned(),
             };
             let entry = match (&trees, agent.workspace) {
                 (Some(trees), true) => ChildEntry::new(
@@ -220,7 +288,7 @@ pub(crate) fn build(
     } else {
         None
     };
-    let mut root = base(root_name, root_spec, None);
+    let mut root = base(root_name, root_spec, None).dyn_tools(root_tools);
     if let Some(r) = &redactor {
         root = root.shared_redactor(r.clone());
     }
@@ -231,14 +299,26 @@ pub(crate) fn build(
         CoreError::Validation(m) => CoreError::Validation(format!("agent {root_name:?}: {m}")),
         other => other,
     })?;
-    Ok(Built { root, supervisor })
+    Ok(Built {
+        root,
+        supervisor,
+        mcp,
+    })
 }
 
 /// Builds the whole spec once, without the real store: the root, the supervisor and every
 /// child agent. The error names the agent that failed.
 pub(crate) fn check(spec: &Spec) -> Result<(), String> {
-    let built = build(spec, Arc::new(MemoryStore::new()), CancellationToken::new())
-        .map_err(|e| e.to_string())?;
+    // No MCP server is started: their tools are checked when a run starts them.
+    let mcp = Arc::new(McpServers::new(spec.mcp_servers.clone()).map_err(|e| e.to_string())?);
+    let built = assemble(
+        spec,
+        Arc::new(MemoryStore::new()),
+        CancellationToken::new(),
+        mcp,
+        Vec::new(),
+    )
+    .map_err(|e| e.to_string())?;
     let root_name = built.root.name().to_owned();
     // Coding tools are built against the current folder here: only their configuration is
     // checked, nothing runs.

@@ -60,3 +60,15 @@ impl McpError {
 
 /// A result with [`McpError`].
 pub type McpResult<T> = Result<T, McpError>;
+
+impl From<McpError> for arbor_core::CoreError {
+    /// A bad grant or declaration stays a validation error; a server that cannot start, went
+    /// away or timed out fails the agent being built (a child factory's failure).
+    fn from(e: McpError) -> Self {
+        match e {
+            McpError::Core(c) => c,
+            McpError::Validation(m) => arbor_core::CoreError::Validation(m),
+            other => arbor_core::CoreError::Supervisor(other.to_string()),
+        }
+    }
+}

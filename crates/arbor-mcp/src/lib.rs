@@ -49,11 +49,15 @@
 //! # }
 //! ```
 
+#[cfg(feature = "client")]
+pub mod client;
 mod error;
 mod root;
 #[cfg(feature = "server")]
 mod server;
 
+#[cfg(feature = "client")]
+pub use client::{Grant, McpServers, McpTool, ServerConfig};
 pub use error::{McpError, McpErrorKind, McpResult};
 pub use root::{Caller, FixedRoot, HostedRoot, RootSource};
 #[cfg(feature = "server")]

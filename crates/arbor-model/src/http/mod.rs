@@ -91,6 +91,13 @@ pub(crate) struct Endpoint {
 }
 
 fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
+    tls_client(timeouts.connect)
+}
+
+/// An HTTP client over rustls (ring, the platform's verifier, HTTP/1.1) that connects within
+/// `connect`: the one the providers use, for other HTTP clients of a host (an MCP server's,
+/// say) so the process keeps one TLS stack.
+pub fn tls_client(connect: Duration) -> Result<reqwest::Client, String> {
     use rustls_platform_verifier::BuilderVerifierExt;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -102,7 +109,7 @@ fn client(timeouts: &Timeouts) -> Result<reqwest::Client, String> {
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
-        .connect_timeout(timeouts.connect)
+        .connect_timeout(connect)
         .build()
         .map_err(|e| format!("HTTP client setup failed: {e}"))
 }

@@ -1,0 +1,228 @@
+//! The MCP client: a tree's MCP servers ([`McpServers`]), started once per tree on first use
+//! and stopped when it ends, and their tools as agent tools ([`McpTool`]).
+//!
+//! A stdio server is started with its arguments and environment (and only PATH, HOME, USER,
+//! LANG, LC_ALL, TMPDIR and TZ of arbor's own); its stderr goes to `tracing` (debug, target
+//! `arbor_mcp::server_stderr`). A URL server is reached over Streamable HTTP with its
+//! headers. A server that cannot start, does not answer within its startup time, or dies
+//! mid-call gives a classified error ([`McpErrorKind`]), never a hang.
+//!
+//! [`McpErrorKind`]: crate::McpErrorKind
+
+mod config;
+mod tool;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arbor_core::DynTool;
+use rmcp::RoleClient;
+use rmcp::service::{Peer, RunningService};
+use tokio::io::AsyncBufReadExt;
+
+pub use config::{
+    DEFAULT_CALL_MS, DEFAULT_RESULT_BYTES, DEFAULT_STARTUP_MS, Grant, PASSED_ENV, ServerConfig,
+    narrow, tool_name, valid_server_name,
+};
+pub use tool::McpTool;
+
+use crate::error::{McpError, McpResult};
+
+/// The MCP servers of one tree. Cheap to share (`Arc`); each server starts on the first
+/// request for its tools, once, and stops when [`close`](Self::close) runs or the value is
+/// dropped.
+#[derive(Debug, Default)]
+pub struct McpServers {
+    servers: BTreeMap<String, Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    config: ServerConfig,
+    conn: tokio::sync::OnceCell<Arc<Connection>>,
+}
+
+/// A started server: its peer, its tools, and the service that ends it when dropped.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) server: String,
+    pub(crate) peer: Peer<RoleClient>,
+    pub(crate) tools: Vec<rmcp::model::Tool>,
+    service: std::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
+}
+
+impl McpServers {
+    /// The servers a spec declares (checked: see [`ServerConfig::validate`]).
+    pub fn new(servers: BTreeMap<String, ServerConfig>) -> McpResult<Self> {
+        let mut out = BTreeMap::new();
+        for (name, config) in servers {
+            config.validate(&name).map_err(McpError::Validation)?;
+            out.insert(
+                name,
+                Slot {
+                    config,
+                    conn: tokio::sync::OnceCell::new(),
+                },
+            );
+        }
+        Ok(Self { servers: out })
+    }
+
+    /// Whether no server is declared.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The tools `grants` give, as agent tools, starting their servers if needed. A grant of
+    /// an undeclared server, or of a tool its server does not offer, is a validation error.
+    pub async fn tools_for(&self, grants: &[Grant]) -> McpResult<Vec<Arc<dyn DynTool>>> {
+        let mut tools: Vec<Arc<dyn DynTool>> = Vec::new();
+        let mut servers: Vec<&str> = grants.iter().map(|g| g.server.as_str()).collect();
+        servers.dedup();
+        for server in servers {
+            let conn = self.connection(server).await?;
+            let slot = &self.servers[server];
+            for g in grants.iter().filter(|g| g.server == server) {
+                if let Some(t) = &g.tool
+                    && !conn.tools.iter().any(|x| x.name == *t)
+                {
+                    let offered: Vec<&str> = conn.tools.iter().map(|x| x.name.as_ref()).collect();
+                    return Err(McpError::Validation(format!(
+                        "{g}: server {server} offers no tool {t} (it offers: {})",
+                        offered.join(", ")
+                    )));
+                }
+            }
+            for t in &conn.tools {
+                if !grants.iter().any(|g| g.allows(server, &t.name)) {
+                    continue;
+                }
+                match McpTool::new(conn.clone(), t, &slot.config) {
+                    Some(tool) => tools.push(Arc::new(tool)),
+                    None => tracing::warn!(
+                        server,
+                        tool = %t.name,
+                        "an MCP tool whose name cannot be an agent tool's (mcp__SERVER__TOOL, 1-64 of A-Z a-z 0-9 _ -) is left out"
+                    ),
+                }
+            }
+        }
+        Ok(tools)
+    }
+
+    /// Stops every server started (a stdio server's process is ended).
+    pub async fn close(&self) {
+        for slot in self.servers.values() {
+            let service = slot
+                .conn
+                .get()
+                .and_then(|c| c.service.lock().ok().and_then(|mut s| s.take()));
+            if let Some(service) = service {
+                let _ = service.cancel().await;
+            }
+        }
+    }
+
+    async fn connection(&self, server: &str) -> McpResult<Arc<Connection>> {
+        let slot = self.servers.get(server).ok_or_else(|| {
+            McpError::Validation(format!(
+                "MCP server {server} is not declared ([mcp_servers.{server}])"
+            ))
+        })?;
+        slot.conn
+            .get_or_try_init(|| async {
+                let startup = slot.config.startup();
+                let ms = startup.as_millis();
+                tokio::time::timeout(startup, connect(server, &slot.config))
+                    .await
+                    .map_err(|_| {
+                        McpError::Timeout(format!(
+                            "MCP server {server} did not start and list its tools within {ms} ms"
+                        ))
+                    })?
+                    .map(Arc::new)
+            })
+            .await
+            .cloned()
+    }
+}
+
+async fn connect(server: &str, config: &ServerConfig) -> McpResult<Connection> {
+    use rmcp::ServiceExt;
+    let unavailable = |what: String| McpError::Unavailable(format!("MCP server {server}: {what}"));
+    let service = if let Some(program) = &config.command {
+        let mut cmd = tokio::process::Command::new(program);
+        for (i, a) in config.args.iter().enumerate() {
+            cmd.arg(
+                config::expand(a, &format!("mcp_servers.{server}.args[{i}]"))
+                    .map_err(unavailable)?,
+            );
+        }
+        cmd.env_clear();
+        for key in PASSED_ENV {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        for (k, v) in &config.env {
+            cmd.env(
+                k,
+                config::expand(v, &format!("mcp_servers.{server}.env.{k}")).map_err(unavailable)?,
+            );
+        }
+        if let Some(dir) = &config.cwd {
+            cmd.current_dir(dir);
+        }
+        cmd.kill_on_drop(true);
+        let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| unavailable(format!("cannot start {program:?}: {e}")))?;
+        if let Some(stderr) = stderr {
+            let name = server.to_owned();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(target: "arbor_mcp::server_stderr", server = %name, "{line}");
+                }
+            });
+        }
+        ().serve(transport)
+            .await
+            .map_err(|e| unavailable(format!("it did not initialize: {e}")))?
+    } else {
+        let url = config.url.clone().unwrap_or_default();
+        let mut headers = std::collections::HashMap::new();
+        for (k, v) in &config.headers {
+            let value = config::expand(v, &format!("mcp_servers.{server}.headers.{k}"))
+                .map_err(unavailable)?;
+            let name = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| unavailable(format!("header {k:?}: {e}")))?;
+            let value = http::HeaderValue::from_str(&value)
+                .map_err(|e| unavailable(format!("header {k:?}: {e}")))?;
+            headers.insert(name, value);
+        }
+        let client = arbor_model::http::tls_client(config.startup()).map_err(unavailable)?;
+        let transport_config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url,
+            )
+            .custom_headers(headers);
+        let transport =
+            rmcp::transport::StreamableHttpClientTransport::with_client(client, transport_config);
+        ().serve(transport)
+            .await
+            .map_err(|e| unavailable(format!("it did not initialize: {e}")))?
+    };
+    let tools = service
+        .list_all_tools()
+        .await
+        .map_err(|e| unavailable(format!("it did not list its tools: {e}")))?;
+    tracing::info!(server, tools = tools.len(), "MCP server started");
+    Ok(Connection {
+        server: server.to_owned(),
+        peer: service.peer().clone(),
+        tools,
+        service: std::sync::Mutex::new(Some(service)),
+    })
+}
