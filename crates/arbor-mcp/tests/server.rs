@@ -53,9 +53,15 @@ struct Tree {
 /// A tree whose root offers `writer` (writes once, then answers) and `sleeper` (hangs),
 /// with durable approvals when `approvals`.
 async fn tree(approvals: bool) -> Tree {
+    tree_with(approvals, arbor_core::supervisor::LimitsInput::default()).await
+}
+
+async fn tree_with(approvals: bool, limits: arbor_core::supervisor::LimitsInput) -> Tree {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let writes = Write::default();
-    let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
+    let mut b = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .limits(limits);
     if approvals {
         b = b.durable_approvals("rev-1");
     }
@@ -295,4 +301,38 @@ async fn two_clients_deciding_one_approval_at_once_run_it_exactly_once() {
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 1);
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
+}
+
+/// A limit that refuses a spawn is a tool error naming the limit, its maximum and what was
+/// observed; nothing is started.
+#[tokio::test]
+async fn a_limit_that_refuses_a_spawn_is_a_tool_error_naming_it() {
+    let limits = arbor_core::supervisor::LimitsInput {
+        max_active_children: Some(1),
+        ..Default::default()
+    };
+    let t = tree_with(false, limits).await;
+    let c = client(&t.root).await;
+    let r = call(
+        &c,
+        "spawn_agent",
+        json!({"child_id": "sleeper", "input": "sleep", "mode": "async"}),
+    )
+    .await;
+    assert_eq!(structured(&r)["status"], "running", "{r:?}");
+    let r = call(&c, "spawn_agent", json!({"child_id": "writer", "input": "w"})).await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let text = text(&r);
+    assert!(
+        text.starts_with("Active child limit exceeded") && text.contains("max_active_children"),
+        "{text}"
+    );
+    assert_eq!(t.sup.active_children(), 1, "the refused child never started");
+    let kids = t
+        .store
+        .list_sessions(SessionQuery::Children(t.root.root().id))
+        .await
+        .unwrap();
+    assert_eq!(kids.len(), 1, "nothing was registered for it");
+    c.cancel().await.unwrap();
 }

@@ -106,7 +106,7 @@ pub struct ServerBuilder {
     store: Arc<dyn Store>,
     launcher: Option<Arc<dyn Launcher>>,
     tenants: Tenants,
-    mcp: mcp::McpConfig,
+    mcp: state::McpConfig,
 }
 
 impl ServerBuilder {
@@ -159,7 +159,7 @@ impl Server {
             store,
             launcher: None,
             tenants: Tenants::open(),
-            mcp: mcp::McpConfig::default(),
+            mcp: state::McpConfig::default(),
         }
     }
 

@@ -20,15 +20,6 @@ use axum::response::{IntoResponse, Response};
 use crate::launcher::Launcher;
 use crate::state::AppState;
 
-/// Where MCP is mounted, and which hosts it answers to.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct McpConfig {
-    /// `Host` headers accepted (DNS-rebinding protection); empty: the loopback names.
-    pub(crate) hosts: Vec<String>,
-    /// The spec `/mcp` serves (default: the only one).
-    pub(crate) default: Option<String>,
-}
-
 /// The MCP routes of the launcher's specs, behind the tenant check.
 pub(crate) fn router(state: &AppState) -> Router {
     let Some(launcher) = state.launcher.clone() else {

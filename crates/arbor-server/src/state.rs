@@ -26,7 +26,16 @@ pub struct AppState {
     /// and the shutdown does not wait on them.
     pub(crate) closing: tokio_util::sync::CancellationToken,
     /// Where MCP is mounted and which hosts it answers to.
-    pub(crate) mcp: crate::mcp::McpConfig,
+    pub(crate) mcp: McpConfig,
+}
+
+/// Where MCP is mounted, and which hosts it answers to (see `mcp.rs`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct McpConfig {
+    /// `Host` headers accepted (DNS-rebinding protection); empty: the loopback names.
+    pub(crate) hosts: Vec<String>,
+    /// The spec `/mcp` serves (default: the only one).
+    pub(crate) default: Option<String>,
 }
 
 impl FromRef<AppState> for Tenants {

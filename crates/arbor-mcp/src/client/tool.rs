@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::ServiceError;
 
-use super::Connection;
 use super::config::{ServerConfig, tool_name};
+use super::connection::Connection;
 
 /// An MCP server's tool, as an agent calls it.
 #[derive(Debug)]

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::Out;
+use super::out::Out;
 use super::progress::Progress;
 use super::schemas;
 use crate::root::HostedRoot;

@@ -14,14 +14,15 @@
 //! negotiated by rmcp.
 
 pub(crate) mod calls;
+mod out;
 mod progress;
 mod schemas;
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -180,36 +181,6 @@ fn tools_of(root: &crate::HostedRoot) -> McpResult<Vec<Tool>> {
         tools.push(Tool::new(spec.name, spec.description, Arc::new(schema)));
     }
     Ok(tools)
-}
-
-/// What a call answers.
-#[derive(Debug)]
-pub(crate) enum Out {
-    /// A JSON value.
-    Value(serde_json::Value),
-    /// A tool error, as the client's model reads it.
-    Error(String),
-}
-
-impl Out {
-    /// The text a model tool returned: JSON when it is, else plain text.
-    pub(crate) fn text(text: String) -> Self {
-        match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(v @ serde_json::Value::Object(_)) => Out::Value(v),
-            _ => Out::Value(serde_json::Value::String(text)),
-        }
-    }
-
-    fn into_result(self) -> CallToolResult {
-        match self {
-            Out::Value(v @ serde_json::Value::Object(_)) => CallToolResult::structured(v),
-            Out::Value(serde_json::Value::String(s)) => {
-                CallToolResult::success(vec![ContentBlock::text(s)])
-            }
-            Out::Value(v) => CallToolResult::success(vec![ContentBlock::text(v.to_string())]),
-            Out::Error(m) => CallToolResult::error(vec![ContentBlock::text(m)]),
-        }
-    }
 }
 
 /// Serves `server` over this process's stdin and stdout until the client closes them (a
