@@ -320,14 +320,23 @@ async fn a_limit_that_refuses_a_spawn_is_a_tool_error_naming_it() {
     )
     .await;
     assert_eq!(structured(&r)["status"], "running", "{r:?}");
-    let r = call(&c, "spawn_agent", json!({"child_id": "writer", "input": "w"})).await;
+    let r = call(
+        &c,
+        "spawn_agent",
+        json!({"child_id": "writer", "input": "w"}),
+    )
+    .await;
     assert_eq!(r.is_error, Some(true), "{r:?}");
     let text = text(&r);
     assert!(
         text.starts_with("Active child limit exceeded") && text.contains("max_active_children"),
         "{text}"
     );
-    assert_eq!(t.sup.active_children(), 1, "the refused child never started");
+    assert_eq!(
+        t.sup.active_children(),
+        1,
+        "the refused child never started"
+    );
     let kids = t
         .store
         .list_sessions(SessionQuery::Children(t.root.root().id))
