@@ -20,21 +20,12 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(ROOT, "examples", "mcp.toml")
 
-passed = 0
-failed = 0
-
-
-def check(label, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {label}")
-    else:
-        failed += 1
-        print(f"FAIL {label}: {str(detail)[:400]}")
+check = Checks("inspector")
 
 
 def inspect(node, inspector, target, *method):
@@ -96,8 +87,7 @@ def main():
         finally:
             proc.terminate()
             proc.wait(timeout=20)
-    print(f"inspector: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary()
 
 
 if __name__ == "__main__":

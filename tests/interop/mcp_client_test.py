@@ -28,21 +28,12 @@ import sys
 import tempfile
 import time
 
+from checks import Checks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "demo_mcp_server.py")
 
-passed = 0
-failed = 0
-
-
-def check(label, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {label}")
-    else:
-        failed += 1
-        print(f"FAIL {label}: {str(detail)[:600]}")
+check = Checks("mcp client")
 
 
 def arbor(binary, *args, env=None, cwd=None):
@@ -325,8 +316,7 @@ def main():
         stdio(binary, tmp)
         failures(binary, tmp)
         http(binary, tmp)
-    print(f"mcp client: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary()
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from checks import Checks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MCP_SPEC = os.path.join(ROOT, "examples", "mcp.toml")
@@ -48,18 +50,7 @@ EXPECTED_TOOLS = {
     "rename_child", "find_models", "list_approvals", "decide_approval", "read_messages",
 }
 
-passed = 0
-failed = 0
-
-
-def check(label, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {label}")
-    else:
-        failed += 1
-        print(f"FAIL {label}: {detail}")
+check = Checks("mcp")
 
 
 def text_of(result):
@@ -318,8 +309,7 @@ async def main():
     with tempfile.TemporaryDirectory() as tmp:
         await stdio(arbor, tmp)
         await http(arbor, tmp)
-    print(f"mcp: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary()
 
 
 if __name__ == "__main__":

@@ -439,25 +439,16 @@ async fn keep_result(
             serde_json::json!({"status": "failed", "error": redact(&e.to_string())})
         }
     };
-    for _ in 0..8 {
-        let Ok(Some(record)) = store.session(root).await else {
-            return;
-        };
+    let kept_result = |record: &arbor_store::SessionRecord| {
         let mut meta = record.meta.clone();
         meta["result"] = kept.clone();
-        let update = arbor_store::SessionUpdate {
-            expected_version: Some(record.version),
+        arbor_store::SessionUpdate {
             meta: Some(meta),
             ..arbor_store::SessionUpdate::default()
-        };
-        match store.update_session(root, &update).await {
-            Err(arbor_store::StoreError::Conflict { .. }) => continue,
-            Err(e) => {
-                tracing::warn!(root = %root, "could not keep the run's result: {e}");
-                return;
-            }
-            Ok(_) => return,
         }
+    };
+    if let Err(e) = crate::store::update_record(store.as_ref(), root, kept_result).await {
+        tracing::warn!(root = %root, "could not keep the run's result: {e}");
     }
 }
 

@@ -115,22 +115,9 @@ async fn set_status(
     root: SessionId,
     status: SessionStatus,
 ) {
-    for _ in 0..8 {
-        let Ok(Some(record)) = store.session(root).await else {
-            return;
-        };
-        let update = arbor_store::SessionUpdate {
-            expected_version: Some(record.version),
-            ..arbor_store::SessionUpdate::status(status)
-        };
-        match store.update_session(root, &update).await {
-            Err(arbor_store::StoreError::Conflict { .. }) => continue,
-            Err(e) => {
-                tracing::warn!(root = %root, "could not set the MCP root's status: {e}");
-                return;
-            }
-            Ok(_) => return,
-        }
+    let update = |_: &arbor_store::SessionRecord| arbor_store::SessionUpdate::status(status);
+    if let Err(e) = crate::store::update_record(store.as_ref(), root, update).await {
+        tracing::warn!(root = %root, "could not set the MCP root's status: {e}");
     }
 }
 

@@ -1,4 +1,5 @@
-//! Which store a run uses and how it is opened.
+//! Which store a run uses and how it is opened; updating a record against its version
+//! ([`update_record`]).
 //!
 //! The default is the SQLite file `./.arbor/arbor.db` (its directory is created when
 //! missing, mode 0700 on Unix, as the store holds every prompt and tool output; the store
@@ -175,6 +176,31 @@ pub(crate) fn io_reason(err: &std::io::Error) -> String {
         Some(i) if text.ends_with(')') => text[..i].to_owned(),
         _ => text,
     }
+}
+
+/// Updates the record `id` with what `change` makes of it, against the record's version,
+/// reading it again when another writer (the owner's heartbeat, which writes `meta` too) got
+/// there first; up to eight tries. A record that is gone is left alone.
+pub(crate) async fn update_record(
+    store: &dyn arbor_store::Store,
+    id: arbor_protocol::SessionId,
+    change: impl Fn(&arbor_store::SessionRecord) -> arbor_store::SessionUpdate,
+) -> Result<(), arbor_store::StoreError> {
+    for _ in 0..8 {
+        let Some(record) = store.session(id).await? else {
+            return Ok(());
+        };
+        let update = arbor_store::SessionUpdate {
+            expected_version: Some(record.version),
+            ..change(&record)
+        };
+        match store.update_session(id, &update).await {
+            Err(arbor_store::StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+            Ok(_) => return Ok(()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

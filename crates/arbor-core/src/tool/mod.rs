@@ -180,6 +180,19 @@ impl<T: Tool> fmt::Debug for Typed<T> {
     }
 }
 
+/// The longest prefix of `text` within `cap` bytes that ends on a character boundary: where
+/// a tool's output is cut to a cap (the caller adds its own marker saying what was left out).
+pub fn prefix_within(text: &str, cap: usize) -> &str {
+    if text.len() <= cap {
+        return text;
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Renders a tool output as the text the model reads.
 pub fn output_text<O: Serialize>(output: &O) -> Result<String, ToolError> {
     match serde_json::to_value(output) {

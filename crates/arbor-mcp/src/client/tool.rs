@@ -157,16 +157,13 @@ fn kind(v: &serde_json::Value) -> &'static str {
 
 /// `text` cut to `cap` bytes on a character boundary, with a marker saying how much was left.
 fn cut(text: &str, cap: usize) -> String {
-    if text.len() <= cap {
+    let kept = arbor_core::tool::prefix_within(text, cap);
+    if kept.len() == text.len() {
         return text.to_owned();
     }
-    let mut end = cap;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
     format!(
-        "{}\n[truncated: {end} of {} bytes shown (the MCP server's max_result_bytes)]",
-        &text[..end],
+        "{kept}\n[truncated: {} of {} bytes shown (the MCP server's max_result_bytes)]",
+        kept.len(),
         text.len()
     )
 }

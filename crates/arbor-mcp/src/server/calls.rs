@@ -302,17 +302,8 @@ struct DecideArgs {
 #[serde(deny_unknown_fields)]
 struct DecisionArg {
     id: String,
-    verdict: VerdictArg,
+    verdict: Verdict,
     reason: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum VerdictArg {
-    AllowOnce,
-    AllowForRun,
-    RejectOnce,
-    RejectForRun,
 }
 
 async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
@@ -358,12 +349,7 @@ async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
         .iter()
         .map(|d| ApprovalDecision {
             id: d.id.clone(),
-            verdict: match d.verdict {
-                VerdictArg::AllowOnce => Verdict::AllowOnce,
-                VerdictArg::AllowForRun => Verdict::AllowForRun,
-                VerdictArg::RejectOnce => Verdict::RejectOnce,
-                VerdictArg::RejectForRun => Verdict::RejectForRun,
-            },
+            verdict: d.verdict,
             reason: d.reason.clone(),
         })
         .collect();

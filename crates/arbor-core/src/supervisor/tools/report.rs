@@ -143,17 +143,13 @@ impl Supervisor {
 /// `text` cut to at most `cap` bytes on a character boundary, with a marker saying how much
 /// was left out and where the whole of it is.
 pub(crate) fn cut(text: &str, cap: usize, session: arbor_protocol::SessionId) -> String {
-    if text.len() <= cap {
+    let kept = crate::tool::prefix_within(text, cap);
+    if kept.len() == text.len() {
         return text.to_owned();
     }
-    let mut end = cap;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
     format!(
-        "{}\n[truncated: {} of {} bytes shown; the whole answer is in the transcript of session {session}]",
-        &text[..end],
-        end,
+        "{kept}\n[truncated: {} of {} bytes shown; the whole answer is in the transcript of session {session}]",
+        kept.len(),
         text.len()
     )
 }
