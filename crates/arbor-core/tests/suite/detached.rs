@@ -322,3 +322,52 @@ async fn a_child_the_host_joins_waiting_for_approval_is_listed_and_resumed_on_it
             .is_empty()
     );
 }
+
+/// A delete a crash cut short after it removed the child's suspended run but before it
+/// settled the child's record leaves a deleted child `suspended` that nothing can resume;
+/// the next close of dead suspensions (every `arbor resume` runs one) settles it `aborted`
+/// (the crash harness found this, seed 1053).
+#[tokio::test]
+async fn a_deleted_child_left_suspended_by_a_cut_short_close_is_settled_aborted() {
+    let (t, root) = waiting_writer(vec![write("x"), ScriptedTurn::text("written")]).await;
+    let child = detached_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap()
+        .remove(0)
+        .session_id;
+    t.sup
+        .delete_child(root.id(), "writer", "host", "not needed")
+        .await
+        .unwrap();
+    // What the crash left: the tombstone written and the run's checkpoint gone, the record
+    // still `suspended`.
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Aborted);
+    let cut = arbor_store::SessionUpdate {
+        expected_version: Some(record.version),
+        ..arbor_store::SessionUpdate::status(SessionStatus::Suspended)
+    };
+    t.store.update_session(child, &cut).await.unwrap();
+    assert!(
+        approval::suspensions(t.store.as_ref(), child)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let closed =
+        arbor_core::supervisor::detached::close_dead_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap();
+    assert_eq!(closed, 1);
+    let record = t.store.session(child).await.unwrap().unwrap();
+    assert_eq!(record.status, SessionStatus::Aborted);
+    assert!(record.tombstone.is_some());
+    // Settled once: a second close finds nothing.
+    let again =
+        arbor_core::supervisor::detached::close_dead_suspensions(t.store.as_ref(), root.id())
+            .await
+            .unwrap();
+    assert_eq!(again, 0);
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0, "nothing of it ran");
+}

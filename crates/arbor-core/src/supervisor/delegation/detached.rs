@@ -51,16 +51,48 @@ pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreR
         return Ok(0);
     }
     let mut closed = 0;
+    // The dead suspended sessions that still keep a suspended run (closed here when nobody
+    // awaits it; a caller's run closes the ones it carries when it resumes).
+    let mut kept = std::collections::HashSet::new();
     for c in store.list_checkpoints(approval::RUN_NAMESPACE).await? {
         let Ok(checkpoint) = serde_json::from_value::<RunCheckpoint>(c.value) else {
             continue;
         };
-        if suspended.contains(&checkpoint.session_id)
-            && is_detached(store, checkpoint.run_id).await?
-        {
+        if !suspended.contains(&checkpoint.session_id) {
+            continue;
+        }
+        if is_detached(store, checkpoint.run_id).await? {
             abandon_suspension(store, checkpoint.run_id, checkpoint.session_id, 0).await;
             tracing::info!(session = %checkpoint.session_id, run = %checkpoint.run_id, "closed the suspension of a deleted child");
             closed += 1;
+        } else {
+            kept.insert(checkpoint.session_id);
+        }
+    }
+    // A close that a crash cut short removed the run's checkpoint but left the record
+    // `suspended`: nothing can resume it, so it is settled `aborted` like a closed one.
+    for s in tree
+        .iter()
+        .filter(|s| suspended.contains(&s.id) && !kept.contains(&s.id))
+    {
+        let Some(record) = store.session(s.id).await? else {
+            continue;
+        };
+        if record.status != SessionStatus::Suspended {
+            continue;
+        }
+        let update = arbor_store::SessionUpdate {
+            expected_version: Some(record.version),
+            ..arbor_store::SessionUpdate::status(SessionStatus::Aborted)
+        };
+        match store.update_session(s.id, &update).await {
+            Ok(_) => {
+                tracing::info!(session = %s.id, "settled a deleted child whose suspension a crash left half closed");
+                closed += 1;
+            }
+            // Someone settled it meanwhile: theirs stands.
+            Err(arbor_store::StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(closed)
