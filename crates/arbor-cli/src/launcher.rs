@@ -292,7 +292,7 @@ impl Launcher for SpecLauncher {
             let (_lease, _claim) = (lease, claim);
             token.cancelled().await;
             tracing::info!(root = %id, "the MCP client's root ended");
-            opened.supervisor.shutdown().await;
+            opened.root.supervisor().shutdown().await;
             opened.built.close().await;
             crate::mcp::close_root(&store, id).await;
         });

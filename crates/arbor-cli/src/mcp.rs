@@ -32,16 +32,16 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
     let token = CancellationToken::new();
     let opened = open_root(&prepared, &store, &token, serde_json::json!({"via": "mcp"})).await?;
     let _lease = owner::Heartbeat::start(store.clone(), opened.session.id(), token.clone());
-    let (sup, session, root, opened_built) =
-        (opened.supervisor, opened.session, opened.root, opened.built);
+    let (session, root, built) = (opened.session, opened.root, opened.built);
+    let sup = root.supervisor().clone();
     tracing::info!(root = %session.id(), "serving MCP over stdio");
     let served = tokio::select! {
         r = arbor_mcp::serve_stdio(ArborMcp::new(FixedRoot(root))) => r,
-        () = signalled() => Ok(()),
+        () = crate::interrupt::shutdown_signal() => Ok(()),
     };
     token.cancel();
     sup.shutdown().await;
-    opened_built.close().await;
+    built.close().await;
     close_root(&store, session.id()).await;
     served.map_err(|e| Fail::core(arbor_core::CoreError::Supervisor(e.to_string())))?;
     Ok(0)
@@ -50,8 +50,8 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
 /// A root opened for an MCP client: its tree built, its record created (nothing runs).
 pub(crate) struct Opened {
     pub(crate) built: crate::tree::Built,
-    pub(crate) supervisor: arbor_core::supervisor::Supervisor,
     pub(crate) session: arbor_core::Session,
+    /// The root the client drives (its supervisor is the tree's).
     pub(crate) root: HostedRoot,
 }
 
@@ -77,7 +77,7 @@ pub(crate) async fn open_root(
     // A live host drives it: `running` until the client goes away.
     set_status(store, session.id(), SessionStatus::Running).await;
     let root = HostedRoot::new(
-        supervisor.clone(),
+        supervisor,
         SessionRef::from(session.record()),
         root_name,
         &children,
@@ -87,7 +87,6 @@ pub(crate) async fn open_root(
     .map_err(|e| Fail::usage(e.to_string()))?;
     Ok(Opened {
         built,
-        supervisor,
         session,
         root,
     })
@@ -139,27 +138,4 @@ pub(crate) fn offered(prepared: &crate::run::Prepared) -> Result<(String, Vec<St
         )));
     }
     Ok((root_name, children))
-}
-
-/// Ctrl-C or SIGTERM.
-async fn signalled() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

@@ -75,13 +75,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
         .launcher(launcher)
         .tenants(tenants.clone());
     if !args.mcp_host.is_empty() {
-        let mut hosts = vec![
-            "localhost".to_owned(),
-            "127.0.0.1".to_owned(),
-            "::1".to_owned(),
-        ];
-        hosts.extend(args.mcp_host.iter().cloned());
-        builder = builder.mcp_hosts(hosts);
+        builder = builder.mcp_hosts(args.mcp_host.iter().cloned());
     }
     if let Some(spec) = &args.mcp_spec {
         builder = builder.mcp_default(spec.clone());
@@ -106,7 +100,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
     let stop = runs.clone();
     server
         .serve(listener, async move {
-            shutdown_signal().await;
+            crate::interrupt::shutdown_signal().await;
             output::err("arbor serve: shutting down (no new runs; cancelling the runs in flight)");
             stop.cancel();
         })
@@ -116,28 +110,6 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
     tracker.wait().await;
     output::err("arbor serve: stopped");
     Ok(0)
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }
 
 fn hash_token(tenant: &str) -> Result<u8, Fail> {

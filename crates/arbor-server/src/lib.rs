@@ -122,8 +122,8 @@ impl ServerBuilder {
         self
     }
 
-    /// The `Host` headers MCP answers to (DNS-rebinding protection; a name without a port
-    /// matches any port). Default: `localhost`, `127.0.0.1` and `::1`.
+    /// More `Host` names MCP answers to, besides `localhost`, `127.0.0.1` and `::1`
+    /// (DNS-rebinding protection; a name without a port matches any port).
     pub fn mcp_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.mcp.hosts = hosts.into_iter().map(Into::into).collect();
         self

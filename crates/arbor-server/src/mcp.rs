@@ -20,16 +20,17 @@ use axum::response::{IntoResponse, Response};
 use crate::launcher::Launcher;
 use crate::state::AppState;
 
+/// The `Host` names MCP always answers to.
+const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
 /// The MCP routes of the launcher's specs, behind the tenant check.
 pub(crate) fn router(state: &AppState) -> Router {
     let Some(launcher) = state.launcher.clone() else {
         return Router::new();
     };
     let specs = launcher.specs();
-    let mut hosts = state.mcp.hosts.clone();
-    if hosts.is_empty() {
-        hosts = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
-    }
+    let mut hosts: Vec<String> = LOOPBACK.iter().map(|h| (*h).to_owned()).collect();
+    hosts.extend(state.mcp.hosts.iter().cloned());
     let default = state
         .mcp
         .default

@@ -32,7 +32,7 @@ pub struct AppState {
 /// Where MCP is mounted, and which hosts it answers to (see `mcp.rs`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct McpConfig {
-    /// `Host` headers accepted (DNS-rebinding protection); empty: the loopback names.
+    /// `Host` names accepted besides the loopback ones (DNS-rebinding protection).
     pub(crate) hosts: Vec<String>,
     /// The spec `/mcp` serves (default: the only one).
     pub(crate) default: Option<String>,

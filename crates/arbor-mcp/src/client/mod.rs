@@ -67,9 +67,7 @@ impl McpServers {
     /// an undeclared server, or of a tool its server does not offer, is a validation error.
     pub async fn tools_for(&self, grants: &[Grant]) -> McpResult<Vec<Arc<dyn DynTool>>> {
         let mut tools: Vec<Arc<dyn DynTool>> = Vec::new();
-        let mut servers: Vec<&str> = grants.iter().map(|g| g.server.as_str()).collect();
-        servers.dedup();
-        for server in servers {
+        for server in granted_servers(grants) {
             let conn = self.connection(server).await?;
             let slot = &self.servers[server];
             for g in grants.iter().filter(|g| g.server == server) {
@@ -134,5 +132,27 @@ impl McpServers {
             })
             .await
             .cloned()
+    }
+}
+
+/// The servers `grants` name, each once (whatever their order).
+fn granted_servers(grants: &[Grant]) -> std::collections::BTreeSet<&str> {
+    grants.iter().map(|g| g.server.as_str()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_granted_server_is_named_once() {
+        let grants: Vec<Grant> = ["mcp:a/x", "mcp:b/*", "mcp:a/y"]
+            .iter()
+            .filter_map(|g| Grant::parse(g)?.ok())
+            .collect();
+        assert_eq!(
+            granted_servers(&grants).into_iter().collect::<Vec<_>>(),
+            ["a", "b"]
+        );
     }
 }

@@ -138,15 +138,13 @@ async fn spawn(
     let sup = root.supervisor();
     let mut request = host.request;
     match host.mode {
-        SpawnMode::Message => {
-            let handle = sup.spawn(request).await.map_err(|e| core_error(&e))?;
-            Ok(Out::text(spawn.started_text(handle, thinking)))
-        }
-        SpawnMode::Async => {
-            let handle = sup
-                .delegate_async(request)
-                .await
-                .map_err(|e| core_error(&e))?;
+        mode @ (SpawnMode::Message | SpawnMode::Async) => {
+            let handle = if mode == SpawnMode::Message {
+                sup.spawn(request).await
+            } else {
+                sup.delegate_async(request).await
+            }
+            .map_err(|e| core_error(&e))?;
             Ok(Out::text(spawn.started_text(handle, thinking)))
         }
         _ => {
@@ -162,7 +160,7 @@ async fn spawn(
             let mut forwarder = progress.forwarder(events, id.clone());
             let waited = tokio::select! {
                 r = sup.wait(&id, WaitOptions::default()) => r,
-                () = forwarder.run() => unreachable_pending(),
+                never = forwarder.run() => match never {},
                 () = cancel.cancelled() => {
                     token.cancel();
                     return Err("Cancelled by the client: the child is cancelled".to_owned());
@@ -172,11 +170,6 @@ async fn spawn(
             answer(root, &id, waited)
         }
     }
-}
-
-/// `Progress::forward` never returns; this keeps the select total.
-fn unreachable_pending() -> arbor_core::CoreResult<WaitOutcome> {
-    Err(CoreError::Supervisor("progress ended".to_owned()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,7 +199,7 @@ async fn wait(
     if let Some(mut resumed) = root.resumed(&id) {
         let outcome = tokio::select! {
             r = resumed.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
-            () = forwarder.run() => None,
+            never = forwarder.run() => match never {},
             () = cancel.cancelled() => return Err("Wait cancelled by the client".to_owned()),
         };
         forwarder.flush().await;
@@ -225,7 +218,7 @@ async fn wait(
     };
     let waited = tokio::select! {
         r = sup.wait(&id, options) => r,
-        () = forwarder.run() => unreachable_pending(),
+        never = forwarder.run() => match never {},
     };
     forwarder.flush().await;
     answer(root, &id, waited)

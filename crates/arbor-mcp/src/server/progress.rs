@@ -48,8 +48,8 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    /// Forwards events as they come; never returns (drop it, or select it against the call).
-    pub(crate) async fn run(&mut self) {
+    /// Forwards events as they come; never returns (select it against the call).
+    pub(crate) async fn run(&mut self) -> std::convert::Infallible {
         if self.to.is_some() {
             while let Some(env) = self.events.recv().await {
                 self.send(&env.event).await;
