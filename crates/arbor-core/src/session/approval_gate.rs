@@ -421,6 +421,19 @@ impl Session {
         }
         let mut checkpoint = checkpoint;
         checkpoint.release();
+        // What must exist whenever the suspension does goes first: a crash between the two
+        // leaves an unused record, never a suspension nothing can rebuild.
+        if let Some((namespace, value)) = &self.beside_suspension {
+            let key = state.run_id.to_string();
+            let current = self
+                .store
+                .checkpoint(namespace, &key)
+                .await?
+                .map_or(0, |c| c.version);
+            self.store
+                .put_checkpoint(namespace, &key, value, current)
+                .await?;
+        }
         let version = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
         Ok(Outcome::Suspended(Suspension {
             run_id: state.run_id,

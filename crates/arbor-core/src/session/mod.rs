@@ -52,6 +52,10 @@ pub struct Session {
     pub(crate) ancestors: Vec<AttributionTarget>,
     /// Messages delivered to it and not yet read by a turn.
     pub(crate) inbox: Arc<Inbox>,
+    /// A record (namespace, value) its runs store under their run id just before they
+    /// first store a suspension: a supervisor's delegation mapping, so a crash can never
+    /// leave a suspended child whose run nobody can rebuild.
+    pub(crate) beside_suspension: Option<(&'static str, serde_json::Value)>,
 }
 
 impl Agent {
@@ -202,6 +206,7 @@ impl Session {
             messages,
             ancestors,
             inbox: Arc::new(inbox),
+            beside_suspension: None,
         })
     }
 
@@ -214,6 +219,16 @@ impl Session {
     /// deliveries made before the session was opened are read by its runs.
     pub(crate) fn share_inbox(&mut self, inbox: Arc<Inbox>) {
         self.inbox = inbox;
+    }
+
+    /// Stores `value` in `namespace`, keyed by the run id, before any run of this session
+    /// stores a suspension (see the field).
+    pub(crate) fn keep_beside_suspension(
+        &mut self,
+        namespace: &'static str,
+        value: serde_json::Value,
+    ) {
+        self.beside_suspension = Some((namespace, value));
     }
 
     /// The session's id.

@@ -11,7 +11,7 @@ use arbor_model::ScriptedTurn;
 use arbor_protocol::{Notice, RunStatus, SessionStatus};
 use serde_json::json;
 
-use super::nested_support::{allow, opts, root, spawn, tree, write};
+use super::nested_support::{allow, opts, root, spawn, tree, tree_on, write};
 
 fn spawn_message(child: &str) -> ScriptedTurn {
     ScriptedTurn::tool_call(
@@ -370,4 +370,62 @@ async fn a_deleted_child_left_suspended_by_a_cut_short_close_is_settled_aborted(
             .unwrap();
     assert_eq!(again, 0);
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0, "nothing of it ran");
+}
+
+/// A crash just after a message-mode child's run stored its `suspended` status (the crash
+/// harness found it, seed 6: the process died before the run's delegation mapping was
+/// written, so nothing listed or resumed the child and the tree never finished). The mapping
+/// is now stored before the suspension: whatever the crash leaves, a restarted supervisor
+/// lists the child's suspension and resumes it, and the approved call runs once.
+#[tokio::test]
+async fn a_crash_as_a_message_child_suspends_leaves_it_listed_and_resumable() {
+    use arbor_store::testing::{Call, FaultStore};
+    let stored: std::sync::Arc<dyn arbor_store::Store> =
+        std::sync::Arc::new(arbor_store::MemoryStore::new());
+    let faults = FaultStore::new(stored.clone());
+    // The process dies at that write: it is done, and nothing after it is.
+    let held = faults.arm(true, |call| {
+        matches!(call, Call::Append(_, _, Some(u)) if u.status == Some(SessionStatus::Suspended))
+    });
+    let writer = || vec![write("x"), ScriptedTurn::text("written")];
+    let t = tree_on(faults.clone(), vec![("writer", writer())], None);
+    let mut root = root(&t, vec![spawn_message("writer"), ScriptedTurn::text("ok")]).await;
+    t.sup.attach(&mut root);
+    let r = root.run("go", opts(&t)).await.unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+    held.reached.await.unwrap();
+
+    // A new process on what was stored.
+    let after = tree_on(stored.clone(), vec![("writer", writer())], None);
+    let waiting = detached_suspensions(stored.as_ref(), root.id())
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "the suspension is listed: {waiting:?}");
+    assert_eq!(waiting[0].pending[0].tool, "write");
+    let child = waiting[0].session_id;
+    assert_eq!(
+        stored.session(child).await.unwrap().unwrap().status,
+        SessionStatus::Suspended
+    );
+    let typed = after.sup.suspended_delegations().await.unwrap();
+    assert_eq!(typed.len(), 1, "{typed:?}");
+    assert!(!typed[0].awaited);
+    approve_first(&after, &waiting[0]).await;
+    let done = after.sup.resume_child(child).await.unwrap();
+    assert_eq!(done.result.status, RunStatus::Succeeded);
+    assert_eq!(done.result.text, "written");
+    assert_eq!(
+        after.writes.0.load(Ordering::SeqCst),
+        1,
+        "the approved call ran once"
+    );
+    assert_eq!(t.writes.0.load(Ordering::SeqCst), 0);
+    assert!(
+        detached_suspensions(stored.as_ref(), root.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The dead process never goes on.
+    std::mem::forget(held.release);
 }

@@ -94,7 +94,15 @@ pub(crate) fn tree(
     children: Vec<(&'static str, Vec<ScriptedTurn>)>,
     hook: Option<Gatekeeper>,
 ) -> Tree {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    tree_on(Arc::new(MemoryStore::new()), children, hook)
+}
+
+/// [`tree`] on `store` (a fault-injecting one, or what a crashed process left).
+pub(crate) fn tree_on(
+    store: Arc<dyn Store>,
+    children: Vec<(&'static str, Vec<ScriptedTurn>)>,
+    hook: Option<Gatekeeper>,
+) -> Tree {
     let writes = Write::default();
     let afters = Afters::default();
     let mut b = Supervisor::builder(Ownership::user("t", "u"))

@@ -1,7 +1,7 @@
 //! Durable nested approvals, supervisor side: a child run that suspends is not a terminal
-//! (no finish event, no `after` hook, no settled counter); the supervisor stores a
-//! delegation mapping (namespace [`DELEGATION_NAMESPACE`], key = the child's run id) and
-//! reports the suspension up, with the child's own decisions attributed to its path. A
+//! (no finish event, no `after` hook, no settled counter); its delegation mapping
+//! (namespace [`DELEGATION_NAMESPACE`], key = the child's run id) is stored just before the
+//! run's suspension is, and the supervisor reports the suspension up, with the child's own decisions attributed to its path. A
 //! decision taken at the root comes back through [`NestedResumer::resume_nested`]: the
 //! decisions are recorded on the child's checkpoint first (a stale or foreign one fails with
 //! nothing published and no hook run), then the child is rebuilt from the mapping (factory,
@@ -67,27 +67,17 @@ fn unknown_run() -> CoreError {
 }
 
 impl Supervisor {
-    /// A child's run suspended: store the mapping and describe the suspension for the caller,
-    /// with the child's own calls attributed to its path.
-    pub(crate) async fn suspended(
-        &self,
-        a: &Admitted,
-        run_id: RunId,
-        session_id: SessionId,
-        pending: Vec<PendingDecision>,
-    ) -> CoreError {
-        let Some(revision) = self.settings().revision() else {
-            return CoreError::Supervisor(
-                "a child suspended, but durable approvals are not configured on its supervisor"
-                    .to_owned(),
-            );
-        };
+    /// The mapping a child's run stores beside its suspension (under its run id, before the
+    /// suspension itself, so a crash between the two never leaves a suspended child nobody
+    /// can rebuild); `None` without durable approvals, where no child run is rebuilt.
+    pub(crate) fn mapping_value(&self, a: &Admitted) -> Option<serde_json::Value> {
+        let revision = self.settings().revision()?;
         let mapping = Mapping {
             supervisor_id: self.settings().id().to_owned(),
             revision: revision.to_owned(),
             child_id: a.child_id.clone(),
             delegation_id: a.delegation_id.clone(),
-            session_id,
+            session_id: a.record.as_ref()?.id,
             path: a.path.to_vec(),
             parents: a.parents.to_vec(),
             depth: a.depth,
@@ -100,27 +90,29 @@ impl Supervisor {
             follow_up: a.resume,
             replies_at_start: a.replies_at_start,
         };
-        let key = run_id.to_string();
-        let store = &self.live().store();
-        let stored = match serde_json::to_value(&mapping) {
-            Ok(value) => {
-                let current = store
-                    .checkpoint(DELEGATION_NAMESPACE, &key)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map_or(0, |c| c.version);
-                store
-                    .put_checkpoint(DELEGATION_NAMESPACE, &key, &value, current)
-                    .await
-                    .map_err(CoreError::from)
+        match serde_json::to_value(&mapping) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                tracing::warn!(error = %e, "a delegation mapping does not encode");
+                None
             }
-            Err(e) => Err(CoreError::Supervisor(format!(
-                "a delegation mapping does not encode: {e}"
-            ))),
-        };
-        if let Err(e) = stored {
-            return e;
+        }
+    }
+
+    /// A child's run suspended (its mapping stored before its suspension): describe the
+    /// suspension for the caller, with the child's own calls attributed to its path.
+    pub(crate) async fn suspended(
+        &self,
+        a: &Admitted,
+        run_id: RunId,
+        session_id: SessionId,
+        pending: Vec<PendingDecision>,
+    ) -> CoreError {
+        if self.settings().revision().is_none() {
+            return CoreError::Supervisor(
+                "a child suspended, but durable approvals are not configured on its supervisor"
+                    .to_owned(),
+            );
         }
         let pending = pending
             .into_iter()

@@ -224,6 +224,12 @@ impl Supervisor {
                 .hub()
                 .register(session.id(), parent_id, session.inbox().clone(), false);
         session.share_inbox(inbox);
+        if let Some(mapping) = self.mapping_value(a) {
+            session.keep_beside_suspension(
+                crate::supervisor::delegation::nested::DELEGATION_NAMESPACE,
+                mapping,
+            );
+        }
         sup.live().hub().start_run(session.id(), &a.token);
         let mut options = RunOptions::default()
             .with_cancel(a.token.clone())
