@@ -54,6 +54,7 @@ pub mod redact;
 pub mod registry;
 pub mod session;
 pub mod supervisor;
+pub mod telemetry;
 pub mod tool;
 pub mod usage;
 

@@ -10,6 +10,7 @@ use std::panic::AssertUnwindSafe;
 use arbor_protocol::{AgentEvent, RunId, ToolCall, ToolResult};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::outcome::NestedSuspension;
 use crate::permission::{Decision, PermissionRequest};
@@ -91,6 +92,24 @@ impl Session {
     }
 
     pub(crate) async fn execute(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        call: &ToolCall,
+        token: &CancellationToken,
+    ) -> CallOutcome {
+        let span = crate::telemetry::tool_span(self, turn, call);
+        let outcome = self
+            .execute_call(run_id, turn, call, token)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            crate::telemetry::record_tool(&span, self, &outcome.result);
+        }
+        outcome
+    }
+
+    async fn execute_call(
         &self,
         run_id: RunId,
         turn: u32,

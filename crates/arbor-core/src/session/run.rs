@@ -14,12 +14,14 @@ use arbor_protocol::{
 use arbor_store::SessionUpdate;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::approval::Sticky;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::{RunResult, Suspension};
 use crate::session::Session;
 use crate::session::resumer::{NestedResumer, Turns};
+use crate::telemetry;
 
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
@@ -211,6 +213,33 @@ impl Session {
     /// now: a resumed run gets its whole timeout again), then writes the end.
     pub(crate) async fn drive(
         &mut self,
+        state: RunState,
+        token: &CancellationToken,
+        from: Turns,
+    ) -> CoreResult<RunResult> {
+        let resumed = !matches!(from, Turns::Next);
+        let span = telemetry::agent_span(self, state.run_id, &state.limits, resumed);
+        let carried = state.usage;
+        let result = self
+            .drive_attempt(state, token, from)
+            .instrument(span.clone())
+            .await;
+        if let Ok(r) = &result
+            && !span.is_disabled()
+        {
+            let subtree = self.record.own_usage + self.record.attributed_usage;
+            telemetry::record_run(
+                &span,
+                r,
+                &telemetry::attempt_usage(&r.usage, &carried),
+                &subtree,
+            );
+        }
+        result
+    }
+
+    async fn drive_attempt(
+        &mut self,
         mut state: RunState,
         token: &CancellationToken,
         from: Turns,
@@ -326,6 +355,25 @@ impl Session {
         run_id: RunId,
         turn: u32,
     ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
+        let span = telemetry::chat_span(self, turn);
+        let mut finish = None;
+        let out = self
+            .stream_turn(run_id, turn, &mut finish)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            let reason = finish.as_ref().map(telemetry::finish_reason);
+            telemetry::record_chat(&span, out.2.as_ref(), reason, out.3.as_deref());
+        }
+        out
+    }
+
+    async fn stream_turn(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        finish: &mut Option<arbor_model::FinishReason>,
+    ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
         self.bus.publish(
             run_id,
             AgentEvent::ProviderTurnStarted {
@@ -377,7 +425,10 @@ impl Session {
                     calls.push(call)
                 }
                 Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
-                Ok(ModelEvent::Finished(_)) => break,
+                Ok(ModelEvent::Finished(reason)) => {
+                    *finish = Some(reason);
+                    break;
+                }
                 Err(e) => return (text, calls, usage, Some(e.to_string())),
             }
         }

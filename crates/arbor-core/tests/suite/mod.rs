@@ -31,4 +31,5 @@ mod supervisor;
 mod support;
 mod tool_arguments;
 mod tools;
+mod traces;
 mod usage;

@@ -3,6 +3,7 @@
 //! delegation's timeout and cancellation, then exactly one terminal report.
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use crate::error::{CoreError, CoreResult};
 use crate::supervisor::config::names;
@@ -42,7 +43,7 @@ impl Delegator {
             .live()
             .tracker()
             // Boxed: the drive's state is large, and a task moves its future several times.
-            .spawn(Box::pin(registered.drive()));
+            .spawn(Box::pin(registered.drive().in_current_span()));
         let joined = task.await;
         guard.disarm();
         joined.unwrap_or_else(|e| {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -66,16 +67,19 @@ impl Supervisor {
         let this = self.clone();
         let id = handle.delegation_id.clone();
         // Boxed: the drive's state is large, and a task moves its future several times.
-        self.live().tracker().spawn(Box::pin(async move {
-            // Marks the handle finished even if the drive panics, so it is never left
-            // "running" (its waiters then get an error rather than hanging).
-            let _finish = FinishOnDrop {
-                supervisor: this.clone(),
-                id,
-            };
-            let outcome = registered.drive().await;
-            let _ = tx.send(Some(Arc::new(outcome)));
-        }));
+        self.live().tracker().spawn(Box::pin(
+            async move {
+                // Marks the handle finished even if the drive panics, so it is never left
+                // "running" (its waiters then get an error rather than hanging).
+                let _finish = FinishOnDrop {
+                    supervisor: this.clone(),
+                    id,
+                };
+                let outcome = registered.drive().await;
+                let _ = tx.send(Some(Arc::new(outcome)));
+            }
+            .in_current_span(),
+        ));
         Ok(handle)
     }
 

@@ -9,6 +9,7 @@
 //! and resumed, ending terminal-symmetric with a live delegation.
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use arbor_protocol::{ApprovalDecision, PendingDecision, RunId, RunStatus, SessionId};
 use async_trait::async_trait;
@@ -366,7 +367,10 @@ impl NestedResumer for Supervisor {
         // still leaves the child exactly one terminal report; the guard cancels the child
         // when that happens.
         let guard = registered.admitted().token.clone().drop_guard();
-        let task = sup.live().tracker().spawn(Box::pin(registered.drive()));
+        let task = sup
+            .live()
+            .tracker()
+            .spawn(Box::pin(registered.drive().in_current_span()));
         let outcome = task.await.unwrap_or_else(|e| {
             Err(CoreError::Supervisor(format!(
                 "delegation task failed: {e}"

@@ -8,6 +8,7 @@
 //! kept in its record), never re-derived wider.
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use arbor_protocol::SessionId;
 
@@ -31,39 +32,42 @@ impl Supervisor {
         }
         let this = self.clone();
         // Boxed: a follow-up run's state is large, and a task moves its future several times.
-        self.live().tracker().spawn(Box::pin(async move {
-            match this.resume(id).await {
-                Ok(FollowUp::Ran) => {}
-                Ok(FollowUp::NotOurs) => {
-                    // Not one of this supervisor's children (a root its host runs): its
-                    // messages wait for the host.
-                    this.live().hub().end_run(id);
-                }
-                Ok(FollowUp::RunningElsewhere) => {
-                    // Another process runs it: the messages are stored, and its owner (or
-                    // whoever runs it next) reads them. Not retried from here.
-                    this.live().hub().end_run(id);
-                }
-                Err(e)
-                    if e.limit().is_some_and(|l| {
-                        l.limit == arbor_protocol::LimitKind::MaxActiveChildren
-                    }) =>
-                {
-                    // No slot: retried when a delegation ends.
-                    this.live().hub().end_run(id);
-                    this.live().hub().defer(id);
-                }
-                Err(e) => {
-                    // It cannot run (deleted, under a closed parent, its terms no longer
-                    // hold): the messages that woke it are dropped once, never retried in
-                    // a loop.
-                    let why = this.redact(&format!("the follow-up run could not start: {e}"));
-                    this.drop_pending(id, &why).await;
-                    this.live().hub().end_run(id);
-                    tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
+        self.live().tracker().spawn(Box::pin(
+            async move {
+                match this.resume(id).await {
+                    Ok(FollowUp::Ran) => {}
+                    Ok(FollowUp::NotOurs) => {
+                        // Not one of this supervisor's children (a root its host runs): its
+                        // messages wait for the host.
+                        this.live().hub().end_run(id);
+                    }
+                    Ok(FollowUp::RunningElsewhere) => {
+                        // Another process runs it: the messages are stored, and its owner (or
+                        // whoever runs it next) reads them. Not retried from here.
+                        this.live().hub().end_run(id);
+                    }
+                    Err(e)
+                        if e.limit().is_some_and(|l| {
+                            l.limit == arbor_protocol::LimitKind::MaxActiveChildren
+                        }) =>
+                    {
+                        // No slot: retried when a delegation ends.
+                        this.live().hub().end_run(id);
+                        this.live().hub().defer(id);
+                    }
+                    Err(e) => {
+                        // It cannot run (deleted, under a closed parent, its terms no longer
+                        // hold): the messages that woke it are dropped once, never retried in
+                        // a loop.
+                        let why = this.redact(&format!("the follow-up run could not start: {e}"));
+                        this.drop_pending(id, &why).await;
+                        this.live().hub().end_run(id);
+                        tracing::warn!(session = %id, error = %e, "a follow-up run did not start");
+                    }
                 }
             }
-        }));
+            .in_current_span(),
+        ));
     }
 
     /// Drops what waits in the live inbox of `id`, unread, with one durable record of why.
