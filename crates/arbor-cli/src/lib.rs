@@ -34,6 +34,8 @@ mod launcher;
 mod logging;
 mod mcp;
 mod models;
+#[cfg(feature = "otel")]
+mod otel;
 mod output;
 mod owner;
 mod progress;
@@ -57,16 +59,20 @@ use crate::cli::{Cli, Command};
 /// exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
+            logging::init();
             output::err(&format!("error: cannot start the runtime: {e}"));
             return ExitCode::from(fail::EXIT_RUN);
         }
+    };
+    let telemetry = {
+        let _inside = runtime.enter();
+        logging::init()
     };
     let outcome = match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
@@ -85,6 +91,7 @@ pub fn main() -> ExitCode {
         Command::Mcp(args) => runtime.block_on(mcp::serve(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
     };
+    telemetry.shutdown();
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(fail) => {

@@ -1,16 +1,52 @@
 //! Logging: `tracing` output on stderr, filtered by `ARBOR_LOG` (default `warn`), without
-//! colours unless stderr is a terminal.
+//! colours unless stderr is a terminal; with the `otel` feature, the GenAI spans are also
+//! exported over OTLP when the standard variables ask for it (see `otel.rs`).
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
-/// Installs the subscriber. An invalid `ARBOR_LOG` falls back to `warn`.
-pub(crate) fn init() {
+/// What the subscriber holds until the process ends.
+#[derive(Debug, Default)]
+pub(crate) struct Telemetry {
+    #[cfg(feature = "otel")]
+    otel: Option<crate::otel::Otel>,
+}
+
+impl Telemetry {
+    /// Flushes what an exporter still holds (bounded).
+    pub(crate) fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        if let Some(otel) = self.otel {
+            otel.shutdown();
+        }
+    }
+}
+
+/// Installs the subscriber (inside the runtime: an exporter's batches run on it). An invalid
+/// `ARBOR_LOG` falls back to `warn`.
+pub(crate) fn init() -> Telemetry {
     let filter = EnvFilter::try_from_env("ARBOR_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_filter(filter);
+    #[cfg(feature = "otel")]
+    if crate::otel::wanted() {
+        match crate::otel::start() {
+            Ok((layer, otel)) => {
+                let _ = tracing_subscriber::registry()
+                    .with(fmt)
+                    .with(layer)
+                    .try_init();
+                return Telemetry { otel: Some(otel) };
+            }
+            Err(e) => crate::output::err(&format!("warning: traces are not exported: {e}")),
+        }
+    }
+    let _ = tracing_subscriber::registry().with(fmt).try_init();
+    Telemetry::default()
 }

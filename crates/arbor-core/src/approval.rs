@@ -195,6 +195,11 @@ pub struct RunCheckpoint {
     /// The caps the run was configured with.
     #[serde(default)]
     pub caps: ApprovalCaps,
+    /// The W3C `traceparent` of the attempt that suspended, when a trace exporter is
+    /// installed ([`crate::telemetry::set_trace_context`]): the resumed attempt, in whatever
+    /// process, joins that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 fn hex_sha256(text: &str) -> String {

@@ -105,6 +105,46 @@ pub mod attr {
 
 static CAPTURE_CONTENT: AtomicBool = AtomicBool::new(false);
 
+/// How a host's trace exporter reads a span's context and continues it in another process:
+/// a run that suspends stores its attempt's `traceparent` with its checkpoint, and the
+/// attempt that resumes it (after an approval, in a later process) joins that trace.
+pub trait TraceContext: Send + Sync + 'static {
+    /// The W3C `traceparent` of `span` (`None` when it is not exported).
+    fn traceparent(&self, span: &Span) -> Option<String>;
+    /// Continues the trace of `before` (the suspended attempt's `traceparent`) on `span`, a
+    /// new attempt's span not yet entered: always a link to `before`; with `adopt` (the span
+    /// has no parent in this process), `before` also becomes its parent, so the attempt is
+    /// in the same trace.
+    fn continue_from(&self, span: &Span, before: &str, adopt: bool);
+}
+
+static CONTEXT: std::sync::OnceLock<Box<dyn TraceContext>> = std::sync::OnceLock::new();
+
+/// Installs the process's [`TraceContext`] (once: a second call is refused and returns
+/// `false`). Without one, runs store no trace context and a resumed run starts a new trace.
+pub fn set_trace_context(context: impl TraceContext) -> bool {
+    CONTEXT.set(Box::new(context)).is_ok()
+}
+
+/// The current span's `traceparent`, when a [`TraceContext`] is installed.
+pub(crate) fn traceparent() -> Option<String> {
+    let context = CONTEXT.get()?;
+    let span = Span::current();
+    if span.is_none() {
+        return None;
+    }
+    context.traceparent(&span)
+}
+
+/// See [`TraceContext::continue_from`].
+pub(crate) fn continue_trace(span: &Span, before: &str, adopt: bool) {
+    if let Some(context) = CONTEXT.get()
+        && !span.is_disabled()
+    {
+        context.continue_from(span, before, adopt);
+    }
+}
+
 /// Turns capture of content (tool arguments and results) on the spans on or off (off by
 /// default; the OpenTelemetry GenAI opt-in, `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`,
 /// is read by the host, not here). Captured content always goes through the agent's

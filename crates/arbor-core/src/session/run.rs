@@ -218,7 +218,13 @@ impl Session {
         from: Turns,
     ) -> CoreResult<RunResult> {
         let resumed = !matches!(from, Turns::Next);
+        let orphan = tracing::Span::current().is_none();
         let span = telemetry::agent_span(self, state.run_id, &state.limits, resumed);
+        if let Turns::Resume(checkpoint) = &from
+            && let Some(before) = &checkpoint.trace
+        {
+            telemetry::continue_trace(&span, before, orphan);
+        }
         let carried = state.usage;
         let result = self
             .drive_attempt(state, token, from)

@@ -568,6 +568,7 @@ async fn a_turn_may_wait_on_at_most_32_calls_and_a_claimed_run_takes_no_decision
         claimed_at_ms: Some(arbor_protocol::Timestamp::now().0),
         claimed_by: None,
         caps: approval::ApprovalCaps::DEFAULT,
+        trace: None,
     };
     let v = approval::save(store.as_ref(), &checkpoint, 0)
         .await
