@@ -25,14 +25,16 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 
-/// The longest the process waits at exit for the last spans to reach the collector.
-pub(crate) const FLUSH_BOUND: Duration = Duration::from_secs(2);
+/// The longest the process waits at exit for the last spans to reach the collector (none
+/// when every export so far failed: the collector is down).
+pub(crate) const FLUSH_BOUND: Duration = Duration::from_secs(1);
 
 /// The exporter's end: flushes at exit.
 #[derive(Debug)]
 pub(crate) struct Otel {
     provider: SdkTracerProvider,
     failed: Arc<AtomicU64>,
+    sent: Arc<AtomicU64>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -60,16 +62,22 @@ pub(crate) fn wanted() -> bool {
 struct Counted<E> {
     inner: E,
     failed: Arc<AtomicU64>,
+    sent: Arc<AtomicU64>,
 }
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let spans = batch.len() as u64;
         let out = self.inner.export(batch).await;
-        if let Err(e) = &out
-            && self.failed.fetch_add(spans, Ordering::Relaxed) == 0
-        {
-            tracing::warn!(error = %e, "traces could not be exported (later failures are counted, not logged)");
+        match &out {
+            Ok(()) => {
+                self.sent.fetch_add(spans, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if self.failed.fetch_add(spans, Ordering::Relaxed) == 0 {
+                    tracing::warn!(error = %e, "traces could not be exported (later failures are counted, not logged)");
+                }
+            }
         }
         out
     }
@@ -98,12 +106,22 @@ where
         .with_http()
         .with_http_client(client)
         .with_protocol(Protocol::HttpBinary)
+        // One quick retry: a batch is not worth holding a process's exit for.
+        .with_retry_policy(
+            opentelemetry_otlp::RetryPolicy::default()
+                .with_max_retries(1)
+                .with_initial_delay(Duration::from_millis(20))
+                .with_max_delay(Duration::from_millis(20))
+                .with_max_jitter(Duration::ZERO),
+        )
         .build()
         .map_err(|e| format!("the OTLP exporter cannot be built: {e}"))?;
     let failed = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
     let exporter = Counted {
         inner: exporter,
         failed: failed.clone(),
+        sent: sent.clone(),
     };
     let processor =
         opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
@@ -131,7 +149,14 @@ where
         .with_filter(
             Targets::new().with_target(arbor_core::telemetry::TARGET, tracing::Level::INFO),
         );
-    Ok((layer, Otel { provider, failed }))
+    Ok((
+        layer,
+        Otel {
+            provider,
+            failed,
+            sent,
+        },
+    ))
 }
 
 /// Reads and continues span contexts as W3C `traceparent` strings (what a suspended run
@@ -197,8 +222,11 @@ fn parse_traceparent(text: &str) -> Option<opentelemetry::trace::SpanContext> {
 
 impl Otel {
     /// Sends what is queued, waiting at most [`FLUSH_BOUND`] (on another thread: the
-    /// processor's shutdown blocks until its last export returns).
+    /// processor's shutdown blocks until its last export returns), and not at all when the
+    /// collector refused every export so far.
     pub(crate) fn shutdown(self) {
+        let down =
+            self.sent.load(Ordering::Relaxed) == 0 && self.failed.load(Ordering::Relaxed) > 0;
         let (tx, rx) = std::sync::mpsc::channel();
         let provider = self.provider;
         let spawned = std::thread::Builder::new()
@@ -209,15 +237,20 @@ impl Otel {
         if spawned.is_err() {
             return;
         }
-        match rx.recv_timeout(FLUSH_BOUND) {
+        let bound = if down { Duration::ZERO } else { FLUSH_BOUND };
+        let flushed = rx.recv_timeout(bound);
+        let failed = self.failed.load(Ordering::Relaxed);
+        match flushed {
             Ok(Ok(())) | Ok(Err(OTelSdkError::AlreadyShutdown)) => {}
+            // The export's own failure was logged (once) and counted.
+            Ok(Err(_)) if failed > 0 => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "traces could not be flushed at exit"),
+            Err(_) if down => {}
             Err(_) => tracing::warn!(
                 bound_ms = FLUSH_BOUND.as_millis() as u64,
                 "the trace collector did not answer in time: the last spans are dropped"
             ),
         }
-        let failed = self.failed.load(Ordering::Relaxed);
         if failed > 0 {
             tracing::warn!(
                 spans = failed,
