@@ -65,14 +65,15 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            logging::init();
+            logging::init(false);
             output::err(&format!("error: cannot start the runtime: {e}"));
             return ExitCode::from(fail::EXIT_RUN);
         }
     };
+    let serving = matches!(cli.command, Command::Serve(_));
     let telemetry = {
         let _inside = runtime.enter();
-        logging::init()
+        logging::init(serving)
     };
     let outcome = match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
@@ -87,7 +88,7 @@ pub fn main() -> ExitCode {
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
         Command::Resume(args) => runtime.block_on(resume::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
-        Command::Serve(args) => runtime.block_on(serve::serve(args)),
+        Command::Serve(args) => runtime.block_on(serve::serve(args, telemetry.runtime.clone())),
         Command::Mcp(args) => runtime.block_on(mcp::serve(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
     };

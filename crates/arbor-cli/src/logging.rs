@@ -1,5 +1,6 @@
 //! Logging: `tracing` output on stderr, filtered by `ARBOR_LOG` (default `warn`), without
-//! colours unless stderr is a terminal; with the `otel` feature, the GenAI spans are also
+//! colours unless stderr is a terminal; `arbor serve` also counts its runs for `/metrics`
+//! ([`arbor_server::RuntimeMetrics`]); with the `otel` feature, the GenAI spans are also
 //! exported over OTLP when the standard variables ask for it (see `otel.rs`).
 
 use std::io::IsTerminal;
@@ -12,6 +13,8 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// What the subscriber holds until the process ends.
 #[derive(Debug, Default)]
 pub(crate) struct Telemetry {
+    /// What `arbor serve` counts for `/metrics`.
+    pub(crate) runtime: Option<arbor_server::RuntimeMetrics>,
     #[cfg(feature = "otel")]
     otel: Option<crate::otel::Otel>,
 }
@@ -26,27 +29,34 @@ impl Telemetry {
     }
 }
 
-/// Installs the subscriber (inside the runtime: an exporter's batches run on it). An invalid
-/// `ARBOR_LOG` falls back to `warn`.
-pub(crate) fn init() -> Telemetry {
+/// Installs the subscriber (inside the runtime: an exporter's batches run on it); with
+/// `serving`, the runtime metrics' layer too. An invalid `ARBOR_LOG` falls back to `warn`.
+pub(crate) fn init(serving: bool) -> Telemetry {
     let filter = EnvFilter::try_from_env("ARBOR_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
+    let runtime = serving.then(arbor_server::RuntimeMetrics::new);
+    let counting = runtime.as_ref().map(|r| r.layer());
+    let registry = tracing_subscriber::registry().with(fmt).with(counting);
     #[cfg(feature = "otel")]
     if crate::otel::wanted() {
         match crate::otel::start() {
             Ok((layer, otel)) => {
-                let _ = tracing_subscriber::registry()
-                    .with(fmt)
-                    .with(layer)
-                    .try_init();
-                return Telemetry { otel: Some(otel) };
+                let _ = registry.with(layer).try_init();
+                return Telemetry {
+                    runtime,
+                    otel: Some(otel),
+                };
             }
             Err(e) => crate::output::err(&format!("warning: traces are not exported: {e}")),
         }
     }
-    let _ = tracing_subscriber::registry().with(fmt).try_init();
-    Telemetry::default()
+    let _ = registry.try_init();
+    Telemetry {
+        runtime,
+        #[cfg(feature = "otel")]
+        otel: None,
+    }
 }

@@ -28,7 +28,10 @@ use crate::store::{StoreChoice, io_reason};
 use crate::{output, owner};
 
 /// Runs the command until a termination signal; `Ok(0)` after a clean shutdown.
-pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
+pub(crate) async fn serve(
+    args: ServeArgs,
+    runtime: Option<arbor_server::RuntimeMetrics>,
+) -> Result<u8, Fail> {
     if let Some(tenant) = &args.hash_token {
         return hash_token(tenant);
     }
@@ -79,6 +82,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<u8, Fail> {
     }
     if let Some(spec) = &args.mcp_spec {
         builder = builder.mcp_default(spec.clone());
+    }
+    if let Some(runtime) = runtime {
+        builder = builder.runtime_metrics(runtime);
     }
     let server = builder.build();
     let listener = tokio::net::TcpListener::bind(listen)

@@ -3,88 +3,16 @@
 //! in the store for the other commands.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[allow(dead_code)]
+mod serve_support;
+use serve_support::{Served, call, client, serve, serve_env};
+
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
-
-struct Served {
-    child: Child,
-    base: String,
-    stderr: std::sync::mpsc::Receiver<String>,
-    /// What it said before it listened.
-    early: Vec<String>,
-}
-
-/// A failed test never leaves a server running.
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &Path, extra: &[&str]) -> Served {
-    serve_env(dir, extra, &[])
-}
-
-fn serve_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--specs",
-            "specs",
-            "--store",
-            "a.db",
-        ])
-        .args(extra)
-        .current_dir(dir)
-        .env_remove("ARBOR_LOG")
-        .env_remove("ARBOR_TOKENS")
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut early = Vec::new();
-    let line = loop {
-        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-        if line.contains("listening on") {
-            break line;
-        }
-        early.push(line);
-    };
-    let base = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    Served {
-        child,
-        base,
-        stderr: rx,
-        early,
-    }
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
 
 #[tokio::test]
 async fn a_spec_runs_over_http_and_sigterm_stops_the_server_cleanly() {
@@ -218,21 +146,6 @@ async fn a_spec_that_does_not_pass_its_checks_is_not_offered_and_the_server_says
 }
 
 const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
-
-async fn call(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = http.request(method, url);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
 
 async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
     let started = Instant::now();

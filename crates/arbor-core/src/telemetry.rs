@@ -25,10 +25,28 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::outcome::RunResult;
-use crate::session::Session;
+use crate::redact::Redactor;
+
+/// Who a span is about: the agent and its session (what the session hands over).
+#[derive(Clone, Copy)]
+pub(crate) struct Who<'a> {
+    pub(crate) agent: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) model: &'a str,
+    pub(crate) session: arbor_protocol::SessionId,
+    pub(crate) root: arbor_protocol::SessionId,
+    pub(crate) depth: u32,
+    pub(crate) parent: Option<arbor_protocol::SessionId>,
+    pub(crate) redactor: Option<&'a dyn Redactor>,
+}
 
 /// The target of every span this module creates.
 pub const TARGET: &str = "arbor::trace";
+
+/// The target of the events a metrics layer counts (never exported as trace content): each
+/// has a `metric` field naming it — `admission_refused` (`limit`, `kind`), `store_commit`
+/// (`seconds`) — and arbor-model's `provider_retry` (`provider`, `reason`).
+pub const METRICS_TARGET: &str = arbor_model::METRICS_TARGET;
 
 /// The attribute names arbor emits (the GenAI conventions' and arbor's own).
 pub mod attr {
@@ -158,14 +176,8 @@ fn capturing() -> bool {
 }
 
 /// The `invoke_agent` span of one run attempt of `session`.
-pub(crate) fn agent_span(
-    session: &Session,
-    run_id: RunId,
-    limits: &RunLimits,
-    resumed: bool,
-) -> Span {
-    let agent = session.agent.name();
-    let record = &session.record;
+pub(crate) fn agent_span(who: Who<'_>, run_id: RunId, limits: &RunLimits, resumed: bool) -> Span {
+    let agent = who.agent;
     let span = tracing::info_span!(
         target: TARGET,
         "invoke_agent",
@@ -174,11 +186,11 @@ pub(crate) fn agent_span(
         otel.status_code = Empty,
         otel.status_description = Empty,
         gen_ai.operation.name = "invoke_agent",
-        gen_ai.provider.name = session.agent.provider().name(),
+        gen_ai.provider.name = who.provider,
         gen_ai.agent.name = agent,
-        gen_ai.agent.id = %record.id,
-        gen_ai.conversation.id = %record.root_id,
-        gen_ai.request.model = session.agent.model(),
+        gen_ai.agent.id = %who.session,
+        gen_ai.conversation.id = %who.root,
+        gen_ai.request.model = who.model,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
@@ -194,13 +206,13 @@ pub(crate) fn agent_span(
         arbor.limits.max_tokens = limits.max_tokens,
         arbor.limits.max_tool_calls = limits.max_tool_calls,
         arbor.limits.timeout_ms = limits.timeout_ms,
-        arbor.agent.depth = record.depth,
+        arbor.agent.depth = who.depth,
         arbor.agent.parent_id = Empty,
         arbor.usage.subtree.input_tokens = Empty,
         arbor.usage.subtree.output_tokens = Empty,
         arbor.usage.subtree.total_tokens = Empty,
     );
-    if let Some(parent) = record.parent_id {
+    if let Some(parent) = who.parent {
         span.record(attr::PARENT_ID, tracing::field::display(parent));
     }
     span
@@ -256,8 +268,8 @@ pub(crate) fn record_run(span: &Span, result: &RunResult, own: &Usage, subtree: 
 }
 
 /// The `chat` span of one provider turn.
-pub(crate) fn chat_span(session: &Session, turn: u32) -> Span {
-    let model = session.agent.model();
+pub(crate) fn chat_span(who: Who<'_>, turn: u32) -> Span {
+    let model = who.model;
     tracing::info_span!(
         target: TARGET,
         "chat",
@@ -266,11 +278,11 @@ pub(crate) fn chat_span(session: &Session, turn: u32) -> Span {
         otel.status_code = Empty,
         otel.status_description = Empty,
         gen_ai.operation.name = "chat",
-        gen_ai.provider.name = session.agent.provider().name(),
+        gen_ai.provider.name = who.provider,
         gen_ai.request.model = model,
-        gen_ai.agent.name = session.agent.name(),
-        gen_ai.agent.id = %session.record.id,
-        gen_ai.conversation.id = %session.record.root_id,
+        gen_ai.agent.name = who.agent,
+        gen_ai.agent.id = %who.session,
+        gen_ai.conversation.id = %who.root,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
@@ -311,7 +323,7 @@ pub(crate) fn record_chat(
 }
 
 /// The `execute_tool` span of one call; a `spawn_agent` call names its target child.
-pub(crate) fn tool_span(session: &Session, turn: u32, call: &arbor_protocol::ToolCall) -> Span {
+pub(crate) fn tool_span(who: Who<'_>, turn: u32, call: &arbor_protocol::ToolCall) -> Span {
     let tool = call.name.as_str();
     let target = (tool == "spawn_agent")
         .then(|| call.arguments.get("child_id").and_then(|v| v.as_str()))
@@ -327,9 +339,9 @@ pub(crate) fn tool_span(session: &Session, turn: u32, call: &arbor_protocol::Too
         gen_ai.tool.name = tool,
         gen_ai.tool.call.id = call.id.as_str(),
         gen_ai.tool.type = "function",
-        gen_ai.agent.name = session.agent.name(),
-        gen_ai.agent.id = %session.record.id,
-        gen_ai.conversation.id = %session.record.root_id,
+        gen_ai.agent.name = who.agent,
+        gen_ai.agent.id = %who.session,
+        gen_ai.conversation.id = %who.root,
         gen_ai.transfer.target.name = Empty,
         gen_ai.transfer.mode = Empty,
         gen_ai.tool.call.arguments = Empty,
@@ -353,27 +365,46 @@ pub(crate) fn tool_span(session: &Session, turn: u32, call: &arbor_protocol::Too
     }
     if capturing() && !span.is_disabled() {
         let arguments = call.arguments.to_string();
-        span.record(attr::TOOL_ARGUMENTS, redacted(session, &arguments).as_str());
+        span.record(attr::TOOL_ARGUMENTS, redacted(who, &arguments).as_str());
     }
     span
 }
 
-fn redacted(session: &Session, text: &str) -> String {
-    match session.agent.redactor() {
+fn redacted(who: Who<'_>, text: &str) -> String {
+    match who.redactor {
         Some(r) => r.redact(text).into_owned(),
         None => text.to_owned(),
     }
 }
 
 /// Records how a call ended on its `execute_tool` span.
-pub(crate) fn record_tool(span: &Span, session: &Session, result: &arbor_protocol::ToolResult) {
+pub(crate) fn record_tool(span: &Span, who: Who<'_>, result: &arbor_protocol::ToolResult) {
     if result.is_error {
         record_error(span, "tool_error", None);
     }
     if capturing() && !span.is_disabled() {
-        span.record(
-            attr::TOOL_RESULT,
-            redacted(session, &result.content).as_str(),
-        );
+        span.record(attr::TOOL_RESULT, redacted(who, &result.content).as_str());
     }
+}
+
+/// A delegation refused at admission (before anything was counted): `error` says why.
+pub(crate) fn admission_refused(error: &crate::CoreError) {
+    let limit = error
+        .limit()
+        .map_or_else(|| "none".to_owned(), |l| l.limit.to_string());
+    tracing::info!(
+        target: METRICS_TARGET,
+        metric = "admission_refused",
+        limit = limit.as_str(),
+        kind = ?error.kind(),
+    );
+}
+
+/// One store write of a run took `elapsed`.
+pub(crate) fn store_commit(elapsed: std::time::Duration) {
+    tracing::info!(
+        target: METRICS_TARGET,
+        metric = "store_commit",
+        seconds = elapsed.as_secs_f64(),
+    );
 }

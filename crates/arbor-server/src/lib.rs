@@ -59,6 +59,7 @@ mod launcher;
 mod mcp;
 mod metrics;
 mod openapi;
+mod runtime_metrics;
 mod state;
 mod views;
 mod web;
@@ -85,6 +86,7 @@ pub use auth::{LOCAL_TENANT, Tenant, Tenants};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use openapi::ApiDoc;
+pub use runtime_metrics::RuntimeMetrics;
 pub use views::{
     CancelView, ChildRowView, ChildrenView, RunResultView, RunView, SessionView, SpecList,
     StartRunRequest, Totals, TranscriptPage, TreeView, UsageView,
@@ -107,9 +109,18 @@ pub struct ServerBuilder {
     launcher: Option<Arc<dyn Launcher>>,
     tenants: Tenants,
     mcp: state::McpConfig,
+    runtime: Option<RuntimeMetrics>,
 }
 
 impl ServerBuilder {
+    /// Adds what `runtime` counted (runs, tokens, tool calls, refusals, provider latency
+    /// and retries, store writes) to `/metrics`; install [`RuntimeMetrics::layer`] in the
+    /// process's subscriber for it to count.
+    pub fn runtime_metrics(mut self, runtime: RuntimeMetrics) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
     /// Who starts runs (without one, `POST /v1/runs` knows no spec).
     pub fn launcher(mut self, launcher: impl Launcher) -> Self {
         self.launcher = Some(Arc::new(launcher));
@@ -143,7 +154,7 @@ impl ServerBuilder {
                 store: self.store,
                 launcher: self.launcher,
                 tenants: self.tenants,
-                metrics: Arc::new(Metrics::default()),
+                metrics: Arc::new(Metrics::new(self.runtime)),
                 draining: Arc::new(AtomicBool::new(false)),
                 closing: tokio_util::sync::CancellationToken::new(),
                 mcp: self.mcp,
@@ -160,6 +171,7 @@ impl Server {
             launcher: None,
             tenants: Tenants::open(),
             mcp: state::McpConfig::default(),
+            runtime: None,
         }
     }
 

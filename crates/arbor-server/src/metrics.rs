@@ -1,6 +1,7 @@
-//! `/metrics` in Prometheus' text format: runs and delegations by outcome and live children
-//! (read from the store at each scrape, so they count every process's work), and the
-//! server's own request counters.
+//! `/metrics` in Prometheus' text format: runs and delegations by outcome, live children and
+//! calls waiting for a decision (read from the store at each scrape, so they count every
+//! process's work), the server's own request counters, and what this process's runs did
+//! ([`RuntimeMetrics`], when the server was given one).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -8,15 +9,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arbor_store::{SessionQuery, Store};
 
+use crate::runtime_metrics::RuntimeMetrics;
+
 /// The server's own counters.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
     requests: AtomicU64,
     errors: AtomicU64,
     runs_started: AtomicU64,
+    runtime: Option<RuntimeMetrics>,
 }
 
 impl Metrics {
+    pub(crate) fn new(runtime: Option<RuntimeMetrics>) -> Self {
+        Self {
+            runtime,
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn request(&self, failed: bool) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if failed {
@@ -89,6 +100,28 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        // The approval queue: calls of suspended runs that wait for a decision.
+        // A caller's suspension carries its children's calls too: each call counts once.
+        let mut waiting = std::collections::HashSet::new();
+        for c in store
+            .list_checkpoints(arbor_core::approval::RUN_NAMESPACE)
+            .await?
+        {
+            if let Ok(checkpoint) =
+                serde_json::from_value::<arbor_core::approval::RunCheckpoint>(c.value)
+            {
+                waiting.extend(checkpoint.pending().into_iter().map(|p| p.id));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP arbor_approvals_pending Tool calls of suspended runs waiting for a decision."
+        );
+        let _ = writeln!(out, "# TYPE arbor_approvals_pending gauge");
+        let _ = writeln!(out, "arbor_approvals_pending {}", waiting.len());
+        if let Some(runtime) = &self.runtime {
+            out.push_str(&runtime.render());
         }
         Ok(out)
     }

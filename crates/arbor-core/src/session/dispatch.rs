@@ -98,13 +98,13 @@ impl Session {
         call: &ToolCall,
         token: &CancellationToken,
     ) -> CallOutcome {
-        let span = crate::telemetry::tool_span(self, turn, call);
+        let span = crate::telemetry::tool_span(self.who(), turn, call);
         let outcome = self
             .execute_call(run_id, turn, call, token)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
-            crate::telemetry::record_tool(&span, self, &outcome.result);
+            crate::telemetry::record_tool(&span, self.who(), &outcome.result);
         }
         outcome
     }

@@ -210,6 +210,23 @@ impl Session {
         })
     }
 
+    /// Who its spans are about.
+    pub(crate) fn who(&self) -> crate::telemetry::Who<'_> {
+        crate::telemetry::Who {
+            agent: self.agent.name(),
+            provider: self.agent.provider().name(),
+            model: self.agent.model(),
+            session: self.record.id,
+            root: self.record.root_id,
+            depth: self.record.depth,
+            parent: self.record.parent_id,
+            redactor: self
+                .agent
+                .redactor()
+                .map(|r| r.as_ref() as &dyn crate::redact::Redactor),
+        }
+    }
+
     /// Its inbox: what others delivered and no turn has read yet.
     pub fn inbox(&self) -> &Arc<Inbox> {
         &self.inbox
@@ -321,6 +338,7 @@ impl Session {
             }
             None => entries,
         };
+        let started = std::time::Instant::now();
         match attributed {
             // A turn that used nothing attributes nothing.
             Some(usage) if !self.ancestors.is_empty() && usage != Usage::default() => {
@@ -339,6 +357,7 @@ impl Session {
                     .await?;
             }
         }
+        crate::telemetry::store_commit(started.elapsed());
         if let Some(update) = update {
             self.record.apply(&update);
         }

@@ -219,7 +219,7 @@ impl Session {
     ) -> CoreResult<RunResult> {
         let resumed = !matches!(from, Turns::Next);
         let orphan = tracing::Span::current().is_none();
-        let span = telemetry::agent_span(self, state.run_id, &state.limits, resumed);
+        let span = telemetry::agent_span(self.who(), state.run_id, &state.limits, resumed);
         if let Turns::Resume(checkpoint) = &from
             && let Some(before) = &checkpoint.trace
         {
@@ -361,7 +361,7 @@ impl Session {
         run_id: RunId,
         turn: u32,
     ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
-        let span = telemetry::chat_span(self, turn);
+        let span = telemetry::chat_span(self.who(), turn);
         let mut finish = None;
         let out = self
             .stream_turn(run_id, turn, &mut finish)

@@ -296,6 +296,12 @@ impl Endpoint {
             return false;
         };
         tracing::warn!(provider = %self.name, attempt = budget.attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying");
+        tracing::info!(
+            target: crate::METRICS_TARGET,
+            metric = "provider_retry",
+            provider = %self.name,
+            reason = ?error.kind(),
+        );
         tokio::time::sleep(delay).await;
         budget.waited += delay;
         budget.attempt += 1;

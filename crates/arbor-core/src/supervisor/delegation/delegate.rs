@@ -108,8 +108,22 @@ impl Supervisor {
     }
 
     /// Every check, in order, before anything is counted. Synchronous, so concurrent calls
-    /// cannot overshoot a limit between a check and its reservation.
+    /// cannot overshoot a limit between a check and its reservation. A refusal is counted
+    /// (the `admission_refused` metric event).
     pub(crate) fn admit(
+        &self,
+        scope: Option<&Scope>,
+        request: DelegationRequest,
+        mode: Mode,
+    ) -> CoreResult<Admitted> {
+        let admitted = self.checks(scope, request, mode);
+        if let Err(e) = &admitted {
+            crate::telemetry::admission_refused(e);
+        }
+        admitted
+    }
+
+    fn checks(
         &self,
         scope: Option<&Scope>,
         request: DelegationRequest,

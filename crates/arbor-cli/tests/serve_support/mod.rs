@@ -1,0 +1,98 @@
+//! The harness of the `arbor serve` tests: a server process on an ephemeral loopback port,
+//! killed when dropped, and a real HTTP client.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) base: String,
+    pub(crate) stderr: std::sync::mpsc::Receiver<String>,
+    /// What it said before it listened.
+    pub(crate) early: Vec<String>,
+}
+
+/// A failed test never leaves a server running.
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) fn serve(dir: &Path, extra: &[&str]) -> Served {
+    serve_env(dir, extra, &[])
+}
+
+pub(crate) fn serve_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--specs",
+            "specs",
+            "--store",
+            "a.db",
+        ])
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("ARBOR_LOG")
+        .env_remove("ARBOR_TOKENS")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut early = Vec::new();
+    let line = loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        if line.contains("listening on") {
+            break line;
+        }
+        early.push(line);
+    };
+    let base = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    Served {
+        child,
+        base,
+        stderr: rx,
+        early,
+    }
+}
+
+pub(crate) fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+pub(crate) async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http.request(method, url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
