@@ -37,23 +37,35 @@ pub(crate) fn init(serving: bool) -> Telemetry {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
+    #[cfg(feature = "otel")]
+    match crate::otel::start() {
+        Ok(Some(started)) => {
+            // Metrics exported over OTLP are counted by the same layer `/metrics` reads.
+            let runtime = match (serving, started.sink) {
+                (_, Some(sink)) => Some(arbor_server::RuntimeMetrics::new().with_sink(sink)),
+                (true, None) => Some(arbor_server::RuntimeMetrics::new()),
+                (false, None) => None,
+            };
+            let counting = runtime.as_ref().map(|r| r.layer());
+            let _ = tracing_subscriber::registry()
+                .with(fmt)
+                .with(counting)
+                .with(started.layer)
+                .try_init();
+            return Telemetry {
+                runtime,
+                otel: Some(started.otel),
+            };
+        }
+        Ok(None) => {}
+        Err(e) => crate::output::err(&format!("warning: telemetry is not exported: {e}")),
+    }
     let runtime = serving.then(arbor_server::RuntimeMetrics::new);
     let counting = runtime.as_ref().map(|r| r.layer());
-    let registry = tracing_subscriber::registry().with(fmt).with(counting);
-    #[cfg(feature = "otel")]
-    if crate::otel::wanted() {
-        match crate::otel::start() {
-            Ok((layer, otel)) => {
-                let _ = registry.with(layer).try_init();
-                return Telemetry {
-                    runtime,
-                    otel: Some(otel),
-                };
-            }
-            Err(e) => crate::output::err(&format!("warning: traces are not exported: {e}")),
-        }
-    }
-    let _ = registry.try_init();
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(counting)
+        .try_init();
     Telemetry {
         runtime,
         #[cfg(feature = "otel")]

@@ -16,8 +16,10 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
 use prost::Message as _;
 use serde_json::Value;
 
@@ -62,6 +64,9 @@ fn text(v: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String 
 #[derive(Clone, Default)]
 struct Receiver {
     spans: Arc<Mutex<Vec<Span>>>,
+    /// One row per data point: metric name, its attributes (`k=v`, sorted), and its value
+    /// (a sum's value, a histogram's count).
+    points: Arc<Mutex<Vec<(String, String, f64)>>>,
     requests: Arc<Mutex<Vec<String>>>,
 }
 
@@ -114,7 +119,11 @@ impl Receiver {
                 .unwrap()
                 .push(format!("{request} {content_type}"));
             if content_type == "application/x-protobuf" {
-                self.decode(&body);
+                if request.starts_with("POST /v1/metrics") {
+                    self.decode_metrics(&body);
+                } else {
+                    self.decode(&body);
+                }
             }
             let _ = out.write_all(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
@@ -156,6 +165,54 @@ impl Receiver {
                 }
             }
         }
+    }
+
+    fn decode_metrics(&self, body: &[u8]) {
+        let request = ExportMetricsServiceRequest::decode(body).unwrap();
+        let mut points = self.points.lock().unwrap();
+        let attrs = |a: &[opentelemetry_proto::tonic::common::v1::KeyValue]| {
+            let mut v: Vec<String> = a
+                .iter()
+                .map(|kv| format!("{}={}", kv.key, text(kv.value.as_ref())))
+                .collect();
+            v.sort();
+            v.join(",")
+        };
+        for rm in request.resource_metrics {
+            for sm in rm.scope_metrics {
+                for m in sm.metrics {
+                    match m.data {
+                        Some(Data::Sum(sum)) => {
+                            for p in sum.data_points {
+                                let value = match p.value {
+                                    Some(number_data_point::Value::AsInt(i)) => i as f64,
+                                    Some(number_data_point::Value::AsDouble(d)) => d,
+                                    None => 0.0,
+                                };
+                                points.push((m.name.clone(), attrs(&p.attributes), value));
+                            }
+                        }
+                        Some(Data::Histogram(h)) => {
+                            for p in h.data_points {
+                                points.push((m.name.clone(), attrs(&p.attributes), p.count as f64));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sum of `metric`'s points with exactly these attributes, over every export.
+    fn metric(&self, metric: &str, attrs: &str) -> f64 {
+        self.points
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, a, _)| n == metric && a == attrs)
+            .map(|(_, _, v)| v)
+            .sum()
     }
 
     fn spans(&self) -> Vec<Span> {
@@ -221,8 +278,12 @@ fn arbor(dir: &Path, endpoint: Option<&str>, args: &[&str]) -> Output {
         .env_remove("OTEL_TRACES_EXPORTER")
         .env_remove("OTEL_SDK_DISABLED")
         .env("OTEL_SERVICE_NAME", "arbor-test")
-        // Batches go out at once, so a test does not wait on the schedule.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "10");
+        // Batches go out at once, so a test does not wait on the schedule; metrics once, at
+        // exit (each process's cumulative totals).
+        .env("OTEL_BSP_SCHEDULE_DELAY", "10")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "600000")
+        .env_remove("OTEL_METRICS_EXPORTER")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
     match endpoint {
         Some(e) => cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", e),
         None => cmd.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -272,7 +333,8 @@ fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
             .lock()
             .unwrap()
             .iter()
-            .all(|r| r == "POST /v1/traces HTTP/1.1 application/x-protobuf"),
+            .all(|r| r == "POST /v1/traces HTTP/1.1 application/x-protobuf"
+                || r == "POST /v1/metrics HTTP/1.1 application/x-protobuf"),
         "{:?}",
         receiver.requests.lock().unwrap()
     );
@@ -410,6 +472,40 @@ fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
         assert_eq!(sum, total, "{op}");
     }
     assert_eq!(root_again.int("arbor.usage.subtree.input_tokens"), total);
+
+    // The same run as metrics: each process exported its counts at exit.
+    let m = |name: &str, attrs: &str| receiver.metric(name, attrs);
+    assert_eq!(m("arbor.agent.runs", "role=root,status=suspended"), 1.0);
+    assert_eq!(m("arbor.agent.runs", "role=root,status=succeeded"), 1.0);
+    assert_eq!(
+        m("arbor.agent.runs", "role=child,status=failed"),
+        1.0,
+        "bad"
+    );
+    assert_eq!(
+        m("arbor.agent.runs", "role=child,status=suspended"),
+        1.0,
+        "publisher"
+    );
+    assert_eq!(
+        m("arbor.agent.runs", "role=child,status=succeeded"),
+        3.0,
+        "worker, bg, publisher"
+    );
+    assert_eq!(m("arbor.tokens", "kind=input,scope=own") as u64, total);
+    assert_eq!(
+        m("arbor.tokens", "kind=input,scope=attributed"),
+        100.0,
+        "the children's"
+    );
+    assert_eq!(
+        m(
+            "arbor.provider.request.duration",
+            "provider=scripted,status=error"
+        ),
+        1.0
+    );
+    assert!(m("arbor.store.commit.duration", "") >= 10.0);
 }
 
 /// The run's own duration as its progress line reports it (`root: run succeeded (…): …, 12.3 ms`).

@@ -86,7 +86,7 @@ pub use auth::{LOCAL_TENANT, Tenant, Tenants};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use openapi::ApiDoc;
-pub use runtime_metrics::RuntimeMetrics;
+pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
     CancelView, ChildRowView, ChildrenView, RunResultView, RunView, SessionView, SpecList,
     StartRunRequest, Totals, TranscriptPage, TreeView, UsageView,

@@ -38,10 +38,30 @@ const COMMIT_BUCKETS: &[f64] = &[
     0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0,
 ];
 
+/// Where the counts also go (an OpenTelemetry meter, say): each method is one observation,
+/// with the same labels as the Prometheus metric of the module docs.
+pub trait MetricSink: Send + Sync + 'static {
+    /// A run attempt ended (`role`: root or child).
+    fn run_ended(&self, role: &str, status: &str);
+    /// Tokens of a run attempt (`scope`: own or attributed).
+    fn tokens(&self, kind: &str, scope: &str, n: u64);
+    /// A tool call ended.
+    fn tool_call(&self, status: &str);
+    /// A delegation was refused at admission.
+    fn admission_refused(&self, limit: &str, kind: &str);
+    /// A provider turn took `seconds`.
+    fn provider_turn(&self, provider: &str, status: &str, seconds: f64);
+    /// A provider attempt was retried.
+    fn provider_retry(&self, provider: &str, reason: &str);
+    /// A store write took `seconds`.
+    fn store_commit(&self, seconds: f64);
+}
+
 /// See the module docs. Cheap to clone: clones count into the same registry.
 #[derive(Clone)]
 pub struct RuntimeMetrics {
     inner: Arc<Families>,
+    sinks: Arc<[Arc<dyn MetricSink>]>,
 }
 
 impl std::fmt::Debug for RuntimeMetrics {
@@ -145,6 +165,17 @@ impl RuntimeMetrics {
                 retries,
                 commits,
             }),
+            sinks: Arc::from(Vec::new()),
+        }
+    }
+
+    /// The same metrics, also counted into `sink`.
+    pub fn with_sink(self, sink: impl MetricSink) -> Self {
+        let mut sinks: Vec<Arc<dyn MetricSink>> = self.sinks.to_vec();
+        sinks.push(Arc::new(sink));
+        Self {
+            inner: self.inner,
+            sinks: Arc::from(sinks),
         }
     }
 
@@ -154,10 +185,9 @@ impl RuntimeMetrics {
     where
         S: tracing::Subscriber + for<'a> LookupSpan<'a>,
     {
-        Counting {
-            families: self.inner.clone(),
-        }
-        .with_filter(
+        let mut sinks: Vec<Arc<dyn MetricSink>> = vec![self.inner.clone()];
+        sinks.extend(self.sinks.iter().cloned());
+        Counting { sinks }.with_filter(
             Targets::new()
                 .with_target(TARGET, tracing::Level::INFO)
                 .with_target(METRICS_TARGET, tracing::Level::INFO),
@@ -262,7 +292,41 @@ impl Visit for Event {
 }
 
 struct Counting {
-    families: Arc<Families>,
+    sinks: Vec<Arc<dyn MetricSink>>,
+}
+
+impl MetricSink for Families {
+    fn run_ended(&self, role: &str, status: &str) {
+        self.runs.with_label_values(&[role, status]).inc();
+    }
+    fn tokens(&self, kind: &str, scope: &str, n: u64) {
+        self.tokens.with_label_values(&[kind, scope]).inc_by(n);
+    }
+    fn tool_call(&self, status: &str) {
+        self.tool_calls.with_label_values(&[status]).inc();
+    }
+    fn admission_refused(&self, limit: &str, kind: &str) {
+        self.refusals.with_label_values(&[limit, kind]).inc();
+    }
+    fn provider_turn(&self, provider: &str, status: &str, seconds: f64) {
+        self.provider
+            .with_label_values(&[provider, status])
+            .observe(seconds);
+    }
+    fn provider_retry(&self, provider: &str, reason: &str) {
+        self.retries.with_label_values(&[provider, reason]).inc();
+    }
+    fn store_commit(&self, seconds: f64) {
+        self.commits.observe(seconds);
+    }
+}
+
+impl Counting {
+    fn each(&self, f: impl Fn(&dyn MetricSink)) {
+        for sink in &self.sinks {
+            f(sink.as_ref());
+        }
+    }
 }
 
 impl<S> Layer<S> for Counting
@@ -295,19 +359,16 @@ where
         }
         let mut e = Event::default();
         event.record(&mut e);
-        let f = &self.families;
         match e.metric.as_str() {
-            "admission_refused" => f
-                .refusals
-                .with_label_values(&[e.label("limit"), e.label("kind")])
-                .inc(),
-            "provider_retry" => f
-                .retries
-                .with_label_values(&[e.label("provider"), e.label("reason")])
-                .inc(),
+            "admission_refused" => {
+                self.each(|s| s.admission_refused(e.label("limit"), e.label("kind")));
+            }
+            "provider_retry" => {
+                self.each(|s| s.provider_retry(e.label("provider"), e.label("reason")));
+            }
             "store_commit" => {
-                if let Some(s) = e.seconds {
-                    f.commits.observe(s);
+                if let Some(seconds) = e.seconds {
+                    self.each(|s| s.store_commit(seconds));
                 }
             }
             _ => {}
@@ -322,13 +383,12 @@ where
         let Some(seen) = extensions.get::<Seen>() else {
             return;
         };
-        let f = &self.families;
         let outcome = if seen.failed { "error" } else { "ok" };
         match seen.operation.as_deref() {
             Some("invoke_agent") => {
                 let role = if seen.depth == 0 { "root" } else { "child" };
                 let status = seen.status.as_deref().unwrap_or("unknown");
-                f.runs.with_label_values(&[role, status]).inc();
+                self.each(|s| s.run_ended(role, status));
                 let scopes: &[&str] = if seen.depth == 0 {
                     &["own"]
                 } else {
@@ -341,19 +401,18 @@ where
                         ("cache_read", seen.cache_read),
                         ("cache_write", seen.cache_write),
                     ] {
-                        f.tokens.with_label_values(&[kind, scope]).inc_by(n);
+                        self.each(|s| s.tokens(kind, scope, n));
                     }
                 }
             }
             Some("chat") => {
                 if let Some(started) = seen.started {
                     let provider = seen.provider.as_deref().unwrap_or("unknown");
-                    f.provider
-                        .with_label_values(&[provider, outcome])
-                        .observe(started.elapsed().as_secs_f64());
+                    let seconds = started.elapsed().as_secs_f64();
+                    self.each(|s| s.provider_turn(provider, outcome, seconds));
                 }
             }
-            Some("execute_tool") => f.tool_calls.with_label_values(&[outcome]).inc(),
+            Some("execute_tool") => self.each(|s| s.tool_call(outcome)),
             _ => {}
         }
     }
