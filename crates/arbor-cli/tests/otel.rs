@@ -306,6 +306,50 @@ fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
     found[0]
 }
 
+/// The trace as an indented tree, with each span's kind, status and own input/output tokens
+/// (printed by the test: docs/OBSERVABILITY.md shows one).
+fn render(spans: &[Span]) -> String {
+    fn walk(spans: &[Span], parent: &str, depth: usize, out: &mut String) {
+        for s in spans.iter().filter(|s| s.parent == parent) {
+            let kind = match s.kind {
+                1 => "internal",
+                3 => "client",
+                _ => "other",
+            };
+            let mut extra = Vec::new();
+            if let Some(status) = s.attr("arbor.run.status") {
+                extra.push(format!("status={status}"));
+            }
+            if let Some(mode) = s.attr("gen_ai.transfer.mode") {
+                extra.push(format!("transfer={mode}"));
+            }
+            if s.attr("gen_ai.usage.input_tokens").is_some() {
+                extra.push(format!(
+                    "tokens={}/{}",
+                    s.int("gen_ai.usage.input_tokens"),
+                    s.int("gen_ai.usage.output_tokens")
+                ));
+            }
+            if let Some(e) = s.attr("error.type") {
+                extra.push(format!("error={e}"));
+            }
+            if !s.links.is_empty() {
+                extra.push(format!("links={}", s.links.len()));
+            }
+            out.push_str(&format!(
+                "{}{} [{kind}] {}\n",
+                "  ".repeat(depth),
+                s.name,
+                extra.join(" ")
+            ));
+            walk(spans, &s.id, depth + 1, out);
+        }
+    }
+    let mut out = String::new();
+    walk(spans, "", 0, &mut out);
+    out
+}
+
 fn names(spans: &[Span]) -> Vec<String> {
     spans
         .iter()
@@ -472,6 +516,8 @@ fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
         assert_eq!(sum, total, "{op}");
     }
     assert_eq!(root_again.int("arbor.usage.subtree.input_tokens"), total);
+
+    eprintln!("{}", render(&all));
 
     // The same run as metrics: each process exported its counts at exit.
     let m = |name: &str, attrs: &str| receiver.metric(name, attrs);
