@@ -330,6 +330,9 @@ fn render(spans: &[Span]) -> String {
                     s.int("gen_ai.usage.output_tokens")
                 ));
             }
+            if s.attr("arbor.tool.waiting").is_some() {
+                extra.push("waiting".to_owned());
+            }
             if let Some(e) = s.attr("error.type") {
                 extra.push(format!("error={e}"));
             }
@@ -439,6 +442,9 @@ fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
         one(&first, "execute_tool spawn_agent bad").attr("error.type"),
         Some("tool_error")
     );
+    let publishing = one(&first, "execute_tool spawn_agent publisher");
+    assert_eq!(publishing.attr("error.type"), None, "waiting is not failing");
+    assert_eq!(publishing.attr("arbor.tool.waiting"), Some("true"));
     let publisher = one(&first, "invoke_agent publisher");
     assert_eq!(publisher.attr("arbor.run.status"), Some("suspended"));
     // Its call waits for a decision: nothing ran, so no tool span yet.

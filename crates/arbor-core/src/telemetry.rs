@@ -119,6 +119,8 @@ pub mod attr {
     pub const SUBTREE_TOTAL_TOKENS: &str = "arbor.usage.subtree.total_tokens";
     /// The turn of the run a `chat` or `execute_tool` span belongs to.
     pub const TURN: &str = "arbor.turn";
+    /// The call's child stopped for an approval: the call goes on in a resumed attempt.
+    pub const TOOL_WAITING: &str = "arbor.tool.waiting";
 }
 
 static CAPTURE_CONTENT: AtomicBool = AtomicBool::new(false);
@@ -348,6 +350,7 @@ pub(crate) fn tool_span(who: Who<'_>, turn: u32, call: &arbor_protocol::ToolCall
         gen_ai.tool.call.result = Empty,
         error.type = Empty,
         arbor.turn = turn,
+        arbor.tool.waiting = Empty,
     );
     match target {
         Some(child) => {
@@ -377,9 +380,17 @@ fn redacted(who: Who<'_>, text: &str) -> String {
     }
 }
 
-/// Records how a call ended on its `execute_tool` span.
-pub(crate) fn record_tool(span: &Span, who: Who<'_>, result: &arbor_protocol::ToolResult) {
-    if result.is_error {
+/// Records how a call ended on its `execute_tool` span: `waiting` when its child suspended
+/// for an approval (not a failure: the call goes on when the run is resumed).
+pub(crate) fn record_tool(
+    span: &Span,
+    who: Who<'_>,
+    result: &arbor_protocol::ToolResult,
+    waiting: bool,
+) {
+    if waiting {
+        span.record(attr::TOOL_WAITING, true);
+    } else if result.is_error {
         record_error(span, "tool_error", None);
     }
     if capturing() && !span.is_disabled() {

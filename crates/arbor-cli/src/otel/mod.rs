@@ -34,7 +34,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 
 pub(crate) use metrics::OtelMetrics;
-use traces::{Counted, W3c};
+use traces::{Bounded, Counted, Queue, W3c};
 
 /// The longest the process waits at exit for the last spans and metrics to reach the
 /// collector (none when every export so far failed: the collector is down).
@@ -47,6 +47,7 @@ pub(crate) struct Otel {
     meters: Option<SdkMeterProvider>,
     failed: Arc<AtomicU64>,
     sent: Arc<AtomicU64>,
+    queue: Option<Arc<Queue>>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -106,7 +107,7 @@ where
     let client = arbor_model::http::tls_client(Duration::from_secs(5))?;
     let failed = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
-    let (mut layer, mut traces) = (None, None);
+    let (mut layer, mut traces, mut queue) = (None, None, None);
     if want_traces {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
@@ -120,12 +121,23 @@ where
             failed: failed.clone(),
             sent: sent.clone(),
         };
-        let processor =
-            opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
-                exporter,
-                opentelemetry_sdk::runtime::Tokio,
-            )
-            .build();
+        // The batcher's queue has the SDK's size (`OTEL_BSP_MAX_QUEUE_SIZE`); the gate in
+        // front of it lets no more wait, and counts what it drops.
+        let max = env("OTEL_BSP_MAX_QUEUE_SIZE")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(2_048);
+        let gate = Arc::new(Queue::new(max, sent.clone(), failed.clone()));
+        let processor = Bounded {
+            inner:
+                opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+                    exporter,
+                    opentelemetry_sdk::runtime::Tokio,
+                )
+                .build(),
+            queue: gate.clone(),
+        };
+        queue = Some(gate);
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_resource(resource())
@@ -176,6 +188,7 @@ where
             meters,
             failed,
             sent,
+            queue,
         },
     }))
 }
@@ -189,18 +202,42 @@ impl Otel {
             self.sent.load(Ordering::Relaxed) == 0 && self.failed.load(Ordering::Relaxed) > 0;
         let (tx, rx) = std::sync::mpsc::channel();
         let (traces, meters) = (self.traces, self.meters);
+        // Spans and metrics are flushed side by side, each on its own thread.
+        let metrics_tx = tx.clone();
         let spawned = std::thread::Builder::new()
             .name("otel-flush".into())
             .spawn(move || {
-                let metrics = meters.map_or(Ok(()), |m| m.shutdown());
-                let spans = traces.map_or(Ok(()), |t| t.shutdown());
-                let _ = tx.send(spans.and(metrics));
+                let _ = tx.send(traces.map_or(Ok(()), |t| t.shutdown()));
+            })
+            .and_then(|_| {
+                std::thread::Builder::new()
+                    .name("otel-flush-metrics".into())
+                    .spawn(move || {
+                        let _ = metrics_tx.send(meters.map_or(Ok(()), |m| m.shutdown()));
+                    })
             });
         if spawned.is_err() {
             return;
         }
         let bound = if down { Duration::ZERO } else { FLUSH_BOUND };
-        let flushed = rx.recv_timeout(bound);
+        let deadline = std::time::Instant::now() + bound;
+        // Both answers within the one bound; the first failure is what is reported.
+        let mut flushed = Ok(Ok(()));
+        for _ in 0..2 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if flushed.as_ref().is_ok_and(|r| r.is_ok()) {
+                        flushed = Ok(Err(e));
+                    }
+                }
+                Err(e) => {
+                    flushed = Err(e);
+                    break;
+                }
+            }
+        }
         let failed = self.failed.load(Ordering::Relaxed);
         match flushed {
             Ok(Ok(())) | Ok(Err(OTelSdkError::AlreadyShutdown)) => {}
@@ -217,6 +254,16 @@ impl Otel {
             tracing::warn!(
                 spans = failed,
                 "spans were not exported (the collector failed)"
+            );
+        }
+        let dropped = self
+            .queue
+            .as_ref()
+            .map_or(0, |q| q.dropped.load(Ordering::Relaxed));
+        if dropped > 0 {
+            tracing::warn!(
+                spans = dropped,
+                "spans were dropped (the trace queue was full)"
             );
         }
     }

@@ -6,7 +6,79 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor};
+
+/// How many spans wait to be exported, and how many were dropped because too many did: the
+/// batcher's queue, counted from outside so a drop is counted and logged once (the SDK's own
+/// count is not reported without its internal logs, which log every failed export).
+#[derive(Debug, Default)]
+pub(crate) struct Queue {
+    pub(crate) max: u64,
+    ended: AtomicU64,
+    pub(crate) sent: Arc<AtomicU64>,
+    pub(crate) failed: Arc<AtomicU64>,
+    pub(crate) dropped: AtomicU64,
+}
+
+impl Queue {
+    pub(crate) fn new(max: u64, sent: Arc<AtomicU64>, failed: Arc<AtomicU64>) -> Self {
+        Self {
+            max,
+            sent,
+            failed,
+            ..Self::default()
+        }
+    }
+
+    /// Whether one more span may wait (else it is dropped: counted, logged the first time).
+    fn take(&self) -> bool {
+        let done = self.sent.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed);
+        let waiting = self.ended.load(Ordering::Relaxed).saturating_sub(done);
+        if waiting >= self.max {
+            if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(
+                    max = self.max,
+                    "the trace queue is full: spans are dropped (later drops are counted, not logged)"
+                );
+            }
+            return false;
+        }
+        self.ended.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+/// A span processor that lets at most [`Queue::max`] spans wait for `inner` (a batcher whose
+/// queue is as large, so it never drops one itself).
+#[derive(Debug)]
+pub(crate) struct Bounded<P> {
+    pub(crate) inner: P,
+    pub(crate) queue: Arc<Queue>,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if self.queue.take() {
+            self.inner.on_end(span);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
 
 /// Counts failed exports and logs the first one (a collector that is down fails every
 /// export: one line says so, not one per batch).
@@ -110,7 +182,25 @@ fn parse_traceparent(text: &str) -> Option<opentelemetry::trace::SpanContext> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_traceparent;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::{Queue, parse_traceparent};
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_frees_as_batches_return() {
+        let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let q = Queue::new(3, sent.clone(), failed.clone());
+        let taken: Vec<bool> = (0..5).map(|_| q.take()).collect();
+        assert_eq!(taken, [true, true, true, false, false]);
+        assert_eq!(q.dropped.load(Ordering::Relaxed), 2);
+        // A batch of two came back (one sent, one failed): two more may wait.
+        sent.fetch_add(1, Ordering::Relaxed);
+        failed.fetch_add(1, Ordering::Relaxed);
+        let taken: Vec<bool> = (0..3).map(|_| q.take()).collect();
+        assert_eq!(taken, [true, true, false]);
+        assert_eq!(q.dropped.load(Ordering::Relaxed), 3);
+    }
 
     #[test]
     fn a_traceparent_parses_and_a_malformed_one_is_refused() {

@@ -104,7 +104,8 @@ impl Session {
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
-            crate::telemetry::record_tool(&span, self.who(), &outcome.result);
+            let waiting = matches!(outcome.stop, Some(CallStop::Suspended(_)));
+            crate::telemetry::record_tool(&span, self.who(), &outcome.result, waiting);
         }
         outcome
     }
