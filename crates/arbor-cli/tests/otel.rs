@@ -443,7 +443,11 @@ fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
         Some("tool_error")
     );
     let publishing = one(&first, "execute_tool spawn_agent publisher");
-    assert_eq!(publishing.attr("error.type"), None, "waiting is not failing");
+    assert_eq!(
+        publishing.attr("error.type"),
+        None,
+        "waiting is not failing"
+    );
     assert_eq!(publishing.attr("arbor.tool.waiting"), Some("true"));
     let publisher = one(&first, "invoke_agent publisher");
     assert_eq!(publisher.attr("arbor.run.status"), Some("suspended"));

@@ -14,8 +14,10 @@
 //!
 //! The spans have the target [`TARGET`] at level INFO: a host's subscriber (the CLI's
 //! OpenTelemetry layer, say) picks them up with a filter on that target, and they cost a
-//! disabled-callsite check when nothing listens. Message and argument content is captured
-//! only after [`capture_content`] turned it on, always through the agent's redactor.
+//! disabled-callsite check when nothing listens. Content (tool arguments and results, the
+//! model's system prompt, input and output) is captured only after [`capture_content`]
+//! turned it on, always through the agent's redactor, each attribute capped at
+//! [`MAX_CONTENT_BYTES`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -83,6 +85,14 @@ pub mod attr {
     pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
     /// The call's result (content: opt-in, redacted).
     pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
+    /// The system prompt of a model call (content: opt-in, redacted), as the conventions'
+    /// JSON parts.
+    pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
+    /// The messages a model call was sent (content: opt-in, redacted, capped), as JSON.
+    pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    /// What the model answered: its text and tool calls (content: opt-in, redacted, capped),
+    /// as JSON.
+    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
     /// The child a `spawn_agent` call delegates to.
     pub const TRANSFER_TARGET: &str = "gen_ai.transfer.target.name";
     /// `return_to_caller` (a sync child) or `pass_control` (async, message).
@@ -165,8 +175,8 @@ pub(crate) fn continue_trace(span: &Span, before: &str, adopt: bool) {
     }
 }
 
-/// Turns capture of content (tool arguments and results) on the spans on or off (off by
-/// default; the OpenTelemetry GenAI opt-in, `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`,
+/// Turns capture of content (tool arguments and results, model input and output) on the
+/// spans on or off (off by default; the OpenTelemetry GenAI opt-in, `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`,
 /// is read by the host, not here). Captured content always goes through the agent's
 /// redactor first.
 pub fn capture_content(on: bool) {
@@ -290,9 +300,67 @@ pub(crate) fn chat_span(who: Who<'_>, turn: u32) -> Span {
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
+        gen_ai.system_instructions = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
         error.type = Empty,
         arbor.turn = turn,
     )
+}
+
+/// The most content one attribute carries (longer JSON is cut at a character boundary and
+/// marked).
+pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+
+fn capped(mut text: String) -> String {
+    if text.len() > MAX_CONTENT_BYTES {
+        let mut end = MAX_CONTENT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("…[truncated]");
+    }
+    text
+}
+
+/// Records what a model call was sent on its `chat` span, when content is captured.
+pub(crate) fn record_chat_input(
+    span: &Span,
+    who: Who<'_>,
+    system: &str,
+    messages: &[arbor_protocol::Message],
+) {
+    if !capturing() || span.is_disabled() {
+        return;
+    }
+    if !system.is_empty() {
+        let parts = serde_json::json!([{"type": "text", "content": system}]).to_string();
+        span.record(
+            attr::SYSTEM_INSTRUCTIONS,
+            capped(redacted(who, &parts)).as_str(),
+        );
+    }
+    let sent = serde_json::to_string(messages).unwrap_or_default();
+    span.record(attr::INPUT_MESSAGES, capped(redacted(who, &sent)).as_str());
+}
+
+/// Records what the model answered on its `chat` span, when content is captured.
+pub(crate) fn record_chat_output(
+    span: &Span,
+    who: Who<'_>,
+    text: &str,
+    calls: &[arbor_protocol::ToolCall],
+) {
+    if !capturing() || span.is_disabled() {
+        return;
+    }
+    let answer =
+        serde_json::json!([{"role": "assistant", "text": text, "tool_calls": calls}]).to_string();
+    span.record(
+        attr::OUTPUT_MESSAGES,
+        capped(redacted(who, &answer)).as_str(),
+    );
 }
 
 /// The convention's name of a finish reason.

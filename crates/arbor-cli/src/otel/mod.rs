@@ -11,7 +11,7 @@
 //! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_BSP_*` and
 //! `OTEL_RESOURCE_ATTRIBUTES` are read by the SDK; `OTEL_SERVICE_NAME` names the service
 //! (`arbor` by default); `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` captures
-//! tool arguments and results (redacted).
+//! content: tool arguments and results, model input and output (redacted).
 //!
 //! A collector that is down or slow never slows or fails a run: spans wait in a bounded
 //! queue (spans past it are dropped), each export is bounded by its timeout and retried once,

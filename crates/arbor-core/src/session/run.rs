@@ -362,6 +362,12 @@ impl Session {
         turn: u32,
     ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
         let span = telemetry::chat_span(self.who(), turn);
+        telemetry::record_chat_input(
+            &span,
+            self.who(),
+            self.agent.system().unwrap_or_default(),
+            &self.messages,
+        );
         let mut finish = None;
         let out = self
             .stream_turn(run_id, turn, &mut finish)
@@ -370,6 +376,7 @@ impl Session {
         if !span.is_disabled() {
             let reason = finish.as_ref().map(telemetry::finish_reason);
             telemetry::record_chat(&span, out.2.as_ref(), reason, out.3.as_deref());
+            telemetry::record_chat_output(&span, self.who(), &out.0, &out.1);
         }
         out
     }

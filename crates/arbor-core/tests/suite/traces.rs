@@ -228,3 +228,87 @@ async fn a_tree_is_one_trace_with_each_child_under_its_spawn_call_and_own_usage_
         "{root_span:?}"
     );
 }
+
+/// Content is off by default; with the opt-in, tool arguments and results and the model's
+/// input and output are on the spans, through the agent's redactor.
+#[tokio::test]
+async fn content_is_captured_only_on_opt_in_and_always_redacted() {
+    let spans = Spans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let agent = || {
+        arbor_core::Agent::builder("writer")
+            .system("the key is s3cret")
+            .provider(arbor_model::ScriptedProvider::new(
+                arbor_model::Script::new([
+                    ScriptedTurn::tool_call("echo", json!({"text": "say s3cret"})),
+                    ScriptedTurn::text("said s3cret"),
+                ]),
+            ))
+            .tool(arbor_core::builtin::Echo)
+            .redactor(arbor_core::SecretRedactor::new(["s3cret"]))
+            .build()
+            .unwrap()
+    };
+    let content = [
+        attr::TOOL_ARGUMENTS,
+        attr::TOOL_RESULT,
+        attr::SYSTEM_INSTRUCTIONS,
+        attr::INPUT_MESSAGES,
+        attr::OUTPUT_MESSAGES,
+    ];
+    let mut s = agent().session().create().await.unwrap();
+    s.run("go", arbor_core::RunOptions::default())
+        .await
+        .unwrap();
+    {
+        let all = spans.0.lock().unwrap();
+        assert!(!all.is_empty());
+        for span in all.iter() {
+            for key in content {
+                assert_eq!(span.get(key), None, "off by default: {span:?}");
+            }
+        }
+    }
+    spans.0.lock().unwrap().clear();
+
+    arbor_core::telemetry::capture_content(true);
+    let mut s = agent().session().create().await.unwrap();
+    s.run("go", arbor_core::RunOptions::default())
+        .await
+        .unwrap();
+    arbor_core::telemetry::capture_content(false);
+    let all = spans.0.lock().unwrap().clone();
+    let call = all
+        .iter()
+        .find(|s| s.name() == "execute_tool echo")
+        .unwrap();
+    assert_eq!(
+        call.get(attr::TOOL_ARGUMENTS),
+        Some(r#"{"text":"say [REDACTED]"}"#)
+    );
+    assert_eq!(call.get(attr::TOOL_RESULT), Some("say [REDACTED]"));
+    let chats: Vec<_> = all
+        .iter()
+        .filter(|s| s.get(attr::OPERATION) == Some("chat"))
+        .collect();
+    assert_eq!(chats.len(), 2);
+    assert!(
+        chats[0]
+            .get(attr::SYSTEM_INSTRUCTIONS)
+            .unwrap()
+            .contains("the key is [REDACTED]")
+    );
+    assert!(chats[0].get(attr::INPUT_MESSAGES).unwrap().contains("go"));
+    assert!(
+        chats[1]
+            .get(attr::OUTPUT_MESSAGES)
+            .unwrap()
+            .contains("said [REDACTED]")
+    );
+    for span in &all {
+        for (k, v) in &span.fields {
+            assert!(!v.contains("s3cret"), "{k} leaks the secret: {v}");
+        }
+    }
+}
