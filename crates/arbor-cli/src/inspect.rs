@@ -222,7 +222,7 @@ fn describe(e: &TranscriptEntry) -> String {
             thousands(child_usage.total_tokens),
             thousands(aggregate.total_tokens)
         ),
-        EntryKind::RunStarted { agent, model } => {
+        EntryKind::RunStarted { agent, model, .. } => {
             format!("run started (agent {agent}, model {model})")
         }
         EntryKind::RunFinished {

@@ -658,3 +658,77 @@ fn a_collector_down_or_silent_neither_fails_nor_holds_up_a_run() {
         "silent: {silent_wall} ms vs {none_wall} ms"
     );
 }
+
+/// A run a SIGKILL cut off is continued by `arbor resume` in a new process: its start entry
+/// kept the trace context, and the continuing run joins that trace, under the cut-off
+/// attempt's span and linked to it.
+#[test]
+fn a_run_continued_after_a_crash_joins_the_trace_it_was_cut_from() {
+    use std::io::BufRead as _;
+    let (receiver, url) = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let slow = r#"
+task = "crash me"
+root = "root"
+
+[agents.root]
+[[agents.root.turns]]
+delay_ms = 1500
+text = "at last"
+"#;
+    std::fs::write(dir.path().join("slow.toml"), slow).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["run", "slow.toml"])
+        .current_dir(dir.path())
+        .env_remove("ARBOR_LOG")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let root = loop {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("root: run started (") {
+            break rest
+                .rsplit("session ")
+                .next()
+                .unwrap()
+                .trim_end_matches(')')
+                .to_owned();
+        }
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let log = arbor(dir.path(), None, &["log", &root, "--json"]);
+    assert!(
+        log.status.success(),
+        "{}",
+        String::from_utf8_lossy(&log.stderr)
+    );
+    let started: Value = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == "run_started")
+        .unwrap();
+    let stored = started["trace"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no trace in {started}"));
+    let parts: Vec<&str> = stored.split('-').collect();
+    let (trace, span) = (parts[1].to_owned(), parts[2].to_owned());
+
+    // The kill came during the turn's delay: the continuing run asks it again.
+    let out = arbor(dir.path(), Some(&url), &["resume", &root, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = receiver.spans();
+    let continued = one(&spans, "invoke_agent root");
+    assert_eq!(continued.trace, trace, "the same trace");
+    assert_eq!(continued.parent, span, "under the cut-off attempt");
+    assert!(continued.links.contains(&(trace.clone(), span.clone())));
+    assert_eq!(continued.attr("arbor.run.resumed"), Some("true"));
+}

@@ -158,12 +158,16 @@ pub fn set_trace_context(context: impl TraceContext) -> bool {
 
 /// The current span's `traceparent`, when a [`TraceContext`] is installed.
 pub(crate) fn traceparent() -> Option<String> {
+    traceparent_of(&Span::current())
+}
+
+/// `span`'s `traceparent`, when a [`TraceContext`] is installed and the span is recorded.
+pub(crate) fn traceparent_of(span: &Span) -> Option<String> {
     let context = CONTEXT.get()?;
-    let span = Span::current();
     if span.is_none() {
         return None;
     }
-    context.traceparent(&span)
+    context.traceparent(span)
 }
 
 /// See [`TraceContext::continue_from`].

@@ -47,6 +47,10 @@ pub enum EntryKind {
         agent: String,
         /// The model used.
         model: String,
+        /// The W3C `traceparent` of the run's span, when traces are exported: a run that
+        /// continues this one after a crash joins its trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
     },
     /// Usage of a descendant attributed to this session: written into an ancestor's
     /// transcript in the same atomic write as the descendant's own usage entry, so a reload

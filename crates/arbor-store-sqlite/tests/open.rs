@@ -117,6 +117,7 @@ async fn entries_store_their_kind_tag_and_json_body() {
     let entry = EntryKind::RunStarted {
         agent: "planner".into(),
         model: "model-a".into(),
+        trace: None,
     };
     store
         .append(root.id, RunId::new(), std::slice::from_ref(&entry), None)

@@ -133,6 +133,12 @@ fn all_entry_kinds() -> Vec<EntryKind> {
         EntryKind::RunStarted {
             agent: "planner".into(),
             model: "model-a".into(),
+            trace: None,
+        },
+        EntryKind::RunStarted {
+            agent: "planner".into(),
+            model: "model-a".into(),
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         },
         EntryKind::Message {
             message: Message::system("be brief"),

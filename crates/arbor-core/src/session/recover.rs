@@ -73,14 +73,19 @@ impl Session {
     ) -> CoreResult<(Continued, RunResult)> {
         let mut state = self.interrupted_state();
         // The interrupted run: its calls' idempotency keys name it.
-        let last_run = self
+        let started = self
             .store
             .transcript(self.id(), 0, None)
             .await?
             .into_iter()
             .rev()
-            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }))
-            .map(|e| e.run_id);
+            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
+        let last_run = started.as_ref().map(|e| e.run_id);
+        // The cut-off run's trace, which the continuing run joins.
+        let before = started.and_then(|e| match e.kind {
+            arbor_protocol::EntryKind::RunStarted { trace, .. } => trace,
+            _ => None,
+        });
         let mut closing = Vec::new();
         for interrupted in self.unanswered_calls() {
             let call = arbor_protocol::ToolCall {
@@ -127,7 +132,7 @@ impl Session {
         } else {
             Turns::Next
         };
-        let result = self.start_run(None, closing, from, options).await?;
+        let result = self.start_run(None, closing, from, options, before).await?;
         Ok((state, result))
     }
 

@@ -138,7 +138,7 @@ impl Session {
         input: Option<String>,
         options: RunOptions,
     ) -> CoreResult<RunResult> {
-        self.start_run(input, Vec::new(), Turns::Next, options)
+        self.start_run(input, Vec::new(), Turns::Next, options, None)
             .await
     }
 
@@ -151,6 +151,7 @@ impl Session {
         closing: Vec<Message>,
         from: Turns,
         options: RunOptions,
+        before: Option<String>,
     ) -> CoreResult<RunResult> {
         let limits = match options.limits {
             Some(l) => self.agent.limits().narrow(&l),
@@ -173,10 +174,18 @@ impl Session {
             trace: crate::session::attribution::Trace::default(),
         };
         let run_id = state.run_id;
+        // The run's span comes first: its start entry keeps its trace context, which a run
+        // continuing this one after a crash joins (as this one joins `before`'s).
+        let orphan = tracing::Span::current().is_none();
+        let span = telemetry::agent_span(self.who(), run_id, &limits, before.is_some());
+        if let Some(before) = &before {
+            telemetry::continue_trace(&span, before, orphan);
+        }
         let user = input.map(Message::user);
         let mut entries = vec![EntryKind::RunStarted {
             agent: self.agent.name().to_owned(),
             model: self.agent.model().to_owned(),
+            trace: telemetry::traceparent_of(&span),
         }];
         for message in &closing {
             entries.push(EntryKind::Message {
@@ -206,25 +215,36 @@ impl Session {
         if matches!(from, Turns::Answered) {
             state.text = self.last_answer().unwrap_or_default();
         }
-        self.drive(state, &token, from).await
+        self.drive_in(span, state, &token, from).await
     }
 
-    /// Drives the loop from `from` under the run's cancellation and timeout (counted from
-    /// now: a resumed run gets its whole timeout again), then writes the end.
+    /// Drives a resumed run's loop from `from` under the run's cancellation and timeout
+    /// (counted from now: a resumed run gets its whole timeout again), then writes the end;
+    /// its attempt's span joins the trace of the attempt that suspended.
     pub(crate) async fn drive(
         &mut self,
         state: RunState,
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<RunResult> {
-        let resumed = !matches!(from, Turns::Next);
         let orphan = tracing::Span::current().is_none();
-        let span = telemetry::agent_span(self.who(), state.run_id, &state.limits, resumed);
+        let span = telemetry::agent_span(self.who(), state.run_id, &state.limits, true);
         if let Turns::Resume(checkpoint) = &from
             && let Some(before) = &checkpoint.trace
         {
             telemetry::continue_trace(&span, before, orphan);
         }
+        self.drive_in(span, state, token, from).await
+    }
+
+    /// [`drive`](Self::drive) inside the attempt's `span`, which records how it ended.
+    async fn drive_in(
+        &mut self,
+        span: tracing::Span,
+        state: RunState,
+        token: &CancellationToken,
+        from: Turns,
+    ) -> CoreResult<RunResult> {
         let carried = state.usage;
         let result = self
             .drive_attempt(state, token, from)

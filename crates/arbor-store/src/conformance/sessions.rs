@@ -387,6 +387,7 @@ pub async fn updates_for_live_sessions_refuse_a_deleted_one(store: &dyn Store) {
     let entry = arbor_protocol::EntryKind::RunStarted {
         agent: "a".into(),
         model: "m".into(),
+        trace: None,
     };
     let appended = store
         .append(
