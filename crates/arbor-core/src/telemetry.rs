@@ -64,6 +64,9 @@ pub mod attr {
     pub const CONVERSATION: &str = "gen_ai.conversation.id";
     /// The model asked for.
     pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    /// The model the provider says answered (when it names one; the scripted provider does
+    /// not).
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
     /// Why the model stopped (`stop`, `tool_calls`, `length`, `content_filter`, …), or why
     /// the run did (its stop reason).
     pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
@@ -296,6 +299,7 @@ pub(crate) fn chat_span(who: Who<'_>, turn: u32) -> Span {
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = who.provider,
         gen_ai.request.model = model,
+        gen_ai.response.model = Empty,
         gen_ai.agent.name = who.agent,
         gen_ai.agent.id = %who.session,
         gen_ai.conversation.id = %who.root,

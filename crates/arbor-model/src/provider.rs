@@ -63,6 +63,9 @@ pub enum ModelEvent {
     ToolCall(ToolCall),
     /// Usage of this turn. Providers may send it more than once; the last value counts.
     Usage(Usage),
+    /// The model the provider says answered (OpenAI's `model`, Anthropic's
+    /// `message.model`), sent once, just before `Finished`, when the provider names it.
+    ResponseModel(String),
     /// The turn is over.
     Finished(FinishReason),
 }

@@ -71,6 +71,11 @@ async fn text_and_tool_calls_stream_with_usage_and_the_key_as_a_bearer() {
         events.last(),
         Some(&ModelEvent::Finished(FinishReason::Stop))
     );
+    // The model the server says answered, once, just before the end.
+    assert_eq!(
+        events[events.len() - 2],
+        ModelEvent::ResponseModel("gpt-4o-mini-2024-07-18".into())
+    );
     let events = collect(&p).await.unwrap();
     let calls = events
         .iter()
@@ -230,6 +235,10 @@ async fn anthropic_streams_tool_use_and_sends_its_headers() {
         events
             .iter()
             .any(|e| matches!(e, ModelEvent::ToolCall(c) if c.name == "get_weather"))
+    );
+    assert_eq!(
+        events[events.len() - 2],
+        ModelEvent::ResponseModel("claude-haiku-4-5-20251001".into())
     );
     assert!(events.contains(&ModelEvent::Usage(Usage {
         input_tokens: 6145,

@@ -389,11 +389,15 @@ impl Session {
             &self.messages,
         );
         let mut finish = None;
+        let mut answered_by = None;
         let out = self
-            .stream_turn(run_id, turn, &mut finish)
+            .stream_turn(run_id, turn, &mut finish, &mut answered_by)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
+            if let Some(model) = &answered_by {
+                span.record(telemetry::attr::RESPONSE_MODEL, model.as_str());
+            }
             let reason = finish.as_ref().map(telemetry::finish_reason);
             telemetry::record_chat(&span, out.2.as_ref(), reason, out.3.as_deref());
             telemetry::record_chat_output(&span, self.who(), &out.0, &out.1);
@@ -406,6 +410,7 @@ impl Session {
         run_id: RunId,
         turn: u32,
         finish: &mut Option<arbor_model::FinishReason>,
+        answered_by: &mut Option<String>,
     ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
         self.bus.publish(
             run_id,
@@ -458,6 +463,7 @@ impl Session {
                     calls.push(call)
                 }
                 Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
+                Ok(ModelEvent::ResponseModel(m)) => *answered_by = Some(m),
                 Ok(ModelEvent::Finished(reason)) => {
                     *finish = Some(reason);
                     break;

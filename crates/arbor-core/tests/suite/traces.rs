@@ -312,3 +312,47 @@ async fn content_is_captured_only_on_opt_in_and_always_redacted() {
         }
     }
 }
+
+/// A provider that names the model that answered: the `chat` span says so.
+#[derive(Debug)]
+struct Named;
+
+#[async_trait::async_trait]
+impl arbor_model::ModelProvider for Named {
+    fn name(&self) -> &str {
+        "named"
+    }
+    async fn stream(
+        &self,
+        _request: arbor_model::ModelRequest<'_>,
+    ) -> Result<arbor_model::ModelStream, arbor_model::ModelError> {
+        use arbor_model::{FinishReason, ModelEvent};
+        let events = vec![
+            Ok(ModelEvent::TextDelta("hi".into())),
+            Ok(ModelEvent::ResponseModel("m-2026-12".into())),
+            Ok(ModelEvent::Finished(FinishReason::Stop)),
+        ];
+        Ok(Box::pin(futures::stream::iter(events)))
+    }
+}
+
+#[tokio::test]
+async fn the_chat_span_names_the_model_that_answered() {
+    let spans = Spans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let agent = arbor_core::Agent::builder("greeter")
+        .model("m")
+        .provider(Named)
+        .build()
+        .unwrap();
+    let mut s = agent.session().create().await.unwrap();
+    s.run("go", arbor_core::RunOptions::default())
+        .await
+        .unwrap();
+    let all = spans.0.lock().unwrap().clone();
+    let chat = all.iter().find(|s| s.name() == "chat m").unwrap();
+    assert_eq!(chat.get(attr::REQUEST_MODEL), Some("m"));
+    assert_eq!(chat.get(attr::RESPONSE_MODEL), Some("m-2026-12"));
+    assert_eq!(chat.get(attr::PROVIDER), Some("named"));
+}

@@ -114,6 +114,7 @@ struct Block {
 #[derive(Debug)]
 pub struct EventDecoder {
     blocks: Vec<(u64, Block)>,
+    model: Option<String>,
     input: u64,
     cache_read: u64,
     cache_write: u64,
@@ -143,6 +144,7 @@ impl EventDecoder {
     pub fn with_limit(max_turn_bytes: usize) -> Self {
         Self {
             blocks: Vec::new(),
+            model: None,
             input: 0,
             cache_read: 0,
             cache_write: 0,
@@ -191,6 +193,9 @@ impl EventDecoder {
                 cache_write_tokens: self.cache_write,
             }));
         }
+        if let Some(m) = self.model.take() {
+            out.push(ModelEvent::ResponseModel(m));
+        }
         out.push(ModelEvent::Finished(stop));
         Ok(out)
     }
@@ -206,7 +211,10 @@ impl super::Decoder for EventDecoder {
             .map_err(|e| stream_error(format!("invalid event JSON: {e}")))?;
         let mut out = Vec::new();
         match v["type"].as_str().unwrap_or_default() {
-            "message_start" => self.take_usage(&v["message"]["usage"]),
+            "message_start" => {
+                self.model = super::model_name(&v["message"]["model"]);
+                self.take_usage(&v["message"]["usage"]);
+            }
             "content_block_start" => {
                 let index = v["index"].as_u64().unwrap_or(0);
                 let b = &v["content_block"];
@@ -341,6 +349,7 @@ mod tests {
                     cache_read_tokens: 4096,
                     cache_write_tokens: 1200
                 }),
+                ModelEvent::ResponseModel("claude-haiku-4-5-20251001".into()),
                 ModelEvent::Finished(FinishReason::ToolCalls),
             ]
         );
@@ -369,7 +378,7 @@ mod tests {
         // arguments (17).
         let need = 2 * 64 + 15 + 30 + 11 + 17;
         let events = crate::wire::decode_split(EventDecoder::with_limit(need), bytes, 0).unwrap();
-        assert_eq!(events.len(), 5);
+        assert_eq!(events.len(), 6);
         let e =
             crate::wire::decode_split(EventDecoder::with_limit(need - 1), bytes, 0).unwrap_err();
         assert_eq!(

@@ -193,6 +193,16 @@ pub(crate) fn arguments(raw: &str) -> serde_json::Value {
     serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_owned()))
 }
 
+/// The most of a provider's model name a decoder keeps (a longer one is not a model name).
+const MAX_MODEL_NAME: usize = 256;
+
+/// `v` as the model a provider named, if it is one.
+pub(crate) fn model_name(v: &serde_json::Value) -> Option<String> {
+    v.as_str()
+        .filter(|m| !m.is_empty() && m.len() <= MAX_MODEL_NAME)
+        .map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

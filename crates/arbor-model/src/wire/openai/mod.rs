@@ -127,6 +127,7 @@ struct Partial {
 #[derive(Debug)]
 pub struct ChunkDecoder {
     calls: Vec<Partial>,
+    model: Option<String>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
     done: bool,
@@ -181,6 +182,7 @@ impl ChunkDecoder {
     pub fn with_limit(max_turn_bytes: usize) -> Self {
         Self {
             calls: Vec::new(),
+            model: None,
             finish: None,
             usage: None,
             done: false,
@@ -265,6 +267,9 @@ impl ChunkDecoder {
         if let Some(u) = self.usage.take() {
             out.push(ModelEvent::Usage(u));
         }
+        if let Some(m) = self.model.take() {
+            out.push(ModelEvent::ResponseModel(m));
+        }
         out.push(ModelEvent::Finished(finish));
         Ok(out)
     }
@@ -289,6 +294,9 @@ impl super::Decoder for ChunkDecoder {
         let mut out = Vec::new();
         if v["usage"].is_object() {
             self.usage = Some(usage_of(&v["usage"]));
+        }
+        if self.model.is_none() {
+            self.model = super::model_name(&v["model"]);
         }
         let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) else {
             return Ok(out);

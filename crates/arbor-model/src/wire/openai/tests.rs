@@ -31,6 +31,7 @@ fn text_and_usage_with_cached_tokens() {
                 cache_read_tokens: 1024,
                 cache_write_tokens: 0
             }),
+            ModelEvent::ResponseModel("gpt-4o-mini-2024-07-18".into()),
             ModelEvent::Finished(FinishReason::Stop),
         ]
     );
@@ -41,7 +42,7 @@ fn parallel_tool_calls_are_assembled_in_order() {
     let events = every_split(include_bytes!(
         "../../../tests/fixtures/openai/parallel_tools.sse"
     ));
-    assert_eq!(events.len(), 4);
+    assert_eq!(events.len(), 5);
     assert_eq!(
         events[0],
         ModelEvent::ToolCall(ToolCall {
@@ -59,7 +60,11 @@ fn parallel_tool_calls_are_assembled_in_order() {
         })
     );
     assert_eq!(events[2], ModelEvent::Usage(Usage::new(82, 48)));
-    assert_eq!(events[3], ModelEvent::Finished(FinishReason::ToolCalls));
+    assert_eq!(
+        events[3],
+        ModelEvent::ResponseModel("gpt-4o-mini-2024-07-18".into())
+    );
+    assert_eq!(events[4], ModelEvent::Finished(FinishReason::ToolCalls));
 }
 
 #[test]
@@ -348,7 +353,7 @@ fn a_turn_past_its_cap_fails_as_too_large() {
         let dec = ChunkDecoder::with_limit(need);
         assert_eq!(
             crate::wire::decode_split(dec, bytes, split).unwrap().len(),
-            4
+            5
         );
         let e = crate::wire::decode_split(ChunkDecoder::with_limit(need - 1), bytes, split)
             .unwrap_err();
@@ -454,5 +459,36 @@ fn token_counts_near_u64_max_saturate_instead_of_overflowing() {
             }),
             ModelEvent::Finished(FinishReason::Stop),
         ]
+    );
+}
+
+#[test]
+fn the_answering_model_is_named_once_and_an_overlong_name_is_ignored() {
+    let chunk = |model: &str, finish: &str| {
+        format!(
+            "data: {{\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"x\"}},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let two = format!(
+        "{}{}data: [DONE]\n\n",
+        chunk("m-1", "null"),
+        chunk("m-2", "\"stop\"")
+    );
+    let events = decode(two.as_bytes(), 0).unwrap();
+    let named: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e, ModelEvent::ResponseModel(_)))
+        .collect();
+    assert_eq!(named, [&ModelEvent::ResponseModel("m-1".into())]);
+    let long = "m".repeat(300);
+    let events = decode(
+        format!("{}data: [DONE]\n\n", chunk(&long, "\"stop\"")).as_bytes(),
+        0,
+    )
+    .unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ModelEvent::ResponseModel(_)))
     );
 }
