@@ -53,6 +53,7 @@ fuzz_target!(|data: &[u8]| {
                     &[EntryKind::RunStarted {
                         agent: "fuzz".into(),
                         model: "m".into(),
+                        trace: None,
                     }],
                     None,
                 )
