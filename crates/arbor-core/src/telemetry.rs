@@ -174,7 +174,7 @@ pub(crate) fn traceparent_of(span: &Span) -> Option<String> {
 }
 
 /// See [`TraceContext::continue_from`].
-pub(crate) fn continue_trace(span: &Span, before: &str, adopt: bool) {
+fn continue_trace(span: &Span, before: &str, adopt: bool) {
     if let Some(context) = CONTEXT.get()
         && !span.is_disabled()
     {
@@ -194,8 +194,26 @@ fn capturing() -> bool {
     CAPTURE_CONTENT.load(Ordering::Relaxed)
 }
 
+/// The `invoke_agent` span of a run attempt; one that continues `before` (a suspended or
+/// cut-off attempt's `traceparent`) is linked to it, and is its child when nothing in this
+/// process is its parent (see [`TraceContext::continue_from`]).
+pub(crate) fn attempt_span(
+    who: Who<'_>,
+    run_id: RunId,
+    limits: &RunLimits,
+    resumed: bool,
+    before: Option<&str>,
+) -> Span {
+    let orphan = Span::current().is_none();
+    let span = agent_span(who, run_id, limits, resumed);
+    if let Some(before) = before {
+        continue_trace(&span, before, orphan);
+    }
+    span
+}
+
 /// The `invoke_agent` span of one run attempt of `session`.
-pub(crate) fn agent_span(who: Who<'_>, run_id: RunId, limits: &RunLimits, resumed: bool) -> Span {
+fn agent_span(who: Who<'_>, run_id: RunId, limits: &RunLimits, resumed: bool) -> Span {
     let agent = who.agent;
     let span = tracing::info_span!(
         target: TARGET,

@@ -176,11 +176,13 @@ impl Session {
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run
         // continuing this one after a crash joins (as this one joins `before`'s).
-        let orphan = tracing::Span::current().is_none();
-        let span = telemetry::agent_span(self.who(), run_id, &limits, before.is_some());
-        if let Some(before) = &before {
-            telemetry::continue_trace(&span, before, orphan);
-        }
+        let span = telemetry::attempt_span(
+            self.who(),
+            run_id,
+            &limits,
+            before.is_some(),
+            before.as_deref(),
+        );
         let user = input.map(Message::user);
         let mut entries = vec![EntryKind::RunStarted {
             agent: self.agent.name().to_owned(),
@@ -227,13 +229,11 @@ impl Session {
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<RunResult> {
-        let orphan = tracing::Span::current().is_none();
-        let span = telemetry::agent_span(self.who(), state.run_id, &state.limits, true);
-        if let Turns::Resume(checkpoint) = &from
-            && let Some(before) = &checkpoint.trace
-        {
-            telemetry::continue_trace(&span, before, orphan);
-        }
+        let before = match &from {
+            Turns::Resume(checkpoint) => checkpoint.trace.as_deref(),
+            _ => None,
+        };
+        let span = telemetry::attempt_span(self.who(), state.run_id, &state.limits, true, before);
         self.drive_in(span, state, token, from).await
     }
 
