@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use crate::cli::{DecideArgs, SessionArgs};
 use crate::fail::Fail;
-use crate::inspect::{open, session_id};
+use crate::inspect::open;
 use crate::report::{suspension_json, suspension_text};
-use crate::{answers, output};
+use crate::{answers, output, resolve};
 
 /// What waits for a decision at `id` (see [`arbor_core::supervisor::waiting_at`]).
 pub(crate) async fn waiting_at(
@@ -27,7 +27,7 @@ pub(crate) async fn waiting_at(
 /// `arbor approvals SESSION`.
 pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
     let store = crate::inspect::open_to_read(&args.store).await?;
-    let id = session_id(&args.session)?;
+    let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
@@ -48,8 +48,8 @@ pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
 /// `arbor approve` / `arbor reject`: records decisions on the session's suspended run.
 pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
     answers::check_reason(args.reason.as_deref())?;
-    let id = session_id(&args.session)?;
     let store = open(&args.store).await?;
+    let id = resolve::session(store.as_ref(), &args.session).await?;
     registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
@@ -59,8 +59,18 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
         (false, false) => Verdict::RejectOnce,
         (false, true) => Verdict::RejectForRun,
     };
-    let decisions: Vec<ApprovalDecision> = args
+    let all = waiting_at(store.as_ref(), id).await?;
+    // Each id may be a unique prefix of a waiting one.
+    let waiting_ids: Vec<&str> = all
+        .iter()
+        .flat_map(|s| s.pending.iter().map(|p| p.id.as_str()))
+        .collect();
+    let ids: Vec<String> = args
         .ids
+        .iter()
+        .map(|a| resolve::approval(waiting_ids.iter().copied(), a))
+        .collect::<Result<_, _>>()?;
+    let decisions: Vec<ApprovalDecision> = ids
         .iter()
         .map(|a| ApprovalDecision {
             id: a.clone(),
@@ -68,10 +78,9 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
             reason: args.reason.clone(),
         })
         .collect();
-    let all = waiting_at(store.as_ref(), id).await?;
     // Every id must be pending; one that is not is explained (decided already, or nothing
     // waits), a forged one gets the one unknown-approval error.
-    for wanted in &args.ids {
+    for wanted in &ids {
         if !all
             .iter()
             .any(|s| s.pending.iter().any(|p| &p.id == wanted))
@@ -82,7 +91,7 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
     // The run whose pending decisions hold the first id.
     let Some(target) = all
         .iter()
-        .find(|s| s.pending.iter().any(|p| Some(&p.id) == args.ids.first()))
+        .find(|s| s.pending.iter().any(|p| Some(&p.id) == ids.first()))
     else {
         return Err(Fail::usage(approval::unknown_approval().to_string()));
     };

@@ -163,10 +163,10 @@ pub(crate) struct ModelsArgs {
 /// Arguments of `arbor approve` and `arbor reject`.
 #[derive(Debug, Args)]
 pub(crate) struct DecideArgs {
-    /// The root session.
+    /// The root session (its id, a unique piece of it, or @latest).
     #[arg(value_name = "SESSION")]
     pub(crate) session: String,
-    /// Pending decision ids (see `arbor approvals`).
+    /// Pending decision ids, or unique prefixes of them (see `arbor approvals`).
     #[arg(value_name = "ID", required = true)]
     pub(crate) ids: Vec<String>,
     /// For the rest of the run: later calls of the same tool on the same path too.
@@ -193,7 +193,8 @@ pub(crate) struct StoreArgs {
 /// Arguments of `arbor ls`.
 #[derive(Debug, Args)]
 pub(crate) struct LsArgs {
-    /// The parent session (default: list the roots).
+    /// The parent session: its id, a unique piece of it, or @latest (default: list the
+    /// roots).
     #[arg(value_name = "SESSION")]
     pub(crate) session: Option<String>,
     /// Include deleted children (with their tombstones).
@@ -206,9 +207,10 @@ pub(crate) struct LsArgs {
 /// A command on one session.
 #[derive(Debug, Args)]
 pub(crate) struct SessionArgs {
-    /// The session id.
+    /// The session: its id, a unique prefix of it, the short id `arbor ls` shows, or
+    /// @latest (default: the most recent root).
     #[arg(value_name = "SESSION")]
-    pub(crate) session: String,
+    pub(crate) session: Option<String>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
@@ -216,15 +218,23 @@ pub(crate) struct SessionArgs {
 /// Arguments of `arbor send`.
 #[derive(Debug, Args)]
 pub(crate) struct SendArgs {
-    /// The parent session.
+    /// The parent session (its id, a unique piece of it, or @latest).
     #[arg(value_name = "SESSION")]
     pub(crate) session: String,
-    /// The child's name (or session id).
+    /// The child's name (or its session id, or a unique piece of it).
     #[arg(value_name = "NAME")]
     pub(crate) name: String,
     /// The message.
     #[arg(value_name = "TEXT")]
     pub(crate) text: String,
+    /// Return once the message is delivered: the child's follow-up runs on in a background
+    /// process (see it with arbor tree, arbor log).
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// (Internal) Print `queued MESSAGE_ID` on stdout as soon as the message is delivered:
+    /// how `--no-wait` knows its background process got that far.
+    #[arg(long, hide = true)]
+    pub(crate) receipt: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
@@ -232,7 +242,7 @@ pub(crate) struct SendArgs {
 /// Arguments of `arbor rm`.
 #[derive(Debug, Args)]
 pub(crate) struct RmArgs {
-    /// The parent session.
+    /// The parent session (its id, a unique piece of it, or @latest).
     #[arg(value_name = "SESSION")]
     pub(crate) session: String,
     /// The child's name (or session id, also of a child deleted before).
@@ -255,7 +265,7 @@ pub(crate) enum StoreCommand {
 /// Arguments of `arbor rename`.
 #[derive(Debug, Args)]
 pub(crate) struct RenameArgs {
-    /// The parent session.
+    /// The parent session (its id, a unique piece of it, or @latest).
     #[arg(value_name = "SESSION")]
     pub(crate) session: String,
     /// The child's name or session id.
@@ -274,6 +284,9 @@ pub(crate) struct RunArgs {
     /// The TOML spec.
     #[arg(value_name = "SPEC")]
     pub(crate) spec: PathBuf,
+    /// The root's task, instead of the spec's `task` (`-` reads it from standard input).
+    #[arg(long, short, value_name = "TEXT")]
+    pub(crate) task: Option<String>,
     /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing).
     #[arg(long, value_name = "PATH", conflicts_with = "memory")]
     pub(crate) store: Option<PathBuf>,
@@ -286,6 +299,10 @@ pub(crate) struct RunArgs {
     /// No progress lines on stderr.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// Never ask on the terminal: a run that waits for approval exits 4 (decide with
+    /// arbor approve / reject, then arbor resume), as it does when no terminal is attached.
+    #[arg(long)]
+    pub(crate) no_input: bool,
     /// The git repository children with `workspace = true` work on (overrides the spec's
     /// `[workspace] repository`).
     #[arg(long, value_name = "PATH")]

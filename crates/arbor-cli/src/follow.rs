@@ -13,20 +13,30 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{RenameArgs, RmArgs, SendArgs};
 use crate::fail::{EXIT_RUN, Fail};
-use crate::inspect::{open, session_id};
+use crate::inspect::open;
 use crate::interrupt::Watch;
-use crate::{output, owner, spec, tree};
+use crate::{output, owner, resolve, spec, tree};
+
+/// What the background process of `send --no-wait` prints once the message is delivered.
+const RECEIPT: &str = "queued";
 
 /// `arbor send SESSION NAME TEXT`.
 pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
     let store = open(&args.store).await?;
-    let parent = session_id(&args.session)?;
+    let parent = resolve::session(store.as_ref(), &args.session).await?;
     let parent_record = registry::session(store.as_ref(), parent)
         .await
         .map_err(Fail::core)?;
-    let child = registry::find_child(store.as_ref(), parent, &args.name)
+    let selector = resolve::child(store.as_ref(), parent, &args.name, false).await?;
+    let child = registry::find_child(store.as_ref(), parent, &selector)
         .await
         .map_err(Fail::core)?;
+    if args.no_wait {
+        drop(store);
+        return tokio::task::spawn_blocking(move || in_background(&args, parent, &child))
+            .await
+            .map_err(|e| Fail::usage(format!("cannot start the background process: {e}")))?;
+    }
     let root = registry::session(store.as_ref(), parent_record.root_id)
         .await
         .map_err(Fail::core)?;
@@ -60,6 +70,9 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         .send_message(Sender::Host, child.id, &args.text)
         .await
         .map_err(Fail::core)?;
+    if args.receipt {
+        output::out(&format!("{RECEIPT} {}", receipt.id));
+    }
     let no_mail = arbor_core::inbox::Inbox::new();
     // Ctrl-C, SIGTERM or SIGHUP cancel the follow-up; a second signal exits at once.
     let signals = Watch::start(token.clone(), false);
@@ -103,6 +116,86 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
     })
 }
 
+/// `send --no-wait`: the same `send` in a background process (its own process group, so a
+/// Ctrl-C here does not reach it), which says on its stdout when the message is delivered;
+/// returns then. A background process that fails before that has its error passed on.
+fn in_background(
+    args: &SendArgs,
+    parent: SessionId,
+    child: &arbor_store::SessionRecord,
+) -> Result<u8, Fail> {
+    use std::io::{BufRead, Read};
+    let exe = std::env::current_exe()
+        .map_err(|e| Fail::usage(format!("cannot find the arbor binary: {e}")))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("send")
+        .arg(parent.to_string())
+        .arg(child.id.to_string())
+        .arg(&args.text)
+        .arg("--receipt")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(store) = &args.store.store {
+        command.arg("--store").arg(store);
+    }
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut process = command
+        .spawn()
+        .map_err(|e| Fail::usage(format!("cannot start the background process: {e}")))?;
+    let Some(stdout) = process.stdout.take() else {
+        return Err(Fail::usage("the background process has no stdout"));
+    };
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+    if let Some(message) = line.trim().strip_prefix(RECEIPT) {
+        let message = message.trim();
+        if args.store.json {
+            output::out(
+                &json!({"message_id": message, "child_id": child.id, "name": child.name,
+                        "pid": process.id(), "waiting": false})
+                .to_string(),
+            );
+        } else {
+            output::out(&format!(
+                "queued {message} for {} ({}); its follow-up runs in the background (pid {}): \
+                 arbor tree {}",
+                child.name,
+                crate::resolve::short(child.id),
+                process.id(),
+                crate::resolve::short(child.root_id)
+            ));
+        }
+        // The background process goes on alone; its output is no longer read.
+        return Ok(0);
+    }
+    // It stopped before the message was delivered: its error is the answer.
+    let mut err = String::new();
+    if let Some(mut stderr) = process.stderr.take() {
+        let _ = stderr.read_to_string(&mut err);
+    }
+    let status = process
+        .wait()
+        .map_err(|e| Fail::usage(format!("the background process: {e}")))?;
+    let text = err
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("error: "))
+        .unwrap_or(err.trim());
+    Err(Fail {
+        code: status
+            .code()
+            .map_or(crate::fail::EXIT_RUN, |c| u8::try_from(c).unwrap_or(1)),
+        message: if text.is_empty() {
+            format!("the background process ended ({status}) before the message was delivered")
+        } else {
+            text.to_owned()
+        },
+    })
+}
+
 /// The texts `child` delivered to `parent` after entry `after`.
 async fn replies_from(
     store: &std::sync::Arc<dyn arbor_store::Store>,
@@ -127,7 +220,7 @@ async fn replies_from(
 /// `arbor rm SESSION NAME`.
 pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
     let store = open(&args.store).await?;
-    let parent = session_id(&args.session)?;
+    let parent = resolve::session(store.as_ref(), &args.session).await?;
     let by = format!(
         "user:{}",
         std::env::var("USER").unwrap_or_else(|_| "local".into())
@@ -139,8 +232,9 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
     let root = registry::session(store.as_ref(), parent_record.root_id)
         .await
         .map_err(Fail::core)?;
+    let selector = resolve::child(store.as_ref(), parent, &args.name, true).await?;
     let (id, tombstone, already) =
-        delete_stored(&store, &root, parent, &args.name, &by, &args.reason).await?;
+        delete_stored(&store, &root, parent, &selector, &by, &args.reason).await?;
     if args.store.json {
         output::out(
             &json!({"session_id": id, "tombstone": tombstone, "already_deleted": already})
@@ -160,12 +254,13 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
 /// `arbor rename SESSION NAME NEW`.
 pub(crate) async fn rename(args: RenameArgs) -> Result<u8, Fail> {
     let store = open(&args.store).await?;
-    let parent = session_id(&args.session)?;
+    let parent = resolve::session(store.as_ref(), &args.session).await?;
     let by = format!(
         "user:{}",
         std::env::var("USER").unwrap_or_else(|_| "local".into())
     );
-    let renamed = registry::rename_child(store.as_ref(), parent, &args.name, &args.new_name, &by)
+    let selector = resolve::child(store.as_ref(), parent, &args.name, false).await?;
+    let renamed = registry::rename_child(store.as_ref(), parent, &selector, &args.new_name, &by)
         .await
         .map_err(Fail::core)?;
     if args.store.json {

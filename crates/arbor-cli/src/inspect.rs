@@ -4,15 +4,15 @@
 use std::sync::Arc;
 
 use arbor_core::registry::{self, ChildRow};
-use arbor_protocol::{EntryKind, SessionId, TranscriptEntry};
+use arbor_protocol::{EntryKind, TranscriptEntry};
 use arbor_store::{SessionQuery, Store};
 use serde_json::json;
 
 use crate::cli::{LsArgs, SessionArgs, StoreArgs};
 use crate::fail::Fail;
-use crate::report::{table, thousands};
+use crate::report::thousands;
 use crate::store::{StoreChoice, StoreName};
-use crate::{output, owner, walk};
+use crate::{output, owner, resolve, walk};
 
 /// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
@@ -75,13 +75,6 @@ pub(crate) async fn check(args: StoreArgs) -> Result<u8, Fail> {
     Ok(0)
 }
 
-/// A session id argument.
-pub(crate) fn session_id(text: &str) -> Result<SessionId, Fail> {
-    text.trim()
-        .parse()
-        .map_err(|_| Fail::usage(format!("not a session id: {text:?}")))
-}
-
 fn store_fail(e: arbor_store::StoreError) -> Fail {
     Fail::store(e.to_string())
 }
@@ -98,11 +91,11 @@ pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
             let rows: Vec<_> = roots.iter().map(ChildRow::of).collect();
             output::out(&json!({ "roots": rows }).to_string());
         } else {
-            output::out(&table(&roots));
+            output::out(&roots_table(&roots));
         }
         return Ok(0);
     };
-    let parent = session_id(session)?;
+    let parent = resolve::session(store.as_ref(), session).await?;
     let rows = registry::children(store.as_ref(), parent, args.deleted)
         .await
         .map_err(Fail::core)?;
@@ -114,19 +107,77 @@ pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
     Ok(0)
 }
 
+/// The roots, newest last: short id, name, status, both token totals, age and spec.
+fn roots_table(roots: &[arbor_store::SessionRecord]) -> String {
+    let mut roots: Vec<&arbor_store::SessionRecord> = roots.iter().collect();
+    roots.sort_by_key(|r| (r.created_at, r.id));
+    let now = arbor_protocol::Timestamp::now();
+    let rows: Vec<Vec<String>> = roots
+        .iter()
+        .map(|r| {
+            vec![
+                resolve::short(r.id),
+                r.name.clone(),
+                r.status.to_string(),
+                thousands(r.own_usage.total_tokens),
+                thousands(r.aggregate_usage().total_tokens),
+                resolve::age(now, r.created_at),
+                r.meta["definition"]["path"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_owned(),
+            ]
+        })
+        .collect();
+    let mut out = grid(
+        &[
+            "id",
+            "name",
+            "status",
+            "own",
+            "aggregate",
+            "started",
+            "spec",
+        ],
+        &rows,
+        &[3, 4],
+    );
+    if rows.is_empty() {
+        out.push_str("\n(no runs)");
+    }
+    out
+}
+
+/// A table: `header`, then `rows`, columns as wide as their widest cell, the columns of
+/// `right` aligned right.
+fn grid(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.zip(&widths).enumerate() {
+            if right.contains(&i) {
+                out.push_str(&format!("{c:>w$}  "));
+            } else {
+                out.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    let mut out = line(&mut header.iter().copied());
+    for row in rows {
+        out.push('\n');
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
+    }
+    out
+}
+
 fn children_table(rows: &[ChildRow]) -> String {
-    let header = [
-        "name",
-        "status",
-        "model",
-        "mode",
-        "own",
-        "aggregate",
-        "context",
-        "replies",
-        "session",
-    ];
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let mut status = r.status.to_string();
@@ -135,7 +186,8 @@ fn children_table(rows: &[ChildRow]) -> String {
             } else if r.silent {
                 status.push_str(" (silent)");
             }
-            [
+            vec![
+                resolve::short(r.session_id),
                 r.name.clone(),
                 status,
                 r.model.clone(),
@@ -144,32 +196,21 @@ fn children_table(rows: &[ChildRow]) -> String {
                 thousands(r.aggregate_usage.total_tokens),
                 thousands(r.context_tokens),
                 r.replies.to_string(),
-                r.session_id.to_string(),
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: [&str; 9]| {
-        let mut out = String::new();
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            if (4..=7).contains(&i) {
-                out.push_str(&format!("{c:>w$}  "));
-            } else {
-                out.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-    let mut out = line(header);
-    for row in &cells {
-        out.push('\n');
-        out.push_str(&line(std::array::from_fn(|i| row[i].as_str())));
-    }
+    let header = [
+        "id",
+        "name",
+        "status",
+        "model",
+        "mode",
+        "own",
+        "aggregate",
+        "context",
+        "replies",
+    ];
+    let mut out = grid(&header, &cells, &[5, 6, 7, 8]);
     if rows.is_empty() {
         out.push_str("\n(no children)");
     }
@@ -179,7 +220,7 @@ fn children_table(rows: &[ChildRow]) -> String {
 /// `arbor tree SESSION`: streamed (see [`crate::walk`]).
 pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
     let store = open_to_read(&args.store).await?;
-    let id = session_id(&args.session)?;
+    let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     walk::tree(store.as_ref(), id, args.store.json).await?;
     Ok(0)
 }
@@ -187,7 +228,7 @@ pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
 /// `arbor log SESSION`.
 pub(crate) async fn log(args: SessionArgs) -> Result<u8, Fail> {
     let store = open_to_read(&args.store).await?;
-    let id = session_id(&args.session)?;
+    let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;

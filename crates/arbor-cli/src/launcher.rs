@@ -160,6 +160,16 @@ impl Launcher for SpecLauncher {
         let prepared = prepare(&shown, &text, &overrides)
             .await
             .map_err(|f| override_error(&run, f))?;
+        let task = run
+            .task
+            .clone()
+            .unwrap_or_else(|| prepared.spec.task.clone());
+        if task.trim().is_empty() {
+            return Err(ApiError::field(
+                "task",
+                "no task: the request gives none and the spec has none",
+            ));
+        }
         let token = self.runs.child_token();
         let extra = serde_json::json!({"tenant": run.tenant});
         let (built, mut session) = create_root(&prepared, &overrides, &self.store, &token, extra)
@@ -171,7 +181,6 @@ impl Launcher for SpecLauncher {
         if let Some(c) = &claim {
             c.live(&token, &built);
         }
-        let task = run.task.unwrap_or_else(|| prepared.spec.task.clone());
         let store = self.store.clone();
         self.tracker.spawn(async move {
             let _lease = lease;

@@ -15,7 +15,8 @@
 //! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.
 //! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
-//! - [`store`]: which store a run uses and how it is opened.
+//! - [`store`]: which store a run uses and how it is opened; [`resolve`]: which session,
+//!   child or approval an argument names (ids, unique pieces of them, `@latest`).
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
 //! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
 
@@ -41,6 +42,7 @@ mod owner;
 mod progress;
 mod redaction;
 mod report;
+mod resolve;
 mod resume;
 mod run;
 mod serve;

@@ -112,6 +112,11 @@ impl RootProgress {
             ),
             AgentEvent::ToolExecutionError {
                 name: tool, error, ..
+            } if arbor_core::events::is_suspended_call(error) => {
+                format!("{name}: tool {tool} suspended, waiting for approval")
+            }
+            AgentEvent::ToolExecutionError {
+                name: tool, error, ..
             } => format!("{name}: tool {tool} error: {}", first_line(error)),
             AgentEvent::ToolExecutionBlocked {
                 name: tool, reason, ..
@@ -288,6 +293,16 @@ mod tests {
                 name: "echo".into(),
                 error: "bad arguments\nmore".into(),
             },
+            AgentEvent::ToolExecutionError {
+                turn: 1,
+                call_id: "d".into(),
+                name: "spawn_agent".into(),
+                error: format!(
+                    "{} {}",
+                    arbor_core::events::SUSPENDED_CALL,
+                    arbor_protocol::RunId::new()
+                ),
+            },
             AgentEvent::EventsLagged { missed: 3 },
             AgentEvent::RunLimitExceeded {
                 breach: RunLimitBreach {
@@ -304,7 +319,7 @@ mod tests {
                 error: Some("run limit max_tokens exceeded".into()),
             },
         ]);
-        assert_eq!(got.len(), 6, "{got:#?}");
+        assert_eq!(got.len(), 7, "{got:#?}");
         assert!(
             got[0].starts_with(
                 "root: run started (agent root, model scripted, store memory, session "
@@ -317,21 +332,25 @@ mod tests {
         assert_eq!(got[2], "root: tool echo error: bad arguments…");
         assert_eq!(
             got[3],
-            "root: (3 events not shown: the display fell behind)"
+            "root: tool spawn_agent suspended, waiting for approval"
         );
         assert_eq!(
             got[4],
+            "root: (3 events not shown: the display fell behind)"
+        );
+        assert_eq!(
+            got[5],
             "root: limit max_tokens exceeded (maximum 10, observed 40000)"
         );
         assert!(
-            got[5].starts_with("root: run failed (token_limit): 1 turn, 40,000 tokens, "),
+            got[6].starts_with("root: run failed (token_limit): 1 turn, 40,000 tokens, "),
             "{}",
-            got[5]
+            got[6]
         );
         assert!(
-            got[5].ends_with(": run limit max_tokens exceeded"),
+            got[6].ends_with(": run limit max_tokens exceeded"),
             "{}",
-            got[5]
+            got[6]
         );
     }
 }

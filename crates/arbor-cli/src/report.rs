@@ -70,8 +70,11 @@ pub(crate) fn json_report(
     })
 }
 
+/// How many columns the table has.
+pub(crate) const COLS: usize = 8;
+
 /// The table's header.
-pub(crate) const HEADER: [&str; 7] = [
+pub(crate) const HEADER: [&str; COLS] = [
     "session",
     "parent",
     "depth",
@@ -79,11 +82,12 @@ pub(crate) const HEADER: [&str; 7] = [
     "own tokens",
     "aggregate",
     "context",
+    "id",
 ];
 
 /// One session's cells: name (indented by depth), parent, depth, status, own, aggregate and
-/// context tokens.
-pub(crate) fn cells(s: &SessionRecord, parent: Option<&str>) -> [String; 7] {
+/// context tokens, and its short id (see [`crate::resolve`]).
+pub(crate) fn cells(s: &SessionRecord, parent: Option<&str>) -> [String; COLS] {
     [
         format!("{}{}", "  ".repeat(s.depth as usize), s.name),
         parent.unwrap_or("-").to_owned(),
@@ -92,21 +96,22 @@ pub(crate) fn cells(s: &SessionRecord, parent: Option<&str>) -> [String; 7] {
         thousands(s.own_usage.total_tokens),
         thousands(s.aggregate_usage().total_tokens),
         thousands(s.context_tokens),
+        crate::resolve::short(s.id),
     ]
 }
 
 /// Widens `widths` to fit `row`.
-pub(crate) fn widen(widths: &mut [usize; 7], row: &[String; 7]) {
+pub(crate) fn widen(widths: &mut [usize; COLS], row: &[String; COLS]) {
     for (w, cell) in widths.iter_mut().zip(row) {
         *w = (*w).max(cell.chars().count());
     }
 }
 
 /// One line of the table: text columns left-aligned, numbers right-aligned.
-pub(crate) fn line(cells: [&str; 7], widths: &[usize; 7]) -> String {
+pub(crate) fn line(cells: [&str; COLS], widths: &[usize; COLS]) -> String {
     let mut out = String::new();
     for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-        if i < 2 || i == 3 {
+        if i < 2 || i == 3 || i == 7 {
             out.push_str(&format!("{cell:<w$}  "));
         } else {
             out.push_str(&format!("{cell:>w$}  "));
@@ -119,7 +124,7 @@ pub(crate) fn line(cells: [&str; 7], widths: &[usize; 7]) -> String {
 /// tokens, with thousands separators.
 pub(crate) fn table(sessions: &[SessionRecord]) -> String {
     let by_id = names(sessions);
-    let rows: Vec<[String; 7]> = sessions
+    let rows: Vec<[String; COLS]> = sessions
         .iter()
         .map(|s| cells(s, s.parent_id.and_then(|p| by_id.get(&p).copied())))
         .collect();
@@ -194,19 +199,39 @@ mod tests {
         root.context_tokens = 40_000;
         let mut kid = SessionRecord::new_child(&root, "audit-helper", "audit-helper", "scripted");
         kid.own_usage = Usage::new(60_000, 0);
-        let table = table(&[root, kid]);
+        let table = table(&[root.clone(), kid.clone()]);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3, "{table}");
         assert!(lines[0].starts_with("session"), "{table}");
         let root_cells: Vec<&str> = lines[1].split_whitespace().collect();
+        let root_short = crate::resolve::short(root.id);
         assert_eq!(
             root_cells,
-            ["root", "-", "0", "succeeded", "40,000", "100,000", "40,000"]
+            [
+                "root",
+                "-",
+                "0",
+                "succeeded",
+                "40,000",
+                "100,000",
+                "40,000",
+                &root_short
+            ]
         );
         let kid_cells: Vec<&str> = lines[2].split_whitespace().collect();
+        let kid_short = crate::resolve::short(kid.id);
         assert_eq!(
             kid_cells,
-            ["audit-helper", "root", "1", "idle", "60,000", "60,000", "0"]
+            [
+                "audit-helper",
+                "root",
+                "1",
+                "idle",
+                "60,000",
+                "60,000",
+                "0",
+                &kid_short
+            ]
         );
         assert!(lines[2].starts_with("  audit-helper"), "{table}");
     }

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use crate::approvals::waiting_at;
 use crate::cli::SessionArgs;
 use crate::fail::Fail;
-use crate::inspect::{open, session_id};
+use crate::inspect::open;
 use crate::report::suspension_text;
 use crate::run::{Start, View, drive_root};
 use crate::store::StoreChoice;
-use crate::{answers, output, owner, spec, tree};
+use crate::{answers, output, owner, resolve, spec, tree};
 
 /// `arbor resume SESSION`: what waits for decisions goes on: the suspended runs of message-mode
 /// children nobody awaits (their answers reach their parents by message), then the suspended
@@ -25,7 +25,7 @@ use crate::{answers, output, owner, spec, tree};
 pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
     let store = open(&args.store).await?;
-    let id = session_id(&args.session)?;
+    let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     let root = registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;

@@ -43,6 +43,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         model: args.model.clone(),
     };
     let prepared = prepare(&path, &text, &overrides).await?;
+    let task = task(&path, args.task.as_deref(), &prepared.spec)?;
     let store = choice.open()?;
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
@@ -61,8 +62,49 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         json: args.json,
         quiet: args.quiet,
     };
-    let task = prepared.spec.task.clone();
     drive_root(view, &built, session, Start::Task(task), token).await
+}
+
+/// The most a task read from standard input may hold.
+const MAX_TASK_BYTES: u64 = 1 << 20;
+
+/// The root's task: `--task TEXT`, `--task -` (standard input, to its end), or the spec's.
+/// Refused (as bad usage, before anything is stored) when it is empty.
+fn task(path: &str, given: Option<&str>, spec: &spec::Spec) -> Result<String, Fail> {
+    let task = match given {
+        Some("-") => {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .take(MAX_TASK_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| {
+                    Fail::usage(format!(
+                        "--task -: cannot read standard input: {}",
+                        io_reason(&e)
+                    ))
+                })?;
+            if bytes.len() as u64 > MAX_TASK_BYTES {
+                return Err(Fail::usage(format!(
+                    "--task -: standard input holds more than {MAX_TASK_BYTES} bytes"
+                )));
+            }
+            String::from_utf8(bytes)
+                .map_err(|_| Fail::usage("--task -: standard input is not UTF-8 text"))?
+        }
+        Some(text) => text.to_owned(),
+        None => spec.task.clone(),
+    };
+    if task.trim().is_empty() {
+        return Err(Fail::usage(match given {
+            Some(_) => "--task: the task is empty".to_owned(),
+            None => format!(
+                "{path}: no task: give one with --task TEXT (or --task - to read it from \
+                 standard input), or task = \"...\" in the spec"
+            ),
+        }));
+    }
+    Ok(task)
 }
 
 /// What may change a spec for one run: its repository, the root's provider and model.

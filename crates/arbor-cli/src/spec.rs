@@ -23,7 +23,8 @@ pub(crate) const CODING_TOOLS: [&str; 5] = arbor_coding::CODING_TOOL_NAMES;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Spec {
-    /// The root run's input.
+    /// The root run's input (`arbor run --task` gives another; empty: it must).
+    #[serde(default)]
     pub(crate) task: String,
     /// The root agent (default: the only agent, else `root`).
     pub(crate) root: Option<String>,
@@ -520,8 +521,11 @@ mod tests {
         let err = Spec::parse("s.toml", "task = \"x\"\n[agents.root\n").unwrap_err();
         assert!(err.starts_with("s.toml:2: "), "{err}");
         assert!(!err.contains('\n'), "{err}");
-        let err = Spec::parse("s.toml", "[agents.root]\n[[agents.root.turns]]\n").unwrap_err();
-        assert!(err.contains("missing field `task`"), "{err}");
+        let err = Spec::parse("s.toml", "task = \"x\"\n").unwrap_err();
+        assert!(err.contains("missing field `agents`"), "{err}");
         assert!(!err.contains('\n'), "{err}");
+        // The task may be left to `arbor run --task`.
+        let spec = Spec::parse("s.toml", "[agents.root]\n[[agents.root.turns]]\n").unwrap();
+        assert_eq!(spec.task, "");
     }
 }

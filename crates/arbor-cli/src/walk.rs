@@ -121,7 +121,7 @@ struct Check {
     consistent: bool,
     own_total_tokens: u64,
     root_aggregate_tokens: u64,
-    widths: [usize; 7],
+    widths: [usize; report::COLS],
 }
 
 fn is_silent(s: &SessionRecord) -> bool {

@@ -160,7 +160,7 @@ fn a_tree_of_thousands_streams_in_the_old_form() {
             "{line}"
         );
         let cells: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cells.len(), 7, "{line}");
+        assert_eq!(cells.len(), 8, "{line}");
         assert_eq!(cells[2], depth.to_string());
         assert_eq!(cells[3], row["status"].as_str().unwrap());
     }

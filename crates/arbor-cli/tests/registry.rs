@@ -74,7 +74,7 @@ fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
     // The table shows the same figures, and marks the silent child.
     let table = arbor(dir.path(), &["ls", &root]);
     let table = String::from_utf8_lossy(&table.stdout);
-    assert!(table.starts_with("name    status              model     mode     own  aggregate  context  replies  session"), "{table}");
+    assert!(table.starts_with("id        name    status              model     mode     own  aggregate  context  replies"), "{table}");
     assert!(
         table.contains("quiet   succeeded (silent)  scripted  message   10         10"),
         "{table}"

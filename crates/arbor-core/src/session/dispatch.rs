@@ -259,10 +259,7 @@ impl Session {
             }
             Ok(Err(ToolError::ToModel(message))) => (message, None),
             Ok(Err(ToolError::Suspended(nested))) => {
-                let text = format!(
-                    "waiting for approvals of the delegated run {}",
-                    nested.run_id
-                );
+                let text = format!("{} {}", super::events::SUSPENDED_CALL, nested.run_id);
                 (text, Some(CallStop::Suspended(nested)))
             }
             Ok(Err(ToolError::Fatal(message))) => {

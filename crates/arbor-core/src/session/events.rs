@@ -18,6 +18,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::redact::{Redactor, redact_serde};
 
+/// How a [`AgentEvent::ToolExecutionError`] begins when the call did not fail but waits: the
+/// run it delegated to stopped on calls waiting for approval (the caller's run suspends
+/// next). A display says "suspended", not "error", for it (see [`is_suspended_call`]).
+pub const SUSPENDED_CALL: &str = "waiting for approvals of the delegated run";
+
+/// Whether a tool error event's text says the call waits for approvals (see
+/// [`SUSPENDED_CALL`]).
+pub fn is_suspended_call(error: &str) -> bool {
+    error.starts_with(SUSPENDED_CALL)
+}
+
 /// An event type a [`Bus`] can carry: it knows its sequence number and how to make the lag
 /// marker that stands for `missed` lost events before `next`.
 pub trait Sequenced: fmt::Debug + Send + Sync + 'static {

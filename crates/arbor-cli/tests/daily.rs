@@ -1,0 +1,293 @@
+//! The CLI as people use it every day, through the binary on a temp store: sessions named by
+//! a piece of their id or `@latest`, the short ids `ls` shows, the task on the command line,
+//! approvals by prefix, a follow-up that does not wait.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const REPLIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replies.toml");
+const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbor"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("ARBOR_BUSY_TIMEOUT_MS", "2000")
+        .env_remove("ARBOR_LOG");
+    cmd
+}
+
+fn arbor(dir: &Path, args: &[&str]) -> Output {
+    command(dir, args).output().unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(dir: &Path, args: &[&str]) -> Value {
+    let out = arbor(dir, args);
+    assert!(out.status.success(), "{args:?}: {}", text(&out).1);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn short(id: &str) -> &str {
+    &id[id.len() - 8..]
+}
+
+#[test]
+fn sessions_are_named_by_a_piece_of_their_id_or_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Nothing stored yet: @latest says so.
+    json(d, &["run", REPLIES, "--json", "-q"]);
+    let first = json(d, &["ls", "--json"])["roots"][0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = json(d, &["run", REPLIES, "--json", "-q"])["root_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // ls shows each root's short id: two runs of one spec are told apart.
+    let (table, _) = text(&arbor(d, &["ls"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("id        name  status"), "{table}");
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[1].starts_with(short(&first)), "{table}");
+    assert!(lines[2].starts_with(short(&second)), "{table}");
+    assert!(lines[2].ends_with("replies.toml"), "{table}");
+
+    // The short id, a prefix, @latest, - and no argument all name a session.
+    for (args, want) in [
+        (vec!["tree", short(&first), "--json"], &first),
+        (vec!["tree", &second[..13], "--json"], &second),
+        (vec!["tree", "@latest", "--json"], &second),
+        (vec!["tree", "-", "--json"], &second),
+        (vec!["tree", "--json"], &second),
+    ] {
+        let tree = json(d, &args);
+        assert_eq!(tree["root_session_id"], want.as_str(), "{args:?}");
+    }
+    // The children table shows short ids too, and a child is named by one.
+    let kids = json(d, &["ls", short(&first), "--json"]);
+    let papers = kids["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "papers")
+        .unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (table, _) = text(&arbor(d, &["ls", short(&first)]));
+    assert!(
+        table.contains(&format!("{}  papers", short(&papers))),
+        "{table}"
+    );
+    let log = arbor(d, &["log", short(&papers), "--json"]);
+    assert!(log.status.success(), "{}", text(&log).1);
+    let renamed = json(
+        d,
+        &[
+            "rename",
+            short(&first),
+            short(&papers),
+            "articles",
+            "--json",
+        ],
+    );
+    assert_eq!(renamed["session_id"], papers.as_str());
+
+    // Both roots were made within a minute: their ids share the clock's digits, so a short
+    // prefix matches both and is refused with the candidates listed.
+    let shared = first
+        .chars()
+        .zip(second.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(shared >= 8, "{first} {second}");
+    let out = arbor(d, &["tree", &first[..8]]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out).1;
+    assert!(
+        err.starts_with(&format!(
+            "error: session \"{}\" is ambiguous: it matches ",
+            &first[..8]
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&second) && err.contains(&first), "{err}");
+    // Unknown, too short, or not an id at all: usage errors that say so.
+    let out = arbor(d, &["tree", "ffffffff"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out).1.trim(),
+        "error: unknown session \"ffffffff\": no session id starts or ends with it"
+    );
+    let out = arbor(d, &["tree", "abc"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("at least 4 of its hex digits"));
+}
+
+#[test]
+fn latest_in_an_empty_store_says_there_is_no_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = arbor(d, &["tree"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("no store at"), "{}", text(&out).1);
+    // A store that holds no run yet.
+    drop(arbor_store_sqlite::SqliteStore::open(d.join("empty.db")).unwrap());
+    for args in [
+        &["tree", "--store", "empty.db"][..],
+        &["approvals", "@latest", "--store", "empty.db"],
+    ] {
+        let out = arbor(d, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            text(&out).1.trim(),
+            "error: the store holds no run yet (start one: arbor run SPEC)"
+        );
+    }
+}
+
+#[test]
+fn the_task_comes_from_the_command_line_or_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("s.toml"),
+        "[agents.root]\n[[agents.root.turns]]\ntext = \"done\"\n",
+    )
+    .unwrap();
+    // No task anywhere: refused before anything is stored.
+    let out = arbor(d, &["run", "s.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out)
+            .1
+            .contains("s.toml: no task: give one with --task TEXT"),
+        "{}",
+        text(&out).1
+    );
+    assert!(!d.join(".arbor").exists(), "a refused run stores nothing");
+    let out = arbor(d, &["run", "s.toml", "--task", "  "]);
+    assert_eq!(text(&out).1.trim(), "error: --task: the task is empty");
+
+    let run = json(
+        d,
+        &[
+            "run",
+            "s.toml",
+            "--task",
+            "Summarise the diff",
+            "--json",
+            "-q",
+        ],
+    );
+    assert_eq!(run["status"], "succeeded");
+    let (lines, _) = text(&arbor(d, &["log"]));
+    assert!(lines.contains("user: Summarise the diff"), "{lines}");
+
+    let mut child = command(d, &["run", "s.toml", "--task", "-", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all("Review\nthe two files\n".as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let (lines, _) = text(&arbor(d, &["log"]));
+    assert!(lines.contains("user: Review the two files"), "{lines}");
+}
+
+#[test]
+fn approvals_are_decided_by_a_prefix_of_their_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = arbor(d, &["run", APPROVALS, "--no-input"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out).1);
+    // A suspension is not an error.
+    let progress = text(&out).1;
+    assert!(
+        progress.contains("root: tool spawn_agent suspended, waiting for approval"),
+        "{progress}"
+    );
+    assert!(!progress.contains(" error"), "{progress}");
+    let waiting = json(d, &["approvals", "--json"]);
+    let id = waiting["suspensions"][0]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(id.len(), 68);
+    // Without its head, six digits name it.
+    let out = arbor(d, &["approve", "@latest", &id[4..10]]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(
+        text(&out).0.starts_with("every call is decided"),
+        "{}",
+        text(&out).0
+    );
+    let out = arbor(d, &["resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+}
+
+#[test]
+fn send_no_wait_returns_once_the_message_is_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let root = json(d, &["run", REPLIES, "--json", "-q"])["root_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = arbor(
+        d,
+        &[
+            "send",
+            short(&root),
+            "papers",
+            "Which one first?",
+            "--no-wait",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+    let (said, _) = text(&out);
+    assert!(said.starts_with("queued msg_"), "{said}");
+    assert!(
+        said.contains(&format!("arbor tree {}", short(&root))),
+        "{said}"
+    );
+    assert!(said.contains("for papers"), "{said}");
+    // The follow-up ran on in the background: its reply reaches the root's transcript.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (log, _) = text(&arbor(d, &["log", &root]));
+        if log.contains("Start with Wagner 1998") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reply: {log}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A bad child is refused in the foreground, as without --no-wait.
+    let out = arbor(d, &["send", &root, "nosuch", "x", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out).1.trim(),
+        "error: child \"nosuch\" of this session not found"
+    );
+}
