@@ -14,7 +14,8 @@
 //!   when nothing is pending.
 //! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.
-//! - [`spec`]: the TOML spec, parsed strictly; [`tree`]: the agents and supervisor it builds.
+//! - [`spec`]: the TOML spec, parsed strictly ([`limits`]: how an agent's limits compose
+//!   with the supervisor's); [`tree`]: the agents and supervisor it builds.
 //! - [`store`]: which store a run uses and how it is opened; [`resolve`]: which session,
 //!   child or approval an argument names (ids, unique pieces of them, `@latest`).
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
@@ -32,6 +33,7 @@ mod follow;
 mod inspect;
 mod interrupt;
 mod launcher;
+mod limits;
 mod logging;
 mod mcp;
 mod models;

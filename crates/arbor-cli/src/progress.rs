@@ -26,6 +26,7 @@ pub(crate) struct RootProgress {
     started: Instant,
     turns: u32,
     text: String,
+    limits: Option<crate::limits::Provenance>,
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -51,7 +52,14 @@ impl RootProgress {
             started: Instant::now(),
             turns: 0,
             text: String::new(),
+            limits: None,
         }
+    }
+
+    /// Says where a limit that stops the run was set.
+    pub(crate) fn with_limits(mut self, limits: crate::limits::Provenance) -> Self {
+        self.limits = Some(limits);
+        self
     }
 
     /// The line an event gives, if any.
@@ -121,10 +129,18 @@ impl RootProgress {
             AgentEvent::ToolExecutionBlocked {
                 name: tool, reason, ..
             } => format!("{name}: tool {tool} blocked: {}", first_line(reason)),
-            AgentEvent::RunLimitExceeded { breach } => format!(
-                "{name}: limit {} exceeded (maximum {}, observed {})",
-                breach.limit, breach.maximum, breach.observed
-            ),
+            AgentEvent::RunLimitExceeded { breach } => {
+                let mut line = format!(
+                    "{name}: limit {} exceeded (maximum {}, observed {})",
+                    breach.limit,
+                    thousands(breach.maximum),
+                    thousands(breach.observed)
+                );
+                if let Some(limits) = &self.limits {
+                    line.push_str(&format!(": {}", limits.describe(breach.limit)));
+                }
+                line
+            }
             AgentEvent::RunDenied { reason } => format!("{name}: denied: {}", first_line(reason)),
             AgentEvent::RunSuspended { pending } => format!(
                 "{name}: suspended, waiting for {}",
@@ -340,7 +356,7 @@ mod tests {
         );
         assert_eq!(
             got[5],
-            "root: limit max_tokens exceeded (maximum 10, observed 40000)"
+            "root: limit max_tokens exceeded (maximum 10, observed 40,000)"
         );
         assert!(
             got[6].starts_with("root: run failed (token_limit): 1 turn, 40,000 tokens, "),

@@ -263,7 +263,8 @@ pub(crate) async fn drive_root(
             session.record().name.clone(),
             root_id,
             view.store_name.clone(),
-        );
+        )
+        .with_limits(built.root_limits.clone());
         followers.push(tokio::spawn(progress::follow_root(
             root,
             session.subscribe(),
@@ -320,6 +321,11 @@ pub(crate) async fn drive_root(
                 serde_json::json!({"session": m.session, "what": m.what})
             }).collect::<Vec<_>>(),
         });
+        if let Some(b) = &result.breach {
+            report["result"]["breach_origin"] =
+                serde_json::json!(built.root_limits.origin(b.limit).as_str());
+            report["result"]["breach_setting"] = serde_json::json!(built.root_limits.key(b.limit));
+        }
         if let Some(s) = &result.suspension {
             report["suspension"] = report::suspension_json(s);
         }
@@ -338,6 +344,15 @@ pub(crate) async fn drive_root(
                 "{silent} child(ren) finished without replying (silent no-ops): see arbor ls {root_id}"
             ));
         }
+        if let Some(b) = &result.breach {
+            output::out(&format!(
+                "{} stopped at its limit {} = {} ({})",
+                session_name(&sessions, root_id),
+                b.limit,
+                report::thousands(b.maximum),
+                built.root_limits.describe(b.limit)
+            ));
+        }
         if let Some(s) = &result.suspension {
             output::out(&report::suspension_text(root_id, s));
         }
@@ -352,6 +367,13 @@ pub(crate) async fn drive_root(
         RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
         _ => EXIT_RUN,
     })
+}
+
+fn session_name(sessions: &[arbor_store::SessionRecord], id: arbor_protocol::SessionId) -> &str {
+    sessions
+        .iter()
+        .find(|s| s.id == id)
+        .map_or("the root", |s| s.name.as_str())
 }
 
 /// Runs (or resumes) the root of an attached tree, runs it again on its children's replies

@@ -126,9 +126,12 @@ pub(crate) struct AgentSpec {
     pub(crate) policy: PolicyInput,
     /// Concurrent tool calls per turn.
     pub(crate) tool_concurrency: Option<usize>,
-    /// Run limits.
+    /// Run limits as written (see [`crate::limits`]).
     #[serde(default)]
-    pub(crate) limits: RunLimits,
+    pub(crate) limits: crate::limits::AgentLimits,
+    /// The limits its runs get: its own over `[supervisor] limits` over the defaults.
+    #[serde(skip)]
+    pub(crate) run_limits: RunLimits,
     /// Replay the last scripted turn when the script runs out.
     #[serde(default)]
     pub(crate) repeat_last: bool,
@@ -161,6 +164,10 @@ impl Spec {
         })?;
         spec.validate().map_err(|e| format!("{path}: {e}"))?;
         let mut spec = spec;
+        let supervisor = spec.supervisor.limits;
+        for agent in spec.agents.values_mut() {
+            agent.run_limits = agent.limits.resolve(&supervisor);
+        }
         spec.fingerprint = fingerprint(text);
         spec.resolve_providers()
             .map_err(|e| format!("{path}: {e}"))?;

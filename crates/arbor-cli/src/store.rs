@@ -123,8 +123,9 @@ impl StoreChoice {
 }
 
 /// Creates the store's directory readable by its owner only (0700 on Unix: the store holds
-/// every prompt and tool output). An existing directory keeps its mode, with a warning when
-/// others can read or enter it.
+/// every prompt and tool output), with a `.gitignore` holding `*` so that arbor's directory
+/// never dirties the repository it is made in. An existing directory keeps its mode, with a
+/// warning when others can read or enter it.
 fn private_dir(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         warn_if_shared_dir(dir);
@@ -134,7 +135,8 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
     builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
+    builder.create(dir)?;
+    std::fs::write(dir.join(".gitignore"), "*\n")
 }
 
 #[cfg(unix)]

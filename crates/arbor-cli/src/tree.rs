@@ -40,6 +40,8 @@ pub(crate) struct Built {
     /// The tree's MCP servers: started on first use, stopped when the tree ends
     /// ([`Built::close`]) or this is dropped.
     pub(crate) mcp: Arc<McpServers>,
+    /// Where the root's limits come from, to say which one stopped its run.
+    pub(crate) root_limits: crate::limits::Provenance,
 }
 
 impl Built {
@@ -84,7 +86,7 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
     let mut b = Agent::builder(name)
         .shared_provider(provider(spec))
         .model(model.unwrap_or(&spec.model).to_owned())
-        .limits(spec.limits);
+        .limits(spec.run_limits);
     if let Some(system) = &spec.system {
         b = b.system(system.clone());
     }
@@ -303,6 +305,11 @@ fn assemble(
         root,
         supervisor,
         mcp,
+        root_limits: crate::limits::Provenance {
+            agent: root_name.to_owned(),
+            own: root_spec.limits,
+            supervisor: spec.supervisor.limits,
+        },
     })
 }
 

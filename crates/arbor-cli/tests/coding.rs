@@ -145,3 +145,50 @@ fn a_missing_or_bad_repository_is_a_clear_error() {
     assert_eq!(err.matches(&failed).count(), 2, "{err}");
     assert!(!work.path().join(".arbor/worktrees/demo").exists());
 }
+
+#[test]
+fn run_from_inside_the_repository_arbors_directory_never_dirties_it() {
+    let work = tempfile::tempdir().unwrap();
+    let repo_dir = work.path().join("repo");
+    repo(&repo_dir);
+    let head = git(&repo_dir, &["rev-parse", "HEAD"]);
+    // Untracked files are no obstacle: a worktree starts from a commit.
+    std::fs::write(repo_dir.join("notes.txt"), "mine\n").unwrap();
+    let run = arbor(&repo_dir, &["run", EXAMPLE, "--repository", ".", "--json"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(!err.contains("child failed"), "{err}");
+    assert!(!err.contains("uncommitted"), "{err}");
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let done = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["depth"] == 1 && s["status"] == "succeeded")
+        .count();
+    assert_eq!(done, 2, "{report}");
+    // arbor's own directory (store and worktrees) ignores itself.
+    assert_eq!(
+        std::fs::read_to_string(repo_dir.join(".arbor/.gitignore")).unwrap(),
+        "*\n"
+    );
+    assert_eq!(git(&repo_dir, &["status", "--porcelain"]), "?? notes.txt");
+
+    // Uncommitted changes to a tracked file: the children work from the commit, and the run
+    // says so once (two children, one warning), naming the commit.
+    std::fs::write(repo_dir.join("a.txt"), "edited, not committed\n").unwrap();
+    let run = arbor(&repo_dir, &["run", EXAMPLE, "--repository", ".", "-q"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let warning = format!(
+        "has uncommitted changes to tracked files; worktrees start from commit {} and do not \
+         see them",
+        &head[..12]
+    );
+    assert_eq!(err.matches(&warning).count(), 1, "{err}");
+    let branches = git(
+        &repo_dir,
+        &["branch", "--list", "agent/*", "--format=%(refname:short)"],
+    );
+    assert_eq!(branches.lines().count(), 4, "{branches}");
+}

@@ -291,3 +291,69 @@ fn send_no_wait_returns_once_the_message_is_delivered() {
         "error: child \"nosuch\" of this session not found"
     );
 }
+
+#[test]
+fn the_supervisors_limits_are_the_roots_default_and_a_stop_says_where_its_limit_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let turn = "[[agents.root.turns]]\ntext = \"done\"\nusage = { input_tokens = 30000, output_tokens = 10 }\n";
+    std::fs::write(
+        d.join("wide.toml"),
+        format!(
+            "task = \"x\"\n[supervisor]\nlimits = {{ max_tokens = 1000000 }}\n[agents.root]\n{turn}"
+        ),
+    )
+    .unwrap();
+    let run = json(d, &["run", "wide.toml", "--json", "-q"]);
+    assert_eq!(run["status"], "succeeded", "{run}");
+
+    // No limit anywhere: the built-in default stops it, and the report says so.
+    std::fs::write(
+        d.join("narrow.toml"),
+        format!("task = \"x\"\n[agents.root]\n{turn}"),
+    )
+    .unwrap();
+    let out = arbor(d, &["run", "narrow.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let (report, progress) = text(&out);
+    assert!(
+        report.contains(
+            "root stopped at its limit max_tokens = 20,000 (the built-in default; raise it with \
+             agents.root.limits.max_tokens or [supervisor] limits.max_tokens)"
+        ),
+        "{report}"
+    );
+    assert!(
+        progress.contains(
+            "root: limit max_tokens exceeded (maximum 20,000, observed 30,010): the built-in default"
+        ),
+        "{progress}"
+    );
+    let run =
+        serde_json::from_slice::<Value>(&arbor(d, &["run", "narrow.toml", "--json", "-q"]).stdout)
+            .unwrap();
+    assert_eq!(run["result"]["breach_origin"], "default");
+    assert_eq!(
+        run["result"]["breach_setting"],
+        "agents.root.limits.max_tokens"
+    );
+
+    // The agent's own limit above the supervisor's: the supervisor's holds, and is named.
+    std::fs::write(
+        d.join("capped.toml"),
+        format!(
+            "task = \"x\"\n[supervisor]\nlimits = {{ max_tokens = 25000 }}\n[agents.root]\nlimits = {{ max_tokens = 900000 }}\n{turn}"
+        ),
+    )
+    .unwrap();
+    let run =
+        serde_json::from_slice::<Value>(&arbor(d, &["run", "capped.toml", "--json", "-q"]).stdout)
+            .unwrap();
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["result"]["breach"]["maximum"], 25000);
+    assert_eq!(run["result"]["breach_origin"], "supervisor");
+    assert_eq!(
+        run["result"]["breach_setting"],
+        "supervisor.limits.max_tokens"
+    );
+}

@@ -68,6 +68,18 @@ pub(crate) async fn is_dirty(program: &Path, dir: &Path) -> CodingResult<bool> {
         .is_empty())
 }
 
+/// Whether the work tree at `dir` has uncommitted changes to tracked files (untracked files
+/// not counted).
+pub(crate) async fn has_tracked_changes(program: &Path, dir: &Path) -> CodingResult<bool> {
+    Ok(!git(
+        program,
+        dir,
+        &["status", "--porcelain", "--untracked-files=no"],
+    )
+    .await?
+    .is_empty())
+}
+
 /// Whether the work tree at `dir` has `branch` checked out (not detached, not another
 /// branch): only then are its commits safe on that branch when the worktree goes.
 pub(crate) async fn on_branch(program: &Path, dir: &Path, branch: &str) -> CodingResult<bool> {

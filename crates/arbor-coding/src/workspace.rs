@@ -70,6 +70,30 @@ pub struct Worktree {
     pub branch: String,
 }
 
+/// A commit's first 12 hex digits.
+fn short_commit(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+/// Makes sure the worktree root ignores itself in git (a `.gitignore` holding `*`), so
+/// worktrees under a repository's own `.arbor/` never show in its `git status`. Only a root
+/// without one gets it; a failure is logged, never fatal.
+async fn ignore_root(root: Option<&PathBuf>) {
+    let Some(root) = root else { return };
+    let file = root.join(".gitignore");
+    if tokio::fs::try_exists(&file).await.unwrap_or(true) {
+        return;
+    }
+    let written = async {
+        tokio::fs::create_dir_all(root).await?;
+        tokio::fs::write(&file, "*\n").await
+    }
+    .await;
+    if let Err(e) = written {
+        tracing::warn!(path = %file.display(), error = %e, "cannot write the worktree root's .gitignore");
+    }
+}
+
 /// What a cleanup did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cleanup {
@@ -107,6 +131,8 @@ pub struct Worktrees {
     config: WorkspaceConfig,
     created: Mutex<HashMap<String, Worktree>>,
     pending: Mutex<HashMap<String, Pending>>,
+    /// Whether the main checkout's uncommitted tracked changes were warned about.
+    warned: std::sync::atomic::AtomicBool,
 }
 
 /// Armed while `git worktree add` may have made something: dropped armed (the creation's
@@ -135,6 +161,7 @@ impl Worktrees {
             config,
             created: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -179,9 +206,12 @@ impl Worktrees {
         })
     }
 
-    /// Creates the worktree of `delegation_id` (or finds it again, for a resumed child).
-    /// Refuses a repository that is not one, a main checkout with uncommitted changes, and
-    /// a branch that exists without this delegation's worktree.
+    /// Creates the worktree of `delegation_id` (or finds it again, for a resumed child),
+    /// from the main checkout's current commit. Refuses a repository that is not one and a
+    /// branch that exists without this delegation's worktree. Untracked files in the main
+    /// checkout are no obstacle (a worktree starts from a commit, and they are not in it);
+    /// uncommitted changes to tracked files are not either, but children do not see them:
+    /// the first creation that finds some warns, naming the commit.
     pub async fn create(&self, delegation_id: &str) -> CodingResult<Worktree> {
         let plan = self.plan(delegation_id)?;
         let repo = &self.config.repository;
@@ -203,11 +233,19 @@ impl Worktrees {
             tracing::debug!(path = %plan.path.display(), "worktree found again");
             return Ok(plan);
         }
-        if git::is_dirty(g, repo).await? {
-            return Err(CodingError::Repository(format!(
-                "the main checkout at {} has uncommitted changes; commit or stash them first",
-                repo.display()
-            )));
+        let base = git::git(g, repo, &["rev-parse", "HEAD"]).await?;
+        if git::has_tracked_changes(g, repo).await?
+            && !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                repository = %repo.display(),
+                commit = %base,
+                "the main checkout at {} has uncommitted changes to tracked files; worktrees \
+                 start from commit {} and do not see them (commit them for children to work \
+                 on them)",
+                repo.display(),
+                short_commit(&base)
+            );
         }
         if git::branch_exists(g, repo, &plan.branch).await? {
             return Err(CodingError::Repository(format!(
@@ -226,6 +264,7 @@ impl Worktrees {
                 .await
                 .map_err(|e| CodingError::Io(format!("cannot create {}: {e}", parent.display())))?;
         }
+        ignore_root(self.config.worktree_roots.first()).await;
         let path = plan.path.to_string_lossy().into_owned();
         let mut half_made = HalfMade {
             trees: self,
@@ -235,7 +274,7 @@ impl Worktrees {
         let added = git::git(
             g,
             repo,
-            &["worktree", "add", "-b", &plan.branch, &path, "HEAD"],
+            &["worktree", "add", "-b", &plan.branch, &path, &base],
         )
         .await;
         // git finished: it made the worktree, or failed and undid what it did itself (the
@@ -244,7 +283,13 @@ impl Worktrees {
         added?;
         self.created()
             .insert(delegation_id.to_owned(), plan.clone());
-        tracing::debug!(path = %plan.path.display(), branch = %plan.branch, "worktree created");
+        tracing::info!(
+            path = %plan.path.display(),
+            branch = %plan.branch,
+            commit = %base,
+            "worktree created from commit {}",
+            short_commit(&base)
+        );
         Ok(plan)
     }
 

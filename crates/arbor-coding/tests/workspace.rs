@@ -18,6 +18,32 @@ fn setup() -> (tempfile::TempDir, Worktrees) {
 }
 
 #[tokio::test]
+async fn a_worktree_starts_from_the_commit_whatever_the_main_checkout_holds() {
+    let (dir, trees) = setup();
+    let repo = dir.path().join("repo");
+    // Untracked files and uncommitted changes to tracked ones: neither blocks, neither is
+    // in the worktree.
+    std::fs::write(repo.join("mine.txt"), "untracked\n").unwrap();
+    std::fs::write(repo.join("a.txt"), "changed\n").unwrap();
+    let t = trees.create("d1").await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(t.path.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    assert!(!t.path.join("mine.txt").exists());
+    assert_eq!(
+        git(&t.path, &["rev-parse", "HEAD"]),
+        git(&repo, &["rev-parse", "HEAD"])
+    );
+    // The worktree root ignores itself.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("trees/.gitignore")).unwrap(),
+        "*\n"
+    );
+    assert_eq!(trees.cleanup("d1").await.unwrap(), Cleanup::Removed(t));
+}
+
+#[tokio::test]
 async fn a_worktree_per_delegation_removed_exactly_once() {
     let (dir, trees) = setup();
     let t = trees.create("d1").await.unwrap();
@@ -138,18 +164,6 @@ async fn bad_inputs_are_refused_before_anything_is_made() {
     git(&repo_path, &["branch", "agent/taken"]);
     let e = trees(&repo_path).create("taken").await.unwrap_err();
     assert_eq!(e.to_string(), "branch agent/taken already exists");
-
-    // A dirty main checkout.
-    std::fs::write(repo_path.join("a.txt"), "changed\n").unwrap();
-    let e = trees(&repo_path).create("d").await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        format!(
-            "the main checkout at {} has uncommitted changes; commit or stash them first",
-            repo_path.display()
-        )
-    );
-    git(&repo_path, &["checkout", "-q", "--", "a.txt"]);
 
     // git missing.
     let nogit = Worktrees::new(
