@@ -95,10 +95,62 @@ pub(crate) enum Command {
     /// Serve MCP over stdio: the MCP client drives a root session of SPEC in place of its
     /// root agent (spawn, wait, cancel and message its children, decide their approvals).
     Mcp(McpArgs),
+    /// Check a spec as `arbor run` would, without running it: every agent, child, provider,
+    /// limit and tool resolved; errors name the file and line (exit 2).
+    Validate(ValidateArgs),
+    /// Write a commented starter spec (a real provider section, scripted turns to run
+    /// offline).
+    Init(InitArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): `arbor man > arbor.1`.
+    Man,
     /// Store maintenance: `arbor store check` runs SQLite's integrity and foreign-key checks
     /// (read-only; exit 3 with the recovery steps when the file is damaged).
     #[command(subcommand)]
     Store(StoreCommand),
+}
+
+/// Arguments of `arbor validate`.
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// The TOML spec.
+    #[arg(value_name = "SPEC")]
+    pub(crate) spec: PathBuf,
+    /// Check with this repository for `workspace = true` children (as `arbor run`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) repository: Option<PathBuf>,
+    /// Check with the root on this provider.
+    #[arg(long)]
+    pub(crate) provider: Option<String>,
+    /// Check with the root on this model.
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// Also ask the root's provider whether its model exists (a network call).
+    #[arg(long)]
+    pub(crate) online: bool,
+    /// One JSON object: the agents with their resolved limits and where each is set.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Arguments of `arbor init`.
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {
+    /// Where to write it.
+    #[arg(value_name = "PATH", default_value = "arbor.toml")]
+    pub(crate) path: PathBuf,
+    /// Overwrite a file that exists.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// Arguments of `arbor completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_name = "SHELL")]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// Arguments of `arbor serve`.

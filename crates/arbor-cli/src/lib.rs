@@ -19,6 +19,7 @@
 //! - [`store`]: which store a run uses and how it is opened; [`resolve`]: which session,
 //!   child or approval an argument names (ids, unique pieces of them, `@latest`).
 //! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
+//! - [`setup`]: `validate`, `init`, `completions` and `man`, on files rather than a store.
 //! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
 
 // The map above links private modules: it is for contributors, rendered by
@@ -48,6 +49,7 @@ mod resolve;
 mod resume;
 mod run;
 mod serve;
+mod setup;
 mod spec;
 mod store;
 mod tree;
@@ -95,6 +97,10 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve::serve(args, telemetry.runtime.clone())),
         Command::Mcp(args) => runtime.block_on(mcp::serve(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
+        Command::Validate(args) => runtime.block_on(setup::validate(args)),
+        Command::Init(args) => setup::init(args),
+        Command::Completions(args) => setup::completions(args),
+        Command::Man => setup::man(),
     };
     telemetry.shutdown();
     match outcome {

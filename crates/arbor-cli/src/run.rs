@@ -133,6 +133,17 @@ pub(crate) async fn prepare(
     text: &str,
     overrides: &Overrides,
 ) -> Result<Prepared, Fail> {
+    prepare_with(path, text, overrides, true).await
+}
+
+/// [`prepare`], asking the root's provider about its model only when `preflight` (`arbor
+/// validate` works offline unless told otherwise).
+pub(crate) async fn prepare_with(
+    path: &str,
+    text: &str,
+    overrides: &Overrides,
+    preflight: bool,
+) -> Result<Prepared, Fail> {
     let mut spec = spec::Spec::parse(path, text).map_err(Fail::usage)?;
     if let Some(repository) = &overrides.repository {
         spec.set_repository(repository.clone());
@@ -141,7 +152,9 @@ pub(crate) async fn prepare(
         spec.override_root(overrides.provider.as_deref(), overrides.model.as_deref())
             .map_err(|e| Fail::usage(format!("{path}: {e}")))?;
     }
-    preflight_root(&spec).await?;
+    if preflight {
+        preflight_root(&spec).await?;
+    }
     // Kept absolute with the run, so a later process (resume, send) finds it from anywhere.
     let repository = spec
         .repository()
@@ -153,7 +166,7 @@ pub(crate) async fn prepare(
     {
         spec.set_worktrees(abs);
     }
-    tree::check(&spec).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+    tree::check(&spec).map_err(|e| Fail::usage(spec::at(path, text, &e)))?;
     // An MCP server's `${VAR}` must be set now, not found missing mid-run.
     if let Some(missing) = spec.missing_variables().first() {
         return Err(Fail::usage(format!(

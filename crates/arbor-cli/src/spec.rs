@@ -152,6 +152,45 @@ fn line_of(text: &str, span: Option<Range<usize>>) -> Option<usize> {
     Some(text[..start].bytes().filter(|&b| b == b'\n').count() + 1)
 }
 
+/// A check's error `e` on the spec `text` read from `path`, as `path:line: e` when it names
+/// an agent (`agent "NAME": …`: the line of its table), the supervisor (`supervisor: …`) or
+/// an MCP server (`mcp_servers.NAME…`), else `path: e`.
+pub(crate) fn at(path: &str, text: &str, e: &str) -> String {
+    let quoted = |rest: &str| rest.split('"').nth(1).map(str::to_owned);
+    let table = if let Some(rest) = e.strip_prefix("agent ") {
+        quoted(rest).map(|name| format!("agents.{name}"))
+    } else if e.starts_with("supervisor: ") {
+        Some("supervisor".to_owned())
+    } else if let Some(rest) = e.strip_prefix("mcp_servers.") {
+        let name = rest.split([':', '.', ' ']).next().unwrap_or_default();
+        Some(format!("mcp_servers.{name}"))
+    } else {
+        None
+    };
+    match table.and_then(|t| table_line(text, &t)) {
+        Some(line) => format!("{path}:{line}: {e}"),
+        None => format!("{path}: {e}"),
+    }
+}
+
+/// The line of the first header (`[T]`, `[[T.…]]`, `[T.…]`) or dotted key (`T.… =`) of the
+/// table `t`.
+fn table_line(text: &str, t: &str) -> Option<usize> {
+    let quoted = t.split_once('.').map(|(a, b)| format!("{a}.\"{b}\""));
+    text.lines()
+        .position(|line| {
+            let l = line.trim_start().trim_start_matches('[').trim_start();
+            [Some(t.to_owned()), quoted.clone()]
+                .iter()
+                .flatten()
+                .any(|t| {
+                    l.strip_prefix(t.as_str())
+                        .is_some_and(|rest| rest.starts_with([']', '.', ' ', '=']))
+                })
+        })
+        .map(|i| i + 1)
+}
+
 impl Spec {
     /// Parses and validates `text`; errors are one line, prefixed with `path` and the line.
     pub(crate) fn parse(path: &str, text: &str) -> Result<Spec, String> {
@@ -162,15 +201,14 @@ impl Spec {
                 None => format!("{path}: {}", message.trim()),
             }
         })?;
-        spec.validate().map_err(|e| format!("{path}: {e}"))?;
+        spec.validate().map_err(|e| at(path, text, &e))?;
         let mut spec = spec;
         let supervisor = spec.supervisor.limits;
         for agent in spec.agents.values_mut() {
             agent.run_limits = agent.limits.resolve(&supervisor);
         }
         spec.fingerprint = fingerprint(text);
-        spec.resolve_providers()
-            .map_err(|e| format!("{path}: {e}"))?;
+        spec.resolve_providers().map_err(|e| at(path, text, &e))?;
         Ok(spec)
     }
 
@@ -436,13 +474,13 @@ mod tests {
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": child \"ghost\" is not defined"
+            "s.toml:2: agent \"root\": child \"ghost\" is not defined"
         );
         let text = "task = \"x\"\n[agents.root]\ntools = [\"rm\"]\n[[agents.root.turns]]\n";
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": unknown tool \"rm\" (known: echo, sleep, read_file, \
+            "s.toml:2: agent \"root\": unknown tool \"rm\" (known: echo, sleep, read_file, \
              write_file, list_dir, edit_file, run_command, mcp:SERVER/*, mcp:SERVER/TOOL)"
         );
         let text =
@@ -450,7 +488,7 @@ mod tests {
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": max_steps must be a positive integer at most 64"
+            "s.toml:2: agent \"root\": max_steps must be a positive integer at most 64"
         );
     }
 
@@ -461,14 +499,14 @@ mod tests {
         let err = Spec::parse("s.toml", &text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"kid\": tool \"edit_file\" needs workspace = true (coding tools work \
+            "s.toml:5: agent \"kid\": tool \"edit_file\" needs workspace = true (coding tools work \
              in the agent's own worktree)"
         );
         let text = format!("{head}[agents.kid]\nworkspace = true\n[[agents.kid.turns]]\n");
         let err = Spec::parse("s.toml", &text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"kid\": workspace = true needs a [workspace] table naming the repository"
+            "s.toml:5: agent \"kid\": workspace = true needs a [workspace] table naming the repository"
         );
         let text = format!(
             "{head}[workspace]\n[agents.kid]\nworkspace = true\ntools = [\"edit_file\"]\n[[agents.kid.turns]]\n"
@@ -494,7 +532,7 @@ mod tests {
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": the scripted provider needs at least one [[agents.root.turns]]"
+            "s.toml:2: agent \"root\": the scripted provider needs at least one [[agents.root.turns]]"
         );
         let text = "task = \"x\"\nroot = \"boss\"\n[agents.a]\n[agents.b]\n";
         let err = Spec::parse("s.toml", text).unwrap_err();
@@ -509,7 +547,7 @@ mod tests {
         let err = Spec::parse("s.toml", text).unwrap_err();
         assert_eq!(
             err,
-            "s.toml: agent \"root\": unknown provider \"gemini\" (known: scripted, openai, anthropic)"
+            "s.toml:2: agent \"root\": unknown provider \"gemini\" (known: scripted, openai, anthropic)"
         );
         // An HTTP provider needs no turns; a table may name its own.
         let text = "task = \"x\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\napi_key_env = \"LOCAL_KEY\"\n[agents.root]\nprovider = \"local\"\nmodel = \"m\"\n";

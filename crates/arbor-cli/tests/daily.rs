@@ -357,3 +357,132 @@ fn the_supervisors_limits_are_the_roots_default_and_a_stop_says_where_its_limit_
         "supervisor.limits.max_tokens"
     );
 }
+
+#[test]
+fn init_writes_a_spec_that_validates_and_runs_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = arbor(d, &["init"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let starter = std::fs::read_to_string(d.join("arbor.toml")).unwrap();
+    assert!(
+        starter.contains("[providers.main]"),
+        "a real provider section"
+    );
+    assert!(
+        starter.contains("[[agents.lead.turns]]"),
+        "a scripted fallback"
+    );
+    // Never overwritten unless asked.
+    std::fs::write(d.join("arbor.toml"), "mine").unwrap();
+    let out = arbor(d, &["init"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out).1.trim(),
+        "error: arbor.toml exists: pass --force to overwrite it"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("arbor.toml")).unwrap(),
+        "mine"
+    );
+    assert!(arbor(d, &["init", "--force"]).status.success());
+
+    let out = arbor(d, &["validate", "arbor.toml"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(
+        text(&out)
+            .0
+            .starts_with("arbor.toml: ok: 2 agent(s), root lead")
+    );
+    assert!(!d.join(".arbor").exists(), "validate stores nothing");
+    let checked = json(d, &["validate", "arbor.toml", "--json"]);
+    let lead = &checked["agents"][0];
+    assert_eq!(lead["name"], "lead");
+    assert_eq!(
+        lead["limits"]["max_tokens"],
+        serde_json::json!({"value": 200000, "from": "supervisor"})
+    );
+    assert_eq!(
+        lead["limits"]["max_steps"],
+        serde_json::json!({"value": 8, "from": "default"})
+    );
+
+    let run = json(
+        d,
+        &["run", "arbor.toml", "--task", "What is it?", "--json", "-q"],
+    );
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["sessions"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn validate_names_the_file_and_line_of_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("bad.toml"),
+        "task = \"x\"\n\n[agents.root]\nchildren = [\"kid\"]\n[[agents.root.turns]]\n\n[agents.kid]\ntools = [\"rm\"]\n[[agents.kid.turns]]\n",
+    )
+    .unwrap();
+    let out = arbor(d, &["validate", "bad.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out)
+            .1
+            .starts_with("error: bad.toml:7: agent \"kid\": unknown tool \"rm\""),
+        "{}",
+        text(&out).1
+    );
+    std::fs::write(
+        d.join("bad.toml"),
+        "task = \"x\"\n[agents.root]\nmodle = \"m\"\n",
+    )
+    .unwrap();
+    let out = arbor(d, &["validate", "bad.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out)
+            .1
+            .starts_with("error: bad.toml:3: unknown field `modle`"),
+        "{}",
+        text(&out).1
+    );
+    std::fs::write(
+        d.join("bad.toml"),
+        "task = \"x\"\n[supervisor]\nlimits = { max_depth = 99 }\n[agents.root]\n[[agents.root.turns]]\n",
+    )
+    .unwrap();
+    let out = arbor(d, &["validate", "bad.toml"]);
+    assert!(
+        text(&out)
+            .1
+            .starts_with("error: bad.toml:2: supervisor: max_depth must be"),
+        "{}",
+        text(&out).1
+    );
+}
+
+#[test]
+fn completions_and_the_man_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bash, _) = text(&arbor(d, &["completions", "bash"]));
+    assert!(
+        bash.contains("_arbor()") && bash.contains("complete -F _arbor"),
+        "{bash}"
+    );
+    assert!(
+        bash.contains("validate") && bash.contains("--no-wait"),
+        "every command and flag"
+    );
+    let (zsh, _) = text(&arbor(d, &["completions", "zsh"]));
+    assert!(zsh.starts_with("#compdef arbor"), "{zsh}");
+    let out = arbor(d, &["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (man, _) = text(&arbor(d, &["man"]));
+    assert!(man.contains(".TH arbor 1"), "{man}");
+    assert!(
+        man.contains("validate") && man.contains("completions"),
+        "{man}"
+    );
+}

@@ -123,7 +123,7 @@ fn a_bad_spec_leaves_an_existing_store_untouched() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("error: kid.toml: agent \"kid\": tool_concurrency"),
+        err.starts_with("error: kid.toml:5: agent \"kid\": tool_concurrency"),
         "{err}"
     );
     assert_eq!(roots(&db), before);
