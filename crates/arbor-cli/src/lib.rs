@@ -10,7 +10,8 @@
 //! - [`serve`]: the `serve` command, the HTTP service with the spec runner ([`launcher`]) as
 //!   its launcher.
 //! - [`mcp`]: the `mcp` command, an MCP client driving a root over stdio.
-//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`answers`]: what they say
+//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`ask`]: the same decisions
+//!   asked on the terminal when `run` stops on them; [`answers`]: what they say
 //!   when nothing is pending.
 //! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
 //!   process owns a tree's runs.
@@ -28,6 +29,7 @@
 
 mod answers;
 mod approvals;
+mod ask;
 mod cli;
 mod fail;
 mod follow;

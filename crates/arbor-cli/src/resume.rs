@@ -26,6 +26,20 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
     let store = open(&args.store).await?;
     let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
+    let view = View {
+        store: &store,
+        store_name: choice.name(),
+        json: args.store.json,
+        quiet: false,
+        asking: false,
+    };
+    resume_at(view, id).await
+}
+
+/// [`resume`] on the store and session given: `arbor resume`, and `arbor run` once the
+/// person at the terminal decided.
+pub(crate) async fn resume_at(view: View<'_>, id: SessionId) -> Result<u8, Fail> {
+    let store = view.store;
     let root = registry::session(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
@@ -41,12 +55,6 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
     arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
         .await
         .map_err(Fail::core)?;
-    let view = View {
-        store: &store,
-        store_name: choice.name(),
-        json: args.store.json,
-        quiet: false,
-    };
     let own = approval::suspensions(store.as_ref(), id)
         .await
         .map_err(Fail::core)?

@@ -24,7 +24,7 @@ use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
 use crate::interrupt::Watch;
 use crate::progress::{self, RootProgress};
 use crate::store::{StoreChoice, StoreName, io_reason};
-use crate::{approvals, output, owner, report, spec, tree};
+use crate::{approvals, ask, output, owner, report, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -55,14 +55,29 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         serde_json::Value::Null,
     )
     .await?;
-    let _lease = owner::Heartbeat::start(store.clone(), session.id(), token.clone());
-    let view = View {
+    let root_id = session.id();
+    let _lease = owner::Heartbeat::start(store.clone(), root_id, token.clone());
+    // Standard input that held the task cannot answer.
+    let asking = ask::can_ask(args.no_input) && args.task.as_deref() != Some("-");
+    let view = |asking| View {
         store: &store,
         store_name: choice.name(),
         json: args.json,
         quiet: args.quiet,
+        asking,
     };
-    drive_root(view, &built, session, Start::Task(task), token).await
+    let mut code = drive_root(view(asking), &built, session, Start::Task(task), token).await?;
+    while asking && code == EXIT_SUSPENDED {
+        if ask::decide_waiting(store.as_ref(), root_id).await? == ask::Answered::Later {
+            // As without a terminal: what waits, and the commands that decide it.
+            for s in approvals::waiting_at(store.as_ref(), root_id).await? {
+                output::out(&report::suspension_text(root_id, &s));
+            }
+            break;
+        }
+        code = crate::resume::resume_at(view(true), root_id).await?;
+    }
+    Ok(code)
 }
 
 /// The most a task read from standard input may hold.
@@ -252,6 +267,9 @@ pub(crate) struct View<'a> {
     pub(crate) store_name: &'a StoreName,
     pub(crate) json: bool,
     pub(crate) quiet: bool,
+    /// The person at the terminal is asked about calls waiting for approval: a run that
+    /// stops on them prints no report (the questions follow, then the resumed run's).
+    pub(crate) asking: bool,
 }
 
 /// Runs (or resumes) the root with progress and signal handling, runs it again on its children's
@@ -310,6 +328,16 @@ pub(crate) async fn drive_root(
     } else {
         Vec::new()
     };
+    let code = match result.status {
+        RunStatus::Succeeded if !children_waiting.is_empty() => EXIT_SUSPENDED,
+        RunStatus::Succeeded => 0,
+        RunStatus::Suspended => EXIT_SUSPENDED,
+        RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
+        _ => EXIT_RUN,
+    };
+    if view.asking && code == EXIT_SUSPENDED {
+        return Ok(code);
+    }
     let sessions = store
         .list_sessions(SessionQuery::Tree(root_id))
         .await
@@ -373,13 +401,7 @@ pub(crate) async fn drive_root(
             output::out(&report::suspension_text(root_id, s));
         }
     }
-    Ok(match result.status {
-        RunStatus::Succeeded if !children_waiting.is_empty() => EXIT_SUSPENDED,
-        RunStatus::Succeeded => 0,
-        RunStatus::Suspended => EXIT_SUSPENDED,
-        RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
-        _ => EXIT_RUN,
-    })
+    Ok(code)
 }
 
 fn session_name(sessions: &[arbor_store::SessionRecord], id: arbor_protocol::SessionId) -> &str {
