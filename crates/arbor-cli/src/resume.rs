@@ -72,7 +72,7 @@ pub(crate) async fn resume_at(view: View<'_>, id: SessionId) -> Result<u8, Fail>
     };
     // This process runs the tree now (refused while another live process does).
     let token = CancellationToken::new();
-    let _lease = owner::take_over(&store, &root, &token).await?;
+    let _lease = owner::take_over(store, &root, &token).await?;
     let built = tree::build(&spec, store.clone(), token.clone())
         .await
         .map_err(Fail::core)?;
