@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 
 /// A running `arbor` on a terminal.
-pub struct OnTerminal {
-    pub child: Child,
+pub(crate) struct OnTerminal {
+    pub(crate) child: Child,
     master: std::fs::File,
     screen: Arc<Mutex<String>>,
 }
 
 impl OnTerminal {
     /// Starts `arbor ARGS` in `dir` on a new terminal of `cols` columns, with `env` set.
-    pub fn start(dir: &Path, args: &[&str], cols: u16, env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(dir: &Path, args: &[&str], cols: u16, env: &[(&str, &str)]) -> Self {
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
         grantpt(&master).unwrap();
         unlockpt(&master).unwrap();
@@ -75,12 +75,12 @@ impl OnTerminal {
     }
 
     /// Everything the terminal showed so far.
-    pub fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         self.screen.lock().unwrap().clone()
     }
 
     /// Waits (up to 30 s) until the terminal has shown `text` `times` times.
-    pub fn wait_for(&self, text: &str, times: usize) {
+    pub(crate) fn wait_for(&self, text: &str, times: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.screen().matches(text).count() < times {
             assert!(
@@ -93,7 +93,7 @@ impl OnTerminal {
     }
 
     /// Types `line` and Enter.
-    pub fn type_line(&mut self, line: &str) {
+    pub(crate) fn type_line(&mut self, line: &str) {
         self.master
             .write_all(format!("{line}\r").as_bytes())
             .unwrap();
@@ -101,7 +101,7 @@ impl OnTerminal {
     }
 
     /// Waits for the process to end; its exit code and standard output.
-    pub fn finish(mut self) -> (Option<i32>, String, String) {
+    pub(crate) fn finish(mut self) -> (Option<i32>, String, String) {
         let mut out = String::new();
         self.child
             .stdout
