@@ -348,9 +348,13 @@ pub(crate) struct RunArgs {
     /// Print one JSON report on stdout instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
-    /// No progress lines on stderr.
+    /// No progress on stderr.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// How progress is shown on stderr: a live tree redrawn in place on a terminal, or one
+    /// line per event (what anything but a terminal gets with auto).
+    #[arg(long, value_enum, default_value_t = crate::live::Progress::Auto)]
+    pub(crate) progress: crate::live::Progress,
     /// Never ask on the terminal: a run that waits for approval exits 4 (decide with
     /// arbor approve / reject, then arbor resume), as it does when no terminal is attached.
     #[arg(long)]

@@ -19,7 +19,7 @@
 //!   with the supervisor's); [`tree`]: the agents and supervisor it builds.
 //! - [`store`]: which store a run uses and how it is opened; [`resolve`]: which session,
 //!   child or approval an argument names (ids, unique pieces of them, `@latest`).
-//! - [`progress`]: the progress lines on stderr; [`report`]: the table or JSON on stdout.
+//! - [`progress`]: the progress lines on stderr ([`live`]: the live tree on a terminal); [`report`]: the table or JSON on stdout.
 //! - [`setup`]: `validate`, `init`, `completions` and `man`, on files rather than a store.
 //! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
 
@@ -37,6 +37,7 @@ mod inspect;
 mod interrupt;
 mod launcher;
 mod limits;
+mod live;
 mod logging;
 mod mcp;
 mod models;

@@ -32,6 +32,7 @@ pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
         json: args.store.json,
         quiet: false,
         asking: false,
+        progress: crate::live::Progress::Auto,
     };
     resume_at(view, id).await
 }

@@ -65,6 +65,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         json: args.json,
         quiet: args.quiet,
         asking,
+        progress: args.progress,
     };
     let mut code = drive_root(view(asking), &built, session, Start::Task(task), token).await?;
     while asking && code == EXIT_SUSPENDED {
@@ -270,6 +271,8 @@ pub(crate) struct View<'a> {
     /// The person at the terminal is asked about calls waiting for approval: a run that
     /// stops on them prints no report (the questions follow, then the resumed run's).
     pub(crate) asking: bool,
+    /// How progress is shown (when not quiet).
+    pub(crate) progress: crate::live::Progress,
 }
 
 /// Runs (or resumes) the root with progress and signal handling, runs it again on its children's
@@ -289,7 +292,19 @@ pub(crate) async fn drive_root(
 
     let done = CancellationToken::new();
     let mut followers: Vec<JoinHandle<()>> = Vec::new();
-    if !view.quiet {
+    if !view.quiet && crate::live::wanted(view.progress) {
+        output::err(&format!(
+            "{} ({}) on {}",
+            session.record().name,
+            crate::resolve::short(root_id),
+            view.store_name
+        ));
+        followers.push(tokio::spawn(crate::live::follow(
+            store.clone(),
+            root_id,
+            done.clone(),
+        )));
+    } else if !view.quiet {
         let root = RootProgress::new(
             session.record().name.clone(),
             root_id,

@@ -130,3 +130,98 @@ fn no_input_never_asks() {
     assert!(!screen.contains("[1/1]"), "{screen}");
     assert!(out.contains("decide with: arbor approve"), "{out}");
 }
+
+/// A root that runs two children at once: one done at once, one that calls `echo`, then
+/// thinks for 1.5 s.
+const TWO_PACE: &str = r#"
+task = "x"
+[agents.root]
+children = ["fast", "slow"]
+tool_concurrency = 2
+[[agents.root.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "fast", name = "fast", input = "a" } },
+  { name = "spawn_agent", arguments = { child_id = "slow", name = "slow", input = "b" } },
+]
+[[agents.root.turns]]
+text = "done"
+[agents.fast]
+[[agents.fast.turns]]
+text = "quick"
+usage = { input_tokens = 10, output_tokens = 2 }
+[agents.slow]
+tools = ["echo"]
+[[agents.slow.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "hi" } }]
+usage = { input_tokens = 30, output_tokens = 4 }
+[[agents.slow.turns]]
+text = "slowly"
+delay_ms = 1500
+"#;
+
+#[test]
+fn a_live_tree_is_redrawn_in_place_while_the_run_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("two.toml"), TWO_PACE).unwrap();
+    let term = OnTerminal::start(dir.path(), &["run", "two.toml"], 120, &[]);
+    // The slow child, live, with its last tool; the fast one collapsed as done.
+    term.wait_for("  … 1 done (1 succeeded)", 1);
+    term.wait_for("echo", 1);
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    let frame = screen
+        .split("\x1b[J")
+        .find(|f| f.contains("1 done (1 succeeded)") && f.contains("slow"))
+        .unwrap_or_else(|| panic!("no frame with both children:\n{screen:?}"));
+    let slow = frame.lines().find(|l| l.contains("slow")).unwrap();
+    assert!(slow.starts_with("  slow"), "{slow:?}");
+    assert!(slow.contains("\x1b[36mrunning"), "coloured: {slow:?}");
+    assert!(
+        slow.contains("own       34 | tree       34  echo"),
+        "{slow:?}"
+    );
+    assert!(
+        !frame.contains("fast  "),
+        "a done child is collapsed: {frame:?}"
+    );
+    // Redrawn in place (cursor up, clear), not scrolled as lines; erased at the end.
+    assert!(
+        screen.contains("\x1b[J") && screen.contains("F\x1b[J"),
+        "{screen:?}"
+    );
+    assert!(!screen.contains("delegation started"), "{screen:?}");
+    assert!(
+        screen.trim_end().ends_with("\x1b[J"),
+        "the view is erased: {screen:?}"
+    );
+    // The report is on stdout, as always.
+    assert!(out.starts_with("session"), "{out}");
+}
+
+#[test]
+fn no_color_and_progress_lines_are_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("two.toml"), TWO_PACE).unwrap();
+    let term = OnTerminal::start(dir.path(), &["run", "two.toml"], 120, &[("NO_COLOR", "1")]);
+    let (code, _, screen) = term.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("slow"), "{screen:?}");
+    for sgr in ["\x1b[0m", "\x1b[36m", "\x1b[32m"] {
+        assert!(!screen.contains(sgr), "no colour: {screen:?}");
+    }
+    assert!(screen.contains("\x1b[J"), "still live: {screen:?}");
+
+    let term = OnTerminal::start(
+        dir.path(),
+        &["run", "two.toml", "--progress", "lines"],
+        120,
+        &[],
+    );
+    let (code, _, screen) = term.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("  slow: delegation started (depth 1)"),
+        "{screen:?}"
+    );
+    assert!(!screen.contains("\x1b[J"), "{screen:?}");
+}
