@@ -83,7 +83,7 @@ async fn main() -> CoreResult<()> {
     for child in &children {
         println!(
             "  {} ({}): {} own tokens",
-            child.name, child.status, child.own_usage.total_tokens
+            child.name, child.status, child.usage.own.total_tokens
         );
     }
     println!(

@@ -10,8 +10,40 @@ use std::io::IsTerminal;
 use arbor_core::approval::{self, Suspension};
 use arbor_protocol::{ApprovalDecision, PendingDecision, SessionId, Verdict};
 
-use crate::fail::Fail;
-use crate::{answers, approvals, output};
+use crate::cli::RunArgs;
+use crate::fail::{EXIT_SUSPENDED, Fail};
+use crate::run::View;
+use crate::{answers, approvals, output, report};
+
+/// `arbor run`: runs the spec's root; when it stops on calls waiting for approval and a
+/// person is at the terminal, asks about them and resumes the tree in this process, until it
+/// ends or something is left for later.
+pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
+    // Standard input that held the task cannot answer.
+    let asking = can_ask(args.no_input) && args.task.as_deref() != Some("-");
+    let started = crate::run::run(&args, asking).await?;
+    let (store, root) = (&started.store, started.root);
+    let mut code = started.code;
+    while asking && code == EXIT_SUSPENDED {
+        if decide_waiting(store.as_ref(), root).await? == Answered::Later {
+            // As without a terminal: what waits, and the commands that decide it.
+            for s in approvals::waiting_at(store.as_ref(), root).await? {
+                output::out(&report::suspension_text(root, &s));
+            }
+            break;
+        }
+        let view = View {
+            store,
+            store_name: started.choice.name(),
+            json: args.json,
+            quiet: args.quiet,
+            asking,
+            progress: args.progress,
+        };
+        code = crate::resume::resume_at(view, root).await?;
+    }
+    Ok(code)
+}
 
 /// Whether a run may ask on the terminal: not refused with `--no-input`, and both standard
 /// input (the answers) and standard error (the questions) are a terminal.

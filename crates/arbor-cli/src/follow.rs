@@ -92,7 +92,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         output::out(
             &json!({
                 "message_id": receipt.id,
-                "child": registry::ChildRow::of(&after),
+                "child": registry::SessionView::of(&after),
                 "replies": replies,
             })
             .to_string(),

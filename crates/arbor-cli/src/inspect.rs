@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arbor_core::registry::{self, ChildRow};
+use arbor_core::registry::{self, SessionView};
 use arbor_protocol::{EntryKind, TranscriptEntry};
 use arbor_store::{SessionQuery, Store};
 use serde_json::json;
@@ -88,7 +88,7 @@ pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
             .await
             .map_err(store_fail)?;
         if args.store.json {
-            let rows: Vec<_> = roots.iter().map(ChildRow::of).collect();
+            let rows: Vec<_> = roots.iter().map(SessionView::of).collect();
             output::out(&json!({ "roots": rows }).to_string());
         } else {
             output::out(&roots_table(&roots));
@@ -176,7 +176,7 @@ fn grid(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
     out
 }
 
-fn children_table(rows: &[ChildRow]) -> String {
+fn children_table(rows: &[SessionView]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -187,13 +187,13 @@ fn children_table(rows: &[ChildRow]) -> String {
                 status.push_str(" (silent)");
             }
             vec![
-                resolve::short(r.session_id),
+                resolve::short(r.id),
                 r.name.clone(),
                 status,
                 r.model.clone(),
                 r.mode.clone().unwrap_or_else(|| "-".into()),
-                thousands(r.own_usage.total_tokens),
-                thousands(r.aggregate_usage.total_tokens),
+                thousands(r.usage.own.total_tokens),
+                thousands(r.usage.aggregate.total_tokens),
                 thousands(r.context_tokens),
                 r.replies.to_string(),
             ]

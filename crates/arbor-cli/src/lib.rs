@@ -85,7 +85,7 @@ pub fn main() -> ExitCode {
         logging::init(serving)
     };
     let outcome = match cli.command {
-        Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Run(args) => runtime.block_on(ask::run(args)),
         Command::Ls(args) => runtime.block_on(inspect::ls(args)),
         Command::Tree(args) => runtime.block_on(inspect::tree(args)),
         Command::Log(args) => runtime.block_on(inspect::log(args)),

@@ -35,22 +35,9 @@ pub(crate) fn json_report(
     sessions: &[SessionRecord],
     result: &RunResult,
 ) -> serde_json::Value {
-    let by_id = names(sessions);
     let rows: Vec<_> = sessions
         .iter()
-        .map(|s| {
-            json!({
-                "id": s.id,
-                "name": s.name,
-                "parent": s.parent_id.and_then(|p| by_id.get(&p).copied()),
-                "depth": s.depth,
-                "status": s.status,
-                "agent": s.agent,
-                "model": s.model,
-                "usage": {"own": s.own_usage, "aggregate": s.aggregate_usage()},
-                "context_tokens": s.context_tokens,
-            })
-        })
+        .map(arbor_core::registry::SessionView::of)
         .collect();
     let own_sum: u64 = sessions.iter().map(|s| s.own_usage.total_tokens).sum();
     json!({

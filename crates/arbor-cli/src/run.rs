@@ -24,15 +24,32 @@ use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
 use crate::interrupt::Watch;
 use crate::progress::{self, RootProgress};
 use crate::store::{StoreChoice, StoreName, io_reason};
-use crate::{approvals, ask, output, owner, report, spec, tree};
+use crate::{approvals, output, owner, report, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many times the root runs again on its children's replies before the run stops.
 const MAX_ROOT_FOLLOW_UPS: u32 = 64;
 
-/// Runs the command; `Ok` carries the exit code (0 succeeded, 1 the run did not).
-pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
+/// A root run that went as far as it could without a person: its exit code, and what a
+/// caller needs to go on with it ([`crate::ask::run`] asks about what waits and resumes).
+pub(crate) struct Started {
+    /// The store it runs on.
+    pub(crate) store: Arc<dyn Store>,
+    /// Which store that is.
+    pub(crate) choice: StoreChoice,
+    /// The root session.
+    pub(crate) root: arbor_protocol::SessionId,
+    /// The exit code so far.
+    pub(crate) code: u8,
+    /// This process's lease on the tree, kept while the caller goes on.
+    pub(crate) _lease: owner::Heartbeat,
+}
+
+/// Runs the command; the exit code (0 succeeded, 1 the run did not, 4 it waits for
+/// approval) is in what it returns. `asking`: the person at the terminal is asked next
+/// (see [`View::asking`]).
+pub(crate) async fn run(args: &RunArgs, asking: bool) -> Result<Started, Fail> {
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
     let path = args.spec.display().to_string();
     let text = std::fs::read_to_string(&args.spec)
@@ -55,11 +72,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         serde_json::Value::Null,
     )
     .await?;
-    let root_id = session.id();
-    let _lease = owner::Heartbeat::start(store.clone(), root_id, token.clone());
-    // Standard input that held the task cannot answer.
-    let asking = ask::can_ask(args.no_input) && args.task.as_deref() != Some("-");
-    let view = |asking| View {
+    let root = session.id();
+    let lease = owner::Heartbeat::start(store.clone(), root, token.clone());
+    let view = View {
         store: &store,
         store_name: choice.name(),
         json: args.json,
@@ -67,18 +82,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         asking,
         progress: args.progress,
     };
-    let mut code = drive_root(view(asking), &built, session, Start::Task(task), token).await?;
-    while asking && code == EXIT_SUSPENDED {
-        if ask::decide_waiting(store.as_ref(), root_id).await? == ask::Answered::Later {
-            // As without a terminal: what waits, and the commands that decide it.
-            for s in approvals::waiting_at(store.as_ref(), root_id).await? {
-                output::out(&report::suspension_text(root_id, &s));
-            }
-            break;
-        }
-        code = crate::resume::resume_at(view(true), root_id).await?;
-    }
-    Ok(code)
+    let code = drive_root(view, &built, session, Start::Task(task), token).await?;
+    Ok(Started {
+        store,
+        choice,
+        root,
+        code,
+        _lease: lease,
+    })
 }
 
 /// The most a task read from standard input may hold.

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use arbor_core::registry::{self, ChildRow};
+use arbor_core::registry::{self, SessionView};
 use arbor_core::usage::replay;
 use arbor_protocol::{SessionId, Usage};
 use arbor_store::{SessionQuery, SessionRecord, Store};
@@ -125,7 +125,7 @@ struct Check {
 }
 
 fn is_silent(s: &SessionRecord) -> bool {
-    s.parent_id.is_some() && ChildRow::of(s).silent
+    s.parent_id.is_some() && SessionView::of(s).silent
 }
 
 async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check, Walk<'a>), Fail> {
@@ -191,8 +191,7 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
         };
         silent += usize::from(is_silent(&s));
         if json {
-            let mut row = serde_json::to_value(ChildRow::of(&s)).unwrap_or_default();
-            row["parent_id"] = json!(s.parent_id);
+            let row = serde_json::to_value(SessionView::of(&s)).unwrap_or_default();
             out.write(if first { "" } else { "," });
             out.write(&row.to_string());
         } else {

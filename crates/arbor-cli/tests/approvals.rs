@@ -258,11 +258,11 @@ fn a_crash_while_a_child_waits_for_approval_closes_its_suspension_when_the_tree_
         let Ok(roots) = serde_json::from_slice::<Value>(&ls.stdout) else {
             continue;
         };
-        let Some(root) = roots["roots"][0]["session_id"].as_str() else {
+        let Some(root) = roots["roots"][0]["id"].as_str() else {
             continue;
         };
         let kids = json(&arbor(dir.path(), &["ls", root, "--json"]));
-        let Some(publisher) = kids["children"][0]["session_id"].as_str() else {
+        let Some(publisher) = kids["children"][0]["id"].as_str() else {
             continue;
         };
         let waiting = json(&arbor(dir.path(), &["approvals", publisher, "--json"]));

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use arbor_core::registry::ChildRow;
+use arbor_core::registry::SessionView;
 use arbor_protocol::SessionStatus;
 use arbor_store::{SessionQuery, SessionRecord, Store};
 use arbor_store_sqlite::SqliteStore;
@@ -70,11 +70,7 @@ async fn old_json(store: &SqliteStore, root: &SessionRecord) -> String {
     let check = arbor_core::usage::reconcile(store, root.id).await.unwrap();
     let rows: Vec<Value> = sessions
         .iter()
-        .map(|s| {
-            let mut row = serde_json::to_value(ChildRow::of(s)).unwrap();
-            row["parent_id"] = json!(s.parent_id);
-            row
-        })
+        .map(|s| serde_json::to_value(SessionView::of(s)).unwrap())
         .collect();
     json!({
         "root_session_id": root.id,

@@ -41,7 +41,7 @@ fn review_json_report_on_the_default_sqlite_store() {
     assert_eq!(report["status"], "succeeded");
     assert_eq!(report["store"], "sqlite");
     let root = session(&report, "root");
-    assert_eq!(root["parent"], serde_json::Value::Null);
+    assert_eq!(root["parent_id"], serde_json::Value::Null);
     assert_eq!(root["depth"], 0);
     assert_eq!(root["usage"]["own"]["total_tokens"], 40_000);
     assert_eq!(root["context_tokens"], 40_000);
@@ -54,7 +54,7 @@ fn review_json_report_on_the_default_sqlite_store() {
     assert_eq!(report["reconciliation"]["own_total_tokens"], 740_000);
     assert_eq!(report["reconciliation"]["root_aggregate_tokens"], 740_000);
     let helper = session(&report, "audit-helper");
-    assert_eq!(helper["parent"], "audit");
+    assert_eq!(helper["parent_id"], audit["id"]);
     assert_eq!(helper["depth"], 2);
     assert_eq!(helper["usage"]["own"]["total_tokens"], 60_000);
     assert_eq!(report["sessions"].as_array().unwrap().len(), 5);

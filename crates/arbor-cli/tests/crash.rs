@@ -147,7 +147,7 @@ fn before(dir: &Path, root: Option<&str>) -> Before {
     };
     let tree = json(dir, &["tree", root, "--json"]);
     Before {
-        root_own_tokens: root_row(&tree)["own_usage"]["total_tokens"]
+        root_own_tokens: root_row(&tree)["usage"]["own"]["total_tokens"]
             .as_u64()
             .unwrap(),
         root_runs_finished: runs_finished(dir, root),
@@ -196,7 +196,7 @@ fn check_after_kill(
         (Some(r), _) => r.to_owned(),
         (None, Some(r)) => r.clone(),
         (None, None) => match roots["roots"].as_array().unwrap().first() {
-            Some(r) => r["session_id"].as_str().unwrap().to_owned(),
+            Some(r) => r["id"].as_str().unwrap().to_owned(),
             None => return None,
         },
     };
@@ -207,7 +207,7 @@ fn check_after_kill(
         .as_array()
         .unwrap()
         .iter()
-        .any(|r| r["session_id"] == root.as_str());
+        .any(|r| r["id"] == root.as_str());
     assert!(listed, "root {root} reported but not listed: {roots}");
 
     let tree = json(dir, &["tree", &root, "--json"]);
@@ -237,7 +237,7 @@ fn check_after_kill(
                 .unwrap()
         })
         .sum();
-    let own = root_row(&tree)["own_usage"]["total_tokens"]
+    let own = root_row(&tree)["usage"]["own"]["total_tokens"]
         .as_u64()
         .unwrap();
     assert!(
@@ -267,7 +267,7 @@ fn check_after_kill(
             .parse()
             .unwrap();
         let found = rows.iter().any(|r| {
-            r["child_id"] == child && r["own_usage"]["total_tokens"].as_u64().unwrap() >= tokens
+            r["child_id"] == child && r["usage"]["own"]["total_tokens"].as_u64().unwrap() >= tokens
         });
         assert!(found, "{line:?} reported but not stored: {tree}");
     }
@@ -289,16 +289,16 @@ fn check_after_kill(
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|r| r["session_id"] == id)
+                .find(|r| r["id"] == id)
                 .unwrap_or_else(|| panic!("{id} deleted but not stored: {all}"));
             assert_eq!(row["tombstone"]["at"], t["at"], "{all}");
         }
         if let Some(child) = printed.get("child") {
-            let id = child["session_id"].as_str().unwrap();
-            let row = rows.iter().find(|r| r["session_id"] == id).unwrap();
+            let id = child["id"].as_str().unwrap();
+            let row = rows.iter().find(|r| r["id"] == id).unwrap();
             assert!(
-                row["own_usage"]["total_tokens"].as_u64()
-                    >= child["own_usage"]["total_tokens"].as_u64(),
+                row["usage"]["own"]["total_tokens"].as_u64()
+                    >= child["usage"]["own"]["total_tokens"].as_u64(),
                 "{printed} vs {tree}"
             );
         }
@@ -363,7 +363,7 @@ fn check_done(dir: &Path, root: &str, approved: &HashSet<String>) -> usize {
             "left {}: {tree}",
             row["status"]
         );
-        let id = row["session_id"].as_str().unwrap();
+        let id = row["id"].as_str().unwrap();
         assert!(pending(dir, id).is_empty(), "{id} still waits: {tree}");
     }
     let effects = echo_effects(dir, &tree);
@@ -461,7 +461,7 @@ fn round(seed: u64, tally: &mut Tally) {
     if std::env::var_os("ARBOR_CRASH_VERBOSE").is_some() {
         eprintln!("  the killed command said: {:#?}", killed.stderr);
         for row in sessions(&tree) {
-            let id = row["session_id"].as_str().unwrap();
+            let id = row["id"].as_str().unwrap();
             eprintln!(
                 "  log of {}: {}",
                 row["name"],

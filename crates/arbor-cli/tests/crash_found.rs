@@ -137,7 +137,7 @@ fn a_crash_while_a_message_child_waits_continues_the_root_and_resumes_the_child(
         let Ok(roots) = serde_json::from_slice::<Value>(&out.stdout) else {
             continue;
         };
-        let Some(root) = roots["roots"][0]["session_id"].as_str() else {
+        let Some(root) = roots["roots"][0]["id"].as_str() else {
             continue;
         };
         if pending(dir, root).len() == 1 {
@@ -260,7 +260,7 @@ fn a_resume_cut_off_while_it_resumes_a_child_leaves_no_orphaned_suspension() {
     let tree = json(dir, &["tree", &root, "--json"]);
     let rows = sessions(&tree);
     let publisher = rows.iter().find(|r| r["name"] == "publisher").unwrap();
-    let publisher_id = publisher["session_id"].as_str().unwrap();
+    let publisher_id = publisher["id"].as_str().unwrap();
     assert!(
         log_entries(dir, &root)
             .iter()

@@ -48,7 +48,7 @@ fn sessions_are_named_by_a_piece_of_their_id_or_latest() {
     let d = dir.path();
     // Nothing stored yet: @latest says so.
     json(d, &["run", REPLIES, "--json", "-q"]);
-    let first = json(d, &["ls", "--json"])["roots"][0]["session_id"]
+    let first = json(d, &["ls", "--json"])["roots"][0]["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -84,7 +84,7 @@ fn sessions_are_named_by_a_piece_of_their_id_or_latest() {
         .unwrap()
         .iter()
         .find(|k| k["name"] == "papers")
-        .unwrap()["session_id"]
+        .unwrap()["id"]
         .as_str()
         .unwrap()
         .to_owned();

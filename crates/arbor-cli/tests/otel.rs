@@ -514,7 +514,7 @@ fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["own_usage"]["input_tokens"].as_u64().unwrap())
+        .map(|r| r["usage"]["own"]["input_tokens"].as_u64().unwrap())
         .sum();
     assert_eq!(total, 1100);
     for op in ["invoke_agent", "chat"] {

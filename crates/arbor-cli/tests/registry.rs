@@ -50,7 +50,7 @@ fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
     assert_eq!(run["silent_children"], 1);
 
     let roots = json(dir.path(), &["ls", "--json"]);
-    assert_eq!(roots["roots"][0]["session_id"], root.as_str());
+    assert_eq!(roots["roots"][0]["id"], root.as_str());
     let kids = json(dir.path(), &["ls", &root, "--json"]);
     let rows = &kids["children"];
     assert_eq!(rows.as_array().unwrap().len(), 2);
@@ -68,8 +68,8 @@ fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
             &Value::from("researcher")
         )
     );
-    assert_eq!(papers["own_usage"]["total_tokens"], 98);
-    assert_eq!(papers["aggregate_usage"]["total_tokens"], 98);
+    assert_eq!(papers["usage"]["own"]["total_tokens"], 98);
+    assert_eq!(papers["usage"]["aggregate"]["total_tokens"], 98);
     assert_eq!(papers["context_tokens"], 57);
     // The table shows the same figures, and marks the silent child.
     let table = arbor(dir.path(), &["ls", &root]);
@@ -84,7 +84,7 @@ fn ls_send_and_rm_work_on_the_store_after_the_run_exited() {
         quiet["silent"], true,
         "a child that never replied is a silent no-op"
     );
-    let quiet_id = quiet["session_id"].as_str().unwrap().to_owned();
+    let quiet_id = quiet["id"].as_str().unwrap().to_owned();
 
     // The root read the reply and the notice.
     let out = arbor(dir.path(), &["log", &root]);
@@ -250,7 +250,7 @@ fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
     let started = std::time::Instant::now();
     loop {
         let roots = json(dir.path(), &["ls", "--json"]);
-        let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+        let root = roots["roots"][0]["id"].as_str().unwrap().to_owned();
         assert_eq!(
             roots["roots"][0]["status"], "running",
             "a live owner's run is left alone"
@@ -260,7 +260,7 @@ fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r["name"] == "slow" && r["own_usage"]["total_tokens"] == 500);
+            .any(|r| r["name"] == "slow" && r["usage"]["own"]["total_tokens"] == 500);
         if stored {
             break;
         }
@@ -277,7 +277,7 @@ fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
 
     // A new process: the full registry, both totals, the interrupted runs.
     let roots = json(dir.path(), &["ls", "--json"]);
-    let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+    let root = roots["roots"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(
         roots["roots"][0]["status"], "interrupted",
         "the root was mid-turn"
@@ -287,15 +287,15 @@ fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
     assert_eq!(rows.as_array().unwrap().len(), 4, "{tree}");
     let fast_a = child(rows, "fast-a");
     assert_eq!(fast_a["status"], "succeeded");
-    assert_eq!(fast_a["own_usage"]["total_tokens"], 1010);
-    assert_eq!(child(rows, "fast-b")["own_usage"]["total_tokens"], 2020);
+    assert_eq!(fast_a["usage"]["own"]["total_tokens"], 1010);
+    assert_eq!(child(rows, "fast-b")["usage"]["own"]["total_tokens"], 2020);
     let slow = child(rows, "slow");
     assert_eq!(slow["status"], "interrupted");
-    assert_eq!(slow["own_usage"]["total_tokens"], 500);
+    assert_eq!(slow["usage"]["own"]["total_tokens"], 500);
     let root_row = child(rows, "root");
-    assert_eq!(root_row["own_usage"]["total_tokens"], 300);
+    assert_eq!(root_row["usage"]["own"]["total_tokens"], 300);
     assert_eq!(
-        root_row["aggregate_usage"]["total_tokens"],
+        root_row["usage"]["aggregate"]["total_tokens"],
         300 + 1010 + 2020 + 500
     );
     assert_eq!(root_row["context_tokens"], 200);
@@ -321,7 +321,7 @@ fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
     let mut sorted = replies.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, ["a is done", "b is done"]);
-    let slow_id = slow["session_id"].as_str().unwrap();
+    let slow_id = slow["id"].as_str().unwrap();
     let out = arbor(dir.path(), &["log", slow_id, "--json"]);
     let slow_log = String::from_utf8_lossy(&out.stdout);
     assert!(slow_log.contains("\"name\":\"sleep\""), "{slow_log}");
@@ -389,7 +389,7 @@ fn another_process_refuses_to_act_on_a_tree_a_live_process_runs() {
         }
     }
     let roots = json(dir.path(), &["ls", "--json"]);
-    let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+    let root = roots["roots"][0]["id"].as_str().unwrap().to_owned();
     let pid = process.id().to_string();
     for args in [
         vec!["send", root.as_str(), "fast-a", "more please"],
@@ -445,7 +445,7 @@ fn an_owner_on_another_host_holds_the_tree_by_its_lease_and_stops_once_it_lost_i
             .unwrap()
     };
     let roots = json(dir.path(), &["ls", "--json"]);
-    let root = roots["roots"][0]["session_id"].as_str().unwrap().to_owned();
+    let root = roots["roots"][0]["id"].as_str().unwrap().to_owned();
     // Three terms later the owner still holds the tree: it renewed its lease.
     std::thread::sleep(Duration::from_millis(2_700));
     let out = from_b(&["rm", &root, "slow"]);
@@ -491,11 +491,11 @@ fn rm_refuses_a_selector_that_is_one_childs_name_and_anothers_id() {
     let run = json(dir.path(), &["run", REPLIES, "--json", "-q"]);
     let root = run["root_session_id"].as_str().unwrap().to_owned();
     let kids = json(dir.path(), &["ls", &root, "--json"]);
-    let papers = child(&kids["children"], "papers")["session_id"]
+    let papers = child(&kids["children"], "papers")["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let quiet = child(&kids["children"], "quiet")["session_id"]
+    let quiet = child(&kids["children"], "quiet")["id"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -95,7 +95,7 @@ async fn a_spec_runs_over_http_and_sigterm_stops_the_server_cleanly() {
         .output()
         .unwrap();
     let roots: Value = serde_json::from_slice(&ls.stdout).unwrap();
-    assert_eq!(roots["roots"][0]["session_id"], root.as_str());
+    assert_eq!(roots["roots"][0]["id"], root.as_str());
 }
 
 #[test]
@@ -403,10 +403,7 @@ async fn a_running_child_is_cancelled_over_http_and_its_tree_goes_on() {
         )
         .await;
         if kids["children"][0]["status"] == "running" {
-            break kids["children"][0]["session_id"]
-                .as_str()
-                .unwrap()
-                .to_owned();
+            break kids["children"][0]["id"].as_str().unwrap().to_owned();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };

@@ -44,7 +44,7 @@ fn name_of(dir: &Path, name: &str) -> String {
         .unwrap()
         .iter()
         .find(|k| k["name"] == name)
-        .unwrap()["session_id"]
+        .unwrap()["id"]
         .as_str()
         .unwrap()
         .to_owned()

@@ -15,30 +15,46 @@ use serde::Serialize;
 
 use crate::error::{CoreError, CoreResult};
 
-/// One child as the registry shows it.
+/// A session's two token totals, never confused: its own provider turns, and its own plus
+/// every descendant's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Its own provider turns.
+    pub own: Usage,
+    /// Own plus its descendants'.
+    pub aggregate: Usage,
+}
+
+/// A session as every surface shows it: the one JSON shape of a session, the same in `arbor
+/// ls --json`, `tree --json`, `run --json`, the HTTP API and MCP (documented by
+/// `docs/schema/session.schema.json`). The registry's row of a child is one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChildRow {
-    /// Its session: where its transcript lives.
-    pub session_id: SessionId,
+pub struct SessionView {
+    /// The session: where its transcript lives.
+    pub id: SessionId,
+    /// Its parent (none for a root).
+    pub parent_id: Option<SessionId>,
+    /// The root of its tree.
+    pub root_id: SessionId,
     /// Its name, unique among its siblings.
     pub name: String,
-    /// The catalog entry it was built from.
+    /// The agent it runs.
+    pub agent: String,
+    /// The catalog entry a child was built from (none for a root).
     pub child_id: Option<String>,
     /// Its model.
     pub model: String,
+    /// Its depth in the tree (0 for a root).
+    pub depth: u32,
     /// Where it stands (`interrupted` when a process died under its run).
     pub status: SessionStatus,
     /// How the parent takes its result: `sync`, `async` or `message`.
     pub mode: Option<String>,
     /// `task` or `session`.
     pub lifetime: Option<String>,
-    /// Its depth in the tree.
-    pub depth: u32,
-    /// Its own usage.
-    pub own_usage: Usage,
-    /// Own plus its descendants'.
-    pub aggregate_usage: Usage,
-    /// Prompt tokens of its last turn.
+    /// Its own and its aggregate usage.
+    pub usage: Totals,
+    /// Prompt tokens of its last turn (how full its context is).
     pub context_tokens: u64,
     /// Messages it sent its parent.
     pub replies: u32,
@@ -47,37 +63,46 @@ pub struct ChildRow {
     /// Finished with no reply to its parent and no artifact (message mode): tokens spent,
     /// nothing returned.
     pub silent: bool,
-    /// When it was made.
+    /// Whether it was deleted (its transcript stays).
+    pub deleted: bool,
+    /// When it was made (ms since the epoch).
     pub created_at: Timestamp,
-    /// When it last changed.
+    /// When it last changed (ms since the epoch).
     pub updated_at: Timestamp,
-    /// Set when it was deleted.
+    /// Set when it was deleted: when, by whom, why, its final status and usage.
     pub tombstone: Option<Tombstone>,
 }
 
-impl ChildRow {
-    /// The row of a record.
+impl SessionView {
+    /// The view of a record.
     pub fn of(r: &SessionRecord) -> Self {
         let meta = |key: &str| r.meta[key].as_str().map(str::to_owned);
         let mode = meta("mode");
         Self {
-            session_id: r.id,
+            id: r.id,
+            parent_id: r.parent_id,
+            root_id: r.root_id,
             name: r.name.clone(),
+            agent: r.agent.clone(),
             child_id: meta("child_id"),
             model: r.model.clone(),
             status: r.status,
-            silent: mode.as_deref() == Some("message")
+            silent: r.parent_id.is_some()
+                && mode.as_deref() == Some("message")
                 && r.status == SessionStatus::Succeeded
                 && r.replies == 0
                 && r.artifacts == 0,
             mode,
             lifetime: meta("lifetime"),
             depth: r.depth,
-            own_usage: r.own_usage,
-            aggregate_usage: r.aggregate_usage(),
+            usage: Totals {
+                own: r.own_usage,
+                aggregate: r.aggregate_usage(),
+            },
             context_tokens: r.context_tokens,
             replies: r.replies,
             artifacts: r.artifacts,
+            deleted: r.tombstone.is_some(),
             created_at: r.created_at,
             updated_at: r.updated_at,
             tombstone: r.tombstone.clone(),
@@ -106,14 +131,14 @@ pub async fn children(
     store: &dyn Store,
     parent: SessionId,
     include_deleted: bool,
-) -> CoreResult<Vec<ChildRow>> {
+) -> CoreResult<Vec<SessionView>> {
     session(store, parent).await?;
     Ok(store
         .list_sessions(SessionQuery::Children(parent))
         .await?
         .iter()
         .filter(|r| include_deleted || r.tombstone.is_none())
-        .map(ChildRow::of)
+        .map(SessionView::of)
         .collect())
 }
 
@@ -186,7 +211,7 @@ pub async fn tree(store: &dyn Store, root: SessionId) -> CoreResult<Vec<SessionR
 pub fn silent_count(sessions: &[SessionRecord]) -> usize {
     sessions
         .iter()
-        .filter(|r| r.parent_id.is_some() && ChildRow::of(r).silent)
+        .filter(|r| r.parent_id.is_some() && SessionView::of(r).silent)
         .count()
 }
 

@@ -88,8 +88,8 @@ pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use openapi::ApiDoc;
 pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
-    CancelView, ChildRowView, ChildrenView, RunResultView, RunView, SessionView, SpecList,
-    StartRunRequest, Totals, TranscriptPage, TreeView, UsageView,
+    CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
+    Totals, TranscriptPage, TreeView, UsageView,
 };
 
 use crate::metrics::Metrics;

@@ -16,8 +16,8 @@ use crate::api::host::{
 use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
-    CancelView, ChildRowView, ChildrenView, RunResultView, RunView, SessionView, SpecList,
-    StartRunRequest, Totals, TranscriptPage, TreeView, UsageView,
+    CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
+    Totals, TranscriptPage, TreeView, UsageView,
 };
 
 /// The document.
@@ -51,7 +51,7 @@ use crate::views::{
     ),
     components(schemas(
         ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
-        ChildRowView, ChildrenView, TranscriptPage, StartRunRequest, RunView, RunResultView, SpecList, CancelView,
+        ChildrenView, TranscriptPage, StartRunRequest, RunView, RunResultView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, SpawnMode, SpawnRequest,
         HandleView, AnswerView, DelegationState, MessageRequest, ReceiptView, DeletedView,

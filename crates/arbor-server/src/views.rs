@@ -3,7 +3,7 @@
 //! `arbor ls --json` prints it); the `ToSchema` mirrors here describe those shapes for
 //! the OpenAPI document, and a test holds each mirror to the type it describes.
 
-use arbor_core::registry::ChildRow;
+use arbor_core::registry::SessionView as SessionView_;
 use arbor_protocol::TranscriptEntry;
 use arbor_store::SessionRecord;
 use serde::{Deserialize, Serialize};
@@ -46,8 +46,12 @@ pub struct Totals {
     pub aggregate: UsageView,
 }
 
-/// One session of a tree.
+/// One session: the one JSON shape of a session everywhere (the library's
+/// [`arbor_core::registry::SessionView`], as `arbor ls --json`, `tree --json` and `run
+/// --json` print it; `docs/schema/session.schema.json`). This mirror describes it for the
+/// OpenAPI document; a test holds it to the library's type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SessionView {
     /// The session.
     pub id: String,
@@ -59,6 +63,8 @@ pub struct SessionView {
     pub name: String,
     /// The agent it runs.
     pub agent: String,
+    /// The catalog entry a child was built from (none for a root).
+    pub child_id: Option<String>,
     /// The model it uses.
     pub model: String,
     /// 0 for a root.
@@ -66,6 +72,10 @@ pub struct SessionView {
     /// `idle`, `running`, `succeeded`, `failed`, `aborted`, `suspended`, `denied` or
     /// `interrupted`.
     pub status: String,
+    /// How its parent takes its result: `sync`, `async` or `message`.
+    pub mode: Option<String>,
+    /// `task` or `session`.
+    pub lifetime: Option<String>,
     /// Its token totals.
     pub usage: Totals,
     /// Prompt tokens of its last turn (how full its context is).
@@ -74,12 +84,17 @@ pub struct SessionView {
     pub replies: u32,
     /// Artifacts it wrote.
     pub artifacts: u32,
+    /// Finished with no reply and no artifact (message mode).
+    pub silent: bool,
     /// Whether it was deleted (its transcript stays).
     pub deleted: bool,
     /// When it was created (ms since the epoch).
     pub created_at: u64,
     /// When it last changed (ms since the epoch).
     pub updated_at: u64,
+    /// Set when it was deleted: when, by whom, why, its final status and usage.
+    #[schema(value_type = Option<Object>)]
+    pub tombstone: Option<serde_json::Value>,
 }
 
 fn status_word(s: arbor_protocol::SessionStatus) -> String {
@@ -91,25 +106,31 @@ fn status_word(s: arbor_protocol::SessionStatus) -> String {
 
 impl From<&SessionRecord> for SessionView {
     fn from(r: &SessionRecord) -> Self {
+        let v = SessionView_::of(r);
         Self {
-            id: r.id.to_string(),
-            parent_id: r.parent_id.map(|p| p.to_string()),
-            root_id: r.root_id.to_string(),
-            name: r.name.clone(),
-            agent: r.agent.clone(),
-            model: r.model.clone(),
-            depth: r.depth,
-            status: status_word(r.status),
+            id: v.id.to_string(),
+            parent_id: v.parent_id.map(|p| p.to_string()),
+            root_id: v.root_id.to_string(),
+            name: v.name,
+            agent: v.agent,
+            child_id: v.child_id,
+            model: v.model,
+            depth: v.depth,
+            status: status_word(v.status),
+            mode: v.mode,
+            lifetime: v.lifetime,
             usage: Totals {
-                own: r.own_usage.into(),
-                aggregate: r.aggregate_usage().into(),
+                own: v.usage.own.into(),
+                aggregate: v.usage.aggregate.into(),
             },
-            context_tokens: r.context_tokens,
-            replies: r.replies,
-            artifacts: r.artifacts,
-            deleted: r.tombstone.is_some(),
-            created_at: r.created_at.0,
-            updated_at: r.updated_at.0,
+            context_tokens: v.context_tokens,
+            replies: v.replies,
+            artifacts: v.artifacts,
+            silent: v.silent,
+            deleted: v.deleted,
+            created_at: v.created_at.0,
+            updated_at: v.updated_at.0,
+            tombstone: v.tombstone.and_then(|t| serde_json::to_value(t).ok()),
         }
     }
 }
@@ -123,55 +144,14 @@ pub struct TreeView {
     pub sessions: Vec<SessionView>,
 }
 
-/// One child of a session, as `arbor ls --json` prints it (the registry's row).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChildRowView {
-    /// Its session: where its transcript lives.
-    pub session_id: String,
-    /// Its name, unique among its siblings.
-    pub name: String,
-    /// The catalog entry it was built from.
-    pub child_id: Option<String>,
-    /// Its model.
-    pub model: String,
-    /// Where it stands.
-    pub status: String,
-    /// `sync`, `async` or `message`.
-    pub mode: Option<String>,
-    /// `task` or `session`.
-    pub lifetime: Option<String>,
-    /// Its depth in the tree.
-    pub depth: u32,
-    /// Its own usage.
-    pub own_usage: UsageView,
-    /// Own plus its descendants'.
-    pub aggregate_usage: UsageView,
-    /// Prompt tokens of its last turn.
-    pub context_tokens: u64,
-    /// Messages it sent its parent.
-    pub replies: u32,
-    /// Artifacts it wrote.
-    pub artifacts: u32,
-    /// Finished with no reply and no artifact.
-    pub silent: bool,
-    /// When it was made (ms since the epoch).
-    pub created_at: u64,
-    /// When it last changed (ms since the epoch).
-    pub updated_at: u64,
-    /// Set when it was deleted: when, by whom, why, its final status and usage.
-    #[schema(value_type = Option<Object>)]
-    pub tombstone: Option<serde_json::Value>,
-}
-
 /// A session's children.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ChildrenView {
     /// The parent.
     pub session_id: String,
     /// Its children, oldest first (deleted ones included, with their tombstone).
-    #[schema(value_type = Vec<ChildRowView>)]
-    pub children: Vec<ChildRow>,
+    #[schema(value_type = Vec<SessionView>)]
+    pub children: Vec<SessionView_>,
 }
 
 /// A page of a transcript.
@@ -252,12 +232,24 @@ pub struct SpecList {
 mod tests {
     use super::*;
 
-    /// The mirror describes the row exactly: the same keys.
+    /// The mirror is the library's shape exactly: the same keys, the same values.
     #[test]
-    fn the_child_row_mirror_has_the_rows_keys() {
-        let record = SessionRecord::new_root("r", "agent", "scripted");
-        let row = serde_json::to_value(ChildRow::of(&record)).unwrap();
-        let mirror: ChildRowView = serde_json::from_value(row.clone()).unwrap();
-        assert_eq!(serde_json::to_value(mirror).unwrap(), row);
+    fn the_session_mirror_is_the_librarys_shape() {
+        let root = SessionRecord::new_root("r", "agent", "scripted");
+        let mut kid = SessionRecord::new_child(&root, "k", "kid", "scripted");
+        kid.meta = serde_json::json!({"child_id": "kid", "mode": "message", "lifetime": "task"});
+        kid.tombstone = Some(arbor_store::Tombstone {
+            at: arbor_protocol::Timestamp(5),
+            by: "user:x".into(),
+            reason: "done".into(),
+            final_status: arbor_protocol::SessionStatus::Succeeded,
+            usage: arbor_protocol::Usage::new(3, 4),
+        });
+        for record in [&root, &kid] {
+            let library = serde_json::to_value(SessionView_::of(record)).unwrap();
+            let mirror: SessionView = serde_json::from_value(library.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&mirror).unwrap(), library);
+            assert_eq!(SessionView::from(record), mirror);
+        }
     }
 }

@@ -191,7 +191,7 @@ pub(crate) fn echo_effects(dir: &Path, tree: &Value) -> Vec<(String, usize)> {
     sessions(tree)
         .iter()
         .map(|row| {
-            let id = row["session_id"].as_str().unwrap().to_owned();
+            let id = row["id"].as_str().unwrap().to_owned();
             let n = log_entries(dir, &id)
                 .iter()
                 .filter(|e| {

@@ -40,10 +40,6 @@ pub struct NodeView {
     pub session: SessionView,
     /// Its task, in one line.
     pub headline: String,
-    /// The catalog entry a child was built from.
-    pub child_id: Option<String>,
-    /// How its parent takes its result (`sync`, `async`, `message`).
-    pub mode: Option<String>,
 }
 
 /// A whole tree at one moment.
@@ -157,8 +153,6 @@ impl Watcher {
             nodes.push(NodeView {
                 session: SessionView::from(s),
                 headline,
-                child_id: s.meta["child_id"].as_str().map(str::to_owned),
-                mode: s.meta["mode"].as_str().map(str::to_owned),
             });
         }
         Ok(TreeSnapshot {

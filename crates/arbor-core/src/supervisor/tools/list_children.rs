@@ -68,7 +68,7 @@ impl ModelTool for ListChildrenTool {
             .map(|r| {
                 json!({
                     "name": r.name,
-                    "session_id": r.session_id,
+                    "session_id": r.id,
                     "child_id": r.child_id,
                     "status": r.status,
                     "model": r.model,
@@ -77,8 +77,8 @@ impl ModelTool for ListChildrenTool {
                     "replies": r.replies,
                     "artifacts": r.artifacts,
                     "silent": r.silent,
-                    "own_tokens": r.own_usage.total_tokens,
-                    "aggregate_tokens": r.aggregate_usage.total_tokens,
+                    "own_tokens": r.usage.own.total_tokens,
+                    "aggregate_tokens": r.usage.aggregate.total_tokens,
                 })
             })
             .collect();
