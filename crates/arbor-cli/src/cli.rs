@@ -8,7 +8,8 @@ const RUN_AFTER_HELP: &str = "\
 Exit codes:
   0  the root run succeeded
   1  the root run ended failed, aborted or denied (the report is still printed)
-  4  the root run is suspended: calls wait for approval (arbor approvals SESSION)
+  4  the root run is suspended: calls wait for approval and nobody was asked (--no-input, no
+     terminal) or one was skipped (arbor approvals, approve, resume)
   2  bad usage or a bad spec (nothing was stored)
   3  the store cannot be opened, is locked by another process, or failed
   130, 143, 129  a signal stopped the run (SIGINT/Ctrl-C, SIGTERM, SIGHUP: 128 + its number);
@@ -19,6 +20,10 @@ Environment:
   ARBOR_BUSY_TIMEOUT_MS  how long to wait for a store locked by another process (default: 5000)
   OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID   provider \"openai\"
   ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL                               provider \"anthropic\"
+
+Sessions are named by their id, a unique piece of it (a prefix, or the short id arbor ls
+shows), or @latest. On a terminal the run draws a live tree and asks about calls waiting for
+approval.
 
 Ctrl-C, SIGTERM and SIGHUP cancel the run: it ends aborted, the report is printed, and the exit
 code is 128 + the signal's number. A second signal exits at once.";

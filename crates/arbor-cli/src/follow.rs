@@ -66,6 +66,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
         .map_err(|e| Fail::store(e.to_string()))?
         .last()
         .map_or(0, |e| e.seq);
+    let child_before = last_seq(&store, child.id).await?;
     let receipt = sup
         .send_message(Sender::Host, child.id, &args.text)
         .await
@@ -85,6 +86,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
     signals.finish();
 
     let replies = replies_from(&store, parent, child.id, before).await?;
+    let answer = answer_after(&store, child.id, child_before).await?;
     let after = registry::session(store.as_ref(), child.id)
         .await
         .map_err(Fail::core)?;
@@ -94,11 +96,16 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
                 "message_id": receipt.id,
                 "child": registry::SessionView::of(&after),
                 "replies": replies,
+                "answer": answer,
             })
             .to_string(),
         );
     } else {
         for text in &replies {
+            output::out(&format!("{}: {text}", after.name));
+        }
+        // A child that answers its follow-up without a message: its answer is the reply.
+        if let (true, Some(text)) = (replies.is_empty(), &answer) {
             output::out(&format!("{}: {text}", after.name));
         }
         output::err(&format!(
@@ -194,6 +201,44 @@ fn in_background(
             text.to_owned()
         },
     })
+}
+
+/// The sequence number of the last entry of `id`'s transcript (0 for none).
+async fn last_seq(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    id: SessionId,
+) -> Result<u64, Fail> {
+    let mut after = 0;
+    loop {
+        let page = store
+            .transcript(id, after, Some(512))
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?;
+        match page.last() {
+            Some(e) => after = e.seq,
+            None => return Ok(after),
+        }
+    }
+}
+
+/// The last text `id`'s model answered with after entry `after` (its follow-up's answer).
+async fn answer_after(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    id: SessionId,
+    after: u64,
+) -> Result<Option<String>, Fail> {
+    Ok(store
+        .transcript(id, after, None)
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::Message {
+                message: arbor_protocol::Message::Assistant { content, .. },
+            } if !content.trim().is_empty() => Some(content),
+            _ => None,
+        })
+        .last())
 }
 
 /// The texts `child` delivered to `parent` after entry `after`.

@@ -225,3 +225,45 @@ fn no_color_and_progress_lines_are_honoured() {
     );
     assert!(!screen.contains("\x1b[J"), "{screen:?}");
 }
+
+/// The README's quick start, command by command: run with a task (the live tree), approve
+/// inline, inspect the tree by a piece of its id, follow up.
+#[test]
+fn the_quick_start_works_as_the_readme_shows_it() {
+    const QUICKSTART: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quickstart.toml"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut term = OnTerminal::start(
+        d,
+        &["run", QUICKSTART, "--task", "What changed in 1.3?"],
+        100,
+        &[],
+    );
+    term.wait_for(
+        "[1/1] researcher: echo {\"text\":\"CHANGELOG.md, section 1.3\"}",
+        1,
+    );
+    term.wait_for("> ", 1);
+    term.type_line("o");
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(0), "{screen}\n{out}");
+    assert!(screen.contains("lead  "), "the live tree: {screen}");
+    // The report's short ids name the sessions.
+    let lead = out.lines().find(|l| l.starts_with("lead ")).unwrap();
+    let short = lead.split_whitespace().last().unwrap();
+    let tree = arbor(d, &["tree", &short[4..]]);
+    assert!(
+        tree.contains("  researcher  lead        1  succeeded"),
+        "{tree}"
+    );
+    let log = arbor(d, &["log", "@latest"]);
+    assert!(log.contains("user: What changed in 1.3?"), "{log}");
+    let answer = arbor(d, &["send", "@latest", "researcher", "And what broke?"]);
+    assert_eq!(
+        answer.trim(),
+        "researcher: 1.3: inline approvals, a live tree view; nothing removed."
+    );
+}
