@@ -232,13 +232,13 @@ async fn answer_after(
         .await
         .map_err(|e| Fail::store(e.to_string()))?
         .into_iter()
-        .filter_map(|e| match e.kind {
+        .rev()
+        .find_map(|e| match e.kind {
             EntryKind::Message {
                 message: arbor_protocol::Message::Assistant { content, .. },
             } if !content.trim().is_empty() => Some(content),
             _ => None,
-        })
-        .last())
+        }))
 }
 
 /// The texts `child` delivered to `parent` after entry `after`.
