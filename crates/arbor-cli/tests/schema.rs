@@ -82,3 +82,58 @@ fn every_command_prints_sessions_of_the_one_shape() {
     assert_eq!(quiet["deleted"], true);
     assert_eq!(quiet["tombstone"]["final_status"], "succeeded");
 }
+
+#[path = "serve_support/mod.rs"]
+#[allow(dead_code)]
+mod serve_support;
+
+/// The service serves the same shape, with the same values as the CLI prints.
+#[tokio::test]
+async fn the_service_serves_sessions_of_the_one_shape() {
+    use serve_support::{call, client, serve};
+    let v = validator();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("specs")).unwrap();
+    std::fs::copy(REPLIES, d.join("specs/replies.toml")).unwrap();
+    let run = json(d, &["run", REPLIES, "--json", "-q", "--store", "a.db"]);
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    let served = serve(d, &[]);
+    let http = client();
+    let get = reqwest::Method::GET;
+    let (status, view) = call(
+        &http,
+        get.clone(),
+        format!("{}/v1/runs/{root}", served.base),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{view}");
+    let sessions = view["tree"]["sessions"].as_array().unwrap();
+    check(&v, "GET /v1/runs/{id}", sessions);
+    for s in run["sessions"].as_array().unwrap() {
+        let same = sessions.iter().find(|w| w["id"] == s["id"]).unwrap();
+        assert_eq!(same, s, "the API and the CLI print the same session");
+    }
+    let (status, kids) = call(
+        &http,
+        get.clone(),
+        format!("{}/v1/sessions/{root}/children", served.base),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{kids}");
+    check(
+        &v,
+        "GET /v1/sessions/{id}/children",
+        kids["children"].as_array().unwrap(),
+    );
+    let (status, one) = call(
+        &http,
+        get,
+        format!("{}/v1/sessions/{root}", served.base),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{one}");
+}
