@@ -1,5 +1,5 @@
-//! Approvals where the person is: when `arbor run` stops on calls waiting for approval and
-//! its standard input and error are a terminal, it asks there, call by call (the path, the
+//! Approvals where the person is: when `arbor run` (or `arbor resume`) stops on calls
+//! waiting for approval and its standard input and error are a terminal, it asks there, call by call (the path, the
 //! tool and its arguments; approve once, for the run, reject with a reason, or leave it for
 //! later), records the decisions as `arbor approve` / `reject` would, and the caller resumes
 //! the tree in the same process. `--no-input`, or no terminal, keeps the exit 4 and the
@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 use arbor_core::approval::{self, Suspension};
 use arbor_protocol::{ApprovalDecision, PendingDecision, SessionId, Verdict};
 
-use crate::cli::RunArgs;
+use crate::cli::{ResumeArgs, RunArgs};
 use crate::fail::{EXIT_SUSPENDED, Fail};
 use crate::run::View;
 use crate::{answers, approvals, output, report};
@@ -22,8 +22,60 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     // Standard input that held the task cannot answer.
     let asking = can_ask(args.no_input) && args.task.as_deref() != Some("-");
     let started = crate::run::run(&args, asking).await?;
-    let (store, root) = (&started.store, started.root);
-    let mut code = started.code;
+    let show = Show {
+        json: args.json,
+        quiet: args.quiet,
+        progress: args.progress,
+    };
+    go_on(
+        &started.store,
+        started.choice.name(),
+        started.root,
+        started.code,
+        asking,
+        show,
+    )
+    .await
+}
+
+/// `arbor resume`: as [`run`] does after the first stop, from the first resume on.
+pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Fail> {
+    let asking = can_ask(args.no_input);
+    let resumed = crate::resume::resume(&args, asking).await?;
+    let show = Show {
+        json: args.store.json,
+        quiet: false,
+        progress: crate::live::Progress::Auto,
+    };
+    go_on(
+        &resumed.store,
+        resumed.choice.name(),
+        resumed.root,
+        resumed.code,
+        asking,
+        show,
+    )
+    .await
+}
+
+/// How the runs after an answer show themselves.
+#[derive(Debug, Clone, Copy)]
+struct Show {
+    json: bool,
+    quiet: bool,
+    progress: crate::live::Progress,
+}
+
+/// While the tree under `root` waits for approval and a person can answer: asks, then
+/// resumes; the last exit code.
+async fn go_on(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    store_name: &crate::store::StoreName,
+    root: SessionId,
+    mut code: u8,
+    asking: bool,
+    show: Show,
+) -> Result<u8, Fail> {
     while asking && code == EXIT_SUSPENDED {
         if decide_waiting(store.as_ref(), root).await? == Answered::Later {
             // As without a terminal: what waits, and the commands that decide it.
@@ -34,11 +86,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
         }
         let view = View {
             store,
-            store_name: started.choice.name(),
-            json: args.json,
-            quiet: args.quiet,
+            store_name,
+            json: show.json,
+            quiet: show.quiet,
             asking,
-            progress: args.progress,
+            progress: show.progress,
         };
         code = crate::resume::resume_at(view, root).await?;
     }

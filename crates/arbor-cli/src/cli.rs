@@ -91,7 +91,7 @@ pub(crate) enum Command {
     Reject(DecideArgs),
     /// Let SESSION's suspended run go on with its decisions.
     #[command(after_help = INSPECT_AFTER_HELP)]
-    Resume(SessionArgs),
+    Resume(ResumeArgs),
     /// List the models the providers configured in the environment offer.
     Models(ModelsArgs),
     /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`) over the store, running the
@@ -268,6 +268,21 @@ pub(crate) struct SessionArgs {
     /// @latest (default: the most recent root).
     #[arg(value_name = "SESSION")]
     pub(crate) session: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// Arguments of `arbor resume`.
+#[derive(Debug, Args)]
+pub(crate) struct ResumeArgs {
+    /// The session: its id, a unique piece of it, or @latest (default: the most recent
+    /// root).
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: Option<String>,
+    /// Never ask on the terminal: a tree that stops on calls waiting for approval again
+    /// exits 4.
+    #[arg(long)]
+    pub(crate) no_input: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

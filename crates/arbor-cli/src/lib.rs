@@ -95,7 +95,7 @@ pub fn main() -> ExitCode {
         Command::Approvals(args) => runtime.block_on(approvals::list(args)),
         Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
-        Command::Resume(args) => runtime.block_on(resume::resume(args)),
+        Command::Resume(args) => runtime.block_on(ask::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
         Command::Serve(args) => runtime.block_on(serve::serve(args, telemetry.runtime.clone())),
         Command::Mcp(args) => runtime.block_on(mcp::serve(args)),

@@ -9,7 +9,7 @@ use arbor_protocol::SessionId;
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals::waiting_at;
-use crate::cli::SessionArgs;
+use crate::cli::ResumeArgs;
 use crate::fail::Fail;
 use crate::inspect::open;
 use crate::report::suspension_text;
@@ -22,19 +22,39 @@ use crate::{answers, output, owner, resolve, spec, tree};
 /// root run (or, when only children waited, the root on what they sent it). When the tree
 /// waits for no decision but a crash interrupted some of its runs, those runs continue (see
 /// [`continue_tree`]).
-pub(crate) async fn resume(args: SessionArgs) -> Result<u8, Fail> {
+/// `asking`: the person at the terminal is asked next when the tree stops on calls waiting
+/// for approval (see [`crate::ask::resume`]).
+pub(crate) async fn resume(args: &ResumeArgs, asking: bool) -> Result<Resumed, Fail> {
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
     let store = open(&args.store).await?;
-    let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
+    let root = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     let view = View {
         store: &store,
         store_name: choice.name(),
         json: args.store.json,
         quiet: false,
-        asking: false,
+        asking,
         progress: crate::live::Progress::Auto,
     };
-    resume_at(view, id).await
+    let code = resume_at(view, root).await?;
+    Ok(Resumed {
+        store,
+        choice,
+        root,
+        code,
+    })
+}
+
+/// A resumed tree that went as far as it could without a person.
+pub(crate) struct Resumed {
+    /// The store it runs on.
+    pub(crate) store: std::sync::Arc<dyn arbor_store::Store>,
+    /// Which store that is.
+    pub(crate) choice: StoreChoice,
+    /// The root session.
+    pub(crate) root: SessionId,
+    /// The exit code so far.
+    pub(crate) code: u8,
 }
 
 /// [`resume`] on the store and session given: `arbor resume`, and `arbor run` once the

@@ -267,3 +267,22 @@ fn the_quick_start_works_as_the_readme_shows_it() {
         "researcher: 1.3: inline approvals, a live tree view; nothing removed."
     );
 }
+
+#[test]
+fn resume_on_a_terminal_asks_about_what_still_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(["run", APPROVALS, "--no-input", "-q"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let mut term = OnTerminal::start(d, &["resume"], 100, &[]);
+    term.wait_for("[1/1] publisher: echo", 1);
+    term.wait_for("> ", 1);
+    term.type_line("o");
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(0), "{screen}\n{out}");
+    assert_eq!(tool_results(d, "publisher").len(), 1);
+}
