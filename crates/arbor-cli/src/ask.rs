@@ -10,10 +10,15 @@ use std::io::IsTerminal;
 use arbor_core::approval::{self, Suspension};
 use arbor_protocol::{ApprovalDecision, PendingDecision, SessionId, Verdict};
 
+use std::sync::{Arc, PoisonError};
+
+use arbor_store::Store;
+
 use crate::cli::{ResumeArgs, RunArgs};
 use crate::fail::{EXIT_SUSPENDED, Fail};
-use crate::run::View;
-use crate::{answers, approvals, output, report};
+use crate::run::{Held, View};
+use crate::store::StoreName;
+use crate::{answers, approvals, output};
 
 /// `arbor run`: runs the spec's root; when it stops on calls waiting for approval and a
 /// person is at the terminal, asks about them and resumes the tree in this process, until it
@@ -21,18 +26,19 @@ use crate::{answers, approvals, output, report};
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
     // Standard input that held the task cannot answer.
     let asking = can_ask(args.no_input) && args.task.as_deref() != Some("-");
-    let started = crate::run::run(&args, asking).await?;
+    let held = Held::default();
+    let started = crate::run::run(&args, asking.then_some(&held)).await?;
     let show = Show {
         json: args.json,
         quiet: args.quiet,
         progress: args.progress,
     };
+    let (store, name) = (&started.store, started.choice.name());
     go_on(
-        &started.store,
-        started.choice.name(),
+        (store, name),
         started.root,
         started.code,
-        asking,
+        asking.then_some(&held),
         show,
     )
     .await
@@ -41,18 +47,19 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
 /// `arbor resume`: as [`run`] does after the first stop, from the first resume on.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Fail> {
     let asking = can_ask(args.no_input);
-    let resumed = crate::resume::resume(&args, asking).await?;
+    let held = Held::default();
+    let resumed = crate::resume::resume(&args, asking.then_some(&held)).await?;
     let show = Show {
         json: args.store.json,
         quiet: false,
         progress: crate::live::Progress::Auto,
     };
+    let (store, name) = (&resumed.store, resumed.choice.name());
     go_on(
-        &resumed.store,
-        resumed.choice.name(),
+        (store, name),
         resumed.root,
         resumed.code,
-        asking,
+        asking.then_some(&held),
         show,
     )
     .await
@@ -67,20 +74,24 @@ struct Show {
 }
 
 /// While the tree under `root` waits for approval and a person can answer: asks, then
-/// resumes; the last exit code.
+/// resumes; the last exit code. When a call is left for later, or nothing could be asked
+/// (what waits is decided, yet the tree stopped again), the held report is printed and the
+/// tree stays as it is: exit 4, as without a terminal.
 async fn go_on(
-    store: &std::sync::Arc<dyn arbor_store::Store>,
-    store_name: &crate::store::StoreName,
+    (store, store_name): (&Arc<dyn Store>, &StoreName),
     root: SessionId,
     mut code: u8,
-    asking: bool,
+    asking: Option<&Held>,
     show: Show,
 ) -> Result<u8, Fail> {
-    while asking && code == EXIT_SUSPENDED {
-        if decide_waiting(store.as_ref(), root).await? == Answered::Later {
-            // As without a terminal: what waits, and the commands that decide it.
-            for s in approvals::waiting_at(store.as_ref(), root).await? {
-                output::out(&report::suspension_text(root, &s));
+    let Some(held) = asking else {
+        return Ok(code);
+    };
+    while code == EXIT_SUSPENDED {
+        if decide_waiting(store.as_ref(), root).await? != Answered::AllDecided {
+            let lines = std::mem::take(&mut *held.lock().unwrap_or_else(PoisonError::into_inner));
+            for line in &lines {
+                output::out(line);
             }
             break;
         }
@@ -89,7 +100,7 @@ async fn go_on(
             store_name,
             json: show.json,
             quiet: show.quiet,
-            asking,
+            asking: Some(held),
             progress: show.progress,
         };
         code = crate::resume::resume_at(view, root).await?;
@@ -110,6 +121,8 @@ pub(crate) enum Answered {
     AllDecided,
     /// Some call was left for later (or the input ended): exit 4 as without a terminal.
     Later,
+    /// Nothing waits for a decision: there was nothing to ask.
+    Nothing,
 }
 
 /// One answer to one call.
@@ -130,7 +143,7 @@ pub(crate) async fn decide_waiting(
     let waiting = approvals::waiting_at(store, root).await?;
     let total: usize = waiting.iter().map(|s| s.pending.len()).sum();
     if total == 0 {
-        return Ok(Answered::AllDecided);
+        return Ok(Answered::Nothing);
     }
     output::err(&format!(
         "\n{total} call(s) wait for your approval (Ctrl-C leaves them waiting: arbor approvals)"
@@ -198,7 +211,9 @@ async fn ask_one() -> Result<Choice, Fail> {
         };
         if verdict == Verdict::RejectOnce {
             prompt("  why (the model reads it; Enter for no reason): ");
-            let reason = read_line().await?.unwrap_or_default();
+            let Some(reason) = read_line().await? else {
+                return Ok(Choice::Closed);
+            };
             let reason = reason.trim();
             let reason = (!reason.is_empty()).then(|| reason.to_owned());
             if let Err(fail) = answers::check_reason(reason.as_deref()) {

@@ -296,7 +296,7 @@ pub(crate) struct SendArgs {
     /// The child's name (or its session id, or a unique piece of it).
     #[arg(value_name = "NAME")]
     pub(crate) name: String,
-    /// The message.
+    /// The message (`-` reads it from standard input).
     #[arg(value_name = "TEXT")]
     pub(crate) text: String,
     /// Return once the message is delivered: the child's follow-up runs on in a background

@@ -21,7 +21,10 @@ use crate::{output, owner, resolve, spec, tree};
 const RECEIPT: &str = "queued";
 
 /// `arbor send SESSION NAME TEXT`.
-pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
+pub(crate) async fn send(mut args: SendArgs) -> Result<u8, Fail> {
+    if args.text == "-" {
+        args.text = read_stdin()?;
+    }
     let store = open(&args.store).await?;
     let parent = resolve::session(store.as_ref(), &args.session).await?;
     let parent_record = registry::session(store.as_ref(), parent)
@@ -123,6 +126,26 @@ pub(crate) async fn send(args: SendArgs) -> Result<u8, Fail> {
     })
 }
 
+/// The most a message read from standard input may hold (the supervisor's own limit on a
+/// message applies after).
+const MAX_STDIN_BYTES: u64 = 1 << 20;
+
+/// A message read from standard input, to its end.
+fn read_stdin() -> Result<String, Fail> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(MAX_STDIN_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Fail::usage(format!("cannot read standard input: {e}")))?;
+    if bytes.len() as u64 > MAX_STDIN_BYTES {
+        return Err(Fail::usage(format!(
+            "standard input holds more than {MAX_STDIN_BYTES} bytes"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| Fail::usage("standard input is not UTF-8 text"))
+}
+
 /// `send --no-wait`: the same `send` in a background process (its own process group, so a
 /// Ctrl-C here does not reach it), which says on its stdout when the message is delivered;
 /// returns then. A background process that fails before that has its error passed on.
@@ -135,23 +158,40 @@ fn in_background(
     let exe = std::env::current_exe()
         .map_err(|e| Fail::usage(format!("cannot find the arbor binary: {e}")))?;
     let mut command = std::process::Command::new(exe);
-    command
-        .arg("send")
-        .arg(parent.to_string())
-        .arg(child.id.to_string())
-        .arg(&args.text)
-        .arg("--receipt")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    command.arg("send").arg("--receipt");
     if let Some(store) = &args.store.store {
         command.arg("--store").arg(store);
     }
+    // The text goes on standard input, never on a command line other users can read.
+    command
+        .arg("--")
+        .arg(parent.to_string())
+        .arg(child.id.to_string())
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut process = command
         .spawn()
         .map_err(|e| Fail::usage(format!("cannot start the background process: {e}")))?;
+    if let Some(mut stdin) = process.stdin.take() {
+        use std::io::Write;
+        // Closed when dropped: the background process reads to its end.
+        let _ = stdin.write_all(args.text.as_bytes());
+    }
+    // Its stderr is read on a thread of its own, so that a chatty background process never
+    // blocks on a full pipe before it says the message is delivered.
+    let stderr = process.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = (&mut e).take(64 * 1024).read_to_string(&mut text);
+            // Drained to its end: the process never blocks writing it.
+            let _ = std::io::copy(&mut e, &mut std::io::sink());
+            text
+        })
+    });
     let Some(stdout) = process.stdout.take() else {
         return Err(Fail::usage("the background process has no stdout"));
     };
@@ -179,10 +219,7 @@ fn in_background(
         return Ok(0);
     }
     // It stopped before the message was delivered: its error is the answer.
-    let mut err = String::new();
-    if let Some(mut stderr) = process.stderr.take() {
-        let _ = stderr.read_to_string(&mut err);
-    }
+    let err = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
     let status = process
         .wait()
         .map_err(|e| Fail::usage(format!("the background process: {e}")))?;

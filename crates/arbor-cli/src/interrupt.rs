@@ -9,7 +9,7 @@
 //! cancels it, and a second signal is honoured even while every worker of the main runtime
 //! is blocked (a store waiting on a lock held by another process, say).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
@@ -47,8 +47,15 @@ impl Stop {
     }
 }
 
+/// The newest watch: a process may run a tree more than once (`arbor run` resumes it after
+/// an inline approval), and only the newest run's watch acts on a signal; older ones
+/// (their threads still listening) ignore it.
+static NEWEST: AtomicU64 = AtomicU64::new(0);
+
 #[derive(Debug, Default)]
 struct State {
+    /// Which watch this is (see [`NEWEST`]).
+    generation: u64,
     /// The first signal received.
     received: OnceLock<Stop>,
     /// The run is over: nothing is left to cancel.
@@ -65,7 +72,10 @@ impl Watch {
     /// Starts watching: the first signal cancels `token` (with a line on stderr unless
     /// `quiet`), a second exits at once. The signals are registered when this returns.
     pub(crate) fn start(token: CancellationToken, quiet: bool) -> Self {
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            generation: NEWEST.fetch_add(1, Ordering::SeqCst) + 1,
+            ..State::default()
+        });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let shared = state.clone();
         let spawned = std::thread::Builder::new()
@@ -114,8 +124,18 @@ impl Watch {
     }
 }
 
+/// The next signal this watch acts on: one received while it is the newest.
+async fn next_for(signals: &mut Signals, state: &State) -> Option<Stop> {
+    loop {
+        let stop = signals.next().await?;
+        if NEWEST.load(Ordering::SeqCst) == state.generation {
+            return Some(stop);
+        }
+    }
+}
+
 async fn watch(signals: &mut Signals, state: &State, token: &CancellationToken, quiet: bool) {
-    let Some(first) = signals.next().await else {
+    let Some(first) = next_for(signals, state).await else {
         return;
     };
     if state.finished.load(Ordering::SeqCst) {
@@ -134,7 +154,7 @@ async fn watch(signals: &mut Signals, state: &State, token: &CancellationToken, 
         });
     }
     token.cancel();
-    if let Some(second) = signals.next().await {
+    if let Some(second) = next_for(signals, state).await {
         std::process::exit(i32::from(second.exit_code()));
     }
 }

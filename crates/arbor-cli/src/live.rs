@@ -7,7 +7,7 @@
 //! [`crate::progress`] are printed instead.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,9 +171,26 @@ pub(crate) fn nodes(
     tools: &HashMap<SessionId, String>,
 ) -> Vec<Node> {
     let mut kids: HashMap<SessionId, Vec<&SessionRecord>> = HashMap::new();
+    let mut parent_of: HashMap<SessionId, SessionId> = HashMap::new();
     for s in sessions.iter().filter(|s| s.tombstone.is_none()) {
         if let Some(p) = s.parent_id {
             kids.entry(p).or_default().push(s);
+            parent_of.insert(s.id, p);
+        }
+    }
+    // Shown: every live session and the sessions above it (a running grandchild under a
+    // child that is done still shows, with its path).
+    let mut shown: std::collections::HashSet<SessionId> = std::collections::HashSet::new();
+    for s in sessions
+        .iter()
+        .filter(|s| s.tombstone.is_none() && live(s.status))
+    {
+        let mut at = Some(s.id);
+        while let Some(id) = at {
+            if !shown.insert(id) {
+                break;
+            }
+            at = parent_of.get(&id).copied();
         }
     }
     let mut out = Vec::new();
@@ -181,7 +198,7 @@ pub(crate) fn nodes(
     while let Some(s) = stack.pop() {
         let children = kids.get(&s.id).map(Vec::as_slice).unwrap_or_default();
         let mut done: Vec<(String, usize)> = Vec::new();
-        for c in children.iter().filter(|c| !live(c.status)) {
+        for c in children.iter().filter(|c| !shown.contains(&c.id)) {
             let word = c.status.to_string();
             match done.iter_mut().find(|(w, _)| *w == word) {
                 Some((_, n)) => *n += 1,
@@ -201,7 +218,7 @@ pub(crate) fn nodes(
             done,
         });
         // Newest last on screen: pushed in reverse.
-        for c in children.iter().rev().filter(|c| live(c.status)) {
+        for c in children.iter().rev().filter(|c| shown.contains(&c.id)) {
             stack.push(c);
         }
     }
@@ -221,7 +238,6 @@ pub(crate) async fn follow(store: Arc<dyn Store>, root: SessionId, done: Cancell
     let colour = colour();
     let mut tools: HashMap<SessionId, String> = HashMap::new();
     let mut cursors: HashMap<SessionId, u64> = HashMap::new();
-    let mut drawn = 0usize;
     let mut last: Vec<String> = Vec::new();
     let mut tick = tokio::time::interval(TICK);
     loop {
@@ -252,28 +268,12 @@ pub(crate) async fn follow(store: Arc<dyn Store>, root: SessionId, done: Cancell
         }
         let nodes = nodes(&sessions, root, since, Timestamp::now(), &tools);
         let lines = render(&nodes, width(), colour);
-        if lines != last {
-            drawn = redraw(drawn, &lines);
+        if lines != last || !crate::output::frame_shown() {
+            crate::output::draw_frame(&lines);
             last = lines;
         }
     }
-    redraw(drawn, &[]);
-}
-
-/// Replaces the `drawn` lines last written with `lines`; returns how many are on screen.
-fn redraw(drawn: usize, lines: &[String]) -> usize {
-    let mut frame = String::new();
-    if drawn > 0 {
-        frame.push_str(&format!("\x1b[{drawn}F"));
-    }
-    frame.push_str("\x1b[J");
-    for l in lines {
-        frame.push_str(l);
-        frame.push('\n');
-    }
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(frame.as_bytes()).and_then(|()| err.flush());
-    lines.len()
+    crate::output::draw_frame(&[]);
 }
 
 /// The terminal's width in columns (0 when unknown: lines are not cut).
@@ -292,6 +292,31 @@ fn width() -> usize {
 mod tests {
     use super::*;
     use arbor_protocol::Usage;
+
+    #[test]
+    fn a_running_grandchild_shows_with_the_done_child_above_it() {
+        let mut root = SessionRecord::new_root("root", "root", "scripted");
+        root.status = SessionStatus::Running;
+        let mut done = SessionRecord::new_child(&root, "lead", "lead", "scripted");
+        done.status = SessionStatus::Succeeded;
+        let mut deep = SessionRecord::new_child(&done, "deep", "deep", "scripted");
+        deep.status = SessionStatus::Running;
+        let nodes = nodes(
+            &[root.clone(), done, deep],
+            root.id,
+            Timestamp(0),
+            root.created_at,
+            &HashMap::new(),
+        );
+        let names: Vec<(&str, u32, bool)> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.depth, n.done.is_empty()))
+            .collect();
+        assert_eq!(
+            names,
+            [("root", 0, true), ("lead", 1, true), ("deep", 2, true)]
+        );
+    }
 
     #[test]
     fn live_sessions_show_done_ones_collapse() {

@@ -34,7 +34,7 @@ impl Telemetry {
 pub(crate) fn init(serving: bool) -> Telemetry {
     let filter = EnvFilter::try_from_env("ARBOR_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(|| crate::output::LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
     #[cfg(feature = "otel")]

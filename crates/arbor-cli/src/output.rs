@@ -11,9 +11,70 @@ pub(crate) fn out(text: &str) {
     let _ = writeln!(stdout, "{text}").and_then(|()| stdout.flush());
 }
 
-/// Writes `text` and a newline to stderr.
+/// How many lines of the live view (see [`crate::live`]) are on stderr now: anything else
+/// written to stderr erases them first, so the view never draws over it.
+static FRAME: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+fn frame() -> std::sync::MutexGuard<'static, usize> {
+    FRAME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Erases the live view's lines (the caller holds the frame's lock).
+fn erase(drawn: &mut usize, err: &mut impl Write) {
+    if *drawn > 0 {
+        let _ = write!(err, "\x1b[{}F\x1b[J", *drawn);
+        *drawn = 0;
+    }
+}
+
+/// Writes `text` and a newline to stderr (erasing the live view first; it is drawn again
+/// below on its next tick).
 pub(crate) fn err(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{text}");
+    let mut drawn = frame();
+    let mut err = std::io::stderr().lock();
+    erase(&mut drawn, &mut err);
+    let _ = writeln!(err, "{text}");
+}
+
+/// Whether the live view's lines are on stderr now (not erased by another write).
+pub(crate) fn frame_shown() -> bool {
+    *frame() > 0
+}
+
+/// Replaces the live view's lines on stderr with `lines` (none: erased).
+pub(crate) fn draw_frame(lines: &[String]) {
+    let mut drawn = frame();
+    let mut err = std::io::stderr().lock();
+    let mut out = String::new();
+    if *drawn > 0 {
+        out.push_str(&format!("\x1b[{}F", *drawn));
+    }
+    out.push_str("\x1b[J");
+    for l in lines {
+        out.push_str(l);
+        out.push('\n');
+    }
+    let _ = err.write_all(out.as_bytes()).and_then(|()| err.flush());
+    *drawn = lines.len();
+}
+
+/// Stderr for `tracing`: each write erases the live view first.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut drawn = frame();
+        let mut err = std::io::stderr().lock();
+        erase(&mut drawn, &mut err);
+        err.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// Stdout written piece by piece (buffered) for output too large to hold: a write that fails

@@ -174,22 +174,32 @@ pub(crate) async fn take_over(
     root: &arbor_store::SessionRecord,
     run: &CancellationToken,
 ) -> Result<Heartbeat, Fail> {
-    not_run_elsewhere(root)?;
-    let mut meta = root.meta.clone();
-    meta["owner"] = current();
-    let update = SessionUpdate {
-        expected_version: Some(root.version),
-        meta: Some(meta),
-        ..SessionUpdate::default()
-    };
-    match store.update_session(root.id, &update).await {
-        Ok(_) => Ok(Heartbeat::start(store.clone(), root.id, run.clone())),
-        Err(arbor_store::StoreError::Conflict { .. }) => Err(Fail::usage(format!(
-            "another process took over the tree of {} meanwhile; try again",
-            root.id
-        ))),
-        Err(e) => Err(Fail::store(e.to_string())),
+    let mut record = root.clone();
+    // A write by this very process (its own lease renewed meanwhile, from a run it is still
+    // finishing) is no rival: read the record again and retry.
+    for _ in 0..8 {
+        not_run_elsewhere(&record)?;
+        let mut meta = record.meta.clone();
+        meta["owner"] = current();
+        let update = SessionUpdate {
+            expected_version: Some(record.version),
+            meta: Some(meta),
+            ..SessionUpdate::default()
+        };
+        match store.update_session(record.id, &update).await {
+            Ok(_) => return Ok(Heartbeat::start(store.clone(), record.id, run.clone())),
+            Err(arbor_store::StoreError::Conflict { .. }) => match store.session(record.id).await {
+                Ok(Some(now)) if is_me(&now.meta["owner"]) => record = now,
+                Ok(_) => break,
+                Err(e) => return Err(Fail::store(e.to_string())),
+            },
+            Err(e) => return Err(Fail::store(e.to_string())),
+        }
     }
+    Err(Fail::usage(format!(
+        "another process took over the tree of {} meanwhile; try again",
+        root.id
+    )))
 }
 
 /// The start time of process `pid` in clock ticks since boot (Linux), which tells a live
@@ -277,6 +287,34 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A renewal of this process's own lease between reading the root and taking the tree
+    /// over (a run resumed in the process that ran it) is no rival: the take-over retries.
+    #[tokio::test]
+    async fn a_take_over_is_not_refused_by_this_processs_own_renewal() {
+        let store: Arc<dyn Store> = Arc::new(arbor_store::MemoryStore::new());
+        let mut root = arbor_store::SessionRecord::new_root("root", "root", "scripted");
+        root.meta = serde_json::json!({"owner": current()});
+        store.create_session(&root).await.unwrap();
+        let root = store.session(root.id).await.unwrap().unwrap();
+        // The first lease renews after `root` was read.
+        assert!(matches!(
+            renew(store.as_ref(), root.id).await,
+            Renewal::Renewed
+        ));
+        let beat = take_over(&store, &root, &CancellationToken::new()).await;
+        assert!(beat.is_ok(), "{:?}", beat.err());
+        // Another live process's record is still refused.
+        let mut other = arbor_store::SessionRecord::new_root("other", "root", "scripted");
+        let mut owner = current();
+        owner["host"] = Value::from("another-host.example");
+        owner["pid"] = Value::from(4242);
+        other.meta = serde_json::json!({"owner": owner});
+        store.create_session(&other).await.unwrap();
+        let other = store.session(other.id).await.unwrap().unwrap();
+        let refused = take_over(&store, &other, &CancellationToken::new()).await;
+        assert!(refused.is_err());
+    }
 
     #[test]
     fn only_running_and_never_started_sessions_are_cut_off() {

@@ -91,7 +91,8 @@ pub(crate) async fn latest_root(store: &dyn Store) -> Result<SessionId, Fail> {
 
 /// The selector the registry understands for the child `selector` names under `parent`: its
 /// name or full id as given, or, when no child has that name, the full id of the one child
-/// whose id the piece matches (`deleted`: deleted children count too).
+/// whose id the piece (at least 8 hex digits: a short id) matches (`deleted`: deleted
+/// children count too).
 pub(crate) async fn child(
     store: &dyn Store,
     parent: SessionId,
@@ -110,7 +111,15 @@ pub(crate) async fn child(
     if kids.iter().filter(alive).any(|r| r.name == selector) {
         return Ok(selector.to_owned());
     }
-    let Ok(piece) = piece(trimmed) else {
+    // A child's name may look like hex (`beef`): only a piece as long as a short id names a
+    // child by its id, so a mistyped name is not taken for another child's id.
+    let Ok(piece) = piece(trimmed).and_then(|p| {
+        if p.len() >= SHORT {
+            Ok(p)
+        } else {
+            Err(Fail::usage(String::new()))
+        }
+    }) else {
         return Ok(selector.to_owned());
     };
     let found: Vec<SessionRecord> = kids

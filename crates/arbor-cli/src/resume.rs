@@ -24,7 +24,10 @@ use crate::{answers, output, owner, resolve, spec, tree};
 /// [`continue_tree`]).
 /// `asking`: the person at the terminal is asked next when the tree stops on calls waiting
 /// for approval (see [`crate::ask::resume`]).
-pub(crate) async fn resume(args: &ResumeArgs, asking: bool) -> Result<Resumed, Fail> {
+pub(crate) async fn resume(
+    args: &ResumeArgs,
+    asking: Option<&crate::run::Held>,
+) -> Result<Resumed, Fail> {
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
     let store = open(&args.store).await?;
     let root = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;

@@ -49,7 +49,7 @@ pub(crate) struct Started {
 /// Runs the command; the exit code (0 succeeded, 1 the run did not, 4 it waits for
 /// approval) is in what it returns. `asking`: the person at the terminal is asked next
 /// (see [`View::asking`]).
-pub(crate) async fn run(args: &RunArgs, asking: bool) -> Result<Started, Fail> {
+pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started, Fail> {
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
     let path = args.spec.display().to_string();
     let text = std::fs::read_to_string(&args.spec)
@@ -272,6 +272,9 @@ pub(crate) enum Start {
     Inbox,
 }
 
+/// A report held while the person is asked (see [`View::asking`]).
+pub(crate) type Held = std::sync::Mutex<Vec<String>>;
+
 /// Where the report goes.
 #[derive(Debug)]
 pub(crate) struct View<'a> {
@@ -280,8 +283,10 @@ pub(crate) struct View<'a> {
     pub(crate) json: bool,
     pub(crate) quiet: bool,
     /// The person at the terminal is asked about calls waiting for approval: a run that
-    /// stops on them prints no report (the questions follow, then the resumed run's).
-    pub(crate) asking: bool,
+    /// stops on them holds its report here instead of printing it (the questions follow,
+    /// then the resumed run's report; the held one is printed if something is left for
+    /// later).
+    pub(crate) asking: Option<&'a Held>,
     /// How progress is shown (when not quiet).
     pub(crate) progress: crate::live::Progress,
 }
@@ -361,9 +366,6 @@ pub(crate) async fn drive_root(
         RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
         _ => EXIT_RUN,
     };
-    if view.asking && code == EXIT_SUSPENDED {
-        return Ok(code);
-    }
     let sessions = store
         .list_sessions(SessionQuery::Tree(root_id))
         .await
@@ -376,6 +378,7 @@ pub(crate) async fn drive_root(
             tracing::warn!(session = %m.session, "usage does not reconcile: {}", m.what);
         }
     }
+    let mut lines: Vec<String> = Vec::new();
     if view.json {
         let mut report = report::json_report(root_id, view.store_name.kind(), &sessions, &result);
         report["silent_children"] =
@@ -402,17 +405,17 @@ pub(crate) async fn drive_root(
                 .map(report::suspension_json)
                 .collect();
         }
-        output::out(&report.to_string());
+        lines.push(report.to_string());
     } else {
-        output::out(&report::table(&sessions));
+        lines.push(report::table(&sessions));
         let silent = arbor_core::registry::silent_count(&sessions);
         if silent > 0 {
-            output::out(&format!(
+            lines.push(format!(
                 "{silent} child(ren) finished without replying (silent no-ops): see arbor ls {root_id}"
             ));
         }
         if let Some(b) = &result.breach {
-            output::out(&format!(
+            lines.push(format!(
                 "{} stopped at its limit {} = {} ({})",
                 session_name(&sessions, root_id),
                 b.limit,
@@ -421,10 +424,23 @@ pub(crate) async fn drive_root(
             ));
         }
         if let Some(s) = &result.suspension {
-            output::out(&report::suspension_text(root_id, s));
+            lines.push(report::suspension_text(root_id, s));
         }
         for s in &children_waiting {
-            output::out(&report::suspension_text(root_id, s));
+            lines.push(report::suspension_text(root_id, s));
+        }
+    }
+    match view.asking {
+        // The person is asked next: the report is held, for when something is left for later.
+        Some(held) if code == EXIT_SUSPENDED => {
+            *held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = lines;
+        }
+        _ => {
+            for line in &lines {
+                output::out(line);
+            }
         }
     }
     Ok(code)

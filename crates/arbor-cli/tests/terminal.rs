@@ -122,6 +122,82 @@ fn a_skipped_call_keeps_exit_4_and_the_commands() {
 }
 
 #[test]
+fn a_skipped_call_under_json_prints_the_json_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = OnTerminal::start(dir.path(), &["run", APPROVALS, "--json"], 100, &[]);
+    term.wait_for("> ", 1);
+    term.type_line("s");
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(4), "{screen}\n{out}");
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(report["status"], "suspended", "{report}");
+    assert_eq!(report["suspension"]["pending"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn the_end_of_input_at_the_reason_decides_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = OnTerminal::start(dir.path(), &["run", APPROVALS], 100, &[]);
+    term.wait_for("> ", 1);
+    term.type_line("j");
+    term.wait_for("why (the model reads it", 1);
+    term.type_raw(b"\x04");
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(4), "{screen}\n{out}");
+    let waiting: Value =
+        serde_json::from_str(&arbor(dir.path(), &["approvals", "--json"])).unwrap();
+    assert_eq!(
+        waiting["suspensions"][0]["pending"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "still undecided, not rejected: {waiting}"
+    );
+}
+
+/// Approved, then the child thinks for 30 s: Ctrl-C cancels the resumed run as it would
+/// any run (it ends aborted, the report is printed, exit 130), not the process at once.
+#[test]
+fn ctrl_c_after_an_inline_approval_cancels_the_run() {
+    const SLOW: &str = r#"
+task = "x"
+[supervisor]
+approvals = true
+[agents.root]
+children = ["publisher"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "publisher", name = "publisher", input = "go" } }]
+[[agents.root.turns]]
+text = "done"
+[agents.publisher]
+tools = ["echo"]
+[[agents.publisher.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "published" } }]
+[[agents.publisher.turns]]
+text = "published"
+delay_ms = 30000
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("slow.toml"), SLOW).unwrap();
+    let mut term = OnTerminal::start(dir.path(), &["run", "slow.toml"], 100, &[]);
+    term.wait_for("> ", 1);
+    term.type_line("o");
+    term.wait_for("publisher", 2);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    term.interrupt();
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(130), "{screen}\n{out}");
+    assert!(
+        screen.contains("arbor: interrupted, cancelling the run"),
+        "{screen}"
+    );
+    assert!(out.starts_with("session"), "the report: {out}");
+    let roots: Value = serde_json::from_str(&arbor(dir.path(), &["ls", "--json"])).unwrap();
+    assert_eq!(roots["roots"][0]["status"], "aborted", "{roots}");
+}
+
+#[test]
 fn no_input_never_asks() {
     let dir = tempfile::tempdir().unwrap();
     let term = OnTerminal::start(dir.path(), &["run", APPROVALS, "--no-input"], 100, &[]);

@@ -75,15 +75,16 @@ fn short_commit(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
 }
 
-/// Makes sure the worktree root ignores itself in git (a `.gitignore` holding `*`), so
-/// worktrees under a repository's own `.arbor/` never show in its `git status`. Only a root
-/// without one gets it; a failure is logged, never fatal.
+/// Creates the worktree root when it does not exist, ignoring itself in git (a `.gitignore`
+/// holding `*`), so worktrees under a repository's own `.arbor/` never show in its `git
+/// status`. A root that exists already is the host's: it is left as it is. A failure is
+/// logged, never fatal (the worktree's creation says what is wrong).
 async fn ignore_root(root: Option<&PathBuf>) {
     let Some(root) = root else { return };
-    let file = root.join(".gitignore");
-    if tokio::fs::try_exists(&file).await.unwrap_or(true) {
+    if tokio::fs::try_exists(root).await.unwrap_or(true) {
         return;
     }
+    let file = root.join(".gitignore");
     let written = async {
         tokio::fs::create_dir_all(root).await?;
         tokio::fs::write(&file, "*\n").await
@@ -259,12 +260,12 @@ impl Worktrees {
                 plan.path.display()
             )));
         }
+        ignore_root(self.config.worktree_roots.first()).await;
         if let Some(parent) = plan.path.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
                 .map_err(|e| CodingError::Io(format!("cannot create {}: {e}", parent.display())))?;
         }
-        ignore_root(self.config.worktree_roots.first()).await;
         let path = plan.path.to_string_lossy().into_owned();
         let mut half_made = HalfMade {
             trees: self,

@@ -41,6 +41,14 @@ async fn a_worktree_starts_from_the_commit_whatever_the_main_checkout_holds() {
         "*\n"
     );
     assert_eq!(trees.cleanup("d1").await.unwrap(), Cleanup::Removed(t));
+
+    // A root that exists already is the host's: no .gitignore is put into it.
+    let own = dir.path().join("mine");
+    std::fs::create_dir(&own).unwrap();
+    let trees = Worktrees::new(WorkspaceConfig::new(&repo, "demo").worktree_root(&own));
+    let t = trees.create("d2").await.unwrap();
+    assert!(!own.join(".gitignore").exists());
+    assert_eq!(trees.cleanup("d2").await.unwrap(), Cleanup::Removed(t));
 }
 
 #[tokio::test]

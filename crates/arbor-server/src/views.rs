@@ -51,7 +51,6 @@ pub struct Totals {
 /// --json` print it; `docs/schema/session.schema.json`). This mirror describes it for the
 /// OpenAPI document; a test holds it to the library's type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct SessionView {
     /// The session.
     pub id: String,

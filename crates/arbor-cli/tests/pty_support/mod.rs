@@ -100,6 +100,18 @@ impl OnTerminal {
         self.master.flush().unwrap();
     }
 
+    /// Types raw bytes (Ctrl-D is `\x04` at the start of a line).
+    pub(crate) fn type_raw(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    /// Sends SIGINT to the process, as Ctrl-C on its terminal would.
+    pub(crate) fn interrupt(&self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    }
+
     /// Waits for the process to end; its exit code and standard output.
     pub(crate) fn finish(mut self) -> (Option<i32>, String, String) {
         let mut out = String::new();
