@@ -165,7 +165,7 @@ def stdio(binary, tmp):
     check("stdio: the hanging call cost its time limit, not a hang", elapsed < 60, elapsed)
 
     children = json.loads(arbor(binary, "ls", root, "--store", store, "--json").stdout)["children"]
-    worker = children[0]["session_id"] if children else ""
+    worker = children[0]["id"] if children else ""
     results = tool_results(binary, store, worker)
     by_name = {}
     for name, content, is_error in results:

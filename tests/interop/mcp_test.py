@@ -216,7 +216,7 @@ async def stdio(arbor, tmp):
           [(r["name"], r["status"]) for r in roots])
     lead = next((r for r in roots if r["name"] == "lead"), None)
     if lead:
-        tree = arbor_json(arbor, "tree", lead["session_id"], "--store", store)
+        tree = arbor_json(arbor, "tree", lead["id"], "--store", store)
         rows = {row["name"]: row for row in tree.get("sessions", tree.get("rows", []))}
         check("stdio: arbor tree shows the cancelled child's own child aborted too",
               rows.get("lookout", {}).get("status") == "aborted", list(rows))
