@@ -50,7 +50,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Fail> {
     let held = Held::default();
     let resumed = crate::resume::resume(&args, asking.then_some(&held)).await?;
     let show = Show {
-        json: args.store.json,
+        json: args.target.store.json,
         quiet: false,
         progress: crate::live::Progress::Auto,
     };

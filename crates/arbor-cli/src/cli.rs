@@ -122,15 +122,8 @@ pub(crate) struct ValidateArgs {
     /// The TOML spec.
     #[arg(value_name = "SPEC")]
     pub(crate) spec: PathBuf,
-    /// Check with this repository for `workspace = true` children (as `arbor run`).
-    #[arg(long, value_name = "PATH")]
-    pub(crate) repository: Option<PathBuf>,
-    /// Check with the root on this provider.
-    #[arg(long)]
-    pub(crate) provider: Option<String>,
-    /// Check with the root on this model.
-    #[arg(long)]
-    pub(crate) model: Option<String>,
+    #[command(flatten)]
+    pub(crate) overrides: SpecOverrides,
     /// Also ask the root's provider whether its model exists (a network call).
     #[arg(long)]
     pub(crate) online: bool,
@@ -275,16 +268,12 @@ pub(crate) struct SessionArgs {
 /// Arguments of `arbor resume`.
 #[derive(Debug, Args)]
 pub(crate) struct ResumeArgs {
-    /// The session: its id, a unique piece of it, or @latest (default: the most recent
-    /// root).
-    #[arg(value_name = "SESSION")]
-    pub(crate) session: Option<String>,
+    #[command(flatten)]
+    pub(crate) target: SessionArgs,
     /// Never ask on the terminal: a tree that stops on calls waiting for approval again
     /// exits 4.
     #[arg(long)]
     pub(crate) no_input: bool,
-    #[command(flatten)]
-    pub(crate) store: StoreArgs,
 }
 
 /// Arguments of `arbor send`.
@@ -379,6 +368,13 @@ pub(crate) struct RunArgs {
     /// arbor approve / reject, then arbor resume), as it does when no terminal is attached.
     #[arg(long)]
     pub(crate) no_input: bool,
+    #[command(flatten)]
+    pub(crate) overrides: SpecOverrides,
+}
+
+/// What may change a spec for one run (or one check).
+#[derive(Debug, Args)]
+pub(crate) struct SpecOverrides {
     /// The git repository children with `workspace = true` work on (overrides the spec's
     /// `[workspace] repository`).
     #[arg(long, value_name = "PATH")]

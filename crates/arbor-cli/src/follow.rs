@@ -23,7 +23,7 @@ const RECEIPT: &str = "queued";
 /// `arbor send SESSION NAME TEXT`.
 pub(crate) async fn send(mut args: SendArgs) -> Result<u8, Fail> {
     if args.text == "-" {
-        args.text = read_stdin()?;
+        args.text = crate::run::read_stdin("send TEXT -")?;
     }
     let store = open(&args.store).await?;
     let parent = resolve::session(store.as_ref(), &args.session).await?;
@@ -124,26 +124,6 @@ pub(crate) async fn send(mut args: SendArgs) -> Result<u8, Fail> {
         SessionStatus::Aborted => signals.aborted_code(EXIT_RUN),
         _ => EXIT_RUN,
     })
-}
-
-/// The most a message read from standard input may hold (the supervisor's own limit on a
-/// message applies after).
-const MAX_STDIN_BYTES: u64 = 1 << 20;
-
-/// A message read from standard input, to its end.
-fn read_stdin() -> Result<String, Fail> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(MAX_STDIN_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Fail::usage(format!("cannot read standard input: {e}")))?;
-    if bytes.len() as u64 > MAX_STDIN_BYTES {
-        return Err(Fail::usage(format!(
-            "standard input holds more than {MAX_STDIN_BYTES} bytes"
-        )));
-    }
-    String::from_utf8(bytes).map_err(|_| Fail::usage("standard input is not UTF-8 text"))
 }
 
 /// `send --no-wait`: the same `send` in a background process (its own process group, so a

@@ -28,6 +28,7 @@ pub(crate) async fn resume(
     args: &ResumeArgs,
     asking: Option<&crate::run::Held>,
 ) -> Result<Resumed, Fail> {
+    let args = &args.target;
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
     let store = open(&args.store).await?;
     let root = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;

@@ -51,14 +51,8 @@ pub(crate) struct Started {
 /// (see [`View::asking`]).
 pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started, Fail> {
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
-    let path = args.spec.display().to_string();
-    let text = std::fs::read_to_string(&args.spec)
-        .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
-    let overrides = Overrides {
-        repository: args.repository.clone(),
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-    };
+    let (path, text) = read_spec(&args.spec)?;
+    let overrides = Overrides::from(&args.overrides);
     let prepared = prepare(&path, &text, &overrides).await?;
     let task = task(&path, args.task.as_deref(), &prepared.spec)?;
     let store = choice.open()?;
@@ -92,33 +86,44 @@ pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started
     })
 }
 
-/// The most a task read from standard input may hold.
-const MAX_TASK_BYTES: u64 = 1 << 20;
+/// The most text read from standard input may hold (a task, a message).
+const MAX_STDIN_BYTES: u64 = 1 << 20;
+
+/// A spec file's path as shown and its text; a usage error naming it when it cannot be read.
+pub(crate) fn read_spec(spec: &std::path::Path) -> Result<(String, String), Fail> {
+    let path = spec.display().to_string();
+    let text = std::fs::read_to_string(spec)
+        .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
+    Ok((path, text))
+}
+
+/// Standard input to its end, as UTF-8 text of at most 1 MiB; `what` names it in errors.
+pub(crate) fn read_stdin(what: &str) -> Result<String, Fail> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(MAX_STDIN_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            Fail::usage(format!(
+                "{what}: cannot read standard input: {}",
+                io_reason(&e)
+            ))
+        })?;
+    if bytes.len() as u64 > MAX_STDIN_BYTES {
+        return Err(Fail::usage(format!(
+            "{what}: standard input holds more than {MAX_STDIN_BYTES} bytes"
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| Fail::usage(format!("{what}: standard input is not UTF-8 text")))
+}
 
 /// The root's task: `--task TEXT`, `--task -` (standard input, to its end), or the spec's.
 /// Refused (as bad usage, before anything is stored) when it is empty.
 fn task(path: &str, given: Option<&str>, spec: &spec::Spec) -> Result<String, Fail> {
     let task = match given {
-        Some("-") => {
-            use std::io::Read;
-            let mut bytes = Vec::new();
-            std::io::stdin()
-                .take(MAX_TASK_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| {
-                    Fail::usage(format!(
-                        "--task -: cannot read standard input: {}",
-                        io_reason(&e)
-                    ))
-                })?;
-            if bytes.len() as u64 > MAX_TASK_BYTES {
-                return Err(Fail::usage(format!(
-                    "--task -: standard input holds more than {MAX_TASK_BYTES} bytes"
-                )));
-            }
-            String::from_utf8(bytes)
-                .map_err(|_| Fail::usage("--task -: standard input is not UTF-8 text"))?
-        }
+        Some("-") => read_stdin("--task -")?,
         Some(text) => text.to_owned(),
         None => spec.task.clone(),
     };
@@ -140,6 +145,16 @@ pub(crate) struct Overrides {
     pub(crate) repository: Option<std::path::PathBuf>,
     pub(crate) provider: Option<String>,
     pub(crate) model: Option<String>,
+}
+
+impl From<&crate::cli::SpecOverrides> for Overrides {
+    fn from(o: &crate::cli::SpecOverrides) -> Self {
+        Self {
+            repository: o.repository.clone(),
+            provider: o.provider.clone(),
+            model: o.model.clone(),
+        }
+    }
 }
 
 /// A spec read, checked and built in full, before any store is opened.

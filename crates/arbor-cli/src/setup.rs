@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::cli::{Cli, CompletionsArgs, InitArgs, ValidateArgs};
 use crate::fail::Fail;
-use crate::run::{Overrides, prepare_with};
+use crate::run::{Overrides, prepare_with, read_spec};
 use crate::store::io_reason;
 use crate::{output, report::thousands};
 
@@ -19,14 +19,8 @@ use crate::{output, report::thousands};
 /// checked), without asking any model or opening any store. The error is `arbor run`'s,
 /// with the file and line.
 pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
-    let path = args.spec.display().to_string();
-    let text = std::fs::read_to_string(&args.spec)
-        .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
-    let overrides = Overrides {
-        repository: args.repository.clone(),
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-    };
+    let (path, text) = read_spec(&args.spec)?;
+    let overrides = Overrides::from(&args.overrides);
     let prepared = prepare_with(&path, &text, &overrides, args.online).await?;
     let spec = &prepared.spec;
     let root = spec.root_name().map_err(Fail::usage)?.to_owned();

@@ -245,9 +245,14 @@ fn a_live_tree_is_redrawn_in_place_while_the_run_goes() {
     term.wait_for("echo", 1);
     let (code, out, screen) = term.finish();
     assert_eq!(code, Some(0), "{screen}");
+    // A frame from while the slow child thinks (after its echo call).
     let frame = screen
         .split("\x1b[J")
-        .find(|f| f.contains("1 done (1 succeeded)") && f.contains("slow"))
+        .find(|f| {
+            f.contains("1 done (1 succeeded)")
+                && f.lines()
+                    .any(|l| l.contains("slow") && l.contains("running") && l.ends_with("echo"))
+        })
         .unwrap_or_else(|| panic!("no frame with both children:\n{screen:?}"));
     let slow = frame.lines().find(|l| l.contains("slow")).unwrap();
     assert!(slow.starts_with("  slow"), "{slow:?}");
