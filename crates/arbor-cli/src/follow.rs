@@ -23,7 +23,7 @@ const RECEIPT: &str = "queued";
 /// `arbor send SESSION NAME TEXT`.
 pub(crate) async fn send(mut args: SendArgs) -> Result<u8, Fail> {
     if args.text == "-" {
-        args.text = crate::run::read_stdin("send TEXT -")?;
+        args.text = crate::input::read_stdin("send TEXT -")?;
     }
     let store = open(&args.store).await?;
     let parent = resolve::session(store.as_ref(), &args.session).await?;

@@ -17,6 +17,7 @@
 //!   process owns a tree's runs.
 //! - [`spec`]: the TOML spec, parsed strictly ([`limits`]: how an agent's limits compose
 //!   with the supervisor's); [`tree`]: the agents and supervisor it builds.
+//! - [`input`]: a spec file, standard input and the task, as commands read them.
 //! - [`store`]: which store a run uses and how it is opened; [`resolve`]: which session,
 //!   child or approval an argument names (ids, unique pieces of them, `@latest`).
 //! - [`progress`]: the progress lines on stderr ([`live`]: the live tree on a terminal); [`report`]: the table or JSON on stdout.
@@ -33,6 +34,7 @@ mod ask;
 mod cli;
 mod fail;
 mod follow;
+mod input;
 mod inspect;
 mod interrupt;
 mod launcher;

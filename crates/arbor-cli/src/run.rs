@@ -23,8 +23,8 @@ use crate::cli::RunArgs;
 use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
 use crate::interrupt::Watch;
 use crate::progress::{self, RootProgress};
-use crate::store::{StoreChoice, StoreName, io_reason};
-use crate::{approvals, output, owner, report, spec, tree};
+use crate::store::{StoreChoice, StoreName};
+use crate::{approvals, input, output, owner, report, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -51,10 +51,10 @@ pub(crate) struct Started {
 /// (see [`View::asking`]).
 pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started, Fail> {
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
-    let (path, text) = read_spec(&args.spec)?;
+    let (path, text) = input::read_spec(&args.spec)?;
     let overrides = Overrides::from(&args.overrides);
     let prepared = prepare(&path, &text, &overrides).await?;
-    let task = task(&path, args.task.as_deref(), &prepared.spec)?;
+    let task = input::task(&path, args.task.as_deref(), &prepared.spec.task)?;
     let store = choice.open()?;
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
@@ -84,59 +84,6 @@ pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started
         code,
         _lease: lease,
     })
-}
-
-/// The most text read from standard input may hold (a task, a message).
-const MAX_STDIN_BYTES: u64 = 1 << 20;
-
-/// A spec file's path as shown and its text; a usage error naming it when it cannot be read.
-pub(crate) fn read_spec(spec: &std::path::Path) -> Result<(String, String), Fail> {
-    let path = spec.display().to_string();
-    let text = std::fs::read_to_string(spec)
-        .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
-    Ok((path, text))
-}
-
-/// Standard input to its end, as UTF-8 text of at most 1 MiB; `what` names it in errors.
-pub(crate) fn read_stdin(what: &str) -> Result<String, Fail> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(MAX_STDIN_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| {
-            Fail::usage(format!(
-                "{what}: cannot read standard input: {}",
-                io_reason(&e)
-            ))
-        })?;
-    if bytes.len() as u64 > MAX_STDIN_BYTES {
-        return Err(Fail::usage(format!(
-            "{what}: standard input holds more than {MAX_STDIN_BYTES} bytes"
-        )));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| Fail::usage(format!("{what}: standard input is not UTF-8 text")))
-}
-
-/// The root's task: `--task TEXT`, `--task -` (standard input, to its end), or the spec's.
-/// Refused (as bad usage, before anything is stored) when it is empty.
-fn task(path: &str, given: Option<&str>, spec: &spec::Spec) -> Result<String, Fail> {
-    let task = match given {
-        Some("-") => read_stdin("--task -")?,
-        Some(text) => text.to_owned(),
-        None => spec.task.clone(),
-    };
-    if task.trim().is_empty() {
-        return Err(Fail::usage(match given {
-            Some(_) => "--task: the task is empty".to_owned(),
-            None => format!(
-                "{path}: no task: give one with --task TEXT (or --task - to read it from \
-                 standard input), or task = \"...\" in the spec"
-            ),
-        }));
-    }
-    Ok(task)
 }
 
 /// What may change a spec for one run: its repository, the root's provider and model.

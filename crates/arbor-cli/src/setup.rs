@@ -10,7 +10,8 @@ use serde_json::json;
 
 use crate::cli::{Cli, CompletionsArgs, InitArgs, ValidateArgs};
 use crate::fail::Fail;
-use crate::run::{Overrides, prepare_with, read_spec};
+use crate::input::read_spec;
+use crate::run::{Overrides, prepare_with};
 use crate::store::io_reason;
 use crate::{output, report::thousands};
 
