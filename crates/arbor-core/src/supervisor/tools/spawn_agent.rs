@@ -92,19 +92,27 @@ fn thinking_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// The parameter schema of `spawn_agent` offering `ids`: generated from [`SpawnArgs`]
 /// (draft-07, subschemas inlined, then [`arguments::simplify`]d: an optional field is its
 /// value's schema and may be left out), with `child_id` closed to `ids`.
+/// The schema is generated once per process (it depends on [`SpawnArgs`] only); each tool
+/// gets a copy with its own `child_id` list.
 fn spawn_schema(ids: &[String]) -> serde_json::Value {
-    let mut settings = schemars::generate::SchemaSettings::draft07();
-    settings.inline_subschemas = true;
-    let mut schema = settings
-        .into_generator()
-        .into_root_schema_for::<SpawnArgs>()
-        .to_value();
-    if let Some(obj) = schema.as_object_mut() {
-        obj.remove("$schema");
-        obj.remove("title");
-        obj.remove("description");
-    }
-    arguments::simplify(&mut schema);
+    static BASE: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    let mut schema = BASE
+        .get_or_init(|| {
+            let mut settings = schemars::generate::SchemaSettings::draft07();
+            settings.inline_subschemas = true;
+            let mut schema = settings
+                .into_generator()
+                .into_root_schema_for::<SpawnArgs>()
+                .to_value();
+            if let Some(obj) = schema.as_object_mut() {
+                obj.remove("$schema");
+                obj.remove("title");
+                obj.remove("description");
+            }
+            arguments::simplify(&mut schema);
+            schema
+        })
+        .clone();
     schema["properties"]["child_id"]["enum"] = json!(ids);
     schema
 }
