@@ -113,13 +113,7 @@ pub(crate) async fn child(
     }
     // A child's name may look like hex (`beef`): only a piece as long as a short id names a
     // child by its id, so a mistyped name is not taken for another child's id.
-    let Ok(piece) = piece(trimmed).and_then(|p| {
-        if p.len() >= SHORT {
-            Ok(p)
-        } else {
-            Err(Fail::usage(String::new()))
-        }
-    }) else {
+    let Some(piece) = piece(trimmed).ok().filter(|p| p.len() >= SHORT) else {
         return Ok(selector.to_owned());
     };
     let found: Vec<SessionRecord> = kids
@@ -143,13 +137,13 @@ pub(crate) fn approval<'a>(
     text: &str,
 ) -> Result<String, Fail> {
     let text = text.trim();
+    let lower = text.to_ascii_lowercase();
     let mut found: Vec<&str> = Vec::new();
     for id in pending {
         if id == text {
             return Ok(text.to_owned());
         }
         let bare = id.split_once('_').map_or(id, |(_, rest)| rest);
-        let lower = text.to_ascii_lowercase();
         if text.len() >= MIN_PIECE
             && (id.starts_with(&lower) || bare.starts_with(&lower))
             && !found.contains(&id)
