@@ -424,6 +424,28 @@ pub(crate) async fn run_tree(
     start: Start,
     token: &CancellationToken,
 ) -> arbor_core::CoreResult<arbor_core::RunResult> {
+    let result = drive_tree(built, session, start, token).await;
+    end_tree(built).await;
+    result
+}
+
+/// Ends a tree whose run is over: children still live end with it (nothing keeps running
+/// unwatched), and so do its MCP servers.
+pub(crate) async fn end_tree(built: &tree::Built) {
+    if let Some(sup) = &built.supervisor {
+        sup.shutdown().await;
+    }
+    built.close().await;
+}
+
+/// Runs the root from `start`, then again on each batch of its message-mode children's
+/// replies until the tree is quiet; the tree stays up (see [`end_tree`]).
+pub(crate) async fn drive_tree(
+    built: &tree::Built,
+    session: &mut Session,
+    start: Start,
+    token: &CancellationToken,
+) -> arbor_core::CoreResult<arbor_core::RunResult> {
     let options = || {
         let o = RunOptions::default().with_cancel(token.clone());
         match &built.supervisor {
@@ -458,11 +480,7 @@ pub(crate) async fn run_tree(
             follow_ups += 1;
             result = session.run_inbox(options()).await;
         }
-        // Nothing keeps running unwatched: children still live end with the root's run.
-        sup.shutdown().await;
     }
-    // The tree's MCP servers end with it.
-    built.close().await;
     result
 }
 

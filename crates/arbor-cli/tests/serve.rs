@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 #[allow(dead_code)]
 mod serve_support;
-use serve_support::{Served, call, client, serve, serve_env};
+use serve_support::{Served, call, client, serve, serve_env, start_run, status_becomes};
 
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
 
@@ -147,29 +147,6 @@ async fn a_spec_that_does_not_pass_its_checks_is_not_offered_and_the_server_says
 
 const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
 
-async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
-    let started = Instant::now();
-    let mut last = Value::Null;
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "never {want}: {last}"
-        );
-        let (_, run) = call(
-            http,
-            reqwest::Method::GET,
-            format!("{base}/v1/runs/{root}"),
-            None,
-        )
-        .await;
-        if run["status"] == want {
-            return run;
-        }
-        last = run;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// How the run of `root` ended, once its launcher kept a result with status `want`.
 async fn result_of(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
     let started = Instant::now();
@@ -217,19 +194,6 @@ fn serving(name: &str, text: &str) -> (tempfile::TempDir, Served) {
     std::fs::write(dir.path().join(format!("specs/{name}.toml")), text).unwrap();
     let served = serve(dir.path(), &[]);
     (dir, served)
-}
-
-/// Starts a run of `spec`; its root's id.
-async fn start_run(http: &reqwest::Client, base: &str, spec: &str) -> String {
-    let (status, run) = call(
-        http,
-        reqwest::Method::POST,
-        format!("{base}/v1/runs"),
-        Some(json!({"spec": spec})),
-    )
-    .await;
-    assert_eq!(status, 201, "{run}");
-    run["root_id"].as_str().unwrap().to_owned()
 }
 
 /// The session named `name` in a run's tree.

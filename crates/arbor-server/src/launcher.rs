@@ -73,9 +73,11 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
         None
     }
 
-    /// Hosts the tree of `root` for a host's calls when this process does not run it: rebuilds
-    /// it from what the store keeps and holds it until it has been idle a while. Default:
-    /// refused (`conflict`).
+    /// The supervisor a host's call (spawn, wait, cancel, message) goes through. When this
+    /// process runs the tree, the run's own, and the tree is kept for the host past the
+    /// run's end until idle; otherwise the tree is rebuilt from what the store keeps and held
+    /// until it has been idle a while. Default: refused (`conflict`), and the server falls
+    /// back to [`Launcher::supervisor`].
     async fn host(&self, root: SessionId) -> Result<arbor_core::supervisor::Supervisor, ApiError> {
         let _ = root;
         Err(ApiError::new(

@@ -4,9 +4,9 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub(crate) struct Served {
     pub(crate) child: Child,
@@ -95,4 +95,41 @@ pub(crate) async fn call(
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls the run of `root` until its status is `want`; the run as read then.
+pub(crate) async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
+    let started = Instant::now();
+    let mut last = Value::Null;
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never {want}: {last}"
+        );
+        let (_, run) = call(
+            http,
+            reqwest::Method::GET,
+            format!("{base}/v1/runs/{root}"),
+            None,
+        )
+        .await;
+        if run["status"] == want {
+            return run;
+        }
+        last = run;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts a run of `spec`; its root's id.
+pub(crate) async fn start_run(http: &reqwest::Client, base: &str, spec: &str) -> String {
+    let (status, run) = call(
+        http,
+        reqwest::Method::POST,
+        format!("{base}/v1/runs"),
+        Some(json!({"spec": spec})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    run["root_id"].as_str().unwrap().to_owned()
 }

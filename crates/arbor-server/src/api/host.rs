@@ -172,8 +172,10 @@ fn spawn_error(e: CoreError) -> ApiError {
     }
 }
 
-/// The live supervisor of the record's tree: the one running it here, else the tree hosted
-/// for the host's calls (rebuilt from the store by the launcher).
+/// The live supervisor of the record's tree for a host's call: the launcher's host (the
+/// run's own supervisor while the tree runs here, kept for the host past the run's end;
+/// else the tree rebuilt from the store), or, with a launcher that does not host, the
+/// supervisor running the tree here.
 async fn live(
     state: &AppState,
     record: &SessionRecord,
@@ -182,9 +184,9 @@ async fn live(
         .launcher
         .as_ref()
         .ok_or_else(|| ApiError::new(ErrorKind::Conflict, "This server runs no trees"))?;
-    match launcher.supervisor(record.root_id) {
-        Some(sup) => Ok(sup),
-        None => launcher.host(record.root_id).await,
+    match launcher.host(record.root_id).await {
+        Ok(sup) => Ok(sup),
+        Err(refused) => launcher.supervisor(record.root_id).ok_or(refused),
     }
 }
 

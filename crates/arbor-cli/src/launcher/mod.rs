@@ -17,7 +17,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::fail::Fail;
 use crate::owner;
-use crate::run::{Overrides, Start, create_root, prepare, run_tree};
+use crate::run::{Overrides, Start, create_root, drive_tree, end_tree, prepare};
+
+mod claims;
+
+use claims::{Busy, Joined, Running, Trees, hold_until_idle, host_idle, trees};
 use crate::store::io_reason;
 
 /// Runs the specs of `--specs` for the server.
@@ -33,72 +37,6 @@ pub(crate) struct SpecLauncher {
     /// The trees this process runs now, by root: a resume of one is refused, and a cancel
     /// reaches its runs.
     running: Trees,
-}
-
-/// A tree running in this process: its run's token and its supervisor (once built).
-#[derive(Debug, Clone, Default)]
-struct LiveTree {
-    token: Option<CancellationToken>,
-    supervisor: Option<arbor_core::supervisor::Supervisor>,
-    /// Hosted for a host's calls (no root run): released once idle.
-    hosted: bool,
-}
-
-/// How long a hosted tree stays after its last child ended: `ARBOR_HOST_IDLE_MS`, else 30 s.
-fn host_idle() -> std::time::Duration {
-    let ms = std::env::var("ARBOR_HOST_IDLE_MS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(30_000);
-    std::time::Duration::from_millis(ms.max(100))
-}
-
-type Trees = Arc<std::sync::Mutex<std::collections::HashMap<SessionId, LiveTree>>>;
-
-fn trees(t: &Trees) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionId, LiveTree>> {
-    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Holds a root in [`SpecLauncher::running`] while its run goes on.
-struct Running {
-    set: Trees,
-    root: SessionId,
-}
-
-impl Running {
-    /// Claims `root`, or `None` if this process runs it already.
-    fn claim(set: &Trees, root: SessionId) -> Option<Self> {
-        let mut map = trees(set);
-        if map.contains_key(&root) {
-            return None;
-        }
-        map.insert(root, LiveTree::default());
-        Some(Self {
-            set: set.clone(),
-            root,
-        })
-    }
-
-    /// Records what a cancel needs.
-    fn live(&self, token: &CancellationToken, built: &crate::tree::Built) {
-        if let Some(t) = trees(&self.set).get_mut(&self.root) {
-            t.token = Some(token.clone());
-            t.supervisor = built.supervisor.clone();
-        }
-    }
-
-    /// Marks the tree hosted (no root run: a cancel of the root cancels nothing).
-    fn hosted(&self) {
-        if let Some(t) = trees(&self.set).get_mut(&self.root) {
-            t.hosted = true;
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        trees(&self.set).remove(&self.root);
-    }
 }
 
 impl SpecLauncher {
@@ -184,12 +122,13 @@ impl Launcher for SpecLauncher {
         let store = self.store.clone();
         self.tracker.spawn(async move {
             let _lease = lease;
-            let _claim = claim;
             if let Some(sup) = &built.supervisor {
                 sup.attach(&mut session);
             }
-            let result = run_tree(&built, &mut session, Start::Task(task), &token).await;
+            let result = drive_tree(&built, &mut session, Start::Task(task), &token).await;
+            let hosted = claim.as_ref().is_some_and(Running::run_ended);
             keep_result(&store, id, built.root.redactor(), &result).await;
+            wind_down(&built, hosted, &token).await;
         });
         Ok(id)
     }
@@ -225,10 +164,12 @@ impl Launcher for SpecLauncher {
     }
 
     async fn host(&self, root: SessionId) -> Result<arbor_core::supervisor::Supervisor, ApiError> {
-        let Some(claim) = Running::claim(&self.running, root) else {
-            return self
-                .supervisor(root)
-                .ok_or_else(|| conflict("The tree is being started or resumed: try again"));
+        let claim = match Running::join_for_host(&self.running, root).await {
+            Joined::Claimed(claim) => claim,
+            Joined::Live(sup) => return Ok(sup),
+            Joined::Starting => {
+                return Err(conflict("The tree is being started or resumed: try again"));
+            }
         };
         let store = &self.store;
         let record = arbor_core::registry::session(store.as_ref(), root).await?;
@@ -246,24 +187,12 @@ impl Launcher for SpecLauncher {
             .ok_or_else(|| conflict("The tree's root has no children to spawn"))?;
         claim.live(&token, &built);
         claim.hosted();
-        let (watched, idle) = (sup.clone(), host_idle());
+        let watched = sup.clone();
         self.tracker.spawn(async move {
-            let (_claim, _lease, _built) = (claim, lease, built);
-            let mut quiet_since = std::time::Instant::now();
-            loop {
-                tokio::select! {
-                    () = token.cancelled() => break,
-                    () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
-                }
-                if watched.active_children() > 0 || watched.running_handles() > 0 {
-                    quiet_since = std::time::Instant::now();
-                } else if quiet_since.elapsed() >= idle {
-                    break;
-                }
-            }
+            let (_claim, _lease) = (claim, lease);
+            hold_until_idle(&watched, &token).await;
             tracing::info!(root = %root, "released the hosted tree");
-            watched.shutdown().await;
-            _built.close().await;
+            end_tree(&built).await;
         });
         Ok(sup)
     }
@@ -347,17 +276,16 @@ impl Launcher for SpecLauncher {
 impl SpecLauncher {
     async fn resume_tree(&self, id: SessionId) -> Result<(), ApiError> {
         let store = &self.store;
-        let claim = Running::claim(&self.running, id).ok_or_else(|| {
-            if trees(&self.running).get(&id).is_some_and(|t| t.hosted) {
-                conflict(format!(
+        let claim = Running::claim_when_released(&self.running, id)
+            .await
+            .map_err(|busy| match busy {
+                Busy::Hosted => conflict(format!(
                     "The tree is hosted for the host's calls until {} s after its last child \
                      ended: resume it then",
                     host_idle().as_secs()
-                ))
-            } else {
-                conflict("The run is still going: nothing to resume yet")
-            }
-        })?;
+                )),
+                Busy::Running => conflict("The run is still going: nothing to resume yet"),
+            })?;
         let root = arbor_core::registry::session(store.as_ref(), id).await?;
         let spec = crate::spec::Spec::from_definition(&root.meta["definition"])
             .map_err(|e| ApiError::internal(&e))?
@@ -400,7 +328,7 @@ impl SpecLauncher {
         claim.live(&token, &built);
         let store = store.clone();
         self.tracker.spawn(async move {
-            let (_lease, _claim) = (lease, claim);
+            let _lease = lease;
             if let Some(sup) = &built.supervisor {
                 sup.attach(&mut session);
                 crate::resume::resume_children(sup, store.as_ref(), &ready, &undecided).await;
@@ -409,18 +337,28 @@ impl SpecLauncher {
                 Some(w) => Start::Resume(w.run_id),
                 None if !session.inbox().is_empty() => Start::Inbox,
                 None => {
-                    if let Some(sup) = &built.supervisor {
-                        sup.shutdown().await;
-                    }
-                    built.close().await;
+                    wind_down(&built, claim.run_ended(), &token).await;
                     return;
                 }
             };
-            let result = run_tree(&built, &mut session, start, &token).await;
+            let result = drive_tree(&built, &mut session, start, &token).await;
+            let hosted = claim.run_ended();
             keep_result(&store, id, built.root.redactor(), &result).await;
+            wind_down(&built, hosted, &token).await;
         });
         Ok(())
     }
+}
+
+/// Ends a tree whose run is over: held until idle first when it is `hosted` (a host's
+/// call reached it while the run went on: see [`Running::run_ended`]), then its children
+/// and MCP servers end. The claim itself ends when the caller drops it.
+async fn wind_down(built: &crate::tree::Built, hosted: bool, token: &CancellationToken) {
+    if hosted && let Some(sup) = &built.supervisor {
+        tracing::info!("a host's call reached the tree during its run: hosted until idle");
+        hold_until_idle(sup, token).await;
+    }
+    end_tree(built).await;
 }
 
 /// Keeps how the root's run ended in its record (`meta.result`: status, stop reason, its
