@@ -64,7 +64,10 @@ async fn a_host_call_while_the_run_winds_down_keeps_the_tree_for_the_host() {
 
     // The root's run has ended its turn; the slow child still works.
     let run = status_becomes(&http, &base, &root, "succeeded").await;
-    assert!(run["result"].is_null(), "the run kept its result already: {run}");
+    assert!(
+        run["result"].is_null(),
+        "the run kept its result already: {run}"
+    );
     let (status, h) = call(
         &http,
         Method::POST,

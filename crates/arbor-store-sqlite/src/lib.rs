@@ -37,6 +37,7 @@ mod options;
 mod perms;
 mod repair;
 mod schema;
+mod sql;
 mod store;
 
 pub use options::{SqliteOptions, Synchronous};

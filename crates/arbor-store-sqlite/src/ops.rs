@@ -31,9 +31,9 @@ pub(crate) fn select_sessions(
     filter: &str,
     param: Option<String>,
 ) -> StoreResult<Vec<SessionRecord>> {
-    let sql =
-        format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} ORDER BY created_at, id");
-    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut stmt = conn
+        .prepare_cached(&crate::sql::sessions_where(filter))
+        .at(path)?;
     let mut rows = match param {
         Some(param) => stmt.query([param]),
         None => stmt.query([]),
@@ -98,9 +98,7 @@ pub(crate) fn append_in(
         None => {}
     }
     let last: i64 = tx
-        .prepare_cached(
-            "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = ?1",
-        )
+        .prepare_cached(crate::sql::LAST_SEQ)
         .and_then(|mut stmt| stmt.query_row([session.to_string()], |row| row.get(0)))
         .at(path)?;
     let (session, run) = (session.to_string(), run.to_string());

@@ -25,7 +25,7 @@ use arbor_store::{
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use crate::codec::{ENTRY_COLUMNS, entry_from_row, insert_session, to_sql, write_session};
+use crate::codec::{entry_from_row, insert_session, to_sql, write_session};
 use crate::error::{SqlResultExt, damaged, unavailable};
 use crate::open;
 use crate::ops::{
@@ -33,6 +33,7 @@ use crate::ops::{
     name_taken, select_sessions,
 };
 use crate::options::{SqliteOptions, Synchronous};
+use crate::sql;
 
 /// A store in one SQLite file. Safe to share between tasks; several processes may open the
 /// same file, and each write is atomic against all of them.
@@ -308,8 +309,8 @@ impl Store for SqliteStore {
     async fn list_sessions(&self, query: SessionQuery) -> StoreResult<Vec<SessionRecord>> {
         let (filter, param) = match query {
             SessionQuery::Roots => ("parent_id IS NULL", None),
-            SessionQuery::Children(parent) => ("parent_id = ?1", Some(parent.to_string())),
-            SessionQuery::Tree(root) => ("root_id = ?1", Some(root.to_string())),
+            SessionQuery::Children(parent) => (sql::CHILDREN_OF, Some(parent.to_string())),
+            SessionQuery::Tree(root) => (sql::TREE_OF, Some(root.to_string())),
         };
         self.call(move |conn, path| select_sessions(conn, path, filter, param.clone()))
             .await
@@ -374,11 +375,7 @@ impl Store for SqliteStore {
             if !exists(tx, path, session)? {
                 return Err(StoreError::session_not_found(session));
             }
-            let sql = format!(
-                "SELECT {ENTRY_COLUMNS} FROM transcript_entries \
-                 WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
-            );
-            let mut stmt = tx.prepare_cached(&sql).at(path)?;
+            let mut stmt = tx.prepare_cached(&sql::entries_after()).at(path)?;
             let mut rows = stmt
                 .query(params![session.to_string(), after, limit])
                 .at(path)?;
@@ -396,7 +393,7 @@ impl Store for SqliteStore {
             let running = select_sessions(
                 tx,
                 path,
-                "status = ?1",
+                sql::WITH_STATUS,
                 Some(SessionStatus::Running.as_str().to_owned()),
             )?;
             let mut ids = Vec::with_capacity(running.len());
@@ -469,12 +466,7 @@ impl Store for SqliteStore {
     async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
         let namespace = namespace.to_owned();
         self.call(move |conn, path| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT namespace, key, version, value, updated_at FROM checkpoints \
-                     WHERE namespace = ?1 ORDER BY key",
-                )
-                .at(path)?;
+            let mut stmt = conn.prepare_cached(sql::CHECKPOINTS_OF).at(path)?;
             let mut rows = stmt.query(params![namespace]).at(path)?;
             let mut out = Vec::new();
             while let Some(row) = rows.next().at(path)? {

@@ -21,8 +21,8 @@ use crate::run::{Overrides, Start, create_root, drive_tree, end_tree, prepare};
 
 mod claims;
 
-use claims::{Busy, Joined, Running, Trees, hold_until_idle, host_idle, trees};
 use crate::store::io_reason;
+use claims::{Busy, Joined, Running, Trees, hold_until_idle, host_idle, trees};
 
 /// Runs the specs of `--specs` for the server.
 #[derive(Debug)]

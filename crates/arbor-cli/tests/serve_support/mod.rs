@@ -98,7 +98,12 @@ pub(crate) async fn call(
 }
 
 /// Polls the run of `root` until its status is `want`; the run as read then.
-pub(crate) async fn status_becomes(http: &reqwest::Client, base: &str, root: &str, want: &str) -> Value {
+pub(crate) async fn status_becomes(
+    http: &reqwest::Client,
+    base: &str,
+    root: &str,
+    want: &str,
+) -> Value {
     let started = Instant::now();
     let mut last = Value::Null;
     loop {
