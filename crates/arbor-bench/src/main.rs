@@ -16,6 +16,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod counted;
 mod long_life;
 mod pump;
 mod report;

@@ -164,10 +164,16 @@ pub(crate) async fn measure(
     let mut samples = Vec::new();
     let mut tokens: Option<u64> = None;
     let mut life = None;
+    let (mut writes, mut reads) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let bench = kind.open()?;
         let store = bench.store.clone();
         let out = run_once(scenario, &store, ops).await?;
+        let per = |n: &std::sync::atomic::AtomicU64| {
+            n.load(std::sync::atomic::Ordering::Relaxed) as f64 / ops as f64
+        };
+        writes.push(per(&bench.counts.writes));
+        reads.push(per(&bench.counts.reads));
         walls.push(out.elapsed.as_secs_f64() * 1e3);
         per_op.push(out.elapsed.as_secs_f64() * 1e6 / ops as f64);
         samples.extend(out.samples);
@@ -212,6 +218,8 @@ pub(crate) async fn measure(
         end_rss_mb: None,
         rss_growth_mb_per_10k: None,
         tracked_sessions: None,
+        store_writes_per_op: median(&mut writes),
+        store_reads_per_op: median(&mut reads),
     };
     if let Some(life) = life {
         row.warm_ops = Some(life.warm_ops);

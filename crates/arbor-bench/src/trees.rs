@@ -12,6 +12,8 @@ use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::SpawnPoint;
 use arbor_store::{MemoryStore, Store};
 use arbor_store_sqlite::SqliteStore;
+
+use crate::counted::{Counted, Counts};
 use async_trait::async_trait;
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -29,7 +31,10 @@ pub(crate) const CALL_TOKENS: u64 = INPUT_TOKENS + OUTPUT_TOKENS;
 /// drop.
 #[derive(Debug)]
 pub(crate) struct BenchStore {
+    /// The store, counted.
     pub(crate) store: Arc<dyn Store>,
+    /// Its calls so far.
+    pub(crate) counts: Arc<Counts>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -58,21 +63,21 @@ impl StoreKind {
 
     /// A fresh, empty store: in memory, or a SQLite file (WAL, the CLI's settings).
     pub(crate) fn open(self) -> Result<BenchStore, String> {
-        match self {
-            StoreKind::Memory => Ok(BenchStore {
-                store: Arc::new(MemoryStore::new()),
-                _dir: None,
-            }),
+        let (inner, dir): (Arc<dyn Store>, _) = match self {
+            StoreKind::Memory => (Arc::new(MemoryStore::new()), None),
             StoreKind::Sqlite => {
                 let dir = tempfile::tempdir().map_err(|e| format!("temporary folder: {e}"))?;
                 let store = SqliteStore::open(dir.path().join("bench.db"))
                     .map_err(|e| format!("sqlite: {e}"))?;
-                Ok(BenchStore {
-                    store: Arc::new(store),
-                    _dir: Some(dir),
-                })
+                (Arc::new(store), Some(dir))
             }
-        }
+        };
+        let counts = Arc::new(Counts::default());
+        Ok(BenchStore {
+            store: Arc::new(Counted::new(inner, counts.clone())),
+            counts,
+            _dir: dir,
+        })
     }
 }
 

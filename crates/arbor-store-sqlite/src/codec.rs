@@ -8,8 +8,8 @@
 use std::str::FromStr;
 
 use arbor_protocol::{EntryKind, SessionStatus, SpawnPoint, Timestamp, TranscriptEntry, Usage};
-use arbor_store::{SessionRecord, StoreResult};
-use rusqlite::types::FromSql;
+use arbor_store::{SessionRecord, SessionUpdate, StoreResult};
+use rusqlite::types::{FromSql, Value};
 use rusqlite::{Connection, Row, params};
 
 use crate::error::{SqlResultExt, corrupt};
@@ -185,50 +185,130 @@ pub(crate) fn insert_session(
         .map(drop)
 }
 
-/// Writes the fields an update can change (status, usages, context size, meta, replies,
-/// artifacts, tombstone, version, `updated_at`) of the existing row of `record`.
+/// Which columns of a session's row a write sets, beyond `version` and `updated_at`
+/// (which every write sets). Only these are named in the `UPDATE`: SQLite rewrites the
+/// entries of every index over a column the statement sets, changed or not, so naming
+/// `status` or `name` needlessly would dirty (and log to the WAL) their index pages too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Columns {
+    status: bool,
+    own_usage: bool,
+    attributed_usage: bool,
+    context_tokens: bool,
+    meta: bool,
+    replies: bool,
+    artifacts: bool,
+    tombstone: bool,
+    name: bool,
+}
+
+impl Columns {
+    /// What an [`Attribution`](arbor_store::Attribution) writes to an ancestor.
+    pub(crate) const ATTRIBUTED_USAGE: Self = Self {
+        attributed_usage: true,
+        ..Self::NONE
+    };
+
+    const NONE: Self = Self {
+        status: false,
+        own_usage: false,
+        attributed_usage: false,
+        context_tokens: false,
+        meta: false,
+        replies: false,
+        artifacts: false,
+        tombstone: false,
+        name: false,
+    };
+
+    /// The columns `update` sets.
+    pub(crate) fn of(update: &SessionUpdate) -> Self {
+        Self {
+            status: update.status.is_some(),
+            own_usage: update.own_usage.is_some(),
+            attributed_usage: update.attributed_usage.is_some(),
+            context_tokens: update.context_tokens.is_some(),
+            meta: update.meta.is_some(),
+            replies: update.replies.is_some(),
+            artifacts: update.artifacts.is_some(),
+            tombstone: update.tombstone.is_some(),
+            name: update.name.is_some(),
+        }
+    }
+}
+
+/// Writes `columns` of `record` (and its `version` and `updated_at`) to its existing row.
 pub(crate) fn write_session(
     conn: &Connection,
     path: &str,
     record: &SessionRecord,
+    columns: Columns,
 ) -> StoreResult<()> {
-    let meta = meta_json(record)?;
-    let tombstone = tombstone_json(record)?;
-    let (own, attr) = (&record.own_usage, &record.attributed_usage);
-    let sql = "UPDATE sessions SET status = ?2, own_input_tokens = ?3, own_output_tokens = ?4, \
-        own_total_tokens = ?5, own_cache_read_tokens = ?6, own_cache_write_tokens = ?7, \
-        attributed_input_tokens = ?8, attributed_output_tokens = ?9, \
-        attributed_total_tokens = ?10, attributed_cache_read_tokens = ?11, \
-        attributed_cache_write_tokens = ?12, context_tokens = ?13, updated_at = ?14, \
-        meta = ?15, version = ?16, replies = ?17, tombstone = ?18, artifacts = ?19, name = ?20 \
-        WHERE id = ?1";
-    conn.prepare_cached(sql)
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                record.id.to_string(),
-                record.status.as_str(),
-                to_sql(own.input_tokens),
-                to_sql(own.output_tokens),
-                to_sql(own.total_tokens),
-                to_sql(own.cache_read_tokens),
-                to_sql(own.cache_write_tokens),
-                to_sql(attr.input_tokens),
-                to_sql(attr.output_tokens),
-                to_sql(attr.total_tokens),
-                to_sql(attr.cache_read_tokens),
-                to_sql(attr.cache_write_tokens),
-                to_sql(record.context_tokens),
-                to_sql(record.updated_at.0),
-                meta,
-                to_sql(record.version),
-                i64::from(record.replies),
-                tombstone,
-                i64::from(record.artifacts),
-                record.name,
-            ])
-        })
+    let mut sql = String::from("UPDATE sessions SET version = ?2, updated_at = ?3");
+    let mut values: Vec<Value> = vec![
+        Value::Text(record.id.to_string()),
+        Value::Integer(to_sql(record.version)),
+        Value::Integer(to_sql(record.updated_at.0)),
+    ];
+    let mut set = |column: &str, value: Value| {
+        values.push(value);
+        sql.push_str(&format!(", {column} = ?{}", values.len()));
+    };
+    if columns.status {
+        set("status", Value::Text(record.status.as_str().to_owned()));
+    }
+    for (on, prefix, usage) in [
+        (columns.own_usage, "own", &record.own_usage),
+        (
+            columns.attributed_usage,
+            "attributed",
+            &record.attributed_usage,
+        ),
+    ] {
+        if on {
+            set(&format!("{prefix}_input_tokens"), int(usage.input_tokens));
+            set(&format!("{prefix}_output_tokens"), int(usage.output_tokens));
+            set(&format!("{prefix}_total_tokens"), int(usage.total_tokens));
+            set(
+                &format!("{prefix}_cache_read_tokens"),
+                int(usage.cache_read_tokens),
+            );
+            set(
+                &format!("{prefix}_cache_write_tokens"),
+                int(usage.cache_write_tokens),
+            );
+        }
+    }
+    if columns.context_tokens {
+        set("context_tokens", int(record.context_tokens));
+    }
+    if columns.meta {
+        set("meta", Value::Text(meta_json(record)?));
+    }
+    if columns.replies {
+        set("replies", Value::Integer(i64::from(record.replies)));
+    }
+    if columns.artifacts {
+        set("artifacts", Value::Integer(i64::from(record.artifacts)));
+    }
+    if columns.tombstone {
+        set(
+            "tombstone",
+            tombstone_json(record)?.map_or(Value::Null, Value::Text),
+        );
+    }
+    if columns.name {
+        set("name", Value::Text(record.name.clone()));
+    }
+    sql.push_str(" WHERE id = ?1");
+    conn.prepare_cached(&sql)
+        .and_then(|mut stmt| stmt.execute(rusqlite::params_from_iter(values)))
         .at(path)
         .map(drop)
+}
+
+fn int(n: u64) -> Value {
+    Value::Integer(to_sql(n))
 }
 
 /// The JSON body stored for `kind`.

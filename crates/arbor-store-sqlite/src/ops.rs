@@ -5,7 +5,7 @@ use arbor_protocol::{EntryKind, RunId, SessionId, Timestamp};
 use arbor_store::{Checkpoint, SessionRecord, SessionUpdate, StoreError, StoreResult};
 use rusqlite::{Connection, Transaction, params};
 
-use crate::codec::{SESSION_COLUMNS, entry_body, session_from_row, to_sql, write_session};
+use crate::codec::{Columns, SESSION_COLUMNS, entry_body, session_from_row, to_sql, write_session};
 use crate::error::SqlResultExt;
 
 pub(crate) fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
@@ -69,7 +69,7 @@ pub(crate) fn apply_update(
         }
     }
     record.apply(update);
-    write_session(conn, path, &record)?;
+    write_session(conn, path, &record, Columns::of(update))?;
     Ok(record)
 }
 

@@ -25,7 +25,7 @@ use arbor_store::{
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use crate::codec::{entry_from_row, insert_session, to_sql, write_session};
+use crate::codec::{Columns, entry_from_row, insert_session, to_sql, write_session};
 use crate::error::{SqlResultExt, damaged, unavailable};
 use crate::open;
 use crate::ops::{
@@ -346,7 +346,7 @@ impl Store for SqliteStore {
                 let mut record = load(tx, path, target.session)?
                     .ok_or_else(|| StoreError::session_not_found(target.session))?;
                 let entry = attribution.apply_to(target, &mut record);
-                write_session(tx, path, &record)?;
+                write_session(tx, path, &record, Columns::ATTRIBUTED_USAGE)?;
                 let body = encode(std::slice::from_ref(&entry))?;
                 append_in(
                     tx,
@@ -397,9 +397,10 @@ impl Store for SqliteStore {
                 Some(SessionStatus::Running.as_str().to_owned()),
             )?;
             let mut ids = Vec::with_capacity(running.len());
+            let update = SessionUpdate::status(SessionStatus::Interrupted);
             for mut record in running {
-                record.apply(&SessionUpdate::status(SessionStatus::Interrupted));
-                write_session(tx, path, &record)?;
+                record.apply(&update);
+                write_session(tx, path, &record, Columns::of(&update))?;
                 ids.push(record.id);
             }
             ids.sort();

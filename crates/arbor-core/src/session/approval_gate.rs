@@ -483,6 +483,7 @@ impl Session {
             caps: checkpoint.caps,
             checkpointed: true,
             trace: crate::session::attribution::Trace::default(),
+            deferred: None,
         };
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;

@@ -17,10 +17,11 @@ impl Session {
     /// Writes the end of the run and builds its result.
     pub(crate) async fn finish(
         &mut self,
-        state: RunState,
+        mut state: RunState,
         outcome: Outcome,
     ) -> CoreResult<RunResult> {
         let run_id = state.run_id;
+        let deferred = state.deferred.take().unwrap_or_default();
         let mut suspended = None;
         let (status, stop_reason, breach, error) = match outcome {
             Outcome::Completed => (RunStatus::Succeeded, StopReason::Completed, None, None),
@@ -60,17 +61,31 @@ impl Session {
         // A suspended run's calls are not dangling: they wait for their decisions. A run that
         // ends otherwise closes its checkpoint: what its calls did is written, a call caught
         // in flight is reported interrupted, and nothing of it can be resumed again.
-        let mut entries = if suspended.is_some() {
-            Vec::new()
-        } else {
-            let mut closed = if state.checkpointed {
-                self.close_checkpoint(&state).await
-            } else {
-                Vec::new()
-            };
-            closed.extend(self.close_dangling_calls(stop_reason));
-            closed
+        let mut entries = deferred.entries;
+        if suspended.is_none() {
+            if state.checkpointed {
+                let closed = self.close_checkpoint(&state).await;
+                entries.extend(closed);
+            }
+            entries.extend(self.close_dangling_calls(stop_reason));
+        }
+        entries.push(EntryKind::RunFinished {
+            status,
+            stop_reason,
+            usage: state.usage,
+            breach,
+            error: error.clone(),
+        });
+        // The last turn (if kept) and the run's end: one write.
+        let update = SessionUpdate {
+            status: Some(SessionStatus::from(status)),
+            ..deferred.update.unwrap_or_default()
         };
+        self.commit_usage(run_id, &entries, Some(update), deferred.attributed)
+            .await?;
+        for event in deferred.events {
+            self.bus.publish(run_id, event);
+        }
         if let Some(s) = &suspended {
             self.bus.publish(
                 run_id,
@@ -91,19 +106,6 @@ impl Session {
                 },
             );
         }
-        entries.push(EntryKind::RunFinished {
-            status,
-            stop_reason,
-            usage: state.usage,
-            breach,
-            error: error.clone(),
-        });
-        self.commit(
-            run_id,
-            &entries,
-            Some(SessionUpdate::status(SessionStatus::from(status))),
-        )
-        .await?;
         // Descendants attribute into the stored record while this run goes on: refresh it, so
         // the session's view of its attributed usage is current at every terminal.
         if let Some(stored) = self.store.session(self.record.id).await? {

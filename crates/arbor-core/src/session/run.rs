@@ -104,6 +104,21 @@ pub(crate) struct RunState {
     pub(crate) checkpointed: bool,
     /// What a limit death's attribution needs.
     pub(crate) trace: crate::session::attribution::Trace,
+    /// The run's last turn, written with its end in one store write (see [`Deferred`]).
+    pub(crate) deferred: Option<Deferred>,
+}
+
+/// A run's last provider turn (no tool calls, or a failed call: the run ends right after
+/// it), kept to be written in the same store write as the run's end instead of a write of
+/// its own. Nothing else happens in between, so a crash loses the same either way: a turn
+/// whose write had not landed. Its events are published after that write, so an event
+/// still means its entries are stored.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    pub(crate) entries: Vec<EntryKind>,
+    pub(crate) update: Option<SessionUpdate>,
+    pub(crate) attributed: Option<Usage>,
+    pub(crate) events: Vec<AgentEvent>,
 }
 
 impl Session {
@@ -172,6 +187,7 @@ impl Session {
             caps: self.agent.approval_caps(),
             checkpointed: false,
             trace: crate::session::attribution::Trace::default(),
+            deferred: None,
         };
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run
@@ -326,17 +342,19 @@ impl Session {
                 .request(self.agent.system(), self.messages.len());
             let (text, calls, usage, failure) = self.provider_turn(state.run_id, turn).await;
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+            // The run's last turn: written with the run's end.
+            let last = calls.is_empty() || failure.is_some();
             self.record_turn(
                 state,
                 turn,
                 text.clone(),
                 calls.clone(),
                 usage,
-                failure.is_none(),
+                (failure.is_none(), last),
             )
             .await?;
-            self.bus.publish(
-                state.run_id,
+            self.publish_turn(
+                state,
                 AgentEvent::ProviderTurnFinished {
                     turn,
                     usage: usage.unwrap_or_default(),
@@ -355,8 +373,7 @@ impl Session {
                 }));
             }
             if calls.is_empty() {
-                self.bus
-                    .publish(state.run_id, AgentEvent::TurnFinished { turn });
+                self.publish_turn(state, AgentEvent::TurnFinished { turn });
                 return Ok(Outcome::Completed);
             }
             let wanted = state.tool_calls.saturating_add(call_count);
@@ -505,7 +522,17 @@ impl Session {
         Ok(())
     }
 
-    /// Records a provider turn: its usage always, its message when the turn completed.
+    /// Publishes a turn's event, or keeps it for after the run's end is written when the
+    /// turn's entries wait for that write.
+    fn publish_turn(&self, state: &mut RunState, event: AgentEvent) {
+        match &mut state.deferred {
+            Some(deferred) => deferred.events.push(event),
+            None => drop(self.bus.publish(state.run_id, event)),
+        }
+    }
+
+    /// Records a provider turn: its usage always, its message when the turn `completed`;
+    /// written now, or kept for the run's end when it is the `last` turn.
     async fn record_turn(
         &mut self,
         state: &mut RunState,
@@ -513,7 +540,7 @@ impl Session {
         text: String,
         calls: Vec<ToolCall>,
         usage: Option<Usage>,
-        completed: bool,
+        (completed, last): (bool, bool),
     ) -> CoreResult<()> {
         let mut entries = Vec::with_capacity(2);
         let mut assistant = None;
@@ -543,7 +570,14 @@ impl Session {
                 ..SessionUpdate::default()
             });
         }
-        if !entries.is_empty() {
+        if last {
+            state.deferred = Some(Deferred {
+                entries,
+                update,
+                attributed,
+                events: Vec::new(),
+            });
+        } else if !entries.is_empty() {
             self.commit_usage(state.run_id, &entries, update, attributed)
                 .await?;
         }
