@@ -164,16 +164,10 @@ pub(crate) async fn measure(
     let mut samples = Vec::new();
     let mut tokens: Option<u64> = None;
     let mut life = None;
-    let (mut writes, mut reads) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let bench = kind.open()?;
         let store = bench.store.clone();
         let out = run_once(scenario, &store, ops).await?;
-        let per = |n: &std::sync::atomic::AtomicU64| {
-            n.load(std::sync::atomic::Ordering::Relaxed) as f64 / ops as f64
-        };
-        writes.push(per(&bench.counts.writes));
-        reads.push(per(&bench.counts.reads));
         walls.push(out.elapsed.as_secs_f64() * 1e3);
         per_op.push(out.elapsed.as_secs_f64() * 1e6 / ops as f64);
         samples.extend(out.samples);
@@ -218,9 +212,13 @@ pub(crate) async fn measure(
         end_rss_mb: None,
         rss_growth_mb_per_10k: None,
         tracked_sessions: None,
-        store_writes_per_op: median(&mut writes),
-        store_reads_per_op: median(&mut reads),
+        store_writes_per_op: 0.0,
+        store_reads_per_op: 0.0,
     };
+    if let Some((writes, reads)) = store_calls(scenario, kind).await? {
+        row.store_writes_per_op = writes;
+        row.store_reads_per_op = reads;
+    }
     if let Some(life) = life {
         row.warm_ops = Some(life.warm_ops);
         row.warm_rss_mb = Some(rss::mib(life.warm_kib));
@@ -229,6 +227,29 @@ pub(crate) async fn measure(
         row.tracked_sessions = Some(life.tracked);
     }
     Ok(row)
+}
+
+/// The store writes and reads one operation of `scenario` makes: counted over two short
+/// runs of `n` and `2n` operations, so what a run sets up once is not counted. `None` for
+/// the scenarios whose operation is not a run (E, L, H).
+async fn store_calls(scenario: Scenario, kind: StoreKind) -> Result<Option<(f64, f64)>, String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if matches!(scenario, Scenario::E | Scenario::L | Scenario::H) {
+        return Ok(None);
+    }
+    let n = 20;
+    let mut counted = Vec::new();
+    for ops in [n, 2 * n] {
+        let bench = kind.open_counted()?;
+        run_once(scenario, &bench.store, ops).await?;
+        let counts = bench.counts.ok_or("the store was not counted")?;
+        counted.push((counts.writes.load(Relaxed), counts.reads.load(Relaxed)));
+    }
+    let per = |a: u64, b: u64| b.saturating_sub(a) as f64 / n as f64;
+    Ok(Some((
+        per(counted[0].0, counted[1].0),
+        per(counted[0].1, counted[1].1),
+    )))
 }
 
 fn median(v: &mut [f64]) -> f64 {

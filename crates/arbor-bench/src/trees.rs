@@ -31,10 +31,9 @@ pub(crate) const CALL_TOKENS: u64 = INPUT_TOKENS + OUTPUT_TOKENS;
 /// drop.
 #[derive(Debug)]
 pub(crate) struct BenchStore {
-    /// The store, counted.
     pub(crate) store: Arc<dyn Store>,
-    /// Its calls so far.
-    pub(crate) counts: Arc<Counts>,
+    /// Its calls so far, when counted (see [`StoreKind::open_counted`]).
+    pub(crate) counts: Option<Arc<Counts>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -72,12 +71,21 @@ impl StoreKind {
                 (Arc::new(store), Some(dir))
             }
         };
-        let counts = Arc::new(Counts::default());
         Ok(BenchStore {
-            store: Arc::new(Counted::new(inner, counts.clone())),
-            counts,
+            store: inner,
+            counts: None,
             _dir: dir,
         })
+    }
+
+    /// [`open`](Self::open), its calls counted. The wrapper costs an allocation per call,
+    /// so timed runs never use it.
+    pub(crate) fn open_counted(self) -> Result<BenchStore, String> {
+        let mut bench = self.open()?;
+        let counts = Arc::new(Counts::default());
+        bench.store = Arc::new(Counted::new(bench.store, counts.clone()));
+        bench.counts = Some(counts);
+        Ok(bench)
     }
 }
 
