@@ -6,13 +6,18 @@
 //! `PRAGMA user_version`; a file written by a newer arbor, or one that is not an arbor store,
 //! is refused without being modified.
 //!
-//! The connection sits behind a mutex and every operation runs on tokio's blocking pool,
-//! never on the runtime's own threads: a call waiting for another process's lock (up to the
-//! busy timeout) leaves timers, timeouts and other tasks on time. Every write is one
-//! `BEGIN IMMEDIATE` transaction, so it lands whole or not at all, also against other
-//! processes using the same file. A write that cannot get the file within the busy timeout
-//! fails with [`StoreError::Locked`](arbor_store::StoreError::Locked). Files arbor creates are
-//! readable by their owner only (0600).
+//! The connection sits behind a mutex. An operation runs on the calling thread when the
+//! connection and the file are free (SQLite work on an uncontended file takes microseconds),
+//! and on tokio's blocking pool when it has to wait for another process's lock (up to the
+//! busy timeout), so timers, timeouts and other tasks stay on time. Every write is part of
+//! one `BEGIN IMMEDIATE` transaction, so it lands whole or not at all, also against other
+//! processes using the same file; writes that wait at the same moment (the children of a
+//! fan-out, the roots of a busy service) share one transaction and one commit, each in its
+//! own savepoint, and each is reported stored only once that commit has landed
+//! ([`SqliteStore::write_stats`] says how many commits carried how many writes). A write
+//! that cannot get the file within the busy timeout fails with
+//! [`StoreError::Locked`](arbor_store::StoreError::Locked). Files arbor creates are readable
+//! by their owner only (0600).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -29,6 +34,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod codec;
 mod error;
 mod open;
@@ -40,6 +46,7 @@ mod schema;
 mod sql;
 mod store;
 
+pub use batch::WriteStats;
 pub use options::{SqliteOptions, Synchronous};
 pub use schema::SCHEMA_VERSION;
 pub use store::SqliteStore;

@@ -1,4 +1,6 @@
-//! [`SqliteStore`]: the store's handle and its [`Store`] operations.
+//! [`SqliteStore`]: the store's handle and its [`Store`] operations. Writes on a tokio
+//! runtime go through the group commit of [`crate::batch`]; reads, and writes outside a
+//! runtime, run as below.
 //!
 //! Where operations run: waiting for another process never happens on the async runtime's
 //! threads. An operation is first tried on the calling task's thread with SQLite's busy wait
@@ -25,6 +27,7 @@ use arbor_store::{
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
+use crate::batch::{Batcher, Shared, WriteStats};
 use crate::codec::{Columns, entry_from_row, insert_session, to_sql, write_session};
 use crate::error::{SqlResultExt, damaged, unavailable};
 use crate::open;
@@ -39,6 +42,8 @@ use crate::sql;
 /// same file, and each write is atomic against all of them.
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    /// Writes waiting for the next commit (see [`crate::batch`]).
+    batcher: Arc<Batcher>,
     path: Arc<str>,
     /// How long an operation on the blocking pool waits for another connection.
     busy_timeout: Duration,
@@ -111,11 +116,18 @@ impl SqliteStore {
     fn new(conn: Connection, path: String, options: &SqliteOptions) -> Self {
         Self {
             conn: Arc::new(Mutex::new(conn)),
+            batcher: Arc::default(),
             path: path.into(),
             busy_timeout: options.busy_timeout,
             inline_first: options.synchronous != Synchronous::Full,
             read_only: options.read_only,
         }
+    }
+
+    /// How this handle's writes on a tokio runtime were committed so far: writes waiting at
+    /// the same moment share one commit (group commit), so `commits` is at most `writes`.
+    pub fn write_stats(&self) -> WriteStats {
+        self.batcher.stats()
     }
 
     /// The store's location as errors name it (`:memory:` for an in-memory store).
@@ -198,7 +210,20 @@ impl SqliteStore {
                 self.path
             )));
         }
-        self.transaction(TransactionBehavior::Immediate, f).await
+        match tokio::runtime::Handle::try_current() {
+            // Writes waiting at the same moment share one commit.
+            Ok(runtime) => {
+                let shared = Shared {
+                    conn: self.conn.clone(),
+                    path: self.path.clone(),
+                    busy_timeout: self.busy_timeout,
+                    inline_first: self.inline_first,
+                    batcher: self.batcher.clone(),
+                };
+                shared.write(&runtime, Box::new(f)).await
+            }
+            Err(_) => self.transaction(TransactionBehavior::Immediate, f).await,
+        }
     }
 
     /// Runs `f` in one read transaction, so its statements see one snapshot.

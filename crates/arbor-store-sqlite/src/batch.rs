@@ -1,0 +1,311 @@
+//! Group commit: the writes that wait at the same moment share one transaction and one
+//! commit.
+//!
+//! A write on a tokio runtime is queued, and the first write of a batch spawns a flush task.
+//! Every write that becomes ready before that task runs (the other children of a fan-out,
+//! the other roots of a busy service) joins the queue; the flush runs them all in one
+//! `BEGIN IMMEDIATE` transaction, each inside its own savepoint so that one refused write
+//! (a conflict, a taken name) is rolled back alone, commits once, and only then answers each
+//! caller. A write is reported stored only once its commit has landed, so what the store
+//! reports survives a SIGKILL as before; it only shares its commit.
+//!
+//! Where the flush runs follows the store's rule (see [`SqliteStore`](crate::SqliteStore)):
+//! on the runtime's thread with no busy wait when the connection and the file are free, else
+//! on the blocking pool with the busy timeout. The flush is a task of its own: a caller that
+//! stops waiting (a timeout, a cancelled run) never strands the writes queued behind it, and
+//! its own write still lands or fails whole.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use arbor_store::{StoreError, StoreErrorKind, StoreResult};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use crate::error::{SqlResultExt, unavailable};
+
+/// What a write is: its work inside the transaction it is given.
+pub(crate) type WriteFn<T> = dyn Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send;
+
+/// How one queued write went inside a batch's transaction.
+enum Step {
+    /// Done; its changes stay in the transaction.
+    Done,
+    /// Refused (its own error kept); its changes were rolled back to its savepoint.
+    Refused,
+    /// The file is busy: the whole batch runs again where it may wait.
+    Busy,
+    /// The transaction cannot go on: it is rolled back whole.
+    Abort(StoreError),
+}
+
+/// How a batch ended.
+enum End {
+    Committed,
+    Busy,
+    Failed(StoreError),
+}
+
+/// A queued write, its result type erased.
+trait Job: Send {
+    /// Runs the write in `tx`, inside a savepoint when `alone` is false.
+    fn run(&mut self, tx: &Transaction<'_>, path: &str, alone: bool) -> Step;
+    /// Answers the caller: its own result if the batch committed or it was refused, else
+    /// the batch's error.
+    fn answer(&mut self, failed: Option<&StoreError>);
+}
+
+struct Queued<T> {
+    write: Box<WriteFn<T>>,
+    result: Option<StoreResult<T>>,
+    reply: Option<oneshot::Sender<StoreResult<T>>>,
+}
+
+impl<T: Send> Job for Queued<T> {
+    fn run(&mut self, tx: &Transaction<'_>, path: &str, alone: bool) -> Step {
+        self.result = None;
+        if !alone && let Err(e) = tx.execute_batch("SAVEPOINT arbor_write").at(path) {
+            return Step::Abort(e);
+        }
+        let result = (self.write)(tx, path);
+        let step = match &result {
+            Err(e) if e.kind() == StoreErrorKind::Locked => Step::Busy,
+            // Alone, a refused write ends the transaction: nothing of it is kept.
+            Err(e) if alone => Step::Abort(e.clone()),
+            Err(_) => match tx
+                .execute_batch("ROLLBACK TO arbor_write; RELEASE arbor_write")
+                .at(path)
+            {
+                Ok(()) => Step::Refused,
+                Err(e) => Step::Abort(e),
+            },
+            Ok(_) if alone => Step::Done,
+            Ok(_) => match tx.execute_batch("RELEASE arbor_write").at(path) {
+                Ok(()) => Step::Done,
+                Err(e) => Step::Abort(e),
+            },
+        };
+        self.result = Some(result);
+        step
+    }
+
+    fn answer(&mut self, failed: Option<&StoreError>) {
+        let Some(reply) = self.reply.take() else {
+            return;
+        };
+        let result = match (self.result.take(), failed) {
+            // Its own refusal stands whatever became of the batch.
+            (Some(Err(own)), _) => Err(own),
+            (_, Some(failed)) => Err(failed.clone()),
+            (Some(Ok(value)), None) => Ok(value),
+            (None, None) => Err(StoreError::Corrupt(
+                "a batched write was never run".to_owned(),
+            )),
+        };
+        // The caller may have stopped waiting: its write landed (or not) all the same.
+        let _ = reply.send(result);
+    }
+}
+
+/// The queue of writes waiting for the next commit.
+#[derive(Default)]
+pub(crate) struct Batcher {
+    queue: Mutex<Vec<Box<dyn Job>>>,
+    /// A flush task is spawned and has not yet seen the queue empty.
+    scheduled: AtomicBool,
+    /// Batches committed, and the writes they held.
+    commits: AtomicU64,
+    writes: AtomicU64,
+}
+
+/// How a store's writes were committed (see [`SqliteStore::write_stats`](crate::SqliteStore::write_stats)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriteStats {
+    /// Batched writes committed (a refused write rolled back inside a batch included).
+    pub writes: u64,
+    /// Commits that carried them.
+    pub commits: u64,
+}
+
+impl Batcher {
+    /// The writes and commits of the batches so far.
+    pub(crate) fn stats(&self) -> WriteStats {
+        WriteStats {
+            writes: self.writes.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+        }
+    }
+
+    fn committed(&self, writes: usize) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.writes
+            .fetch_add(u64::try_from(writes).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a flush needs of the store.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) conn: Arc<Mutex<Connection>>,
+    pub(crate) path: Arc<str>,
+    pub(crate) busy_timeout: Duration,
+    /// Whether a batch is tried on the runtime's thread first.
+    pub(crate) inline_first: bool,
+    pub(crate) batcher: Arc<Batcher>,
+}
+
+impl Shared {
+    /// Queues `write` for the next commit on `runtime` and waits for its result.
+    pub(crate) async fn write<T: Send + 'static>(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        write: Box<WriteFn<T>>,
+    ) -> StoreResult<T> {
+        let (reply, answer) = oneshot::channel();
+        lock(&self.batcher.queue).push(Box::new(Queued {
+            write,
+            result: None,
+            reply: Some(reply),
+        }));
+        if !self.batcher.scheduled.swap(true, Ordering::AcqRel) {
+            runtime.spawn(self.clone().flush());
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(unavailable(
+                &self.path,
+                "the store operation did not run (its runtime is shutting down)",
+            ))
+        })
+    }
+
+    /// Commits batches until the queue is empty.
+    async fn flush(self) {
+        // Dropped unfinished (the runtime shutting down): the next write schedules anew.
+        let mut scheduled = Scheduled(Some(self.batcher.clone()));
+        loop {
+            let mut jobs = std::mem::take(&mut *lock(&self.batcher.queue));
+            if jobs.is_empty() {
+                self.batcher.scheduled.store(false, Ordering::Release);
+                // A write queued after the take but before the flag fell found it set.
+                if lock(&self.batcher.queue).is_empty()
+                    || self.batcher.scheduled.swap(true, Ordering::AcqRel)
+                {
+                    scheduled.0 = None;
+                    return;
+                }
+                continue;
+            }
+            tracing::trace!(writes = jobs.len(), "one commit for a batch of writes");
+            if self.inline_first
+                && let Some(mut conn) = try_lock(&self.conn)
+            {
+                // Never wait for another connection here: a busy file sends it to the pool.
+                let end = match conn.busy_timeout(Duration::ZERO).at(&self.path) {
+                    Ok(()) => run(&mut conn, &self.path, &mut jobs),
+                    Err(e) => End::Failed(e),
+                };
+                drop(conn);
+                if !matches!(end, End::Busy) {
+                    if matches!(end, End::Committed) {
+                        self.batcher.committed(jobs.len());
+                    }
+                    answer(&mut jobs, &end, &self.path);
+                    continue;
+                }
+            }
+            let (conn, path, busy_timeout, batcher) = (
+                self.conn.clone(),
+                self.path.clone(),
+                self.busy_timeout,
+                self.batcher.clone(),
+            );
+            let pooled = tokio::task::spawn_blocking(move || {
+                let mut conn = lock(&conn);
+                let end = match conn.busy_timeout(busy_timeout).at(&path) {
+                    Ok(()) => run(&mut conn, &path, &mut jobs),
+                    Err(e) => End::Failed(e),
+                };
+                if matches!(end, End::Committed) {
+                    batcher.committed(jobs.len());
+                }
+                answer(&mut jobs, &end, &path);
+            })
+            .await;
+            if let Err(e) = pooled {
+                // Its callers hear that their writes did not run (their replies dropped).
+                tracing::warn!(error = %e, "a batch of store writes did not finish on the pool");
+            }
+        }
+    }
+}
+
+/// Clears [`Batcher::scheduled`] when a flush is dropped before it saw the queue empty (its
+/// runtime went away, or it panicked), so the next write schedules a flush again.
+struct Scheduled(Option<Arc<Batcher>>);
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        if let Some(batcher) = self.0.take() {
+            tracing::debug!("a flush ended before its queue was empty");
+            batcher.scheduled.store(false, Ordering::Release);
+        }
+    }
+}
+
+fn try_lock(conn: &Mutex<Connection>) -> Option<MutexGuard<'_, Connection>> {
+    match conn.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Runs `jobs` in one transaction and commits it.
+fn run(conn: &mut Connection, path: &str, jobs: &mut [Box<dyn Job>]) -> End {
+    let tx = match conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .at(path)
+    {
+        Ok(tx) => tx,
+        Err(e) if e.kind() == StoreErrorKind::Locked => return End::Busy,
+        Err(e) => return End::Failed(e),
+    };
+    let alone = jobs.len() == 1;
+    for job in jobs.iter_mut() {
+        match job.run(&tx, path, alone) {
+            Step::Done | Step::Refused => {}
+            // Dropping the transaction rolls it back.
+            Step::Busy => return End::Busy,
+            Step::Abort(e) => return End::Failed(e),
+        }
+    }
+    match tx.commit().at(path) {
+        Ok(()) => End::Committed,
+        Err(e) if e.kind() == StoreErrorKind::Locked => End::Busy,
+        Err(e) => End::Failed(e),
+    }
+}
+
+/// Answers every job of a batch that ended with `end`.
+fn answer(jobs: &mut [Box<dyn Job>], end: &End, path: &str) {
+    let busy;
+    let failed = match end {
+        End::Committed => None,
+        End::Failed(e) => Some(e),
+        End::Busy => {
+            busy = StoreError::Locked {
+                path: path.to_owned(),
+            };
+            Some(&busy)
+        }
+    };
+    for job in jobs {
+        job.answer(failed);
+    }
+}
