@@ -96,14 +96,12 @@ async fn a_subscriber_that_falls_behind_gets_a_lag_marker() {
     assert_eq!(seen + missed, total);
 }
 
+type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+type Slot = std::sync::Arc<std::sync::Mutex<Option<arbor_core::Subscription>>>;
+
 /// Store writes and published events, in the order they happened: each write first logs
 /// the events published before it.
-fn witnessed(
-    store: &arbor_store::testing::FaultStore,
-) -> (
-    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    std::sync::Arc<std::sync::Mutex<Option<arbor_core::Subscription>>>,
-) {
+fn witnessed(store: &arbor_store::testing::FaultStore) -> (Log, Slot) {
     use arbor_store::testing::Call;
     use std::sync::{Arc, Mutex};
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
