@@ -133,7 +133,7 @@ async fn renew(store: &dyn Store, root: SessionId) -> Renewal {
         meta["owner"]["renewed_ms"] = Value::from(now_ms());
         let update = SessionUpdate {
             expected_version: Some(record.version),
-            meta: Some(meta),
+            meta: Some(meta.into_value()),
             ..SessionUpdate::default()
         };
         match store.update_session(root, &update).await {
@@ -183,7 +183,7 @@ pub(crate) async fn take_over(
         meta["owner"] = current();
         let update = SessionUpdate {
             expected_version: Some(record.version),
-            meta: Some(meta),
+            meta: Some(meta.into_value()),
             ..SessionUpdate::default()
         };
         match store.update_session(record.id, &update).await {
@@ -294,7 +294,7 @@ mod tests {
     async fn a_take_over_is_not_refused_by_this_processs_own_renewal() {
         let store: Arc<dyn Store> = Arc::new(arbor_store::MemoryStore::new());
         let mut root = arbor_store::SessionRecord::new_root("root", "root", "scripted");
-        root.meta = serde_json::json!({"owner": current()});
+        root.meta = serde_json::json!({"owner": current()}).into();
         store.create_session(&root).await.unwrap();
         let root = store.session(root.id).await.unwrap().unwrap();
         // The first lease renews after `root` was read.
@@ -309,7 +309,7 @@ mod tests {
         let mut owner = current();
         owner["host"] = Value::from("another-host.example");
         owner["pid"] = Value::from(4242);
-        other.meta = serde_json::json!({"owner": owner});
+        other.meta = serde_json::json!({"owner": owner}).into();
         store.create_session(&other).await.unwrap();
         let other = store.session(other.id).await.unwrap().unwrap();
         let refused = take_over(&store, &other, &CancellationToken::new()).await;

@@ -33,7 +33,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 async fn build(store: &SqliteStore, fanout: usize, levels: u32) -> SessionRecord {
     let mut root = SessionRecord::new_root("root", "root", "scripted");
     root.status = SessionStatus::Succeeded;
-    root.meta = json!({"owner": {"pid": std::process::id(), "start": null}});
+    root.meta = json!({"owner": {"pid": std::process::id(), "start": null}}).into();
     store.create_session(&root).await.unwrap();
     let mut stack: Vec<(SessionRecord, usize)> = vec![(root.clone(), 0)];
     let mut made = 0u64;
@@ -52,7 +52,7 @@ async fn build(store: &SqliteStore, fanout: usize, levels: u32) -> SessionRecord
         };
         if made.is_multiple_of(7) {
             kid.status = SessionStatus::Succeeded;
-            kid.meta = json!({"mode": "message", "child_id": "worker", "lifetime": "task"});
+            kid.meta = json!({"mode": "message", "child_id": "worker", "lifetime": "task"}).into();
         }
         kid.context_tokens = made * 1_000;
         store.create_session(&kid).await.unwrap();

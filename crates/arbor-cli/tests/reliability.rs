@@ -56,7 +56,7 @@ fn the_sweep_marks_never_started_children_of_a_dead_owner_and_keeps_suspended_on
     let store = SqliteStore::open(&db).unwrap();
     let mut root = SessionRecord::new_root("root", "root", "scripted");
     root.status = SessionStatus::Running;
-    root.meta = json!({"owner": dead_owner()});
+    root.meta = json!({"owner": dead_owner()}).into();
     let mut waiting = SessionRecord::new_child(&root, "waiting", "waiting", "scripted");
     waiting.status = SessionStatus::Suspended;
     let never = SessionRecord::new_child(&root, "never", "never", "scripted");

@@ -236,7 +236,8 @@ mod tests {
     fn the_session_mirror_is_the_librarys_shape() {
         let root = SessionRecord::new_root("r", "agent", "scripted");
         let mut kid = SessionRecord::new_child(&root, "k", "kid", "scripted");
-        kid.meta = serde_json::json!({"child_id": "kid", "mode": "message", "lifetime": "task"});
+        kid.meta =
+            serde_json::json!({"child_id": "kid", "mode": "message", "lifetime": "task"}).into();
         kid.tombstone = Some(arbor_store::Tombstone {
             at: arbor_protocol::Timestamp(5),
             by: "user:x".into(),

@@ -10,6 +10,7 @@
 
 mod error;
 mod memory;
+mod meta;
 mod record;
 mod store;
 
@@ -20,6 +21,7 @@ pub mod testing;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use memory::MemoryStore;
+pub use meta::Meta;
 pub use record::{
     Attribution, AttributionTarget, Checkpoint, SessionQuery, SessionRecord, SessionUpdate,
     Tombstone,

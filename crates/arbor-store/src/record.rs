@@ -3,6 +3,8 @@
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, SpawnPoint, Timestamp, Usage};
 use serde::{Deserialize, Serialize};
 
+use crate::meta::Meta;
+
 /// What the store keeps of one session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
@@ -33,7 +35,7 @@ pub struct SessionRecord {
     /// When it last changed.
     pub updated_at: Timestamp,
     /// Host data (for a root: the definition it ran). Never credentials.
-    pub meta: serde_json::Value,
+    pub meta: Meta,
     /// Where it was spawned from, for a child spawned by a parent's tool call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawned_by: Option<SpawnPoint>,
@@ -89,7 +91,7 @@ impl SessionRecord {
             context_tokens: 0,
             created_at: now,
             updated_at: now,
-            meta: serde_json::Value::Null,
+            meta: Meta::default(),
             spawned_by: None,
             replies: 0,
             artifacts: 0,
@@ -149,7 +151,7 @@ impl SessionRecord {
             self.context_tokens = tokens;
         }
         if let Some(meta) = &update.meta {
-            self.meta = meta.clone();
+            self.meta = Meta::from(meta.clone());
         }
         if let Some(replies) = update.replies {
             self.replies = replies;

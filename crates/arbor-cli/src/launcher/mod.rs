@@ -390,7 +390,7 @@ async fn keep_result(
         let mut meta = record.meta.clone();
         meta["result"] = kept.clone();
         arbor_store::SessionUpdate {
-            meta: Some(meta),
+            meta: Some(meta.into_value()),
             ..arbor_store::SessionUpdate::default()
         }
     };

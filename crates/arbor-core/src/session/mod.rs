@@ -157,7 +157,7 @@ impl SessionBuilder {
             record.depth = stored.depth + 1;
         }
         record.spawned_by = self.spawned_by;
-        record.meta = self.meta;
+        record.meta = self.meta.into();
         store
             .create_session(&record)
             .await

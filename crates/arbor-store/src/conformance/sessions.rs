@@ -37,7 +37,8 @@ pub async fn create_round_trips_every_field(store: &dyn Store) {
         "flags": [true, false, null],
         "text": "héllo ✓ \u{1F600} a'b\"c\\d\n",
         "empty": {},
-    });
+    })
+    .into();
     top.version = 7;
     create(store, CHECK, &top).await;
     assert_eq!(
@@ -54,7 +55,7 @@ pub async fn create_round_trips_every_field(store: &dyn Store) {
     });
     mid.replies = 2;
     mid.artifacts = 5;
-    mid.meta = json!([1, "two", {"three": 3}]);
+    mid.meta = json!([1, "two", {"three": 3}]).into();
     mid.context_tokens = u64::MAX;
     create(store, CHECK, &mid).await;
     let got = get(store, CHECK, mid.id).await;
@@ -68,7 +69,7 @@ pub async fn create_round_trips_every_field(store: &dyn Store) {
     assert_eq!(got.depth, 1, "[{b}] {CHECK}: child depth");
 
     let mut leaf = child(&mid, "grandchild");
-    leaf.meta = json!("just a string");
+    leaf.meta = json!("just a string").into();
     create(store, CHECK, &leaf).await;
     let got = get(store, CHECK, leaf.id).await;
     assert_eq!(got, leaf, "[{b}] {CHECK}: grandchild differs");
@@ -95,7 +96,7 @@ pub async fn create_duplicate_id_is_refused(store: &dyn Store) {
     let mut dup = original.clone();
     dup.name = "impostor".into();
     dup.status = SessionStatus::Failed;
-    dup.meta = json!({"impostor": true});
+    dup.meta = json!({"impostor": true}).into();
     let err = expect_err(
         b,
         CHECK,
@@ -177,7 +178,7 @@ fn expected_after(
         expected.context_tokens = tokens;
     }
     if let Some(meta) = &update.meta {
-        expected.meta = meta.clone();
+        expected.meta = meta.clone().into();
     }
     if let Some(replies) = update.replies {
         expected.replies = replies;
@@ -200,7 +201,7 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
     let b = store.backend();
     let mut record = root("updated");
     record.own_usage = Usage::new(1, 1);
-    record.meta = json!({"before": true});
+    record.meta = json!({"before": true}).into();
     create(store, CHECK, &record).await;
 
     let updates = [

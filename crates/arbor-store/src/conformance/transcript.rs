@@ -110,7 +110,7 @@ pub async fn append_with_update_is_atomic(store: &dyn Store) {
     expected.status = SessionStatus::Succeeded;
     expected.own_usage = Usage::new(30, 4);
     expected.context_tokens = 30;
-    expected.meta = json!({"turns": 1});
+    expected.meta = json!({"turns": 1}).into();
     expected.version = 2;
     expected.updated_at = after.updated_at;
     assert_eq!(after, expected, "[{b}] {CHECK}: update not applied as set");
@@ -320,7 +320,7 @@ pub async fn mark_interrupted(store: &dyn Store) {
         let mut record = child(&top, &format!("{}-{i}", status.as_str()));
         record.status = status;
         record.own_usage = Usage::new(5, 5);
-        record.meta = json!({"status": status.as_str()});
+        record.meta = json!({"status": status.as_str()}).into();
         create(store, CHECK, &record).await;
         records.push(record);
     }

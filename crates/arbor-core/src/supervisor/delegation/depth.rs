@@ -49,12 +49,12 @@ impl Supervisor {
             }
             let mut meta = record.meta.clone();
             if !meta.is_object() {
-                meta = serde_json::json!({});
+                meta = serde_json::json!({}).into();
             }
             meta["max_depth"] = serde_json::Value::from(max_depth);
             let update = SessionUpdate {
                 expected_version: Some(record.version),
-                meta: Some(meta),
+                meta: Some(meta.into_value()),
                 live_only: true,
                 ..SessionUpdate::default()
             };

@@ -108,7 +108,8 @@ impl Supervisor {
             "limits": a.limits,
             "policy": a.policy,
             "thinking": a.thinking,
-        });
+        })
+        .into();
         if let Some(max) = inherited_depth {
             record.meta["max_depth"] = serde_json::Value::from(max);
         }
