@@ -5,8 +5,8 @@
 //! name of its own; every [`FOLLOW_UP_EVERY`]th child then gets a host message, which runs
 //! it again (a follow-up run) and takes a rate-bucket token. Each batch, and each batch's
 //! follow-ups, finishes (the supervisor is quiet) and the root's inbox is drained before the
-//! next. Resident memory is read once the first tenth (and at least 1,000) of the children
-//! have run (warm-up) and at the end, and the supervisor's tracked sessions at the end.
+//! next. Resident memory is read once 1,000 children have run (warm-up) and at the end, and
+//! the supervisor's tracked sessions at the end.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,10 +48,10 @@ pub(crate) struct LongLife {
     pub(crate) tracked: u64,
 }
 
-/// Children before the warm-up reading: the first tenth, and at least [`MIN_WARM_UP`] (at
-/// most half), since SQLite's page cache fills over the first few hundred.
+/// Children before the warm-up reading: [`MIN_WARM_UP`] (SQLite's page cache fills over the
+/// first few hundred), or half of a shorter run.
 pub(crate) fn warm_up(ops: u64) -> u64 {
-    (ops / 10).max(MIN_WARM_UP.min(ops / 2)).max(1)
+    MIN_WARM_UP.min(ops / 2).max(1)
 }
 
 /// Follow-up runs in a long life of `ops` children: one for every [`FOLLOW_UP_EVERY`]th.
@@ -155,8 +155,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_warm_up_is_a_tenth_and_at_least_a_thousand_or_half() {
-        assert_eq!(warm_up(20_000), 2000);
+    fn the_warm_up_is_a_thousand_or_half() {
+        assert_eq!(warm_up(100_000), 1000);
         assert_eq!(warm_up(3000), 1000);
         assert_eq!(warm_up(400), 200);
         assert_eq!(warm_up(1), 1);

@@ -18,6 +18,7 @@
 
 mod counted;
 mod long_life;
+mod parallel;
 mod pump;
 mod report;
 mod rss;
@@ -199,6 +200,8 @@ fn worker_row(
     (ops, runs): (u64, u32),
     multi_thread: bool,
 ) -> Result<Row, String> {
+    // P is about scaling with cores: always a worker per core.
+    let multi_thread = multi_thread || scenario == Scenario::P;
     let mut builder = if multi_thread {
         tokio::runtime::Builder::new_multi_thread()
     } else {

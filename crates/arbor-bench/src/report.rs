@@ -48,12 +48,12 @@ pub(crate) struct Row {
     /// L: sessions the supervisor still tracks at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tracked_sessions: Option<u64>,
-    /// Store writes per operation (each one atomic write: one SQLite commit), setup included.
-    #[serde(default)]
-    pub(crate) store_writes_per_op: f64,
-    /// Store reads per operation, setup included.
-    #[serde(default)]
-    pub(crate) store_reads_per_op: f64,
+    /// Store writes per operation (each one atomic write), where an operation is a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) store_writes_per_op: Option<f64>,
+    /// Store reads per operation, where an operation is a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) store_reads_per_op: Option<f64>,
 }
 
 impl Row {
@@ -105,7 +105,8 @@ pub(crate) fn table(rows: &[Row]) -> String {
             format!("{:.1}", r.wall_ms),
             format!("{:.1}", r.peak_rss_mb),
             format!("{:.1}", r.added_rss_mb),
-            format!("{:.2}", r.store_writes_per_op),
+            r.store_writes_per_op
+                .map_or_else(|| "-".to_owned(), |w| format!("{w:.2}")),
             tokens(r.root_total_tokens),
             tokens(r.expected_tokens),
         ]);
@@ -197,8 +198,8 @@ mod tests {
             end_rss_mb: None,
             rss_growth_mb_per_10k: None,
             tracked_sessions: None,
-            store_writes_per_op: 4.0,
-            store_reads_per_op: 1.0,
+            store_writes_per_op: Some(4.0),
+            store_reads_per_op: Some(1.0),
         }
     }
 

@@ -12,7 +12,7 @@ use arbor_store::{SessionRecord, Store};
 use crate::long_life::{self, LongLife};
 use crate::report::Row;
 use crate::trees::{self, CALL_TOKENS, StoreKind};
-use crate::{pump, rss, service};
+use crate::{parallel, pump, rss, service};
 
 /// A benchmark scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,13 +33,15 @@ pub(crate) enum Scenario {
     L,
     /// A sync delegation over HTTP (`arbor-server` on loopback).
     H,
+    /// Parallel roots: many roots each delegating once, on a worker per core.
+    P,
 }
 
 /// Children that C runs.
 pub(crate) const FAN_OUT: u32 = 1000;
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 8] = [
+    pub(crate) const ALL: [Scenario; 9] = [
         Scenario::B,
         Scenario::S,
         Scenario::C,
@@ -48,6 +50,7 @@ impl Scenario {
         Scenario::E,
         Scenario::L,
         Scenario::H,
+        Scenario::P,
     ];
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
@@ -66,6 +69,7 @@ impl Scenario {
             Scenario::E => "E",
             Scenario::L => "L",
             Scenario::H => "H",
+            Scenario::P => "P",
         }
     }
 
@@ -80,12 +84,12 @@ impl Scenario {
             Scenario::E => "child event",
             Scenario::L => "message-mode child",
             Scenario::H => "sync delegation over HTTP",
+            Scenario::P => "root + 1 delegation, 32 at once",
         }
     }
 
     /// Operations in one run on `kind`, and how many runs the median is taken over. L is one
-    /// long run; on SQLite (about 2 ms a child, most of it the store's writes) it is shorter,
-    /// so that the whole of L stays near 10 s.
+    /// long run of 100,000 children (about 5 s in memory, a minute on SQLite).
     pub(crate) fn plan(self, kind: StoreKind, quick: bool) -> (u64, u32) {
         let sqlite = kind == StoreKind::Sqlite;
         let (ops, runs) = match self {
@@ -95,9 +99,9 @@ impl Scenario {
             Scenario::D => (200, 5),
             Scenario::A => (1000, 5),
             Scenario::E => (20_000, 5),
-            Scenario::L if sqlite => (3_000, 1),
-            Scenario::L => (10_000, 1),
+            Scenario::L => (100_000, 1),
             Scenario::H => (1000, 3),
+            Scenario::P => (1000, 3),
         };
         if quick {
             let ops = match self {
@@ -126,6 +130,7 @@ impl Scenario {
             // Plus one call per follow-up run, below.
             Scenario::L => Some(CALL_TOKENS),
             Scenario::H => Some(CALL_TOKENS),
+            Scenario::P => Some(3 * CALL_TOKENS),
         }
     }
 
@@ -192,11 +197,7 @@ pub(crate) async fn measure(
     let mut row = Row {
         scenario: scenario.letter().to_owned(),
         store: kind.name().to_owned(),
-        ops_per_sec: if us_per_op > 0.0 {
-            1e6 / us_per_op
-        } else {
-            0.0
-        },
+        ops_per_sec: 0.0,
         us_per_op,
         peak_rss_mb: rss::mib(peak),
         root_total_tokens: tokens,
@@ -212,12 +213,18 @@ pub(crate) async fn measure(
         end_rss_mb: None,
         rss_growth_mb_per_10k: None,
         tracked_sessions: None,
-        store_writes_per_op: 0.0,
-        store_reads_per_op: 0.0,
+        store_writes_per_op: None,
+        store_reads_per_op: None,
+    };
+    // Throughput: of the whole run where operations overlap (P), else one per latency.
+    row.ops_per_sec = match scenario {
+        Scenario::P if row.wall_ms > 0.0 => ops as f64 / (row.wall_ms / 1e3),
+        _ if row.us_per_op > 0.0 => 1e6 / row.us_per_op,
+        _ => 0.0,
     };
     if let Some((writes, reads)) = store_calls(scenario, kind).await? {
-        row.store_writes_per_op = writes;
-        row.store_reads_per_op = reads;
+        row.store_writes_per_op = Some(writes);
+        row.store_reads_per_op = Some(reads);
     }
     if let Some(life) = life {
         row.warm_ops = Some(life.warm_ops);
@@ -234,7 +241,10 @@ pub(crate) async fn measure(
 /// the scenarios whose operation is not a run (E, L, H).
 async fn store_calls(scenario: Scenario, kind: StoreKind) -> Result<Option<(f64, f64)>, String> {
     use std::sync::atomic::Ordering::Relaxed;
-    if matches!(scenario, Scenario::E | Scenario::L | Scenario::H) {
+    if matches!(
+        scenario,
+        Scenario::E | Scenario::L | Scenario::H | Scenario::P
+    ) {
         return Ok(None);
     }
     let n = 20;
@@ -330,6 +340,15 @@ async fn run_once(
                 elapsed: m.elapsed,
                 samples: m.samples,
                 roots: vec![m.root],
+                long_life: None,
+            })
+        }
+        Scenario::P => {
+            let p = parallel::run(store, ops).await?;
+            Ok(RunOutcome {
+                elapsed: p.elapsed,
+                samples: p.samples,
+                roots: p.roots,
                 long_life: None,
             })
         }

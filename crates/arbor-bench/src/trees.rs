@@ -129,7 +129,15 @@ fn supervisor(
 
 /// A root that delegates once (sync) to a child answering in one turn: 3 model calls.
 pub(crate) fn one_child(store: &Arc<dyn Store>) -> CoreResult<(Agent, Supervisor)> {
-    let sup = supervisor(store, 4)
+    one_child_with(store, 4)
+}
+
+/// [`one_child`] under a supervisor that runs `max_active` children at once.
+pub(crate) fn one_child_with(
+    store: &Arc<dyn Store>,
+    max_active: u32,
+) -> CoreResult<(Agent, Supervisor)> {
+    let sup = supervisor(store, max_active)
         .child(ChildEntry::agent("child", leaf("child")?))
         .build()?;
     let root = scripted("root", delegating_turns("child"))
