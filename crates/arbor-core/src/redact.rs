@@ -141,22 +141,138 @@ pub fn redact_value(redactor: &dyn Redactor, value: &mut Value) -> bool {
 /// `item` with its strings redacted, or `None` when it holds no secret. A value that does not
 /// survive the round trip through JSON is reported as `Err` with the serde message, so the
 /// caller can drop it rather than pass a secret on.
+///
+/// One pass: the item is written as JSON with each string (object keys included) unescaped,
+/// shown to the redactor and written back redacted; only when one changed is the text read
+/// back into a new item. No `serde_json::Value` is built on the way.
 pub(crate) fn redact_serde<T>(redactor: &dyn Redactor, item: &T) -> Result<Option<T>, String>
 where
     T: Serialize + DeserializeOwned,
 {
-    let mut value = serde_json::to_value(item).map_err(|e| e.to_string())?;
-    if !redact_value(redactor, &mut value) {
-        return Ok(None);
+    redact_serde_sized(redactor, item).map(|(clean, _)| clean)
+}
+
+/// [`redact_serde`], and the size in bytes of the redacted item's compact JSON (what
+/// `serde_json::to_vec` of the result would give), measured on the way.
+pub(crate) fn redact_serde_sized<T>(
+    redactor: &dyn Redactor,
+    item: &T,
+) -> Result<(Option<T>, usize), String>
+where
+    T: Serialize + DeserializeOwned,
+{
+    let dirty = std::cell::Cell::new(false);
+    let rewrite = Rewrite {
+        redactor,
+        text: String::new(),
+        dirty: &dirty,
+    };
+    let mut json = Vec::with_capacity(256);
+    let mut serializer = serde_json::Serializer::with_formatter(&mut json, rewrite);
+    item.serialize(&mut serializer).map_err(|e| e.to_string())?;
+    if !dirty.get() {
+        return Ok((None, json.len()));
     }
-    serde_json::from_value(value)
-        .map(Some)
+    serde_json::from_slice(&json)
+        .map(|clean| (Some(clean), json.len()))
         .map_err(|e| e.to_string())
+}
+
+/// A compact JSON formatter that writes each string, unescaped, through a redactor.
+struct Rewrite<'a> {
+    redactor: &'a dyn Redactor,
+    /// The string being written, unescaped.
+    text: String,
+    dirty: &'a std::cell::Cell<bool>,
+}
+
+impl serde_json::ser::Formatter for Rewrite<'_> {
+    fn begin_string<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.text.clear();
+        Ok(())
+    }
+
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        _: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        self.text.push_str(fragment);
+        Ok(())
+    }
+
+    fn write_char_escape<W: ?Sized + std::io::Write>(
+        &mut self,
+        _: &mut W,
+        escape: serde_json::ser::CharEscape,
+    ) -> std::io::Result<()> {
+        use serde_json::ser::CharEscape;
+        self.text.push(match escape {
+            CharEscape::Quote => '"',
+            CharEscape::ReverseSolidus => '\\',
+            CharEscape::Solidus => '/',
+            CharEscape::Backspace => '\u{8}',
+            CharEscape::FormFeed => '\u{c}',
+            CharEscape::LineFeed => '\n',
+            CharEscape::CarriageReturn => '\r',
+            CharEscape::Tab => '\t',
+            CharEscape::AsciiControl(byte) => char::from(byte),
+        });
+        Ok(())
+    }
+
+    fn end_string<W: ?Sized + std::io::Write>(&mut self, out: &mut W) -> std::io::Result<()> {
+        let clean = self.redactor.redact(&self.text);
+        if matches!(clean, Cow::Owned(_)) {
+            self.dirty.set(true);
+        }
+        serde_json::to_writer(out, clean.as_ref()).map_err(std::io::Error::other)
+    }
 }
 
 #[cfg(test)]
 mod pattern_tests {
     use super::*;
+
+    fn clean_copy() -> serde_json::Value {
+        serde_json::json!({"a": ["x\"y", {"b": "\u{7}"}], "n": -3})
+    }
+
+    #[test]
+    fn the_scan_finds_secrets_that_json_escapes_anchored_patterns_and_keys() {
+        let quoted = "pa\"ss\\wo\nrd\u{1}";
+        let r = SecretRedactor::new([quoted])
+            .with_patterns([r"^whole-field$"])
+            .unwrap();
+        // Nothing to redact: no copy.
+        let clean = serde_json::json!({"a": ["x", {"b": "y"}], "n": 3});
+        assert_eq!(redact_serde(&r, &clean).unwrap(), None);
+        // A secret with a quote, a backslash, a newline and a control character.
+        let item = serde_json::json!({"args": {"text": format!("use {quoted} now")}});
+        let out = redact_serde(&r, &item).unwrap().unwrap();
+        assert_eq!(out["args"]["text"], "use [REDACTED] now");
+        // A pattern anchored to a whole string.
+        let item = serde_json::json!(["keep", "whole-field"]);
+        assert_eq!(
+            redact_serde(&r, &item).unwrap().unwrap(),
+            serde_json::json!(["keep", "[REDACTED]"])
+        );
+        // The size measured on the way is the redacted item's compact JSON.
+        let item = serde_json::json!({"t": format!("a\t{quoted}"), "n": [1, 2.5, null, true]});
+        let (clean, size) = redact_serde_sized(&r, &item).unwrap();
+        assert_eq!(size, serde_json::to_vec(&clean.unwrap()).unwrap().len());
+        let (none, size) = redact_serde_sized(&r, &clean_copy()).unwrap();
+        assert_eq!(
+            (none, size),
+            (None, serde_json::to_vec(&clean_copy()).unwrap().len())
+        );
+        // An object key.
+        let item = serde_json::json!({ quoted: 1 });
+        assert_eq!(
+            redact_serde(&r, &item).unwrap().unwrap(),
+            serde_json::json!({"[REDACTED]": 1})
+        );
+    }
 
     #[test]
     fn patterns_redact_every_match_and_bad_patterns_are_named() {

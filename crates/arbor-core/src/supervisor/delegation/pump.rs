@@ -13,7 +13,7 @@ use arbor_protocol::{AgentEvent, ChildOrigin, EventEnvelope, SupervisorEvent};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::redact::redact_serde;
+use crate::redact::redact_serde_sized;
 use crate::session::events::Subscription;
 use crate::supervisor::config::catalog::MilestoneContext;
 use crate::supervisor::config::limits::SupervisorLimits;
@@ -150,16 +150,16 @@ impl ChildEventProjector {
     /// The event with its strings redacted, and its serialized size in UTF-8 bytes. `None`
     /// when it cannot be serialized or redacted safely (it is then dropped, not leaked).
     fn redacted(&self, envelope: &EventEnvelope) -> Option<(EventEnvelope, u64)> {
-        let event = match &self.supervisor.settings().redactor() {
-            None => envelope.clone(),
-            Some(r) => match redact_serde(r.as_ref(), envelope) {
-                Ok(Some(clean)) => clean,
-                Ok(None) => envelope.clone(),
+        let (event, bytes) = match &self.supervisor.settings().redactor() {
+            None => (envelope.clone(), serde_json::to_vec(envelope).ok()?.len()),
+            // The size is measured while redacting.
+            Some(r) => match redact_serde_sized(r.as_ref(), envelope) {
+                Ok((Some(clean), bytes)) => (clean, bytes),
+                Ok((None, bytes)) => (envelope.clone(), bytes),
                 Err(_) => return None,
             },
         };
-        let bytes = serde_json::to_vec(&event).ok()?.len() as u64;
-        Some((event, bytes))
+        Some((event, bytes as u64))
     }
 
     /// Announces events dropped by the rate limit since the last published one. Call it
