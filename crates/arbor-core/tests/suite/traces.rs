@@ -125,7 +125,11 @@ async fn a_tree_is_one_trace_with_each_child_under_its_spawn_call_and_own_usage_
             spawn("worker", "sync").with_usage(100, 1),
             spawn("bg", "async").with_usage(200, 2),
             spawn("bad", "sync").with_usage(300, 3),
-            ScriptedTurn::text("done").with_usage(400, 4),
+            // A model takes a while: the background child runs meanwhile (sync children run
+            // inside the root's run, so with instant turns nothing else would).
+            ScriptedTurn::text("done")
+                .with_usage(400, 4)
+                .with_delay(std::time::Duration::from_millis(50)),
         ],
     )
     .await;

@@ -2,7 +2,11 @@
 //! counter, slot or event changes), then the drive (hook, factory, child run) under the
 //! delegation's timeout and cancellation, then exactly one terminal report.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
 use tracing::Instrument;
 
 use crate::error::{CoreError, CoreResult};
@@ -34,23 +38,19 @@ impl Delegator {
             .admit(self.scope.as_deref(), request, Mode::Sync)?;
         let registered = self.supervisor.register(admitted).await?;
         registered.begin();
-        // The drive runs as its own task, so a caller that drops this future (its run was
-        // cancelled or timed out) still gets exactly one terminal report; the guard cancels
-        // the delegation when that happens.
+        // The drive runs inside this future (no task of its own: no hand-off to another
+        // worker thread and back). A caller that drops this future (its run was cancelled
+        // or timed out) hands what is left of the drive to a task, so the delegation still
+        // ends with exactly one terminal report; the guard cancels it when that happens.
         let guard = registered.admitted().token.clone().drop_guard();
-        let task = self
+        let tracked = self
             .supervisor
             .live()
             .tracker()
-            // Boxed: the drive's state is large, and a task moves its future several times.
-            .spawn(Box::pin(registered.drive().in_current_span()));
-        let joined = task.await;
+            .track_future(registered.drive().in_current_span());
+        let result = Inline::new(tracked).await;
         guard.disarm();
-        joined.unwrap_or_else(|e| {
-            Err(CoreError::Supervisor(format!(
-                "delegation task failed: {e}"
-            )))
-        })
+        result
     }
 
     /// Admits a child and returns its handle once its record exists (before its first
@@ -255,4 +255,60 @@ impl Supervisor {
 /// A fresh, time-ordered, never reused id suffix.
 fn uuid_like() -> String {
     arbor_protocol::RunId::new().as_uuid().simple().to_string()
+}
+
+/// A future run inside its caller's future, handed to a task of its own if the caller drops
+/// it before it ends (so it still ends, and reports, whatever becomes of the caller). Boxed:
+/// a drive's state is large, and only the box moves.
+struct Inline<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fut: Option<Pin<Box<F>>>,
+}
+
+impl<F> Inline<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn new(fut: F) -> Self {
+        Self {
+            fut: Some(Box::pin(fut)),
+        }
+    }
+}
+
+impl<F> Future for Inline<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = std::task::ready!(fut.as_mut().poll(cx));
+        self.fut = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<F> Drop for Inline<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(fut) = self.fut.take() else {
+            return;
+        };
+        // Outside a runtime (it is going away) nothing can run it: it is dropped.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn(fut));
+        }
+    }
 }
