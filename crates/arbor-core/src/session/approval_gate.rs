@@ -362,6 +362,9 @@ impl Session {
                 self.messages.push(message);
             }
         }
+        if artifacts > 0 {
+            self.sync_record().await?;
+        }
         let update = (artifacts > 0).then(|| SessionUpdate {
             artifacts: Some(self.record.artifacts.saturating_add(artifacts)),
             ..SessionUpdate::default()

@@ -56,6 +56,10 @@ pub struct Session {
     /// first store a suspension: a supervisor's delegation mapping, so a crash can never
     /// leave a suspended child whose run nobody can rebuild.
     pub(crate) beside_suspension: Option<(&'static str, serde_json::Value)>,
+    /// A store write was left unanswered (its future dropped: a cancel, a timeout): it may
+    /// have landed without `record` hearing of it, so `record` is read again before a value
+    /// is computed from it ([`Session::sync_record`]).
+    pub(crate) unsure: bool,
 }
 
 impl Agent {
@@ -207,6 +211,7 @@ impl Session {
             ancestors,
             inbox: Arc::new(inbox),
             beside_suspension: None,
+            unsure: false,
         })
     }
 
@@ -339,6 +344,9 @@ impl Session {
             None => entries,
         };
         let started = std::time::Instant::now();
+        // Back as it was once the write's answer is in (only a read clears it): a caller that
+        // stops waiting leaves it set.
+        let unsure = std::mem::replace(&mut self.unsure, true);
         match attributed {
             // A turn that used nothing attributes nothing.
             Some(usage) if !self.ancestors.is_empty() && usage != Usage::default() => {
@@ -360,6 +368,19 @@ impl Session {
         crate::telemetry::store_commit(started.elapsed());
         if let Some(update) = update {
             self.record.apply(&update);
+        }
+        self.unsure = unsure;
+        Ok(())
+    }
+
+    /// Reads the record again if a write was left unanswered (see `unsure`), so usage and
+    /// counts computed from it start from what the store holds.
+    pub(crate) async fn sync_record(&mut self) -> CoreResult<()> {
+        if self.unsure {
+            if let Some(stored) = self.store.session(self.record.id).await? {
+                self.record = stored;
+            }
+            self.unsure = false;
         }
         Ok(())
     }

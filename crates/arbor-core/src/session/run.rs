@@ -557,6 +557,7 @@ impl Session {
         let mut update = None;
         let attributed = usage;
         if let Some(usage) = usage {
+            self.sync_record().await?;
             state.usage += usage;
             let own = self.record.own_usage + usage;
             entries.push(EntryKind::Usage {

@@ -104,3 +104,47 @@ async fn the_transcript_records_everything_and_a_session_reopens_from_it() {
         .unwrap_err();
     assert_eq!(err.kind(), arbor_core::CoreErrorKind::NotFound);
 }
+
+/// A write that lands after its caller stopped waiting (the run's future dropped while its
+/// turn was being stored, as a timeout does) must not be lost from the session's own usage:
+/// the next turn adds to what the store holds, not to the session's stale copy.
+#[tokio::test]
+async fn a_turn_stored_after_its_run_was_dropped_still_counts_in_own_usage() {
+    use arbor_store::testing::{Call, FaultStore};
+    let faults = FaultStore::new(Arc::new(MemoryStore::new()));
+    let store: Arc<dyn Store> = faults.clone();
+    let agent = scripted(vec![
+        ScriptedTurn::tool_call("echo", json!({"text": "x"})).with_usage(10, 5),
+        ScriptedTurn::text("after").with_usage(20, 2),
+    ])
+    .tool(arbor_core::builtin::Echo)
+    .build()
+    .unwrap();
+    let mut s = agent.session().store(store.clone()).create().await.unwrap();
+    // The first turn's write lands, then is held: its caller never hears the answer.
+    let held = faults.arm(true, |call| {
+        matches!(call, Call::Append(_, entries, Some(update))
+            if update.own_usage.is_some() && entries.iter().any(|e| e.kind_name() == "usage"))
+    });
+    let run = s.run("go", RunOptions::default());
+    let dropped = tokio::select! {
+        _ = run => false,
+        _ = held.reached => true,
+    };
+    assert!(dropped, "the run was dropped while its turn was stored");
+    drop(held.release);
+    let stored = store.session(s.id()).await.unwrap().unwrap();
+    assert_eq!(stored.own_usage, Usage::new(10, 5), "the first turn landed");
+
+    // The session runs again (its conversation never heard of the dropped turn, so the
+    // script answers from its start): every turn of it adds to the stored usage.
+    let r = s.run("again", RunOptions::default()).await.unwrap();
+    assert_eq!(r.usage, Usage::new(30, 7));
+    let stored = store.session(s.id()).await.unwrap().unwrap();
+    assert_eq!(
+        stored.own_usage,
+        Usage::new(40, 12),
+        "10+5 landed, then 30+7"
+    );
+    assert_eq!(s.usage(), Usage::new(40, 12));
+}
