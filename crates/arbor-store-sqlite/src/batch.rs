@@ -13,7 +13,10 @@
 //! on the runtime's thread with no busy wait when the connection and the file are free, else
 //! on the blocking pool with the busy timeout. The flush is a task of its own: a caller that
 //! stops waiting (a timeout, a cancelled run) never strands the writes queued behind it, and
-//! its own write still lands or fails whole.
+//! its own write still lands or fails whole. The flush being a task, a write awaited on a
+//! runtime needs that runtime to run its tasks meanwhile (as `Runtime::block_on` and every
+//! worker thread do; a thread blocked in `futures::executor::block_on` on a current-thread
+//! runtime would wait for ever).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
