@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arbor_core::RunOptions;
-use arbor_protocol::{RunStatus, SessionId};
+use arbor_protocol::SessionId;
 use arbor_store::Store;
 use tokio::task::JoinSet;
 
+use crate::scenario::run_root;
 use crate::trees;
 
 /// Root runs going on at once.
@@ -40,24 +40,8 @@ pub(crate) async fn run(store: &Arc<dyn Store>, ops: u64) -> Result<Parallel, St
             let (root, store) = (root.clone(), store.clone());
             running.spawn(async move {
                 let t = Instant::now();
-                let mut session = root
-                    .session()
-                    .store(store)
-                    .create()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let result = session
-                    .run("task", RunOptions::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if result.status != RunStatus::Succeeded {
-                    return Err(format!(
-                        "a root run ended {:?}: {}",
-                        result.status,
-                        result.error.unwrap_or_default()
-                    ));
-                }
-                Ok::<_, String>((session.id(), t.elapsed()))
+                let id = run_root(&root, &store).await?;
+                Ok::<_, String>((id, t.elapsed()))
             });
         }
         match running.join_next().await {

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 
 #[allow(dead_code)]
 mod serve_support;
-use serve_support::{Served, call, client, serve, serve_env, start_run, status_becomes};
+use serve_support::{
+    Served, call, client, resume_until_released, serve, serve_env, start_run, status_becomes,
+};
 
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
 
@@ -642,24 +644,7 @@ async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
         e["error"]["message"].as_str().unwrap().contains("hosted"),
         "{e}"
     );
-    let started = Instant::now();
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never released"
-        );
-        let (_, e) = call(
-            &http,
-            Method::POST,
-            format!("{base}/v1/runs/{root}/resume"),
-            None,
-        )
-        .await;
-        if e["error"]["message"] == "Nothing waits for a decision: nothing to resume" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    resume_until_released(&http, &base, &root).await;
     let second = node(&run, "second")["id"].as_str().unwrap().to_owned();
     let (status, d) = call(
         &http,

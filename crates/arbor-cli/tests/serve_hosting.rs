@@ -12,7 +12,7 @@ use serde_json::json;
 
 #[allow(dead_code)]
 mod serve_support;
-use serve_support::{call, client, serve_env, start_run, status_becomes};
+use serve_support::{call, client, resume_until_released, serve_env, start_run, status_becomes};
 
 /// The root spawns a slow message-mode child and ends its turn: its run reads `succeeded`
 /// while it still waits (about 1.5 s) for the child's reply, then runs again on it.
@@ -119,22 +119,5 @@ async fn a_host_call_while_the_run_winds_down_keeps_the_tree_for_the_host() {
     assert_eq!((status, &a["text"]), (200, &json!("helped")), "{a}");
 
     // Once idle the tree is released: a resume finds nothing waiting.
-    let started = Instant::now();
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never released"
-        );
-        let (_, e) = call(
-            &http,
-            Method::POST,
-            format!("{base}/v1/runs/{root}/resume"),
-            None,
-        )
-        .await;
-        if e["error"]["message"] == "Nothing waits for a decision: nothing to resume" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    resume_until_released(&http, &base, &root).await;
 }

@@ -138,3 +138,26 @@ pub(crate) async fn start_run(http: &reqwest::Client, base: &str, spec: &str) ->
     assert_eq!(status, 201, "{run}");
     run["root_id"].as_str().unwrap().to_owned()
 }
+
+/// Waits (at most 10 s) until a resume of `root` finds nothing waiting: the tree was
+/// released by whatever held it (a hosted period, a run).
+pub(crate) async fn resume_until_released(http: &reqwest::Client, base: &str, root: &str) {
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never released"
+        );
+        let (_, e) = call(
+            http,
+            reqwest::Method::POST,
+            format!("{base}/v1/runs/{root}/resume"),
+            None,
+        )
+        .await;
+        if e["error"]["message"] == "Nothing waits for a decision: nothing to resume" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
