@@ -11,8 +11,7 @@ use arbor_protocol::SessionId;
 use arbor_store::Store;
 use tokio::task::JoinSet;
 
-use crate::scenario::run_root;
-use crate::trees;
+use crate::trees::{self, run_root};
 
 /// Root runs going on at once.
 pub(crate) const IN_FLIGHT: u32 = 32;

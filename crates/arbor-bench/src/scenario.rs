@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arbor_core::Agent;
 use arbor_core::supervisor::{DelegationRequest, Supervisor, WaitOptions, WaitOutcome};
-use arbor_core::{Agent, RunOptions};
-use arbor_protocol::{RunStatus, SessionId};
+use arbor_protocol::SessionId;
 use arbor_store::{SessionRecord, Store};
 
 use crate::long_life::{self, LongLife};
@@ -364,28 +364,6 @@ async fn run_once(
     }
 }
 
-/// Creates a root session of `root` on `store` and runs it; the run must succeed.
-pub(crate) async fn run_root(root: &Agent, store: &Arc<dyn Store>) -> Result<SessionId, String> {
-    let mut session = root
-        .session()
-        .store(store.clone())
-        .create()
-        .await
-        .map_err(|e| e.to_string())?;
-    let result = session
-        .run("task", RunOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    if result.status != RunStatus::Succeeded {
-        return Err(format!(
-            "a root run ended {:?}: {}",
-            result.status,
-            result.error.unwrap_or_default()
-        ));
-    }
-    Ok(session.id())
-}
-
 /// Creates a root session and runs it, `ops` times in sequence; each run must succeed.
 async fn roots_in_sequence(
     root: &Agent,
@@ -395,7 +373,7 @@ async fn roots_in_sequence(
     let mut roots = Vec::with_capacity(ops as usize);
     let start = Instant::now();
     for _ in 0..ops {
-        roots.push(run_root(root, store).await?);
+        roots.push(trees::run_root(root, store).await?);
     }
     Ok(RunOutcome {
         elapsed: start.elapsed(),

@@ -7,9 +7,11 @@ use arbor_core::supervisor::{
     ChildContext, ChildEntry, LimitsInput, Ownership, SpawnAgentTool, Supervisor, SupervisorLimits,
     WaitOptions, WaitOutcome, factory_fn,
 };
-use arbor_core::{Agent, AgentBuilder, CoreError, CoreResult, Tool, ToolContext, ToolError};
+use arbor_core::{
+    Agent, AgentBuilder, CoreError, CoreResult, RunOptions, Tool, ToolContext, ToolError,
+};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
-use arbor_protocol::SpawnPoint;
+use arbor_protocol::{RunStatus, SessionId, SpawnPoint};
 use arbor_store::{MemoryStore, Store};
 use arbor_store_sqlite::SqliteStore;
 
@@ -261,4 +263,26 @@ pub(crate) fn admission(store: &Arc<dyn Store>) -> CoreResult<Supervisor> {
     supervisor(store, 4)
         .child(ChildEntry::agent("child", leaf("child")?))
         .build()
+}
+
+/// Creates a root session of `root` on `store` and runs it; the run must succeed.
+pub(crate) async fn run_root(root: &Agent, store: &Arc<dyn Store>) -> Result<SessionId, String> {
+    let mut session = root
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .map_err(|e| e.to_string())?;
+    let result = session
+        .run("task", RunOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    if result.status != RunStatus::Succeeded {
+        return Err(format!(
+            "a root run ended {:?}: {}",
+            result.status,
+            result.error.unwrap_or_default()
+        ));
+    }
+    Ok(session.id())
 }
