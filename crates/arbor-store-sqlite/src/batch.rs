@@ -190,7 +190,7 @@ impl Shared {
     /// Commits batches until the queue is empty.
     async fn flush(self) {
         // Dropped unfinished (the runtime shutting down): the next write schedules anew.
-        let mut scheduled = Scheduled(Some(self.batcher.clone()));
+        let mut scheduled = Scheduled(Some(self.clone()));
         loop {
             let mut jobs = std::mem::take(&mut *lock(&self.batcher.queue));
             if jobs.is_empty() {
@@ -249,14 +249,25 @@ impl Shared {
 }
 
 /// Clears [`Batcher::scheduled`] when a flush is dropped before it saw the queue empty (its
-/// runtime went away, or it panicked), so the next write schedules a flush again.
-struct Scheduled(Option<Arc<Batcher>>);
+/// runtime went away, or a write panicked), and schedules a new flush for the writes still
+/// queued, so none waits for the next write to come along.
+struct Scheduled(Option<Shared>);
 
 impl Drop for Scheduled {
     fn drop(&mut self) {
-        if let Some(batcher) = self.0.take() {
-            tracing::debug!("a flush ended before its queue was empty");
-            batcher.scheduled.store(false, Ordering::Release);
+        let Some(shared) = self.0.take() else {
+            return;
+        };
+        tracing::debug!("a flush ended before its queue was empty");
+        shared.batcher.scheduled.store(false, Ordering::Release);
+        if !lock(&shared.batcher.queue).is_empty()
+            && !shared.batcher.scheduled.swap(true, Ordering::AcqRel)
+        {
+            match tokio::runtime::Handle::try_current() {
+                // A runtime shutting down cancels it at once: its writers are gone too.
+                Ok(runtime) => drop(runtime.spawn(shared.flush())),
+                Err(_) => shared.batcher.scheduled.store(false, Ordering::Release),
+            }
         }
     }
 }
@@ -310,5 +321,83 @@ fn answer(jobs: &mut [Box<dyn Job>], end: &End, path: &str) {
     };
     for job in jobs {
         job.answer(failed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn shared() -> Shared {
+        let conn =
+            crate::open::connect_in_memory(":memory:", &crate::options::SqliteOptions::default())
+                .unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER NOT NULL)")
+            .unwrap();
+        Shared {
+            conn: Arc::new(Mutex::new(conn)),
+            path: ":memory:".into(),
+            busy_timeout: Duration::from_secs(1),
+            inline_first: true,
+            batcher: Arc::default(),
+        }
+    }
+
+    fn insert(n: i64) -> Box<WriteFn<()>> {
+        Box::new(move |tx, path| {
+            tx.execute("INSERT INTO t (n) VALUES (?1)", [n])
+                .at(path)
+                .map(drop)
+        })
+    }
+
+    /// A write that panics takes its batch down with it: its caller and its batch's hear
+    /// that their writes did not run, and a write queued while that batch ran still lands
+    /// without waiting for another write to come along.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_panicking_write_strands_nobody_queued_behind_it() {
+        let store = shared();
+        let runtime = tokio::runtime::Handle::current();
+        // The panicking write first queues another, as a writer on another thread would
+        // while the batch runs.
+        let (reply, queued) = oneshot::channel();
+        let reply = Mutex::new(Some(reply));
+        let batcher = store.batcher.clone();
+        let boom: Box<WriteFn<()>> = Box::new(move |_, _| {
+            if let Some(reply) = lock(&reply).take() {
+                lock(&batcher.queue).push(Box::new(Queued {
+                    write: insert(2),
+                    result: None,
+                    reply: Some(reply),
+                }));
+            }
+            panic!("a bug in a write")
+        });
+        let (first, second) = (store.clone(), store.clone());
+        let (rt1, rt2) = (runtime.clone(), runtime);
+        let a = tokio::spawn(async move { first.write(&rt1, boom).await });
+        let b = tokio::spawn(async move { second.write(&rt2, insert(1)).await });
+        let all = async { (a.await.unwrap(), b.await.unwrap(), queued.await.unwrap()) };
+        let (a, b, c) = tokio::time::timeout(Duration::from_secs(10), all)
+            .await
+            .expect("a write was stranded");
+        assert!(a.unwrap_err().to_string().contains("did not run"));
+        assert!(b.unwrap_err().to_string().contains("did not run"));
+        c.unwrap();
+        let rows: Vec<i64> = {
+            let conn = lock(&store.conn);
+            let mut stmt = conn.prepare("SELECT n FROM t ORDER BY n").unwrap();
+            stmt.query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        assert_eq!(
+            rows,
+            [2],
+            "the panicking batch rolled back; the next one landed"
+        );
     }
 }
