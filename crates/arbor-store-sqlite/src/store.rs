@@ -27,7 +27,7 @@ use arbor_store::{
 use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-use crate::batch::{Batcher, Shared, WriteStats};
+use crate::batch::{Shared, WriteStats};
 use crate::codec::{Columns, entry_from_row, insert_session, to_sql, write_session};
 use crate::error::{SqlResultExt, damaged, unavailable};
 use crate::open;
@@ -41,14 +41,9 @@ use crate::sql;
 /// A store in one SQLite file. Safe to share between tasks; several processes may open the
 /// same file, and each write is atomic against all of them.
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
-    /// Writes waiting for the next commit (see [`crate::batch`]).
-    batcher: Arc<Batcher>,
-    path: Arc<str>,
-    /// How long an operation on the blocking pool waits for another connection.
-    busy_timeout: Duration,
-    /// Whether an operation is tried on the caller's thread first (see the module docs).
-    inline_first: bool,
+    /// The connection, its path, its waits and the writes waiting for the next commit (see
+    /// [`crate::batch`]): what a flush task needs too.
+    shared: Shared,
     /// Whether the store was opened read-only (every write is refused).
     read_only: bool,
 }
@@ -56,7 +51,7 @@ pub struct SqliteStore {
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("path", &self.path)
+            .field("path", &self.shared.path)
             .finish_non_exhaustive()
     }
 }
@@ -115,11 +110,13 @@ impl SqliteStore {
 
     fn new(conn: Connection, path: String, options: &SqliteOptions) -> Self {
         Self {
-            conn: Arc::new(Mutex::new(conn)),
-            batcher: Arc::default(),
-            path: path.into(),
-            busy_timeout: options.busy_timeout,
-            inline_first: options.synchronous != Synchronous::Full,
+            shared: Shared {
+                conn: Arc::new(Mutex::new(conn)),
+                path: path.into(),
+                busy_timeout: options.busy_timeout,
+                inline_first: options.synchronous != Synchronous::Full,
+                batcher: Arc::default(),
+            },
             read_only: options.read_only,
         }
     }
@@ -127,12 +124,12 @@ impl SqliteStore {
     /// How this handle's writes on a tokio runtime were committed so far: writes waiting at
     /// the same moment share one commit (group commit), so `commits` is at most `writes`.
     pub fn write_stats(&self) -> WriteStats {
-        self.batcher.stats()
+        self.shared.batcher.stats()
     }
 
     /// The store's location as errors name it (`:memory:` for an in-memory store).
     pub fn path(&self) -> &str {
-        &self.path
+        &self.shared.path
     }
 
     /// Runs `f` on the connection: on this thread without waiting if nothing is busy, else
@@ -143,7 +140,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
     {
-        self.run(self.inline_first, f).await
+        self.run(self.shared.inline_first, f).await
     }
 
     /// [`call`](Self::call), trying this thread first only if `inline_first`.
@@ -153,21 +150,22 @@ impl SqliteStore {
         F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
     {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            let mut conn = lock(&self.conn);
-            conn.busy_timeout(self.busy_timeout).at(&self.path)?;
-            return f(&mut conn, &self.path);
+            let mut conn = lock(&self.shared.conn);
+            conn.busy_timeout(self.shared.busy_timeout)
+                .at(&self.shared.path)?;
+            return f(&mut conn, &self.shared.path);
         };
-        if inline_first && let Some(mut conn) = try_lock(&self.conn) {
+        if inline_first && let Some(mut conn) = try_lock(&self.shared.conn) {
             // Never wait for another connection here: a busy file sends `f` to the pool.
-            conn.busy_timeout(Duration::ZERO).at(&self.path)?;
-            match f(&mut conn, &self.path) {
+            conn.busy_timeout(Duration::ZERO).at(&self.shared.path)?;
+            match f(&mut conn, &self.shared.path) {
                 Err(err) if err.kind() == StoreErrorKind::Locked => {}
                 out => return out,
             }
         }
-        let conn = Arc::clone(&self.conn);
-        let path = Arc::clone(&self.path);
-        let busy_timeout = self.busy_timeout;
+        let conn = Arc::clone(&self.shared.conn);
+        let path = Arc::clone(&self.shared.path);
+        let busy_timeout = self.shared.busy_timeout;
         let job = move || {
             let mut conn = lock(&conn);
             conn.busy_timeout(busy_timeout).at(&path)?;
@@ -177,7 +175,7 @@ impl SqliteStore {
             Ok(out) => out,
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
             Err(err) => Err(unavailable(
-                &self.path,
+                &self.shared.path,
                 format_args!("the store operation did not run: {err}"),
             )),
         }
@@ -207,21 +205,12 @@ impl SqliteStore {
         if self.read_only {
             return Err(StoreError::Invalid(format!(
                 "store {} is open read-only: it cannot be written",
-                self.path
+                self.shared.path
             )));
         }
         match tokio::runtime::Handle::try_current() {
             // Writes waiting at the same moment share one commit.
-            Ok(runtime) => {
-                let shared = Shared {
-                    conn: self.conn.clone(),
-                    path: self.path.clone(),
-                    busy_timeout: self.busy_timeout,
-                    inline_first: self.inline_first,
-                    batcher: self.batcher.clone(),
-                };
-                shared.write(&runtime, Box::new(f)).await
-            }
+            Ok(runtime) => self.shared.write(&runtime, Box::new(f)).await,
             Err(_) => self.transaction(TransactionBehavior::Immediate, f).await,
         }
     }
