@@ -47,6 +47,6 @@ mod sql;
 mod store;
 
 pub use batch::WriteStats;
-pub use options::{SqliteOptions, Synchronous};
+pub use options::{CHECKPOINT_PAGES, SqliteOptions, Synchronous};
 pub use schema::SCHEMA_VERSION;
 pub use store::SqliteStore;

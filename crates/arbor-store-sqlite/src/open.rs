@@ -64,6 +64,9 @@ fn setup(mut conn: Connection, path: &str, options: &SqliteOptions) -> StoreResu
     conn.pragma_update(None, "foreign_keys", true).at(path)?;
     conn.pragma_update(None, "synchronous", options.synchronous.as_pragma())
         .at(path)?;
+    let pages = i32::try_from(options.checkpoint_pages).unwrap_or(i32::MAX);
+    conn.pragma_update(None, "wal_autocheckpoint", pages)
+        .at(path)?;
     retry_busy(deadline, || schema::migrate(&mut conn, path, version))?;
     Ok(conn)
 }

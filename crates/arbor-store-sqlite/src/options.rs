@@ -29,7 +29,11 @@ pub struct SqliteOptions {
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
     pub(crate) read_only: bool,
+    pub(crate) checkpoint_pages: u32,
 }
+
+/// The default [`SqliteOptions::checkpoint_pages`]: 8,192 pages, 32 MiB of log.
+pub const CHECKPOINT_PAGES: u32 = 8192;
 
 impl Default for SqliteOptions {
     fn default() -> Self {
@@ -37,12 +41,14 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Normal,
             read_only: false,
+            checkpoint_pages: CHECKPOINT_PAGES,
         }
     }
 }
 
 impl SqliteOptions {
-    /// The defaults: a busy timeout of 5 s and [`Synchronous::Normal`].
+    /// The defaults: a busy timeout of 5 s, [`Synchronous::Normal`] and a checkpoint every
+    /// [`CHECKPOINT_PAGES`] pages of log.
     pub fn new() -> Self {
         Self::default()
     }
@@ -57,6 +63,18 @@ impl SqliteOptions {
     /// The durability of each commit.
     pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
         self.synchronous = synchronous;
+        self
+    }
+
+    /// How long the write-ahead log grows, in pages, before a commit copies it back into the
+    /// file (`PRAGMA wal_autocheckpoint`; SQLite's own default is 1,000). Each checkpoint
+    /// `fsync`s the file; a longer log copies each hot page (a table's last leaf, an index's)
+    /// once for many commits and syncs less often, which took about a tenth off a root run's
+    /// time. The price: a log file of up to this many pages, and a longer replay at the first
+    /// open after a crash. `0` turns automatic checkpoints off (the log then grows until the
+    /// last connection closes). Clamped to `i32::MAX`.
+    pub fn checkpoint_pages(mut self, pages: u32) -> Self {
+        self.checkpoint_pages = pages;
         self
     }
 
@@ -77,6 +95,11 @@ impl SqliteOptions {
     /// The configured busy timeout.
     pub fn busy_timeout_value(&self) -> Duration {
         self.busy_timeout
+    }
+
+    /// The configured checkpoint threshold, in pages of log.
+    pub fn checkpoint_pages_value(&self) -> u32 {
+        self.checkpoint_pages
     }
 
     /// The configured durability.

@@ -320,3 +320,62 @@ async fn kid_parent(store: &SqliteStore) -> SessionRecord {
         .unwrap()
         .unwrap()
 }
+
+/// The log's size in pages (frames of a page and a 24-byte header, after a 32-byte header).
+fn wal_pages(path: &Path) -> u64 {
+    let wal = path.with_extension("db-wal");
+    let len = std::fs::metadata(wal).map_or(0, |m| m.len());
+    len.saturating_sub(32) / (4096 + 24)
+}
+
+/// Writes `n` root sessions with a transcript entry each.
+async fn fill(store: &SqliteStore, n: usize) {
+    for i in 0..n {
+        let root = SessionRecord::new_root(format!("root-{i}"), "planner", "model-a");
+        store.create_session(&root).await.unwrap();
+        let entry = EntryKind::Message {
+            message: Message::user("x".repeat(300)),
+        };
+        store
+            .append(root.id, RunId::new(), &[entry], None)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_log_is_copied_back_at_the_configured_size_not_sqlites_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = dir.path().join("default.db");
+    let store = SqliteStore::open(&default).unwrap();
+    fill(&store, 600).await;
+    // SQLite's own default would have checkpointed (and reused the log) at 1,000 pages.
+    let pages = wal_pages(&default);
+    assert!(
+        pages > 1_000,
+        "the log was copied back early: {pages} pages"
+    );
+    assert!(
+        pages < u64::from(arbor_store_sqlite::CHECKPOINT_PAGES),
+        "{pages}"
+    );
+    drop(store);
+
+    let small = dir.path().join("small.db");
+    let store = SqliteOptions::new()
+        .checkpoint_pages(100)
+        .open(&small)
+        .unwrap();
+    fill(&store, 600).await;
+    let pages = wal_pages(&small);
+    assert!(
+        pages < 150,
+        "the log grew past its threshold: {pages} pages"
+    );
+    // Every row is in the file, whichever part of it holds them.
+    let all = store
+        .list_sessions(arbor_store::SessionQuery::Roots)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 600);
+}
