@@ -1,0 +1,123 @@
+//! Mapping PostgreSQL failures onto [`StoreError`], and the server as errors name it.
+
+use std::fmt::Display;
+
+use arbor_store::StoreError;
+
+/// SQLSTATEs after which a transaction is run again: `serialization_failure` and
+/// `deadlock_detected` (PostgreSQL aborted it so that another could go on).
+const RETRY: [&str; 2] = ["40001", "40P01"];
+
+/// The SQLSTATE of `unique_violation`.
+pub(crate) const UNIQUE_VIOLATION: &str = "23505";
+
+/// What failed inside an operation: a refusal the store decided, or a database error still to
+/// be classified (retried, or mapped with [`store_error`]).
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Store(StoreError),
+    Sql(sqlx::Error),
+}
+
+impl From<StoreError> for Failure {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Sql(err)
+    }
+}
+
+/// An operation's result before classification.
+pub(crate) type OpResult<T> = Result<T, Failure>;
+
+/// Whether running the transaction again may succeed.
+pub(crate) fn retryable(err: &sqlx::Error) -> bool {
+    sqlstate(err).is_some_and(|code| RETRY.contains(&code.as_str()))
+}
+
+/// The error's SQLSTATE, if the server sent one.
+pub(crate) fn sqlstate(err: &sqlx::Error) -> Option<String> {
+    err.as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned())
+}
+
+/// The constraint a database error names, if any.
+pub(crate) fn constraint(err: &sqlx::Error) -> Option<&str> {
+    err.as_database_error().and_then(|e| e.constraint())
+}
+
+/// The store error for a failed operation on the server `shown`.
+pub(crate) fn store_error(shown: &str, err: sqlx::Error) -> StoreError {
+    match err {
+        sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::TypeNotFound { .. } => corrupt(format_args!("{shown}: {err}")),
+        sqlx::Error::PoolTimedOut => unavailable(
+            shown,
+            "no connection to the server within the acquire timeout (is it up, and are \
+             connections left?)",
+        ),
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03") => StoreError::Locked {
+            path: shown.to_owned(),
+        },
+        other => unavailable(shown, other),
+    }
+}
+
+/// An `Unavailable` error for the server `shown`.
+pub(crate) fn unavailable(shown: &str, reason: impl Display) -> StoreError {
+    StoreError::Unavailable {
+        path: shown.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A `Corrupt` error.
+pub(crate) fn corrupt(what: impl Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+/// The URL as errors and logs show it: without a password, in the URL or its query.
+pub(crate) fn shown(url: &url::Url) -> String {
+    let mut clean = url.clone();
+    // Only fails for URLs that cannot have a password, which then have none.
+    let _ = clean.set_password(None);
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("password"))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    if kept.is_empty() {
+        clean.set_query(None);
+    } else {
+        clean.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    clean.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_shown_url_never_carries_a_password() {
+        let url = url::Url::parse(
+            "postgres://arbor:s3cret@db.example:5432/arbor?sslmode=require&password=also",
+        )
+        .unwrap();
+        let shown = shown(&url);
+        assert_eq!(
+            shown,
+            "postgres://arbor@db.example:5432/arbor?sslmode=require"
+        );
+        assert!(!shown.contains("s3cret") && !shown.contains("also"));
+    }
+}

@@ -1,0 +1,129 @@
+//! How a [`PostgresStore`](crate::PostgresStore) connects.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_store::{StoreError, StoreResult};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::error::{shown, store_error, unavailable};
+use crate::migrate::migrate;
+use crate::store::PostgresStore;
+
+/// How a [`PostgresStore`] connects: the pool's size and waits, and the schema it lives in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    pub(crate) schema: Option<String>,
+    pub(crate) max_connections: u32,
+    pub(crate) acquire_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            schema: None,
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The defaults: the connection's default schema (`public`), 10 connections, 5 s to get
+    /// one.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps the store's tables in this schema (created if missing) instead of the default
+    /// one: several stores (deployments, test runs) can share a database. Lowercase ASCII
+    /// letters, digits and `_`, not starting with a digit, at most 63 characters; any other
+    /// name is refused at connect with `Invalid`.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The most connections the store opens at once.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// How long an operation waits for a free connection before it fails with
+    /// `Unavailable`.
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Connects to the server at `url` (`postgres://user:password@host:port/database`, with
+    /// libpq's query parameters such as `sslmode`), brings the schema to this build's
+    /// version, and returns the store. The password is never stored by arbor nor shown in
+    /// an error.
+    ///
+    /// Fails with `Invalid` naming the problem for a URL or schema name that cannot be used,
+    /// and with `Unavailable` when the server cannot be reached, refuses the login, or holds
+    /// a schema from a newer arbor or tables that are not an arbor store's (left untouched).
+    pub async fn connect(&self, url: &str) -> StoreResult<PostgresStore> {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| StoreError::Invalid(format!("store URL: not a postgres:// URL ({e})")))?;
+        if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+            return Err(StoreError::Invalid(format!(
+                "store URL: scheme {:?} is not postgres:// or postgresql://",
+                parsed.scheme()
+            )));
+        }
+        let shown: Arc<str> = shown(&parsed).into();
+        if let Some(schema) = &self.schema {
+            check_schema(schema)?;
+        }
+        let mut connect = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Invalid(format!("store URL {shown}: {e}")))?;
+        if let Some(schema) = &self.schema {
+            connect = connect.options([("search_path", schema.as_str())]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::PoolTimedOut => store_error(&shown, e),
+                other => unavailable(&shown, format_args!("cannot connect: {other}")),
+            })?;
+        migrate(&pool, &shown, self.schema.as_deref()).await?;
+        Ok(PostgresStore::new(pool, shown))
+    }
+}
+
+/// A schema name the store accepts: `[a-z_][a-z0-9_]{0,62}`.
+fn check_schema(schema: &str) -> StoreResult<()> {
+    let mut chars = schema.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && schema.len() <= 63 {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "store schema {schema:?}: use lowercase ASCII letters, digits and `_`, not starting \
+         with a digit, at most 63 characters"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_checked() {
+        assert!(check_schema("arbor_ci_1").is_ok());
+        for bad in ["", "1abc", "Arbor", "a-b", "a\"b", &"a".repeat(64)] {
+            let err = check_schema(bad).unwrap_err();
+            assert!(err.to_string().contains("store schema"), "{err}");
+        }
+    }
+}
