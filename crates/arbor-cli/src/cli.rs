@@ -157,8 +157,9 @@ pub(crate) struct ServeArgs {
     /// The address to listen on (without tokens, a loopback one only).
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub(crate) listen: String,
-    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing).
-    #[arg(long, value_name = "PATH", conflicts_with = "memory")]
+    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing), or a
+    /// postgres:// URL (else ARBOR_STORE_URL; schema: ARBOR_STORE_SCHEMA).
+    #[arg(long, value_name = "PATH|URL", conflicts_with = "memory")]
     pub(crate) store: Option<PathBuf>,
     /// Keep nothing: use the in-memory store.
     #[arg(long)]
@@ -191,8 +192,9 @@ pub(crate) struct ServeArgs {
 pub(crate) struct McpArgs {
     /// The spec whose root the client stands in for (its root must have children).
     pub(crate) spec: PathBuf,
-    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing).
-    #[arg(long, value_name = "PATH", conflicts_with = "memory")]
+    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing), or a
+    /// postgres:// URL (else ARBOR_STORE_URL; schema: ARBOR_STORE_SCHEMA).
+    #[arg(long, value_name = "PATH|URL", conflicts_with = "memory")]
     pub(crate) store: Option<PathBuf>,
     /// Keep nothing: use the in-memory store.
     #[arg(long)]
@@ -232,8 +234,9 @@ pub(crate) struct DecideArgs {
 /// Where the stored data is, and how to print it.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// SQLite store file (default ./.arbor/arbor.db).
-    #[arg(long, value_name = "PATH")]
+    /// SQLite store file (default ./.arbor/arbor.db), or a postgres:// URL (else
+    /// ARBOR_STORE_URL; schema: ARBOR_STORE_SCHEMA).
+    #[arg(long, value_name = "PATH|URL")]
     pub(crate) store: Option<PathBuf>,
     /// Print JSON on stdout instead of a table.
     #[arg(long)]
@@ -348,8 +351,9 @@ pub(crate) struct RunArgs {
     /// The root's task, instead of the spec's `task` (`-` reads it from standard input).
     #[arg(long, short, value_name = "TEXT")]
     pub(crate) task: Option<String>,
-    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing).
-    #[arg(long, value_name = "PATH", conflicts_with = "memory")]
+    /// SQLite store file (default ./.arbor/arbor.db, its directory created if missing), or a
+    /// postgres:// URL (else ARBOR_STORE_URL; schema: ARBOR_STORE_SCHEMA).
+    #[arg(long, value_name = "PATH|URL", conflicts_with = "memory")]
     pub(crate) store: Option<PathBuf>,
     /// Keep nothing: use the in-memory store.
     #[arg(long)]

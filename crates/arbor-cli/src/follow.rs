@@ -140,7 +140,12 @@ fn in_background(
     let mut command = std::process::Command::new(exe);
     command.arg("send").arg("--receipt");
     if let Some(store) = &args.store.store {
-        command.arg("--store").arg(store);
+        if crate::store::is_postgres_url(&store.to_string_lossy()) {
+            // A URL may carry a password: the environment, not a command line others can read.
+            command.env(crate::store::STORE_URL_ENV, store);
+        } else {
+            command.arg("--store").arg(store);
+        }
     }
     // The text goes on standard input, never on a command line other users can read.
     command

@@ -16,7 +16,9 @@ use crate::{output, owner, resolve, walk};
 
 /// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
-    let store = StoreChoice::from_args(false, args.store.as_deref())?.open_existing()?;
+    let store = StoreChoice::from_args(false, args.store.as_deref())?
+        .open_existing()
+        .await?;
     owner::sweep(&store).await?;
     Ok(store)
 }
@@ -26,7 +28,7 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
 /// the sweep (what it shows is then as the last writer left it).
 pub(crate) async fn open_to_read(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
     let choice = StoreChoice::from_args(false, args.store.as_deref())?;
-    let store = match choice.open_existing() {
+    let store = match choice.open_existing().await {
         Ok(store) => store,
         Err(e) if e.code == crate::fail::EXIT_STORE => {
             let StoreName::Sqlite(path) = choice.name() else {

@@ -27,7 +27,7 @@ pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
     let prepared = prepare(&path, &text, &overrides).await?;
     // Checked before the store is opened: a spec with nothing to offer touches nothing.
     offered(&prepared)?;
-    let store = choice.open()?;
+    let store = choice.open().await?;
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
     let opened = open_root(&prepared, &store, &token, serde_json::json!({"via": "mcp"})).await?;

@@ -4,8 +4,12 @@
 //! The default is the SQLite file `./.arbor/arbor.db` (its directory is created when
 //! missing, mode 0700 on Unix, as the store holds every prompt and tool output; the store
 //! creates its files 0600); `--store PATH` names another file (its directory must exist);
-//! `--memory` keeps nothing. `ARBOR_BUSY_TIMEOUT_MS` sets how long an operation waits for another process that
-//! holds the file before it fails with `store <path> is locked by another process`.
+//! `--store postgres://…` (or `ARBOR_STORE_URL`, when `--store` is not given) a PostgreSQL
+//! database shared by many processes, its tables in the schema `ARBOR_STORE_SCHEMA` names
+//! (else the default one); `--memory` keeps nothing. A PostgreSQL URL's password is used to
+//! connect and never shown: messages and reports name the server without it.
+//! `ARBOR_BUSY_TIMEOUT_MS` sets how long an operation waits for another process that holds
+//! the file before it fails with `store <path> is locked by another process`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -13,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_store::{MemoryStore, Store};
+use arbor_store_postgres::PostgresOptions;
 use arbor_store_sqlite::SqliteOptions;
 
 use crate::fail::Fail;
@@ -21,6 +26,11 @@ use crate::fail::Fail;
 pub(crate) const DEFAULT_STORE: &str = ".arbor/arbor.db";
 /// The environment variable with the busy timeout in milliseconds.
 pub(crate) const BUSY_TIMEOUT_ENV: &str = "ARBOR_BUSY_TIMEOUT_MS";
+/// The environment variable naming the store when `--store` does not: a `postgres://` URL
+/// or a SQLite file.
+pub(crate) const STORE_URL_ENV: &str = "ARBOR_STORE_URL";
+/// The environment variable naming the PostgreSQL schema of the store's tables.
+pub(crate) const STORE_SCHEMA_ENV: &str = "ARBOR_STORE_SCHEMA";
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Which store a run uses, for messages and reports.
@@ -30,6 +40,8 @@ pub(crate) enum StoreName {
     Memory,
     /// A SQLite file.
     Sqlite(PathBuf),
+    /// A PostgreSQL database: its URL without the password.
+    Postgres(String),
 }
 
 impl StoreName {
@@ -38,6 +50,7 @@ impl StoreName {
         match self {
             Self::Memory => "memory",
             Self::Sqlite(_) => "sqlite",
+            Self::Postgres(_) => "postgres",
         }
     }
 }
@@ -47,7 +60,18 @@ impl fmt::Display for StoreName {
         match self {
             Self::Memory => f.write_str("memory"),
             Self::Sqlite(p) => write!(f, "sqlite {}", p.display()),
+            Self::Postgres(shown) => write!(f, "postgres {shown}"),
         }
+    }
+}
+
+/// A PostgreSQL URL as given, password included: used to connect, never shown.
+#[derive(Clone, PartialEq, Eq)]
+struct Url(String);
+
+impl fmt::Debug for Url {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Url(..)")
     }
 }
 
@@ -56,18 +80,49 @@ impl fmt::Display for StoreName {
 pub(crate) struct StoreChoice {
     name: StoreName,
     busy_timeout: Duration,
+    /// For [`StoreName::Postgres`]: the URL and the schema.
+    postgres: Option<(Url, Option<String>)>,
+}
+
+/// Whether `target` names a PostgreSQL database rather than a file.
+pub(crate) fn is_postgres_url(target: &str) -> bool {
+    let lower = target.trim_start().to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
 impl StoreChoice {
-    /// The choice `--memory` / `--store PATH` make, with the busy timeout of the environment.
-    /// Fails (as bad usage) when `ARBOR_BUSY_TIMEOUT_MS` is not a number of milliseconds.
+    /// The choice `--memory` / `--store PATH|URL` (else `ARBOR_STORE_URL`) make, with the busy
+    /// timeout and schema of the environment. Fails (as bad usage) when
+    /// `ARBOR_BUSY_TIMEOUT_MS` is not a number of milliseconds, or a PostgreSQL URL cannot
+    /// be read (the message names where it came from, never the password).
     pub(crate) fn from_args(memory: bool, path: Option<&Path>) -> Result<Self, Fail> {
         let busy = std::env::var(BUSY_TIMEOUT_ENV).ok();
-        Ok(Self::new(
-            memory,
-            path,
-            parse_busy_timeout(busy.as_deref())?,
-        ))
+        let busy_timeout = parse_busy_timeout(busy.as_deref())?;
+        let env = std::env::var(STORE_URL_ENV)
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+        let (target, origin) = match (memory, path, env) {
+            (true, ..) => (None, ""),
+            (false, Some(path), _) => (Some(path.to_string_lossy().into_owned()), "--store"),
+            (false, None, Some(env)) => (Some(env), STORE_URL_ENV),
+            (false, None, None) => (None, ""),
+        };
+        match target {
+            Some(url) if is_postgres_url(&url) => {
+                let shown = arbor_store_postgres::redacted_url(&url)
+                    .map_err(|why| Fail::usage(format!("{origin}: {why}")))?;
+                let schema = std::env::var(STORE_SCHEMA_ENV)
+                    .ok()
+                    .filter(|v| !v.trim().is_empty());
+                Ok(Self {
+                    name: StoreName::Postgres(shown),
+                    busy_timeout,
+                    postgres: Some((Url(url), schema)),
+                })
+            }
+            Some(file) => Ok(Self::new(false, Some(Path::new(&file)), busy_timeout)),
+            None => Ok(Self::new(memory, None, busy_timeout)),
+        }
     }
 
     fn new(memory: bool, path: Option<&Path>, busy_timeout: Duration) -> Self {
@@ -76,7 +131,11 @@ impl StoreChoice {
         } else {
             StoreName::Sqlite(path.map_or_else(|| PathBuf::from(DEFAULT_STORE), Path::to_path_buf))
         };
-        Self { name, busy_timeout }
+        Self {
+            name,
+            busy_timeout,
+            postgres: None,
+        }
     }
 
     /// The store chosen.
@@ -84,8 +143,10 @@ impl StoreChoice {
         &self.name
     }
 
-    /// Opens a store file that must exist already (for commands that read what a run left).
-    pub(crate) fn open_existing(&self) -> Result<Arc<dyn Store>, Fail> {
+    /// Opens a store that must exist already (for commands that read what a run left): a
+    /// SQLite file must be there; a PostgreSQL database is reached (an empty one is an empty
+    /// store).
+    pub(crate) async fn open_existing(&self) -> Result<Arc<dyn Store>, Fail> {
         if let StoreName::Sqlite(path) = &self.name
             && !path.exists()
         {
@@ -94,14 +155,30 @@ impl StoreChoice {
                 path.display()
             )));
         }
-        self.open()
+        self.open().await
     }
 
     /// Opens the store. Every failure is a store failure (exit 3) with the store's message.
-    pub(crate) fn open(&self) -> Result<Arc<dyn Store>, Fail> {
-        let path = match &self.name {
-            StoreName::Memory => return Ok(Arc::new(MemoryStore::new())),
-            StoreName::Sqlite(path) => path,
+    pub(crate) async fn open(&self) -> Result<Arc<dyn Store>, Fail> {
+        let path = match (&self.name, &self.postgres) {
+            (StoreName::Memory, _) => return Ok(Arc::new(MemoryStore::new())),
+            (StoreName::Postgres(_), Some((url, schema))) => {
+                let mut options = PostgresOptions::new().acquire_timeout(self.busy_timeout);
+                if let Some(schema) = schema {
+                    options = options.schema(schema);
+                }
+                let store = options
+                    .connect(&url.0)
+                    .await
+                    .map_err(|e| Fail::store(e.to_string()))?;
+                return Ok(Arc::new(store));
+            }
+            (StoreName::Postgres(shown), None) => {
+                return Err(Fail::store(format!(
+                    "store {shown}: no URL to connect with"
+                )));
+            }
+            (StoreName::Sqlite(path), _) => path,
         };
         if path.as_os_str() == DEFAULT_STORE
             && let Some(dir) = path.parent()
@@ -220,6 +297,20 @@ mod tests {
         let other = StoreChoice::new(false, Some(Path::new("x/y.db")), d);
         assert_eq!(other.name().kind(), "sqlite");
         assert_eq!(other.name().to_string(), "sqlite x/y.db");
+        let pg = StoreChoice::from_args(
+            false,
+            Some(Path::new(
+                "postgres://arbor:hunter2@db:5432/arbor?password=x&sslmode=require",
+            )),
+        )
+        .unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(pg.name().kind(), "postgres");
+        let shown = format!("{} {pg:?}", pg.name());
+        assert!(
+            shown.starts_with("postgres postgres://arbor@db:5432/arbor?sslmode=require "),
+            "{shown}"
+        );
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 
     #[test]

@@ -83,6 +83,14 @@ pub(crate) fn corrupt(what: impl Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
+/// A `postgres://` URL as messages should show it: without its password (in the URL or its
+/// query). `Invalid` when it is not a URL.
+pub fn redacted_url(url: &str) -> arbor_store::StoreResult<String> {
+    url::Url::parse(url.trim())
+        .map(|u| shown(&u))
+        .map_err(|e| StoreError::Invalid(format!("store URL: not a postgres:// URL ({e})")))
+}
+
 /// The URL as errors and logs show it: without a password, in the URL or its query.
 pub(crate) fn shown(url: &url::Url) -> String {
     let mut clean = url.clone();

@@ -49,6 +49,7 @@ mod migrate;
 mod options;
 mod store;
 
+pub use error::redacted_url;
 pub use migrate::SCHEMA_VERSION;
 pub use options::PostgresOptions;
 pub use store::PostgresStore;

@@ -1,0 +1,171 @@
+//! Every command on a PostgreSQL store (`ARBOR_STORE_URL`, a schema of its own): a run, then
+//! `ls`, `tree`, `log`, a follow-up `send` and `rm` from new processes, as on SQLite; nothing
+//! is written to the working directory, and no output shows the URL's password. Needs the
+//! test server of `ARBOR_TEST_POSTGRES_URL` (`. .ci/postgres.sh`); skips loudly without it.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const REPLIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replies.toml");
+/// Trust authentication takes any password: this one must never be shown.
+const PASSWORD: &str = "pw-never-shown-4711";
+
+struct Pg {
+    /// The URL with a password in it.
+    url: String,
+    schema: String,
+}
+
+fn server(test: &str) -> Option<Pg> {
+    let Some(base) = std::env::var("ARBOR_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no PostgreSQL server (set ARBOR_TEST_POSTGRES_URL, or run \
+             `. .ci/postgres.sh` first)"
+        );
+        return None;
+    };
+    let url = base.replacen(
+        "postgres://arbor@",
+        &format!("postgres://arbor:{PASSWORD}@"),
+        1,
+    );
+    assert!(
+        url.contains(PASSWORD),
+        "the test server's URL has another user: {base}"
+    );
+    let schema = format!(
+        "arbor_cli_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    Some(Pg { url, schema })
+}
+
+fn arbor(dir: &Path, pg: &Pg, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args(args)
+        .current_dir(dir)
+        .env("ARBOR_STORE_URL", &pg.url)
+        .env("ARBOR_STORE_SCHEMA", &pg.schema)
+        .env_remove("ARBOR_LOG")
+        .output()
+        .unwrap();
+    for stream in [&out.stdout, &out.stderr] {
+        let text = String::from_utf8_lossy(stream);
+        assert!(
+            !text.contains(PASSWORD),
+            "{args:?} showed the password: {text}"
+        );
+    }
+    out
+}
+
+fn json(dir: &Path, pg: &Pg, args: &[&str]) -> Value {
+    let out = arbor(dir, pg, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn child<'a>(rows: &'a Value, name: &str) -> &'a Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {rows}"))
+}
+
+#[test]
+fn every_command_works_on_a_postgres_store_and_never_shows_its_password() {
+    let Some(pg) = server("every_command_works_on_a_postgres_store") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = json(dir.path(), &pg, &["run", REPLIES, "--json", "-q"]);
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["silent_children"], 1);
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    assert_eq!(run["store"], "postgres", "{run}");
+
+    let roots = json(dir.path(), &pg, &["ls", "--json"]);
+    assert_eq!(roots["roots"][0]["id"], root.as_str(), "{roots}");
+    let kids = json(dir.path(), &pg, &["ls", &root, "--json"]);
+    let papers = child(&kids["children"], "papers");
+    assert_eq!(papers["usage"]["own"]["total_tokens"], 98);
+    assert_eq!(papers["replies"], 1);
+
+    let out = arbor(dir.path(), &pg, &["log", &root]);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.contains("user: [from child:papers] Found 3 papers"),
+        "{log}"
+    );
+
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+
+    // A follow-up from a new process: the retained child runs again and replies.
+    let sent = json(
+        dir.path(),
+        &pg,
+        &["send", &root, "papers", "Which one first?", "--json"],
+    );
+    assert_eq!(sent["child"]["replies"], 2, "{sent}");
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+
+    let rm = json(dir.path(), &pg, &["rm", &root, "quiet", "--json"]);
+    assert_eq!(rm["already_deleted"], false);
+    let kids = json(dir.path(), &pg, &["ls", &root, "--json"]);
+    assert_eq!(kids["children"].as_array().unwrap().len(), 1);
+
+    // Nothing was written here: the store is the database.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "files written to the working directory: {left:?}"
+    );
+
+    // A wrong URL is named without its password, as a store failure.
+    let bad = Pg {
+        url: format!("postgres://arbor:{PASSWORD}@127.0.0.1:1/arbor"),
+        schema: pg.schema.clone(),
+    };
+    let out = arbor(dir.path(), &bad, &["ls", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("postgres://arbor@127.0.0.1:1/arbor"), "{err}");
+
+    drop_schema(&pg);
+}
+
+fn drop_schema(pg: &Pg) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{}\" CASCADE",
+            pg.schema
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    });
+}
