@@ -24,6 +24,7 @@ mod report;
 mod rss;
 mod scenario;
 mod service;
+mod stores;
 mod trees;
 
 use std::process::{Command, ExitCode};
@@ -32,7 +33,7 @@ use clap::Parser;
 
 use crate::report::Row;
 use crate::scenario::Scenario;
-use crate::trees::StoreKind;
+use crate::stores::StoreKind;
 
 /// Measures arbor's own overhead per delegation.
 #[derive(Debug, Parser)]
@@ -41,8 +42,9 @@ struct Args {
     /// Scenarios to run (B S C D A E L H; default all).
     #[arg(value_name = "SCENARIO")]
     scenarios: Vec<String>,
-    /// Only this store (default: memory, then sqlite).
-    #[arg(long, value_parser = ["memory", "sqlite"])]
+    /// Only this store (default: memory, then sqlite; postgres on the server
+    /// ARBOR_BENCH_POSTGRES_URL names, a schema per run).
+    #[arg(long, value_parser = ["memory", "sqlite", "postgres"])]
     store: Option<String>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
@@ -189,7 +191,7 @@ fn parse_scenario(s: &str) -> Result<Scenario, String> {
 }
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {
-    StoreKind::parse(s).ok_or_else(|| format!("unknown store {s:?} (memory or sqlite)"))
+    StoreKind::parse(s).ok_or_else(|| format!("unknown store {s:?} (memory, sqlite or postgres)"))
 }
 
 /// One scenario on one store, in this process: on one thread by default (the runtime's own

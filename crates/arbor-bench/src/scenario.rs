@@ -11,7 +11,8 @@ use arbor_store::{SessionRecord, Store};
 
 use crate::long_life::{self, LongLife};
 use crate::report::Row;
-use crate::trees::{self, CALL_TOKENS, StoreKind};
+use crate::stores::StoreKind;
+use crate::trees::{self, CALL_TOKENS};
 use crate::{parallel, pump, rss, service};
 
 /// A benchmark scenario.
@@ -91,7 +92,7 @@ impl Scenario {
     /// Operations in one run on `kind`, and how many runs the median is taken over. L is one
     /// long run of 100,000 children (about 5 s in memory, a minute on SQLite).
     pub(crate) fn plan(self, kind: StoreKind, quick: bool) -> (u64, u32) {
-        let sqlite = kind == StoreKind::Sqlite;
+        let sqlite = kind.durable();
         let (ops, runs) = match self {
             Scenario::B => (1000, 5),
             Scenario::S => (1000, 5),
@@ -170,7 +171,7 @@ pub(crate) async fn measure(
     let mut tokens: Option<u64> = None;
     let mut life = None;
     for _ in 0..runs {
-        let bench = kind.open()?;
+        let bench = kind.open().await?;
         let store = bench.store.clone();
         let out = run_once(scenario, &store, ops).await?;
         walls.push(out.elapsed.as_secs_f64() * 1e3);
@@ -185,6 +186,8 @@ pub(crate) async fn measure(
                 tokens = Some(got);
             }
         }
+        drop(store);
+        bench.close().await?;
     }
     let peak = rss::peak_kib();
     let mut us_per_op = median(&mut per_op);
@@ -250,10 +253,11 @@ async fn store_calls(scenario: Scenario, kind: StoreKind) -> Result<Option<(f64,
     let n = 20;
     let mut counted = Vec::new();
     for ops in [n, 2 * n] {
-        let bench = kind.open_counted()?;
+        let bench = kind.open_counted().await?;
         run_once(scenario, &bench.store, ops).await?;
-        let counts = bench.counts.ok_or("the store was not counted")?;
+        let counts = bench.counts.clone().ok_or("the store was not counted")?;
         counted.push((counts.writes.load(Relaxed), counts.reads.load(Relaxed)));
+        bench.close().await?;
     }
     let per = |a: u64, b: u64| b.saturating_sub(a) as f64 / n as f64;
     Ok(Some((

@@ -12,10 +12,8 @@ use arbor_core::{
 };
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{RunStatus, SessionId, SpawnPoint};
-use arbor_store::{MemoryStore, Store};
-use arbor_store_sqlite::SqliteStore;
+use arbor_store::Store;
 
-use crate::counted::{Counted, Counts};
 use async_trait::async_trait;
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -28,68 +26,6 @@ pub(crate) const INPUT_TOKENS: u64 = 10;
 pub(crate) const OUTPUT_TOKENS: u64 = 5;
 /// Tokens of one model call.
 pub(crate) const CALL_TOKENS: u64 = INPUT_TOKENS + OUTPUT_TOKENS;
-
-/// Where a run keeps its sessions. The SQLite file lives in a temporary folder removed on
-/// drop.
-#[derive(Debug)]
-pub(crate) struct BenchStore {
-    pub(crate) store: Arc<dyn Store>,
-    /// Its calls so far, when counted (see [`StoreKind::open_counted`]).
-    pub(crate) counts: Option<Arc<Counts>>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-/// The store kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StoreKind {
-    Memory,
-    Sqlite,
-}
-
-impl StoreKind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            StoreKind::Memory => "memory",
-            StoreKind::Sqlite => "sqlite",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<Self> {
-        match s {
-            "memory" => Some(StoreKind::Memory),
-            "sqlite" => Some(StoreKind::Sqlite),
-            _ => None,
-        }
-    }
-
-    /// A fresh, empty store: in memory, or a SQLite file (WAL, the CLI's settings).
-    pub(crate) fn open(self) -> Result<BenchStore, String> {
-        let (inner, dir): (Arc<dyn Store>, _) = match self {
-            StoreKind::Memory => (Arc::new(MemoryStore::new()), None),
-            StoreKind::Sqlite => {
-                let dir = tempfile::tempdir().map_err(|e| format!("temporary folder: {e}"))?;
-                let store = SqliteStore::open(dir.path().join("bench.db"))
-                    .map_err(|e| format!("sqlite: {e}"))?;
-                (Arc::new(store), Some(dir))
-            }
-        };
-        Ok(BenchStore {
-            store: inner,
-            counts: None,
-            _dir: dir,
-        })
-    }
-
-    /// [`open`](Self::open), its calls counted. The wrapper costs an allocation per call,
-    /// so timed runs never use it.
-    pub(crate) fn open_counted(self) -> Result<BenchStore, String> {
-        let mut bench = self.open()?;
-        let counts = Arc::new(Counts::default());
-        bench.store = Arc::new(Counted::new(bench.store, counts.clone()));
-        bench.counts = Some(counts);
-        Ok(bench)
-    }
-}
 
 /// A scripted turn with the benchmark's usage.
 pub(crate) fn turn(t: ScriptedTurn) -> ScriptedTurn {

@@ -99,7 +99,7 @@ impl PostgresOptions {
 }
 
 /// A schema name the store accepts: `[a-z_][a-z0-9_]{0,62}`.
-fn check_schema(schema: &str) -> StoreResult<()> {
+pub(crate) fn check_schema(schema: &str) -> StoreResult<()> {
     let mut chars = schema.chars();
     let first_ok = chars
         .next()

@@ -93,6 +93,23 @@ impl PostgresStore {
         &self.pool
     }
 
+    /// Deletes `schema` and everything in it (`DROP SCHEMA … CASCADE`): for the throwaway
+    /// schemas of tests and benchmarks. `Invalid` for a name
+    /// [`PostgresOptions::schema`](crate::PostgresOptions::schema) would refuse.
+    pub async fn drop_schema(&self, schema: &str) -> StoreResult<()> {
+        crate::options::check_schema(schema)?;
+        let sql = format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            crate::migrate::quoted(schema)
+        );
+        let out = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(Failure::from);
+        self.finish(out)
+    }
+
     /// Closes every connection; operations after it fail with `Unavailable`.
     pub async fn close(&self) {
         self.pool.close().await;
