@@ -47,9 +47,13 @@ mod codec;
 mod error;
 mod migrate;
 mod options;
+mod queue;
 mod store;
 
 pub use error::redacted_url;
 pub use migrate::SCHEMA_VERSION;
 pub use options::PostgresOptions;
+pub use queue::{
+    ChildRun, Claim, DONE_CHANNEL, Heartbeat, RunState, WORK_CHANNEL, Wake, Wakeups, WorkQueue,
+};
 pub use store::PostgresStore;

@@ -11,11 +11,17 @@ use sqlx::{PgPool, Row};
 use crate::error::{store_error, unavailable};
 
 /// The schema version this build writes: the number of the last migration.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The migrations, in order.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "store", include_str!("../migrations/0001_store.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "store", include_str!("../migrations/0001_store.sql")),
+    (
+        2,
+        "child_runs",
+        include_str!("../migrations/0002_child_runs.sql"),
+    ),
+];
 
 /// The advisory lock held while migrating ("arbor" in ASCII).
 const LOCK: i64 = 0x0061_7262_6f72;

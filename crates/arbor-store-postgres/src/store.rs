@@ -66,7 +66,7 @@ macro_rules! transaction {
                     tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
                     attempt += 1;
                 }
-                other => break store.finish(other),
+                other => break store.finish_op(other),
             }
         }
     }};
@@ -107,7 +107,7 @@ impl PostgresStore {
             .await
             .map(drop)
             .map_err(Failure::from);
-        self.finish(out)
+        self.finish_op(out)
     }
 
     /// Closes every connection; operations after it fail with `Unavailable`.
@@ -115,7 +115,8 @@ impl PostgresStore {
         self.pool.close().await;
     }
 
-    fn finish<T>(&self, out: OpResult<T>) -> StoreResult<T> {
+    /// An operation's result, its database errors mapped onto the store's.
+    pub(crate) fn finish_op<T>(&self, out: OpResult<T>) -> StoreResult<T> {
         out.map_err(|f| match f {
             Failure::Store(err) => err,
             Failure::Sql(err) => crate::error::store_error(&self.shown, err),
@@ -124,7 +125,7 @@ impl PostgresStore {
 
     /// Runs one read outside a transaction.
     async fn read<T>(&self, out: OpResult<T>) -> StoreResult<T> {
-        self.finish(out)
+        self.finish_op(out)
     }
 }
 

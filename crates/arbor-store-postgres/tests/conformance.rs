@@ -1,4 +1,5 @@
 //! The conformance suite on the PostgreSQL backend, in a schema of its own.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
 

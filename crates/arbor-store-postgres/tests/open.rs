@@ -1,5 +1,6 @@
 //! Connecting: the schema is migrated once, refused untouched when it is not ours or newer,
 //! and no error shows the password.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
 
