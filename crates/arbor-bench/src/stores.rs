@@ -1,6 +1,7 @@
 //! Where a run keeps its sessions: in memory, in a SQLite file in a temporary folder, or in a
 //! PostgreSQL schema of its own (on the server `ARBOR_BENCH_POSTGRES_URL` names, else
-//! `ARBOR_STORE_URL`), dropped after the run.
+//! `ARBOR_STORE_URL`), dropped after the run; `ARBOR_BENCH_POSTGRES_ASYNC_COMMIT=1` commits
+//! without waiting for the server's disk (`PostgresOptions::synchronous_commit(false)`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -100,7 +101,11 @@ impl StoreKind {
                     std::process::id(),
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 );
-                let store = PostgresOptions::new()
+                let mut options = PostgresOptions::new();
+                if std::env::var("ARBOR_BENCH_POSTGRES_ASYNC_COMMIT").is_ok_and(|v| v == "1") {
+                    options = options.synchronous_commit(false);
+                }
+                let store = options
                     .schema(&schema)
                     .max_connections(40)
                     .connect(&url)

@@ -11,6 +11,9 @@ const RETRY: [&str; 2] = ["40001", "40P01"];
 /// The SQLSTATE of `unique_violation`.
 pub(crate) const UNIQUE_VIOLATION: &str = "23505";
 
+/// The SQLSTATE of `foreign_key_violation`.
+pub(crate) const FOREIGN_KEY_VIOLATION: &str = "23503";
+
 /// What failed inside an operation: a refusal the store decided, or a database error still to
 /// be classified (retried, or mapped with [`store_error`]).
 #[derive(Debug)]

@@ -171,7 +171,9 @@ impl WorkQueue {
                         }
                         .into()
                     }
-                    Some("23503") => StoreError::session_not_found(run.session).into(),
+                    Some(crate::error::FOREIGN_KEY_VIOLATION) => {
+                        StoreError::session_not_found(run.session).into()
+                    }
                     _ => err.into(),
                 });
             }

@@ -23,7 +23,9 @@ use crate::codec::{
     CHECKPOINT_COLUMNS, ENTRY_COLUMNS, SESSION_COLUMNS, checkpoint_from_row, entry_body,
     entry_from_row, insert_session, session_from_row, to_sql, write_session,
 };
-use crate::error::{Failure, OpResult, UNIQUE_VIOLATION, constraint, retryable, sqlstate};
+use crate::error::{
+    FOREIGN_KEY_VIOLATION, Failure, OpResult, UNIQUE_VIOLATION, constraint, retryable, sqlstate,
+};
 
 /// How many times a transaction aborted by a deadlock or a serialization conflict runs.
 const ATTEMPTS: u32 = 8;
@@ -250,33 +252,37 @@ async fn append_in(
             }
         }
     }
-    let last: i64 =
-        sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = $1")
-            .bind(session.to_string())
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
     if bodies.is_empty() {
+        let last: i64 = sqlx::query(
+            "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = $1",
+        )
+        .bind(session.to_string())
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
         return Ok(last as u64);
     }
-    let n = bodies.len() as i64;
-    let seqs: Vec<i64> = (last + 1..=last + n).collect();
+    // Numbered after the last entry in the same statement: this transaction holds the
+    // session's row, so the statement's snapshot (taken after the lock) has every entry.
     let kinds: Vec<&str> = bodies.iter().map(|(k, _)| *k).collect();
     let texts: Vec<&str> = bodies.iter().map(|(_, b)| b.as_str()).collect();
-    sqlx::query(
+    let seqs: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO transcript_entries (session_id, seq, at, run_id, kind, body) \
-         SELECT $1, seq, $2, $3, kind, body \
-         FROM UNNEST($4::BIGINT[], $5::TEXT[], $6::TEXT[]) AS e (seq, kind, body)",
+         SELECT $1, m.last + e.n, $2, $3, e.kind, e.body \
+         FROM (SELECT COALESCE(MAX(seq), 0) AS last FROM transcript_entries \
+               WHERE session_id = $1) AS m, \
+              UNNEST($4::TEXT[], $5::TEXT[]) WITH ORDINALITY AS e (kind, body, n) \
+         RETURNING seq",
     )
     .bind(session.to_string())
     .bind(to_sql(Timestamp::now().0))
     .bind(run.to_string())
-    .bind(&seqs)
     .bind(&kinds)
     .bind(&texts)
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
-    Ok((last + n) as u64)
+    let last = seqs.into_iter().max().unwrap_or(0);
+    Ok(last as u64)
 }
 
 async fn checkpoint_version(
@@ -298,43 +304,28 @@ async fn checkpoint_version(
 #[async_trait]
 impl Store for PostgresStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
-        transaction!(self, |tx| {
-            if exists(tx, record.id).await? {
-                return Err(StoreError::AlreadyExists {
-                    what: "session",
-                    id: record.id.to_string(),
-                }
-                .into());
-            }
-            if let Some(parent) = record.parent_id
-                && !exists(tx, parent).await?
-            {
-                return Err(StoreError::session_not_found(parent).into());
-            }
-            if let (Some(parent), None) = (record.parent_id, &record.tombstone)
-                && name_taken(tx, parent, &record.name).await?
-            {
-                return Err(StoreError::NameTaken {
-                    name: record.name.clone(),
-                }
-                .into());
-            }
-            insert_session(record)?
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| match Failure::from(e) {
-                    Failure::Sql(e)
-                        if sqlstate(&e).as_deref() == Some(UNIQUE_VIOLATION)
-                            && constraint(&e) == Some("sessions_pkey") =>
-                    {
-                        Failure::Store(StoreError::AlreadyExists {
-                            what: "session",
-                            id: record.id.to_string(),
-                        })
+        // One statement, one round trip: the database's constraints decide (a taken id, a
+        // missing parent, a taken sibling name), also against a concurrent writer.
+        let out: OpResult<()> = async {
+            let inserted = insert_session(record)?.execute(&self.pool).await;
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(e) => Err(match (sqlstate(&e).as_deref(), constraint(&e)) {
+                    (Some(UNIQUE_VIOLATION), Some("sessions_pkey")) => StoreError::AlreadyExists {
+                        what: "session",
+                        id: record.id.to_string(),
                     }
-                    other => name_race(other, &record.name),
-                })?;
-        })
+                    .into(),
+                    (Some(FOREIGN_KEY_VIOLATION), _) => match record.parent_id {
+                        Some(parent) => StoreError::session_not_found(parent).into(),
+                        None => Failure::Sql(e),
+                    },
+                    _ => name_race(e.into(), &record.name),
+                }),
+            }
+        }
+        .await;
+        self.finish_op(out)
     }
 
     async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
