@@ -31,6 +31,10 @@ use crate::error::{
 const ATTEMPTS: u32 = 8;
 
 /// The arbor store on PostgreSQL; see the [crate docs](crate). Cloning shares the pool.
+///
+/// Many processes share it, so [`Store::mark_interrupted`] (every `running` session of the
+/// schema) is for a host that knows it is the only one; hosts that share a store tell dead
+/// owners by their leases instead, as the `arbor` CLI does.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
