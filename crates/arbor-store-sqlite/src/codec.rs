@@ -7,7 +7,8 @@
 
 use std::str::FromStr;
 
-use arbor_protocol::{EntryKind, SessionStatus, SpawnPoint, Timestamp, TranscriptEntry, Usage};
+use arbor_protocol::{EntryKind, Timestamp, TranscriptEntry};
+use arbor_store::row::{SessionRow, meta_json, tombstone_json};
 use arbor_store::{SessionRecord, SessionUpdate, StoreResult};
 use rusqlite::types::{FromSql, Value};
 use rusqlite::{Connection, Row, params};
@@ -15,25 +16,12 @@ use rusqlite::{Connection, Row, params};
 use crate::error::{SqlResultExt, corrupt};
 
 /// The columns [`session_from_row`] reads, in order.
-pub(crate) const SESSION_COLUMNS: &str = "id, parent_id, root_id, name, agent, model, depth, \
-    status, own_input_tokens, own_output_tokens, own_total_tokens, own_cache_read_tokens, \
-    own_cache_write_tokens, attributed_input_tokens, attributed_output_tokens, \
-    attributed_total_tokens, attributed_cache_read_tokens, attributed_cache_write_tokens, \
-    context_tokens, created_at, updated_at, meta, version, spawned_run, spawned_turn, replies, \
-    tombstone, artifacts";
+pub(crate) use arbor_store::row::SESSION_COLUMNS;
 
 /// The columns [`entry_from_row`] reads, in order.
 pub(crate) const ENTRY_COLUMNS: &str = "seq, at, run_id, kind, body";
 
-/// A `u64` as the `i64` with the same bits.
-pub(crate) fn to_sql(value: u64) -> i64 {
-    value as i64
-}
-
-/// The `u64` stored by [`to_sql`].
-fn from_sql(value: i64) -> u64 {
-    value as u64
-}
+pub(crate) use arbor_store::row::{from_sql, to_sql};
 
 fn column<T: FromSql>(row: &Row<'_>, idx: usize, name: &str) -> StoreResult<T> {
     row.get(idx)
@@ -50,88 +38,44 @@ fn unsigned(row: &Row<'_>, idx: usize, name: &str) -> StoreResult<u64> {
     column::<i64>(row, idx, name).map(from_sql)
 }
 
-fn usage(row: &Row<'_>, first: usize, prefix: &str) -> StoreResult<Usage> {
-    let field =
-        |offset: usize, name: &str| unsigned(row, first + offset, &format!("{prefix}_{name}"));
-    Ok(Usage {
-        input_tokens: field(0, "input_tokens")?,
-        output_tokens: field(1, "output_tokens")?,
-        total_tokens: field(2, "total_tokens")?,
-        cache_read_tokens: field(3, "cache_read_tokens")?,
-        cache_write_tokens: field(4, "cache_write_tokens")?,
-    })
+fn usage(row: &Row<'_>, first: usize, prefix: &str) -> StoreResult<[i64; 5]> {
+    let field = |offset: usize, name: &str| -> StoreResult<i64> {
+        column(row, first + offset, &format!("{prefix}_{name}"))
+    };
+    Ok([
+        field(0, "input_tokens")?,
+        field(1, "output_tokens")?,
+        field(2, "total_tokens")?,
+        field(3, "cache_read_tokens")?,
+        field(4, "cache_write_tokens")?,
+    ])
 }
 
 /// Decodes a row selected with [`SESSION_COLUMNS`].
 pub(crate) fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
-    let parent: Option<String> = column(row, 1, "parent_id")?;
-    let parent_id = parent
-        .map(|p| {
-            p.parse()
-                .map_err(|_| corrupt(format_args!("column parent_id: cannot parse {p:?}")))
-        })
-        .transpose()?;
-    let depth: i64 = column(row, 6, "depth")?;
-    let status: String = column(row, 7, "status")?;
-    let meta: String = column(row, 21, "meta")?;
-    Ok(SessionRecord {
-        id: parsed(row, 0, "id")?,
-        parent_id,
-        root_id: parsed(row, 2, "root_id")?,
+    SessionRow {
+        id: column(row, 0, "id")?,
+        parent_id: column(row, 1, "parent_id")?,
+        root_id: column(row, 2, "root_id")?,
         name: column(row, 3, "name")?,
         agent: column(row, 4, "agent")?,
         model: column(row, 5, "model")?,
-        depth: u32::try_from(depth)
-            .map_err(|_| corrupt(format_args!("column depth: {depth} is out of range")))?,
-        status: SessionStatus::parse(&status)
-            .ok_or_else(|| corrupt(format_args!("column status: unknown status {status:?}")))?,
+        depth: column(row, 6, "depth")?,
+        status: column(row, 7, "status")?,
         own_usage: usage(row, 8, "own")?,
         attributed_usage: usage(row, 13, "attributed")?,
-        context_tokens: unsigned(row, 18, "context_tokens")?,
-        created_at: Timestamp(unsigned(row, 19, "created_at")?),
-        updated_at: Timestamp(unsigned(row, 20, "updated_at")?),
-        meta: serde_json::from_str(&meta).map_err(|e| corrupt(format_args!("column meta: {e}")))?,
-        version: unsigned(row, 22, "version")?,
-        spawned_by: spawn_point(row)?,
-        replies: u32::try_from(column::<i64>(row, 25, "replies")?)
-            .map_err(|_| corrupt("column replies: out of range"))?,
-        tombstone: column::<Option<String>>(row, 26, "tombstone")?
-            .map(|t| {
-                serde_json::from_str(&t).map_err(|e| corrupt(format_args!("column tombstone: {e}")))
-            })
-            .transpose()?,
-        artifacts: u32::try_from(column::<i64>(row, 27, "artifacts")?)
-            .map_err(|_| corrupt("column artifacts: out of range"))?,
-    })
-}
-
-fn spawn_point(row: &Row<'_>) -> StoreResult<Option<SpawnPoint>> {
-    let run: Option<String> = column(row, 23, "spawned_run")?;
-    let turn: Option<i64> = column(row, 24, "spawned_turn")?;
-    match (run, turn) {
-        (Some(run), Some(turn)) => Ok(Some(SpawnPoint {
-            run_id: run
-                .parse()
-                .map_err(|_| corrupt(format_args!("column spawned_run: cannot parse {run:?}")))?,
-            turn: u32::try_from(turn).map_err(|_| corrupt("column spawned_turn: out of range"))?,
-        })),
-        (None, None) => Ok(None),
-        _ => Err(corrupt(
-            "columns spawned_run and spawned_turn: one without the other",
-        )),
+        context_tokens: column(row, 18, "context_tokens")?,
+        created_at: column(row, 19, "created_at")?,
+        updated_at: column(row, 20, "updated_at")?,
+        meta: column(row, 21, "meta")?,
+        version: column(row, 22, "version")?,
+        spawned_run: column(row, 23, "spawned_run")?,
+        spawned_turn: column(row, 24, "spawned_turn")?,
+        replies: column(row, 25, "replies")?,
+        tombstone: column(row, 26, "tombstone")?,
+        artifacts: column(row, 27, "artifacts")?,
     }
-}
-
-fn tombstone_json(record: &SessionRecord) -> StoreResult<Option<String>> {
-    record
-        .tombstone
-        .as_ref()
-        .map(|t| serde_json::to_string(t).map_err(|e| corrupt(format_args!("tombstone: {e}"))))
-        .transpose()
-}
-
-fn meta_json(record: &SessionRecord) -> StoreResult<String> {
-    serde_json::to_string(&record.meta).map_err(|e| corrupt(format_args!("meta: {e}")))
+    .into_record()
 }
 
 /// Inserts `record` as a new row.
@@ -140,45 +84,44 @@ pub(crate) fn insert_session(
     path: &str,
     record: &SessionRecord,
 ) -> StoreResult<()> {
-    let meta = meta_json(record)?;
-    let tombstone = tombstone_json(record)?;
-    let (own, attr) = (&record.own_usage, &record.attributed_usage);
+    let r = SessionRow::of(record)?;
     let sql = format!(
         "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
          ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
          ?27, ?28)"
     );
+    let (own, attr) = (r.own_usage, r.attributed_usage);
     conn.prepare_cached(&sql)
         .and_then(|mut stmt| {
             stmt.execute(params![
-                record.id.to_string(),
-                record.parent_id.map(|p| p.to_string()),
-                record.root_id.to_string(),
-                record.name,
-                record.agent,
-                record.model,
-                i64::from(record.depth),
-                record.status.as_str(),
-                to_sql(own.input_tokens),
-                to_sql(own.output_tokens),
-                to_sql(own.total_tokens),
-                to_sql(own.cache_read_tokens),
-                to_sql(own.cache_write_tokens),
-                to_sql(attr.input_tokens),
-                to_sql(attr.output_tokens),
-                to_sql(attr.total_tokens),
-                to_sql(attr.cache_read_tokens),
-                to_sql(attr.cache_write_tokens),
-                to_sql(record.context_tokens),
-                to_sql(record.created_at.0),
-                to_sql(record.updated_at.0),
-                meta,
-                to_sql(record.version),
-                record.spawned_by.map(|s| s.run_id.to_string()),
-                record.spawned_by.map(|s| i64::from(s.turn)),
-                i64::from(record.replies),
-                tombstone,
-                i64::from(record.artifacts),
+                r.id,
+                r.parent_id,
+                r.root_id,
+                r.name,
+                r.agent,
+                r.model,
+                r.depth,
+                r.status,
+                own[0],
+                own[1],
+                own[2],
+                own[3],
+                own[4],
+                attr[0],
+                attr[1],
+                attr[2],
+                attr[3],
+                attr[4],
+                r.context_tokens,
+                r.created_at,
+                r.updated_at,
+                r.meta,
+                r.version,
+                r.spawned_run,
+                r.spawned_turn,
+                r.replies,
+                r.tombstone,
+                r.artifacts,
             ])
         })
         .at(path)

@@ -2,7 +2,9 @@
 //!
 //! [`Store`] is the one trait every backend implements: session records (with a version for
 //! compare-and-swap updates) and their append-only transcripts. [`MemoryStore`] is the
-//! in-memory backend (the library's default); `arbor-store-sqlite` is the embedded durable one.
+//! in-memory backend (the library's default); `arbor-store-sqlite` is the embedded durable one
+//! and `arbor-store-postgres` the shared one, both storing a record as the [`row::SessionRow`]
+//! this crate defines, so they decode (and refuse damaged rows) alike.
 //! With the `conformance` feature, the `conformance` module holds the suite every backend's
 //! tests run, so the backends cannot drift apart; with the `testing` feature, the `testing`
 //! module holds a store wrapper that holds or fails one chosen write, for tests that force a
@@ -12,6 +14,7 @@ mod error;
 mod memory;
 mod meta;
 mod record;
+pub mod row;
 mod store;
 
 #[cfg(feature = "conformance")]
