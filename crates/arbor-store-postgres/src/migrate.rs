@@ -107,3 +107,19 @@ pub(crate) async fn migrate(pool: &PgPool, shown: &str, schema: Option<&str>) ->
 pub(crate) fn quoted(name: &str) -> String {
     format!("\"{name}\"")
 }
+
+/// A schema name the store accepts: `[a-z_][a-z0-9_]{0,62}`.
+pub(crate) fn check_schema(schema: &str) -> StoreResult<()> {
+    let mut chars = schema.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && schema.len() <= 63 {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "store schema {schema:?}: use lowercase ASCII letters, digits and `_`, not starting \
+         with a digit, at most 63 characters"
+    )))
+}

@@ -8,7 +8,7 @@ use arbor_store::{StoreError, StoreResult};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::error::{shown, store_error, unavailable};
-use crate::migrate::migrate;
+use crate::migrate::{check_schema, migrate};
 use crate::store::PostgresStore;
 
 /// How a [`PostgresStore`] connects: the pool's size and waits, and the schema it lives in.
@@ -28,6 +28,13 @@ impl Default for PostgresOptions {
             acquire_timeout: Duration::from_secs(5),
             synchronous_commit: None,
         }
+    }
+}
+
+impl PostgresStore {
+    /// Connects with the default [`PostgresOptions`]; see [`PostgresOptions::connect`].
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        PostgresOptions::new().connect(url).await
     }
 }
 
@@ -112,22 +119,6 @@ impl PostgresOptions {
         migrate(&pool, &shown, self.schema.as_deref()).await?;
         Ok(PostgresStore::new(pool, shown))
     }
-}
-
-/// A schema name the store accepts: `[a-z_][a-z0-9_]{0,62}`.
-pub(crate) fn check_schema(schema: &str) -> StoreResult<()> {
-    let mut chars = schema.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && schema.len() <= 63 {
-        return Ok(());
-    }
-    Err(StoreError::Invalid(format!(
-        "store schema {schema:?}: use lowercase ASCII letters, digits and `_`, not starting \
-         with a digit, at most 63 characters"
-    )))
 }
 
 #[cfg(test)]

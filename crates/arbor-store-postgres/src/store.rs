@@ -83,12 +83,6 @@ impl PostgresStore {
         Self { pool, shown }
     }
 
-    /// Connects with the default [`PostgresOptions`](crate::PostgresOptions); see
-    /// [`PostgresOptions::connect`](crate::PostgresOptions::connect).
-    pub async fn connect(url: &str) -> StoreResult<Self> {
-        crate::PostgresOptions::new().connect(url).await
-    }
-
     /// The server as errors name it: the URL without its password.
     pub fn server(&self) -> &str {
         &self.shown
@@ -101,9 +95,9 @@ impl PostgresStore {
 
     /// Deletes `schema` and everything in it (`DROP SCHEMA … CASCADE`): for the throwaway
     /// schemas of tests and benchmarks. `Invalid` for a name
-    /// [`PostgresOptions::schema`](crate::PostgresOptions::schema) would refuse.
+    /// `PostgresOptions::schema` would refuse.
     pub async fn drop_schema(&self, schema: &str) -> StoreResult<()> {
-        crate::options::check_schema(schema)?;
+        crate::migrate::check_schema(schema)?;
         let sql = format!(
             "DROP SCHEMA IF EXISTS {} CASCADE",
             crate::migrate::quoted(schema)
