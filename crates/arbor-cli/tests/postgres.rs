@@ -9,7 +9,11 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[allow(dead_code)]
+mod serve_support;
+
 const REPLIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replies.toml");
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
 /// Trust authentication takes any password: this one must never be shown.
 const PASSWORD: &str = "pw-never-shown-4711";
 
@@ -153,19 +157,60 @@ fn every_command_works_on_a_postgres_store_and_never_shows_its_password() {
     drop_schema(&pg);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arbor_serve_runs_on_a_postgres_store_and_the_cli_reads_its_tree() {
+    let Some(pg) = server("arbor_serve_runs_on_a_postgres_store") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::copy(REVIEW, dir.path().join("specs/review.toml")).unwrap();
+    let served = serve_support::serve_env(
+        dir.path(),
+        &[],
+        &[
+            ("ARBOR_STORE_URL", pg.url.as_str()),
+            ("ARBOR_STORE_SCHEMA", pg.schema.as_str()),
+        ],
+    );
+    let said = served.early.join("\n");
+    assert!(!said.contains(PASSWORD), "{said}");
+    let http = serve_support::client();
+    let root = serve_support::start_run(&http, &served.base, "review").await;
+    let run = serve_support::status_becomes(&http, &served.base, &root, "succeeded").await;
+    let sessions = run["tree"]["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 5, "{run}");
+    // The example's totals: the root's own 40,000; the tree's 740,000.
+    assert_eq!(sessions[0]["usage"]["own"]["total_tokens"], 40_000);
+    assert_eq!(sessions[0]["usage"]["aggregate"]["total_tokens"], 740_000);
+    drop(served);
+
+    // Another process reads the same tree from the database.
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+    assert_eq!(tree["reconciliation"]["root_aggregate_tokens"], 740_000);
+    assert!(!dir.path().join("a.db").exists() && !dir.path().join(".arbor").exists());
+    drop_schema(&pg);
+}
+
+/// Drops the test's schema (on a thread of its own: callers may be inside a runtime).
 fn drop_schema(pg: &Pg) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA \"{}\" CASCADE",
-            pg.schema
-        )))
-        .execute(&pool)
-        .await
-        .unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA \"{}\" CASCADE",
+                    pg.schema
+                )))
+                .execute(&pool)
+                .await
+                .unwrap();
+            });
+        });
     });
 }

@@ -29,16 +29,15 @@ pub(crate) fn serve(dir: &Path, extra: &[&str]) -> Served {
 }
 
 pub(crate) fn serve_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
+    // The store is `a.db` here unless the environment names one (ARBOR_STORE_URL).
+    let store: &[&str] = if env.iter().any(|(k, _)| *k == "ARBOR_STORE_URL") {
+        &[]
+    } else {
+        &["--store", "a.db"]
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_arbor"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--specs",
-            "specs",
-            "--store",
-            "a.db",
-        ])
+        .args(["serve", "--listen", "127.0.0.1:0", "--specs", "specs"])
+        .args(store)
         .args(extra)
         .current_dir(dir)
         .env_remove("ARBOR_LOG")
