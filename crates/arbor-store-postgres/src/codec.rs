@@ -7,7 +7,7 @@
 use std::str::FromStr;
 
 use arbor_protocol::{EntryKind, Timestamp, TranscriptEntry};
-use arbor_store::row::SessionRow;
+use arbor_store::row::{ReadColumns, SessionRow};
 use arbor_store::{Checkpoint, SessionRecord, StoreError, StoreResult};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -41,47 +41,33 @@ fn parsed<T: FromStr>(row: &PgRow, idx: usize, name: &str) -> StoreResult<T> {
 }
 
 fn unsigned(row: &PgRow, idx: usize, name: &str) -> StoreResult<u64> {
-    column::<i64>(row, idx, name).map(|v| v as u64)
+    column::<i64>(row, idx, name).map(arbor_store::row::from_sql)
 }
 
-fn usage(row: &PgRow, first: usize, prefix: &str) -> StoreResult<[i64; 5]> {
-    let field = |offset: usize, name: &str| -> StoreResult<i64> {
-        column(row, first + offset, &format!("{prefix}_{name}"))
-    };
-    Ok([
-        field(0, "input_tokens")?,
-        field(1, "output_tokens")?,
-        field(2, "total_tokens")?,
-        field(3, "cache_read_tokens")?,
-        field(4, "cache_write_tokens")?,
-    ])
+/// A row of this backend, read as [`SessionRow::read`] reads it.
+struct Cols<'a>(&'a PgRow);
+
+impl ReadColumns for Cols<'_> {
+    fn text(&self, idx: usize, name: &str) -> StoreResult<String> {
+        column(self.0, idx, name)
+    }
+
+    fn text_or_null(&self, idx: usize, name: &str) -> StoreResult<Option<String>> {
+        column(self.0, idx, name)
+    }
+
+    fn int(&self, idx: usize, name: &str) -> StoreResult<i64> {
+        column(self.0, idx, name)
+    }
+
+    fn int_or_null(&self, idx: usize, name: &str) -> StoreResult<Option<i64>> {
+        column(self.0, idx, name)
+    }
 }
 
 /// Decodes a row selected with [`SESSION_COLUMNS`].
 pub(crate) fn session_from_row(row: &PgRow) -> StoreResult<SessionRecord> {
-    SessionRow {
-        id: column(row, 0, "id")?,
-        parent_id: column(row, 1, "parent_id")?,
-        root_id: column(row, 2, "root_id")?,
-        name: column(row, 3, "name")?,
-        agent: column(row, 4, "agent")?,
-        model: column(row, 5, "model")?,
-        depth: column(row, 6, "depth")?,
-        status: column(row, 7, "status")?,
-        own_usage: usage(row, 8, "own")?,
-        attributed_usage: usage(row, 13, "attributed")?,
-        context_tokens: column(row, 18, "context_tokens")?,
-        created_at: column(row, 19, "created_at")?,
-        updated_at: column(row, 20, "updated_at")?,
-        meta: column(row, 21, "meta")?,
-        version: column(row, 22, "version")?,
-        spawned_run: column(row, 23, "spawned_run")?,
-        spawned_turn: column(row, 24, "spawned_turn")?,
-        replies: column(row, 25, "replies")?,
-        tombstone: column(row, 26, "tombstone")?,
-        artifacts: column(row, 27, "artifacts")?,
-    }
-    .into_record()
+    SessionRow::read(&Cols(row))?.into_record()
 }
 
 /// The `INSERT` of a new session row, all columns bound.

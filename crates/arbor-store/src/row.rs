@@ -49,6 +49,19 @@ pub struct SessionRow {
     pub artifacts: i64,
 }
 
+/// A backend's row, read column by column: what [`SessionRow::read`] needs of it. Each method
+/// fails with `Corrupt` naming the column when its value has another type.
+pub trait ReadColumns {
+    /// A text column.
+    fn text(&self, idx: usize, name: &str) -> StoreResult<String>;
+    /// A text column that may be NULL.
+    fn text_or_null(&self, idx: usize, name: &str) -> StoreResult<Option<String>>;
+    /// An integer column.
+    fn int(&self, idx: usize, name: &str) -> StoreResult<i64>;
+    /// An integer column that may be NULL.
+    fn int_or_null(&self, idx: usize, name: &str) -> StoreResult<Option<i64>>;
+}
+
 /// A `u64` as the `i64` with the same bits.
 pub fn to_sql(value: u64) -> i64 {
     value as i64
@@ -117,6 +130,43 @@ impl SessionRow {
             replies: i64::from(record.replies),
             tombstone: tombstone_json(record)?,
             artifacts: i64::from(record.artifacts),
+        })
+    }
+
+    /// The row `row` holds, its columns in [`SESSION_COLUMNS`] order.
+    pub fn read(row: &impl ReadColumns) -> StoreResult<Self> {
+        let usage = |first: usize, prefix: &str| -> StoreResult<[i64; 5]> {
+            let field =
+                |offset: usize, name: &str| row.int(first + offset, &format!("{prefix}_{name}"));
+            Ok([
+                field(0, "input_tokens")?,
+                field(1, "output_tokens")?,
+                field(2, "total_tokens")?,
+                field(3, "cache_read_tokens")?,
+                field(4, "cache_write_tokens")?,
+            ])
+        };
+        Ok(Self {
+            id: row.text(0, "id")?,
+            parent_id: row.text_or_null(1, "parent_id")?,
+            root_id: row.text(2, "root_id")?,
+            name: row.text(3, "name")?,
+            agent: row.text(4, "agent")?,
+            model: row.text(5, "model")?,
+            depth: row.int(6, "depth")?,
+            status: row.text(7, "status")?,
+            own_usage: usage(8, "own")?,
+            attributed_usage: usage(13, "attributed")?,
+            context_tokens: row.int(18, "context_tokens")?,
+            created_at: row.int(19, "created_at")?,
+            updated_at: row.int(20, "updated_at")?,
+            meta: row.text(21, "meta")?,
+            version: row.int(22, "version")?,
+            spawned_run: row.text_or_null(23, "spawned_run")?,
+            spawned_turn: row.int_or_null(24, "spawned_turn")?,
+            replies: row.int(25, "replies")?,
+            tombstone: row.text_or_null(26, "tombstone")?,
+            artifacts: row.int(27, "artifacts")?,
         })
     }
 
