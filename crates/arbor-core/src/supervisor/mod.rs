@@ -17,6 +17,7 @@
 //! - [`policy`], child policies (lifetime, report, milestones, budget share).
 //! - [`catalog`], the allow-list ([`ChildEntry`], [`ChildFactory`]).
 //! - [`hooks`], `before` and `after`.
+//! - [`runner`], children whose runs a host hands to another process ([`ChildRunner`]).
 //! - [`summary`], the recovery counters.
 //! - [`detached`], suspended runs nobody awaits (a message-mode child waiting for approval)
 //!   and [`Supervisor::resume_child`].
@@ -30,7 +31,7 @@ mod runtime;
 pub mod tools;
 pub(crate) mod tree;
 
-pub use config::{catalog, hooks, limits, names, policy};
+pub use config::{catalog, hooks, limits, names, policy, runner};
 pub use delegation::{detached, summary};
 pub use tree::messages;
 
@@ -46,6 +47,7 @@ pub use delegation::detached::{detached_suspensions, waiting_at};
 pub use delegation::join::{WaitOptions, WaitOutcome};
 pub use delegation::nested::DELEGATION_NAMESPACE;
 pub use delegation::pump::ChildEventProjector;
+pub use delegation::remote::ClaimedRun;
 pub use delegation::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use delegation::suspended::SuspendedDelegation;
 pub use hooks::{
@@ -55,6 +57,7 @@ pub use hooks::{
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+pub use runner::{ChildRunner, RemoteChild, RemoteOutcome};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;
 pub use summary::{ChildSummary, Outcome};

@@ -22,6 +22,7 @@ mod reconcile;
 mod recover;
 mod redaction;
 mod registry;
+mod remote;
 mod rename;
 mod run_once;
 mod selectors;

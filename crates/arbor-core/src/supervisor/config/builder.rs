@@ -19,6 +19,7 @@ use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::config::names::valid_id;
 use crate::supervisor::config::ownership::Ownership;
 use crate::supervisor::config::policy::Report;
+use crate::supervisor::config::runner::ChildRunner;
 use crate::supervisor::config::settings::Settings;
 use crate::supervisor::config::sink::ChildEventSink;
 use crate::supervisor::runtime::{Catalog, ChildEntry, Supervisor};
@@ -49,6 +50,7 @@ impl Supervisor {
             session_token: CancellationToken::new(),
             store: None,
             revision: None,
+            runner: None,
         }
     }
 }
@@ -72,6 +74,7 @@ pub struct SupervisorBuilder {
     session_token: CancellationToken,
     store: Option<Arc<dyn Store>>,
     revision: Option<String>,
+    runner: Option<Arc<dyn ChildRunner>>,
 }
 
 impl fmt::Debug for SupervisorBuilder {
@@ -144,6 +147,14 @@ impl SupervisorBuilder {
     /// child agent's own, as the redactor is); see [`crate::tool::effect`].
     pub fn effect_store(mut self, effects: impl EffectStore + 'static) -> Self {
         self.effects = Some(Arc::new(effects));
+        self
+    }
+
+    /// Hands children's runs to another process (a worker that claims them from a shared
+    /// store) instead of running them here; see [`crate::supervisor::runner`] for which runs
+    /// go and what stays with this supervisor.
+    pub fn runner(mut self, runner: impl ChildRunner + 'static) -> Self {
+        self.runner = Some(Arc::new(runner));
         self
     }
 
@@ -243,6 +254,7 @@ impl SupervisorBuilder {
             child_events: self.child_events,
             sink: self.sink,
             revision: self.revision,
+            runner: self.runner,
         };
         Ok(Supervisor::assemble(settings, catalog, live))
     }

@@ -10,6 +10,7 @@ pub mod limits;
 pub mod names;
 pub(crate) mod ownership;
 pub mod policy;
+pub mod runner;
 pub(crate) mod settings;
 pub(crate) mod sink;
 pub(crate) mod thinking;

@@ -12,6 +12,7 @@ use crate::redact::Redactor;
 use crate::supervisor::config::hooks::{AfterHook, BeforeHook};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::ownership::Ownership;
+use crate::supervisor::config::runner::ChildRunner;
 use crate::supervisor::config::sink::ChildEventSink;
 use crate::tool::effect::EffectStore;
 
@@ -30,6 +31,7 @@ pub(crate) struct Settings {
     pub(in crate::supervisor::config) child_events: bool,
     pub(in crate::supervisor::config) sink: Option<Arc<dyn ChildEventSink>>,
     pub(in crate::supervisor::config) revision: Option<String>,
+    pub(in crate::supervisor::config) runner: Option<Arc<dyn ChildRunner>>,
 }
 
 impl Settings {
@@ -96,5 +98,10 @@ impl Settings {
     /// With durable approvals: the definition revision children are built from.
     pub(crate) fn revision(&self) -> Option<&str> {
         self.revision.as_deref()
+    }
+
+    /// Where children run when not here (`None`: every child runs in this process).
+    pub(crate) fn runner(&self) -> Option<&Arc<dyn ChildRunner>> {
+        self.runner.as_ref()
     }
 }

@@ -100,6 +100,9 @@ pub(crate) struct Admitted {
     ///
     /// [`Supervisor::resume_child`]: crate::supervisor::Supervisor::resume_child
     pub(crate) detached: bool,
+    /// A run a worker claimed from another process's delegation: it runs here (never handed
+    /// to the runner again), and its `before` hook ran where it was admitted.
+    pub(crate) claimed: bool,
 }
 
 /// How the work between start and terminal ended.

@@ -6,7 +6,8 @@
 //! counters); [`resume`] runs what follows a child's run (notices, wake-ups, follow-up
 //! runs). Async handles live in [`handles`] and [`join`]; suspended children are rebuilt by
 //! [`nested`] (under a waiting parent) and [`detached`] (nobody waits), and [`suspended`]
-//! lists them, typed; [`depth`] keeps a session's lowered depth limit.
+//! lists them, typed; [`depth`] keeps a session's lowered depth limit; [`remote`] hands a run to
+//! another process and runs one another process handed over.
 
 pub(crate) mod admitted;
 pub(crate) mod delegate;
@@ -18,6 +19,7 @@ pub(crate) mod nested;
 pub(crate) mod pipeline;
 pub(crate) mod pump;
 pub(crate) mod register;
+pub(crate) mod remote;
 pub(crate) mod request;
 pub(crate) mod resume;
 pub(crate) mod slots;

@@ -140,6 +140,13 @@ impl Registered {
 }
 
 impl Ran {
+    /// A claimed run's work, for the process it was claimed from (which reports it): its
+    /// task-lifetime descendants here end with it, its slot here is released.
+    pub(crate) fn here(self) -> Worked {
+        self.a.token.cancel();
+        self.worked
+    }
+
     /// The one terminal report (events, counters, the `after` hook); then ends its
     /// task-lifetime descendants (nothing keeps running under a delegation that is over),
     /// releases its slot and runs what follows the child's run (notices, wake-ups).

@@ -17,8 +17,7 @@ use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::runtime::Supervisor;
 use arbor_protocol::Notice;
 
-use crate::supervisor::delegation::admitted::{Admitted, CancelReason, Ended, child_identity};
-use crate::supervisor::delegation::register::admitted_terms;
+use crate::supervisor::delegation::admitted::{Admitted, CancelReason, Ended};
 use crate::supervisor::delegation::request::{DelegationResult, Mode};
 use crate::supervisor::tree::messages::preview;
 
@@ -153,7 +152,7 @@ impl Supervisor {
         }
     }
 
-    async fn live_child(&self, id: SessionId) -> CoreResult<arbor_store::SessionRecord> {
+    pub(crate) async fn live_child(&self, id: SessionId) -> CoreResult<arbor_store::SessionRecord> {
         self.live()
             .store()
             .session(id)
@@ -172,41 +171,11 @@ impl Supervisor {
     async fn rerun(&self, id: SessionId, recover: bool) -> CoreResult<Rerun> {
         let sup = self;
         let record = self.live_child(id).await?;
-        let child_id = record.meta["child_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let (Some((entry_index, entry)), true) = (
-            sup.catalog().get(&child_id),
-            record.meta["supervisor_id"] == sup.settings().id(),
-        ) else {
+        let Some(terms) = self.stored_terms(&record)? else {
             return Ok(Rerun::NotOurs);
         };
         self.check_ancestors(&record).await?;
-        let mode = match record.meta["mode"].as_str() {
-            Some("sync") => Mode::Sync,
-            Some("async") => Mode::Join,
-            _ => Mode::Message,
-        };
-        // The limits and policy its spawn narrowed to, never the catalog's wider defaults.
-        let (limits, policy) = admitted_terms(sup, entry, &record)?;
-        let scopes: Option<Vec<String>> = record.meta["scopes"].as_array().map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        });
-        let identity = child_identity(
-            sup.settings().identity().cloned(),
-            scopes.map(|s| s.into_iter().collect()).as_ref(),
-        )?;
-        let path: Vec<String> = record.meta["path"].as_array().map_or_else(
-            || vec![child_id.clone()],
-            |a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            },
-        );
+        let limits = terms.limits;
         // A follow-up waits for no one: without a slot it stays pending, and is retried
         // when a delegation ends.
         let slot = sup.live().slots().reserve(limits.max_active_children)?;
@@ -220,31 +189,31 @@ impl Supervisor {
             None => None,
         };
         let admitted = Admitted {
-            entry: entry_index,
-            child_id,
+            entry: terms.entry,
+            child_id: terms.child_id,
             delegation_id: format!(
                 "{}-{}",
                 sup.settings().id(),
                 arbor_protocol::RunId::new().as_uuid().simple()
             ),
             depth: record.depth.max(1),
-            path: Arc::from(path),
+            path: Arc::from(terms.path),
             parents: Arc::from(Vec::new()),
             input: String::new(),
             limits,
-            policy,
+            policy: terms.policy,
             thread: "default".to_owned(),
             name: record.name.clone(),
             requested_name: None,
             model: (!record.model.is_empty()).then(|| record.model.clone()),
             // Kept in the record's meta, which the run reads.
             thinking: None,
-            mode,
+            mode: terms.mode,
             replies_at_start: record.replies,
             record: Some(record),
             parent,
             spawned_by: None,
-            identity,
+            identity: terms.identity,
             token: sup.live().session_token().child_token(),
             reason: CancelReason::default(),
             caller: None,
@@ -254,6 +223,7 @@ impl Supervisor {
             recover,
             // A follow-up or a continued run: nobody awaits it.
             detached: true,
+            claimed: false,
         };
         let registered = Registered::resumed(self, admitted);
         registered.begin();

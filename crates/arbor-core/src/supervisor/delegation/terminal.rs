@@ -264,7 +264,7 @@ impl Supervisor {
     /// The error with its message redacted: errors are logged and passed to parent models,
     /// so a child's secret must not ride out in one. (A child result attached to it keeps
     /// the child's own text, for the host.)
-    fn redact_error(&self, error: CoreError) -> CoreError {
+    pub(crate) fn redact_error(&self, error: CoreError) -> CoreError {
         if self.settings().redactor().is_none() {
             return error;
         }

@@ -49,7 +49,8 @@ impl Supervisor {
         let mut limits = a.limits;
         let mut input = a.input.clone();
         let mut hook_permission = None;
-        if let Some(hook) = &sup.settings().before() {
+        // A claimed run's hook ran where it was admitted.
+        if let Some(hook) = sup.settings().before().filter(|_| !a.claimed) {
             let ctx = BeforeContext {
                 child_id: a.child_id.clone(),
                 delegation_id: a.delegation_id.clone(),
@@ -123,6 +124,9 @@ impl Supervisor {
             resource_id: resource_id.clone(),
             thread_id: thread_id.clone(),
         });
+        if let Some(child) = self.remote_child(a, limits, &input, hook_permission.is_some()) {
+            return self.run_remote(a, child).await;
+        }
         let mut parents = a.parents.to_vec();
         parents.push(a.delegation_id.clone());
         let ctx = ChildContext {

@@ -1,0 +1,235 @@
+//! Runs that cross processes, both sides of a [`ChildRunner`]:
+//! - the parent's: which delegation's run is handed to the runner ([`Supervisor::remote_child`])
+//!   and what its outcome becomes ([`Supervisor::run_remote`]); everything else (admission,
+//!   record, counters, events, hooks, the terminal report) stays with the parent;
+//! - the worker's: [`Supervisor::run_claimed`] runs a child another process registered, from
+//!   its record, under the terms its spawn narrowed to (what [`StoredTerms`] reads back), and a
+//!   takeover continues it from its transcript: a turn in progress is asked again, a call
+//!   recorded done is not run again, a call in flight is reported interrupted.
+
+use std::sync::Arc;
+
+use arbor_protocol::SessionId;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CoreError, CoreResult};
+use crate::identity::Identity;
+use crate::outcome::{RunResult, SessionRef};
+use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
+use crate::supervisor::config::policy::EffectivePolicy;
+use crate::supervisor::config::runner::RemoteChild;
+use crate::supervisor::delegation::admitted::{Admitted, CancelReason, Worked, child_identity};
+use crate::supervisor::delegation::pipeline::Registered;
+use crate::supervisor::delegation::register::admitted_terms;
+use crate::supervisor::delegation::request::Mode;
+use crate::supervisor::runtime::Supervisor;
+
+/// A child run another process registered, claimed to run here.
+#[derive(Debug, Clone)]
+pub struct ClaimedRun {
+    /// The child's session.
+    pub session: SessionId,
+    /// Its input (a takeover goes on from its transcript instead).
+    pub input: String,
+    /// The limits its parent's `before` hook left it (narrowing its record's terms).
+    pub limits: Option<LimitsInput>,
+    /// A run an earlier claim began and did not finish (its worker died): it goes on from
+    /// its transcript, never from scratch.
+    pub takeover: bool,
+    /// Cancelled when the run must stop (cancelled at the parent, deleted, the claim lost).
+    pub cancel: CancellationToken,
+}
+
+/// What a stored child was admitted with: the catalog entry, the mode, the terms its spawn
+/// narrowed to (never the catalog's wider defaults), its identity and its place in the tree.
+pub(crate) struct StoredTerms {
+    pub(crate) entry: usize,
+    pub(crate) child_id: String,
+    pub(crate) mode: Mode,
+    pub(crate) limits: SupervisorLimits,
+    pub(crate) policy: EffectivePolicy,
+    pub(crate) identity: Option<Arc<Identity>>,
+    pub(crate) path: Vec<String>,
+}
+
+impl Supervisor {
+    /// The terms `record` was admitted with, or `None` when it is not one of this
+    /// supervisor's children (another supervisor's id, or an entry its catalog lacks).
+    pub(crate) fn stored_terms(
+        &self,
+        record: &arbor_store::SessionRecord,
+    ) -> CoreResult<Option<StoredTerms>> {
+        let child_id = record.meta["child_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let (Some((entry_index, entry)), true) = (
+            self.catalog().get(&child_id),
+            record.meta["supervisor_id"] == self.settings().id(),
+        ) else {
+            return Ok(None);
+        };
+        let mode = match record.meta["mode"].as_str() {
+            Some("sync") => Mode::Sync,
+            Some("async") => Mode::Join,
+            _ => Mode::Message,
+        };
+        let (limits, policy) = admitted_terms(self, entry, record)?;
+        let scopes: Option<Vec<String>> = record.meta["scopes"].as_array().map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        });
+        let identity = child_identity(
+            self.settings().identity().cloned(),
+            scopes.map(|s| s.into_iter().collect()).as_ref(),
+        )?;
+        let path: Vec<String> = record.meta["path"].as_array().map_or_else(
+            || vec![child_id.clone()],
+            |a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            },
+        );
+        Ok(Some(StoredTerms {
+            entry: entry_index,
+            child_id,
+            mode,
+            limits,
+            policy,
+            identity,
+            path,
+        }))
+    }
+
+    /// The run to hand to the runner, if this delegation's goes elsewhere: a first run of a
+    /// sync or joined child with a parent session, outside durable approvals, whose
+    /// permission no `before` hook narrowed (a permission cannot travel: such a child runs
+    /// here rather than elsewhere with more than it was given).
+    pub(crate) fn remote_child(
+        &self,
+        a: &Admitted,
+        limits: SupervisorLimits,
+        input: &str,
+        narrowed_permission: bool,
+    ) -> Option<RemoteChild> {
+        self.settings().runner()?;
+        let record = a.record.as_ref()?;
+        let parent = record.parent_id?;
+        let first_run = !a.claimed && !a.resume && a.resume_run.is_none() && !a.recover;
+        if !first_run
+            || narrowed_permission
+            || a.mode == Mode::Message
+            || self.settings().revision().is_some()
+        {
+            return None;
+        }
+        Some(RemoteChild {
+            session: record.id,
+            parent,
+            root: record.root_id,
+            child_id: a.child_id.clone(),
+            input: input.to_owned(),
+            limits: limits.to_input(),
+            max_active: limits.max_active_children,
+            cancel: a.token.clone(),
+        })
+    }
+
+    /// Hands the run to the runner and takes its outcome as this delegation's work.
+    pub(crate) async fn run_remote(&self, a: &Admitted, child: RemoteChild) -> Worked {
+        let Some(runner) = self.settings().runner().cloned() else {
+            return Worked::Error(CoreError::Supervisor(
+                "no runner to hand the child's run to".to_owned(),
+            ));
+        };
+        let session_id = child.session;
+        match runner.run(child).await {
+            Ok(result) => Worked::Ran {
+                session_id,
+                name: a.name.clone(),
+                result: Box::new(result),
+            },
+            Err(_) if a.token.is_cancelled() => {
+                Worked::Error(CoreError::Supervisor(self.cancel_message(a)))
+            }
+            Err(e) => Worked::Error(self.redact_error(e)),
+        }
+    }
+
+    /// Runs the child `claimed.session`, which another process admitted and registered, here:
+    /// built by this supervisor's catalog entry for it, under the terms its record keeps (the
+    /// claim's limits narrowing them), inside its tree (its path and depth from the record),
+    /// until it ends, its timeout fires or `claimed.cancel` is cancelled. A takeover goes on
+    /// from the transcript. What the parent reports (events, counters, hooks, notices) is
+    /// the parent's business: nothing of it happens here.
+    ///
+    /// Fails with `Denied(Unknown)` for a deleted or unknown session (or one under a deleted
+    /// ancestor), and `Validation` for a child this supervisor's catalog does not hold.
+    pub async fn run_claimed(&self, claimed: ClaimedRun) -> CoreResult<RunResult> {
+        let record = self.live_child(claimed.session).await?;
+        let Some(terms) = self.stored_terms(&record)? else {
+            return Err(CoreError::validation(format!(
+                "session {} is not a child of supervisor \"{}\" (its catalog has no entry \
+                 for it)",
+                record.id,
+                self.settings().id()
+            )));
+        };
+        self.check_ancestors(&record).await?;
+        let limits = match &claimed.limits {
+            Some(l) => terms.limits.narrow(l)?,
+            None => terms.limits,
+        };
+        let slot = self.live().slots().reserve(limits.max_active_children)?;
+        let parent: Option<SessionRef> = match record.parent_id {
+            Some(p) => self.live().store().session(p).await?.map(|r| (&r).into()),
+            None => None,
+        };
+        let admitted = Admitted {
+            entry: terms.entry,
+            child_id: terms.child_id,
+            delegation_id: format!(
+                "{}-{}",
+                self.settings().id(),
+                arbor_protocol::RunId::new().as_uuid().simple()
+            ),
+            depth: record.depth.max(1),
+            path: Arc::from(terms.path),
+            parents: Arc::from(Vec::new()),
+            input: self.redact(&claimed.input),
+            limits,
+            policy: terms.policy,
+            thread: "default".to_owned(),
+            name: record.name.clone(),
+            requested_name: None,
+            model: (!record.model.is_empty()).then(|| record.model.clone()),
+            thinking: None,
+            mode: terms.mode,
+            replies_at_start: record.replies,
+            record: Some(record),
+            parent,
+            spawned_by: None,
+            identity: terms.identity,
+            token: self.live().session_token().child_token(),
+            reason: CancelReason::default(),
+            caller: Some(claimed.cancel),
+            slot,
+            resume: false,
+            resume_run: None,
+            recover: claimed.takeover,
+            detached: false,
+            claimed: true,
+        };
+        let registered = Registered::resumed(self, admitted);
+        registered.begin();
+        match registered.run().await.here() {
+            Worked::Ran { result, .. } => Ok(*result),
+            Worked::Rejected(reason) => {
+                Err(CoreError::denied(crate::error::DenyReason::Hook, reason))
+            }
+            Worked::Error(e) => Err(e),
+        }
+    }
+}
