@@ -51,9 +51,12 @@ fn supervisor(
         ))
 }
 
+/// A handed-over run and where its outcome goes.
+type Job = (RemoteChild, oneshot::Sender<CoreResult<RunResult>>);
+
 /// A runner that hands each run to the test (a queue, in effect) and waits for its outcome.
 #[derive(Debug)]
-struct Handoff(mpsc::UnboundedSender<(RemoteChild, oneshot::Sender<CoreResult<RunResult>>)>);
+struct Handoff(mpsc::UnboundedSender<Job>);
 
 #[async_trait]
 impl ChildRunner for Handoff {
@@ -67,10 +70,7 @@ impl ChildRunner for Handoff {
     }
 }
 
-fn handoff() -> (
-    Handoff,
-    mpsc::UnboundedReceiver<(RemoteChild, oneshot::Sender<CoreResult<RunResult>>)>,
-) {
+fn handoff() -> (Handoff, mpsc::UnboundedReceiver<Job>) {
     let (tx, rx) = mpsc::unbounded_channel();
     (Handoff(tx), rx)
 }
