@@ -97,6 +97,11 @@ pub(crate) enum Command {
     /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`) over the store, running the
     /// specs of `--specs DIR` on request.
     Serve(ServeArgs),
+    /// Claim children's runs from the PostgreSQL store's queue and run them (trees started
+    /// with `arbor run --workers` or `arbor serve --workers`); a run whose worker died is
+    /// taken over from its transcript.
+    #[command(after_help = WORKER_AFTER_HELP)]
+    Worker(WorkerArgs),
     /// Serve MCP over stdio: the MCP client drives a root session of SPEC in place of its
     /// root agent (spawn, wait, cancel and message its children, decide their approvals).
     Mcp(McpArgs),
@@ -185,6 +190,50 @@ pub(crate) struct ServeArgs {
     /// Print the tokens-file line of TENANT for the token read on stdin, and exit.
     #[arg(long, value_name = "TENANT")]
     pub(crate) hash_token: Option<String>,
+    /// Hand children's runs to `arbor worker` processes through the PostgreSQL store's queue
+    /// instead of running them here.
+    #[arg(long)]
+    pub(crate) workers: bool,
+}
+
+const WORKER_AFTER_HELP: &str = "\
+Exit codes:
+  0  stopped after a signal, once the runs in hand ended
+  2  bad usage, or no spec in --specs
+  3  the store cannot be opened or is not PostgreSQL's
+  130  a second signal stopped it at once (its runs are taken over by other workers)
+
+Environment:
+  ARBOR_STORE_URL     the PostgreSQL store when --store is not given
+  ARBOR_STORE_SCHEMA  the schema of its tables";
+
+/// Arguments of `arbor worker`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// The PostgreSQL store (postgres://…; else ARBOR_STORE_URL).
+    #[arg(long, value_name = "URL")]
+    pub(crate) store: Option<PathBuf>,
+    /// The most child runs this worker runs at once.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) concurrency: usize,
+    /// The folder of specs whose children this worker runs (a tree's spec is found by its
+    /// fingerprint: the same text it was started from).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub(crate) specs: PathBuf,
+    /// How long a claim holds without a heartbeat (renewed four times per lease): a dead
+    /// worker's runs are taken over this long after its last heartbeat.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub(crate) lease_ms: u64,
+    /// How often an idle worker looks for work besides the store's notifications.
+    #[arg(long, value_name = "MS", default_value_t = 2_000)]
+    pub(crate) poll_ms: u64,
+}
+
+impl WorkerArgs {
+    /// The polling interval.
+    pub(crate) fn poll(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.poll_ms.max(10))
+    }
 }
 
 /// Arguments of `arbor mcp`.
@@ -372,6 +421,10 @@ pub(crate) struct RunArgs {
     /// arbor approve / reject, then arbor resume), as it does when no terminal is attached.
     #[arg(long)]
     pub(crate) no_input: bool,
+    /// Hand children's runs to `arbor worker` processes through the PostgreSQL store's queue
+    /// (--store postgres://… or ARBOR_STORE_URL) instead of running them here.
+    #[arg(long, conflicts_with = "memory")]
+    pub(crate) workers: bool,
     #[command(flatten)]
     pub(crate) overrides: SpecOverrides,
 }

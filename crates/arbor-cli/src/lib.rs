@@ -29,6 +29,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 mod answers;
+mod append;
 mod approvals;
 mod ask;
 mod cli;
@@ -59,6 +60,7 @@ mod spec;
 mod store;
 mod tree;
 mod walk;
+mod workers;
 
 use std::process::ExitCode;
 
@@ -101,6 +103,7 @@ pub fn main() -> ExitCode {
         Command::Models(args) => runtime.block_on(models::list(args)),
         Command::Serve(args) => runtime.block_on(serve::serve(args, telemetry.runtime.clone())),
         Command::Mcp(args) => runtime.block_on(mcp::serve(args)),
+        Command::Worker(args) => runtime.block_on(workers::worker::work(args)),
         Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
         Command::Validate(args) => runtime.block_on(setup::validate(args)),
         Command::Init(args) => setup::init(args),

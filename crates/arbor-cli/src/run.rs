@@ -55,7 +55,7 @@ pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started
     let overrides = Overrides::from(&args.overrides);
     let prepared = prepare(&path, &text, &overrides).await?;
     let task = input::task(&path, args.task.as_deref(), &prepared.spec.task)?;
-    let store = choice.open().await?;
+    let store = crate::workers::open_store(&choice, args.workers, "--workers").await?;
     owner::sweep(&store).await?;
     let token = CancellationToken::new();
     let (built, session) = create_root(

@@ -62,7 +62,7 @@ pub(crate) async fn serve(
         )));
     }
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
-    let store = choice.open().await?;
+    let store = crate::workers::open_store(&choice, args.workers, "--workers").await?;
     owner::sweep(&store).await?;
     let runs = CancellationToken::new();
     let tracker = TaskTracker::new();

@@ -14,7 +14,7 @@ use arbor_protocol::RunLimits;
 use serde::Deserialize;
 
 /// Built-in tools a spec may name.
-pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep"];
+pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep", "append_line"];
 
 /// Coding tools, for agents that work in a worktree (`workspace = true`).
 pub(crate) const CODING_TOOLS: [&str; 5] = arbor_coding::CODING_TOOL_NAMES;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_store::{MemoryStore, Store};
-use arbor_store_postgres::PostgresOptions;
+use arbor_store_postgres::{PostgresOptions, PostgresStore};
 use arbor_store_sqlite::SqliteOptions;
 
 use crate::fail::Fail;
@@ -158,25 +158,32 @@ impl StoreChoice {
         self.open().await
     }
 
+    /// The PostgreSQL store, when the choice is one (`None` for SQLite and memory), for what
+    /// needs the database itself (the work queue).
+    pub(crate) async fn open_postgres(&self) -> Result<Option<PostgresStore>, Fail> {
+        let Some((url, schema)) = &self.postgres else {
+            return Ok(None);
+        };
+        let mut options = PostgresOptions::new().acquire_timeout(self.busy_timeout);
+        if let Some(schema) = schema {
+            options = options.schema(schema);
+        }
+        let store = options
+            .connect(&url.0)
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?;
+        Ok(Some(store))
+    }
+
     /// Opens the store. Every failure is a store failure (exit 3) with the store's message.
     pub(crate) async fn open(&self) -> Result<Arc<dyn Store>, Fail> {
         let path = match (&self.name, &self.postgres) {
             (StoreName::Memory, _) => return Ok(Arc::new(MemoryStore::new())),
-            (StoreName::Postgres(_), Some((url, schema))) => {
-                let mut options = PostgresOptions::new().acquire_timeout(self.busy_timeout);
-                if let Some(schema) = schema {
-                    options = options.schema(schema);
-                }
-                let store = options
-                    .connect(&url.0)
-                    .await
-                    .map_err(|e| Fail::store(e.to_string()))?;
+            (StoreName::Postgres(shown), _) => {
+                let store = self.open_postgres().await?.ok_or_else(|| {
+                    Fail::store(format!("store {shown}: no URL to connect with"))
+                })?;
                 return Ok(Arc::new(store));
-            }
-            (StoreName::Postgres(shown), None) => {
-                return Err(Fail::store(format!(
-                    "store {shown}: no URL to connect with"
-                )));
             }
             (StoreName::Sqlite(path), _) => path,
         };

@@ -97,6 +97,7 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
         b = match tool.as_str() {
             "echo" => b.tool(Echo),
             "sleep" => b.tool(Sleep),
+            "append_line" => b.tool(crate::append::AppendLine),
             _ => b,
         };
     }
@@ -237,6 +238,7 @@ fn assemble(
     let root_spec = &spec.agents[root_name];
     let redactor = spec.redaction.redactor()?;
     let supervisor = if spec.is_tree() {
+        let store_for_effects = store.clone();
         let mut b = Supervisor::builder(local_ownership())
             .id("arbor")
             .limits(spec.supervisor.limits)
@@ -244,6 +246,12 @@ fn assemble(
             .session_token(token);
         if spec.supervisor.approvals {
             b = b.durable_approvals(spec.fingerprint.clone());
+        }
+        // Tools that declare an idempotent effect record it done in the store: a run
+        // continued after a crash (or taken over by another worker) never repeats one.
+        b = b.effect_store(arbor_core::StoreEffects::new(store_for_effects));
+        if let Some(runner) = crate::workers::runner_for(&spec.fingerprint) {
+            b = b.runner(runner);
         }
         if let Some(r) = &redactor {
             // Forced onto every child agent.

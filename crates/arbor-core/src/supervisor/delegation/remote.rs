@@ -178,6 +178,20 @@ impl Supervisor {
             )));
         };
         self.check_ancestors(&record).await?;
+        // The worker before finished the run and died before reporting it: its end is in
+        // the transcript, and that is the outcome (nothing runs again).
+        if claimed.takeover
+            && let Some(done) = finished_run(self.live().store().as_ref(), record.id).await?
+        {
+            return Ok(done);
+        }
+        // A takeover of a run that never began (its worker died before the first write)
+        // starts it; one that began goes on from its transcript.
+        let recover = claimed.takeover
+            && matches!(
+                record.status,
+                arbor_protocol::SessionStatus::Running | arbor_protocol::SessionStatus::Interrupted
+            );
         let limits = match &claimed.limits {
             Some(l) => terms.limits.narrow(l)?,
             None => terms.limits,
@@ -218,7 +232,7 @@ impl Supervisor {
             slot,
             resume: false,
             resume_run: None,
-            recover: claimed.takeover,
+            recover,
             detached: false,
             claimed: true,
         };
@@ -232,4 +246,59 @@ impl Supervisor {
             Worked::Error(e) => Err(e),
         }
     }
+}
+
+/// The result of the last run of `session` when the transcript ends with its end.
+async fn finished_run(
+    store: &dyn arbor_store::Store,
+    session: SessionId,
+) -> CoreResult<Option<RunResult>> {
+    use arbor_protocol::{EntryKind, Message};
+    let entries = store.transcript(session, 0, None).await?;
+    let Some(last) = entries.last() else {
+        return Ok(None);
+    };
+    let EntryKind::RunFinished {
+        status,
+        stop_reason,
+        usage,
+        breach,
+        error,
+    } = &last.kind
+    else {
+        return Ok(None);
+    };
+    let run = last.run_id;
+    let of_run = || entries.iter().filter(|e| e.run_id == run);
+    let messages = of_run().filter_map(|e| match &e.kind {
+        EntryKind::Message { message } => Some(message),
+        _ => None,
+    });
+    let (mut text, mut turns, mut tool_calls) = (String::new(), 0u32, 0u32);
+    for m in messages {
+        if let Message::Assistant {
+            content,
+            tool_calls: calls,
+            ..
+        } = m
+        {
+            turns = turns.saturating_add(1);
+            tool_calls = tool_calls.saturating_add(u32::try_from(calls.len()).unwrap_or(0));
+            text.clone_from(content);
+        }
+    }
+    Ok(Some(RunResult {
+        session_id: session,
+        run_id: run,
+        status: *status,
+        stop_reason: *stop_reason,
+        text,
+        usage: *usage,
+        breach: *breach,
+        error: error.clone(),
+        turns,
+        tool_calls,
+        suspension: None,
+        attribution: None,
+    }))
 }

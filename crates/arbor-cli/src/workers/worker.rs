@@ -1,0 +1,260 @@
+//! `arbor worker`: claims child runs from the store's queue and runs them.
+//!
+//! Each claim is run by a supervisor built from the spec its tree was started from (the
+//! payload names the spec's fingerprint; the worker knows the specs of `--specs`), through
+//! [`Supervisor::run_claimed`](arbor_core::Supervisor::run_claimed): from the record, under
+//! the terms its spawn narrowed to, inside its tree. A heartbeat renews the claim's lease a
+//! few times per lease and carries cancellation (a cancel at the parent, a delete of the
+//! child or an ancestor): the run stops within one heartbeat. A claim whose lease was lost
+//! stops without reporting (another worker has it). A claim above the first is a takeover:
+//! the run goes on from its transcript.
+//!
+//! The first Ctrl-C or SIGTERM stops claiming and lets the runs in hand finish; a second
+//! exits at once (their leases run out and other workers take them over).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_core::supervisor::{ClaimedRun, LimitsInput, RemoteOutcome};
+use arbor_store::Store;
+use arbor_store_postgres::{Claim, Heartbeat, WorkQueue};
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::WorkerArgs;
+use crate::fail::Fail;
+use crate::output;
+use crate::run::{Overrides, prepare};
+use crate::spec::Spec;
+use crate::store::{StoreChoice, io_reason};
+
+/// Runs `arbor worker`.
+pub(crate) async fn work(args: WorkerArgs) -> Result<u8, Fail> {
+    if args.concurrency == 0 {
+        return Err(Fail::usage("--concurrency must be at least 1"));
+    }
+    let lease = Duration::from_millis(args.lease_ms);
+    if lease < Duration::from_millis(300) {
+        return Err(Fail::usage("--lease-ms must be at least 300"));
+    }
+    let specs = read_specs(&args.specs).await?;
+    let choice = StoreChoice::from_args(false, args.store.as_deref())?;
+    let pg = super::queue_store(&choice, "arbor worker").await?;
+    // Grandchildren go to the queue too.
+    super::enable(&pg, lease);
+    let store: Arc<dyn Store> = Arc::new(pg.clone());
+    let queue = WorkQueue::new(&pg, super::owner_name(), lease);
+    let mut wakeups = queue.listen().await.map_err(|e| Fail::store(e.to_string()))?;
+    output::err(&format!(
+        "arbor worker: {} spec(s), up to {} run(s) at once, lease {} ms, store {}",
+        specs.len(),
+        args.concurrency,
+        args.lease_ms,
+        choice.name()
+    ));
+    let worker = Arc::new(Worker {
+        specs,
+        store,
+        queue: queue.clone(),
+        lease,
+    });
+    let mut runs: JoinSet<()> = JoinSet::new();
+    let draining = CancellationToken::new();
+    let stop_now = CancellationToken::new();
+    {
+        let (draining, stop_now) = (draining.clone(), stop_now.clone());
+        tokio::spawn(async move {
+            crate::interrupt::shutdown_signal().await;
+            output::err("arbor worker: stopping once the runs in hand end (again: at once)");
+            draining.cancel();
+            crate::interrupt::shutdown_signal().await;
+            stop_now.cancel();
+        });
+    }
+    loop {
+        while runs.try_join_next().is_some() {}
+        if draining.is_cancelled() {
+            if runs.is_empty() {
+                return Ok(0);
+            }
+        } else if runs.len() < args.concurrency {
+            match queue.claim(args.concurrency - runs.len()).await {
+                Ok(claims) => {
+                    let got = !claims.is_empty();
+                    for claim in claims {
+                        let worker = Arc::clone(&worker);
+                        let stop = stop_now.clone();
+                        runs.spawn(async move { worker.run(claim, stop).await });
+                    }
+                    if got {
+                        // More may wait: claim again before sleeping.
+                        continue;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "claiming failed; retrying"),
+            }
+        }
+        tokio::select! {
+            _ = wakeups.next(args.poll()) => {}
+            Some(_) = runs.join_next(), if !runs.is_empty() => {}
+            () = draining.cancelled(), if !draining.is_cancelled() => {}
+            () = stop_now.cancelled() => return Ok(130),
+        }
+    }
+}
+
+/// What every claim's run shares.
+#[derive(Debug)]
+struct Worker {
+    /// The specs of `--specs`, by fingerprint.
+    specs: BTreeMap<String, Spec>,
+    store: Arc<dyn Store>,
+    queue: WorkQueue,
+    lease: Duration,
+}
+
+impl Worker {
+    /// Runs one claim to its report (unless its lease is lost, or `stop` ends the process).
+    async fn run(&self, claim: Claim, stop: CancellationToken) {
+        let cancel = CancellationToken::new();
+        let lost = CancellationToken::new();
+        let beat = self.heartbeat(&claim, cancel.clone(), lost.clone());
+        let run = self.run_claim(&claim, cancel.clone());
+        tokio::pin!(run);
+        let outcome = tokio::select! {
+            o = &mut run => o,
+            () = beat => {
+                // The heartbeat only ends when the claim is lost: stop without a report.
+                cancel.cancel();
+                let _ = run.await;
+                return;
+            }
+            () = stop.cancelled() => return,
+        };
+        if lost.is_cancelled() {
+            return;
+        }
+        let ok = outcome.succeeded();
+        let report = serde_json::to_value(&outcome).unwrap_or(Value::Null);
+        match self.queue.finish(&claim, ok, &report).await {
+            Ok(true) => {}
+            Ok(false) => tracing::info!(child = %claim.session, "the run was taken over; not reported"),
+            Err(e) => tracing::warn!(child = %claim.session, error = %e, "could not report the run; its lease will run out and another worker goes on"),
+        }
+    }
+
+    /// Renews the lease a few times per lease; cancels the run when asked to (or when the
+    /// child was deleted). Returns only when the claim is lost.
+    async fn heartbeat(&self, claim: &Claim, cancel: CancellationToken, lost: CancellationToken) {
+        let every = self.lease / 4;
+        let mut last_held = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(every).await;
+            match self.queue.heartbeat(claim).await {
+                Ok(Heartbeat::Held { cancel: asked }) => {
+                    last_held = tokio::time::Instant::now();
+                    if asked && !cancel.is_cancelled() {
+                        tracing::info!(child = %claim.session, "run cancelled");
+                        cancel.cancel();
+                    }
+                }
+                Ok(Heartbeat::Lost) => {
+                    lost.cancel();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(child = %claim.session, error = %e, "heartbeat failed");
+                    if last_held.elapsed() >= self.lease {
+                        // Someone else may hold it now: never report beside them.
+                        lost.cancel();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds the claim's tree from its spec and runs the child.
+    async fn run_claim(&self, claim: &Claim, cancel: CancellationToken) -> RemoteOutcome {
+        let fingerprint = claim.payload["spec"].as_str().unwrap_or_default();
+        let Some(spec) = self.specs.get(fingerprint) else {
+            return failed(format!(
+                "no spec of this worker's --specs has revision {fingerprint:?} (the spec the \
+                 tree was started from)"
+            ));
+        };
+        let input = claim.payload["input"].as_str().unwrap_or_default().to_owned();
+        let limits: Option<LimitsInput> =
+            serde_json::from_value(claim.payload["limits"].clone()).ok();
+        let token = CancellationToken::new();
+        let built = match crate::tree::build(spec, self.store.clone(), token.clone()).await {
+            Ok(b) => b,
+            Err(e) => return RemoteOutcome::of(&Err(e)),
+        };
+        let Some(sup) = built.supervisor.clone() else {
+            built.close().await;
+            return failed("the spec has no children to run".to_owned());
+        };
+        let takeover = claim.attempt > 1;
+        if takeover {
+            tracing::info!(child = %claim.session, attempt = claim.attempt, "taking over a run");
+        }
+        let result = sup
+            .run_claimed(ClaimedRun {
+                session: claim.session,
+                input,
+                limits,
+                takeover,
+                cancel,
+            })
+            .await;
+        token.cancel();
+        built.close().await;
+        RemoteOutcome::of(&result)
+    }
+}
+
+fn failed(message: String) -> RemoteOutcome {
+    RemoteOutcome::Failed {
+        kind: "Validation".to_owned(),
+        message,
+    }
+}
+
+/// Every spec of `dir` that passes the checks `arbor run` makes, by fingerprint. One that
+/// does not is skipped with a line saying why; none at all is a usage error.
+async fn read_specs(dir: &Path) -> Result<BTreeMap<String, Spec>, Fail> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Fail::usage(format!("--specs {}: {}", dir.display(), io_reason(&e))))?;
+    let mut paths: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    paths.sort();
+    let mut specs = BTreeMap::new();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Fail::usage(format!("cannot read {}: {}", path.display(), io_reason(&e)))
+        })?;
+        match prepare(&path.display().to_string(), &text, &Overrides::default()).await {
+            Ok(prepared) => {
+                specs.insert(prepared.spec.fingerprint.clone(), prepared.spec);
+            }
+            Err(fail) => output::err(&format!(
+                "arbor worker: skipping a spec: {}",
+                output::one_line(&fail.message)
+            )),
+        }
+    }
+    if specs.is_empty() {
+        return Err(Fail::usage(format!(
+            "--specs {}: no spec to run children of",
+            dir.display()
+        )));
+    }
+    Ok(specs)
+}
