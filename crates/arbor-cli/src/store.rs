@@ -180,9 +180,10 @@ impl StoreChoice {
         let path = match (&self.name, &self.postgres) {
             (StoreName::Memory, _) => return Ok(Arc::new(MemoryStore::new())),
             (StoreName::Postgres(shown), _) => {
-                let store = self.open_postgres().await?.ok_or_else(|| {
-                    Fail::store(format!("store {shown}: no URL to connect with"))
-                })?;
+                let store = self
+                    .open_postgres()
+                    .await?
+                    .ok_or_else(|| Fail::store(format!("store {shown}: no URL to connect with")))?;
                 return Ok(Arc::new(store));
             }
             (StoreName::Sqlite(path), _) => path,

@@ -11,7 +11,7 @@ use sqlx::{PgPool, Row};
 use crate::error::{store_error, unavailable};
 
 /// The schema version this build writes: the number of the last migration.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -20,6 +20,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "child_runs",
         include_str!("../migrations/0002_child_runs.sql"),
+    ),
+    (
+        3,
+        "tree_slots",
+        include_str!("../migrations/0003_tree_slots.sql"),
     ),
 ];
 

@@ -7,9 +7,10 @@
 //!   wait for each other's rows) under a lease that it renews by
 //!   [`heartbeat`](WorkQueue::heartbeat). A run whose lease ran out is claimable again: a
 //!   takeover is the next claim, with `attempt` one higher.
-//! - A parent's `max_active` is enforced in the claiming transaction: the parent's live
-//!   claims are counted under a transaction-scoped advisory lock on the parent, so two
-//!   workers can never both take its last slot.
+//! - A tree's `max_active` is enforced in the claiming transaction: the live claims of the
+//!   whole tree (every depth: the contract's `maxActiveChildren` is a global count) are
+//!   counted under a transaction-scoped advisory lock on its root, so two workers can never
+//!   both take its last slot, whichever parents their runs have.
 //! - A worker reports with [`finish`](WorkQueue::finish), which lands only while its claim
 //!   holds (the same attempt, still claimed): a worker that lost its lease never reports
 //!   beside the one that took over. `NOTIFY arbor_child_done` wakes the waiting parent.
@@ -49,7 +50,7 @@ pub struct ChildRun {
     pub root: SessionId,
     /// What the worker needs to run it: the host's own JSON.
     pub payload: Value,
-    /// The parent's most live children at once (`None`: no limit).
+    /// The most live children of its tree at once, every depth (`None`: no limit).
     pub max_active: Option<u32>,
 }
 
@@ -186,7 +187,7 @@ impl WorkQueue {
     }
 
     /// Claims up to `max` runs: queued ones, and claimed ones whose lease ran out (a
-    /// takeover), oldest first, skipping rows another claimer holds and runs whose parent has
+    /// takeover), oldest first, skipping rows another claimer holds and runs whose tree has
     /// `max_active` live claims already.
     pub async fn claim(&self, max: usize) -> StoreResult<Vec<Claim>> {
         if max == 0 {
@@ -196,7 +197,7 @@ impl WorkQueue {
         let out: OpResult<Vec<Claim>> = async {
             let mut tx = self.store.pool().begin().await?;
             let sql = format!(
-                "SELECT session_id, parent_id, max_active FROM child_runs \
+                "SELECT session_id, root_id, max_active FROM child_runs \
                  WHERE state = 'queued' OR (state = 'claimed' AND lease_until < {NOW_MS}) \
                  ORDER BY enqueued_at, session_id FOR UPDATE SKIP LOCKED LIMIT $1"
             );
@@ -207,28 +208,28 @@ impl WorkQueue {
             let mut open = Vec::with_capacity(rows.len());
             for row in &rows {
                 let session: String = row.try_get(0)?;
-                let parent: String = row.try_get(1)?;
+                let root: String = row.try_get(1)?;
                 let max_active: Option<i64> = row.try_get(2)?;
-                open.push((parent, session, max_active));
+                open.push((root, session, max_active));
             }
-            // Parents' slot locks in one order, so claimers never wait on each other in a
+            // Trees' slot locks in one order, so claimers never wait on each other in a
             // circle.
             open.sort();
             let mut claims = Vec::new();
             let mut locked: Option<String> = None;
-            for (parent, session, max_active) in open {
+            for (root, session, max_active) in open {
                 if claims.len() >= max {
                     break;
                 }
                 if let Some(limit) = max_active {
-                    if locked.as_deref() != Some(parent.as_str()) {
+                    if locked.as_deref() != Some(root.as_str()) {
                         sqlx::query("SELECT pg_advisory_xact_lock(8, hashtext($1))")
-                            .bind(&parent)
+                            .bind(&root)
                             .execute(&mut *tx)
                             .await?;
-                        locked = Some(parent.clone());
+                        locked = Some(root.clone());
                     }
-                    if live_in(&mut tx, &parent, Some(&session)).await?
+                    if live_in(&mut tx, &root, Some(&session)).await?
                         >= u64::try_from(limit).unwrap_or(0)
                     {
                         continue;
@@ -369,11 +370,11 @@ impl WorkQueue {
         self.store.finish_op(out)
     }
 
-    /// The parent's live children: claimed, under a lease that has not run out.
-    pub async fn live(&self, parent: SessionId) -> StoreResult<u64> {
+    /// The tree's live children (every depth): claimed, under a lease that has not run out.
+    pub async fn live(&self, root: SessionId) -> StoreResult<u64> {
         let out: OpResult<u64> = async {
             let mut conn = self.store.pool().acquire().await?;
-            live_in(&mut conn, &parent.to_string(), None).await
+            live_in(&mut conn, &root.to_string(), None).await
         }
         .await;
         self.store.finish_op(out)
@@ -428,14 +429,14 @@ async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str, payload: &str
     Ok(())
 }
 
-/// Live claims of `parent` (claimed, lease not run out), `except` one session.
-async fn live_in(conn: &mut PgConnection, parent: &str, except: Option<&str>) -> OpResult<u64> {
+/// Live claims in the tree of `root` (claimed, lease not run out), `except` one session.
+async fn live_in(conn: &mut PgConnection, root: &str, except: Option<&str>) -> OpResult<u64> {
     let sql = format!(
-        "SELECT COUNT(*) FROM child_runs WHERE parent_id = $1 AND state = 'claimed' \
+        "SELECT COUNT(*) FROM child_runs WHERE root_id = $1 AND state = 'claimed' \
          AND lease_until >= {NOW_MS} AND session_id <> COALESCE($2, '')"
     );
     let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(parent)
+        .bind(root)
         .bind(except)
         .fetch_one(conn)
         .await?

@@ -248,3 +248,51 @@ async fn cancels_reach_queued_and_claimed_runs_and_wakeups_arrive() {
     assert_eq!(queue.state(stranger.id).await.unwrap(), None);
     common::drop_schema(&store, &schema).await;
 }
+
+/// The contract's `maxActiveChildren` counts the whole tree: runs under two different parents
+/// of one root share its slots, while another tree's runs do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_active_counts_the_whole_tree_not_each_parent() {
+    let Some(url) = common::server("max_active_counts_the_whole_tree") else {
+        return;
+    };
+    let (store, schema) = common::fresh_store(&url).await;
+    let (root, leads) = family(&store, 2).await;
+    let mut grandchildren = Vec::new();
+    for lead in &leads {
+        for i in 0..3 {
+            let kid = SessionRecord::new_child(lead, format!("g-{i}"), "worker", "model-b");
+            store.create_session(&kid).await.unwrap();
+            grandchildren.push(ChildRun {
+                session: kid.id,
+                parent: lead.id,
+                root: root.id,
+                payload: json!({}),
+                max_active: Some(3),
+            });
+        }
+    }
+    let (other_root, other_kids) = family(&store, 1).await;
+    let queue = WorkQueue::new(&store, "w", Duration::from_secs(5));
+    for run in &grandchildren {
+        queue.enqueue(run).await.unwrap();
+    }
+    queue
+        .enqueue(&run_of(&other_root, &other_kids[0], Some(3)))
+        .await
+        .unwrap();
+    // Six runs of one tree under two parents with three slots: three go, and the other
+    // tree's run is not held back by them.
+    let claims = queue.claim(10).await.unwrap();
+    let ours = claims.iter().filter(|c| c.root == root.id).count();
+    assert_eq!(ours, 3, "{claims:?}");
+    assert!(claims.iter().any(|c| c.root == other_root.id));
+    assert_eq!(queue.live(root.id).await.unwrap(), 3);
+    assert!(queue.claim(10).await.unwrap().is_empty());
+    // One ends: one more of the tree goes, whichever parent it has.
+    let done = claims.iter().find(|c| c.root == root.id).unwrap();
+    assert!(queue.finish(done, true, &json!("ok")).await.unwrap());
+    assert_eq!(queue.claim(10).await.unwrap().len(), 1);
+    assert_eq!(queue.live(root.id).await.unwrap(), 3);
+    common::drop_schema(&store, &schema).await;
+}

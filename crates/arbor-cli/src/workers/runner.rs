@@ -127,13 +127,12 @@ impl ChildRunner for QueueRunner {
         loop {
             match queue.state(child.session).await? {
                 Some((RunState::Done | RunState::Failed, Some(outcome))) => {
-                    let outcome: RemoteOutcome =
-                        serde_json::from_value(outcome).map_err(|e| {
-                            CoreError::Supervisor(format!(
-                                "the worker's report of child {} cannot be read: {e}",
-                                child.session
-                            ))
-                        })?;
+                    let outcome: RemoteOutcome = serde_json::from_value(outcome).map_err(|e| {
+                        CoreError::Supervisor(format!(
+                            "the worker's report of child {} cannot be read: {e}",
+                            child.session
+                        ))
+                    })?;
                     return outcome.into_result(child.session);
                 }
                 Some((RunState::Cancelled, _)) => {

@@ -47,7 +47,10 @@ pub(crate) async fn work(args: WorkerArgs) -> Result<u8, Fail> {
     super::enable(&pg, lease);
     let store: Arc<dyn Store> = Arc::new(pg.clone());
     let queue = WorkQueue::new(&pg, super::owner_name(), lease);
-    let mut wakeups = queue.listen().await.map_err(|e| Fail::store(e.to_string()))?;
+    let mut wakeups = queue
+        .listen()
+        .await
+        .map_err(|e| Fail::store(e.to_string()))?;
     output::err(&format!(
         "arbor worker: {} spec(s), up to {} run(s) at once, lease {} ms, store {}",
         specs.len(),
@@ -141,8 +144,12 @@ impl Worker {
         let report = serde_json::to_value(&outcome).unwrap_or(Value::Null);
         match self.queue.finish(&claim, ok, &report).await {
             Ok(true) => {}
-            Ok(false) => tracing::info!(child = %claim.session, "the run was taken over; not reported"),
-            Err(e) => tracing::warn!(child = %claim.session, error = %e, "could not report the run; its lease will run out and another worker goes on"),
+            Ok(false) => {
+                tracing::info!(child = %claim.session, "the run was taken over; not reported")
+            }
+            Err(e) => {
+                tracing::warn!(child = %claim.session, error = %e, "could not report the run; its lease will run out and another worker goes on")
+            }
         }
     }
 
@@ -186,7 +193,10 @@ impl Worker {
                  tree was started from)"
             ));
         };
-        let input = claim.payload["input"].as_str().unwrap_or_default().to_owned();
+        let input = claim.payload["input"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let limits: Option<LimitsInput> =
             serde_json::from_value(claim.payload["limits"].clone()).ok();
         let token = CancellationToken::new();
