@@ -4,86 +4,17 @@
 //! test server of `ARBOR_TEST_POSTGRES_URL` (`. .ci/postgres.sh`); skips loudly without it.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
 #[allow(dead_code)]
+mod pg_support;
+#[allow(dead_code)]
 mod serve_support;
+
+use pg_support::{PASSWORD, Pg, arbor, drop_schema, json, server};
 
 const REPLIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replies.toml");
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
-/// Trust authentication takes any password: this one must never be shown.
-const PASSWORD: &str = "pw-never-shown-4711";
-
-struct Pg {
-    /// The URL with a password in it.
-    url: String,
-    schema: String,
-}
-
-fn server(test: &str) -> Option<Pg> {
-    let Some(base) = std::env::var("ARBOR_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: no PostgreSQL server (set ARBOR_TEST_POSTGRES_URL, or run \
-             `. .ci/postgres.sh` first)"
-        );
-        return None;
-    };
-    let url = base.replacen(
-        "postgres://arbor@",
-        &format!("postgres://arbor:{PASSWORD}@"),
-        1,
-    );
-    assert!(
-        url.contains(PASSWORD),
-        "the test server's URL has another user: {base}"
-    );
-    let schema = format!(
-        "arbor_cli_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    Some(Pg { url, schema })
-}
-
-fn arbor(dir: &Path, pg: &Pg, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
-        .args(args)
-        .current_dir(dir)
-        .env("ARBOR_STORE_URL", &pg.url)
-        .env("ARBOR_STORE_SCHEMA", &pg.schema)
-        .env_remove("ARBOR_LOG")
-        .output()
-        .unwrap();
-    for stream in [&out.stdout, &out.stderr] {
-        let text = String::from_utf8_lossy(stream);
-        assert!(
-            !text.contains(PASSWORD),
-            "{args:?} showed the password: {text}"
-        );
-    }
-    out
-}
-
-fn json(dir: &Path, pg: &Pg, args: &[&str]) -> Value {
-    let out = arbor(dir, pg, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn child<'a>(rows: &'a Value, name: &str) -> &'a Value {
     rows.as_array()
@@ -191,26 +122,4 @@ async fn arbor_serve_runs_on_a_postgres_store_and_the_cli_reads_its_tree() {
     assert_eq!(tree["reconciliation"]["root_aggregate_tokens"], 740_000);
     assert!(!dir.path().join("a.db").exists() && !dir.path().join(".arbor").exists());
     drop_schema(&pg);
-}
-
-/// Drops the test's schema (on a thread of its own: callers may be inside a runtime).
-fn drop_schema(pg: &Pg) {
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP SCHEMA \"{}\" CASCADE",
-                    pg.schema
-                )))
-                .execute(&pool)
-                .await
-                .unwrap();
-            });
-        });
-    });
 }

@@ -1,0 +1,197 @@
+//! Children on `arbor worker` processes over a shared PostgreSQL store (`arbor run
+//! --workers`): a worker SIGKILLed in the middle of a child's multi-turn run is taken over by
+//! another, which goes on from the transcript with no effect run twice; a tree of 100
+//! children with `max_active_children = 8` on four workers killed at random never has more
+//! than 8 live (sampled from the database) and leaves no slot behind. Needs the test server
+//! of `ARBOR_TEST_POSTGRES_URL` (`. .ci/postgres.sh`); skips loudly without it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    missing_docs
+)]
+#![cfg(unix)]
+
+#[allow(dead_code)]
+mod pg_support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use pg_support::{Pg, drop_schema, json, server, spawn};
+use serde_json::Value;
+
+/// A child that appends a line per turn (each of its own text), a turn every 400 ms.
+fn counter_spec(lines: usize) -> String {
+    let mut spec = String::from(
+        "task = \"count\"\nroot = \"root\"\n\n[agents.root]\nchildren = [\"counter\"]\n\
+         [[agents.root.turns]]\nusage = { input_tokens = 100, output_tokens = 10 }\n\
+         tool_calls = [{ name = \"spawn_agent\", arguments = { child_id = \"counter\", \
+         name = \"c1\", input = \"count\" } }]\n[[agents.root.turns]]\n\
+         usage = { input_tokens = 200, output_tokens = 20 }\ntext = \"root done\"\n\n\
+         [agents.counter]\ntools = [\"append_line\"]\n\
+         limits = { max_steps = 40, max_tool_calls = 40, timeout_ms = 120000 }\n",
+    );
+    for i in 1..=lines {
+        spec.push_str(&format!(
+            "[[agents.counter.turns]]\ndelay_ms = 400\nusage = {{ input_tokens = {}, \
+             output_tokens = 1 }}\ntool_calls = [{{ name = \"append_line\", arguments = {{ \
+             path = \"count.txt\", text = \"line-{i}\" }} }}]\n",
+            10 * i
+        ));
+    }
+    spec.push_str(
+        "[[agents.counter.turns]]\nusage = { input_tokens = 7, output_tokens = 1 }\n\
+         text = \"counted\"\n",
+    );
+    spec
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn worker(dir: &Path, pg: &Pg, n: usize, concurrency: &str) -> Child {
+    spawn(
+        dir,
+        pg,
+        &[
+            "worker",
+            "--specs",
+            "specs",
+            "--lease-ms",
+            "1500",
+            "--poll-ms",
+            "200",
+            "--concurrency",
+            concurrency,
+        ],
+        &dir.join(format!("worker-{n}.log")),
+    )
+}
+
+fn finish(mut run: Child, within: Duration) -> Value {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            let mut out = String::new();
+            std::io::Read::read_to_string(run.stdout.as_mut().unwrap(), &mut out).unwrap();
+            assert!(status.success(), "the run failed: {status}: {out}");
+            return serde_json::from_str(&out).unwrap();
+        }
+        assert!(start.elapsed() < within, "the run did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_run_is_taken_over_and_no_effect_runs_twice() {
+    let Some(pg) = server("a_worker_killed_mid_run_is_taken_over") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/tree.toml"), counter_spec(8)).unwrap();
+    let count = dir.path().join("count.txt");
+
+    let mut first = worker(dir.path(), &pg, 1, "4");
+    let run = spawn(
+        dir.path(),
+        &pg,
+        &[
+            "run",
+            "specs/tree.toml",
+            "--workers",
+            "--json",
+            "--no-input",
+        ],
+        &dir.path().join("run.log"),
+    );
+    // The first worker is the only one: it holds the child. Kill it mid-run.
+    wait_until("the first lines", Duration::from_secs(60), || {
+        lines(&count).len() >= 3
+    });
+    let mut second = worker(dir.path(), &pg, 2, "4");
+    std::thread::sleep(Duration::from_millis(300));
+    first.kill().unwrap();
+    let killed = Instant::now();
+    first.wait().unwrap();
+    let at_kill = lines(&count).len();
+    wait_until(
+        "the second worker to go on",
+        Duration::from_secs(30),
+        || lines(&count).len() > at_kill,
+    );
+    let resumed = killed.elapsed();
+    let report = finish(run, Duration::from_secs(120));
+    second.kill().unwrap();
+    second.wait().unwrap();
+    eprintln!(
+        "takeover: kill to resume {} ms (lease 1500 ms), {at_kill} lines before the kill",
+        resumed.as_millis()
+    );
+
+    // Each line at most once, in order; only a call in flight at the kill may be missing.
+    let written = lines(&count);
+    let unique: BTreeSet<&String> = written.iter().collect();
+    assert_eq!(
+        unique.len(),
+        written.len(),
+        "an effect ran twice: {written:?}"
+    );
+    let expected: Vec<String> = (1..=8).map(|i| format!("line-{i}")).collect();
+    assert!(written.iter().all(|l| expected.contains(l)), "{written:?}");
+    assert!(written.len() >= 7, "{written:?}");
+
+    // The child: two runs (the first cut off, the takeover), every call answered once, the
+    // calls answered "appended" each wrote their line.
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+    let sessions = tree["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "one tree: {tree}");
+    assert_eq!(sessions[1]["parent_id"], root.as_str());
+    assert_eq!(sessions[1]["status"], "succeeded");
+    let child = sessions[1]["id"].as_str().unwrap();
+    let out = pg_support::arbor(dir.path(), &pg, &["log", child, "--json"]);
+    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let runs = entries
+        .iter()
+        .filter(|e| e["kind"] == "run_started")
+        .count();
+    assert_eq!(runs, 2, "the takeover is a second run of the same session");
+    let results: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results.len(), 8, "{results:?}");
+    let appended = results.iter().filter(|r| r.starts_with("appended")).count();
+    assert!(appended <= written.len() && written.len() <= appended + 1);
+    assert!(
+        results
+            .iter()
+            .filter(|r| r.starts_with("interrupted"))
+            .count()
+            <= 1,
+        "{results:?}"
+    );
+    drop_schema(&pg);
+}
