@@ -195,3 +195,162 @@ fn a_worker_killed_mid_run_is_taken_over_and_no_effect_runs_twice() {
     );
     drop_schema(&pg);
 }
+
+/// The root starts 4 leads at once; each lead asks for 25 leaves, 4 at a time: 100 children
+/// that would be 20 live at once without a tree-wide count.
+fn wide_spec() -> String {
+    let mut spec = String::from(
+        "task = \"fan out\"\nroot = \"root\"\n\n[supervisor]\n\
+         limits = { max_active_children = 8, timeout_ms = 300000 }\n\n\
+         [agents.root]\nchildren = [\"lead\"]\ntool_concurrency = 4\n\
+         limits = { max_steps = 8, max_tool_calls = 8, timeout_ms = 300000 }\n\
+         [[agents.root.turns]]\nusage = { input_tokens = 100, output_tokens = 10 }\ntool_calls = [\n",
+    );
+    for i in 0..4 {
+        spec.push_str(&format!(
+            "  {{ name = \"spawn_agent\", arguments = {{ child_id = \"lead\", name = \"lead-{i}\", \
+             input = \"lead {i}\" }} }},\n"
+        ));
+    }
+    spec.push_str(
+        "]\n[[agents.root.turns]]\nusage = { input_tokens = 200, output_tokens = 20 }\n\
+         text = \"all led\"\n\n[agents.lead]\nchildren = [\"leaf\"]\ntool_concurrency = 4\n\
+         limits = { max_steps = 8, max_tool_calls = 40, timeout_ms = 300000 }\n\
+         [[agents.lead.turns]]\nusage = { input_tokens = 10, output_tokens = 1 }\ntool_calls = [\n",
+    );
+    for i in 0..25 {
+        spec.push_str(&format!(
+            "  {{ name = \"spawn_agent\", arguments = {{ child_id = \"leaf\", input = \"leaf {i}\" }} }},\n"
+        ));
+    }
+    spec.push_str(
+        "]\n[[agents.lead.turns]]\nusage = { input_tokens = 20, output_tokens = 2 }\n\
+         text = \"led\"\n\n[agents.leaf]\n[[agents.leaf.turns]]\ndelay_ms = 150\n\
+         usage = { input_tokens = 3, output_tokens = 1 }\ntext = \"leaf done\"\n",
+    );
+    spec
+}
+
+/// The live claims (lease not run out) and the runs not ended, from the database.
+async fn sample(pool: &sqlx::PgPool, schema: &str) -> (i64, i64) {
+    let live: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM \"{schema}\".child_runs WHERE state = 'claimed' AND \
+         lease_until >= (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap_or(0);
+    let open: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM \"{schema}\".child_runs WHERE state IN ('queued', 'claimed')"
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap_or(-1);
+    (live, open)
+}
+
+#[test]
+fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
+    let Some(pg) = server("four_workers_killed_at_random") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/tree.toml"), wide_spec()).unwrap();
+    let mut workers: Vec<Child> = (0..4).map(|n| worker(dir.path(), &pg, n, "6")).collect();
+    let mut next = 4;
+    let run = spawn(
+        dir.path(),
+        &pg,
+        &[
+            "run",
+            "specs/tree.toml",
+            "--workers",
+            "--json",
+            "--no-input",
+        ],
+        &dir.path().join("run.log"),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = runtime.block_on(sqlx::PgPool::connect(&pg.url)).unwrap();
+    // Sample while killing a random worker (and starting another) every 1.2 s.
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let (mut peak, mut samples, mut kills) = (0i64, 0u32, 0u32);
+    let mut last_kill = Instant::now();
+    let mut run = Some(run);
+    let start = Instant::now();
+    let report = loop {
+        let (live, _) = runtime.block_on(sample(&pool, &pg.schema));
+        peak = peak.max(live);
+        samples += 1;
+        assert!(
+            live <= 8,
+            "{live} children live at once, over max_active_children = 8"
+        );
+        if let Some(r) = run.as_mut()
+            && r.try_wait().unwrap().is_some()
+        {
+            break finish(run.take().unwrap(), Duration::from_secs(1));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "the tree did not end"
+        );
+        if kills < 4 && last_kill.elapsed() > Duration::from_millis(1200) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let victim = usize::try_from(rng % 4).unwrap();
+            workers[victim].kill().unwrap();
+            workers[victim].wait().unwrap();
+            workers[victim] = worker(dir.path(), &pg, next, "6");
+            next += 1;
+            kills += 1;
+            last_kill = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    // Runs whose parent died with a killed worker still end; then nothing is left open.
+    let drained = Instant::now();
+    loop {
+        let (live, open) = runtime.block_on(sample(&pool, &pg.schema));
+        assert!(live <= 8);
+        if open == 0 {
+            break;
+        }
+        assert!(
+            drained.elapsed() < Duration::from_secs(60),
+            "{open} child runs never ended: a slot leaked"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for mut w in workers {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+    let total: i64 = runtime
+        .block_on(
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM \"{}\".child_runs",
+                pg.schema
+            )))
+            .fetch_one(&pool),
+        )
+        .unwrap();
+    eprintln!(
+        "limits: {total} child runs, {kills} workers killed, peak {peak} live over {samples} \
+         samples, {} s",
+        start.elapsed().as_secs()
+    );
+    assert_eq!(report["status"], "succeeded", "{report}");
+    assert!(peak >= 6, "the tree never filled its slots (peak {peak})");
+    assert!(total > 4, "{total}");
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+    drop(pool);
+    drop_schema(&pg);
+}
