@@ -256,12 +256,21 @@ impl WorkQueue {
         self.store.finish_op(out)
     }
 
-    /// Renews `claim`'s lease, and says whether the run was cancelled or the claim lost.
+    /// Renews `claim`'s lease, and says whether the run was cancelled or the claim lost. A
+    /// run is cancelled when someone asked ([`cancel`](Self::cancel)), and when its session,
+    /// or any session above it, was deleted (a tombstone written by any process, on any host).
     pub async fn heartbeat(&self, claim: &Claim) -> StoreResult<Heartbeat> {
         let sql = format!(
-            "UPDATE child_runs SET lease_until = {NOW_MS} + $4, updated_at = {NOW_MS} \
+            "WITH RECURSIVE chain (id, parent_id, tombstone, hops) AS ( \
+               SELECT id, parent_id, tombstone, 0 FROM sessions WHERE id = $1 \
+               UNION ALL \
+               SELECT s.id, s.parent_id, s.tombstone, c.hops + 1 FROM sessions s \
+               JOIN chain c ON s.id = c.parent_id WHERE c.hops < 64 \
+             ) \
+             UPDATE child_runs SET lease_until = {NOW_MS} + $4, updated_at = {NOW_MS} \
              WHERE session_id = $1 AND state = 'claimed' AND owner = $2 AND attempts = $3 \
-             RETURNING cancel_requested"
+             RETURNING cancel_requested \
+               OR EXISTS (SELECT 1 FROM chain WHERE tombstone IS NOT NULL)"
         );
         let out: OpResult<Heartbeat> = async {
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))

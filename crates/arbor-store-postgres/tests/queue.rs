@@ -296,3 +296,66 @@ async fn max_active_counts_the_whole_tree_not_each_parent() {
     assert_eq!(queue.live(root.id).await.unwrap(), 3);
     common::drop_schema(&store, &schema).await;
 }
+
+/// A delete anywhere above a claimed run (its own session, its parent) cancels it at its
+/// worker's next heartbeat, whichever process wrote the tombstone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_on_the_run_or_above_it_cancels_it_at_the_next_heartbeat() {
+    let Some(url) = common::server("a_tombstone_cancels_at_the_next_heartbeat") else {
+        return;
+    };
+    let (store, schema) = common::fresh_store(&url).await;
+    let (root, leads) = family(&store, 2).await;
+    let mut runs = Vec::new();
+    for lead in &leads {
+        let kid = SessionRecord::new_child(lead, "leaf", "worker", "model-b");
+        store.create_session(&kid).await.unwrap();
+        runs.push(ChildRun {
+            session: kid.id,
+            parent: lead.id,
+            root: root.id,
+            payload: json!({}),
+            max_active: None,
+        });
+    }
+    let queue = WorkQueue::new(&store, "worker", Duration::from_secs(5));
+    for run in &runs {
+        queue.enqueue(run).await.unwrap();
+    }
+    let claims = queue.claim(2).await.unwrap();
+    assert_eq!(claims.len(), 2);
+    for claim in &claims {
+        assert_eq!(
+            queue.heartbeat(claim).await.unwrap(),
+            Heartbeat::Held { cancel: false }
+        );
+    }
+    let tombstone = |r: &SessionRecord| arbor_store::SessionUpdate {
+        tombstone: Some(arbor_store::Tombstone {
+            at: arbor_protocol::Timestamp::now(),
+            by: "user:another-host".into(),
+            reason: "not needed".into(),
+            final_status: r.status,
+            usage: r.own_usage,
+        }),
+        ..Default::default()
+    };
+    // The first leaf's parent is deleted; the second leaf itself.
+    store
+        .update_session(leads[0].id, &tombstone(&leads[0]))
+        .await
+        .unwrap();
+    let second = store.session(runs[1].session).await.unwrap().unwrap();
+    store
+        .update_session(second.id, &tombstone(&second))
+        .await
+        .unwrap();
+    for claim in &claims {
+        assert_eq!(
+            queue.heartbeat(claim).await.unwrap(),
+            Heartbeat::Held { cancel: true },
+            "{claim:?}"
+        );
+    }
+    common::drop_schema(&store, &schema).await;
+}
