@@ -354,3 +354,137 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
     drop(pool);
     drop_schema(&pg);
 }
+
+/// The state of every child run, from the database.
+fn run_states(pg: &Pg) -> Vec<String> {
+    let (url, schema) = (pg.url.clone(), pg.schema.clone());
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT state FROM \"{schema}\".child_runs ORDER BY enqueued_at"
+                )))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+            })
+    })
+    .join()
+    .unwrap()
+}
+
+/// Starts a worker and a tree whose child counts slowly, and waits until the child is
+/// mid-run on the worker.
+fn counting_on_a_worker(dir: &Path, pg: &Pg) -> (Child, Child) {
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    std::fs::write(dir.join("specs/tree.toml"), counter_spec(30)).unwrap();
+    let w = worker(dir, pg, 1, "2");
+    let run = spawn(
+        dir,
+        pg,
+        &[
+            "run",
+            "specs/tree.toml",
+            "--workers",
+            "--json",
+            "--no-input",
+        ],
+        &dir.join("run.log"),
+    );
+    wait_until("the child mid-run", Duration::from_secs(60), || {
+        lines(&dir.join("count.txt")).len() >= 2
+    });
+    (w, run)
+}
+
+/// Waits until the child's run ended on its worker (reported), and checks that nothing of
+/// it runs afterwards; returns how long it took.
+fn stops_on_its_worker(dir: &Path, pg: &Pg, from: Instant) -> Duration {
+    wait_until(
+        "the worker to stop the run",
+        Duration::from_secs(10),
+        || run_states(pg).first().is_some_and(|s| s != "claimed"),
+    );
+    let stopped = from.elapsed();
+    let at_stop = lines(&dir.join("count.txt")).len();
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(
+        lines(&dir.join("count.txt")).len(),
+        at_stop,
+        "the run went on after it was reported stopped"
+    );
+    assert!(at_stop < 30, "it ran to its end instead");
+    stopped
+}
+
+#[test]
+fn cancelling_the_tree_stops_its_child_on_the_worker_within_a_heartbeat() {
+    let Some(pg) = server("cancelling_the_tree_stops_its_child") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, mut run) = counting_on_a_worker(dir.path(), &pg);
+    let cancelled = Instant::now();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let took = stops_on_its_worker(dir.path(), &pg, cancelled);
+    let status = run.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "a cancelled run exits 128 + SIGINT"
+    );
+    assert_eq!(
+        run_states(&pg),
+        ["failed"],
+        "reported by the worker, as it ended"
+    );
+    w.kill().unwrap();
+    w.wait().unwrap();
+    eprintln!(
+        "cancel: Ctrl-C to the run stopped on its worker in {} ms",
+        took.as_millis()
+    );
+    // A heartbeat is a quarter of the 1,500 ms lease; the scripted turn in progress is 400 ms.
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    drop_schema(&pg);
+}
+
+#[test]
+fn a_child_deleted_from_another_process_stops_on_its_worker_within_a_heartbeat() {
+    let Some(pg) = server("a_child_deleted_from_another_process") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, mut run) = counting_on_a_worker(dir.path(), &pg);
+    // The parent dies; its child goes on on the worker until someone deletes it.
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let rows = json(dir.path(), &pg, &["ls", "--json"]);
+    let root = rows["roots"][0]["id"].as_str().unwrap().to_owned();
+    let deleted = Instant::now();
+    let out = pg_support::arbor(dir.path(), &pg, &["rm", &root, "c1"]);
+    assert!(
+        out.status.success(),
+        "rm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let took = stops_on_its_worker(dir.path(), &pg, deleted);
+    w.kill().unwrap();
+    w.wait().unwrap();
+    eprintln!(
+        "delete: arbor rm stopped the run on its worker in {} ms",
+        took.as_millis()
+    );
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["sessions"][1]["deleted"], true, "{tree}");
+    drop_schema(&pg);
+}
