@@ -488,3 +488,83 @@ fn a_child_deleted_from_another_process_stops_on_its_worker_within_a_heartbeat()
     assert_eq!(tree["sessions"][1]["deleted"], true, "{tree}");
     drop_schema(&pg);
 }
+
+#[test]
+fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
+    let Some(pg) = server("a_message_to_a_child_on_a_worker") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    let mut spec = String::from(
+        "task = \"talk\"\nroot = \"root\"\n\n[agents.root]\nchildren = [\"listener\"]\n\
+         [[agents.root.turns]]\ntool_calls = [{ name = \"spawn_agent\", arguments = { \
+         child_id = \"listener\", name = \"listener\", mode = \"async\", input = \"listen\" } }]\n\
+         [[agents.root.turns]]\ndelay_ms = 300\ntool_calls = [{ name = \"send_message\", \
+         arguments = { to = \"listener\", text = \"hello from root\" } }]\n\
+         [[agents.root.turns]]\ntool_calls = [{ name = \"wait_agent\", arguments = { \
+         delegation_id = \"${call_1_1.delegation_id}\" } }]\n\
+         [[agents.root.turns]]\ntext = \"root done\"\n\n\
+         [agents.listener]\ntools = [\"echo\"]\n",
+    );
+    for i in 0..5 {
+        spec.push_str(&format!(
+            "[[agents.listener.turns]]\ndelay_ms = 500\ntool_calls = [{{ name = \"echo\", \
+             arguments = {{ text = \"turn {i}\" }} }}]\n"
+        ));
+    }
+    spec.push_str("[[agents.listener.turns]]\ntext = \"heard\"\n");
+    std::fs::write(dir.path().join("specs/tree.toml"), spec).unwrap();
+    let mut w = worker(dir.path(), &pg, 1, "2");
+    let run = spawn(
+        dir.path(),
+        &pg,
+        &[
+            "run",
+            "specs/tree.toml",
+            "--workers",
+            "--json",
+            "--no-input",
+        ],
+        &dir.path().join("run.log"),
+    );
+    let report = finish(run, Duration::from_secs(60));
+    w.kill().unwrap();
+    w.wait().unwrap();
+    assert_eq!(report["status"], "succeeded", "{report}");
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    let child = tree["sessions"][1]["id"].as_str().unwrap().to_owned();
+    let out = pg_support::arbor(dir.path(), &pg, &["log", &child, "--json"]);
+    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let received = entries
+        .iter()
+        .find(|e| e["kind"] == "inbox_received")
+        .unwrap_or_else(|| panic!("never delivered: {entries:?}"));
+    assert_eq!(received["message"]["text"], "hello from root");
+    let id = received["message"]["id"].clone();
+    // Read by the run on the worker, before it ended: not by a later run here.
+    let read_at = entries
+        .iter()
+        .position(|e| {
+            e["kind"] == "inbox_read" && e["ids"].as_array().is_some_and(|ids| ids.contains(&id))
+        })
+        .unwrap_or_else(|| panic!("never read: {entries:?}"));
+    let first_end = entries
+        .iter()
+        .position(|e| e["kind"] == "run_finished")
+        .unwrap();
+    assert!(
+        read_at < first_end,
+        "read after the worker's run ended: {entries:?}"
+    );
+    let runs = entries
+        .iter()
+        .filter(|e| e["kind"] == "run_started")
+        .count();
+    assert_eq!(runs, 1, "one run, on the worker");
+    drop_schema(&pg);
+}

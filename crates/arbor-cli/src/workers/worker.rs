@@ -31,6 +31,9 @@ use crate::run::{Overrides, prepare};
 use crate::spec::Spec;
 use crate::store::{StoreChoice, io_reason};
 
+/// How often a running child's stored mail is looked for.
+const MAIL_EVERY: Duration = Duration::from_millis(500);
+
 /// Runs `arbor worker`.
 pub(crate) async fn work(args: WorkerArgs) -> Result<u8, Fail> {
     if args.concurrency == 0 {
@@ -212,15 +215,26 @@ impl Worker {
         if takeover {
             tracing::info!(child = %claim.session, attempt = claim.attempt, "taking over a run");
         }
-        let result = sup
-            .run_claimed(ClaimedRun {
-                session: claim.session,
-                input,
-                limits,
-                takeover,
-                cancel,
-            })
-            .await;
+        let run = sup.run_claimed(ClaimedRun {
+            session: claim.session,
+            input,
+            limits,
+            takeover,
+            cancel,
+        });
+        tokio::pin!(run);
+        // Messages other processes store for the child reach its next turn.
+        let mut read_to = 0;
+        let result = loop {
+            tokio::select! {
+                r = &mut run => break r,
+                () = tokio::time::sleep(MAIL_EVERY) => {
+                    if let Err(e) = sup.collect_mail(claim.session, &mut read_to).await {
+                        tracing::debug!(child = %claim.session, error = %e, "could not read the child's mail");
+                    }
+                }
+            }
+        };
         token.cancel();
         built.close().await;
         RemoteOutcome::of(&result)

@@ -4,7 +4,7 @@
 //! [`arbor_protocol::inbox`]); the [`Inbox`] is the live queue the session's run loop drains
 //! at the start of each turn. A reopened session reloads what was received and never read.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
 use arbor_protocol::{EntryKind, InboxMessage, TranscriptEntry};
@@ -23,6 +23,9 @@ struct Queue {
     pending: VecDeque<InboxMessage>,
     /// Places taken by deliveries being stored, counted against the cap with `pending`.
     reserved: usize,
+    /// The ids of every message this inbox ever held (loaded, delivered or absorbed): a
+    /// message another process stored is taken in once, never twice.
+    seen: HashSet<String>,
 }
 
 /// A place in an [`Inbox`] taken by [`Inbox::try_reserve`]: fill it with
@@ -40,6 +43,7 @@ impl Reservation<'_> {
         {
             let mut q = self.inbox.queue();
             q.reserved = q.reserved.saturating_sub(1);
+            q.seen.insert(message.id.clone());
             q.pending.push_back(message);
         }
         self.inbox.wake();
@@ -64,9 +68,13 @@ impl Inbox {
     /// The messages `entries` received and did not read, in order.
     pub fn from_transcript(entries: &[TranscriptEntry]) -> Self {
         let mut pending: Vec<InboxMessage> = Vec::new();
+        let mut seen = HashSet::new();
         for entry in entries {
             match &entry.kind {
-                EntryKind::InboxReceived { message } => pending.push(message.clone()),
+                EntryKind::InboxReceived { message } => {
+                    seen.insert(message.id.clone());
+                    pending.push(message.clone());
+                }
                 EntryKind::InboxRead { ids } | EntryKind::InboxDropped { ids, .. } => {
                     pending.retain(|m| !ids.contains(&m.id))
                 }
@@ -77,6 +85,7 @@ impl Inbox {
             queue: Mutex::new(Queue {
                 pending: pending.into(),
                 reserved: 0,
+                seen,
             }),
             notify: Notify::new(),
         }
@@ -94,8 +103,49 @@ impl Inbox {
     /// Adds a message (already stored durably) and wakes a waiter. Not bounded: deliveries
     /// that must respect a cap take a place first with [`try_reserve`](Self::try_reserve).
     pub fn push(&self, message: InboxMessage) {
-        self.queue().pending.push_back(message);
+        {
+            let mut q = self.queue();
+            q.seen.insert(message.id.clone());
+            q.pending.push_back(message);
+        }
         self.wake();
+    }
+
+    /// Takes in what `entries` (a stretch of the session's transcript) received that this
+    /// inbox never held: messages another process stored while this one runs the session.
+    /// Returns how many were taken in.
+    pub(crate) fn absorb(&self, entries: &[TranscriptEntry]) -> usize {
+        let mut taken = 0;
+        {
+            let mut q = self.queue();
+            for entry in entries {
+                match &entry.kind {
+                    EntryKind::InboxReceived { message } if !q.seen.contains(&message.id) => {
+                        q.seen.insert(message.id.clone());
+                        q.pending.push_back(message.clone());
+                        taken += 1;
+                    }
+                    EntryKind::InboxDropped { ids, .. } => {
+                        q.pending.retain(|m| !ids.contains(&m.id));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if taken > 0 {
+            self.wake();
+        }
+        taken
+    }
+
+    /// Makes the pending queue what the whole transcript `entries` says: received, and
+    /// neither read nor dropped (another process ran the session and read some).
+    pub(crate) fn reload(&self, entries: &[TranscriptEntry]) {
+        let fresh = Self::from_transcript(entries);
+        let Queue { pending, seen, .. } = std::mem::take(&mut *fresh.queue());
+        let mut q = self.queue();
+        q.pending = pending;
+        q.seen.extend(seen);
     }
 
     /// Takes a place for one more message if fewer than `max` are pending or being
@@ -190,6 +240,35 @@ mod tests {
         let ids: Vec<String> = inbox.drain().into_iter().map(|m| m.id).collect();
         assert_eq!(ids, ["b", "c"]);
         assert!(inbox.is_empty());
+    }
+
+    #[test]
+    fn absorbing_takes_in_each_stored_message_once() {
+        let inbox =
+            Inbox::from_transcript(&[entry(1, EntryKind::InboxReceived { message: msg("a") })]);
+        // Read by the session since; "a" is in another stretch again, and "b" is new.
+        assert_eq!(inbox.drain().len(), 1);
+        let stretch = [
+            entry(1, EntryKind::InboxReceived { message: msg("a") }),
+            entry(2, EntryKind::InboxReceived { message: msg("b") }),
+        ];
+        assert_eq!(inbox.absorb(&stretch), 1);
+        assert_eq!(inbox.absorb(&stretch), 0, "taken in once");
+        let ids: Vec<String> = inbox.peek().into_iter().map(|m| m.id).collect();
+        assert_eq!(ids, ["b"]);
+        // A reload follows the transcript: read elsewhere, it is no longer pending.
+        inbox.reload(&[
+            stretch[0].clone(),
+            stretch[1].clone(),
+            entry(
+                3,
+                EntryKind::InboxRead {
+                    ids: vec!["a".into(), "b".into()],
+                },
+            ),
+        ]);
+        assert!(inbox.is_empty());
+        assert_eq!(inbox.absorb(&stretch), 0);
     }
 
     #[test]

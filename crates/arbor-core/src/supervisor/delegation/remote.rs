@@ -145,7 +145,30 @@ impl Supervisor {
             ));
         };
         let session_id = child.session;
-        match runner.run(child).await {
+        // Live here as if it ran here: a delete or cancel reaches its token, and deliveries
+        // see it running (the store holds them; its worker takes them in).
+        let hub = self.live().hub();
+        hub.register(
+            session_id,
+            Some(child.parent),
+            std::sync::Arc::new(crate::session::inbox::Inbox::new()),
+            false,
+        );
+        // Marked running with the delegation's token unless it is already (a closed session
+        // cancels the token instead).
+        hub.start_run(session_id, &a.token);
+        if a.token.is_cancelled() {
+            return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
+        }
+        let ran = runner.run(child).await;
+        // What was delivered here meanwhile went to the store, and the run elsewhere read
+        // what it could: what waits now is what the transcript says.
+        if let Some(inbox) = self.live().hub().inbox(session_id)
+            && let Ok(entries) = self.live().store().transcript(session_id, 0, None).await
+        {
+            inbox.reload(&entries);
+        }
+        match ran {
             Ok(result) => Worked::Ran {
                 session_id,
                 name: a.name.clone(),
@@ -156,6 +179,25 @@ impl Supervisor {
             }
             Err(e) => Worked::Error(self.redact_error(e)),
         }
+    }
+
+    /// Takes into the live inbox of `session` (a child this process runs) the messages other
+    /// processes stored for it since transcript position `after`, which moves on; returns
+    /// how many were taken in. A worker calls it while it runs a claimed child, so a message
+    /// sent from any host reaches the run's next turn. Each message is taken in once.
+    pub async fn collect_mail(&self, session: SessionId, after: &mut u64) -> CoreResult<usize> {
+        let Some(inbox) = self.live().hub().inbox(session) else {
+            return Ok(0);
+        };
+        let entries = self
+            .live()
+            .store()
+            .transcript(session, *after, None)
+            .await?;
+        if let Some(last) = entries.last() {
+            *after = last.seq;
+        }
+        Ok(inbox.absorb(&entries))
     }
 
     /// Runs the child `claimed.session`, which another process admitted and registered, here:
