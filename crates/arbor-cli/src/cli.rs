@@ -326,6 +326,10 @@ pub(crate) struct ResumeArgs {
     /// exits 4.
     #[arg(long)]
     pub(crate) no_input: bool,
+    /// Hand the children's runs to `arbor worker` processes through the PostgreSQL store's
+    /// queue (a suspended child resumes with its decisions on a worker).
+    #[arg(long)]
+    pub(crate) workers: bool,
 }
 
 /// Arguments of `arbor send`.

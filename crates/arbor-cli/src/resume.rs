@@ -28,9 +28,16 @@ pub(crate) async fn resume(
     args: &ResumeArgs,
     asking: Option<&crate::run::Held>,
 ) -> Result<Resumed, Fail> {
+    let workers = args.workers;
     let args = &args.target;
     let choice = StoreChoice::from_args(false, args.store.store.as_deref())?;
-    let store = open(&args.store).await?;
+    let store = if workers {
+        let store = crate::workers::open_store(&choice, true, "--workers").await?;
+        owner::sweep(&store).await?;
+        store
+    } else {
+        open(&args.store).await?
+    };
     let root = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     let view = View {
         store: &store,

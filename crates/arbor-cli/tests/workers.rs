@@ -568,3 +568,105 @@ fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
     assert_eq!(runs, 1, "one run, on the worker");
     drop_schema(&pg);
 }
+
+/// Who holds (or last held) each child run, from the database.
+fn run_owners(pg: &Pg) -> Vec<String> {
+    let (url, schema) = (pg.url.clone(), pg.schema.clone());
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT COALESCE(owner, '') FROM \"{schema}\".child_runs ORDER BY enqueued_at"
+                )))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+            })
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_decision_taken_while_the_worker_is_dead_applies_when_another_worker_resumes() {
+    let Some(pg) = server("a_decision_taken_while_the_worker_is_dead") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    let spec = "task = \"count\"\nroot = \"root\"\n\n[supervisor]\napprovals = true\n\n\
+        [agents.root]\nchildren = [\"counter\"]\n[[agents.root.turns]]\n\
+        usage = { input_tokens = 100, output_tokens = 10 }\ntool_calls = [{ name = \
+        \"spawn_agent\", arguments = { child_id = \"counter\", name = \"c1\", input = \"count\" } }]\n\
+        [[agents.root.turns]]\nusage = { input_tokens = 200, output_tokens = 20 }\n\
+        text = \"root done\"\n\n[agents.counter]\ntools = [\"append_line\"]\n\
+        [[agents.counter.turns]]\nusage = { input_tokens = 10, output_tokens = 1 }\n\
+        tool_calls = [{ name = \"append_line\", arguments = { path = \"count.txt\", text = \
+        \"approved line\" } }]\n[[agents.counter.turns]]\n\
+        usage = { input_tokens = 20, output_tokens = 2 }\ntext = \"counted\"\n";
+    std::fs::write(dir.path().join("specs/tree.toml"), spec).unwrap();
+    let count = dir.path().join("count.txt");
+    let mut first = worker(dir.path(), &pg, 1, "2");
+    let run = spawn(
+        dir.path(),
+        &pg,
+        &[
+            "run",
+            "specs/tree.toml",
+            "--workers",
+            "--json",
+            "--no-input",
+        ],
+        &dir.path().join("run.log"),
+    );
+    let mut run = run;
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(4), "the tree waits for a decision");
+    assert!(!count.exists(), "nothing ran before its approval");
+    // The worker that ran the child dies; a person decides on another process.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let waiting = json(dir.path(), &pg, &["approvals", "@latest", "--json"]);
+    let id = waiting["suspensions"][0]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        waiting["suspensions"][0]["pending"][0]["path"][0],
+        "counter"
+    );
+    let approved = pg_support::arbor(dir.path(), &pg, &["approve", "@latest", &id]);
+    assert!(approved.status.success());
+    // Another worker resumes the child with the decision.
+    let mut second = worker(dir.path(), &pg, 2, "2");
+    let resumed = spawn(
+        dir.path(),
+        &pg,
+        &["resume", "@latest", "--workers", "--json", "--no-input"],
+        &dir.path().join("resume.log"),
+    );
+    let report = finish(resumed, Duration::from_secs(60));
+    let owners = run_owners(&pg);
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(report["status"], "succeeded", "{report}");
+    assert_eq!(
+        lines(&count),
+        ["approved line"],
+        "the approved effect, once"
+    );
+    assert_eq!(owners.len(), 1);
+    assert!(
+        owners[0].contains(&format!(":{}:", second.id())),
+        "resumed by the second worker: {owners:?}"
+    );
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+    assert_eq!(tree["sessions"][1]["status"], "succeeded");
+    drop_schema(&pg);
+}

@@ -142,8 +142,11 @@ impl WorkQueue {
         }
     }
 
-    /// Queues `run`. `AlreadyExists` when the session was queued before, `NotFound` when it
-    /// or its parent does not exist.
+    /// Queues `run`. A session whose earlier run ended (done, failed or cancelled: a
+    /// suspended run resumed with its decisions, say) is queued again as a new hand-over: its
+    /// next claim is a first one (`attempt` 1), not a takeover.
+    /// `AlreadyExists` while a run of the session is queued or claimed, `NotFound` when it or
+    /// its parent does not exist.
     pub async fn enqueue(&self, run: &ChildRun) -> StoreResult<()> {
         let payload = serde_json::to_string(&run.payload)
             .map_err(|e| StoreError::Invalid(format!("child run payload: {e}")))?;
@@ -153,7 +156,12 @@ impl WorkQueue {
             let sql = format!(
                 "INSERT INTO child_runs (session_id, parent_id, root_id, state, payload, \
                  max_active, enqueued_at, updated_at) \
-                 VALUES ($1, $2, $3, 'queued', $4, $5, {NOW_MS}, {NOW_MS})"
+                 VALUES ($1, $2, $3, 'queued', $4, $5, {NOW_MS}, {NOW_MS}) \
+                 ON CONFLICT (session_id) DO UPDATE SET state = 'queued', \
+                 payload = EXCLUDED.payload, max_active = EXCLUDED.max_active, owner = NULL, \
+                 lease_until = NULL, outcome = NULL, cancel_requested = FALSE, attempts = 0, \
+                 enqueued_at = EXCLUDED.enqueued_at, updated_at = EXCLUDED.updated_at \
+                 WHERE child_runs.state IN ('done', 'failed', 'cancelled')"
             );
             let inserted = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(run.session.to_string())
@@ -163,20 +171,25 @@ impl WorkQueue {
                 .bind(max_active)
                 .execute(&mut *tx)
                 .await;
-            if let Err(err) = inserted {
-                return Err(match sqlstate(&err).as_deref() {
-                    Some(UNIQUE_VIOLATION) if constraint(&err) == Some("child_runs_pkey") => {
-                        StoreError::AlreadyExists {
-                            what: "child run",
-                            id: run.session.to_string(),
+            let already = || StoreError::AlreadyExists {
+                what: "child run",
+                id: run.session.to_string(),
+            };
+            match inserted {
+                // Queued or claimed already: the conflict's update did not apply.
+                Ok(done) if done.rows_affected() == 0 => return Err(already().into()),
+                Ok(_) => {}
+                Err(err) => {
+                    return Err(match sqlstate(&err).as_deref() {
+                        Some(UNIQUE_VIOLATION) if constraint(&err) == Some("child_runs_pkey") => {
+                            already().into()
                         }
-                        .into()
-                    }
-                    Some(crate::error::FOREIGN_KEY_VIOLATION) => {
-                        StoreError::session_not_found(run.session).into()
-                    }
-                    _ => err.into(),
-                });
+                        Some(crate::error::FOREIGN_KEY_VIOLATION) => {
+                            StoreError::session_not_found(run.session).into()
+                        }
+                        _ => err.into(),
+                    });
+                }
             }
             notify(&mut tx, WORK_CHANNEL, &run.session.to_string()).await?;
             tx.commit().await?;

@@ -231,12 +231,29 @@ async fn cancels_reach_queued_and_claimed_runs_and_wakeups_arrive() {
         Some((RunState::Failed, Some(json!({"cancelled": true}))))
     );
 
-    // Bad input: a second enqueue, an unknown session, an unknown cancel.
-    let again = queue
-        .enqueue(&run_of(&root, &kids[0], None))
-        .await
-        .unwrap_err();
+    // A run that ended is queued again (a suspended run resumed): claimed anew as a first
+    // claim (not a takeover), the old outcome gone.
+    let mut resumed = run_of(&root, &kids[0], None);
+    resumed.payload = json!({"resume": true});
+    queue.enqueue(&resumed).await.unwrap();
+    assert_eq!(
+        queue.state(kids[0].id).await.unwrap(),
+        Some((RunState::Queued, None))
+    );
+    // Bad input: a second enqueue while queued, an unknown session, an unknown cancel.
+    let again = queue.enqueue(&resumed).await.unwrap_err();
     assert_eq!(again.kind(), StoreErrorKind::AlreadyExists, "{again}");
+    let claim = queue.claim(5).await.unwrap().remove(0);
+    assert_eq!(
+        (claim.attempt, &claim.payload),
+        (1, &json!({"resume": true}))
+    );
+    let again = queue.enqueue(&resumed).await.unwrap_err();
+    assert_eq!(
+        again.kind(),
+        StoreErrorKind::AlreadyExists,
+        "claimed: {again}"
+    );
     let stranger = SessionRecord::new_root("stranger", "x", "y");
     let unknown = queue
         .enqueue(&run_of(&root, &stranger, None))

@@ -116,6 +116,8 @@ impl ChildRunner for QueueRunner {
                 "spec": self.spec,
                 "input": child.input,
                 "limits": child.limits,
+                "resume_run": child.resume_run,
+                "mapping": child.mapping,
             }),
             max_active: Some(child.max_active),
         };

@@ -202,6 +202,10 @@ impl Worker {
             .to_owned();
         let limits: Option<LimitsInput> =
             serde_json::from_value(claim.payload["limits"].clone()).ok();
+        let resume_run = claim.payload["resume_run"]
+            .as_str()
+            .and_then(|r| r.parse().ok());
+        let mapping = Some(claim.payload["mapping"].clone()).filter(|m| !m.is_null());
         let token = CancellationToken::new();
         let built = match crate::tree::build(spec, self.store.clone(), token.clone()).await {
             Ok(b) => b,
@@ -221,6 +225,8 @@ impl Worker {
             limits,
             takeover,
             cancel,
+            resume_run,
+            mapping,
         });
         tokio::pin!(run);
         // Messages other processes store for the child reach its next turn.

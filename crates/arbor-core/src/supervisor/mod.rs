@@ -57,7 +57,7 @@ pub use hooks::{
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
-pub use runner::{ChildRunner, RemoteChild, RemoteOutcome};
+pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;
 pub use summary::{ChildSummary, Outcome};

@@ -82,6 +82,8 @@ fn claimed(child: &RemoteChild, takeover: bool) -> ClaimedRun {
         limits: Some(child.limits),
         takeover,
         cancel: child.cancel.clone(),
+        resume_run: child.resume_run,
+        mapping: child.mapping.clone(),
     }
 }
 
@@ -325,6 +327,8 @@ async fn a_worker_refuses_a_deleted_or_foreign_child() {
         limits: None,
         takeover: false,
         cancel: Default::default(),
+        resume_run: None,
+        mapping: None,
     };
     // A root is nobody's child here.
     let e = worker.run_claimed(run(root.id())).await.unwrap_err();

@@ -6,8 +6,9 @@
 //! the events, the `before` and `after` hooks, the timeout and exactly one terminal report
 //! all stay with the parent. The runner only runs the registered child and says how its run
 //! ended. What is handed over:
-//! - first runs of sync and joined children whose parent is a session (a follow-up, a
-//!   resumed or a continued run, and a message-mode child, run where their supervisor is);
+//! - first runs of sync and joined children whose parent is a session, and (durable
+//!   approvals) their suspended runs resumed with decisions (a follow-up or a continued run,
+//!   and a message-mode child, run where their supervisor is);
 //! - never a child a `before` hook gave a narrower permission: a permission cannot travel,
 //!   so such a child runs here rather than elsewhere with more than it was given.
 //!
@@ -18,7 +19,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arbor_protocol::{RunId, RunLimitBreach, RunStatus, SessionId, StopReason, Usage};
+use arbor_protocol::{
+    PendingDecision, RunId, RunLimitBreach, RunStatus, SessionId, StopReason, Usage,
+};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -47,6 +50,13 @@ pub struct RemoteChild {
     /// Cancelled when the delegation is (its caller, its timeout, a delete, the session's
     /// end): the runner stops the remote run and still waits for its report, briefly.
     pub cancel: CancellationToken,
+    /// A suspended run of the child to resume with its recorded decisions (durable
+    /// approvals), instead of a first run.
+    pub resume_run: Option<RunId>,
+    /// With durable approvals: the delegation mapping the worker stores beside the child's
+    /// suspension if it stops on a call, so that this supervisor (or a later process of the
+    /// host) rebuilds the delegation when a decision comes.
+    pub mapping: Option<serde_json::Value>,
 }
 
 /// Runs registered children elsewhere. One method; an `Arc<R>` is a runner too.
@@ -62,6 +72,15 @@ impl<R: ChildRunner + ?Sized> ChildRunner for Arc<R> {
     async fn run(&self, child: RemoteChild) -> CoreResult<RunResult> {
         (**self).run(child).await
     }
+}
+
+/// What a suspended remote run waits on: its checkpoint's version and the calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The checkpoint version a decision names.
+    pub version: u64,
+    /// The calls waiting for a decision, in call order.
+    pub pending: Vec<PendingDecision>,
 }
 
 /// How a remote run ended, as JSON both sides read: the run's result, or the error that
@@ -89,6 +108,9 @@ pub enum RemoteOutcome {
         turns: u32,
         /// Tool calls executed or attempted.
         tool_calls: u32,
+        /// For a suspended run (durable approvals): what it waits on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waiting: Option<Waiting>,
     },
     /// The delegation failed without a run result.
     Failed {
@@ -113,6 +135,10 @@ impl RemoteOutcome {
                 error: r.error.clone(),
                 turns: r.turns,
                 tool_calls: r.tool_calls,
+                waiting: r.suspension.as_ref().map(|s| Waiting {
+                    version: s.version,
+                    pending: s.pending.clone(),
+                }),
             },
             Err(e) => Self::Failed {
                 kind: format!("{:?}", e.kind()),
@@ -146,6 +172,7 @@ impl RemoteOutcome {
                 error,
                 turns,
                 tool_calls,
+                waiting,
             } => Ok(RunResult {
                 session_id: session,
                 run_id,
@@ -157,7 +184,12 @@ impl RemoteOutcome {
                 error,
                 turns,
                 tool_calls,
-                suspension: None,
+                suspension: waiting.map(|w| crate::outcome::Suspension {
+                    run_id,
+                    session_id: session,
+                    version: w.version,
+                    pending: w.pending,
+                }),
                 attribution: None,
             }),
             Self::Failed { message, .. } => Err(CoreError::Supervisor(message)),

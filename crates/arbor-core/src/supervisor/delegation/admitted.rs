@@ -102,7 +102,15 @@ pub(crate) struct Admitted {
     pub(crate) detached: bool,
     /// A run a worker claimed from another process's delegation: it runs here (never handed
     /// to the runner again), and its `before` hook ran where it was admitted.
-    pub(crate) claimed: bool,
+    pub(crate) claimed: Option<ClaimedFrom>,
+}
+
+/// What a claimed run keeps of the delegation it was handed over from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClaimedFrom {
+    /// The delegation mapping its parent would store beside a suspension (durable
+    /// approvals): stored as it is, so the parent's process rebuilds the delegation it knows.
+    pub(crate) mapping: Option<serde_json::Value>,
 }
 
 /// How the work between start and terminal ended.

@@ -248,7 +248,7 @@ impl Supervisor {
             // stops on a call, it is listed at the root and resumed on its own
             // (`resume_child`).
             detached: mode == Mode::Message || (mode == Mode::Join && host_join),
-            claimed: false,
+            claimed: None,
         })
     }
 }

@@ -307,7 +307,7 @@ impl Supervisor {
             resume_run: Some(run_id),
             recover: false,
             detached,
-            claimed: false,
+            claimed: None,
         };
         Ok(Rebuilt::Ready(Box::new(admitted), mapping_version))
     }

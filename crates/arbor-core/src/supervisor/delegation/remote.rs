@@ -18,7 +18,9 @@ use crate::outcome::{RunResult, SessionRef};
 use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::config::policy::EffectivePolicy;
 use crate::supervisor::config::runner::RemoteChild;
-use crate::supervisor::delegation::admitted::{Admitted, CancelReason, Worked, child_identity};
+use crate::supervisor::delegation::admitted::{
+    Admitted, CancelReason, ClaimedFrom, Worked, child_identity,
+};
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::register::admitted_terms;
 use crate::supervisor::delegation::request::Mode;
@@ -36,6 +38,11 @@ pub struct ClaimedRun {
     /// A run an earlier claim began and did not finish (its worker died): it goes on from
     /// its transcript, never from scratch.
     pub takeover: bool,
+    /// The suspended run to resume with its recorded decisions (durable approvals), instead
+    /// of a first run.
+    pub resume_run: Option<arbor_protocol::RunId>,
+    /// The delegation mapping to keep beside a suspension ([`RemoteChild::mapping`]).
+    pub mapping: Option<serde_json::Value>,
     /// Cancelled when the run must stop (cancelled at the parent, deleted, the claim lost).
     pub cancel: CancellationToken,
 }
@@ -117,12 +124,10 @@ impl Supervisor {
         self.settings().runner()?;
         let record = a.record.as_ref()?;
         let parent = record.parent_id?;
-        let first_run = !a.claimed && !a.resume && a.resume_run.is_none() && !a.recover;
-        if !first_run
-            || narrowed_permission
-            || a.mode == Mode::Message
-            || self.settings().revision().is_some()
-        {
+        // A first run, or a suspended one resumed with its decisions (durable approvals);
+        // follow-ups and continued runs run where their supervisor is.
+        let handed = a.claimed.is_none() && !a.resume && !a.recover;
+        if !handed || narrowed_permission || a.mode == Mode::Message {
             return None;
         }
         Some(RemoteChild {
@@ -134,6 +139,8 @@ impl Supervisor {
             limits: limits.to_input(),
             max_active: limits.max_active_children,
             cancel: a.token.clone(),
+            resume_run: a.resume_run,
+            mapping: self.mapping_value(a),
         })
     }
 
@@ -230,6 +237,7 @@ impl Supervisor {
         // A takeover of a run that never began (its worker died before the first write)
         // starts it; one that began goes on from its transcript.
         let recover = claimed.takeover
+            && claimed.resume_run.is_none()
             && matches!(
                 record.status,
                 arbor_protocol::SessionStatus::Running | arbor_protocol::SessionStatus::Interrupted
@@ -273,10 +281,12 @@ impl Supervisor {
             caller: Some(claimed.cancel),
             slot,
             resume: false,
-            resume_run: None,
+            resume_run: claimed.resume_run,
             recover,
             detached: false,
-            claimed: true,
+            claimed: Some(ClaimedFrom {
+                mapping: claimed.mapping,
+            }),
         };
         let registered = Registered::resumed(self, admitted);
         registered.begin();

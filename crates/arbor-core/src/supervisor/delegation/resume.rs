@@ -223,7 +223,7 @@ impl Supervisor {
             recover,
             // A follow-up or a continued run: nobody awaits it.
             detached: true,
-            claimed: false,
+            claimed: None,
         };
         let registered = Registered::resumed(self, admitted);
         registered.begin();

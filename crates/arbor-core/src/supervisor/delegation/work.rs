@@ -50,7 +50,7 @@ impl Supervisor {
         let mut input = a.input.clone();
         let mut hook_permission = None;
         // A claimed run's hook ran where it was admitted.
-        if let Some(hook) = sup.settings().before().filter(|_| !a.claimed) {
+        if let Some(hook) = sup.settings().before().filter(|_| a.claimed.is_none()) {
             let ctx = BeforeContext {
                 child_id: a.child_id.clone(),
                 delegation_id: a.delegation_id.clone(),
@@ -228,7 +228,11 @@ impl Supervisor {
                 .hub()
                 .register(session.id(), parent_id, session.inbox().clone(), false);
         session.share_inbox(inbox);
-        if let Some(mapping) = self.mapping_value(a) {
+        let mapping = match &a.claimed {
+            Some(from) => from.mapping.clone(),
+            None => self.mapping_value(a),
+        };
+        if let Some(mapping) = mapping {
             session.keep_beside_suspension(
                 crate::supervisor::delegation::nested::DELEGATION_NAMESPACE,
                 mapping,
