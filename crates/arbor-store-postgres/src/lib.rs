@@ -54,6 +54,7 @@ pub use error::redacted_url;
 pub use migrate::SCHEMA_VERSION;
 pub use options::PostgresOptions;
 pub use queue::{
-    ChildRun, Claim, DONE_CHANNEL, Heartbeat, RunState, WORK_CHANNEL, Wake, Wakeups, WorkQueue,
+    ChildRun, Claim, DONE_CHANNEL, EVENTS_CHANNEL, Heartbeat, RunState, WORK_CHANNEL, Wake,
+    Wakeups, WorkQueue,
 };
 pub use store::PostgresStore;

@@ -11,7 +11,7 @@ use sqlx::{PgPool, Row};
 use crate::error::{store_error, unavailable};
 
 /// The schema version this build writes: the number of the last migration.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -25,6 +25,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "tree_slots",
         include_str!("../migrations/0003_tree_slots.sql"),
+    ),
+    (
+        4,
+        "child_events",
+        include_str!("../migrations/0004_child_events.sql"),
     ),
 ];
 

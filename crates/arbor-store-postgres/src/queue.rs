@@ -35,6 +35,8 @@ use crate::store::PostgresStore;
 pub const WORK_CHANNEL: &str = "arbor_work";
 /// The channel that says a child run finished (its payload: the session id).
 pub const DONE_CHANNEL: &str = "arbor_child_done";
+/// The channel that says a child run relayed events (its payload: the session id).
+pub const EVENTS_CHANNEL: &str = "arbor_child_events";
 
 /// The database's clock in milliseconds since the Unix epoch, in SQL.
 const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
@@ -118,6 +120,8 @@ pub enum Wake {
     Work,
     /// This child run finished.
     Finished(SessionId),
+    /// This child run relayed events.
+    Events(SessionId),
 }
 
 /// The queue of child runs on a [`PostgresStore`], as one worker (or host) sees it.
@@ -402,11 +406,95 @@ impl WorkQueue {
         self.store.finish_op(out)
     }
 
+    /// Relays `events` (JSON, in order) of `claim`'s run to whoever streams them, with one
+    /// notification. Nothing is written when the claim no longer holds.
+    pub async fn relay(&self, claim: &Claim, events: &[Value]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut texts = Vec::with_capacity(events.len());
+        for e in events {
+            texts.push(
+                serde_json::to_string(e)
+                    .map_err(|e| StoreError::Invalid(format!("child event: {e}")))?,
+            );
+        }
+        let out: OpResult<()> = async {
+            let mut tx = self.store.pool().begin().await?;
+            let written = sqlx::query(
+                "INSERT INTO child_events (session_id, event) \
+                 SELECT $1, e FROM UNNEST($2::TEXT[]) WITH ORDINALITY AS t(e, n) \
+                 WHERE EXISTS (SELECT 1 FROM child_runs WHERE session_id = $1 \
+                   AND state = 'claimed' AND owner = $3 AND attempts = $4) \
+                 ORDER BY n",
+            )
+            .bind(claim.session.to_string())
+            .bind(&texts)
+            .bind(&self.worker)
+            .bind(attempt(claim))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if written > 0 {
+                notify(&mut tx, EVENTS_CHANNEL, &claim.session.to_string()).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        self.store.finish_op(out)
+    }
+
+    /// The events `session`'s run relayed after position `after`, in order, with their
+    /// positions.
+    pub async fn events_after(
+        &self,
+        session: SessionId,
+        after: u64,
+    ) -> StoreResult<Vec<(u64, Value)>> {
+        let out: OpResult<Vec<(u64, Value)>> = async {
+            let rows = sqlx::query(
+                "SELECT seq, event FROM child_events WHERE session_id = $1 AND seq > $2 \
+                 ORDER BY seq",
+            )
+            .bind(session.to_string())
+            .bind(i64::try_from(after).unwrap_or(i64::MAX))
+            .fetch_all(self.store.pool())
+            .await?;
+            let mut events = Vec::with_capacity(rows.len());
+            for row in rows {
+                let seq: i64 = row.try_get(0)?;
+                let text: String = row.try_get(1)?;
+                let event = serde_json::from_str(&text)
+                    .map_err(|e| corrupt(format_args!("child event: {e}")))?;
+                events.push((u64::try_from(seq).unwrap_or(0), event));
+            }
+            Ok(events)
+        }
+        .await;
+        self.store.finish_op(out)
+    }
+
+    /// Forgets the events `session`'s run relayed (once its run was reported).
+    pub async fn forget_events(&self, session: SessionId) -> StoreResult<()> {
+        let out: OpResult<()> = async {
+            sqlx::query("DELETE FROM child_events WHERE session_id = $1")
+                .bind(session.to_string())
+                .execute(self.store.pool())
+                .await?;
+            Ok(())
+        }
+        .await;
+        self.store.finish_op(out)
+    }
+
     /// A listener for wake-ups: work enqueued or freed, and runs finished.
     pub async fn listen(&self) -> StoreResult<Wakeups> {
         let out: OpResult<PgListener> = async {
             let mut listener = PgListener::connect_with(self.store.pool()).await?;
-            listener.listen_all([WORK_CHANNEL, DONE_CHANNEL]).await?;
+            listener
+                .listen_all([WORK_CHANNEL, DONE_CHANNEL, EVENTS_CHANNEL])
+                .await?;
             Ok(listener)
         }
         .await;
@@ -435,6 +523,10 @@ impl Wakeups {
             }
             Ok(Ok(note)) if note.channel() == DONE_CHANNEL => match note.payload().parse() {
                 Ok(id) => Some(Wake::Finished(id)),
+                Err(_) => Some(Wake::Work),
+            },
+            Ok(Ok(note)) if note.channel() == EVENTS_CHANNEL => match note.payload().parse() {
+                Ok(id) => Some(Wake::Events(id)),
                 Err(_) => Some(Wake::Work),
             },
             Ok(Ok(_)) => Some(Wake::Work),

@@ -376,3 +376,43 @@ async fn a_tombstone_on_the_run_or_above_it_cancels_it_at_the_next_heartbeat() {
     }
     common::drop_schema(&store, &schema).await;
 }
+
+/// A run's events go from its holder to whoever streams them, in order, with a wake-up; a
+/// holder whose lease was taken over relays nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_relayed_in_order_by_the_holder_only() {
+    let Some(url) = common::server("events_are_relayed_in_order") else {
+        return;
+    };
+    let (store, schema) = common::fresh_store(&url).await;
+    let (root, kids) = family(&store, 1).await;
+    let first = WorkQueue::new(&store, "first", Duration::from_millis(200));
+    let second = WorkQueue::new(&store, "second", Duration::from_secs(5));
+    let mut wakeups = second.listen().await.unwrap();
+    first.enqueue(&run_of(&root, &kids[0], None)).await.unwrap();
+    let claim = first.claim(1).await.unwrap().remove(0);
+    let batch: Vec<_> = (0..5).map(|i| json!({"n": i})).collect();
+    first.relay(&claim, &batch[..3]).await.unwrap();
+    first.relay(&claim, &batch[3..]).await.unwrap();
+    let mut woken = false;
+    while let Some(wake) = wakeups.next(Duration::from_secs(5)).await {
+        if wake == Wake::Events(kids[0].id) {
+            woken = true;
+            break;
+        }
+    }
+    assert!(woken, "no wake-up for relayed events");
+    let all = second.events_after(kids[0].id, 0).await.unwrap();
+    let values: Vec<_> = all.iter().map(|(_, v)| v.clone()).collect();
+    assert_eq!(values, batch);
+    let later = second.events_after(kids[0].id, all[2].0).await.unwrap();
+    assert_eq!(later.len(), 2);
+    // Taken over: the old holder's events are refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(second.claim(1).await.unwrap().len(), 1);
+    first.relay(&claim, &[json!({"late": true})]).await.unwrap();
+    assert_eq!(second.events_after(kids[0].id, 0).await.unwrap().len(), 5);
+    second.forget_events(kids[0].id).await.unwrap();
+    assert!(second.events_after(kids[0].id, 0).await.unwrap().is_empty());
+    common::drop_schema(&store, &schema).await;
+}

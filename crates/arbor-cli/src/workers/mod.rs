@@ -14,6 +14,8 @@
 //! over, its grandchildren included (a worker's own trees too).
 
 pub(crate) mod runner;
+#[cfg(test)]
+mod tests;
 pub(crate) mod worker;
 
 use std::sync::{Arc, OnceLock};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use arbor_core::supervisor::{ChildRunner, RemoteChild, RemoteOutcome};
 use arbor_core::{CoreError, CoreResult, RunResult};
-use arbor_protocol::SessionId;
+use arbor_protocol::{EventEnvelope, SessionId};
 use arbor_store_postgres::{ChildRun, RunState, Wake, WorkQueue};
 use async_trait::async_trait;
 use serde_json::json;
@@ -59,7 +59,7 @@ impl Waiters {
                     loop {
                         let wake = wakeups.next(Duration::from_secs(30)).await;
                         let Some(this) = weak.upgrade() else { return };
-                        if let Some(Wake::Finished(id)) = wake
+                        if let Some(Wake::Finished(id) | Wake::Events(id)) = wake
                             && let Some(n) = this.lock().get(&id)
                         {
                             n.notify_one();
@@ -118,6 +118,7 @@ impl ChildRunner for QueueRunner {
                 "limits": child.limits,
                 "resume_run": child.resume_run,
                 "mapping": child.mapping,
+                "stream": child.events.is_some(),
             }),
             max_active: Some(child.max_active),
         };
@@ -126,7 +127,20 @@ impl ChildRunner for QueueRunner {
         // After a cancel, the worker hears it within a heartbeat; past this, the delegation
         // ends without its report (the run is flagged, and stops when a worker holds it).
         let mut gave_up_at = None;
+        let mut relayed = 0;
         loop {
+            // Events first: the pump has them all before the outcome ends the delegation.
+            if let Some(bus) = &child.events {
+                for (seq, event) in queue.events_after(child.session, relayed).await? {
+                    relayed = seq;
+                    match serde_json::from_value::<EventEnvelope>(event) {
+                        Ok(e) => {
+                            bus.publish(e.run_id, e.event);
+                        }
+                        Err(e) => tracing::debug!(error = %e, "a relayed event does not read"),
+                    }
+                }
+            }
             match queue.state(child.session).await? {
                 Some((RunState::Done | RunState::Failed, Some(outcome))) => {
                     let outcome: RemoteOutcome = serde_json::from_value(outcome).map_err(|e| {
@@ -135,6 +149,11 @@ impl ChildRunner for QueueRunner {
                             child.session
                         ))
                     })?;
+                    if child.events.is_some()
+                        && let Err(e) = queue.forget_events(child.session).await
+                    {
+                        tracing::debug!(error = %e, "could not forget a run's relayed events");
+                    }
                     return outcome.into_result(child.session);
                 }
                 Some((RunState::Cancelled, _)) => {

@@ -206,6 +206,20 @@ impl Worker {
             .as_str()
             .and_then(|r| r.parse().ok());
         let mapping = Some(claim.payload["mapping"].clone()).filter(|m| !m.is_null());
+        // The parent streams the child's events: they go back through the store.
+        let (relay, relayer) = if claim.payload["stream"] == true {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (
+                Some(tx),
+                Some(tokio::spawn(relay_events(
+                    self.queue.clone(),
+                    claim.clone(),
+                    rx,
+                ))),
+            )
+        } else {
+            (None, None)
+        };
         let token = CancellationToken::new();
         let built = match crate::tree::build(spec, self.store.clone(), token.clone()).await {
             Ok(b) => b,
@@ -227,8 +241,9 @@ impl Worker {
             cancel,
             resume_run,
             mapping,
+            relay,
         });
-        tokio::pin!(run);
+        let mut run = Box::pin(run);
         // Messages other processes store for the child reach its next turn.
         let mut read_to = 0;
         let result = loop {
@@ -241,9 +256,38 @@ impl Worker {
                 }
             }
         };
+        // Every event is relayed before the outcome is reported.
+        drop(run);
+        if let Some(relayer) = relayer {
+            let _ = relayer.await;
+        }
         token.cancel();
         built.close().await;
         RemoteOutcome::of(&result)
+    }
+}
+
+/// Writes the run's events to the store as they come, a batch at a time, until the run
+/// drops its end of the channel.
+pub(super) async fn relay_events(
+    queue: WorkQueue,
+    claim: Claim,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<arbor_protocol::EventEnvelope>,
+) {
+    while let Some(first) = events.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 64
+            && let Ok(next) = events.try_recv()
+        {
+            batch.push(next);
+        }
+        let values: Vec<Value> = batch
+            .iter()
+            .filter_map(|e| serde_json::to_value(e).ok())
+            .collect();
+        if let Err(e) = queue.relay(&claim, &values).await {
+            tracing::warn!(child = %claim.session, error = %e, "could not relay the run's events");
+        }
     }
 }
 

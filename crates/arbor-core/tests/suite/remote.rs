@@ -84,6 +84,7 @@ fn claimed(child: &RemoteChild, takeover: bool) -> ClaimedRun {
         cancel: child.cancel.clone(),
         resume_run: child.resume_run,
         mapping: child.mapping.clone(),
+        relay: None,
     }
 }
 
@@ -329,6 +330,7 @@ async fn a_worker_refuses_a_deleted_or_foreign_child() {
         cancel: Default::default(),
         resume_run: None,
         mapping: None,
+        relay: None,
     };
     // A root is nobody's child here.
     let e = worker.run_claimed(run(root.id())).await.unwrap_err();
@@ -342,4 +344,95 @@ async fn a_worker_refuses_a_deleted_or_foreign_child() {
         .await
         .unwrap_err();
     assert_eq!(e.to_string(), "Unknown or deleted session");
+}
+
+#[tokio::test]
+async fn a_streaming_childs_events_relayed_from_the_worker_reach_the_parents_stream() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let script = Script::new([probe(1, "seen"), ScriptedTurn::text("child done")]);
+    let (runner, mut queue) = handoff();
+    let stream = arbor_core::supervisor::PolicyInput {
+        report: Some(arbor_core::supervisor::Report::Stream),
+        ..Default::default()
+    };
+    let build = |script: Script| {
+        Supervisor::builder(Ownership::user("t", "u"))
+            .id("tree")
+            .store(store.clone())
+            // A relay delivers in bursts: room for all of them in one rate window.
+            .limits(arbor_core::supervisor::LimitsInput {
+                max_child_events_per_second: Some(100),
+                ..Default::default()
+            })
+            .child(
+                ChildEntry::new(
+                    "worker",
+                    factory_fn(move |ctx| {
+                        let script = script.clone();
+                        async move {
+                            Agent::builder(ctx.child_id.clone())
+                                .provider(ScriptedProvider::new(script))
+                                .tool(Probe::default())
+                                .build()
+                        }
+                    }),
+                )
+                .policy(stream),
+            )
+    };
+    let parent = build(script.clone()).runner(runner).build().unwrap();
+    let worker = build(script).build().unwrap();
+    let mut events = parent.subscribe();
+    let mut root = idle_root(&store).await;
+    parent.attach(&mut root);
+    let request = DelegationRequest {
+        parent: Some(SessionRef::from(root.record())),
+        ..DelegationRequest::new("worker", "work")
+    };
+    let delegation = tokio::spawn(async move { parent.delegate(request).await });
+    let (child, reply) = queue.recv().await.unwrap();
+    let bus = child
+        .events
+        .clone()
+        .expect("a streaming child's events are relayed");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let claim = ClaimedRun {
+        relay: Some(tx),
+        ..claimed(&child, false)
+    };
+    let ran = worker.run_claimed(claim).await;
+    // The worker's side of the relay: what the run published, deltas left out.
+    let mut relayed = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        relayed.push(e.event.type_name().to_owned());
+        bus.publish(e.run_id, e.event);
+    }
+    assert!(
+        !relayed.contains(&"message_delta".to_owned()),
+        "{relayed:?}"
+    );
+    assert!(
+        relayed.contains(&"tool_execution_started".to_owned()),
+        "{relayed:?}"
+    );
+    reply.send(ran).unwrap();
+    delegation.await.unwrap().unwrap();
+    let mut seen = Vec::new();
+    while let Some(e) = events.try_recv() {
+        if let arbor_protocol::SupervisorEvent::DelegationChildEvent { child_event, .. } = &e.event
+        {
+            seen.push(child_event.event.type_name().to_owned());
+        }
+    }
+    for expected in [
+        "run_started",
+        "tool_execution_started",
+        "tool_execution_finished",
+        "run_finished",
+    ] {
+        assert!(
+            seen.iter().any(|t| t == expected),
+            "{expected} not relayed: {seen:?}"
+        );
+    }
 }

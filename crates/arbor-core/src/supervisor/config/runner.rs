@@ -57,6 +57,12 @@ pub struct RemoteChild {
     /// suspension if it stops on a call, so that this supervisor (or a later process of the
     /// host) rebuilds the delegation when a decision comes.
     pub mapping: Option<serde_json::Value>,
+    /// When the parent streams the child's events (its report policy): where the runner
+    /// publishes the events the remote run relays ([`ClaimedRun::relay`]); this
+    /// supervisor's pump projects them as it does a local child's.
+    ///
+    /// [`ClaimedRun::relay`]: crate::supervisor::ClaimedRun::relay
+    pub events: Option<Arc<crate::session::events::EventBus>>,
 }
 
 /// Runs registered children elsewhere. One method; an `Arc<R>` is a runner too.

@@ -111,6 +111,8 @@ pub(crate) struct ClaimedFrom {
     /// The delegation mapping its parent would store beside a suspension (durable
     /// approvals): stored as it is, so the parent's process rebuilds the delegation it knows.
     pub(crate) mapping: Option<serde_json::Value>,
+    /// Where its events go, when its parent streams them.
+    pub(crate) relay: Option<tokio::sync::mpsc::UnboundedSender<arbor_protocol::EventEnvelope>>,
 }
 
 /// How the work between start and terminal ended.

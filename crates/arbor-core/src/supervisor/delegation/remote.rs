@@ -9,19 +9,22 @@
 
 use std::sync::Arc;
 
-use arbor_protocol::SessionId;
+use arbor_protocol::{ChildOrigin, EventEnvelope, SessionId};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
 use crate::outcome::{RunResult, SessionRef};
+use crate::session::events::{EventBus, Subscription};
 use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
-use crate::supervisor::config::policy::EffectivePolicy;
+use crate::supervisor::config::policy::{EffectivePolicy, Report};
 use crate::supervisor::config::runner::RemoteChild;
 use crate::supervisor::delegation::admitted::{
     Admitted, CancelReason, ClaimedFrom, Worked, child_identity,
 };
 use crate::supervisor::delegation::pipeline::Registered;
+use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::admitted_terms;
 use crate::supervisor::delegation::request::Mode;
 use crate::supervisor::runtime::Supervisor;
@@ -43,6 +46,9 @@ pub struct ClaimedRun {
     pub resume_run: Option<arbor_protocol::RunId>,
     /// The delegation mapping to keep beside a suspension ([`RemoteChild::mapping`]).
     pub mapping: Option<serde_json::Value>,
+    /// Where the run's events go (per-token deltas left out), when its parent streams them
+    /// ([`RemoteChild::events`]): the worker carries them back.
+    pub relay: Option<mpsc::UnboundedSender<EventEnvelope>>,
     /// Cancelled when the run must stop (cancelled at the parent, deleted, the claim lost).
     pub cancel: CancellationToken,
 }
@@ -141,11 +147,19 @@ impl Supervisor {
             cancel: a.token.clone(),
             resume_run: a.resume_run,
             mapping: self.mapping_value(a),
+            events: None,
         })
     }
 
-    /// Hands the run to the runner and takes its outcome as this delegation's work.
-    pub(crate) async fn run_remote(&self, a: &Admitted, child: RemoteChild) -> Worked {
+    /// Hands the run to the runner and takes its outcome as this delegation's work; the
+    /// events it relays go through this delegation's pump when its policy streams them.
+    pub(crate) async fn run_remote(
+        &self,
+        a: &Admitted,
+        mut child: RemoteChild,
+        origin: &ChildOrigin,
+        limits: SupervisorLimits,
+    ) -> Worked {
         let Some(runner) = self.settings().runner().cloned() else {
             return Worked::Error(CoreError::Supervisor(
                 "no runner to hand the child's run to".to_owned(),
@@ -167,7 +181,21 @@ impl Supervisor {
         if a.token.is_cancelled() {
             return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
         }
-        let ran = runner.run(child).await;
+        let ran = if a.policy.report == Report::OnComplete {
+            runner.run(child).await
+        } else {
+            let bus = Arc::new(EventBus::new(session_id, EVENT_BUFFER));
+            let sub = bus.subscribe();
+            child.events = Some(bus);
+            let stop = CancellationToken::new();
+            let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
+            let run = async {
+                let r = runner.run(child).await;
+                stop.cancel();
+                r
+            };
+            tokio::join!(run, pump).0
+        };
         // What was delivered here meanwhile went to the store, and the run elsewhere read
         // what it could: what waits now is what the transcript says.
         if let Some(inbox) = self.live().hub().inbox(session_id)
@@ -286,6 +314,7 @@ impl Supervisor {
             detached: false,
             claimed: Some(ClaimedFrom {
                 mapping: claimed.mapping,
+                relay: claimed.relay,
             }),
         };
         let registered = Registered::resumed(self, admitted);
@@ -353,4 +382,37 @@ async fn finished_run(
         suspension: None,
         attribution: None,
     }))
+}
+
+/// How many relayed events wait for the pump before the oldest are dropped (a lag marker
+/// says so).
+const EVENT_BUFFER: usize = 256;
+
+/// Forwards a claimed run's events to `relay` until `stop` (then what is left), without
+/// per-token deltas (no pump projects them).
+pub(crate) async fn forward(
+    mut sub: Subscription<EventEnvelope>,
+    relay: mpsc::UnboundedSender<EventEnvelope>,
+    stop: CancellationToken,
+) {
+    let send = |e: &EventEnvelope| {
+        if !matches!(e.event, arbor_protocol::AgentEvent::MessageDelta { .. }) {
+            let _ = relay.send(e.clone());
+        }
+    };
+    loop {
+        tokio::select! {
+            biased;
+            e = sub.recv() => match e {
+                Some(e) => send(&e),
+                None => return,
+            },
+            () = stop.cancelled() => {
+                while let Some(e) = sub.try_recv() {
+                    send(&e);
+                }
+                return;
+            }
+        }
+    }
 }

@@ -125,7 +125,7 @@ impl Supervisor {
             thread_id: thread_id.clone(),
         });
         if let Some(child) = self.remote_child(a, limits, &input, hook_permission.is_some()) {
-            return self.run_remote(a, child).await;
+            return self.run_remote(a, child, origin, limits).await;
         }
         let mut parents = a.parents.to_vec();
         parents.push(a.delegation_id.clone());
@@ -253,10 +253,24 @@ impl Supervisor {
             None if a.resume => Resume::Inbox,
             None => Resume::No,
         };
+        let relay = a.claimed.as_ref().and_then(|c| c.relay.clone());
         let ran = if a.policy.report == Report::OnComplete {
             AssertUnwindSafe(run_on(&mut session, resume, input, options))
                 .catch_unwind()
                 .await
+        } else if let Some(relay) = relay {
+            // A claimed run's events go back to the process that streams them (its pump).
+            let sub = session.subscribe();
+            let stop = CancellationToken::new();
+            let forward = crate::supervisor::delegation::remote::forward(sub, relay, stop.clone());
+            let run = async {
+                let r = AssertUnwindSafe(run_on(&mut session, resume, input, options))
+                    .catch_unwind()
+                    .await;
+                stop.cancel();
+                r
+            };
+            tokio::join!(run, forward).0
         } else {
             // The pump subscribes before the run and is drained before any terminal event.
             let sub = session.subscribe();
