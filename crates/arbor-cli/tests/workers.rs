@@ -14,6 +14,8 @@
 
 #[allow(dead_code)]
 mod pg_support;
+#[allow(dead_code)]
+mod serve_support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -668,5 +670,45 @@ fn a_decision_taken_while_the_worker_is_dead_applies_when_another_worker_resumes
     let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
     assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
     assert_eq!(tree["sessions"][1]["status"], "succeeded");
+    drop_schema(&pg);
+}
+
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arbor_serve_hands_its_trees_children_to_workers() {
+    let Some(pg) = server("arbor_serve_hands_its_trees_children_to_workers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::copy(REVIEW, dir.path().join("specs/review.toml")).unwrap();
+    let mut w = worker(dir.path(), &pg, 1, "4");
+    let served = serve_support::serve_env(
+        dir.path(),
+        &["--workers"],
+        &[
+            ("ARBOR_STORE_URL", pg.url.as_str()),
+            ("ARBOR_STORE_SCHEMA", pg.schema.as_str()),
+        ],
+    );
+    let http = serve_support::client();
+    let root = serve_support::start_run(&http, &served.base, "review").await;
+    let run = serve_support::status_becomes(&http, &served.base, &root, "succeeded").await;
+    drop(served);
+    let owners = run_owners(&pg);
+    let states = run_states(&pg);
+    w.kill().unwrap();
+    w.wait().unwrap();
+    // The example's totals, as when its children run in the server.
+    let sessions = run["tree"]["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 5, "{run}");
+    assert_eq!(sessions[0]["usage"]["aggregate"]["total_tokens"], 740_000);
+    // Its four children (a grandchild among them) ran on the worker.
+    assert_eq!(states, ["done"; 4], "{states:?}");
+    let pid = format!(":{}:", w.id());
+    assert!(owners.iter().all(|o| o.contains(&pid)), "{owners:?}");
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
     drop_schema(&pg);
 }
