@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use arbor_core::events::EventBus;
 use arbor_core::supervisor::{ChildRunner, RemoteChild, RemoteOutcome};
 use arbor_core::{CoreError, CoreResult, RunResult};
 use arbor_protocol::{EventEnvelope, SessionId};
@@ -16,6 +17,7 @@ use arbor_store_postgres::{ChildRun, RunState, Wake, WorkQueue};
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// How often a waiter polls besides the notifications.
 const POLL: Duration = Duration::from_millis(500);
@@ -102,12 +104,6 @@ impl Drop for Waiting<'_> {
 impl ChildRunner for QueueRunner {
     async fn run(&self, child: RemoteChild) -> CoreResult<RunResult> {
         let queue = self.waiters.queue();
-        self.waiters.listen().await;
-        let notify = Arc::new(Notify::new());
-        self.waiters
-            .lock()
-            .insert(child.session, Arc::clone(&notify));
-        let _waiting = Waiting(&self.waiters, child.session);
         let run = ChildRun {
             session: child.session,
             parent: child.parent,
@@ -124,14 +120,48 @@ impl ChildRunner for QueueRunner {
         };
         queue.enqueue(&run).await?;
         tracing::debug!(child = %child.session, "child run handed to the workers");
+        self.wait(child.session, child.events.as_deref(), &child.cancel)
+            .await
+    }
+
+    async fn rejoin(
+        &self,
+        session: SessionId,
+        cancel: CancellationToken,
+    ) -> Option<CoreResult<RunResult>> {
+        match self.waiters.queue().state(session).await {
+            Ok(None) => None,
+            Err(e) => Some(Err(e.into())),
+            Ok(Some(_)) => {
+                tracing::info!(child = %session, "waiting again for a child run handed over before");
+                Some(self.wait(session, None, &cancel).await)
+            }
+        }
+    }
+}
+
+impl QueueRunner {
+    /// Waits for the outcome of `session`'s handed-over run, publishing the events it
+    /// relays on `events`; after `cancel`, flags the run and waits a bounded time more.
+    async fn wait(
+        &self,
+        session: SessionId,
+        events: Option<&EventBus>,
+        cancel: &CancellationToken,
+    ) -> CoreResult<RunResult> {
+        let queue = self.waiters.queue();
+        self.waiters.listen().await;
+        let notify = Arc::new(Notify::new());
+        self.waiters.lock().insert(session, Arc::clone(&notify));
+        let _waiting = Waiting(&self.waiters, session);
         // After a cancel, the worker hears it within a heartbeat; past this, the delegation
         // ends without its report (the run is flagged, and stops when a worker holds it).
         let mut gave_up_at = None;
         let mut relayed = 0;
         loop {
             // Events first: the pump has them all before the outcome ends the delegation.
-            if let Some(bus) = &child.events {
-                for (seq, event) in queue.events_after(child.session, relayed).await? {
+            if let Some(bus) = events {
+                for (seq, event) in queue.events_after(session, relayed).await? {
                     relayed = seq;
                     match serde_json::from_value::<EventEnvelope>(event) {
                         Ok(e) => {
@@ -141,20 +171,19 @@ impl ChildRunner for QueueRunner {
                     }
                 }
             }
-            match queue.state(child.session).await? {
+            match queue.state(session).await? {
                 Some((RunState::Done | RunState::Failed, Some(outcome))) => {
                     let outcome: RemoteOutcome = serde_json::from_value(outcome).map_err(|e| {
                         CoreError::Supervisor(format!(
-                            "the worker's report of child {} cannot be read: {e}",
-                            child.session
+                            "the worker's report of child {session} cannot be read: {e}"
                         ))
                     })?;
-                    if child.events.is_some()
-                        && let Err(e) = queue.forget_events(child.session).await
+                    if events.is_some()
+                        && let Err(e) = queue.forget_events(session).await
                     {
                         tracing::debug!(error = %e, "could not forget a run's relayed events");
                     }
-                    return outcome.into_result(child.session);
+                    return outcome.into_result(session);
                 }
                 Some((RunState::Cancelled, _)) => {
                     return Err(CoreError::Supervisor(
@@ -164,13 +193,12 @@ impl ChildRunner for QueueRunner {
                 Some(_) => {}
                 None => {
                     return Err(CoreError::Supervisor(format!(
-                        "the child run {} left the queue",
-                        child.session
+                        "the child run {session} left the queue"
                     )));
                 }
             }
-            if child.cancel.is_cancelled() && gave_up_at.is_none() {
-                queue.cancel(child.session).await?;
+            if cancel.is_cancelled() && gave_up_at.is_none() {
+                queue.cancel(session).await?;
                 gave_up_at = Some(tokio::time::Instant::now() + super::DEFAULT_LEASE);
             }
             if let Some(at) = gave_up_at
@@ -183,7 +211,7 @@ impl ChildRunner for QueueRunner {
             tokio::select! {
                 () = notify.notified() => {}
                 () = tokio::time::sleep(POLL) => {}
-                () = child.cancel.cancelled(), if gave_up_at.is_none() => {}
+                () = cancel.cancelled(), if gave_up_at.is_none() => {}
             }
         }
     }

@@ -87,7 +87,45 @@ impl Session {
             _ => None,
         });
         let mut closing = Vec::new();
+        let cancel = options.cancel.clone().unwrap_or_default();
         for interrupted in self.unanswered_calls() {
+            // A call that started a child elsewhere (a worker) waits for it instead.
+            let rejoined = match (&options.nested, last_run) {
+                (Some(nested), Some(run)) => {
+                    nested
+                        .rejoin(
+                            self.id(),
+                            run,
+                            &interrupted.call_id,
+                            &interrupted.name,
+                            &cancel,
+                        )
+                        .await?
+                }
+                _ => None,
+            };
+            let answer = match rejoined {
+                Some(crate::session::resumer::NestedOutcome::Completed(text)) => {
+                    Some((text, false))
+                }
+                Some(crate::session::resumer::NestedOutcome::Failed(text)) => Some((text, true)),
+                Some(crate::session::resumer::NestedOutcome::Suspended(_)) | None => None,
+            };
+            if let Some((content, is_error)) = answer {
+                if let Some(i) = state
+                    .interrupted_calls
+                    .iter()
+                    .position(|n| *n == interrupted.name)
+                {
+                    state.interrupted_calls.remove(i);
+                }
+                closing.push(Message::Tool(ToolResult {
+                    content,
+                    is_error,
+                    ..interrupted
+                }));
+                continue;
+            }
             let call = arbor_protocol::ToolCall {
                 id: interrupted.call_id.clone(),
                 name: interrupted.name.clone(),
@@ -100,7 +138,13 @@ impl Session {
             closing.push(Message::Tool(match recorded {
                 // Its effect was recorded done: that is its result, nothing is repeated.
                 Some(content) => {
-                    state.interrupted_calls.retain(|n| *n != interrupted.name);
+                    if let Some(i) = state
+                        .interrupted_calls
+                        .iter()
+                        .position(|n| *n == interrupted.name)
+                    {
+                        state.interrupted_calls.remove(i);
+                    }
                     ToolResult {
                         content,
                         is_error: false,

@@ -56,6 +56,22 @@ pub trait NestedResumer: fmt::Debug + Send + Sync {
         Ok(None)
     }
 
+    /// A run of `session` is continued after its process died, and its call `call_id` (of
+    /// tool `tool`, in run `run`) has no result: if that call started a child that ran (or
+    /// runs) elsewhere, wait for it and say how it ended, so the call is answered rather than
+    /// reported interrupted. `None` (the default) when there is no such child.
+    async fn rejoin(
+        &self,
+        session: SessionId,
+        run: RunId,
+        call_id: &str,
+        tool: &str,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> CoreResult<Option<NestedOutcome>> {
+        let _ = (session, run, call_id, tool, cancel);
+        Ok(None)
+    }
+
     /// The parent's run ended without resuming the suspended child run `run_id` (it was
     /// cancelled, timed out or failed): the child's suspension is closed, never resumed. The
     /// default does nothing.

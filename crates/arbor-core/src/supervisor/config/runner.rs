@@ -71,12 +71,32 @@ pub trait ChildRunner: fmt::Debug + Send + Sync {
     /// Runs `child` to its end and says how it ended. An `Err` is a delegation that failed
     /// without a run result (the worker could not build it, the queue failed).
     async fn run(&self, child: RemoteChild) -> CoreResult<RunResult>;
+
+    /// Waits for the run of `session` that an earlier process handed over (its parent's run
+    /// was cut off and goes on now): how it ended, or `None` when it was never handed over.
+    /// Stops waiting when `cancel` is cancelled. The default knows of no run.
+    async fn rejoin(
+        &self,
+        session: SessionId,
+        cancel: CancellationToken,
+    ) -> Option<CoreResult<RunResult>> {
+        let _ = (session, cancel);
+        None
+    }
 }
 
 #[async_trait]
 impl<R: ChildRunner + ?Sized> ChildRunner for Arc<R> {
     async fn run(&self, child: RemoteChild) -> CoreResult<RunResult> {
         (**self).run(child).await
+    }
+
+    async fn rejoin(
+        &self,
+        session: SessionId,
+        cancel: CancellationToken,
+    ) -> Option<CoreResult<RunResult>> {
+        (**self).rejoin(session, cancel).await
     }
 }
 

@@ -80,6 +80,8 @@ pub(crate) struct Admitted {
     pub(crate) record: Option<arbor_store::SessionRecord>,
     pub(crate) parent: Option<SessionRef>,
     pub(crate) spawned_by: Option<SpawnPoint>,
+    /// The parent's tool call that asked for it (kept in its record).
+    pub(crate) spawn_call: Option<String>,
     pub(crate) identity: Option<Arc<Identity>>,
     pub(crate) token: CancellationToken,
     /// Why the token was cancelled, set by whoever cancels it first.

@@ -234,6 +234,7 @@ impl Supervisor {
             record: None,
             parent: request.parent,
             spawned_by: request.spawned_by,
+            spawn_call: request.spawn_call,
             identity,
             token,
             reason: CancelReason::default(),

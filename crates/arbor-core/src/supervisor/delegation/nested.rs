@@ -297,6 +297,7 @@ impl Supervisor {
             record: Some(record),
             parent,
             spawned_by: None,
+            spawn_call: None,
             identity,
             // Linked only to the session: no caller waits on a resumed child.
             token: sup.live().session_token().child_token(),
@@ -397,6 +398,17 @@ impl NestedResumer for Supervisor {
             )),
             Err(e) => Ok(NestedOutcome::Failed(self.redact(&e.to_string()))),
         }
+    }
+
+    async fn rejoin(
+        &self,
+        session: SessionId,
+        run: RunId,
+        call_id: &str,
+        tool: &str,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> CoreResult<Option<NestedOutcome>> {
+        self.rejoin_call(session, run, call_id, tool, cancel).await
     }
 
     async fn nested_gone(

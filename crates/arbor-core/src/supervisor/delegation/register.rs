@@ -108,6 +108,7 @@ impl Supervisor {
             "limits": a.limits,
             "policy": a.policy,
             "thinking": a.thinking,
+            "spawn_call": a.spawn_call,
         })
         .into();
         if let Some(max) = inherited_depth {

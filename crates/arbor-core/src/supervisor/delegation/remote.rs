@@ -303,6 +303,7 @@ impl Supervisor {
             record: Some(record),
             parent,
             spawned_by: None,
+            spawn_call: None,
             identity: terms.identity,
             token: self.live().session_token().child_token(),
             reason: CancelReason::default(),
@@ -326,6 +327,90 @@ impl Supervisor {
             }
             Worked::Error(e) => Err(e),
         }
+    }
+}
+
+impl Supervisor {
+    /// [`NestedResumer::rejoin`](crate::NestedResumer::rejoin): the sync child that call
+    /// `call_id` of `session`'s run `run` started (its record names the call), waited for
+    /// through the runner when it was handed over, or read from its transcript when its run
+    /// had ended; its answer as the call reads it.
+    pub(crate) async fn rejoin_call(
+        &self,
+        session: SessionId,
+        run: arbor_protocol::RunId,
+        call_id: &str,
+        tool: &str,
+        cancel: &CancellationToken,
+    ) -> CoreResult<Option<crate::NestedOutcome>> {
+        if tool != "spawn_agent" {
+            return Ok(None);
+        }
+        let children = self
+            .live()
+            .store()
+            .list_sessions(arbor_store::SessionQuery::Children(session))
+            .await?;
+        let Some(child) = children.into_iter().find(|c| {
+            c.meta["spawn_call"] == call_id && c.spawned_by.is_some_and(|s| s.run_id == run)
+        }) else {
+            return Ok(None);
+        };
+        // A joined child's handle died with the process that held it: only a sync call
+        // waits for its child's answer.
+        if child.meta["mode"] != "sync" || child.tombstone.is_some() {
+            return Ok(None);
+        }
+        let waited = match self.settings().runner() {
+            Some(runner) => runner.rejoin(child.id, cancel.clone()).await,
+            None => None,
+        };
+        let result = match waited {
+            Some(r) => r,
+            None if matches!(
+                child.status,
+                arbor_protocol::SessionStatus::Succeeded | arbor_protocol::SessionStatus::Failed
+            ) =>
+            {
+                match finished_run(self.live().store().as_ref(), child.id).await? {
+                    Some(r) => Ok(r),
+                    None => return Ok(None),
+                }
+            }
+            None => return Ok(None),
+        };
+        let outcome = match result {
+            Ok(r) if r.status == arbor_protocol::RunStatus::Succeeded => {
+                let done = crate::supervisor::DelegationResult {
+                    delegation_id: child.meta["delegation_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    child_id: child.meta["child_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    session_id: child.id,
+                    name: child.name.clone(),
+                    result: r,
+                };
+                crate::NestedOutcome::Completed(crate::supervisor::tools::report::finished(
+                    &self.delegator(),
+                    &done,
+                ))
+            }
+            Ok(r) if r.status == arbor_protocol::RunStatus::Suspended => return Ok(None),
+            Ok(r) => crate::NestedOutcome::Failed(
+                self.redact(
+                    r.error
+                        .as_deref()
+                        .unwrap_or("the delegated run did not succeed"),
+                ),
+            ),
+            Err(e) => crate::NestedOutcome::Failed(self.redact(&e.to_string())),
+        };
+        tracing::info!(parent = %session, child = %child.id, "a cut-off call rejoined its child");
+        Ok(Some(outcome))
     }
 }
 

@@ -30,6 +30,10 @@ pub struct DelegationRequest {
     pub parent: Option<SessionRef>,
     /// The parent's run and turn that asked for the child (its usage is attributed there).
     pub spawned_by: Option<SpawnPoint>,
+    /// The parent's tool call that asked for the child, kept in its record
+    /// (`meta.spawn_call`): a parent run continued after its process died finds the child
+    /// that call started and waits for it instead of calling it interrupted.
+    pub spawn_call: Option<String>,
     /// The model to run: one the child's catalog entry allows (default: the entry's own).
     pub model: Option<String>,
     /// How much the child's model reasons: one of the levels the resolved model supports

@@ -213,6 +213,7 @@ impl Supervisor {
             record: Some(record),
             parent,
             spawned_by: None,
+            spawn_call: None,
             identity: terms.identity,
             token: sup.live().session_token().child_token(),
             reason: CancelReason::default(),

@@ -190,12 +190,13 @@ impl ModelTool for SpawnAgentTool {
             run_id: ctx.run_id,
             turn: ctx.turn,
         };
-        let HostSpawn { request, mode } = self.request_of(
+        let HostSpawn { mut request, mode } = self.request_of(
             args,
             ctx.session,
             Some(ctx.cancel.clone()),
             Some(spawn_point),
         )?;
+        request.spawn_call = Some(ctx.call_id.clone());
         let thinking = request.thinking;
         let handle = match mode {
             SpawnMode::Sync => None,
