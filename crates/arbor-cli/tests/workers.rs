@@ -404,9 +404,10 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
     drop_schema(&pg);
 }
 
-/// The state of every child run, from the database.
-fn run_states(pg: &Pg) -> Vec<String> {
+/// One column of every child run, oldest first, from the database.
+fn runs_column(pg: &Pg, column: &str) -> Vec<String> {
     let (url, schema) = (pg.url.clone(), pg.schema.clone());
+    let sql = format!("SELECT {column} FROM \"{schema}\".child_runs ORDER BY enqueued_at");
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -414,16 +415,24 @@ fn run_states(pg: &Pg) -> Vec<String> {
             .unwrap()
             .block_on(async move {
                 let pool = sqlx::PgPool::connect(&url).await.unwrap();
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT state FROM \"{schema}\".child_runs ORDER BY enqueued_at"
-                )))
-                .fetch_all(&pool)
-                .await
-                .unwrap()
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap()
             })
     })
     .join()
     .unwrap()
+}
+
+/// The state of every child run.
+fn run_states(pg: &Pg) -> Vec<String> {
+    runs_column(pg, "state")
+}
+
+/// Who holds (or last held) each child run.
+fn run_owners(pg: &Pg) -> Vec<String> {
+    runs_column(pg, "COALESCE(owner, '')")
 }
 
 /// Starts a worker and a tree whose child counts slowly, and waits until the child is
@@ -616,28 +625,6 @@ fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
         .count();
     assert_eq!(runs, 1, "one run, on the worker");
     drop_schema(&pg);
-}
-
-/// Who holds (or last held) each child run, from the database.
-fn run_owners(pg: &Pg) -> Vec<String> {
-    let (url, schema) = (pg.url.clone(), pg.schema.clone());
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async move {
-                let pool = sqlx::PgPool::connect(&url).await.unwrap();
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT COALESCE(owner, '') FROM \"{schema}\".child_runs ORDER BY enqueued_at"
-                )))
-                .fetch_all(&pool)
-                .await
-                .unwrap()
-            })
-    })
-    .join()
-    .unwrap()
 }
 
 #[test]

@@ -275,49 +275,16 @@ impl Supervisor {
             None => terms.limits,
         };
         let slot = self.live().slots().reserve(limits.max_active_children)?;
-        let parent: Option<SessionRef> = match record.parent_id {
-            Some(p) => self.live().store().session(p).await?.map(|r| (&r).into()),
-            None => None,
-        };
-        let admitted = Admitted {
-            entry: terms.entry,
-            child_id: terms.child_id,
-            delegation_id: format!(
-                "{}-{}",
-                self.settings().id(),
-                arbor_protocol::RunId::new().as_uuid().simple()
-            ),
-            depth: record.depth.max(1),
-            path: Arc::from(terms.path),
-            parents: Arc::from(Vec::new()),
-            input: self.redact(&claimed.input),
-            limits,
-            policy: terms.policy,
-            thread: "default".to_owned(),
-            name: record.name.clone(),
-            requested_name: None,
-            model: (!record.model.is_empty()).then(|| record.model.clone()),
-            thinking: None,
-            mode: terms.mode,
-            replies_at_start: record.replies,
-            record: Some(record),
-            parent,
-            spawned_by: None,
-            spawn_call: None,
-            identity: terms.identity,
-            token: self.live().session_token().child_token(),
-            reason: CancelReason::default(),
-            caller: Some(claimed.cancel),
-            slot,
-            resume: false,
-            resume_run: claimed.resume_run,
-            recover,
-            detached: false,
-            claimed: Some(ClaimedFrom {
-                mapping: claimed.mapping,
-                relay: claimed.relay,
-            }),
-        };
+        let mut admitted = self
+            .rebuilt(terms, record, limits, slot, self.redact(&claimed.input))
+            .await?;
+        admitted.caller = Some(claimed.cancel);
+        admitted.resume_run = claimed.resume_run;
+        admitted.recover = recover;
+        admitted.claimed = Some(ClaimedFrom {
+            mapping: claimed.mapping,
+            relay: claimed.relay,
+        });
         let registered = Registered::resumed(self, admitted);
         registered.begin();
         match registered.run().await.here() {
@@ -331,6 +298,60 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// The delegation of the stored child `record` rebuilt from its `terms`, under `limits`
+    /// with `slot`, on `input`: a new delegation id, no caller, nothing resumed, recovered,
+    /// detached or claimed (the caller sets what differs).
+    pub(crate) async fn rebuilt(
+        &self,
+        terms: StoredTerms,
+        record: arbor_store::SessionRecord,
+        limits: SupervisorLimits,
+        slot: crate::supervisor::delegation::slots::SlotGuard,
+        input: String,
+    ) -> CoreResult<Admitted> {
+        let parent: Option<SessionRef> = match record.parent_id {
+            Some(p) => self.live().store().session(p).await?.map(|r| (&r).into()),
+            None => None,
+        };
+        Ok(Admitted {
+            entry: terms.entry,
+            child_id: terms.child_id,
+            delegation_id: format!(
+                "{}-{}",
+                self.settings().id(),
+                arbor_protocol::RunId::new().as_uuid().simple()
+            ),
+            depth: record.depth.max(1),
+            path: Arc::from(terms.path),
+            parents: Arc::from(Vec::new()),
+            input,
+            limits,
+            policy: terms.policy,
+            thread: "default".to_owned(),
+            name: record.name.clone(),
+            requested_name: None,
+            model: (!record.model.is_empty()).then(|| record.model.clone()),
+            // Kept in the record's meta, which the run reads.
+            thinking: None,
+            mode: terms.mode,
+            replies_at_start: record.replies,
+            record: Some(record),
+            parent,
+            spawned_by: None,
+            spawn_call: None,
+            identity: terms.identity,
+            token: self.live().session_token().child_token(),
+            reason: CancelReason::default(),
+            caller: None,
+            slot,
+            resume: false,
+            resume_run: None,
+            recover: false,
+            detached: false,
+            claimed: None,
+        })
+    }
+
     /// [`NestedResumer::rejoin`](crate::NestedResumer::rejoin): the sync child that call
     /// `call_id` of `session`'s run `run` started (its record names the call), waited for
     /// through the runner when it was handed over, or read from its transcript when its run

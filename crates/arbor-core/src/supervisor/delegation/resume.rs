@@ -7,7 +7,6 @@
 //! admitted when it was spawned. Its identity is the one it was given then (the scopes are
 //! kept in its record), never re-derived wider.
 
-use std::sync::Arc;
 use tracing::Instrument;
 
 use arbor_protocol::SessionId;
@@ -17,7 +16,7 @@ use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::runtime::Supervisor;
 use arbor_protocol::Notice;
 
-use crate::supervisor::delegation::admitted::{Admitted, CancelReason, Ended};
+use crate::supervisor::delegation::admitted::Ended;
 use crate::supervisor::delegation::request::{DelegationResult, Mode};
 use crate::supervisor::tree::messages::preview;
 
@@ -184,48 +183,13 @@ impl Supervisor {
         let Some(record) = self.take_lease(record).await? else {
             return Ok(Rerun::RunningElsewhere);
         };
-        let parent = match record.parent_id {
-            Some(p) => sup.live().store().session(p).await?.map(|r| (&r).into()),
-            None => None,
-        };
-        let admitted = Admitted {
-            entry: terms.entry,
-            child_id: terms.child_id,
-            delegation_id: format!(
-                "{}-{}",
-                sup.settings().id(),
-                arbor_protocol::RunId::new().as_uuid().simple()
-            ),
-            depth: record.depth.max(1),
-            path: Arc::from(terms.path),
-            parents: Arc::from(Vec::new()),
-            input: String::new(),
-            limits,
-            policy: terms.policy,
-            thread: "default".to_owned(),
-            name: record.name.clone(),
-            requested_name: None,
-            model: (!record.model.is_empty()).then(|| record.model.clone()),
-            // Kept in the record's meta, which the run reads.
-            thinking: None,
-            mode: terms.mode,
-            replies_at_start: record.replies,
-            record: Some(record),
-            parent,
-            spawned_by: None,
-            spawn_call: None,
-            identity: terms.identity,
-            token: sup.live().session_token().child_token(),
-            reason: CancelReason::default(),
-            caller: None,
-            slot,
-            resume: !recover,
-            resume_run: None,
-            recover,
-            // A follow-up or a continued run: nobody awaits it.
-            detached: true,
-            claimed: None,
-        };
+        let mut admitted = self
+            .rebuilt(terms, record, limits, slot, String::new())
+            .await?;
+        admitted.resume = !recover;
+        admitted.recover = recover;
+        // A follow-up or a continued run: nobody awaits it.
+        admitted.detached = true;
         let registered = Registered::resumed(self, admitted);
         registered.begin();
         // Drive inline: this is already the background task (or the host's call).
