@@ -86,6 +86,22 @@ fn worker(dir: &Path, pg: &Pg, n: usize, concurrency: &str) -> Child {
     )
 }
 
+/// `arbor run specs/tree.toml --workers --json --no-input` in `dir`, its stderr in `run.log`.
+fn start_tree(dir: &Path, pg: &Pg) -> Child {
+    spawn(
+        dir,
+        pg,
+        &[
+            "run",
+            "specs/tree.toml",
+            "--workers",
+            "--json",
+            "--no-input",
+        ],
+        &dir.join("run.log"),
+    )
+}
+
 fn finish(mut run: Child, within: Duration) -> Value {
     let start = Instant::now();
     loop {
@@ -111,18 +127,7 @@ fn a_worker_killed_mid_run_is_taken_over_and_no_effect_runs_twice() {
     let count = dir.path().join("count.txt");
 
     let mut first = worker(dir.path(), &pg, 1, "4");
-    let run = spawn(
-        dir.path(),
-        &pg,
-        &[
-            "run",
-            "specs/tree.toml",
-            "--workers",
-            "--json",
-            "--no-input",
-        ],
-        &dir.path().join("run.log"),
-    );
+    let run = start_tree(dir.path(), &pg);
     // The first worker is the only one: it holds the child. Kill it mid-run.
     wait_until("the first lines", Duration::from_secs(60), || {
         lines(&count).len() >= 3
@@ -281,18 +286,7 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
     std::fs::write(dir.path().join("specs/tree.toml"), wide_spec()).unwrap();
     let mut workers: Vec<Child> = (0..4).map(|n| worker(dir.path(), &pg, n, "6")).collect();
     let mut next = 4;
-    let run = spawn(
-        dir.path(),
-        &pg,
-        &[
-            "run",
-            "specs/tree.toml",
-            "--workers",
-            "--json",
-            "--no-input",
-        ],
-        &dir.path().join("run.log"),
-    );
+    let run = start_tree(dir.path(), &pg);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -441,18 +435,7 @@ fn counting_on_a_worker(dir: &Path, pg: &Pg) -> (Child, Child) {
     std::fs::create_dir(dir.join("specs")).unwrap();
     std::fs::write(dir.join("specs/tree.toml"), counter_spec(30)).unwrap();
     let w = worker(dir, pg, 1, "2");
-    let run = spawn(
-        dir,
-        pg,
-        &[
-            "run",
-            "specs/tree.toml",
-            "--workers",
-            "--json",
-            "--no-input",
-        ],
-        &dir.join("run.log"),
-    );
+    let run = start_tree(dir, pg);
     wait_until("the child mid-run", Duration::from_secs(60), || {
         lines(&dir.join("count.txt")).len() >= 2
     });
@@ -574,18 +557,7 @@ fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
     spec.push_str("[[agents.listener.turns]]\ntext = \"heard\"\n");
     std::fs::write(dir.path().join("specs/tree.toml"), spec).unwrap();
     let mut w = worker(dir.path(), &pg, 1, "2");
-    let run = spawn(
-        dir.path(),
-        &pg,
-        &[
-            "run",
-            "specs/tree.toml",
-            "--workers",
-            "--json",
-            "--no-input",
-        ],
-        &dir.path().join("run.log"),
-    );
+    let run = start_tree(dir.path(), &pg);
     let report = finish(run, Duration::from_secs(60));
     w.kill().unwrap();
     w.wait().unwrap();
@@ -647,18 +619,7 @@ fn a_decision_taken_while_the_worker_is_dead_applies_when_another_worker_resumes
     std::fs::write(dir.path().join("specs/tree.toml"), spec).unwrap();
     let count = dir.path().join("count.txt");
     let mut first = worker(dir.path(), &pg, 1, "2");
-    let run = spawn(
-        dir.path(),
-        &pg,
-        &[
-            "run",
-            "specs/tree.toml",
-            "--workers",
-            "--json",
-            "--no-input",
-        ],
-        &dir.path().join("run.log"),
-    );
+    let run = start_tree(dir.path(), &pg);
     let mut run = run;
     let status = run.wait().unwrap();
     assert_eq!(status.code(), Some(4), "the tree waits for a decision");
