@@ -75,6 +75,14 @@ fn handoff() -> (Handoff, mpsc::UnboundedReceiver<Job>) {
     (Handoff(tx), rx)
 }
 
+/// A delegation of the `worker` entry under `root`, on `input`.
+fn under(root: &arbor_core::Session, input: &str) -> DelegationRequest {
+    DelegationRequest {
+        parent: Some(SessionRef::from(root.record())),
+        ..DelegationRequest::new("worker", input)
+    }
+}
+
 fn claimed(child: &RemoteChild, takeover: bool) -> ClaimedRun {
     ClaimedRun {
         session: child.session,
@@ -108,10 +116,7 @@ async fn a_child_handed_to_a_runner_runs_on_the_worker_and_is_reported_by_its_pa
         .unwrap();
     let mut root = idle_root(&store).await;
     parent.attach(&mut root);
-    let request = DelegationRequest {
-        parent: Some(SessionRef::from(root.record())),
-        ..DelegationRequest::new("worker", "work on this")
-    };
+    let request = under(&root, "work on this");
     let delegation =
         tokio::spawn(async move { parent.delegate(request).await.map(|r| (r, parent)) });
     let (child, reply) = queue.recv().await.unwrap();
@@ -168,10 +173,7 @@ async fn a_takeover_goes_on_from_the_transcript_and_runs_no_call_twice() {
         .unwrap();
     let mut root = idle_root(&store).await;
     parent.attach(&mut root);
-    let request = DelegationRequest {
-        parent: Some(SessionRef::from(root.record())),
-        ..DelegationRequest::new("worker", "work")
-    };
+    let request = under(&root, "work");
     let delegation = tokio::spawn(async move { parent.delegate(request).await });
     let (child, reply) = queue.recv().await.unwrap();
     // The first worker: its runtime is dropped mid-call, as in a SIGKILL.
@@ -247,13 +249,7 @@ async fn a_cancel_at_the_parent_stops_the_run_on_the_worker() {
         .unwrap();
     let mut root = idle_root(&store).await;
     parent.attach(&mut root);
-    let handle = parent
-        .delegate_async(DelegationRequest {
-            parent: Some(SessionRef::from(root.record())),
-            ..DelegationRequest::new("worker", "work")
-        })
-        .await
-        .unwrap();
+    let handle = parent.delegate_async(under(&root, "work")).await.unwrap();
     let (child, reply) = queue.recv().await.unwrap();
     let away = tokio::spawn(async move { worker.run_claimed(claimed(&child, false)).await });
     while tool.calls.load(Ordering::SeqCst) == 0 {
@@ -303,13 +299,7 @@ async fn a_child_whose_permission_a_hook_narrowed_runs_at_home() {
         .unwrap();
     let mut root = idle_root(&store).await;
     parent.attach(&mut root);
-    let done = parent
-        .delegate(DelegationRequest {
-            parent: Some(SessionRef::from(root.record())),
-            ..DelegationRequest::new("worker", "work")
-        })
-        .await
-        .unwrap();
+    let done = parent.delegate(under(&root, "work")).await.unwrap();
     assert_eq!(done.result.text, "at home");
     assert_eq!(home_built.load(Ordering::SeqCst), 1);
     assert!(queue.try_recv().is_err(), "nothing was handed over");
@@ -385,10 +375,7 @@ async fn a_streaming_childs_events_relayed_from_the_worker_reach_the_parents_str
     let mut events = parent.subscribe();
     let mut root = idle_root(&store).await;
     parent.attach(&mut root);
-    let request = DelegationRequest {
-        parent: Some(SessionRef::from(root.record())),
-        ..DelegationRequest::new("worker", "work")
-    };
+    let request = under(&root, "work");
     let delegation = tokio::spawn(async move { parent.delegate(request).await });
     let (child, reply) = queue.recv().await.unwrap();
     let bus = child
