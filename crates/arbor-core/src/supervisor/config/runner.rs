@@ -12,9 +12,10 @@
 //! - never a child a `before` hook gave a narrower permission: a permission cannot travel,
 //!   so such a child runs here rather than elsewhere with more than it was given.
 //!
-//! On the other side, [`Supervisor::run_claimed`](crate::supervisor::Supervisor::run_claimed) runs the
-//! child from its record under the terms its spawn narrowed to, and a takeover (the first
-//! worker died) continues it from its transcript.
+//! On the other side,
+//! [`Supervisor::run_claimed`](crate::supervisor::Supervisor::run_claimed) runs the child from
+//! its record under the terms its spawn narrowed to, and a takeover (the first worker died)
+//! continues it from its transcript.
 
 use std::fmt;
 use std::sync::Arc;
