@@ -83,11 +83,20 @@ impl Waiters {
 pub(crate) struct QueueRunner {
     waiters: Arc<Waiters>,
     spec: String,
+    /// Tests hold the wait here, between its read of the relayed events and its read of the
+    /// run's state, to force what lands in between.
+    #[cfg(test)]
+    pub(super) between_reads: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl QueueRunner {
     pub(crate) fn new(waiters: Arc<Waiters>, spec: String) -> Self {
-        Self { waiters, spec }
+        Self {
+            waiters,
+            spec,
+            #[cfg(test)]
+            between_reads: None,
+        }
     }
 }
 
@@ -159,20 +168,19 @@ impl QueueRunner {
         let mut gave_up_at = None;
         let mut relayed = 0;
         loop {
-            // Events first: the pump has them all before the outcome ends the delegation.
-            if let Some(bus) = events {
-                for (seq, event) in queue.events_after(session, relayed).await? {
-                    relayed = seq;
-                    match serde_json::from_value::<EventEnvelope>(event) {
-                        Ok(e) => {
-                            bus.publish(e.run_id, e.event);
-                        }
-                        Err(e) => tracing::debug!(error = %e, "a relayed event does not read"),
-                    }
-                }
+            relayed = publish_relayed(queue, session, events, relayed).await?;
+            #[cfg(test)]
+            if let Some(gate) = &self.between_reads
+                && let Ok(permit) = gate.acquire().await
+            {
+                permit.forget();
             }
             match queue.state(session).await? {
                 Some((RunState::Done | RunState::Failed, Some(outcome))) => {
+                    // The worker relays every event before it reports: what it relayed
+                    // after the read above is read now, so the pump has every one before
+                    // the outcome ends the delegation.
+                    publish_relayed(queue, session, events, relayed).await?;
                     let outcome: RemoteOutcome = serde_json::from_value(outcome).map_err(|e| {
                         CoreError::Supervisor(format!(
                             "the worker's report of child {session} cannot be read: {e}"
@@ -215,4 +223,27 @@ impl QueueRunner {
             }
         }
     }
+}
+
+/// Publishes on `events` what `session`'s run relayed after position `after`; returns the
+/// new position.
+async fn publish_relayed(
+    queue: &WorkQueue,
+    session: SessionId,
+    events: Option<&EventBus>,
+    mut after: u64,
+) -> CoreResult<u64> {
+    let Some(bus) = events else {
+        return Ok(after);
+    };
+    for (seq, event) in queue.events_after(session, after).await? {
+        after = seq;
+        match serde_json::from_value::<EventEnvelope>(event) {
+            Ok(e) => {
+                bus.publish(e.run_id, e.event);
+            }
+            Err(e) => tracing::debug!(error = %e, "a relayed event does not read"),
+        }
+    }
+    Ok(after)
 }

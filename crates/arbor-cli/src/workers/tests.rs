@@ -46,7 +46,7 @@ async fn a_childs_events_go_from_its_worker_to_its_parents_bus_in_order_before_i
     let kid = SessionRecord::new_child(&root, "kid", "kid", "scripted");
     store.create_session(&kid).await.unwrap();
 
-    let parent = QueueRunner::new(
+    let mut parent = QueueRunner::new(
         Arc::new(Waiters::new(WorkQueue::new(
             &store,
             "parent",
@@ -54,6 +54,10 @@ async fn a_childs_events_go_from_its_worker_to_its_parents_bus_in_order_before_i
         ))),
         "fingerprint".to_owned(),
     );
+    // The parent's wait stops between its read of the events and its read of the state
+    // until the test lets it go on.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    parent.between_reads = Some(Arc::clone(&gate));
     let bus = Arc::new(EventBus::new(kid.id, 256));
     let mut seen = bus.subscribe();
     let child = RemoteChild {
@@ -80,19 +84,38 @@ async fn a_childs_events_go_from_its_worker_to_its_parents_bus_in_order_before_i
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(claim.payload["stream"], true, "{}", claim.payload);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let writer = tokio::spawn(super::worker::relay_events(
-        worker.clone(),
-        claim.clone(),
-        rx,
-    ));
     let run = RunId::new();
-    for turn in 1..=100 {
-        tx.send(envelope(u64::from(turn), kid.id, run, turn))
-            .unwrap();
+    let relay = |turns: std::ops::RangeInclusive<u32>| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for turn in turns {
+            tx.send(envelope(u64::from(turn), kid.id, run, turn))
+                .unwrap();
+        }
+        drop(tx);
+        tokio::spawn(super::worker::relay_events(
+            worker.clone(),
+            claim.clone(),
+            rx,
+        ))
+    };
+    // The first 64 events, read by the parent (then held before its state read).
+    relay(1..=64).await.unwrap();
+    gate.add_permits(1);
+    let mut turns = Vec::new();
+    while turns.len() < 64 {
+        match tokio::time::timeout(Duration::from_secs(10), seen.recv()).await {
+            Ok(Some(e)) => {
+                if let AgentEvent::TurnStarted { turn } = e.event {
+                    turns.push(turn);
+                }
+            }
+            other => panic!("the first events never arrived: {other:?}"),
+        }
     }
-    drop(tx);
-    writer.await.unwrap();
+    // The rest, and the outcome, land between the parent's read of the events and its read
+    // of the state: the state says done, and the events it has not read yet must still
+    // reach the bus before the delegation ends.
+    relay(65..=100).await.unwrap();
     let outcome = RemoteOutcome::Failed {
         kind: "Supervisor".into(),
         message: "done here".into(),
@@ -103,10 +126,10 @@ async fn a_childs_events_go_from_its_worker_to_its_parents_bus_in_order_before_i
             .await
             .unwrap()
     );
+    gate.add_permits(1_000);
     let err = waiting.await.unwrap().unwrap_err();
     assert_eq!(err.to_string(), "done here");
     // Every event reached the parent's bus, in order, before its outcome.
-    let mut turns = Vec::new();
     while let Some(e) = seen.try_recv() {
         if let AgentEvent::TurnStarted { turn } = e.event {
             turns.push(turn);
