@@ -189,25 +189,29 @@ impl Worker {
 
     /// Builds the claim's tree from its spec and runs the child.
     async fn run_claim(&self, claim: &Claim, cancel: CancellationToken) -> RemoteOutcome {
-        let fingerprint = claim.payload["spec"].as_str().unwrap_or_default();
-        let Some(spec) = self.specs.get(fingerprint) else {
+        // Read strictly: a payload that does not read fails the run, never runs it with
+        // less than its parent decided (its limits, say).
+        let payload = match Payload::read(&claim.payload) {
+            Ok(p) => p,
+            Err(why) => return failed(why),
+        };
+        let Some(spec) = self.specs.get(&payload.spec) else {
             return failed(format!(
-                "no spec of this worker's --specs has revision {fingerprint:?} (the spec the \
-                 tree was started from)"
+                "no spec of this worker's --specs has revision {:?} (the spec the tree was \
+                 started from)",
+                payload.spec
             ));
         };
-        let input = claim.payload["input"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let limits: Option<LimitsInput> =
-            serde_json::from_value(claim.payload["limits"].clone()).ok();
-        let resume_run = claim.payload["resume_run"]
-            .as_str()
-            .and_then(|r| r.parse().ok());
-        let mapping = Some(claim.payload["mapping"].clone()).filter(|m| !m.is_null());
+        let Payload {
+            input,
+            limits,
+            resume_run,
+            mapping,
+            stream,
+            ..
+        } = payload;
         // The parent streams the child's events: they go back through the store.
-        let (relay, relayer) = if claim.payload["stream"] == true {
+        let (relay, relayer) = if stream {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             (
                 Some(tx),
@@ -236,7 +240,7 @@ impl Worker {
         let run = sup.run_claimed(ClaimedRun {
             session: claim.session,
             input,
-            limits,
+            limits: Some(limits),
             takeover,
             cancel,
             resume_run,
@@ -291,6 +295,34 @@ pub(super) async fn relay_events(
     }
 }
 
+/// What a parent hands over with a child's run (the queue runner writes it).
+#[derive(Debug, serde::Deserialize)]
+struct Payload {
+    /// The fingerprint of the tree's spec.
+    spec: String,
+    /// The child's input, after its `before` hook.
+    input: String,
+    /// Its limits, after its `before` hook.
+    limits: LimitsInput,
+    /// A suspended run to resume with its decisions.
+    #[serde(default)]
+    resume_run: Option<arbor_protocol::RunId>,
+    /// The delegation mapping to keep beside a suspension.
+    #[serde(default)]
+    mapping: Option<Value>,
+    /// Whether the parent streams the run's events.
+    #[serde(default)]
+    stream: bool,
+}
+
+impl Payload {
+    /// The payload of a claim, or why it cannot be read (naming the field).
+    fn read(payload: &Value) -> Result<Self, String> {
+        serde_json::from_value(payload.clone())
+            .map_err(|e| format!("the child run's hand-over cannot be read: {e}"))
+    }
+}
+
 fn failed(message: String) -> RemoteOutcome {
     RemoteOutcome::Failed {
         kind: "Validation".to_owned(),
@@ -331,4 +363,32 @@ async fn read_specs(dir: &Path) -> Result<BTreeMap<String, Spec>, Fail> {
         )));
     }
     Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Payload;
+    use serde_json::json;
+
+    #[test]
+    fn a_hand_over_is_read_strictly() {
+        let good = json!({
+            "spec": "abc", "input": "go", "limits": {"max_depth": 2},
+            "resume_run": null, "mapping": null, "stream": true,
+        });
+        let p = Payload::read(&good).unwrap();
+        assert_eq!(
+            (p.input.as_str(), p.limits.max_depth, p.stream),
+            ("go", Some(2), true)
+        );
+        let no_input = json!({"spec": "abc", "limits": {}});
+        let e = Payload::read(&no_input).unwrap_err();
+        assert!(e.contains("missing field `input`"), "{e}");
+        let bad_limits = json!({"spec": "abc", "input": "go", "limits": {"max_depth": "deep"}});
+        let e = Payload::read(&bad_limits).unwrap_err();
+        assert!(
+            e.starts_with("the child run's hand-over cannot be read: "),
+            "{e}"
+        );
+    }
 }
