@@ -19,10 +19,9 @@ mod serve_support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use pg_support::{Pg, drop_schema, json, server, spawn};
+use pg_support::{Pg, Proc, drop_schema, json, server, spawn};
 use serde_json::Value;
 
 /// A child that appends a line per turn (each of its own text), a turn every 400 ms.
@@ -67,7 +66,7 @@ fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn worker(dir: &Path, pg: &Pg, n: usize, concurrency: &str) -> Child {
+fn worker(dir: &Path, pg: &Pg, n: usize, concurrency: &str) -> Proc {
     spawn(
         dir,
         pg,
@@ -87,7 +86,7 @@ fn worker(dir: &Path, pg: &Pg, n: usize, concurrency: &str) -> Child {
 }
 
 /// `arbor run specs/tree.toml --workers --json --no-input` in `dir`, its stderr in `run.log`.
-fn start_tree(dir: &Path, pg: &Pg) -> Child {
+fn start_tree(dir: &Path, pg: &Pg) -> Proc {
     spawn(
         dir,
         pg,
@@ -102,7 +101,7 @@ fn start_tree(dir: &Path, pg: &Pg) -> Child {
     )
 }
 
-fn finish(mut run: Child, within: Duration) -> Value {
+fn finish(mut run: Proc, within: Duration) -> Value {
     let start = Instant::now();
     loop {
         if let Some(status) = run.try_wait().unwrap() {
@@ -284,7 +283,7 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("specs")).unwrap();
     std::fs::write(dir.path().join("specs/tree.toml"), wide_spec()).unwrap();
-    let mut workers: Vec<Child> = (0..4).map(|n| worker(dir.path(), &pg, n, "6")).collect();
+    let mut workers: Vec<Proc> = (0..4).map(|n| worker(dir.path(), &pg, n, "6")).collect();
     let mut next = 4;
     let run = start_tree(dir.path(), &pg);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -431,7 +430,7 @@ fn run_owners(pg: &Pg) -> Vec<String> {
 
 /// Starts a worker and a tree whose child counts slowly, and waits until the child is
 /// mid-run on the worker.
-fn counting_on_a_worker(dir: &Path, pg: &Pg) -> (Child, Child) {
+fn counting_on_a_worker(dir: &Path, pg: &Pg) -> (Proc, Proc) {
     std::fs::create_dir(dir.join("specs")).unwrap();
     std::fs::write(dir.join("specs/tree.toml"), counter_spec(30)).unwrap();
     let w = worker(dir, pg, 1, "2");

@@ -68,18 +68,46 @@ pub(crate) fn arbor(dir: &Path, pg: &Pg, args: &[&str]) -> Output {
     out
 }
 
+/// A process a test started, killed (and reaped) when the test is done with it, however the
+/// test ends: a failed assertion never leaves a worker running.
+#[derive(Debug)]
+pub(crate) struct Proc(pub(crate) std::process::Child);
+
+impl std::ops::Deref for Proc {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `arbor ARGS` in `dir` on the store of `pg`, not waited for.
-pub(crate) fn spawn(dir: &Path, pg: &Pg, args: &[&str], stderr: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_arbor"))
-        .args(args)
-        .current_dir(dir)
-        .env("ARBOR_STORE_URL", &pg.url)
-        .env("ARBOR_STORE_SCHEMA", &pg.schema)
-        .env("ARBOR_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(stderr).unwrap())
-        .spawn()
-        .unwrap()
+pub(crate) fn spawn(dir: &Path, pg: &Pg, args: &[&str], stderr: &Path) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(args)
+            .current_dir(dir)
+            .env("ARBOR_STORE_URL", &pg.url)
+            .env("ARBOR_STORE_SCHEMA", &pg.schema)
+            .env("ARBOR_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(stderr).unwrap())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// `arbor ARGS` on `pg`, which must succeed, its stdout read as JSON.
