@@ -71,19 +71,9 @@ pub(crate) async fn open_store(
     Ok(Arc::new(pg))
 }
 
-/// Who this process is, for claims: host, process id and start time.
+/// Who this process is, for claims: `host:pid:start` (the process's start time where the
+/// platform tells, else 0), the identity the CLI's owner leases use too.
 pub(crate) fn owner_name() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
-        .unwrap_or_else(|| "localhost".to_owned());
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{host}:{}:{started}", std::process::id())
+    let me = arbor_core::lease::ProcessId::current();
+    format!("{}:{}:{}", me.host, me.pid, me.start.unwrap_or(0))
 }

@@ -108,9 +108,12 @@ impl Supervisor {
             "limits": a.limits,
             "policy": a.policy,
             "thinking": a.thinking,
-            "spawn_call": a.spawn_call,
         })
         .into();
+        // Only a model's call names one (a host's delegation has none).
+        if let Some(call) = &a.spawn_call {
+            record.meta["spawn_call"] = serde_json::Value::from(call.as_str());
+        }
         if let Some(max) = inherited_depth {
             record.meta["max_depth"] = serde_json::Value::from(max);
         }
