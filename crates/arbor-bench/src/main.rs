@@ -29,6 +29,10 @@ mod trees;
 
 use std::process::{Command, ExitCode};
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 
 use crate::report::Row;
@@ -143,6 +147,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             "quick": args.quick,
             "runtime": if args.multi_thread { "multi_thread" } else { "current_thread" },
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "allocator": if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" },
             "rows": rows,
         });
         println!("{doc}");

@@ -6,31 +6,130 @@
 //! change (through [`DerefMut`]) copies it first if another record still shares it. It
 //! reads, indexes, serializes and compares as the `serde_json::Value` it holds.
 
+use std::any::Any;
+use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+/// The JSON `null` every empty [`Meta`] reads as.
+static NULL: Value = Value::Null;
+
 /// A session record's host data: a `serde_json::Value`, shared on clone.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Meta(Arc<Value>);
+///
+/// It can also be built from a typed value ([`Meta::typed`]) that is turned into JSON only
+/// when something reads it: a store that keeps the record in memory and is never asked for
+/// this part of it never builds the JSON, and one that writes it as text
+/// ([`Meta::to_json`]) writes it straight from the typed value.
+#[derive(Clone, Default)]
+pub struct Meta {
+    /// The JSON, when given as JSON or changed in place (then `typed` is `None`).
+    value: Option<Arc<Value>>,
+    /// The typed value it was built from, and its JSON once read.
+    typed: Option<Arc<Typed>>,
+}
+
+/// A typed meta and, once read, its JSON.
+struct Typed {
+    source: Box<dyn Source>,
+    value: OnceLock<Value>,
+}
+
+/// What a typed meta can do: become JSON, as a value or as text.
+trait Source: Send + Sync {
+    fn to_value(&self) -> Value;
+    fn to_json(&self) -> serde_json::Result<String>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Serialize + Send + Sync + 'static> Source for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn to_value(&self) -> Value {
+        // A value that cannot be JSON (a map with non-string keys) reads as `null`; the
+        // typed values given to `Meta::typed` are structs of plain fields.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+}
 
 impl Meta {
+    /// Host data kept as `value` and turned into JSON only when read. Its JSON is what
+    /// `serde_json` makes of `value` (field order as declared, for the text).
+    pub fn typed<T: Serialize + Send + Sync + 'static>(value: T) -> Self {
+        Self {
+            value: None,
+            typed: Some(Arc::new(Typed {
+                source: Box::new(value),
+                value: OnceLock::new(),
+            })),
+        }
+    }
+
+    /// The typed value it was built from, if it was built from a `T` ([`Meta::typed`]) and
+    /// has not been changed since: read without building its JSON.
+    pub fn typed_as<T: 'static>(&self) -> Option<&T> {
+        self.typed.as_ref()?.source.as_any().downcast_ref()
+    }
+
     /// The JSON value, copied out (shared no more).
     pub fn to_value(&self) -> Value {
-        (*self.0).clone()
+        (**self).clone()
     }
 
     /// The JSON value, without a copy when nothing else shares it.
     pub fn into_value(self) -> Value {
-        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+        match self.value {
+            Some(v) => Arc::try_unwrap(v).unwrap_or_else(|shared| (*shared).clone()),
+            None => self.to_value_of_typed(),
+        }
+    }
+
+    /// The JSON text a store keeps; a typed meta never read is written straight from its
+    /// typed value.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        match &self.typed {
+            Some(t) if t.value.get().is_none() => t.source.to_json(),
+            _ => serde_json::to_string(&**self),
+        }
+    }
+
+    /// The typed value's JSON (`null` when there is none).
+    fn to_value_of_typed(&self) -> Value {
+        self.typed.as_ref().map_or(Value::Null, |t| {
+            t.value
+                .get()
+                .cloned()
+                .unwrap_or_else(|| t.source.to_value())
+        })
+    }
+}
+
+impl fmt::Debug for Meta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Meta").field(&**self).finish()
+    }
+}
+
+impl PartialEq for Meta {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
     }
 }
 
 impl From<Value> for Meta {
     fn from(value: Value) -> Self {
-        Self(Arc::new(value))
+        Self {
+            value: (!value.is_null()).then(|| Arc::new(value)),
+            typed: None,
+        }
     }
 }
 
@@ -44,31 +143,40 @@ impl Deref for Meta {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        &self.0
+        match (&self.value, &self.typed) {
+            (Some(v), _) => v,
+            (None, Some(t)) => t.value.get_or_init(|| t.source.to_value()),
+            (None, None) => &NULL,
+        }
     }
 }
 
 impl DerefMut for Meta {
     fn deref_mut(&mut self) -> &mut Value {
-        Arc::make_mut(&mut self.0)
+        if self.value.is_none() {
+            let typed = self.to_value_of_typed();
+            self.typed = None;
+            self.value = Some(Arc::new(typed));
+        }
+        Arc::make_mut(self.value.get_or_insert_with(Default::default))
     }
 }
 
-impl std::fmt::Display for Meta {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+impl fmt::Display for Meta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
     }
 }
 
 impl PartialEq<Value> for Meta {
     fn eq(&self, other: &Value) -> bool {
-        *self.0 == *other
+        **self == *other
     }
 }
 
 impl Serialize for Meta {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        (**self).serialize(serializer)
     }
 }
 
@@ -88,9 +196,15 @@ mod tests {
     fn a_copy_shares_until_one_side_changes() {
         let a = Meta::from(json!({"definition": {"root": "planner"}}));
         let mut b = a.clone();
-        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert!(Arc::ptr_eq(
+            a.value.as_ref().unwrap(),
+            b.value.as_ref().unwrap()
+        ));
         b["result"] = json!("done");
-        assert!(!Arc::ptr_eq(&a.0, &b.0));
+        assert!(!Arc::ptr_eq(
+            a.value.as_ref().unwrap(),
+            b.value.as_ref().unwrap()
+        ));
         assert_eq!(a, json!({"definition": {"root": "planner"}}));
         assert_eq!(b["result"], "done");
         assert_eq!(b["definition"]["root"], "planner");
@@ -104,5 +218,63 @@ mod tests {
         let back: Meta = serde_json::from_str(&text).unwrap();
         assert_eq!(back, m);
         assert_eq!(Meta::default(), Value::Null);
+    }
+
+    #[derive(Serialize)]
+    struct Child {
+        mode: &'static str,
+        path: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        call: Option<String>,
+    }
+
+    #[test]
+    fn a_typed_meta_reads_changes_and_serializes_as_its_json() {
+        let typed = Meta::typed(Child {
+            mode: "sync",
+            path: vec!["a".into(), "b".into()],
+            call: None,
+        });
+        let expected = json!({"mode": "sync", "path": ["a", "b"]});
+        // Written as text straight from the typed value, before anything read it.
+        assert_eq!(
+            typed.to_json().unwrap(),
+            r#"{"mode":"sync","path":["a","b"]}"#
+        );
+        assert!(typed.typed.as_ref().unwrap().value.get().is_none());
+        let copy = typed.clone();
+        assert_eq!(typed["path"][1], "b");
+        // Read once, shared by every copy.
+        assert!(copy.typed.as_ref().unwrap().value.get().is_some());
+        assert_eq!(typed, expected);
+        assert_eq!(serde_json::to_value(&typed).unwrap(), expected);
+        assert_eq!(
+            typed.to_json().unwrap(),
+            serde_json::to_string(&expected).unwrap()
+        );
+        let mut changed = typed.clone();
+        changed["call"] = json!("c1");
+        assert_eq!(changed["call"], "c1");
+        assert_eq!(changed["mode"], "sync");
+        assert!(changed.typed.is_none());
+        assert_eq!(typed.typed_as::<Child>().unwrap().mode, "sync");
+        assert!(typed.typed_as::<String>().is_none());
+        assert!(
+            changed.typed_as::<Child>().is_none(),
+            "changed: only its JSON is left"
+        );
+        assert_eq!(typed, expected, "a copy's change leaves the others alone");
+        assert_eq!(changed.clone().into_value()["path"], json!(["a", "b"]));
+        assert_eq!(format!("{typed}"), expected.to_string());
+    }
+
+    #[test]
+    fn an_empty_meta_is_null_until_written() {
+        let mut m = Meta::default();
+        assert!(m.is_null());
+        assert_eq!(Meta::from(Value::Null), m);
+        assert_eq!(m.to_json().unwrap(), "null");
+        m["a"] = json!(1);
+        assert_eq!(m, json!({"a": 1}));
     }
 }

@@ -226,7 +226,10 @@ impl SessionRow {
 
 /// `record.meta` as the JSON text a row stores.
 pub fn meta_json(record: &SessionRecord) -> StoreResult<String> {
-    serde_json::to_string(&record.meta).map_err(|e| corrupt(format_args!("meta: {e}")))
+    record
+        .meta
+        .to_json()
+        .map_err(|e| corrupt(format_args!("meta: {e}")))
 }
 
 /// `record.tombstone` as the JSON text a row stores, `None` while not deleted.

@@ -168,6 +168,45 @@ async fn a_sync_delegation_reports_its_lifecycle_and_keeps_the_session() {
     ));
     let record = sup.store().session(r.session_id).await.unwrap().unwrap();
     assert_eq!(record.own_usage.total_tokens, 15);
+    // What the record keeps of the admission, key by key; the text a store writes (built
+    // straight from the typed terms) reads back as the same JSON.
+    let text = record.meta.to_json().unwrap();
+    let meta = record.meta.to_value();
+    let keys: Vec<&str> = meta
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "child_id",
+            "delegation_id",
+            "lifetime",
+            "limits",
+            "mode",
+            "path",
+            "policy",
+            "resource_id",
+            "scopes",
+            "supervisor_id",
+            "thinking",
+            "thread_id"
+        ]
+    );
+    assert_eq!(meta["child_id"], "research");
+    assert_eq!(meta["delegation_id"], r.delegation_id.as_str());
+    assert_eq!(meta["mode"], "sync");
+    assert_eq!(meta["lifetime"], "task");
+    assert_eq!(meta["path"], serde_json::json!(["research"]));
+    assert_eq!(meta["supervisor_id"], "supervisor");
+    assert_eq!(meta["scopes"], serde_json::Value::Null);
+    assert_eq!(meta["limits"]["max_depth"], 4);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        meta
+    );
     let row = &sup.summary()[0];
     assert_eq!(
         (row.attempts, row.failures, row.outcome),

@@ -5,6 +5,7 @@
 
 pub(crate) mod builder;
 pub mod catalog;
+pub(crate) mod child_meta;
 pub mod hooks;
 pub mod limits;
 pub mod names;

@@ -58,7 +58,11 @@ impl ChildEntry {
 }
 
 /// The level a child's record was admitted with, if any.
-pub(crate) fn recorded(meta: &serde_json::Value) -> Option<ThinkingLevel> {
+pub(crate) fn recorded(meta: &arbor_store::Meta) -> Option<ThinkingLevel> {
+    // A child registered by this process: its typed terms, without building the JSON.
+    if let Some(child) = meta.typed_as::<crate::supervisor::config::child_meta::ChildMeta>() {
+        return child.thinking;
+    }
     meta["thinking"]
         .as_str()
         .and_then(|t| ThinkingLevel::parse(t).ok())

@@ -13,6 +13,13 @@ use crate::supervisor::runtime::Supervisor;
 
 /// The value a record keeps, if any.
 pub(crate) fn stored(record: &SessionRecord) -> Option<u32> {
+    // A child registered by this process: its typed terms, without building the JSON.
+    if let Some(child) = record
+        .meta
+        .typed_as::<crate::supervisor::config::child_meta::ChildMeta>()
+    {
+        return child.max_depth;
+    }
     record.meta["max_depth"]
         .as_u64()
         .and_then(|d| u32::try_from(d).ok())

@@ -5,11 +5,12 @@
 //! and only then is the attempt counted: a failure here leaves no record and no counter.
 
 use arbor_protocol::{SessionId, SupervisorEvent};
-use arbor_store::SessionRecord;
+use arbor_store::{Meta, SessionRecord};
 
 use crate::error::{CoreError, CoreResult};
 use crate::session::name_error;
 use crate::supervisor::config::catalog::ChildEntry;
+use crate::supervisor::config::child_meta::{ChildMeta, Path};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::names;
 use crate::supervisor::config::policy::{EffectivePolicy, PolicyInput};
@@ -93,30 +94,25 @@ impl Supervisor {
         }
         record.spawned_by = a.spawned_by;
         let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
-        record.meta = serde_json::json!({
-            "supervisor_id": sup.settings().id(),
-            "delegation_id": a.delegation_id,
-            "child_id": a.child_id,
-            "mode": a.mode.as_str(),
-            "lifetime": a.policy.lifetime.as_str(),
-            "resource_id": resource_id,
-            "thread_id": format!("{resource_id}/{}", encode_component(&a.thread)),
-            "path": &*a.path,
-            "scopes": a.identity.as_ref().map(|i| i.scopes().iter().collect::<Vec<_>>()),
-            // What admission narrowed (request limits, budget share, policy): every later
-            // run of this child (a follow-up, a resume, in this process or another) keeps it.
-            "limits": a.limits,
-            "policy": a.policy,
-            "thinking": a.thinking,
-        })
-        .into();
-        // Only a model's call names one (a host's delegation has none).
-        if let Some(call) = &a.spawn_call {
-            record.meta["spawn_call"] = serde_json::Value::from(call.as_str());
-        }
-        if let Some(max) = inherited_depth {
-            record.meta["max_depth"] = serde_json::Value::from(max);
-        }
+        record.meta = Meta::typed(ChildMeta {
+            child_id: a.child_id.clone(),
+            delegation_id: a.delegation_id.clone(),
+            lifetime: a.policy.lifetime.as_str(),
+            limits: a.limits,
+            max_depth: inherited_depth,
+            mode: a.mode.as_str(),
+            path: Path(a.path.clone()),
+            policy: a.policy,
+            thread_id: format!("{resource_id}/{}", encode_component(&a.thread)),
+            resource_id,
+            scopes: a
+                .identity
+                .as_ref()
+                .map(|i| i.scopes().iter().cloned().collect()),
+            spawn_call: a.spawn_call.clone(),
+            supervisor_id: sup.settings().id().to_owned(),
+            thinking: a.thinking,
+        });
         sup.live()
             .store()
             .create_session(&record)
@@ -157,11 +153,17 @@ pub(crate) fn admitted_terms(
     record: &SessionRecord,
 ) -> CoreResult<(SupervisorLimits, EffectivePolicy)> {
     let mut limits = sup.settings().limits().narrow(&entry.limits)?;
-    if let Ok(stored) = serde_json::from_value::<SupervisorLimits>(record.meta["limits"].clone()) {
+    // A child registered by this process keeps its typed terms; any other, their JSON.
+    let (stored_limits, stored) = match record.meta.typed_as::<ChildMeta>() {
+        Some(child) => (Some(child.limits), Some(child.policy)),
+        None => (
+            serde_json::from_value::<SupervisorLimits>(record.meta["limits"].clone()).ok(),
+            serde_json::from_value::<EffectivePolicy>(record.meta["policy"].clone()).ok(),
+        ),
+    };
+    if let Some(stored) = stored_limits {
         limits = limits.narrow(&stored.to_input())?;
     }
-    let stored: Option<EffectivePolicy> =
-        serde_json::from_value(record.meta["policy"].clone()).ok();
     let policy = match stored {
         Some(p) => {
             let replay = PolicyInput {

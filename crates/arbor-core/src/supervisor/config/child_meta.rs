@@ -1,0 +1,46 @@
+//! [`ChildMeta`]: what a child's session record keeps of its admission, typed.
+
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+
+use crate::supervisor::config::limits::SupervisorLimits;
+use crate::supervisor::config::policy::EffectivePolicy;
+
+/// What a child's record keeps of its admission (`meta`): who spawned it and how, and the
+/// terms every later run of it keeps (a follow-up, a resume, in this process or another).
+/// Typed, so the JSON is built only when something reads it (or straight as the text a
+/// store writes). The fields are in the order of the keys of a JSON object, as the record's
+/// JSON was built before.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChildMeta {
+    pub(crate) child_id: String,
+    pub(crate) delegation_id: String,
+    pub(crate) lifetime: &'static str,
+    /// What admission narrowed (request limits, budget share, policy).
+    pub(crate) limits: SupervisorLimits,
+    /// The parent's own maximum depth, if its host lowered it (the child inherits it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_depth: Option<u32>,
+    pub(crate) mode: &'static str,
+    pub(crate) path: Path,
+    pub(crate) policy: EffectivePolicy,
+    pub(crate) resource_id: String,
+    pub(crate) scopes: Option<Vec<String>>,
+    /// Only a model's call names one (a host's delegation has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) spawn_call: Option<String>,
+    pub(crate) supervisor_id: String,
+    pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
+    pub(crate) thread_id: String,
+}
+
+/// A child's path from the root, shared with its delegation.
+#[derive(Debug)]
+pub(crate) struct Path(pub(crate) Arc<[String]>);
+
+impl Serialize for Path {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
