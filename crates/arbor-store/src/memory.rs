@@ -10,13 +10,17 @@ use crate::error::StoreError;
 use crate::record::{Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate};
 use crate::store::{Store, StoreResult, is_live};
 
+/// Maps keyed by ids the runtime makes: hashed with foldhash (seeded per map), not SipHash,
+/// whose cost showed in every store call.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct Inner {
-    sessions: HashMap<SessionId, SessionRecord>,
-    transcripts: HashMap<SessionId, Vec<TranscriptEntry>>,
+    sessions: Map<SessionId, SessionRecord>,
+    transcripts: Map<SessionId, Vec<TranscriptEntry>>,
     checkpoints: BTreeMap<(String, String), Checkpoint>,
     /// The names each parent's live (not deleted) children hold.
-    names: HashMap<SessionId, HashSet<String>>,
+    names: Map<SessionId, HashSet<String, foldhash::fast::RandomState>>,
 }
 
 /// Keeps everything in memory; nothing survives the process. Safe to share between tasks.

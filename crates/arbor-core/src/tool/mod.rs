@@ -256,13 +256,14 @@ pub fn validate_tool_name(name: &str) -> CoreResult<()> {
 pub struct ToolSet {
     tools: Arc<[Arc<dyn DynTool>]>,
     specs: Arc<[ToolSpec]>,
-    index: Arc<HashMap<String, usize>>,
+    index: Arc<HashMap<String, usize, foldhash::fast::RandomState>>,
 }
 
 impl ToolSet {
     /// A set of these tools; names must be valid and unique.
     pub fn new(tools: Vec<Arc<dyn DynTool>>) -> CoreResult<Self> {
-        let mut index = HashMap::with_capacity(tools.len());
+        let mut index =
+            HashMap::with_capacity_and_hasher(tools.len(), foldhash::fast::RandomState::default());
         for (i, tool) in tools.iter().enumerate() {
             let name = &tool.spec().name;
             validate_tool_name(name)?;

@@ -59,14 +59,19 @@ struct Bucket {
     at: Instant,
 }
 
+/// Hashed with foldhash (seeded per map), not SipHash: every run's start and end looks up
+/// the hub.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<T> = HashSet<T, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct HubState {
-    live: HashMap<SessionId, Live>,
-    closed: HashSet<SessionId>,
-    buckets: HashMap<(Option<SessionId>, SessionId), Bucket>,
+    live: Map<SessionId, Live>,
+    closed: Set<SessionId>,
+    buckets: Map<(Option<SessionId>, SessionId), Bucket>,
     /// Sessions whose follow-up run could not start (no slot, say): retried when a slot
     /// frees. Every other idle session with mail was woken when the mail arrived.
-    deferred: HashSet<SessionId>,
+    deferred: Set<SessionId>,
     /// Teardowns whose tombstone could not be written (the store failed): retried after
     /// every run that ends, until one succeeds. Closed already, so nothing of them runs.
     unfinished: Vec<Unfinished>,
