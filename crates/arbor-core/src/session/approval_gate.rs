@@ -472,7 +472,7 @@ impl Session {
             Some(l) => checkpoint.limits.narrow(&l),
             None => checkpoint.limits,
         };
-        let state = RunState {
+        let state = Box::new(RunState {
             run_id,
             limits,
             turns: checkpoint.turns,
@@ -487,7 +487,7 @@ impl Session {
             checkpointed: true,
             trace: crate::session::attribution::Trace::default(),
             deferred: None,
-        };
+        });
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;
         // The resumed attempt announces its own start, so a consumer of the stream can tell

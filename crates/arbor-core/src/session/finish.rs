@@ -17,7 +17,7 @@ impl Session {
     /// Writes the end of the run and builds its result.
     pub(crate) async fn finish(
         &mut self,
-        mut state: RunState,
+        mut state: Box<RunState>,
         outcome: Outcome,
     ) -> CoreResult<RunResult> {
         let run_id = state.run_id;

@@ -83,6 +83,9 @@ pub(crate) fn running_update() -> SessionUpdate {
     }
 }
 
+/// A run's state while it is driven. Passed boxed down the drive (`Box<RunState>`): it is
+/// over 600 bytes, and each layer of the run's future kept a copy of its own, which every
+/// boxed or spawned drive then copied.
 #[derive(Debug)]
 pub(crate) struct RunState {
     pub(crate) run_id: RunId,
@@ -173,7 +176,7 @@ impl Session {
             None => self.agent.limits(),
         };
         let token = options.cancel.unwrap_or_default().child_token();
-        let state = RunState {
+        let state = Box::new(RunState {
             run_id: RunId::new(),
             limits,
             turns: 0,
@@ -188,7 +191,7 @@ impl Session {
             checkpointed: false,
             trace: crate::session::attribution::Trace::default(),
             deferred: None,
-        };
+        });
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run
         // continuing this one after a crash joins (as this one joins `before`'s).
@@ -241,7 +244,7 @@ impl Session {
     /// its attempt's span joins the trace of the attempt that suspended.
     pub(crate) async fn drive(
         &mut self,
-        state: RunState,
+        state: Box<RunState>,
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<RunResult> {
@@ -257,7 +260,7 @@ impl Session {
     async fn drive_in(
         &mut self,
         span: tracing::Span,
-        state: RunState,
+        state: Box<RunState>,
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<RunResult> {
@@ -282,7 +285,7 @@ impl Session {
 
     async fn drive_attempt(
         &mut self,
-        mut state: RunState,
+        mut state: Box<RunState>,
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<RunResult> {
