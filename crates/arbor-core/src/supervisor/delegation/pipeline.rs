@@ -22,15 +22,18 @@ use crate::supervisor::delegation::request::DelegationResult;
 use crate::supervisor::runtime::Supervisor;
 
 /// A delegation whose child has a record: ready to begin and run.
+///
+/// `a` is boxed: it is close to a kilobyte, and the delegation's future (boxed or spawned
+/// whole) kept it at every layer.
 pub(crate) struct Registered {
     sup: Supervisor,
-    a: Admitted,
+    a: Box<Admitted>,
 }
 
 /// A delegation whose work is over (or never started): what its terminal report needs.
 pub(crate) struct Ran {
     sup: Supervisor,
-    a: Admitted,
+    a: Box<Admitted>,
     origin: ChildOrigin,
     worked: Worked,
     timed_out: bool,
@@ -44,7 +47,7 @@ impl Supervisor {
         self.write_record(&mut a).await?;
         Ok(Registered {
             sup: self.clone(),
-            a,
+            a: Box::new(a),
         })
     }
 }
@@ -55,7 +58,7 @@ impl Registered {
     pub(crate) fn resumed(sup: &Supervisor, a: Admitted) -> Self {
         Self {
             sup: sup.clone(),
-            a,
+            a: Box::new(a),
         }
     }
 
@@ -175,7 +178,7 @@ impl Ran {
             resume,
             replies_at_start,
             ..
-        } = a;
+        } = *a;
         drop(slot);
         if let Some(record) = record {
             let ended = Ended {

@@ -316,7 +316,8 @@ enum Resume {
 }
 
 /// A first task runs on its input; a follow-up on what is pending in the inbox; a suspended
-/// run goes on with its decisions.
+/// run goes on with its decisions. The last two are rarer and larger: boxed, so the future
+/// of every delegation does not carry their size.
 async fn run_on(
     session: &mut Session,
     resume: Resume,
@@ -326,9 +327,8 @@ async fn run_on(
     match resume {
         Resume::No => session.run(input, options).await,
         Resume::Inbox => session.run_inbox(options).await,
-        Resume::Run(run) => session.resume(run, options).await,
-        Resume::Interrupted => session
-            .continue_from_transcript(options)
+        Resume::Run(run) => Box::pin(session.resume(run, options)).await,
+        Resume::Interrupted => Box::pin(session.continue_from_transcript(options))
             .await
             .map(|(_, r)| r),
     }
