@@ -165,6 +165,7 @@ where
     let rewrite = Rewrite {
         redactor,
         text: String::new(),
+        escaped: false,
         dirty: &dirty,
     };
     let mut json = Vec::with_capacity(256);
@@ -183,12 +184,15 @@ struct Rewrite<'a> {
     redactor: &'a dyn Redactor,
     /// The string being written, unescaped.
     text: String,
+    /// Whether the string being written had a character JSON escapes.
+    escaped: bool,
     dirty: &'a std::cell::Cell<bool>,
 }
 
 impl serde_json::ser::Formatter for Rewrite<'_> {
     fn begin_string<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
         self.text.clear();
+        self.escaped = false;
         Ok(())
     }
 
@@ -207,6 +211,7 @@ impl serde_json::ser::Formatter for Rewrite<'_> {
         escape: serde_json::ser::CharEscape,
     ) -> std::io::Result<()> {
         use serde_json::ser::CharEscape;
+        self.escaped = true;
         self.text.push(match escape {
             CharEscape::Quote => '"',
             CharEscape::ReverseSolidus => '\\',
@@ -222,11 +227,21 @@ impl serde_json::ser::Formatter for Rewrite<'_> {
     }
 
     fn end_string<W: ?Sized + std::io::Write>(&mut self, out: &mut W) -> std::io::Result<()> {
-        let clean = self.redactor.redact(&self.text);
-        if matches!(clean, Cow::Owned(_)) {
-            self.dirty.set(true);
+        match self.redactor.redact(&self.text) {
+            // Unchanged, and nothing in it that JSON escapes: written back as it came, with
+            // no second escaping pass (most strings of most items).
+            Cow::Borrowed(text) if !self.escaped => {
+                out.write_all(b"\"")?;
+                out.write_all(text.as_bytes())?;
+                out.write_all(b"\"")
+            }
+            clean => {
+                if matches!(clean, Cow::Owned(_)) {
+                    self.dirty.set(true);
+                }
+                serde_json::to_writer(out, clean.as_ref()).map_err(std::io::Error::other)
+            }
         }
-        serde_json::to_writer(out, clean.as_ref()).map_err(std::io::Error::other)
     }
 }
 
@@ -266,6 +281,13 @@ mod pattern_tests {
             (none, size),
             (None, serde_json::to_vec(&clean_copy()).unwrap().len())
         );
+        // Beside a redacted string, unchanged ones (escaped or plain) come back as they were,
+        // and the size is still the redacted item's compact JSON.
+        let item = serde_json::json!({"e": "x\"y\n", "p": "plain", "s": format!("{quoted}!")});
+        let expected = serde_json::json!({"e": "x\"y\n", "p": "plain", "s": "[REDACTED]!"});
+        let (out, size) = redact_serde_sized(&r, &item).unwrap();
+        assert_eq!(out.unwrap(), expected);
+        assert_eq!(size, serde_json::to_vec(&expected).unwrap().len());
         // An object key.
         let item = serde_json::json!({ quoted: 1 });
         assert_eq!(
