@@ -43,12 +43,9 @@ impl Delegator {
         // or timed out) hands what is left of the drive to a task, so the delegation still
         // ends with exactly one terminal report; the guard cancels it when that happens.
         let guard = registered.admitted().token.clone().drop_guard();
-        let tracked = self
-            .supervisor
-            .live()
-            .tracker()
-            .track_future(registered.drive().in_current_span());
-        let result = Inline::new(tracked).await;
+        let tracker = self.supervisor.live().tracker();
+        let result =
+            Inline::new(|| tracker.track_future(registered.drive().in_current_span())).await;
         guard.disarm();
         result
     }
@@ -275,9 +272,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    fn new(fut: F) -> Self {
+    /// The future `make` builds, built straight into its box.
+    fn new(make: impl FnOnce() -> F) -> Self {
         Self {
-            fut: Some(Box::pin(fut)),
+            fut: Some(boxed_in_place(make)),
         }
     }
 }
@@ -313,4 +311,11 @@ where
             drop(runtime.spawn(fut));
         }
     }
+}
+
+/// The future `make` builds, in a box allocated first, so that it is built there rather than
+/// on the stack and copied in (`Box::pin(future)` copies the whole future, and a drive's is
+/// kilobytes).
+pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
+use crate::supervisor::delegation::delegate::boxed_in_place;
 use crate::supervisor::delegation::handles::{Entry, Reach};
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::request::{AsyncHandle, DelegationResult};
@@ -67,7 +68,7 @@ impl Supervisor {
         let this = self.clone();
         let id = handle.delegation_id.clone();
         // Boxed: the drive's state is large, and a task moves its future several times.
-        self.live().tracker().spawn(Box::pin(
+        self.live().tracker().spawn(boxed_in_place(|| {
             async move {
                 // Marks the handle finished even if the drive panics, so it is never left
                 // "running" (its waiters then get an error rather than hanging).
@@ -78,8 +79,8 @@ impl Supervisor {
                 let outcome = registered.drive().await;
                 let _ = tx.send(Some(Arc::new(outcome)));
             }
-            .in_current_span(),
-        ));
+            .in_current_span()
+        }));
         Ok(handle)
     }
 

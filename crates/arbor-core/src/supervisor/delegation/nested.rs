@@ -369,10 +369,12 @@ impl NestedResumer for Supervisor {
         // still leaves the child exactly one terminal report; the guard cancels the child
         // when that happens.
         let guard = registered.admitted().token.clone().drop_guard();
-        let task = sup
-            .live()
-            .tracker()
-            .spawn(Box::pin(registered.drive().in_current_span()));
+        let task =
+            sup.live()
+                .tracker()
+                .spawn(crate::supervisor::delegation::delegate::boxed_in_place(
+                    || registered.drive().in_current_span(),
+                ));
         let outcome = task.await.unwrap_or_else(|e| {
             Err(CoreError::Supervisor(format!(
                 "delegation task failed: {e}"

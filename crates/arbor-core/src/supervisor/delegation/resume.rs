@@ -30,8 +30,11 @@ impl Supervisor {
         }
         let this = self.clone();
         // Boxed: a follow-up run's state is large, and a task moves its future several times.
-        self.live().tracker().spawn(Box::pin(
-            async move {
+        self.live()
+            .tracker()
+            .spawn(crate::supervisor::delegation::delegate::boxed_in_place(
+                || {
+                    async move {
                 match this.resume(id).await {
                     Ok(FollowUp::Ran) => {}
                     Ok(FollowUp::NotOurs) => {
@@ -64,8 +67,9 @@ impl Supervisor {
                     }
                 }
             }
-            .in_current_span(),
-        ));
+            .in_current_span()
+                },
+            ));
     }
 
     /// Drops what waits in the live inbox of `id`, unread, with one durable record of why.
