@@ -546,16 +546,13 @@ impl Session {
         (completed, last): (bool, bool),
     ) -> CoreResult<()> {
         let mut entries = Vec::with_capacity(2);
-        let mut assistant = None;
         if completed {
-            let message = Message::Assistant {
-                content: text,
-                tool_calls: calls,
-            };
             entries.push(EntryKind::Message {
-                message: message.clone(),
+                message: Message::Assistant {
+                    content: text,
+                    tool_calls: calls,
+                },
             });
-            assistant = Some(message);
         }
         let mut update = None;
         let attributed = usage;
@@ -575,6 +572,10 @@ impl Session {
             });
         }
         if last {
+            // The entries wait for the run's end; the history gets a copy now.
+            if let Some(EntryKind::Message { message }) = entries.first() {
+                self.messages.push(message.clone());
+            }
             state.deferred = Some(Deferred {
                 entries,
                 update,
@@ -584,9 +585,10 @@ impl Session {
         } else if !entries.is_empty() {
             self.commit_usage(state.run_id, &entries, update, attributed)
                 .await?;
-        }
-        if let Some(message) = assistant {
-            self.messages.push(message);
+            // Written: the message itself goes on to the history, not a copy of it.
+            if let Some(EntryKind::Message { message }) = entries.into_iter().next() {
+                self.messages.push(message);
+            }
         }
         Ok(())
     }
