@@ -16,6 +16,7 @@ use crate::session::Session;
 use crate::session::dispatch::panic_message;
 use crate::session::run::RunOptions;
 use crate::supervisor::config::catalog::ChildContext;
+use crate::supervisor::config::child_meta::ChildMeta;
 use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::config::policy::Report;
 use crate::supervisor::config::thinking;
@@ -109,8 +110,20 @@ impl Supervisor {
         if let Err(e) = a.slot.confirm(lowered) {
             return Worked::Error(e);
         }
-        let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
-        let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
+        // Kept in the record of a child registered by this process; built again otherwise.
+        let (resource_id, thread_id) = match a
+            .record
+            .as_ref()
+            .and_then(|r| r.meta.typed_as::<ChildMeta>())
+        {
+            Some(m) => (m.resource_id.clone(), m.thread_id.clone()),
+            None => {
+                let resource_id =
+                    format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
+                let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
+                (resource_id, thread_id)
+            }
+        };
         let model = a.model.clone();
         let recorded_thinking = a.record.as_ref().and_then(|r| thinking::recorded(&r.meta));
         // supervisor → catalog → hook → tool budget; the agent's own comes last.
@@ -134,8 +147,8 @@ impl Supervisor {
             delegation_id: a.delegation_id.clone(),
             depth: a.depth,
             path: a.path.clone(),
-            resource_id: resource_id.clone(),
-            thread_id: thread_id.clone(),
+            resource_id,
+            thread_id,
             permission: permission.clone(),
             identity: a.identity.clone(),
             model,
