@@ -122,22 +122,22 @@ impl Drop for ReservedName {
 
 /// `subagent-<slug(task)>-<last 8 alphanumerics of the session id>`, at most 64 characters.
 pub(crate) fn default_name(task: &str, session: SessionId) -> String {
-    let id: String = session
-        .to_string()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect();
-    let suffix = &id[id.len().saturating_sub(8)..];
-    let mut slug = String::new();
+    // The id's last group is 12 hex digits: its last 8 are the last 8 alphanumerics.
+    let id = session.to_string();
+    let suffix = id.get(id.len().saturating_sub(8)..).unwrap_or_default();
+    let room = MAX_NAME_CHARS - "subagent-".len() - 1 - suffix.len();
+    // Only the slug's first `room` characters are kept: a long task is read no further.
+    let mut slug = String::with_capacity(room);
     for c in task.chars().flat_map(char::to_lowercase) {
+        if slug.len() >= room {
+            break;
+        }
         if c.is_ascii_alphanumeric() {
             slug.push(c);
         } else if !slug.ends_with('-') && !slug.is_empty() {
             slug.push('-');
         }
     }
-    let room = MAX_NAME_CHARS - "subagent-".len() - 1 - suffix.len();
-    let mut slug: String = slug.chars().take(room).collect();
     while slug.ends_with('-') {
         slug.pop();
     }
@@ -219,5 +219,12 @@ mod tests {
         assert_eq!(long.chars().count(), 64, "{long}");
         assert!(long.ends_with("-a1b2c3d4"), "{long}");
         assert!(!long.contains("--"), "{long}");
+        // A task far longer than a name is read only as far as the name needs.
+        let huge = default_name(&format!("{} tail", "word ".repeat(20_000)), id);
+        assert_eq!(huge, long);
+        assert_eq!(
+            default_name("Ünïcode — and ASCII", id),
+            "subagent-n-code-and-ascii-a1b2c3d4"
+        );
     }
 }
