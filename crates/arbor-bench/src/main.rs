@@ -184,7 +184,26 @@ fn run(args: Args) -> Result<ExitCode, String> {
             unbounded.join(", ")
         );
     }
-    if wrong.is_empty() && unbounded.is_empty() {
+    let growing: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.growth_ok())
+        .map(|r| {
+            format!(
+                "{} on {} (+{:.2} MB per 10,000)",
+                r.scenario,
+                r.store,
+                r.rss_growth_mb_per_10k.unwrap_or_default()
+            )
+        })
+        .collect();
+    if !growing.is_empty() {
+        eprintln!(
+            "arbor-bench: the process grows by more than {} MB per 10,000 children: {}",
+            long_life::MAX_GROWTH_MB_PER_10K,
+            growing.join(", ")
+        );
+    }
+    if wrong.is_empty() && unbounded.is_empty() && growing.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::FAILURE)

@@ -68,6 +68,17 @@ impl Row {
         self.tracked_sessions
             .is_none_or(|n| n <= crate::long_life::MAX_TRACKED)
     }
+
+    /// Whether L's growth on a durable store (where it ran long enough to tell) stays within
+    /// [`MAX_GROWTH_MB_PER_10K`](crate::long_life::MAX_GROWTH_MB_PER_10K). The memory store
+    /// keeps every child by design, so its growth is not a leak.
+    pub(crate) fn growth_ok(&self) -> bool {
+        self.store == "memory"
+            || self.ops_per_run < crate::long_life::GROWTH_CHECKED_FROM
+            || self
+                .rss_growth_mb_per_10k
+                .is_none_or(|g| g <= crate::long_life::MAX_GROWTH_MB_PER_10K)
+    }
 }
 
 fn tokens(v: Option<u64>) -> String {
@@ -234,6 +245,21 @@ mod tests {
         assert!(long_life(1).tracked_ok());
         assert!(!long_life(2).tracked_ok());
         assert!(row(None, None).tracked_ok());
+        // Growth fails only on a durable store, and only over a long enough run.
+        let grown = |store: &str, ops: u64, growth: f64| Row {
+            store: store.to_owned(),
+            ops_per_run: ops,
+            rss_growth_mb_per_10k: Some(growth),
+            ..long_life(1)
+        };
+        assert!(grown("sqlite", 100_000, 0.02).growth_ok());
+        assert!(!grown("sqlite", 100_000, 1.16).growth_ok());
+        assert!(grown("sqlite", 100, 1.16).growth_ok(), "too short to tell");
+        assert!(
+            grown("memory", 100_000, 44.0).growth_ok(),
+            "the memory store keeps all"
+        );
+        assert!(row(None, None).growth_ok());
         let v = serde_json::to_value(long_life(1)).unwrap();
         assert_eq!(v["tracked_sessions"], 1);
         assert_eq!(v["rss_growth_mb_per_10k"], 0.139);

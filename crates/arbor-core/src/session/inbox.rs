@@ -4,7 +4,7 @@
 //! [`arbor_protocol::inbox`]); the [`Inbox`] is the live queue the session's run loop drains
 //! at the start of each turn. A reopened session reloads what was received and never read.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use arbor_protocol::{EntryKind, InboxMessage, TranscriptEntry};
@@ -23,9 +23,34 @@ struct Queue {
     pending: VecDeque<InboxMessage>,
     /// Places taken by deliveries being stored, counted against the cap with `pending`.
     reserved: usize,
-    /// The ids of every message this inbox ever held (loaded, delivered or absorbed): a
-    /// message another process stored is taken in once, never twice.
-    seen: HashSet<String>,
+    /// The ids of the last [`SEEN`] messages this inbox held (loaded, delivered or
+    /// absorbed), oldest first: a message another process stored is taken in once, never
+    /// twice.
+    seen: Seen,
+}
+
+/// How many message ids an inbox remembers. A stretch of transcript read for mail
+/// ([`Inbox::absorb`]) starts where the last one ended, so only deliveries made since then
+/// need remembering: at most a few hundred (every pair of sessions is rate-limited to a
+/// burst of 3, and at most 32 children are live). Bounded, so a session that lives long
+/// and receives without end keeps no more than this.
+pub(crate) const SEEN: usize = 1024;
+
+/// The ids an inbox remembers, oldest first, at most [`SEEN`].
+#[derive(Debug, Default)]
+struct Seen(VecDeque<String>);
+
+impl Seen {
+    fn contains(&self, id: &str) -> bool {
+        self.0.iter().any(|s| s == id)
+    }
+
+    fn insert(&mut self, id: String) {
+        if self.0.len() >= SEEN {
+            self.0.pop_front();
+        }
+        self.0.push_back(id);
+    }
 }
 
 /// A place in an [`Inbox`] taken by [`Inbox::try_reserve`]: fill it with
@@ -68,7 +93,7 @@ impl Inbox {
     /// The messages `entries` received and did not read, in order.
     pub fn from_transcript(entries: &[TranscriptEntry]) -> Self {
         let mut pending: Vec<InboxMessage> = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = Seen::default();
         for entry in entries {
             match &entry.kind {
                 EntryKind::InboxReceived { message } => {
@@ -145,7 +170,12 @@ impl Inbox {
         let Queue { pending, seen, .. } = std::mem::take(&mut *fresh.queue());
         let mut q = self.queue();
         q.pending = pending;
-        q.seen.extend(seen);
+        let known: std::collections::HashSet<String> = q.seen.0.iter().cloned().collect();
+        for id in seen.0 {
+            if !known.contains(&id) {
+                q.seen.insert(id);
+            }
+        }
     }
 
     /// Takes a place for one more message if fewer than `max` are pending or being
@@ -319,5 +349,42 @@ mod tests {
         inbox.push(msg("x"));
         waiter.await.unwrap();
         assert_eq!(inbox.len(), 1);
+    }
+
+    #[test]
+    fn an_inbox_that_lives_long_remembers_a_bounded_number_of_ids() {
+        let inbox = Inbox::new();
+        for i in 0..(SEEN + 500) {
+            inbox.push(msg(&format!("m{i}")));
+            let _ = inbox.drain();
+        }
+        assert_eq!(inbox.queue().seen.0.len(), SEEN);
+        // The recent ones are still known: a stretch holding them takes nothing in.
+        let recent: Vec<TranscriptEntry> = (500..SEEN + 500)
+            .map(|i| {
+                entry(
+                    i as u64,
+                    EntryKind::InboxReceived {
+                        message: msg(&format!("m{i}")),
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(inbox.absorb(&recent), 0);
+        assert_eq!(inbox.absorb(&recent), 0);
+        // A reload of a long transcript keeps the bound too.
+        let long: Vec<TranscriptEntry> = (0..3 * SEEN)
+            .map(|i| {
+                entry(
+                    i as u64,
+                    EntryKind::InboxReceived {
+                        message: msg(&format!("r{i}")),
+                    },
+                )
+            })
+            .collect();
+        inbox.reload(&long);
+        assert_eq!(inbox.queue().seen.0.len(), SEEN);
+        assert!(inbox.queue().seen.contains(&format!("r{}", 3 * SEEN - 1)));
     }
 }
