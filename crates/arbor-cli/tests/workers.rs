@@ -101,12 +101,13 @@ fn start_tree(dir: &Path, pg: &Pg) -> Proc {
     )
 }
 
-fn finish(mut run: Proc, within: Duration) -> Value {
+/// Waits for `run` (started by [`pg_support::spawn`] with its stderr in `log`) to end, and
+/// reads its report.
+fn finish(mut run: Proc, log: &Path, within: Duration) -> Value {
     let start = Instant::now();
     loop {
         if let Some(status) = run.try_wait().unwrap() {
-            let mut out = String::new();
-            std::io::Read::read_to_string(run.stdout.as_mut().unwrap(), &mut out).unwrap();
+            let out = std::fs::read_to_string(pg_support::stdout_of(log)).unwrap();
             assert!(status.success(), "the run failed: {status}: {out}");
             return serde_json::from_str(&out).unwrap();
         }
@@ -143,7 +144,7 @@ fn a_worker_killed_mid_run_is_taken_over_and_no_effect_runs_twice() {
         || lines(&count).len() > at_kill,
     );
     let resumed = killed.elapsed();
-    let report = finish(run, Duration::from_secs(120));
+    let report = finish(run, &dir.path().join("run.log"), Duration::from_secs(120));
     second.kill().unwrap();
     second.wait().unwrap();
     eprintln!(
@@ -308,7 +309,11 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
         if let Some(r) = run.as_mut()
             && r.try_wait().unwrap().is_some()
         {
-            break finish(run.take().unwrap(), Duration::from_secs(1));
+            break finish(
+                run.take().unwrap(),
+                &dir.path().join("run.log"),
+                Duration::from_secs(1),
+            );
         }
         if start.elapsed() > Duration::from_secs(120) {
             stuck(dir.path(), &pg, next);
@@ -557,7 +562,7 @@ fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
     std::fs::write(dir.path().join("specs/tree.toml"), spec).unwrap();
     let mut w = worker(dir.path(), &pg, 1, "2");
     let run = start_tree(dir.path(), &pg);
-    let report = finish(run, Duration::from_secs(60));
+    let report = finish(run, &dir.path().join("run.log"), Duration::from_secs(60));
     w.kill().unwrap();
     w.wait().unwrap();
     assert_eq!(report["status"], "succeeded", "{report}");
@@ -645,7 +650,11 @@ fn a_decision_taken_while_the_worker_is_dead_applies_when_another_worker_resumes
         &["resume", "@latest", "--workers", "--json", "--no-input"],
         &dir.path().join("resume.log"),
     );
-    let report = finish(resumed, Duration::from_secs(60));
+    let report = finish(
+        resumed,
+        &dir.path().join("resume.log"),
+        Duration::from_secs(60),
+    );
     let owners = run_owners(&pg);
     second.kill().unwrap();
     second.wait().unwrap();

@@ -94,7 +94,10 @@ impl Drop for Proc {
     }
 }
 
-/// `arbor ARGS` in `dir` on the store of `pg`, not waited for.
+/// `arbor ARGS` in `dir` on the store of `pg`, not waited for. Its stderr goes to `stderr`,
+/// and its stdout to the file [`stdout_of`] names: never to a pipe, which a report larger
+/// than the pipe's buffer (64 KiB) would fill while nobody reads it before the process
+/// ends, and the process would never end.
 pub(crate) fn spawn(dir: &Path, pg: &Pg, args: &[&str], stderr: &Path) -> Proc {
     Proc(
         Command::new(env!("CARGO_BIN_EXE_arbor"))
@@ -103,11 +106,16 @@ pub(crate) fn spawn(dir: &Path, pg: &Pg, args: &[&str], stderr: &Path) -> Proc {
             .env("ARBOR_STORE_URL", &pg.url)
             .env("ARBOR_STORE_SCHEMA", &pg.schema)
             .env("ARBOR_LOG", "info")
-            .stdout(std::process::Stdio::piped())
+            .stdout(std::fs::File::create(stdout_of(stderr)).unwrap())
             .stderr(std::fs::File::create(stderr).unwrap())
             .spawn()
             .unwrap(),
     )
+}
+
+/// Where [`spawn`] writes the stdout of the process whose stderr goes to `stderr`.
+pub(crate) fn stdout_of(stderr: &Path) -> std::path::PathBuf {
+    stderr.with_extension("out")
 }
 
 /// `arbor ARGS` on `pg`, which must succeed, its stdout read as JSON.
