@@ -13,6 +13,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arbor_protocol::SessionId;
+use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::char::is_combining_mark;
 
 use crate::error::{CoreError, CoreResult};
 use crate::session::validate_session_name;
@@ -126,9 +128,15 @@ pub(crate) fn default_name(task: &str, session: SessionId) -> String {
     let id = session.to_string();
     let suffix = id.get(id.len().saturating_sub(8)..).unwrap_or_default();
     let room = MAX_NAME_CHARS - "subagent-".len() - 1 - suffix.len();
-    // Only the slug's first `room` characters are kept: a long task is read no further.
+    // NFKD, accents (combining marks) dropped, lowercased; every other run of characters that
+    // are not ASCII letters or digits is one `-`. Only the slug's first `room` characters
+    // are kept: a long task is read no further.
     let mut slug = String::with_capacity(room);
-    for c in task.chars().flat_map(char::to_lowercase) {
+    let letters = task
+        .nfkd()
+        .filter(|c| !is_combining_mark(*c))
+        .flat_map(char::to_lowercase);
+    for c in letters {
         if slug.len() >= room {
             break;
         }
@@ -222,9 +230,14 @@ mod tests {
         // A task far longer than a name is read only as far as the name needs.
         let huge = default_name(&format!("{} tail", "word ".repeat(20_000)), id);
         assert_eq!(huge, long);
+        // NFKD-normalized, accents stripped (delegation contract, default names).
         assert_eq!(
             default_name("Ünïcode — and ASCII", id),
-            "subagent-n-code-and-ascii-a1b2c3d4"
+            "subagent-unicode-and-ascii-a1b2c3d4"
+        );
+        assert_eq!(
+            default_name("Café Crème, ＦＵＬＬ width", id),
+            "subagent-cafe-creme-full-width-a1b2c3d4"
         );
     }
 }
