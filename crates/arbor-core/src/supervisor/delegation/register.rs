@@ -93,7 +93,7 @@ impl Supervisor {
             }
         }
         record.spawned_by = a.spawned_by;
-        let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
+        let (resource_id, thread_id) = resource_and_thread(sup, a);
         record.meta = Meta::typed(ChildMeta {
             child_id: a.child_id.clone(),
             delegation_id: a.delegation_id.clone(),
@@ -103,7 +103,7 @@ impl Supervisor {
             mode: a.mode.as_str(),
             path: Path(a.path.clone()),
             policy: a.policy,
-            thread_id: format!("{resource_id}/{}", encode_component(&a.thread)),
+            thread_id,
             resource_id,
             scopes: a
                 .identity
@@ -184,6 +184,14 @@ pub(crate) fn admitted_terms(
             .narrow(&PolicyInput::default(), sup.settings().child_events())?,
     };
     Ok((limits, policy))
+}
+
+/// A delegation's resource id (`<supervisor>/<delegation>/<child>`) and thread id (the
+/// resource id, then its thread, percent-encoded).
+pub(crate) fn resource_and_thread(sup: &Supervisor, a: &Admitted) -> (String, String) {
+    let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
+    let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
+    (resource_id, thread_id)
 }
 
 /// The session an admitted delegation runs in.

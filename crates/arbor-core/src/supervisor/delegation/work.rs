@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use arbor_protocol::{ChildOrigin, SupervisorEvent};
 use futures::FutureExt;
+use futures::future::Either;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::CoreError;
@@ -22,7 +23,7 @@ use crate::supervisor::config::policy::Report;
 use crate::supervisor::config::thinking;
 use crate::supervisor::delegation::admitted::{Admitted, Scope, Worked, check_bytes, check_depth};
 use crate::supervisor::delegation::pump::run_pump;
-use crate::supervisor::delegation::register::{encode_component, session_of};
+use crate::supervisor::delegation::register::{resource_and_thread, session_of};
 use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Supervisor;
 
@@ -117,12 +118,7 @@ impl Supervisor {
             .and_then(|r| r.meta.typed_as::<ChildMeta>())
         {
             Some(m) => (m.resource_id.clone(), m.thread_id.clone()),
-            None => {
-                let resource_id =
-                    format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
-                let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
-                (resource_id, thread_id)
-            }
+            None => resource_and_thread(sup, a),
         };
         let model = a.model.clone();
         let recorded_thinking = a.record.as_ref().and_then(|r| thinking::recorded(&r.meta));
@@ -271,24 +267,27 @@ impl Supervisor {
             AssertUnwindSafe(run_on(&mut session, resume, input, options))
                 .catch_unwind()
                 .await
-        } else if let Some(relay) = relay {
-            // A claimed run's events go back to the process that streams them (its pump).
-            let sub = session.subscribe();
-            let stop = CancellationToken::new();
-            let forward = crate::supervisor::delegation::remote::forward(sub, relay, stop.clone());
-            let run = async {
-                let r = AssertUnwindSafe(run_on(&mut session, resume, input, options))
-                    .catch_unwind()
-                    .await;
-                stop.cancel();
-                r
-            };
-            tokio::join!(run, forward).0
         } else {
-            // The pump subscribes before the run and is drained before any terminal event.
+            // The pump subscribes before the run and is drained before any terminal event; a
+            // claimed run's events go back instead to the process that streams them (its
+            // pump).
             let sub = session.subscribe();
             let stop = CancellationToken::new();
-            let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
+            let beside = match relay {
+                Some(relay) => Either::Left(crate::supervisor::delegation::remote::forward(
+                    sub,
+                    relay,
+                    stop.clone(),
+                )),
+                None => Either::Right(run_pump(
+                    self,
+                    origin.clone(),
+                    a.policy,
+                    limits,
+                    sub,
+                    stop.clone(),
+                )),
+            };
             let run = async {
                 let r = AssertUnwindSafe(run_on(&mut session, resume, input, options))
                     .catch_unwind()
@@ -296,7 +295,7 @@ impl Supervisor {
                 stop.cancel();
                 r
             };
-            tokio::join!(run, pump).0
+            tokio::join!(run, beside).0
         };
         match ran {
             Ok(Ok(result)) => Worked::Ran {
