@@ -3,7 +3,8 @@
 //! ([`crate::resume`]) rebuilds the tree from the definition kept in the root record and lets
 //! the suspended runs go on, the approved calls running exactly once.
 
-use arbor_core::approval::{self, Suspension};
+use arbor_core::DenyReason;
+use arbor_core::approval::Suspension;
 use arbor_core::registry;
 use arbor_protocol::{ApprovalDecision, SessionId, Verdict};
 use serde_json::{Value, json};
@@ -76,29 +77,24 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
             id: a.clone(),
             verdict,
             reason: args.reason.clone(),
+            decided_by: Some(crate::tree::local_decider()),
         })
         .collect();
-    // Every id must be pending; one that is not is explained (decided already, or nothing
-    // waits), a forged one gets the one unknown-approval error.
-    for wanted in &ids {
-        if !all
-            .iter()
-            .any(|s| s.pending.iter().any(|p| &p.id == wanted))
-        {
-            return Err(answers::not_pending(store.as_ref(), id, &all, wanted).await?);
-        }
-    }
-    // The run whose pending decisions hold the first id.
-    let Some(target) = all
-        .iter()
-        .find(|s| s.pending.iter().any(|p| Some(&p.id) == ids.first()))
-    else {
-        return Err(Fail::usage(approval::unknown_approval().to_string()));
-    };
-    let left = approval::decide(store.as_ref(), target.run_id, target.version, &decisions)
+    // One record per call, whichever id names it: a call decided already is refused naming
+    // the decision; a forged id gets the one unknown-approval error.
+    let left = arbor_core::supervisor::decide_at(store.as_ref(), id, &decisions)
         .await
         .map_err(|e| match e.kind() {
-            // An unknown id or an argument over a limit is bad input, like an unknown session.
+            // Nothing waits there at all: say so rather than that the id is unknown.
+            arbor_core::CoreErrorKind::Denied
+                if all.is_empty() && e.deny_reason() == Some(DenyReason::Unknown) =>
+            {
+                Fail::usage(format!(
+                    "{id} waits for no decision (its run is over or never suspended)"
+                ))
+            }
+            // An unknown or decided id, or an argument over a limit, is bad input, like an
+            // unknown session.
             arbor_core::CoreErrorKind::Denied | arbor_core::CoreErrorKind::Limit => {
                 Fail::usage(e.to_string())
             }

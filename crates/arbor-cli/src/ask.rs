@@ -7,7 +7,7 @@
 
 use std::io::IsTerminal;
 
-use arbor_core::approval::{self, Suspension};
+use arbor_core::approval::Suspension;
 use arbor_protocol::{ApprovalDecision, PendingDecision, SessionId, Verdict};
 
 use std::sync::{Arc, PoisonError};
@@ -160,6 +160,7 @@ pub(crate) async fn decide_waiting(
                     id: p.id.clone(),
                     verdict,
                     reason,
+                    decided_by: Some(crate::tree::local_decider()),
                 }),
                 Choice::Skip => complete = false,
                 Choice::Closed => {
@@ -255,7 +256,8 @@ async fn record(
     if decisions.is_empty() {
         return Ok(());
     }
-    approval::decide(store, s.run_id, s.version, decisions)
+    let _ = s;
+    arbor_core::supervisor::decide_at(store, root, decisions)
         .await
         .map_err(|e| {
             Fail::usage(format!(

@@ -281,6 +281,24 @@ fn describe(e: &TranscriptEntry) -> String {
         ),
         EntryKind::InboxRead { ids } => format!("read {} message(s)", ids.len()),
         EntryKind::Renamed { from, to, by } => format!("renamed {from} -> {to} (by {by})"),
+        EntryKind::Decision {
+            tool,
+            verdict,
+            reason,
+            tenant,
+            by,
+            ..
+        } => {
+            let who = arbor_protocol::DecidedBy::new(tenant.clone(), by.clone()).who();
+            match reason {
+                Some(r) => format!(
+                    "{} {tool} by {who}: {}",
+                    verdict.as_str(),
+                    preview(&output::one_line(r))
+                ),
+                None => format!("{} {tool} by {who}", verdict.as_str()),
+            }
+        }
         EntryKind::InboxDropped { ids, reason } => {
             format!("dropped {} message(s) unread: {reason}", ids.len())
         }

@@ -202,6 +202,12 @@ pub(crate) fn local_ownership() -> Ownership {
     Ownership::user("local", user)
 }
 
+/// Who decides on this terminal: the local owner (tenant `local`, the OS user).
+pub(crate) fn local_decider() -> arbor_protocol::DecidedBy {
+    let owner = local_ownership();
+    arbor_protocol::DecidedBy::new(Some(owner.tenant_id), owner.user_id)
+}
+
 /// Builds the tree of `spec`: its supervisor and children, and the root agent with the MCP
 /// tools it holds (their servers started now; a server that cannot start fails the build).
 pub(crate) async fn build(

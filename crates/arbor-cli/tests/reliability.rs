@@ -278,10 +278,13 @@ fn deciding_twice_says_the_approval_was_already_decided() {
     for verb in ["approve", "reject"] {
         let again = arbor(dir.path(), &[verb, &root, &id]);
         assert_eq!(again.status.code(), Some(2), "{verb}");
-        assert_eq!(
-            stderr(&again),
-            format!("error: approval {id} was already decided\n"),
-            "{verb}"
+        // One decision per call: the second names the first (what, who, when).
+        let said = stderr(&again);
+        assert!(
+            said.starts_with("error: This call was already decided: allow_once by ")
+                && said.contains("(tenant local) on ")
+                && said.ends_with("; a call is decided once\n"),
+            "{verb}: {said}"
         );
     }
     // A forged id still learns nothing.

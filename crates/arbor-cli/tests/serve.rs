@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 #[allow(dead_code)]
 mod serve_support;
 use serve_support::{
-    Served, call, client, resume_until_released, serve, serve_env, start_run, status_becomes,
+    Served, call, client, node, resume_until_released, serve, serve_env, serving, start_run,
+    status_becomes, tool_results,
 };
 
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
@@ -171,43 +172,6 @@ async fn result_of(http: &reqwest::Client, base: &str, root: &str, want: &str) -
     }
 }
 
-/// The tool results of `session`'s transcript (what its calls returned).
-async fn tool_results(http: &reqwest::Client, base: &str, session: &str) -> Vec<String> {
-    let (_, page) = call(
-        http,
-        reqwest::Method::GET,
-        format!("{base}/v1/sessions/{session}/transcript?limit=500"),
-        None,
-    )
-    .await;
-    page["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
-        .map(|e| e["message"]["content"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-/// A server over a fresh directory whose `specs/NAME.toml` holds `text`.
-fn serving(name: &str, text: &str) -> (tempfile::TempDir, Served) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("specs")).unwrap();
-    std::fs::write(dir.path().join(format!("specs/{name}.toml")), text).unwrap();
-    let served = serve(dir.path(), &[]);
-    (dir, served)
-}
-
-/// The session named `name` in a run's tree.
-fn node<'a>(run: &'a Value, name: &str) -> &'a Value {
-    run["tree"]["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {run}"))
-}
-
 #[tokio::test]
 async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_its_call_once() {
     use reqwest::Method;
@@ -284,15 +248,22 @@ async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_i
         tool_results(&http, &base, &publisher).await.is_empty(),
         "deciding runs nothing"
     );
-    // Decided already: the same unknown-approval answer.
-    let (status, _) = call(
+    // Decided already: refused (409), naming the decision taken.
+    let (status, e) = call(
         &http,
         Method::POST,
         format!("{base}/v1/sessions/{root}/approvals"),
         Some(json!({"decisions": [{"id": id, "verdict": "allow_once"}]})),
     )
     .await;
-    assert_eq!(status, 404);
+    assert_eq!(status, 409, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This call was already decided: allow_once by tenant "),
+        "{e}"
+    );
 
     let (status, resumed) = call(
         &http,

@@ -20,8 +20,8 @@ pub use crate::outcome::Suspension;
 use std::collections::HashSet;
 
 use arbor_protocol::{
-    ApprovalDecision, PendingDecision, RunId, RunLimits, SessionId, ToolCall, ToolResult, Usage,
-    Verdict,
+    ApprovalDecision, DecidedBy, PendingDecision, RunId, RunLimits, SessionId, ToolCall,
+    ToolResult, Usage, Verdict,
 };
 use arbor_store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -101,6 +101,10 @@ pub enum CallState {
         /// Its reason.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Who decided, and when (absent for a run-wide decision applied by itself, and in
+        /// records from before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decided_by: Option<DecidedBy>,
     },
     /// Running (or resuming a child) as this state was stored: a resume that finds it here
     /// was cut off mid-call (a crash, a cancel, a timeout) and never runs it again; the
@@ -242,12 +246,14 @@ impl RunCheckpoint {
                     arguments: slot.call.arguments.clone(),
                     call_id: slot.call.id.clone(),
                     path: Vec::new(),
+                    session_id: Some(self.session_id),
+                    run_id: Some(self.run_id),
                 }),
                 CallState::Nested {
                     run_id,
+                    session_id,
                     pending,
                     decisions,
-                    ..
                 } => {
                     for p in pending
                         .iter()
@@ -255,6 +261,14 @@ impl RunCheckpoint {
                     {
                         out.push(PendingDecision {
                             id: nested_id(*run_id, &p.id),
+                            // A record from before the maker was kept: the child's own
+                            // calls are the child's.
+                            session_id: p
+                                .session_id
+                                .or_else(|| p.id.starts_with("apr_").then_some(*session_id)),
+                            run_id: p
+                                .run_id
+                                .or_else(|| p.id.starts_with("apr_").then_some(*run_id)),
                             ..p.clone()
                         });
                     }
@@ -293,6 +307,7 @@ impl RunCheckpoint {
                         Verdict::RejectOnce
                     },
                     reason: Some("decided for the whole run".to_owned()),
+                    decided_by: None,
                 };
                 changed = true;
             }
@@ -352,10 +367,13 @@ impl RunCheckpoint {
         let pending = self.pending();
         let mut sticky = self.sticky.clone();
         for d in decisions {
-            let p = pending
-                .iter()
-                .find(|p| p.id == d.id)
-                .ok_or_else(unknown_approval)?;
+            let Some(p) = pending.iter().find(|p| p.id == d.id) else {
+                // One decision per call: a second one is refused naming the first.
+                return Err(match self.decided(&d.id) {
+                    Some(first) => already_decided(&first),
+                    None => unknown_approval(),
+                });
+            };
             if d.verdict.for_run() {
                 let rule = Sticky {
                     tool: p.tool.clone(),
@@ -378,15 +396,26 @@ impl RunCheckpoint {
                 }),
             ));
         }
-        // All checked: apply.
+        // All checked: apply, each stamped with who and when.
         self.sticky = sticky;
+        let now = arbor_protocol::Timestamp::now();
         for d in decisions {
+            // A decision passed down from an ancestor keeps when it was taken there.
+            let by = d.decided_by.clone().unwrap_or_default();
+            let d = &ApprovalDecision {
+                decided_by: Some(DecidedBy {
+                    at: if by.at.0 > 0 { by.at } else { now },
+                    ..by
+                }),
+                ..d.clone()
+            };
             for slot in &mut self.calls {
                 match &mut slot.state {
                     CallState::Pending if slot.approval_id == d.id => {
                         slot.state = CallState::Decided {
                             verdict: d.verdict,
                             reason: d.reason.clone(),
+                            decided_by: d.decided_by.clone(),
                         };
                     }
                     CallState::Nested {
@@ -409,6 +438,52 @@ impl RunCheckpoint {
         }
         Ok(())
     }
+}
+
+impl RunCheckpoint {
+    /// The decision already taken on the call `id` names here (its own call, or a child's
+    /// through its `sub_…` id), if one was: what a second decision is refused with.
+    pub fn decided(&self, id: &str) -> Option<ApprovalDecision> {
+        self.calls.iter().find_map(|slot| match &slot.state {
+            CallState::Decided {
+                verdict,
+                reason,
+                decided_by,
+            } if slot.approval_id == id => Some(ApprovalDecision {
+                id: id.to_owned(),
+                verdict: *verdict,
+                reason: reason.clone(),
+                decided_by: decided_by.clone(),
+            }),
+            CallState::Nested {
+                run_id, decisions, ..
+            } => decisions
+                .iter()
+                .find(|d| nested_id(*run_id, &d.id) == id)
+                .map(|d| ApprovalDecision {
+                    id: id.to_owned(),
+                    ..d.clone()
+                }),
+            _ => None,
+        })
+    }
+}
+
+/// The refusal of a second decision on a call: it names the first (what, who, when, why).
+pub fn already_decided(first: &ApprovalDecision) -> CoreError {
+    let mut message = format!("This call was already decided: {}", first.verdict.as_str());
+    if let Some(by) = &first.decided_by {
+        message.push_str(&format!(" by {}", by.who()));
+        if by.at.0 > 0 {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(by.at.0);
+            message.push_str(&format!(" on {}", httpdate::fmt_http_date(at)));
+        }
+    }
+    if let Some(reason) = &first.reason {
+        message.push_str(&format!(" ({reason})"));
+    }
+    message.push_str("; a call is decided once");
+    CoreError::denied(crate::error::DenyReason::Decided, message)
 }
 
 /// Refuses attribution paths deeper than [`MAX_PATH`].
@@ -457,17 +532,29 @@ pub async fn load(store: &dyn Store, run: RunId) -> CoreResult<Option<(u64, RunC
 /// Writes `checkpoint` over `expected` (0: a new one); a stale version is
 /// `Validation("the run's approvals changed since version …")`, nothing written.
 pub async fn save(store: &dyn Store, checkpoint: &RunCheckpoint, expected: u64) -> CoreResult<u64> {
+    put(store, checkpoint, expected).await.map_err(|e| match e {
+        CoreError::Store(e) => stale(e),
+        other => other,
+    })
+}
+
+/// [`save`], a stale version left as the store's `Conflict` (for a caller that reads again
+/// and retries).
+pub(crate) async fn put(
+    store: &dyn Store,
+    checkpoint: &RunCheckpoint,
+    expected: u64,
+) -> CoreResult<u64> {
     let value = serde_json::to_value(checkpoint)
         .map_err(|e| CoreError::Supervisor(format!("a run checkpoint does not encode: {e}")))?;
-    store
+    Ok(store
         .put_checkpoint(
             RUN_NAMESPACE,
             &checkpoint.run_id.to_string(),
             &value,
             expected,
         )
-        .await
-        .map_err(stale)
+        .await?)
 }
 
 fn stale(e: StoreError) -> CoreError {
@@ -490,28 +577,47 @@ pub async fn suspension(store: &dyn Store, run: RunId) -> CoreResult<Suspension>
     })
 }
 
-/// Every suspended run of `session`.
-pub async fn suspensions(store: &dyn Store, session: SessionId) -> CoreResult<Vec<Suspension>> {
+/// Every suspended run of `session`, as stored (with its version).
+pub async fn checkpoints_of(
+    store: &dyn Store,
+    session: SessionId,
+) -> CoreResult<Vec<(u64, RunCheckpoint)>> {
     let mut out = Vec::new();
     for c in store.list_checkpoints(RUN_NAMESPACE).await? {
         let Ok(checkpoint) = serde_json::from_value::<RunCheckpoint>(c.value) else {
             continue;
         };
         if checkpoint.session_id == session {
-            out.push(Suspension {
-                run_id: checkpoint.run_id,
-                session_id: session,
-                version: c.version,
-                pending: checkpoint.pending(),
-            });
+            out.push((c.version, checkpoint));
         }
     }
     Ok(out)
 }
 
-/// Records `decisions` on the suspended `run`, against `expected_version`: a batch applies
-/// whole or not at all. Returns what still waits (with the new version). Nothing runs until
-/// the run is resumed.
+/// Every suspended run of `session`, with what its own record lists as waiting (see
+/// [`crate::supervisor::waiting_at`] for what waits there once decisions taken through an
+/// ancestor's ids are counted).
+pub async fn suspensions(store: &dyn Store, session: SessionId) -> CoreResult<Vec<Suspension>> {
+    Ok(checkpoints_of(store, session)
+        .await?
+        .into_iter()
+        .map(|(version, checkpoint)| Suspension {
+            run_id: checkpoint.run_id,
+            session_id: session,
+            version,
+            pending: checkpoint.pending(),
+        })
+        .collect())
+}
+
+/// Records `decisions` on the suspended `run`'s own record, against `expected_version`: a
+/// batch applies whole or not at all. Returns what still waits (with the new version).
+/// Nothing runs until the run is resumed.
+///
+/// This is the record-level step: a surface deciding for a person uses
+/// [`crate::supervisor::decide_at`], which routes a decision on a call that an ancestor's run
+/// carries to that ancestor's record (one decision per call, whichever id names it) and
+/// writes it into the call's transcript.
 pub async fn decide(
     store: &dyn Store,
     run: RunId,
@@ -546,6 +652,8 @@ mod tests {
             arguments: serde_json::json!({}),
             call_id: "c".into(),
             path: (0..depth).map(|i| format!("c{i}")).collect(),
+            session_id: None,
+            run_id: None,
         }
     }
 

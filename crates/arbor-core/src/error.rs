@@ -55,6 +55,9 @@ pub enum DenyReason {
     Unreachable,
     /// The identity was refused (inactive, not the owner's, or wider than its parent's).
     Identity,
+    /// The call was decided already: a call is decided once, and the message names the
+    /// decision taken (what, who, when, why).
+    Decided,
 }
 
 /// Which limit fired, its maximum and the value observed.

@@ -21,6 +21,13 @@ pub struct PendingDecision {
     /// Child ids from the top down to the run that made the call (empty: this run's own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path: Vec<String>,
+    /// The session whose run made the call (where its decision is written down); absent in
+    /// records from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<crate::SessionId>,
+    /// The run that made the call; absent in records from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<crate::RunId>,
 }
 
 /// What a decision does.
@@ -48,6 +55,16 @@ impl Verdict {
         matches!(self, Self::AllowForRun | Self::RejectForRun)
     }
 
+    /// The wire name (`allow_once`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AllowOnce => "allow_once",
+            Self::AllowForRun => "allow_for_run",
+            Self::RejectOnce => "reject_once",
+            Self::RejectForRun => "reject_for_run",
+        }
+    }
+
     /// Parses the wire name.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
@@ -70,6 +87,10 @@ pub struct ApprovalDecision {
     /// Why (shown to the model for a rejection), at most 2 KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Who took it and when: set when it is recorded (the decider names who, the record
+    /// names when); what a conflicting later decision is told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<DecidedBy>,
 }
 
 impl ApprovalDecision {
@@ -79,6 +100,50 @@ impl ApprovalDecision {
             id: id.into(),
             verdict,
             reason: None,
+            decided_by: None,
+        }
+    }
+
+    /// With a reason.
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// Who decided a call, and when. The tenant is the one the deciding surface serves (the
+/// service's tenant of the bearer token, the CLI's local one); `by` names the person or
+/// program as that surface knows it (the request's `by`, the OS user, `mcp`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DecidedBy {
+    /// The tenant it was decided under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Who decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When (ms since the epoch; 0 until recorded).
+    #[serde(default)]
+    pub at: crate::Timestamp,
+}
+
+impl DecidedBy {
+    /// Someone of `tenant`.
+    pub fn new(tenant: Option<String>, by: Option<String>) -> Self {
+        Self {
+            tenant,
+            by,
+            at: crate::Timestamp(0),
+        }
+    }
+
+    /// "alice (tenant acme)", "tenant acme", "someone".
+    pub fn who(&self) -> String {
+        match (&self.by, &self.tenant) {
+            (Some(by), Some(t)) => format!("{by} (tenant {t})"),
+            (Some(by), None) => by.clone(),
+            (None, Some(t)) => format!("tenant {t}"),
+            (None, None) => "someone".to_owned(),
         }
     }
 }

@@ -28,7 +28,7 @@ pub mod supervisor;
 pub mod transcript;
 pub mod usage;
 
-pub use approval::{ApprovalDecision, PendingDecision, Verdict};
+pub use approval::{ApprovalDecision, DecidedBy, PendingDecision, Verdict};
 pub use event::{AgentEvent, EventEnvelope, ToolOutcome};
 pub use ids::{IdError, RunId, SessionId, Timestamp};
 pub use inbox::{InboxMessage, Notice, Relationship};

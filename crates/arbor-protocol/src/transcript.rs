@@ -96,6 +96,29 @@ pub enum EntryKind {
         /// Who renamed it (a user, a parent session, the host).
         by: String,
     },
+    /// A person (or a program) decided a call of this session that waited for approval:
+    /// written when the decision is recorded, whichever surface and whichever of the call's
+    /// ids (its own, or the one an ancestor lists) it was taken through. The entry's `at` is
+    /// when.
+    Decision {
+        /// The call's approval id in this session's run (`apr_…`).
+        approval_id: String,
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// What was decided.
+        verdict: crate::Verdict,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// The tenant it was decided under.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
+        /// Who decided.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
     /// The conversation was compacted: from here on the model sees `summary` (as a user
     /// message) followed by the last `kept` messages before this entry. The earlier entries
     /// stay in the transcript; usage and attribution records are untouched.
@@ -136,6 +159,7 @@ impl EntryKind {
             Self::InboxRead { .. } => "inbox_read",
             Self::InboxDropped { .. } => "inbox_dropped",
             Self::Renamed { .. } => "renamed",
+            Self::Decision { .. } => "decision",
             Self::Compacted { .. } => "compacted",
             Self::RunFinished { .. } => "run_finished",
         }

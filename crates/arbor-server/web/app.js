@@ -213,7 +213,7 @@ function approvalCard(snap, s, p, names) {
     state.busy.add(p.id);
     btn.disabled = true;
     const verdict = (allow ? "allow" : "reject") + (forRun.checked ? "_for_run" : "_once");
-    const body = { decisions: [{ id: p.id, verdict }] };
+    const body = { decisions: [{ id: p.id, verdict }], by: "web view" };
     if (reason.value.trim()) body.decisions[0].reason = reason.value.trim();
     try {
       const left = await api("POST", "/v1/sessions/" + snap.root_id + "/approvals", body);
@@ -266,6 +266,10 @@ async function loadTranscript(id) {
       const m = e.message;
       text = (m.role ? m.role + ": " : "") + (m.content || "");
       if (m.tool_calls && m.tool_calls.length) text += "\n→ " + m.tool_calls.map((c) => c.name + " " + JSON.stringify(c.arguments)).join("\n→ ");
+    } else if (e.kind === "decision") {
+      const who = (e.by || "someone") + (e.tenant ? " (tenant " + e.tenant + ")" : "");
+      text = e.verdict + " " + e.tool + " by " + who + " at " + new Date(e.at).toISOString()
+        + (e.reason ? ": " + e.reason : "");
     } else {
       const rest = Object.assign({}, e);
       delete rest.seq; delete rest.at; delete rest.run_id; delete rest.kind;

@@ -160,3 +160,40 @@ pub(crate) async fn resume_until_released(http: &reqwest::Client, base: &str, ro
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The tool results of `session`'s transcript (what its calls returned).
+pub(crate) async fn tool_results(http: &reqwest::Client, base: &str, session: &str) -> Vec<String> {
+    let (_, page) = call(
+        http,
+        reqwest::Method::GET,
+        format!("{base}/v1/sessions/{session}/transcript?limit=500"),
+        None,
+    )
+    .await;
+    page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A server over a fresh directory whose `specs/NAME.toml` holds `text`.
+pub(crate) fn serving(name: &str, text: &str) -> (tempfile::TempDir, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join(format!("specs/{name}.toml")), text).unwrap();
+    let served = serve(dir.path(), &[]);
+    (dir, served)
+}
+
+/// The session named `name` in a run's tree.
+pub(crate) fn node<'a>(run: &'a Value, name: &str) -> &'a Value {
+    run["tree"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {run}"))
+}

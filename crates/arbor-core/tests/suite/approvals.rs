@@ -202,6 +202,7 @@ async fn two_gated_calls_decided_one_at_a_time() {
                 id: m,
                 verdict: Verdict::RejectOnce,
                 reason: Some("not to the boss".into()),
+                decided_by: None,
             }],
             RunOptions::default(),
         )
@@ -263,6 +264,7 @@ async fn bad_decisions_are_refused_and_leave_the_checkpoint_unchanged() {
                 id: id.clone(),
                 verdict: Verdict::RejectOnce,
                 reason: Some("x".repeat(MAX_REASON_BYTES + 1)),
+                decided_by: None,
             }],
             CoreErrorKind::Limit,
             "a decision's reason exceeds 2048 bytes".into(),
@@ -614,6 +616,8 @@ fn child_decision(depth: usize) -> arbor_protocol::PendingDecision {
         arguments: json!({}),
         call_id: "k1".into(),
         path: (0..depth).map(|i| format!("level{i}")).collect(),
+        session_id: None,
+        run_id: None,
     }
 }
 

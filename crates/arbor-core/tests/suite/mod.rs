@@ -15,6 +15,7 @@ mod name_reservation;
 mod nested;
 mod nested_faults;
 mod nested_support;
+mod one_decision;
 mod permission;
 mod pump;
 mod quota;

@@ -17,11 +17,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_core::approval::{self, MAX_REASON_BYTES};
+use arbor_core::approval::MAX_REASON_BYTES;
 use arbor_core::supervisor::{SpawnMode, WaitOptions, WaitOutcome};
 use arbor_core::{CoreError, NestedSuspension, ToolContext, ToolError};
 use arbor_model::ToolSpec;
-use arbor_protocol::{ApprovalDecision, Verdict};
+use arbor_protocol::{ApprovalDecision, DecidedBy, Verdict};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -47,19 +47,21 @@ pub(crate) fn known(root: &HostedRoot, name: &str) -> bool {
     HOST_TOOLS.contains(&name) || root.tools().iter().any(|t| t.spec().name == name)
 }
 
-/// Runs one call. `cancel` fires when the client cancels the request.
+/// Runs one call. `cancel` fires when the client cancels the request; `tenant` is the one
+/// the HTTP layer authenticated (none over stdio).
 pub(crate) async fn call(
     root: &HostedRoot,
     name: &str,
     arguments: Value,
     cancel: &CancellationToken,
     progress: &Progress,
+    tenant: Option<String>,
 ) -> Out {
     let out = match name {
         "spawn_agent" => spawn(root, arguments, cancel, progress).await,
         "wait_agent" => wait(root, arguments, cancel, progress).await,
         "list_approvals" => list_approvals(root, arguments).await,
-        "decide_approval" => decide(root, arguments).await,
+        "decide_approval" => decide(root, arguments, tenant).await,
         "read_messages" => read_messages(root, arguments, cancel).await,
         _ => model_tool(root, name, arguments, cancel).await,
     };
@@ -299,7 +301,11 @@ struct DecisionArg {
     reason: Option<String>,
 }
 
-async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
+async fn decide(
+    root: &HostedRoot,
+    arguments: Value,
+    tenant: Option<String>,
+) -> Result<Out, String> {
     let args: DecideArgs = parse("decide_approval", arguments)?;
     if args.decisions.is_empty() {
         return Err("decisions must hold at least one decision".to_owned());
@@ -316,27 +322,7 @@ async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
     }
     let sup = root.supervisor();
     let store = sup.store();
-    let all = arbor_core::supervisor::waiting_at(store.as_ref(), root.root().id)
-        .await
-        .map_err(|e| core_error(&e))?;
-    let holder = |wanted: &str| {
-        all.iter()
-            .find(|s| s.pending.iter().any(|p| p.id == wanted))
-    };
-    // An unknown, forged or decided id gets one answer.
-    let unknown = || "Unknown approval".to_owned();
-    let target = holder(&args.decisions[0].id).ok_or_else(unknown)?;
-    for d in &args.decisions {
-        match holder(&d.id) {
-            Some(s) if s.run_id == target.run_id => {}
-            Some(_) => {
-                return Err(
-                    "decisions: decisions in one call must all be on calls of one run".to_owned(),
-                );
-            }
-            None => return Err(unknown()),
-        }
-    }
+    let decided_by = DecidedBy::new(tenant, Some("mcp client".to_owned()));
     let decisions: Vec<ApprovalDecision> = args
         .decisions
         .iter()
@@ -344,9 +330,12 @@ async fn decide(root: &HostedRoot, arguments: Value) -> Result<Out, String> {
             id: d.id.clone(),
             verdict: d.verdict,
             reason: d.reason.clone(),
+            decided_by: Some(decided_by.clone()),
         })
         .collect();
-    let left = approval::decide(store.as_ref(), target.run_id, target.version, &decisions)
+    // One record per call, whichever id names it: a second decision is refused naming the
+    // first; an unknown, forged or foreign id gets one answer.
+    let left = arbor_core::supervisor::decide_at(store.as_ref(), root.root().id, &decisions)
         .await
         .map_err(|e| core_error(&e))?;
     let mut out = suspension_json(&left);

@@ -163,7 +163,8 @@ impl ServerHandler for ArborMcp {
             .arguments
             .map_or(serde_json::Value::Null, serde_json::Value::Object);
         let progress = progress::Progress::of(&cx);
-        let out = calls::call(&root, &name, arguments, &cx.ct, &progress).await;
+        let tenant = caller(&cx).tenant;
+        let out = calls::call(&root, &name, arguments, &cx.ct, &progress, tenant).await;
         Ok(out.into_result().into())
     }
 }

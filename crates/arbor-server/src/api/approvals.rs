@@ -5,8 +5,8 @@
 //! letting the tree go on (`POST /v1/runs/{id}/resume`). Deciding records the decisions
 //! only; nothing runs until the resume, and an approved call runs exactly once.
 
-use arbor_core::approval::{self, MAX_REASON_BYTES};
-use arbor_protocol::{ApprovalDecision, Verdict};
+use arbor_core::approval::MAX_REASON_BYTES;
+use arbor_protocol::{ApprovalDecision, DecidedBy, Verdict};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -32,6 +32,9 @@ pub struct PendingView {
     pub call_id: String,
     /// Child ids from the session down to the run that made the call (empty: its own).
     pub path: Vec<String>,
+    /// The session whose run made the call (its transcript records the decision).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// One suspended run and what it waits on.
@@ -62,6 +65,7 @@ impl From<&arbor_core::Suspension> for SuspensionView {
                     arguments: p.arguments.clone(),
                     call_id: p.call_id.clone(),
                     path: p.path.clone(),
+                    session_id: p.session_id.map(|s| s.to_string()),
                 })
                 .collect(),
         }
@@ -109,7 +113,13 @@ pub struct DecisionInput {
 pub struct DecideRequest {
     /// One or more decisions, all on calls of one suspended run.
     pub decisions: Vec<DecisionInput>,
+    /// Who decides (a person's name, a program's): written with each decision beside the
+    /// tenant (at most 128 bytes).
+    pub by: Option<String>,
 }
+
+/// Bytes of a decider's name.
+const MAX_BY_BYTES: usize = 128;
 
 /// What waits for a decision at a session.
 #[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
@@ -139,8 +149,8 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "Recorded; what still waits on the run", body = SuspensionView),
         (status = 400, body = ApiError), (status = 401, body = ApiError),
-        (status = 404, description = "Unknown, foreign or not pending (decided already)", body = ApiError),
-        (status = 409, description = "Decided meanwhile by someone else: read and decide again", body = ApiError)))]
+        (status = 404, description = "Unknown or foreign", body = ApiError),
+        (status = 409, description = "Decided already (through this id or another that names the same call): the message names the decision taken, who took it and when", body = ApiError)))]
 pub(crate) async fn decide(
     tenant: Tenant,
     State(state): State<AppState>,
@@ -164,29 +174,16 @@ pub(crate) async fn decide(
             ));
         }
     }
-    let record = state.visible(&tenant, &id).await?;
-    let all = arbor_core::supervisor::waiting_at(state.store.as_ref(), record.id).await?;
-    let holder = |wanted: &str| {
-        all.iter()
-            .find(|s| s.pending.iter().any(|p| p.id == wanted))
-    };
-    // Every id must be pending, and all on one run: an unknown, forged or decided id gets
-    // the one unknown-approval answer.
-    let Some(target) = holder(&req.decisions[0].id) else {
-        return Err(ApiError::not_found("approval"));
-    };
-    for d in &req.decisions {
-        match holder(&d.id) {
-            Some(s) if s.run_id == target.run_id => {}
-            Some(_) => {
-                return Err(ApiError::field(
-                    "decisions",
-                    "decisions in one request must all be on calls of one run",
-                ));
-            }
-            None => return Err(ApiError::not_found("approval")),
-        }
+    if let Some(by) = &req.by
+        && (by.is_empty() || by.len() > MAX_BY_BYTES)
+    {
+        return Err(ApiError::field(
+            "by",
+            format!("by names who decides in 1 to {MAX_BY_BYTES} bytes"),
+        ));
     }
+    let record = state.visible(&tenant, &id).await?;
+    let decided_by = DecidedBy::new(Some(tenant.0.clone()), req.by.clone());
     let decisions: Vec<ApprovalDecision> = req
         .decisions
         .iter()
@@ -199,24 +196,13 @@ pub(crate) async fn decide(
                 VerdictInput::RejectForRun => Verdict::RejectForRun,
             },
             reason: d.reason.clone(),
+            decided_by: Some(decided_by.clone()),
         })
         .collect();
-    let left = approval::decide(
-        state.store.as_ref(),
-        target.run_id,
-        target.version,
-        &decisions,
-    )
-    .await
-    .map_err(|e| {
-        if e.kind() == arbor_core::CoreErrorKind::Denied
-            && e.deny_reason() != Some(arbor_core::DenyReason::Unknown)
-        {
-            ApiError::new(ErrorKind::Conflict, e.to_string())
-        } else {
-            ApiError::from(e)
-        }
-    })?;
+    // One record per call, whichever of its ids names it: the first decision wins, a second
+    // is refused (409) naming it; an unknown, foreign or forged id is the one 404.
+    let left =
+        arbor_core::supervisor::decide_at(state.store.as_ref(), record.id, &decisions).await?;
     Ok(Json(SuspensionView::from(&left)))
 }
 

@@ -156,7 +156,12 @@ pub async fn waiting_at(
     store: &dyn arbor_store::Store,
     id: SessionId,
 ) -> CoreResult<Vec<Suspension>> {
-    let mut all = approval::suspensions(store, id).await?;
+    let mut all = Vec::new();
+    // A call its caller's run carries up is decided once, through whichever id: what was
+    // decided through an ancestor's id no longer waits here.
+    for s in approval::suspensions(store, id).await? {
+        all.push(super::decide::as_routed(store, s).await?);
+    }
     let detached = detached_suspensions(store, id).await?;
     if detached.is_empty() {
         return Ok(all);

@@ -5,11 +5,13 @@
 //! [`terminal`] writes the one terminal report (events, the `after` hook, the [`summary`]
 //! counters); [`resume`] runs what follows a child's run (notices, wake-ups, follow-up
 //! runs). Async handles live in [`handles`] and [`join`]; suspended children are rebuilt by
-//! [`nested`] (under a waiting parent) and [`detached`] (nobody waits), and [`suspended`]
-//! lists them, typed; [`depth`] keeps a session's lowered depth limit; [`remote`] hands a run to
-//! another process and runs one another process handed over.
+//! [`nested`] (under a waiting parent) and [`detached`] (nobody waits), [`suspended`] lists
+//! them, typed, and [`decide`] routes a decision to the one record of its call; [`depth`]
+//! keeps a session's lowered depth limit; [`remote`] hands a run to another process and runs
+//! one another process handed over.
 
 pub(crate) mod admitted;
+pub(crate) mod decide;
 pub(crate) mod delegate;
 pub(crate) mod depth;
 pub mod detached;

@@ -1,0 +1,175 @@
+//! One decision per call, over HTTP against a live `arbor serve`: the child's call of
+//! `examples/approvals.toml` is listed at the root (`sub_…`) and at the child (`apr_…`); the
+//! first decision through either id wins, a second through the other is refused (409) naming
+//! it, the resume runs what the first said, and the child's transcript records the decision
+//! with who, when and why.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+#[allow(dead_code)]
+mod serve_support;
+use serve_support::{call, client, node, serving, start_run, status_becomes, tool_results};
+
+const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+
+async fn pending_at(http: &reqwest::Client, base: &str, session: &str) -> Vec<Value> {
+    let (status, listed) = call(
+        http,
+        Method::GET,
+        format!("{base}/v1/sessions/{session}/approvals"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    listed["suspensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["pending"].as_array().unwrap().clone())
+        .collect()
+}
+
+async fn decide(http: &reqwest::Client, base: &str, session: &str, body: Value) -> (u16, Value) {
+    call(
+        http,
+        Method::POST,
+        format!("{base}/v1/sessions/{session}/approvals"),
+        Some(body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_rejection_at_the_root_holds_against_an_allow_at_the_child_in_both_orders() {
+    for root_first in [true, false] {
+        let (_dir, served) = serving("approvals", &std::fs::read_to_string(APPROVALS).unwrap());
+        let (base, http) = (served.base.clone(), client());
+        let root = start_run(&http, &base, "approvals").await;
+        let run = status_becomes(&http, &base, &root, "suspended").await;
+        let publisher = node(&run, "publisher")["id"].as_str().unwrap().to_owned();
+
+        let at_root = pending_at(&http, &base, &root).await;
+        let at_child = pending_at(&http, &base, &publisher).await;
+        assert_eq!((at_root.len(), at_child.len()), (1, 1));
+        let (sub, apr) = (
+            at_root[0]["id"].as_str().unwrap().to_owned(),
+            at_child[0]["id"].as_str().unwrap().to_owned(),
+        );
+        assert!(sub.starts_with("sub_") && apr.starts_with("apr_"));
+        // Both name the session whose call it is.
+        assert_eq!(at_root[0]["session_id"], json!(publisher));
+        assert_eq!(at_child[0]["session_id"], json!(publisher));
+
+        let reject = json!({"decisions": [{"id": sub, "verdict": "reject_once",
+            "reason": "not before the review"}], "by": "alice"});
+        let allow = json!({"decisions": [{"id": apr, "verdict": "allow_once"}], "by": "bob"});
+        let ((first, first_at), (second, second_at)) = if root_first {
+            ((reject, &root), (allow, &publisher))
+        } else {
+            ((allow, &publisher), (reject, &root))
+        };
+        let (status, left) = decide(&http, &base, first_at, first).await;
+        assert_eq!((status, &left["pending"]), (200, &json!([])), "{left}");
+        // Decided through one id: it waits through neither.
+        assert!(pending_at(&http, &base, &root).await.is_empty());
+        assert!(pending_at(&http, &base, &publisher).await.is_empty());
+
+        let (status, e) = decide(&http, &base, second_at, second).await;
+        assert_eq!(
+            (status, e["error"]["kind"].as_str()),
+            (409, Some("conflict")),
+            "{e}"
+        );
+        let message = e["error"]["message"].as_str().unwrap();
+        let named = if root_first {
+            "This call was already decided: reject_once by alice (tenant "
+        } else {
+            "This call was already decided: allow_once by bob (tenant "
+        };
+        assert!(message.starts_with(named), "{message}");
+        assert!(message.contains(" GMT"), "{message}");
+
+        let (status, resumed) = call(
+            &http,
+            Method::POST,
+            format!("{base}/v1/runs/{root}/resume"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 202, "{resumed}");
+        status_becomes(&http, &base, &root, "succeeded").await;
+        let results = tool_results(&http, &base, &publisher).await;
+        if root_first {
+            assert_eq!(
+                results,
+                ["rejected by a reviewer: not before the review"],
+                "the rejection held: echo never ran"
+            );
+        } else {
+            assert_eq!(results, ["published v1.2 release notes"]);
+        }
+        // The decision, once, in the child's transcript: who, the tenant, when, why.
+        let (_, page) = call(
+            &http,
+            Method::GET,
+            format!("{base}/v1/sessions/{publisher}/transcript?limit=500"),
+            None,
+        )
+        .await;
+        let decisions: Vec<&Value> = page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "decision")
+            .collect();
+        assert_eq!(decisions.len(), 1, "{page}");
+        let d = decisions[0];
+        assert_eq!(d["tool"], "echo");
+        assert!(d["at"].as_u64().unwrap() > 0);
+        assert!(d["tenant"].is_string(), "{d}");
+        if root_first {
+            assert_eq!(
+                (&d["verdict"], &d["by"], &d["reason"]),
+                (
+                    &json!("reject_once"),
+                    &json!("alice"),
+                    &json!("not before the review")
+                )
+            );
+        } else {
+            assert_eq!(
+                (&d["verdict"], &d["by"]),
+                (&json!("allow_once"), &json!("bob"))
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_decider_name_out_of_bounds_is_refused_naming_the_field() {
+    let (_dir, served) = serving("approvals", &std::fs::read_to_string(APPROVALS).unwrap());
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "approvals").await;
+    status_becomes(&http, &base, &root, "suspended").await;
+    let id = pending_at(&http, &base, &root).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for by in [String::new(), "x".repeat(129)] {
+        let (status, e) = decide(
+            &http,
+            &base,
+            &root,
+            json!({"decisions": [{"id": id, "verdict": "allow_once"}], "by": by}),
+        )
+        .await;
+        assert_eq!((status, &e["error"]["field"]), (400, &json!("by")), "{e}");
+    }
+    assert_eq!(
+        pending_at(&http, &base, &root).await.len(),
+        1,
+        "nothing decided"
+    );
+}
