@@ -311,3 +311,70 @@ fn a_crash_while_a_child_waits_for_approval_closes_its_suspension_when_the_tree_
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to resume"));
 }
+
+/// One decision per call from the CLI: the child's call is approved through the child's own
+/// id (`arbor approvals CHILD` lists it), a rejection through the root's id is then refused
+/// naming that decision, the resume runs the call once, and `arbor log` shows who decided.
+#[test]
+fn approving_through_the_childs_id_is_the_one_decision_and_the_log_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(dir.path(), &["run", APPROVALS, "--json", "-q"]);
+    assert_eq!(run.status.code(), Some(4));
+    let report = json(&run);
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let at_root = report["suspension"]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let publisher = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "publisher")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let listed = json(&arbor(dir.path(), &["approvals", &publisher, "--json"]));
+    let at_child = listed["suspensions"][0]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(at_child.starts_with("apr_"), "{listed}");
+    let ok = arbor(
+        dir.path(),
+        &["approve", &publisher, &at_child, "--reason", "checked"],
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // Nothing waits at the root now, under either id.
+    let at_top = json(&arbor(dir.path(), &["approvals", &root, "--json"]));
+    assert_eq!(at_top["suspensions"][0]["pending"], serde_json::json!([]));
+    let refused = arbor(dir.path(), &["reject", &root, &at_root]);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.starts_with("error: This call was already decided: allow_once by ")
+            && said.contains("(tenant local)")
+            && said.contains("(checked)"),
+        "{said}"
+    );
+    assert!(arbor(dir.path(), &["resume", &root]).status.success());
+    assert_eq!(
+        echo_results(dir.path(), &publisher),
+        ["published v1.2 release notes"]
+    );
+    let log = arbor(dir.path(), &["log", &publisher]);
+    let text = String::from_utf8_lossy(&log.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("decision"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("allow_once echo by ") && line.ends_with("(tenant local): checked"),
+        "{line}"
+    );
+}

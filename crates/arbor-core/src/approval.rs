@@ -339,11 +339,21 @@ impl RunCheckpoint {
 
     /// Applies a batch of decisions: every check first, then all of it.
     pub fn decide(&mut self, decisions: &[ApprovalDecision]) -> CoreResult<()> {
-        if self.claimed(arbor_protocol::Timestamp::now().0) {
-            return Err(being_resumed());
-        }
         if decisions.is_empty() {
             return Err(CoreError::validation("no decisions given"));
+        }
+        // One decision per call: a call decided already is refused naming its decision,
+        // even while a resume runs it.
+        let pending = self.pending();
+        for d in decisions {
+            if !pending.iter().any(|p| p.id == d.id)
+                && let Some(first) = self.decided(&d.id)
+            {
+                return Err(already_decided(&first));
+            }
+        }
+        if self.claimed(arbor_protocol::Timestamp::now().0) {
+            return Err(being_resumed());
         }
         let mut seen = HashSet::new();
         for d in decisions {
@@ -364,16 +374,12 @@ impl RunCheckpoint {
                 ));
             }
         }
-        let pending = self.pending();
         let mut sticky = self.sticky.clone();
         for d in decisions {
-            let Some(p) = pending.iter().find(|p| p.id == d.id) else {
-                // One decision per call: a second one is refused naming the first.
-                return Err(match self.decided(&d.id) {
-                    Some(first) => already_decided(&first),
-                    None => unknown_approval(),
-                });
-            };
+            let p = pending
+                .iter()
+                .find(|p| p.id == d.id)
+                .ok_or_else(unknown_approval)?;
             if d.verdict.for_run() {
                 let rule = Sticky {
                     tool: p.tool.clone(),

@@ -345,3 +345,77 @@ async fn a_limit_that_refuses_a_spawn_is_a_tool_error_naming_it() {
     assert_eq!(kids.len(), 1, "nothing was registered for it");
     c.cancel().await.unwrap();
 }
+
+/// One decision per call across surfaces: a call decided through MCP's `decide_approval`
+/// cannot be decided again through the library (the CLI's and `/v1`'s path), and the refusal
+/// names the MCP client's decision; a call decided elsewhere first is refused over MCP,
+/// naming that decision.
+#[tokio::test]
+async fn a_call_decided_over_mcp_is_not_decided_again_elsewhere_and_the_other_way_round() {
+    use arbor_protocol::{ApprovalDecision, DecidedBy, Verdict};
+    for mcp_first in [true, false] {
+        let t = tree(true).await;
+        let c = client(&t.root).await;
+        let r = call(
+            &c,
+            "spawn_agent",
+            json!({"child_id": "writer", "input": "w"}),
+        )
+        .await;
+        let s = structured(&r);
+        assert_eq!(s["status"], "suspended", "{r:?}");
+        let id = s["pending"][0]["id"].as_str().unwrap().to_owned();
+        let child = t
+            .store
+            .list_sessions(SessionQuery::Children(t.root.root().id))
+            .await
+            .unwrap()[0]
+            .id;
+        let elsewhere = || {
+            let d = ApprovalDecision {
+                decided_by: Some(DecidedBy::new(Some("acme".into()), Some("carol".into()))),
+                ..ApprovalDecision::new(id.clone(), Verdict::RejectOnce).with_reason("no")
+            };
+            let store = t.store.clone();
+            async move { arbor_core::supervisor::decide_at(store.as_ref(), child, &[d]).await }
+        };
+        let over_mcp = json!({"decisions": [{"id": id, "verdict": "allow_once"}]});
+        if mcp_first {
+            let r = call(&c, "decide_approval", over_mcp).await;
+            assert_ne!(r.is_error, Some(true), "{r:?}");
+            let e = elsewhere().await.unwrap_err();
+            assert_eq!(e.deny_reason(), Some(arbor_core::DenyReason::Decided));
+            assert!(
+                e.to_string()
+                    .starts_with("This call was already decided: allow_once by mcp client"),
+                "{e}"
+            );
+        } else {
+            elsewhere().await.unwrap();
+            let r = call(&c, "decide_approval", over_mcp).await;
+            assert_eq!(r.is_error, Some(true), "{r:?}");
+            assert!(
+                text(&r).starts_with(
+                    "This call was already decided: reject_once by carol (tenant acme) on "
+                ),
+                "{r:?}"
+            );
+        }
+        // Over MCP, a decision that leaves nothing waiting resumes the child: the allowed
+        // call ran once; the rejected one never.
+        let ran = if mcp_first {
+            let r = call(
+                &c,
+                "wait_agent",
+                json!({"delegation_id": s["delegation_id"]}),
+            )
+            .await;
+            assert_eq!(structured(&r)["status"], "succeeded", "{r:?}");
+            1
+        } else {
+            0
+        };
+        assert_eq!(t.writes.0.load(Ordering::SeqCst), ran);
+        c.cancel().await.unwrap();
+    }
+}

@@ -240,3 +240,35 @@ async fn a_forged_or_foreign_id_gets_the_one_unknown_answer_and_changes_nothing(
     assert_eq!(before, after);
     assert!(written(&w, w.writer).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_second_decision_while_a_resume_holds_the_run_is_refused_naming_the_first() {
+    let w = waiting().await;
+    decide_at(
+        w.t.store.as_ref(),
+        w.root.id(),
+        &[decision(&w.at_root, Verdict::AllowOnce, "alice", "go")],
+    )
+    .await
+    .unwrap();
+    // A resume claims the run (as `Session::resume` does before it runs anything).
+    let (version, mut held) = arbor_core::approval::load(w.t.store.as_ref(), w.run)
+        .await
+        .unwrap()
+        .unwrap();
+    held.claimed_at_ms = Some(arbor_protocol::Timestamp::now().0);
+    arbor_core::approval::save(w.t.store.as_ref(), &held, version)
+        .await
+        .unwrap();
+    for (at, id) in [(w.root.id(), &w.at_root), (w.writer, &w.at_child)] {
+        let e = decide_at(
+            w.t.store.as_ref(),
+            at,
+            &[decision(id, Verdict::RejectOnce, "bob", "stop")],
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.deny_reason(), Some(DenyReason::Decided), "{e}");
+        assert!(e.to_string().contains("allow_once by alice"), "{e}");
+    }
+}

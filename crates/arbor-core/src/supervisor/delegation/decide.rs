@@ -221,7 +221,12 @@ async fn try_decide(
     };
     // The run the first id names; every other id must name a call of the same run.
     let Some(index) = held.iter().position(|h| names(h, &first.id)) else {
-        return Err(approval::unknown_approval());
+        // Nothing waits on it: a call of `at` decided and run since is refused naming its
+        // decision (from the transcript); anything else is unknown.
+        return Err(match written_decision(store, at, &first.id).await? {
+            Some(d) => approval::already_decided(&d),
+            None => approval::unknown_approval(),
+        });
     };
     for d in decisions {
         if !names(&held[index], &d.id) {
@@ -280,6 +285,38 @@ async fn try_decide(
             version: 0,
             pending: Vec::new(),
         }))
+}
+
+/// The decision the transcript of `at` records on its own call `id`, if any.
+async fn written_decision(
+    store: &dyn Store,
+    at: SessionId,
+    id: &str,
+) -> CoreResult<Option<ApprovalDecision>> {
+    if !id.starts_with("apr_") {
+        return Ok(None);
+    }
+    let entries = store.transcript(at, 0, None).await?;
+    Ok(entries.into_iter().find_map(|e| match e.kind {
+        EntryKind::Decision {
+            approval_id,
+            verdict,
+            reason,
+            tenant,
+            by,
+            ..
+        } if approval_id == id => Some(ApprovalDecision {
+            id: approval_id,
+            verdict,
+            reason,
+            decided_by: Some(arbor_protocol::DecidedBy {
+                tenant,
+                by,
+                at: e.at,
+            }),
+        }),
+        _ => None,
+    }))
 }
 
 /// Writes decision `d` on pending call `p` into the transcript of the session that made it.
