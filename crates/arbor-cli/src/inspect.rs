@@ -1,10 +1,11 @@
 //! `arbor ls`, `arbor tree` and `arbor log`: what runs left in the store, read by a later
 //! process. Each first marks as interrupted the runs of processes that died.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arbor_core::registry::{self, SessionView};
-use arbor_protocol::{EntryKind, TranscriptEntry};
+use arbor_protocol::{EntryKind, Message, ToolCall, TranscriptEntry};
 use arbor_store::{SessionQuery, Store};
 use serde_json::json;
 
@@ -235,23 +236,82 @@ pub(crate) async fn log(args: SessionArgs) -> Result<u8, Fail> {
         .await
         .map_err(Fail::core)?;
     let entries = store.transcript(id, 0, None).await.map_err(store_fail)?;
+    // Which child each of its spawn calls made (the text log names it after the call).
+    let spawned: HashMap<String, arbor_protocol::SessionId> = if args.store.json {
+        HashMap::new()
+    } else {
+        store
+            .list_sessions(SessionQuery::Children(id))
+            .await
+            .map_err(store_fail)?
+            .iter()
+            .filter_map(|c| Some((registry::SpawnedBy::of(c)?.call_id?, c.id)))
+            .collect()
+    };
     for entry in &entries {
         if args.store.json {
             output::out(&serde_json::to_string(entry).unwrap_or_default());
         } else {
-            output::out(&describe(entry));
+            output::out(&describe(entry, &spawned));
         }
     }
     Ok(0)
 }
 
-fn describe(e: &TranscriptEntry) -> String {
+/// A tool call as the text log shows it: its name, its arguments shortened, and the child
+/// it made (short id) when it spawned one.
+fn call_line(c: &ToolCall, spawned: &HashMap<String, arbor_protocol::SessionId>) -> String {
+    let args = c.arguments.to_string();
+    let args = if args.chars().count() > ARGS_SHOWN {
+        format!("{}…", args.chars().take(ARGS_SHOWN).collect::<String>())
+    } else {
+        args
+    };
+    match spawned.get(&c.id) {
+        Some(child) => format!("→ {} {args} ⇒ child {}", c.name, resolve::short(*child)),
+        None => format!("→ {} {args}", c.name),
+    }
+}
+
+/// Characters of a call's arguments the text log shows.
+const ARGS_SHOWN: usize = 80;
+
+fn describe(e: &TranscriptEntry, spawned: &HashMap<String, arbor_protocol::SessionId>) -> String {
     let body = match &e.kind {
+        EntryKind::Message {
+            message:
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                },
+        } if !tool_calls.is_empty() => {
+            let mut parts = Vec::with_capacity(tool_calls.len() + 1);
+            let text = output::one_line(content);
+            if !text.is_empty() {
+                parts.push(preview(&text));
+            }
+            parts.extend(tool_calls.iter().map(|c| call_line(c, spawned)));
+            format!("assistant: {}", parts.join(" "))
+        }
+        EntryKind::Message {
+            message: Message::Tool(r),
+        } => format!(
+            "tool {} {}: {}",
+            r.name,
+            if r.is_error { "error" } else { "ok" },
+            preview(&output::one_line(&r.content))
+        ),
         EntryKind::Message { message } => {
             let text = output::one_line(message.text());
             let role = format!("{:?}", message.role()).to_lowercase();
             format!("{role}: {}", preview(&text))
         }
+        EntryKind::Truncated {
+            turn,
+            finish_reason,
+        } => format!(
+            "turn {turn}: the provider cut the answer off at its output cap ({finish_reason})"
+        ),
         EntryKind::Usage { turn, usage, .. } => {
             format!("turn {turn}: {} tokens", thousands(usage.total_tokens))
         }

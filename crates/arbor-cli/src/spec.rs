@@ -126,6 +126,10 @@ pub(crate) struct AgentSpec {
     pub(crate) policy: PolicyInput,
     /// Concurrent tool calls per turn.
     pub(crate) tool_concurrency: Option<usize>,
+    /// A final answer the provider cut off at its output cap fails the run (else it succeeds
+    /// as `completed_truncated`).
+    #[serde(default)]
+    pub(crate) fail_on_truncation: bool,
     /// Run limits as written (see [`crate::limits`]).
     #[serde(default)]
     pub(crate) limits: crate::limits::AgentLimits,

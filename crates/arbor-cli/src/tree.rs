@@ -90,6 +90,9 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
     if let Some(system) = &spec.system {
         b = b.system(system.clone());
     }
+    if spec.fail_on_truncation {
+        b = b.fail_on_truncation(true);
+    }
     if let Some(n) = spec.tool_concurrency {
         b = b.tool_concurrency(n);
     }

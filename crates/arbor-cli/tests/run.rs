@@ -237,3 +237,101 @@ fn ctrl_c_cancels_the_run_which_ends_aborted() {
         "{rest:#?}"
     );
 }
+
+/// A root and a child whose answer the provider cut off at its output cap.
+const CUT_OFF: &str = r#"
+task = "Summarise."
+root = "root"
+
+[agents.root]
+children = ["writer"]
+
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "writer", name = "writer", input = "Write it." } }]
+
+[[agents.root.turns]]
+text = "Here is the summary, cut"
+truncated = true
+
+[agents.writer]
+
+[[agents.writer.turns]]
+text = "Half of an ans"
+truncated = true
+"#;
+
+#[test]
+fn a_cut_off_answer_is_reported_truncated_everywhere_and_the_log_links_calls_to_children() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cut.toml"), CUT_OFF).unwrap();
+    let run = arbor(dir.path(), &["run", "cut.toml", "--json", "-q"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(
+        (&report["status"], &report["result"]["stop_reason"]),
+        (
+            &serde_json::json!("succeeded"),
+            &serde_json::json!("completed_truncated")
+        ),
+        "{report}"
+    );
+    let writer = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "writer")
+        .unwrap()
+        .clone();
+    let root = report["root_session_id"].as_str().unwrap();
+    // The child's session names the call that made it.
+    assert_eq!(writer["spawned_by"]["session"], root, "{writer}");
+    assert_eq!(writer["spawned_by"]["turn"], 1);
+    assert_eq!(writer["spawned_by"]["call_id"], "call_1_1");
+    // The lines progress prints say so too.
+    let lines = arbor(dir.path(), &["run", "cut.toml", "--progress", "lines"]);
+    assert!(
+        stderr(&lines).contains("run succeeded (completed_truncated)"),
+        "{}",
+        stderr(&lines)
+    );
+    // The log marks the cut turn, names the call and its arguments, the child it made, and
+    // each result's status; the parent model read that the child's answer was cut.
+    let log = stdout(&arbor(dir.path(), &["log", root]));
+    let short = &writer["id"].as_str().unwrap()[writer["id"].as_str().unwrap().len() - 8..];
+    assert!(
+        log.contains(&format!(
+            r#"assistant: → spawn_agent {{"child_id":"writer","input":"Write it.","name":"writer"}} ⇒ child {short}"#
+        )),
+        "{log}"
+    );
+    assert!(log.contains("message  tool spawn_agent ok: "), "{log}");
+    let raw = stdout(&arbor(dir.path(), &["log", root, "--json"]));
+    assert!(raw.contains(r#"\"truncated\":true"#), "{raw}");
+    assert!(
+        log.contains(
+            "truncated  turn 2: the provider cut the answer off at its output cap (length)"
+        ),
+        "{log}"
+    );
+    let child_log = stdout(&arbor(dir.path(), &["log", writer["id"].as_str().unwrap()]));
+    assert!(
+        child_log.contains("run succeeded (completed_truncated)"),
+        "{child_log}"
+    );
+
+    // An agent that fails on truncation fails, naming the cut.
+    let strict = CUT_OFF.replace(
+        "[agents.writer]",
+        "[agents.writer]\nfail_on_truncation = true",
+    );
+    std::fs::write(dir.path().join("strict.toml"), strict).unwrap();
+    let run = arbor(dir.path(), &["run", "strict.toml", "--json", "-q"]);
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let writer = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "writer")
+        .unwrap();
+    assert_eq!(writer["status"], "failed", "{report}");
+}

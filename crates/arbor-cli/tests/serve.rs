@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 #[allow(dead_code)]
 mod serve_support;
 use serve_support::{
-    Served, call, client, node, resume_until_released, serve, serve_env, serving, start_run,
+    call, client, node, resume_until_released, serve, serve_env, serving, start_run,
     status_becomes, tool_results,
 };
 

@@ -45,6 +45,7 @@ struct AgentInner {
     tool_concurrency: usize,
     event_capacity: usize,
     max_answer_bytes: usize,
+    fail_on_truncation: bool,
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
 }
@@ -80,6 +81,7 @@ impl Agent {
             tool_concurrency: DEFAULT_TOOL_CONCURRENCY,
             event_capacity: DEFAULT_EVENT_CAPACITY,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            fail_on_truncation: false,
             effects: None,
             thinking: None,
         }
@@ -164,6 +166,12 @@ impl Agent {
         self.inner.max_answer_bytes
     }
 
+    /// Whether a final answer the provider cut off at its output cap fails the run (else it
+    /// succeeds as `completed_truncated`).
+    pub fn fail_on_truncation(&self) -> bool {
+        self.inner.fail_on_truncation
+    }
+
     /// Where the results of its idempotent tool effects are recorded, if anywhere.
     pub fn effect_store(&self) -> Option<&Arc<dyn crate::tool::effect::EffectStore>> {
         self.inner.effects.as_ref()
@@ -192,6 +200,7 @@ impl Agent {
             tool_concurrency: i.tool_concurrency,
             event_capacity: i.event_capacity,
             max_answer_bytes: i.max_answer_bytes,
+            fail_on_truncation: i.fail_on_truncation,
             effects: i.effects.clone(),
             thinking: i.thinking,
         }
@@ -215,6 +224,7 @@ pub struct AgentBuilder {
     tool_concurrency: usize,
     event_capacity: usize,
     max_answer_bytes: usize,
+    fail_on_truncation: bool,
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
 }
@@ -356,6 +366,15 @@ impl AgentBuilder {
         self
     }
 
+    /// A final answer the provider cut off at its output cap (`finish_reason: length`) fails
+    /// the run (`failed`, `completed_truncated`, naming the cut) instead of succeeding as
+    /// `completed_truncated` (the default). Either way the turn is marked `truncated` in the
+    /// transcript.
+    pub fn fail_on_truncation(mut self, on: bool) -> Self {
+        self.fail_on_truncation = on;
+        self
+    }
+
     /// Where the results of idempotent tool effects are recorded (see [`crate::tool::effect`]): a
     /// call recorded done is never executed again.
     pub fn effect_store(self, effects: impl crate::tool::effect::EffectStore + 'static) -> Self {
@@ -426,6 +445,7 @@ impl AgentBuilder {
                 tool_concurrency: self.tool_concurrency,
                 event_capacity: self.event_capacity,
                 max_answer_bytes: self.max_answer_bytes,
+                fail_on_truncation: self.fail_on_truncation,
                 effects: self.effects,
                 thinking: self.thinking,
             }),

@@ -71,6 +71,35 @@ pub struct SessionView {
     pub updated_at: Timestamp,
     /// Set when it was deleted: when, by whom, why, its final status and usage.
     pub tombstone: Option<Tombstone>,
+    /// The tool call that made it: its parent's session, run, turn and call id (none for a
+    /// root, and for a child a host started rather than a model's call).
+    pub spawned_by: Option<SpawnedBy>,
+}
+
+/// The tool call that made a child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SpawnedBy {
+    /// The parent's session.
+    pub session: SessionId,
+    /// The parent's run.
+    pub run: arbor_protocol::RunId,
+    /// The turn of that run.
+    pub turn: u32,
+    /// The call's id (none in records from before it was kept).
+    pub call_id: Option<String>,
+}
+
+impl SpawnedBy {
+    /// Where `r` was spawned from, if a call of its parent's run made it.
+    pub fn of(r: &SessionRecord) -> Option<Self> {
+        let (point, parent) = (r.spawned_by?, r.parent_id?);
+        Some(Self {
+            session: parent,
+            run: point.run_id,
+            turn: point.turn,
+            call_id: r.meta["spawn_call"].as_str().map(str::to_owned),
+        })
+    }
 }
 
 impl SessionView {
@@ -106,6 +135,7 @@ impl SessionView {
             created_at: r.created_at,
             updated_at: r.updated_at,
             tombstone: r.tombstone.clone(),
+            spawned_by: SpawnedBy::of(r),
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct ScriptedTurn {
     pub fail: Option<String>,
     /// Never answer: the call hangs until it is cancelled.
     pub hang: bool,
+    /// Finish as a provider that cut the answer off at its output cap does
+    /// (`finish_reason: length`).
+    pub truncated: bool,
 }
 
 impl ScriptedTurn {
@@ -82,6 +85,12 @@ impl ScriptedTurn {
             }],
             ..Self::default()
         }
+    }
+
+    /// The same turn, cut off at the provider's output cap (`finish_reason: length`).
+    pub fn cut_off(mut self) -> Self {
+        self.truncated = true;
+        self
     }
 
     /// The same turn reporting `input` prompt and `output` completion tokens.
@@ -304,7 +313,9 @@ impl ModelProvider for ScriptedProvider {
                 ),
             };
             items.push(Ok(ModelEvent::Usage(usage)));
-            let finish = if turn.tool_calls.is_empty() {
+            let finish = if turn.truncated {
+                FinishReason::Length
+            } else if turn.tool_calls.is_empty() {
                 FinishReason::Stop
             } else {
                 FinishReason::ToolCalls

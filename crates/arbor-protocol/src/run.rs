@@ -47,6 +47,9 @@ impl fmt::Display for RunStatus {
 pub enum StopReason {
     /// The model answered without asking for tools.
     Completed,
+    /// The model answered, but the provider cut its last answer off at the output cap
+    /// (`finish_reason: length`, Anthropic's `max_tokens`): the answer may be incomplete.
+    CompletedTruncated,
     /// `max_steps` fired.
     TurnLimit,
     /// `max_tool_calls` fired.
@@ -84,6 +87,7 @@ impl StopReason {
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Completed => "completed",
+            Self::CompletedTruncated => "completed_truncated",
             Self::TurnLimit => "turn_limit",
             Self::ToolCallLimit => "tool_call_limit",
             Self::TokenLimit => "token_limit",

@@ -41,6 +41,14 @@ pub enum EntryKind {
         /// The session's context size after this turn: the prompt tokens of this turn.
         context_tokens: u64,
     },
+    /// The provider cut this turn's answer off at its output cap (`finish_reason: length`):
+    /// its text, or a tool call's arguments, may be incomplete. Written with the turn.
+    Truncated {
+        /// Turn number within the run.
+        turn: u32,
+        /// The provider's finish reason, as it said it.
+        finish_reason: String,
+    },
     /// A run began.
     RunStarted {
         /// The agent's name.
@@ -153,6 +161,7 @@ impl EntryKind {
         match self {
             Self::Message { .. } => "message",
             Self::Usage { .. } => "usage",
+            Self::Truncated { .. } => "truncated",
             Self::RunStarted { .. } => "run_started",
             Self::UsageAttributed { .. } => "usage_attributed",
             Self::InboxReceived { .. } => "inbox_received",

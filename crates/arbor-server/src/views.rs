@@ -94,6 +94,10 @@ pub struct SessionView {
     /// Set when it was deleted: when, by whom, why, its final status and usage.
     #[schema(value_type = Option<Object>)]
     pub tombstone: Option<serde_json::Value>,
+    /// The tool call that made it: `{session, run, turn, call_id}` of its parent (none for a
+    /// root and for a child a host started).
+    #[schema(value_type = Option<Object>)]
+    pub spawned_by: Option<serde_json::Value>,
 }
 
 fn status_word(s: arbor_protocol::SessionStatus) -> String {
@@ -130,6 +134,7 @@ impl From<&SessionRecord> for SessionView {
             created_at: v.created_at.0,
             updated_at: v.updated_at.0,
             tombstone: v.tombstone.and_then(|t| serde_json::to_value(t).ok()),
+            spawned_by: v.spawned_by.and_then(|s| serde_json::to_value(s).ok()),
         }
     }
 }

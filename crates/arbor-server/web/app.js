@@ -145,6 +145,7 @@ function render(snap) {
   $("run-headline").textContent = root.headline;
   $("run-status").textContent = label(root);
   $("run-status").dataset.state = word(root);
+  if (word(root) === "done") markCut(snap.root_id || root.id);
   $("root-tokens").textContent = tokens(root.usage.own.total_tokens);
   $("tree-tokens").textContent = tokens(root.usage.aggregate.total_tokens);
   $("run-count").textContent = snap.nodes.length;
@@ -194,6 +195,16 @@ function render(snap) {
   }
   if (state.drawer) loadTranscript(state.drawer);
   loadRuns();
+}
+
+// A finished run whose answer the provider cut off at its output cap says so.
+async function markCut(id) {
+  let run;
+  try { run = await api("GET", "/v1/runs/" + id); } catch (_) { return; }
+  if (state.snapshot && run.result && run.result.stop_reason === "completed_truncated") {
+    $("run-status").textContent = label(state.snapshot.nodes[0]) + " · answer cut off";
+    $("run-status").dataset.truncated = "1";
+  }
 }
 
 // Elapsed times tick while nothing changes.

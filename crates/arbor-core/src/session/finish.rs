@@ -24,7 +24,25 @@ impl Session {
         let deferred = state.deferred.take().unwrap_or_default();
         let mut suspended = None;
         let (status, stop_reason, breach, error) = match outcome {
-            Outcome::Completed => (RunStatus::Succeeded, StopReason::Completed, None, None),
+            Outcome::Completed { truncated: false } => {
+                (RunStatus::Succeeded, StopReason::Completed, None, None)
+            }
+            Outcome::Completed { truncated: true } if self.agent.fail_on_truncation() => (
+                RunStatus::Failed,
+                StopReason::CompletedTruncated,
+                None,
+                Some(
+                    "the model's answer was cut off at the provider's output cap \
+                     (finish_reason: length), and the agent fails on truncation"
+                        .to_owned(),
+                ),
+            ),
+            Outcome::Completed { truncated: true } => (
+                RunStatus::Succeeded,
+                StopReason::CompletedTruncated,
+                None,
+                None,
+            ),
             Outcome::Breach(b) => (
                 RunStatus::Failed,
                 // A breach is always of a run limit (the run loop checks only those).

@@ -66,7 +66,10 @@ impl RunOptions {
 /// Why the loop stopped.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Completed,
+    /// The model answered; `truncated` when the provider cut the answer off at its output cap.
+    Completed {
+        truncated: bool,
+    },
     Breach(RunLimitBreach),
     Cancelled,
     ProviderError(String),
@@ -319,7 +322,7 @@ impl Session {
                     return Ok(outcome);
                 }
             }
-            Turns::Answered => return Ok(Outcome::Completed),
+            Turns::Answered => return Ok(Outcome::Completed { truncated: false }),
             Turns::Next => {}
         }
         loop {
@@ -343,7 +346,9 @@ impl Session {
             state
                 .trace
                 .request(self.agent.system(), self.messages.len());
-            let (text, calls, usage, failure) = self.provider_turn(state.run_id, turn).await;
+            let (text, calls, usage, failure, finish) =
+                self.provider_turn(state.run_id, turn).await;
+            let truncated = matches!(finish, Some(arbor_model::FinishReason::Length));
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
             // The run's last turn: written with the run's end.
             let last = calls.is_empty() || failure.is_some();
@@ -353,7 +358,7 @@ impl Session {
                 text.clone(),
                 calls.clone(),
                 usage,
-                (failure.is_none(), last),
+                (failure.is_none(), last, truncated),
             )
             .await?;
             self.publish_turn(
@@ -377,7 +382,7 @@ impl Session {
             }
             if calls.is_empty() {
                 self.publish_turn(state, AgentEvent::TurnFinished { turn });
-                return Ok(Outcome::Completed);
+                return Ok(Outcome::Completed { truncated });
             }
             let wanted = state.tool_calls.saturating_add(call_count);
             if wanted > state.limits.max_tool_calls {
@@ -395,12 +400,19 @@ impl Session {
     }
 
     /// Streams one provider call. Returns the text, the tool calls, the usage reported (if
-    /// any) and the error that ended it (if any).
+    /// any), the error that ended it (if any) and the provider's finish reason (if it gave
+    /// one).
     async fn provider_turn(
         &self,
         run_id: RunId,
         turn: u32,
-    ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
+    ) -> (
+        String,
+        Vec<ToolCall>,
+        Option<Usage>,
+        Option<String>,
+        Option<arbor_model::FinishReason>,
+    ) {
         let span = telemetry::chat_span(self.who(), turn);
         telemetry::record_chat_input(
             &span,
@@ -422,7 +434,7 @@ impl Session {
             telemetry::record_chat(&span, out.2.as_ref(), reason, out.3.as_deref());
             telemetry::record_chat_output(&span, self.who(), &out.0, &out.1);
         }
-        out
+        (out.0, out.1, out.2, out.3, finish)
     }
 
     async fn stream_turn(
@@ -543,9 +555,9 @@ impl Session {
         text: String,
         calls: Vec<ToolCall>,
         usage: Option<Usage>,
-        (completed, last): (bool, bool),
+        (completed, last, truncated): (bool, bool, bool),
     ) -> CoreResult<()> {
-        let mut entries = Vec::with_capacity(2);
+        let mut entries = Vec::with_capacity(3);
         if completed {
             entries.push(EntryKind::Message {
                 message: Message::Assistant {
@@ -553,6 +565,13 @@ impl Session {
                     tool_calls: calls,
                 },
             });
+            if truncated {
+                tracing::info!(session = %self.id(), turn, "the provider cut the answer off at its output cap");
+                entries.push(EntryKind::Truncated {
+                    turn,
+                    finish_reason: "length".to_owned(),
+                });
+            }
         }
         let mut update = None;
         let attributed = usage;

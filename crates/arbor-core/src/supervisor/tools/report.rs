@@ -25,6 +25,10 @@ pub struct ChildAnswer {
     /// The child's answer, redacted and cut to the parent's `max_result_bytes` (a marker
     /// says how much was left out and which transcript holds the whole of it).
     pub text: String,
+    /// The provider cut the child's last answer off at its output cap: `text` may be
+    /// incomplete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// A child started without waiting for it (`mode: async` or `message`).
@@ -123,6 +127,7 @@ pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
         status: r.result.status,
         usage: r.result.usage,
         text: cut(&answer, cap, r.session_id),
+        truncated: r.result.stop_reason == arbor_protocol::StopReason::CompletedTruncated,
     })
 }
 
