@@ -34,6 +34,9 @@ pub(crate) enum Origin {
     Supervisor,
     /// The built-in default.
     Default,
+    /// The supervisor's built-in ceiling over children (`[supervisor] limits` leaves it
+    /// unset): it lowered what the agent asks for when the agent runs as a child.
+    Ceiling,
 }
 
 impl Origin {
@@ -43,6 +46,7 @@ impl Origin {
             Self::Agent => "agent",
             Self::Supervisor => "supervisor",
             Self::Default => "default",
+            Self::Ceiling => "supervisor_default",
         }
     }
 }
@@ -109,6 +113,35 @@ impl AgentLimits {
         out
     }
 
+    /// The limits a run of this agent gets as a child: [`resolve`](Self::resolve) under the
+    /// supervisor's ceiling over children (its `[supervisor] limits`, else its built-in
+    /// defaults), which only narrows.
+    pub(crate) fn resolve_as_child(&self, supervisor: &LimitsInput) -> RunLimits {
+        let own = self.resolve(supervisor);
+        let ceiling = ceiling(supervisor);
+        RunLimits {
+            max_steps: own.max_steps.min(ceiling.max_steps),
+            max_tool_calls: own.max_tool_calls.min(ceiling.max_tool_calls),
+            max_tokens: own.max_tokens.min(ceiling.max_tokens),
+            timeout_ms: own.timeout_ms.min(ceiling.timeout_ms),
+        }
+    }
+
+    /// Where the value of `kind` that [`resolve_as_child`](Self::resolve_as_child) gives
+    /// comes from.
+    pub(crate) fn origin_as_child(&self, supervisor: &LimitsInput, kind: LimitKind) -> Origin {
+        let own = self.resolve(supervisor).get(kind);
+        if ceiling(supervisor).get(kind) < own {
+            if supervisor_value(supervisor, kind).is_some() {
+                Origin::Supervisor
+            } else {
+                Origin::Ceiling
+            }
+        } else {
+            self.origin(supervisor, kind)
+        }
+    }
+
     /// Where the value of `kind` that [`resolve`](Self::resolve) gives comes from.
     pub(crate) fn origin(&self, supervisor: &LimitsInput, kind: LimitKind) -> Origin {
         match (agent_value(self, kind), supervisor_value(supervisor, kind)) {
@@ -117,6 +150,62 @@ impl AgentLimits {
             (None, Some(_)) => Origin::Supervisor,
             (None, None) => Origin::Default,
         }
+    }
+}
+
+/// The run limits the supervisor's ceiling over children allows: its built-in defaults
+/// overlaid with `[supervisor] limits` (a value over a hard cap was refused when the spec was
+/// read; here it only keeps the default).
+fn ceiling(supervisor: &LimitsInput) -> RunLimits {
+    let d = arbor_core::supervisor::SupervisorLimits::DEFAULT;
+    let d = arbor_core::supervisor::SupervisorLimits::resolve(supervisor).unwrap_or(d);
+    RunLimits {
+        max_steps: d.max_steps,
+        max_tool_calls: d.max_tool_calls,
+        max_tokens: d.max_tokens,
+        timeout_ms: d.timeout_ms,
+    }
+}
+
+/// One value a ceiling lowers: what the spec sets for the agent, what its runs get, and the
+/// key that would raise it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lowered {
+    /// The limit.
+    pub(crate) kind: LimitKind,
+    /// What the agent's own `limits` set.
+    pub(crate) written: u64,
+    /// What its runs get.
+    pub(crate) effective: u64,
+    /// The key to raise (`supervisor.limits.KEY`).
+    pub(crate) raise: String,
+    /// Whether the ceiling is the supervisor's built-in default (no `[supervisor] limits`
+    /// value set).
+    pub(crate) default: bool,
+    /// The agent runs as a child.
+    pub(crate) child: bool,
+}
+
+impl Lowered {
+    /// The warning a person reads.
+    pub(crate) fn warning(&self, agent: &str) -> String {
+        format!(
+            "agents.{agent}.limits.{kind} = {} is lowered to {}{}, by the supervisor's ceiling \
+             ({}); raise [supervisor] limits.{kind} to allow it",
+            crate::report::thousands(self.written),
+            crate::report::thousands(self.effective),
+            if self.child {
+                format!(" when {agent} runs as a child")
+            } else {
+                String::new()
+            },
+            if self.default {
+                "its built-in default"
+            } else {
+                "set by [supervisor] limits"
+            },
+            kind = self.kind
+        )
     }
 }
 
@@ -130,12 +219,48 @@ pub(crate) struct Provenance {
     pub(crate) own: AgentLimits,
     /// `[supervisor] limits` as written.
     pub(crate) supervisor: LimitsInput,
+    /// It runs as a child (under the supervisor's ceiling), not as the root.
+    pub(crate) child: bool,
 }
 
 impl Provenance {
     /// Where the limit `kind` comes from.
     pub(crate) fn origin(&self, kind: LimitKind) -> Origin {
-        self.own.origin(&self.supervisor, kind)
+        if self.child {
+            self.own.origin_as_child(&self.supervisor, kind)
+        } else {
+            self.own.origin(&self.supervisor, kind)
+        }
+    }
+
+    /// The limits its runs get.
+    pub(crate) fn effective(&self) -> RunLimits {
+        if self.child {
+            self.own.resolve_as_child(&self.supervisor)
+        } else {
+            self.own.resolve(&self.supervisor)
+        }
+    }
+
+    /// The values the agent sets that a ceiling lowers (as a child: the supervisor's; as the
+    /// root: `[supervisor] limits`).
+    pub(crate) fn lowered(&self) -> Vec<Lowered> {
+        let effective = self.effective();
+        RUN_KINDS
+            .iter()
+            .filter_map(|&kind| {
+                let written = agent_value(&self.own, kind)?;
+                let now = effective.get(kind)?;
+                (now < written).then(|| Lowered {
+                    kind,
+                    written,
+                    effective: now,
+                    raise: format!("supervisor.limits.{kind}"),
+                    default: supervisor_value(&self.supervisor, kind).is_none(),
+                    child: self.child,
+                })
+            })
+            .collect()
     }
 
     /// Where the limit `kind` is set, for a person (see [`where_set`]).
@@ -146,10 +271,32 @@ impl Provenance {
     /// The spec key that sets `kind` for this agent, as it would be written.
     pub(crate) fn key(&self, kind: LimitKind) -> String {
         match self.origin(kind) {
-            Origin::Supervisor => format!("supervisor.limits.{kind}"),
+            Origin::Supervisor | Origin::Ceiling => format!("supervisor.limits.{kind}"),
             Origin::Agent | Origin::Default => format!("agents.{}.limits.{kind}", self.agent),
         }
     }
+}
+
+/// Every child agent's [`Provenance`], by agent name.
+pub(crate) type Limits = std::collections::BTreeMap<String, Provenance>;
+
+/// The provenance of every agent of `spec` but the root (`root`), as children.
+pub(crate) fn of_children(spec: &crate::spec::Spec, root: &str) -> Limits {
+    spec.agents
+        .iter()
+        .filter(|(name, _)| name.as_str() != root)
+        .map(|(name, a)| {
+            (
+                name.clone(),
+                Provenance {
+                    agent: name.clone(),
+                    own: a.limits,
+                    supervisor: spec.supervisor.limits,
+                    child: true,
+                },
+            )
+        })
+        .collect()
 }
 
 /// Where the limit `kind` of agent `agent` is set, for a person: what to change to raise it.
@@ -157,6 +304,10 @@ pub(crate) fn where_set(agent: &str, kind: LimitKind, origin: Origin) -> String 
     match origin {
         Origin::Agent => format!("set by agents.{agent}.limits.{kind}"),
         Origin::Supervisor => format!("set by [supervisor] limits.{kind}"),
+        Origin::Ceiling => format!(
+            "the supervisor's built-in ceiling over children, below what agents.{agent}.limits \
+             asks for; raise it with [supervisor] limits.{kind}"
+        ),
         Origin::Default => format!(
             "the built-in default; raise it with agents.{agent}.limits.{kind} or [supervisor] \
              limits.{kind}"

@@ -180,7 +180,7 @@ fn first_line(s: &str) -> String {
     output::short(s, 160)
 }
 
-fn supervisor_line(event: &SupervisorEvent) -> Option<String> {
+fn supervisor_line(event: &SupervisorEvent, limits: &crate::limits::Limits) -> Option<String> {
     Some(match event {
         SupervisorEvent::DelegationStarted { origin, .. } => format!(
             "{}: delegation started (depth {})",
@@ -202,8 +202,26 @@ fn supervisor_line(event: &SupervisorEvent) -> Option<String> {
                 first_line(reason)
             )
         }
-        SupervisorEvent::ChildFailed { origin, reason, .. } => {
-            format!("{}: child failed: {}", origin.child_id, first_line(reason))
+        SupervisorEvent::ChildFailed {
+            origin,
+            reason,
+            limit,
+            ..
+        } => {
+            let mut line = format!("{}: child failed: {}", origin.child_id, first_line(reason));
+            // A limit says where it was set (the agent's own, the supervisor's ceiling).
+            if let Some(b) = limit {
+                line.push_str(&format!(
+                    ": {} (maximum {}, observed {})",
+                    b.limit,
+                    thousands(b.maximum),
+                    thousands(b.observed)
+                ));
+                if let Some(p) = limits.get(&origin.child_id) {
+                    line.push_str(&format!(" ({})", p.describe(b.limit)));
+                }
+            }
+            line
         }
         SupervisorEvent::DelegationError { origin, error } => {
             format!(
@@ -250,10 +268,11 @@ pub(crate) async fn follow_root(
 /// Prints supervisor events until `done` fires, then what is left.
 pub(crate) async fn follow_supervisor(
     mut sub: Subscription<SupervisorEnvelope>,
+    limits: crate::limits::Limits,
     done: tokio_util::sync::CancellationToken,
 ) {
     let print = |e: &SupervisorEnvelope| {
-        if let Some(line) = supervisor_line(&e.event) {
+        if let Some(line) = supervisor_line(&e.event, &limits) {
             output::err(&format!("  {line}"));
         }
     };

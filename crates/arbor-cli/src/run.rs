@@ -297,6 +297,7 @@ pub(crate) async fn drive_root(
         if let Some(sup) = &built.supervisor {
             followers.push(tokio::spawn(progress::follow_supervisor(
                 sup.subscribe(),
+                built.child_limits.clone(),
                 done.clone(),
             )));
         }

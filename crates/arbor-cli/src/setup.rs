@@ -25,18 +25,38 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
     let prepared = prepare_with(&path, &text, &overrides, args.online).await?;
     let spec = &prepared.spec;
     let root = spec.root_name().map_err(Fail::usage)?.to_owned();
+    // Each agent's limits as its runs get them: the root's under `[supervisor] limits`, a
+    // child's under the supervisor's ceiling over children too.
+    let provenance = |name: &str| {
+        let a = &spec.agents[name];
+        crate::limits::Provenance {
+            agent: name.to_owned(),
+            own: a.limits,
+            supervisor: spec.supervisor.limits,
+            child: name != root,
+        }
+    };
+    let mut warnings = Vec::new();
     let agents: Vec<serde_json::Value> = spec
         .agents
         .iter()
         .map(|(name, a)| {
+            let p = provenance(name);
+            let effective = p.effective();
+            let lowered = p.lowered();
+            warnings.extend(lowered.iter().map(|l| l.warning(name)));
             let limits: serde_json::Map<String, serde_json::Value> = LimitKind::RUN
                 .iter()
                 .map(|&kind| {
-                    let origin = a.limits.origin(&spec.supervisor.limits, kind);
-                    (
-                        kind.to_string(),
-                        json!({"value": a.run_limits.get(kind), "from": origin.as_str()}),
-                    )
+                    let mut v = json!({
+                        "value": effective.get(kind),
+                        "from": p.origin(kind).as_str(),
+                    });
+                    if let Some(l) = lowered.iter().find(|l| l.kind == kind) {
+                        v["written"] = json!(l.written);
+                        v["raise"] = json!(l.raise);
+                    }
+                    (kind.to_string(), v)
                 })
                 .collect();
             json!({
@@ -61,6 +81,7 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
                 "agents": agents,
                 "mcp_servers": spec.mcp_servers.keys().collect::<Vec<_>>(),
                 "models_checked": args.online,
+                "warnings": warnings,
             })
             .to_string(),
         );
@@ -83,7 +104,7 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
         if !a.tools.is_empty() {
             line.push_str(&format!(", tools {}", a.tools.join(" ")));
         }
-        let l = &a.run_limits;
+        let l = provenance(name).effective();
         line.push_str(&format!(
             ", limits {} steps, {} tool calls, {} tokens, {} ms",
             l.max_steps,
@@ -95,6 +116,9 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
     }
     if spec.task.trim().is_empty() {
         output::out("  no task: give one with arbor run --task");
+    }
+    for w in &warnings {
+        output::err(&format!("warning: {w}"));
     }
     Ok(0)
 }

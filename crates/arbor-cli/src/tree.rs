@@ -42,6 +42,8 @@ pub(crate) struct Built {
     pub(crate) mcp: Arc<McpServers>,
     /// Where the root's limits come from, to say which one stopped its run.
     pub(crate) root_limits: crate::limits::Provenance,
+    /// Where each child agent's limits come from, by agent name.
+    pub(crate) child_limits: crate::limits::Limits,
 }
 
 impl Built {
@@ -326,7 +328,9 @@ fn assemble(
             agent: root_name.to_owned(),
             own: root_spec.limits,
             supervisor: spec.supervisor.limits,
+            child: false,
         },
+        child_limits: crate::limits::of_children(spec, root_name),
     })
 }
 

@@ -205,3 +205,91 @@ fn a_locked_store_is_a_clear_error_and_its_data_survives() {
     let again = arbor(dir.path(), &["run", REVIEW, "-q"]);
     assert!(again.status.success(), "{}", stderr(&again));
 }
+
+/// A child agent asks for more than the supervisor's ceiling over children allows.
+const CEILING: &str = r#"
+task = "Loop."
+root = "root"
+
+[agents.root]
+children = ["worker"]
+
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "worker", name = "worker", input = "Go." } }]
+
+[[agents.root.turns]]
+text = "done"
+
+[agents.worker]
+tools = ["echo"]
+limits = { max_steps = 20, timeout_ms = 600000 }
+repeat_last = true
+
+[[agents.worker.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "again" } }]
+"#;
+
+#[test]
+fn a_limit_the_ceiling_lowers_is_warned_by_validate_and_named_when_it_fires() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ceiling.toml"), CEILING).unwrap();
+    let v = arbor(dir.path(), &["validate", "ceiling.toml"]);
+    assert!(v.status.success(), "{}", stderr(&v));
+    // The effective limits, and a warning per lowered value naming the key to raise.
+    assert!(
+        stdout(&v).contains("worker: scripted scripted, tools echo, limits 8 steps, 32 tool calls, 20,000 tokens, 60,000 ms"),
+        "{}",
+        stdout(&v)
+    );
+    let warned = stderr(&v);
+    for (key, written, now) in [
+        ("max_steps", "20", "8"),
+        ("timeout_ms", "600,000", "60,000"),
+    ] {
+        assert!(
+            warned.contains(&format!(
+                "warning: agents.worker.limits.{key} = {written} is lowered to {now} when worker \
+                 runs as a child, by the supervisor's ceiling (its built-in default); raise \
+                 [supervisor] limits.{key} to allow it"
+            )),
+            "{warned}"
+        );
+    }
+    let json_out = arbor(dir.path(), &["validate", "ceiling.toml", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    let worker = report["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "worker")
+        .unwrap();
+    assert_eq!(
+        worker["limits"]["timeout_ms"],
+        serde_json::json!({"value": 60000, "from": "supervisor_default", "written": 600000,
+            "raise": "supervisor.limits.timeout_ms"})
+    );
+    assert_eq!(report["warnings"].as_array().unwrap().len(), 2);
+    // When it fires, the line says where the bound came from.
+    let run = arbor(
+        dir.path(),
+        &["run", "ceiling.toml", "--progress", "lines", "--memory"],
+    );
+    let said = stderr(&run);
+    assert!(
+        said.contains(
+            "worker: child failed: Delegation run limit exceeded: max_steps (maximum 8, observed \
+             9) (the supervisor's built-in \
+             ceiling over children, below what agents.worker.limits asks for; raise it with \
+             [supervisor] limits.max_steps)"
+        ),
+        "{said}"
+    );
+    // Raised, nothing is lowered.
+    let raised = CEILING.replace(
+        "[agents.root]",
+        "[supervisor]\nlimits = { max_steps = 20, timeout_ms = 600000 }\n\n[agents.root]",
+    );
+    std::fs::write(dir.path().join("raised.toml"), raised).unwrap();
+    let v = arbor(dir.path(), &["validate", "raised.toml"]);
+    assert!(!stderr(&v).contains("warning"), "{}", stderr(&v));
+}
