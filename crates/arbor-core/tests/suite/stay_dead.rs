@@ -431,3 +431,89 @@ async fn a_teardown_whose_tombstone_failed_is_finished_after_the_next_run() {
     assert_eq!(tombstone.reason, "done with it");
     assert_eq!(sup.retry_cleanups().await, 0);
 }
+
+/// Holds each delegation's start until a permit is given, then allows or denies it.
+#[derive(Debug, Clone)]
+struct Gate {
+    open: Arc<tokio::sync::Semaphore>,
+    allow: bool,
+}
+
+#[async_trait]
+impl BeforeHook for Gate {
+    async fn before(&self, _ctx: &BeforeContext) -> BeforeDecision {
+        let _ = self.open.acquire().await.map(|p| p.forget());
+        if self.allow {
+            BeforeDecision::Allow
+        } else {
+            BeforeDecision::Deny {
+                reason: Some("no quota".into()),
+            }
+        }
+    }
+}
+
+/// The contract's send-after-spawn row: a send to a child admitted but not started yet
+/// waits for the start; a failed start fails the send with the startup error (the message is
+/// not queued to be dropped), a start that succeeds gets the message read.
+#[tokio::test]
+async fn a_message_sent_before_the_child_started_waits_and_fails_with_its_startup_error() {
+    for allow in [false, true] {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let gate = Gate {
+            open: Arc::new(tokio::sync::Semaphore::new(0)),
+            allow,
+        };
+        let sup = supervisor(
+            &store,
+            vec![ScriptedTurn::text("done"), ScriptedTurn::text("read it")],
+            Arc::new(AtomicUsize::new(0)),
+            false,
+            {
+                let gate = gate.clone();
+                |b| b.before(gate)
+            },
+        );
+        let root = root(&sup, &store).await;
+        let handle = sup.spawn(request(&root)).await.unwrap();
+        let child = handle.session_id;
+        let send = tokio::spawn({
+            let sup = sup.clone();
+            async move { sup.send_message(Sender::Host, child, "an early word").await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !send.is_finished(),
+            "allow={allow}: the send waits for the start"
+        );
+        // The first start; and a follow-up run, if the message lands after the first run
+        // read its inbox, passes the hook again.
+        gate.open.add_permits(2);
+        let sent = tokio::time::timeout(Duration::from_secs(5), send)
+            .await
+            .expect("the send ends once the start does")
+            .unwrap();
+        quiet(&sup).await;
+        let entries = store.transcript(child, 0, None).await.unwrap();
+        if allow {
+            let receipt = sent.unwrap();
+            let read = entries.iter().any(
+                |e| matches!(&e.kind, EntryKind::InboxRead { ids } if ids.contains(&receipt.id)),
+            );
+            assert!(read, "the message was read: {entries:?}");
+        } else {
+            let e = sent.unwrap_err();
+            assert_eq!(e.kind(), CoreErrorKind::Denied);
+            assert_eq!(
+                e.to_string(),
+                "\"w\" could not start (no quota); it takes no messages: spawn a new child"
+            );
+            assert!(
+                !entries
+                    .iter()
+                    .any(|e| matches!(e.kind, EntryKind::InboxReceived { .. })),
+                "nothing was queued to be dropped: {entries:?}"
+            );
+        }
+    }
+}

@@ -129,6 +129,8 @@ impl Supervisor {
             false,
         );
         sup.live().hub().start_run(record.id, &a.token);
+        // A send that arrives before its first run begins waits for it.
+        sup.live().hub().starting(record.id);
         self.publish(SupervisorEvent::DelegationAdmitted {
             origin: arbor_protocol::ChildOrigin {
                 child_id: a.child_id.clone(),

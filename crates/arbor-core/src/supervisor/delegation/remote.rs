@@ -178,6 +178,8 @@ impl Supervisor {
         // Marked running with the delegation's token unless it is already (a closed session
         // cancels the token instead).
         hub.start_run(session_id, &a.token);
+        // Handed over: it starts elsewhere, and what is sent meanwhile waits in the store.
+        hub.started(session_id);
         if a.token.is_cancelled() {
             return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
         }

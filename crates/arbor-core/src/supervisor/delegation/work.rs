@@ -248,6 +248,7 @@ impl Supervisor {
             );
         }
         sup.live().hub().start_run(session.id(), &a.token);
+        sup.live().hub().started(session.id());
         let mut options = RunOptions::default()
             .with_cancel(a.token.clone())
             .with_nested(Arc::new(self.clone()));

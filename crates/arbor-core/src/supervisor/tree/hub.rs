@@ -37,6 +37,9 @@ pub(crate) struct Live {
     /// Its first run could not start (the factory or the model failed): why. Messages to it
     /// are refused with this, rather than starting the same failing run again.
     pub(crate) start_failure: Option<String>,
+    /// Admitted, its first run not begun yet (its hook, its factory): a send waits for the
+    /// start, and fails with the startup error if it fails.
+    pub(crate) starting: bool,
 }
 
 /// What [`Hub::close`] cancelled.
@@ -120,8 +123,33 @@ impl Hub {
             token: None,
             host_owned,
             start_failure: None,
+            starting: false,
         });
         live.inbox.clone()
+    }
+
+    /// Marks the first run of `id` as about to start (see [`Live::starting`]).
+    pub(crate) fn starting(&self, id: SessionId) {
+        if let Some(live) = self.lock().live.get_mut(&id) {
+            live.starting = true;
+        }
+    }
+
+    /// The first run of `id` began (or was handed to another process): sends stop waiting.
+    pub(crate) fn started(&self, id: SessionId) {
+        let was = self
+            .lock()
+            .live
+            .get_mut(&id)
+            .is_some_and(|live| std::mem::replace(&mut live.starting, false));
+        if was {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Whether the first run of `id` is about to start.
+    pub(crate) fn is_starting(&self, id: SessionId) -> bool {
+        self.lock().live.get(&id).is_some_and(|l| l.starting)
     }
 
     /// Marks a run of `id` started under `token`; `false` if one is in flight already. A
@@ -189,6 +217,7 @@ impl Hub {
                 Some(live) => {
                     live.running = false;
                     live.token = None;
+                    live.starting = false;
                     let mail = !live.inbox.is_empty();
                     let idle = !mail
                         && !live.host_owned
@@ -212,7 +241,9 @@ impl Hub {
     pub(crate) fn set_start_failure(&self, id: SessionId, why: String) {
         if let Some(live) = self.lock().live.get_mut(&id) {
             live.start_failure = Some(why);
+            live.starting = false;
         }
+        self.changed.notify_waiters();
     }
 
     /// Why the first run of `id` could not start, if it could not.

@@ -98,6 +98,10 @@ impl Supervisor {
                 (Some(sender), relationship)
             }
         };
+        // A child admitted a moment ago may still be starting (its hook, its factory): the
+        // send waits for its first run to begin, and fails with its startup error if it
+        // does not.
+        self.wait_started(to).await;
         if let Some(why) = self.live().hub().start_failure(to) {
             // Another run now would fail the same way: say so rather than start it.
             return Err(CoreError::denied(
@@ -172,6 +176,28 @@ impl Supervisor {
             to_name: target.name,
             status,
         })
+    }
+
+    /// Waits while the first run of `id` is about to start (bounded by the supervisor's
+    /// delegation timeout, and by its session's end).
+    async fn wait_started(&self, id: SessionId) {
+        let hub = self.live().hub();
+        let bound = std::time::Duration::from_millis(self.settings().limits().timeout_ms);
+        let wait = async {
+            loop {
+                let changed = hub.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if !hub.is_starting(id) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::timeout(bound, wait) => {}
+            () = self.live().session_token().cancelled() => {}
+        }
     }
 
     /// The inbox deliveries to `target` go to: its live one, or one loaded from its
