@@ -482,3 +482,43 @@ async fn a_host_cancels_one_childs_run_by_its_session() {
     let unknown = arbor_protocol::SessionId::new();
     assert!(!sup.cancel_session(unknown).await.unwrap());
 }
+
+/// A host that opens one root per conversation: each root runs (with a child), is closed
+/// and dropped, and the supervisor keeps nothing of it; roots dropped without a close are
+/// let go too. The guard of a closed root holds while its host holds it.
+#[tokio::test]
+async fn a_host_root_closed_and_dropped_leaves_nothing_in_the_supervisor() {
+    let sup = Supervisor::builder(Ownership::user("acme", "alice"))
+        .child(ChildEntry::agent("research", leaf("research", "facts")))
+        .build()
+        .unwrap();
+    for i in 0..2_000u32 {
+        let agent = root(
+            &sup,
+            vec![spawn("research", "look"), ScriptedTurn::text("done")],
+        );
+        let mut session = sup.root_session(&agent, |b| b).await.unwrap();
+        let r = session.run("go", RunOptions::default()).await.unwrap();
+        assert_eq!(r.status, RunStatus::Succeeded);
+        if i % 2 == 0 {
+            // Closed while held: no child may start under it.
+            sup.close_session(session.id());
+            let e = sup
+                .delegator()
+                .delegate(DelegationRequest::new("research", "x").parent(session.as_ref()))
+                .await
+                .unwrap_err();
+            assert_eq!(e.deny_reason(), Some(arbor_core::DenyReason::ParentClosed));
+        }
+        drop(session);
+    }
+    // The next root the host opens (or closes) lets go of those it dropped.
+    let agent = root(&sup, vec![ScriptedTurn::text("done")]);
+    let last = sup.root_session(&agent, |b| b).await.unwrap();
+    assert_eq!(sup.tracked_sessions(), 1, "only the root the host holds");
+    assert_eq!(sup.closed_sessions(), 0, "no closed tree is remembered");
+    sup.close_session(last.id());
+    drop(last);
+    sup.release_dropped();
+    assert_eq!((sup.tracked_sessions(), sup.closed_sessions()), (0, 0));
+}

@@ -7,7 +7,10 @@
 //! It stays bounded by what is live: a session leaves it when its run ends with nothing
 //! pending and nobody else holds its inbox (a delivery reloads the inbox from the
 //! transcript), and a pair's rate bucket leaves once it has refilled (a new one is the same).
-//! What remains is the host's own sessions and the ids of closed sessions.
+//! A host's root leaves once the host dropped its session ([`Hub::release_dropped`]), and
+//! the ids its close closed once nothing of that tree is live any more. What remains is the
+//! roots the host holds, and the ids of deleted sessions (a tombstone in the store guards
+//! them too).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -78,6 +81,9 @@ struct HubState {
     /// Teardowns whose tombstone could not be written (the store failed): retried after
     /// every run that ends, until one succeeds. Closed already, so nothing of them runs.
     unfinished: Vec<Unfinished>,
+    /// Host roots closed, each with the ids its close closed (itself first): forgotten
+    /// once the host let go of the root and nothing of the tree is live.
+    closed_trees: Map<SessionId, Vec<SessionId>>,
 }
 
 /// A teardown to finish: the session and its tombstone's who and why.
@@ -86,6 +92,27 @@ pub(crate) struct Unfinished {
     pub(crate) id: SessionId,
     pub(crate) by: String,
     pub(crate) reason: String,
+}
+
+/// Forgets the closed host trees whose root the host let go of and nothing of which is live:
+/// nothing can start under them in this process any more (a spawn names a parent the host
+/// holds; a follow-up needs a live inbox).
+fn forget_closed_trees(state: &mut HubState) {
+    let HubState {
+        live,
+        closed,
+        closed_trees,
+        ..
+    } = state;
+    closed_trees.retain(|_, ids| {
+        let done = ids.iter().all(|id| !live.contains_key(id));
+        if done {
+            for id in ids.iter() {
+                closed.remove(id);
+            }
+        }
+        !done
+    });
 }
 
 /// See the module docs.
@@ -213,6 +240,7 @@ impl Hub {
     pub(crate) fn end_run(&self, id: SessionId) -> bool {
         let mail = {
             let mut state = self.lock();
+            let sweep = !state.closed_trees.is_empty();
             let (mail, idle) = match state.live.get_mut(&id) {
                 Some(live) => {
                     live.running = false;
@@ -230,6 +258,9 @@ impl Hub {
             if idle {
                 state.live.remove(&id);
                 state.deferred.remove(&id);
+            }
+            if sweep {
+                forget_closed_trees(&mut state);
             }
             mail
         };
@@ -302,6 +333,7 @@ impl Hub {
     pub(crate) fn close(&self, id: SessionId) -> Closed {
         let mut state = self.lock();
         let own_run = state.live.get(&id).is_some_and(|l| l.running);
+        let host_root = state.live.get(&id).is_some_and(|l| l.host_owned);
         let mut closing = vec![id];
         let mut out = Vec::new();
         while let Some(next) = closing.pop() {
@@ -324,10 +356,41 @@ impl Hub {
                 closing.push(child);
             }
         }
+        if host_root {
+            let mut ids = Vec::with_capacity(out.len() + 1);
+            ids.push(id);
+            ids.extend(out.iter().copied());
+            state.closed_trees.insert(id, ids);
+        }
         Closed {
             own_run,
             descendants: out,
         }
+    }
+
+    /// Lets go of the host's roots whose session the host dropped (nothing but the hub
+    /// holds their inbox; their mail is in their transcript, and reopening one attaches it
+    /// again), and forgets the closed trees nothing of which is live any more. Returns how
+    /// many roots it let go of.
+    pub(crate) fn release_dropped(&self) -> usize {
+        let mut state = self.lock();
+        let dropped: Vec<SessionId> = state
+            .live
+            .iter()
+            .filter(|(_, l)| l.host_owned && !l.running && Arc::strong_count(&l.inbox) == 1)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &dropped {
+            state.live.remove(id);
+            state.deferred.remove(id);
+        }
+        forget_closed_trees(&mut state);
+        dropped.len()
+    }
+
+    /// Closed ids the hub remembers.
+    pub(crate) fn closed_len(&self) -> usize {
+        self.lock().closed.len()
     }
 
     /// Remembers a teardown whose tombstone could not be written.

@@ -59,6 +59,9 @@ impl Supervisor {
     /// for it go to its inbox, and the runtime never starts its runs (the host does, with
     /// [`Session::run_inbox`]).
     pub fn attach(&self, session: &mut Session) {
+        // The roots a host dropped since are let go of now: a host that opens one root per
+        // conversation keeps only those it holds.
+        self.live().hub().release_dropped();
         let inbox = self.live().hub().register(
             session.id(),
             session.record().parent_id,
@@ -205,8 +208,29 @@ impl Supervisor {
     /// Closes `id`: cancels the runs of its live descendants (nothing keeps running
     /// unwatched) and refuses new children under it or them. Returns the descendants
     /// closed.
+    ///
+    /// A host's root stays closed while the host holds its session; once the host drops it
+    /// (and the runs of its tree have ended), the supervisor keeps nothing of the tree: see
+    /// [`release_dropped`](Self::release_dropped).
     pub fn close_session(&self, id: SessionId) -> Vec<SessionId> {
-        self.live().hub().close(id).descendants
+        let closed = self.live().hub().close(id).descendants;
+        self.live().hub().release_dropped();
+        closed
+    }
+
+    /// Lets go of the roots the host attached and then dropped (their sessions and every
+    /// closed tree of theirs nothing of which runs any more), and returns how many. Called
+    /// by [`attach`](Self::attach) and [`close_session`](Self::close_session); a host that
+    /// stops opening roots may call it to let go of the last ones.
+    pub fn release_dropped(&self) -> usize {
+        self.live().hub().release_dropped()
+    }
+
+    /// How many closed sessions this process remembers (to refuse starting anything under
+    /// them): the trees of closed roots the host still holds or whose runs are ending, and
+    /// deleted children. For monitoring a long-lived host.
+    pub fn closed_sessions(&self) -> usize {
+        self.live().hub().closed_len()
     }
 }
 
