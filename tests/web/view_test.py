@@ -3,8 +3,10 @@
 Starts `arbor serve` on a scripted tree whose child waits for approval, opens `/`, sees the
 pending approval on top, clicks Approve, and sees the tree go to Done with the totals the API
 reports; then stops the server, sees the view say it is reconnecting, starts the server again
-on the same port and store, and sees the view go live again without a reload. Saves
-screenshots under the artifacts directory.
+on the same port and store, and sees the view go live again without a reload. The decision
+taken in the view is in the child's transcript with who took it; a run whose answer the
+provider cut off says so; a run a SIGKILL interrupted is continued with the view's Resume.
+Saves screenshots under the artifacts directory.
 
 Usage: python view_test.py --arbor PATH --spec PATH --out DIR
 """
@@ -73,6 +75,32 @@ text = "done"
 """
 
 
+CUT_OFF = """task = "Summarise."
+root = "root"
+
+[agents.root]
+[[agents.root.turns]]
+text = "Here is the summary, cut"
+truncated = true
+"""
+
+STUCK = """task = "Ask the slow one."
+root = "root"
+
+[agents.root]
+children = ["slow"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "slow", name = "slow", input = "Take your time." } }]
+[[agents.root.turns]]
+text = "Recovered without the slow one."
+
+[agents.slow]
+[[agents.slow.turns]]
+text = "Finally."
+delay_ms = 600000
+"""
+
+
 def call(base, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
@@ -109,6 +137,9 @@ def main():
     shutil.copy(a.spec, os.path.join(work, "specs", "approvals.toml"))
     with open(os.path.join(work, "specs", "fanout.toml"), "w") as f:
         f.write(fan_out(50))
+    for name, text in (("cut", CUT_OFF), ("stuck", STUCK)):
+        with open(os.path.join(work, "specs", f"{name}.toml"), "w") as f:
+            f.write(text)
     server, base = start(a.arbor, work)
     port = int(base.rsplit(":", 1)[1])
     checks = 0
@@ -155,7 +186,10 @@ def main():
             expect(drawer).to_contain_text("published v1.2 release notes")
             results = page.locator("#transcript li", has_text="tool: published v1.2 release notes")
             expect(results).to_have_count(1)
-            checks += 2
+            # The decision taken in the view, once, with who took it.
+            decided = page.locator("#transcript li", has_text="allow_once echo by web view (tenant local)")
+            expect(decided).to_have_count(1)
+            checks += 3
 
             # The server goes away and comes back: the view reconnects without a reload.
             server.send_signal(signal.SIGTERM)
@@ -166,6 +200,35 @@ def main():
             expect(page.get_by_test_id("run-status")).to_have_text("Done")
             checks += 3
             page.screenshot(path=os.path.join(a.out, "view.png"), full_page=True)
+
+            # An answer the provider cut off says so.
+            cut = call(base, "POST", "/v1/runs", {"spec": "cut"})["root_id"]
+            until("the cut-off run to finish",
+                  lambda: call(base, "GET", f"/v1/runs/{cut}")["status"] == "succeeded")
+            page.goto(f"{base}/#run={cut}")
+            expect(page.get_by_test_id("run-status")).to_have_text("Done · answer cut off",
+                                                                  timeout=20000)
+            checks += 1
+
+            # A run a SIGKILL interrupted goes on with Resume, its call in flight reported
+            # interrupted.
+            stuck = call(base, "POST", "/v1/runs", {"spec": "stuck"})["root_id"]
+            until("the slow child to run",
+                  lambda: any(s["name"] == "slow" and s["status"] == "running"
+                              for s in call(base, "GET", f"/v1/runs/{stuck}")["tree"]["sessions"]))
+            server.kill()
+            server.wait(timeout=20)
+            server, base = start(a.arbor, work, port)
+            page.goto(f"{base}/#run={stuck}")
+            expect(page.get_by_test_id("run-status")).to_have_text("Interrupted", timeout=20000)
+            expect(page.get_by_test_id("resume")).to_be_visible()
+            page.screenshot(path=os.path.join(a.out, "view-interrupted.png"), full_page=True)
+            page.get_by_test_id("resume").click()
+            expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+            expect(page.get_by_test_id("resume")).to_be_hidden()
+            done = call(base, "GET", f"/v1/runs/{stuck}")
+            assert done["result"]["text"] == "Recovered without the slow one.", done
+            checks += 4
 
             # A tree of 50 children: every node listed, nothing overflowing sideways.
             big = call(base, "POST", "/v1/runs", {"spec": "fanout"})["root_id"]

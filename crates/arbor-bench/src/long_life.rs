@@ -55,6 +55,8 @@ pub(crate) struct LongLife {
     pub(crate) end_kib: u64,
     /// Sessions the supervisor tracks at the end.
     pub(crate) tracked: u64,
+    /// R: every root it ran (their aggregates hold every call's tokens).
+    pub(crate) roots: Vec<SessionId>,
 }
 
 /// Children before the warm-up reading: [`MIN_WARM_UP`] (SQLite's page cache fills over the
@@ -145,6 +147,48 @@ pub(crate) async fn run(store: &Arc<dyn Store>, ops: u64) -> Result<LongLife, St
         warm_kib,
         end_kib: rss::current_kib(),
         tracked: sup.tracked_sessions() as u64,
+        roots: Vec::new(),
+    })
+}
+
+/// Scenario R: `ops` conversations through one supervisor, each a root the host attaches,
+/// runs (it delegates once, sync), closes and drops. The supervisor must keep nothing of a
+/// closed root: at the end it tracks none (the last is let go with
+/// `Supervisor::release_dropped`), and its memory stays flat after the warm-up.
+pub(crate) async fn roots(store: &Arc<dyn Store>, ops: u64) -> Result<LongLife, String> {
+    let e = |e: arbor_core::CoreError| e.to_string();
+    let (root, sup) = crate::trees::one_child(store).map_err(e)?;
+    let warm_at = warm_up(ops);
+    let mut warm = None;
+    let mut roots = Vec::with_capacity(usize::try_from(ops).unwrap_or(0));
+    let start = Instant::now();
+    for done in 1..=ops {
+        let mut session = sup.root_session(&root, |b| b).await.map_err(e)?;
+        let result = session
+            .run("task", arbor_core::RunOptions::default())
+            .await
+            .map_err(e)?;
+        if result.status != arbor_protocol::RunStatus::Succeeded {
+            return Err(format!("a root run ended {:?}", result.status));
+        }
+        sup.close_session(session.id());
+        roots.push(session.id());
+        drop(session);
+        if warm.is_none() && done >= warm_at {
+            warm = Some((done, rss::current_kib()));
+        }
+    }
+    let elapsed = start.elapsed();
+    sup.release_dropped();
+    let (warm_ops, warm_kib) = warm.unwrap_or((0, 0));
+    Ok(LongLife {
+        elapsed,
+        root: roots.last().copied().unwrap_or_default(),
+        warm_ops,
+        warm_kib,
+        end_kib: rss::current_kib(),
+        tracked: (sup.tracked_sessions() + sup.closed_sessions()) as u64,
+        roots,
     })
 }
 
@@ -182,6 +226,7 @@ mod tests {
             warm_kib,
             end_kib,
             tracked: 1,
+            roots: Vec::new(),
         };
         // 512 KiB over the 2,000 children after the warm-up: 2.5 MiB per 10,000.
         assert_eq!(growth_per_10k_mb(&life(10_240, 10_752), 3000), 2.5);

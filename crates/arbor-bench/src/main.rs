@@ -211,7 +211,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
 }
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
-    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E L H)"))
+    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?} (one of B S C D A E L H P R)"))
 }
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {

@@ -36,13 +36,16 @@ pub(crate) enum Scenario {
     H,
     /// Parallel roots: many roots each delegating once, on a worker per core.
     P,
+    /// A root per conversation: one supervisor, each root attached, run (delegating once),
+    /// closed and dropped; memory measured like L.
+    R,
 }
 
 /// Children that C runs.
 pub(crate) const FAN_OUT: u32 = 1000;
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 9] = [
+    pub(crate) const ALL: [Scenario; 10] = [
         Scenario::B,
         Scenario::S,
         Scenario::C,
@@ -52,6 +55,7 @@ impl Scenario {
         Scenario::L,
         Scenario::H,
         Scenario::P,
+        Scenario::R,
     ];
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
@@ -71,6 +75,7 @@ impl Scenario {
             Scenario::L => "L",
             Scenario::H => "H",
             Scenario::P => "P",
+            Scenario::R => "R",
         }
     }
 
@@ -86,6 +91,7 @@ impl Scenario {
             Scenario::L => "message-mode child",
             Scenario::H => "sync delegation over HTTP",
             Scenario::P => "root + 1 delegation, 32 at once",
+            Scenario::R => "host root, delegating once, closed",
         }
     }
 
@@ -103,6 +109,7 @@ impl Scenario {
             Scenario::L => (100_000, 1),
             Scenario::H => (1000, 3),
             Scenario::P => (1000, 3),
+            Scenario::R => (10_000, 1),
         };
         if quick {
             let ops = match self {
@@ -110,6 +117,7 @@ impl Scenario {
                 Scenario::E => 1000,
                 Scenario::L if sqlite => 100,
                 Scenario::L => 200,
+                Scenario::R => 200,
                 _ => 10,
             };
             (ops, 1)
@@ -132,6 +140,7 @@ impl Scenario {
             Scenario::L => Some(CALL_TOKENS),
             Scenario::H => Some(CALL_TOKENS),
             Scenario::P => Some(3 * CALL_TOKENS),
+            Scenario::R => Some(3 * CALL_TOKENS),
         }
     }
 
@@ -246,7 +255,7 @@ async fn store_calls(scenario: Scenario, kind: StoreKind) -> Result<Option<(f64,
     use std::sync::atomic::Ordering::Relaxed;
     if matches!(
         scenario,
-        Scenario::E | Scenario::L | Scenario::H | Scenario::P
+        Scenario::E | Scenario::L | Scenario::H | Scenario::P | Scenario::R
     ) {
         return Ok(None);
     }
@@ -354,6 +363,15 @@ async fn run_once(
                 samples: p.samples,
                 roots: p.roots,
                 long_life: None,
+            })
+        }
+        Scenario::R => {
+            let life = long_life::roots(store, ops).await?;
+            Ok(RunOutcome {
+                elapsed: life.elapsed,
+                samples: Vec::new(),
+                roots: life.roots.clone(),
+                long_life: Some(life),
             })
         }
         Scenario::L => {
@@ -464,7 +482,10 @@ mod tests {
                 let (ops, runs) = scenario.plan(kind, true);
                 let row = measure(scenario, kind, ops, runs).await.unwrap();
                 assert!(row.tokens_ok(), "{row:?}");
-                assert_eq!(row.tracked_sessions.is_some(), scenario == Scenario::L);
+                assert_eq!(
+                    row.tracked_sessions.is_some(),
+                    matches!(scenario, Scenario::L | Scenario::R)
+                );
                 assert!(row.us_per_op > 0.0, "{row:?}");
             }
         }

@@ -67,7 +67,7 @@ pub(crate) async fn open_root(
     let path = &prepared.path;
     let (root_name, children) = offered(prepared)?;
     let (built, mut session) =
-        create_root(prepared, &Overrides::default(), store, token, extra).await?;
+        create_root(prepared, &Overrides::default(), store, token, (extra, None)).await?;
     let Some(supervisor) = built.supervisor.clone() else {
         return Err(Fail::usage(format!(
             "{path}: the spec builds no supervisor"

@@ -185,42 +185,9 @@ async fn continue_tree(
     (ready, undecided): (&[Suspension], &[Suspension]),
 ) -> Result<u8, Fail> {
     let store = view.store;
-    let sessions = store
-        .list_sessions(arbor_store::SessionQuery::Tree(root.id))
-        .await
-        .map_err(|e| Fail::store(e.to_string()))?;
-    let interrupted: Vec<&arbor_store::SessionRecord> = sessions
-        .iter()
-        .filter(|s| s.status == arbor_protocol::SessionStatus::Interrupted && s.tombstone.is_none())
-        .collect();
-    // The root's run, and message-mode children (their answers reach their parents by
-    // message); a sync or async child's caller is the one that goes on.
-    let continuable = !ready.is_empty()
-        || interrupted
-            .iter()
-            .any(|s| s.parent_id.is_none() || s.meta["mode"].as_str() == Some("message"));
-    if !continuable && !undecided.is_empty() {
-        let calls: usize = undecided.iter().map(|s| s.pending.len()).sum();
-        return Err(Fail::usage(format!(
-            "{calls} call(s) below {} still wait for a decision (see arbor approvals {}): \
-             decide them first, then resume",
-            root.id, root.id
-        )));
-    }
-    if !continuable {
-        let left = if interrupted.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " ({} interrupted child(ren) stay so: their callers' calls were closed)",
-                interrupted.len()
-            )
-        };
-        return Err(Fail::usage(format!(
-            "{} waits for no decision and no run of its tree can go on: nothing to resume{left}",
-            root.id
-        )));
-    }
+    let crashed = Crashed::read(store.as_ref(), root, ready, undecided).await?;
+    let sessions = &crashed.sessions;
+    let interrupted = crashed.interrupted();
     let token = CancellationToken::new();
     let _lease = owner::take_over(store, root, &token).await?;
     let built = tree::build(spec, store.clone(), token.clone())
@@ -245,7 +212,9 @@ async fn continue_tree(
     if let Some(sup) = &built.supervisor {
         // Attached first, so the continued children's replies and notices reach it live.
         sup.attach(&mut session);
-        close_orphaned_suspensions(sup, store, &sessions).await?;
+        for note in close_orphaned_suspensions(sup, store, sessions).await? {
+            output::err(&note);
+        }
         for child in interrupted.iter().filter(|s| s.parent_id.is_some()) {
             if child.meta["mode"].as_str() == Some("message") {
                 output::err(&format!(
@@ -289,6 +258,81 @@ async fn continue_tree(
     drive_root(view, &built, session, Start::Inbox, token).await
 }
 
+/// What a crash left of a tree that waits for no decision: its sessions, and whether any
+/// run of it can go on (the root's, a message-mode child's, or a decided child's nobody
+/// awaits). What `arbor resume` and the service's resume both read first.
+pub(crate) struct Crashed {
+    /// Every session of the tree.
+    pub(crate) sessions: Vec<arbor_store::SessionRecord>,
+}
+
+impl Crashed {
+    /// Reads the tree of `root`; refused (usage) when no run of it can go on, saying why.
+    pub(crate) async fn read(
+        store: &dyn arbor_store::Store,
+        root: &arbor_store::SessionRecord,
+        ready: &[Suspension],
+        undecided: &[Suspension],
+    ) -> Result<Self, Fail> {
+        let sessions = store
+            .list_sessions(arbor_store::SessionQuery::Tree(root.id))
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?;
+        let crashed = Self { sessions };
+        let interrupted = crashed.interrupted();
+        // The root's run, and message-mode children (their answers reach their parents by
+        // message); a sync or async child's caller is the one that goes on.
+        let continuable = !ready.is_empty()
+            || interrupted
+                .iter()
+                .any(|s| s.parent_id.is_none() || s.meta["mode"].as_str() == Some("message"));
+        if !continuable && !undecided.is_empty() {
+            let calls: usize = undecided.iter().map(|s| s.pending.len()).sum();
+            return Err(Fail::usage(format!(
+                "{calls} call(s) below {} still wait for a decision (see arbor approvals {}): \
+                 decide them first, then resume",
+                root.id, root.id
+            )));
+        }
+        if !continuable {
+            let left = if interrupted.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} interrupted child(ren) stay so: their callers' calls were closed)",
+                    interrupted.len()
+                )
+            };
+            return Err(Fail::usage(format!(
+                "{} waits for no decision and no run of its tree can go on: nothing to \
+                 resume{left}",
+                root.id
+            )));
+        }
+        Ok(crashed)
+    }
+
+    /// The sessions a crash left `interrupted` (not deleted).
+    pub(crate) fn interrupted(&self) -> Vec<&arbor_store::SessionRecord> {
+        self.sessions
+            .iter()
+            .filter(|s| {
+                s.status == arbor_protocol::SessionStatus::Interrupted && s.tombstone.is_none()
+            })
+            .collect()
+    }
+
+    /// The message-mode children to continue (their answers reach their parents by
+    /// message); the other interrupted children stay so (their callers' calls are reported
+    /// interrupted).
+    pub(crate) fn message_children(&self) -> Vec<&arbor_store::SessionRecord> {
+        self.interrupted()
+            .into_iter()
+            .filter(|s| s.parent_id.is_some() && s.meta["mode"].as_str() == Some("message"))
+            .collect()
+    }
+}
+
 /// Closes the suspensions nothing will resume: those of a sync or async child whose caller
 /// was interrupted (the crash came while its call waited for approval, before the caller's
 /// own run could suspend on it) or that was itself interrupted. Its caller's call is
@@ -296,11 +340,13 @@ async fn continue_tree(
 /// child's checkpoint is closed the way a run ending without resuming its children closes
 /// theirs (a `suspended` record becomes `aborted`), and no approval is listed for it.
 /// Message-mode children are not touched: their parents never waited on them.
-async fn close_orphaned_suspensions(
+/// Returns what it closed, as lines for a person.
+pub(crate) async fn close_orphaned_suspensions(
     sup: &arbor_core::supervisor::Supervisor,
     store: &std::sync::Arc<dyn arbor_store::Store>,
     sessions: &[arbor_store::SessionRecord],
-) -> Result<(), Fail> {
+) -> Result<Vec<String>, Fail> {
+    let mut notes = Vec::new();
     use arbor_core::NestedResumer;
     use arbor_protocol::SessionStatus;
 
@@ -335,14 +381,14 @@ async fn close_orphaned_suspensions(
             }
         }
         if !waiting.is_empty() || child.status == SessionStatus::Suspended {
-            output::err(&format!(
+            notes.push(format!(
                 "closed the suspension of {} ({}): {calls} call(s) waiting for approval never \
                  run; its caller's call is reported interrupted",
                 child.name, child.id
             ));
         }
     }
-    Ok(())
+    Ok(notes)
 }
 
 fn describe(state: &arbor_core::Continued) -> String {

@@ -63,7 +63,7 @@ pub(crate) async fn run(args: &RunArgs, asking: Option<&Held>) -> Result<Started
         &overrides,
         &store,
         &token,
-        serde_json::Value::Null,
+        (serde_json::Value::Null, None),
     )
     .await?;
     let root = session.id();
@@ -192,7 +192,7 @@ pub(crate) async fn create_root(
     overrides: &Overrides,
     store: &Arc<dyn Store>,
     token: &CancellationToken,
-    extra: serde_json::Value,
+    (extra, id): (serde_json::Value, Option<arbor_protocol::SessionId>),
 ) -> Result<(tree::Built, Session), Fail> {
     let spec = &prepared.spec;
     let built = tree::build(spec, store.clone(), token.clone())
@@ -210,14 +210,11 @@ pub(crate) async fn create_root(
     if let (Some(meta), serde_json::Value::Object(extra)) = (meta.as_object_mut(), extra) {
         meta.extend(extra);
     }
-    let session = built
-        .root
-        .session()
-        .store(store.clone())
-        .meta(meta)
-        .create()
-        .await
-        .map_err(Fail::core)?;
+    let mut builder = built.root.session().store(store.clone()).meta(meta);
+    if let Some(id) = id {
+        builder = builder.id(id);
+    }
+    let session = builder.create().await.map_err(Fail::core)?;
     Ok((built, session))
 }
 

@@ -27,6 +27,9 @@ pub struct StartRun {
     pub provider: Option<String>,
     /// Another model for the root agent.
     pub model: Option<String>,
+    /// The id the root must have, when the server chose it (a request with an
+    /// `Idempotency-Key`): creating a second root with it fails, so a key starts one run.
+    pub root_id: Option<SessionId>,
 }
 
 /// Starts root runs for the server.

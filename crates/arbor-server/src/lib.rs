@@ -55,6 +55,7 @@ mod app;
 mod auth;
 mod error;
 mod extract;
+pub mod idempotency;
 mod launcher;
 mod mcp;
 mod metrics;

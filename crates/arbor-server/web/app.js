@@ -146,6 +146,9 @@ function render(snap) {
   $("run-status").textContent = label(root);
   $("run-status").dataset.state = word(root);
   if (word(root) === "done") markCut(snap.root_id || root.id);
+  // A run a crash interrupted goes on from here, as `arbor resume` continues it.
+  $("run-resume").hidden = root.status !== "interrupted";
+  $("run-resume").onclick = () => resumeRun(snap.root_id || root.id);
   $("root-tokens").textContent = tokens(root.usage.own.total_tokens);
   $("tree-tokens").textContent = tokens(root.usage.aggregate.total_tokens);
   $("run-count").textContent = snap.nodes.length;
@@ -195,6 +198,14 @@ function render(snap) {
   }
   if (state.drawer) loadTranscript(state.drawer);
   loadRuns();
+}
+
+async function resumeRun(id) {
+  const btn = $("run-resume");
+  btn.disabled = true;
+  try { await api("POST", "/v1/runs/" + id + "/resume"); }
+  catch (e) { alert("Not resumed: " + e.message); }
+  finally { btn.disabled = false; }
 }
 
 // A finished run whose answer the provider cut off at its output cap says so.

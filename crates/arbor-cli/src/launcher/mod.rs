@@ -110,9 +110,15 @@ impl Launcher for SpecLauncher {
         }
         let token = self.runs.child_token();
         let extra = serde_json::json!({"tenant": run.tenant});
-        let (built, mut session) = create_root(&prepared, &overrides, &self.store, &token, extra)
-            .await
-            .map_err(|f| ApiError::internal(&f.message))?;
+        let (built, mut session) = create_root(
+            &prepared,
+            &overrides,
+            &self.store,
+            &token,
+            (extra, run.root_id),
+        )
+        .await
+        .map_err(|f| ApiError::internal(&f.message))?;
         let id = session.id();
         let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
         let claim = Running::claim(&self.running, id);
@@ -301,24 +307,22 @@ impl SpecLauncher {
                 .await?
                 .into_iter()
                 .partition(|s| s.pending.is_empty());
-        match &own {
-            Some(w) if !w.pending.is_empty() => {
-                return Err(conflict(format!(
-                    "{} call(s) still wait for a decision: decide them first",
-                    w.pending.len()
-                )));
-            }
-            None if ready.is_empty() && !undecided.is_empty() => {
-                let calls: usize = undecided.iter().map(|s| s.pending.len()).sum();
-                return Err(conflict(format!(
-                    "{calls} call(s) below the root still wait for a decision: decide them first"
-                )));
-            }
-            None if ready.is_empty() => {
-                return Err(conflict("Nothing waits for a decision: nothing to resume"));
-            }
-            _ => {}
+        if let Some(w) = own.as_ref().filter(|w| !w.pending.is_empty()) {
+            return Err(conflict(format!(
+                "{} call(s) still wait for a decision: decide them first",
+                w.pending.len()
+            )));
         }
+        // Nothing waits for a decision: the runs a crash interrupted go on, as `arbor
+        // resume` continues them (refused, saying why, when none can).
+        let crashed = match (&own, ready.is_empty()) {
+            (None, true) => Some(
+                crate::resume::Crashed::read(store.as_ref(), &root, &ready, &undecided)
+                    .await
+                    .map_err(|f| conflict(f.message))?,
+            ),
+            _ => None,
+        };
         let token = self.runs.child_token();
         let lease = owner::take_over(store, &root, &token)
             .await
@@ -329,12 +333,41 @@ impl SpecLauncher {
         let store = store.clone();
         self.tracker.spawn(async move {
             let _lease = lease;
+            let mut continued = Vec::new();
             if let Some(sup) = &built.supervisor {
                 sup.attach(&mut session);
+                if let Some(crashed) = &crashed {
+                    match crate::resume::close_orphaned_suspensions(sup, &store, &crashed.sessions)
+                        .await
+                    {
+                        Ok(notes) => {
+                            for note in notes {
+                                tracing::info!(root = %id, "{note}");
+                            }
+                        }
+                        Err(f) => tracing::warn!(root = %id, "{}", f.message),
+                    }
+                    for child in crashed.message_children() {
+                        tracing::info!(root = %id, child = %child.id, "continuing an interrupted message-mode child");
+                        let (sup, child) = (sup.clone(), child.id);
+                        continued.push(tokio::spawn(async move { sup.continue_child(child).await }));
+                    }
+                }
                 crate::resume::resume_children(sup, store.as_ref(), &ready, &undecided).await;
+            }
+            let root_interrupted =
+                session.record().status == arbor_protocol::SessionStatus::Interrupted;
+            if own.is_none() && !root_interrupted {
+                // Only children went on: the root runs on what they send it, if anything.
+                for child in continued {
+                    if let Ok(Err(e)) = child.await {
+                        tracing::warn!(root = %id, "a child could not be continued: {e}");
+                    }
+                }
             }
             let start = match own {
                 Some(w) => Start::Resume(w.run_id),
+                None if root_interrupted => Start::Continue,
                 None if !session.inbox().is_empty() => Start::Inbox,
                 None => {
                     wind_down(&built, claim.run_ended(), &token).await;

@@ -72,6 +72,7 @@ impl Agent {
             parent: None,
             spawned_by: None,
             meta: serde_json::Value::Null,
+            id: None,
         }
     }
 
@@ -106,9 +107,18 @@ pub struct SessionBuilder {
     parent: Option<SessionRef>,
     spawned_by: Option<SpawnPoint>,
     meta: serde_json::Value,
+    id: Option<SessionId>,
 }
 
 impl SessionBuilder {
+    /// The session's id, chosen by the host (a fresh one by default): creating a second
+    /// session with it fails (`AlreadyExists`), so a host that names the id up front can
+    /// make a retried creation idempotent.
+    pub fn id(mut self, id: SessionId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
     /// Where the session is kept; defaults to a fresh in-memory store.
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
@@ -147,6 +157,10 @@ impl SessionBuilder {
         let name = self.name.unwrap_or_else(|| self.agent.name().to_owned());
         validate_session_name(&name)?;
         let mut record = SessionRecord::new_root(name, self.agent.name(), self.agent.model());
+        if let Some(id) = self.id {
+            record.id = id;
+            record.root_id = id;
+        }
         if let Some(parent) = self.parent {
             // The stored parent is the authority on the tree and the depth.
             let stored = store

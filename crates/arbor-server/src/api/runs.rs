@@ -4,11 +4,12 @@
 use arbor_store::SessionQuery;
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::extract::Body;
+use crate::idempotency::{self, Claimed};
 use crate::launcher::StartRun;
 use crate::state::AppState;
 use crate::views::{RunResultView, RunView, SessionView, SpecList, StartRunRequest, TreeView};
@@ -32,18 +33,26 @@ pub(crate) async fn specs(_tenant: Tenant, State(state): State<AppState>) -> Jso
     Json(SpecList { specs })
 }
 
-/// Starts a root run of a named spec; answers once its root exists (the run goes on).
+/// Starts a root run of a named spec; answers once its root exists (the run goes on). With
+/// an `Idempotency-Key` header, a retry of the same request answers with the run the first
+/// one started (200) instead of starting another; the same key on another request is a 409.
 #[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "1 to 255 visible ASCII characters: a retry with the same key and request never starts a second run")),
     responses(
         (status = 201, description = "Started", body = RunView),
+        (status = 200, description = "Started before, by a request with the same Idempotency-Key", body = RunView),
         (status = 400, body = ApiError), (status = 401, body = ApiError),
         (status = 404, description = "Unknown spec", body = ApiError),
+        (status = 409, description = "The Idempotency-Key was used for another request", body = ApiError),
         (status = 413, body = ApiError), (status = 503, body = ApiError)))]
 pub(crate) async fn start(
     tenant: Tenant,
     State(state): State<AppState>,
+    headers: HeaderMap,
     Body(req): Body<StartRunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let key = idempotency::key_of(&headers)?;
     if state.draining() {
         return Err(ApiError::new(
             ErrorKind::Unavailable,
@@ -115,7 +124,29 @@ pub(crate) async fn start(
     if spec_text.is_none() && !launcher.specs().contains(&spec) {
         return Err(ApiError::not_found("spec"));
     }
-    let root = launcher
+    // One run per key: the key names the root's id before anything starts.
+    let root_id = match &key {
+        Some(k) => {
+            let fingerprint = idempotency::fingerprint(&[
+                Some(spec.as_str()),
+                spec_text.as_deref(),
+                req.task.as_deref(),
+                req.provider.as_deref(),
+                req.model.as_deref(),
+            ]);
+            match idempotency::claim(state.store.as_ref(), &tenant.0, k, &fingerprint).await? {
+                Claimed::Replay(root) if state.store.session(root).await?.is_some() => {
+                    let view = run_view(&state, &tenant, &root.to_string()).await?;
+                    return Ok((StatusCode::OK, Json(view)));
+                }
+                // Claimed by a request that has not created the root (yet, or ever): start
+                // it as that root; of two starts, the store lets one create it.
+                Claimed::Replay(root) | Claimed::Start(root) => Some(root),
+            }
+        }
+        None => None,
+    };
+    let started = launcher
         .start(StartRun {
             tenant: tenant.0.clone(),
             spec,
@@ -123,8 +154,24 @@ pub(crate) async fn start(
             task: req.task,
             provider: req.provider,
             model: req.model,
+            root_id,
         })
-        .await?;
+        .await;
+    let root = match (started, root_id) {
+        (Ok(root), _) => root,
+        (Err(e), Some(root)) => {
+            if state.store.session(root).await?.is_some() {
+                // Another request with the key created it first: that is the run.
+                let view = run_view(&state, &tenant, &root.to_string()).await?;
+                return Ok((StatusCode::OK, Json(view)));
+            }
+            if let Some(k) = &key {
+                idempotency::release(state.store.as_ref(), &tenant.0, k).await;
+            }
+            return Err(e);
+        }
+        (Err(e), None) => return Err(e),
+    };
     state.metrics.run_started();
     let view = run_view(&state, &tenant, &root.to_string()).await?;
     Ok((StatusCode::CREATED, Json(view)))
