@@ -302,6 +302,9 @@ pub(crate) struct LsArgs {
     /// Include deleted children (with their tombstones).
     #[arg(long)]
     pub(crate) deleted: bool,
+    /// List every root, not only the newest 50.
+    #[arg(long)]
+    pub(crate) all: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

@@ -86,15 +86,25 @@ fn store_fail(e: arbor_store::StoreError) -> Fail {
 pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
     let store = open_to_read(&args.store).await?;
     let Some(session) = &args.session else {
-        let roots = store
-            .list_sessions(SessionQuery::Roots)
-            .await
-            .map_err(store_fail)?;
+        // The newest roots only, unless --all: a listing's cost stays that of a page, not of
+        // every tree the store ever held.
+        let query = if args.all {
+            SessionQuery::Roots
+        } else {
+            SessionQuery::LatestRoots(ROOTS_SHOWN)
+        };
+        let roots = store.list_sessions(query).await.map_err(store_fail)?;
+        let cut = !args.all && roots.len() == ROOTS_SHOWN as usize;
         if args.store.json {
             let rows: Vec<_> = roots.iter().map(SessionView::of).collect();
-            output::out(&json!({ "roots": rows }).to_string());
+            output::out(&json!({ "roots": rows, "complete": !cut }).to_string());
         } else {
             output::out(&roots_table(&roots));
+            if cut {
+                output::out(&format!(
+                    "(the newest {ROOTS_SHOWN} roots; arbor ls --all lists every one)"
+                ));
+            }
         }
         return Ok(0);
     };
@@ -109,6 +119,9 @@ pub(crate) async fn ls(args: LsArgs) -> Result<u8, Fail> {
     }
     Ok(0)
 }
+
+/// Roots `arbor ls` lists without `--all`.
+const ROOTS_SHOWN: u32 = 50;
 
 /// The roots, newest last: short id, name, status, both token totals, age and spec.
 fn roots_table(roots: &[arbor_store::SessionRecord]) -> String {

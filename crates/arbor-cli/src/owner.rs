@@ -250,22 +250,37 @@ fn cut_off(status: SessionStatus) -> bool {
 
 /// Marks `interrupted` every session of a tree whose owner process is gone that was running or
 /// never started; returns how many were marked.
+///
+/// It reads only what can need it: the sessions left `running` or never started (`idle`),
+/// through the store's status index, and the root of each of their trees; its cost does not
+/// grow with the finished trees the store holds.
 pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
     let fail = |e: arbor_store::StoreError| Fail::store(e.to_string());
     let mut marked = 0;
-    for root in store
-        .list_sessions(SessionQuery::Roots)
-        .await
-        .map_err(fail)?
-    {
-        if alive(&root.meta["owner"]) {
+    let mut by_root: std::collections::BTreeMap<SessionId, Vec<arbor_store::SessionRecord>> =
+        std::collections::BTreeMap::new();
+    for status in [SessionStatus::Running, SessionStatus::Idle] {
+        debug_assert!(cut_off(status));
+        for s in store
+            .list_sessions(SessionQuery::Status(status))
+            .await
+            .map_err(fail)?
+        {
+            by_root.entry(s.root_id).or_default().push(s);
+        }
+    }
+    for (root_id, cut) in by_root {
+        let owner = match cut.iter().find(|s| s.id == root_id) {
+            Some(root) => root.meta["owner"].clone(),
+            None => match store.session(root_id).await.map_err(fail)? {
+                Some(root) => root.meta["owner"].clone(),
+                None => Value::Null,
+            },
+        };
+        if alive(&owner) {
             continue;
         }
-        let tree = store
-            .list_sessions(SessionQuery::Tree(root.id))
-            .await
-            .map_err(fail)?;
-        for s in tree.iter().filter(|s| cut_off(s.status)) {
+        for s in &cut {
             let update = SessionUpdate {
                 expected_version: Some(s.version),
                 ..SessionUpdate::status(SessionStatus::Interrupted)

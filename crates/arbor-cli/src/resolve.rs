@@ -78,8 +78,9 @@ pub(crate) async fn session_or_latest(
 
 /// The most recent root session (by creation).
 pub(crate) async fn latest_root(store: &dyn Store) -> Result<SessionId, Fail> {
+    // The newest root alone, through the index: not every root the store ever held.
     let roots = store
-        .list_sessions(SessionQuery::Roots)
+        .list_sessions(SessionQuery::LatestRoots(1))
         .await
         .map_err(store_fail)?;
     roots

@@ -348,6 +348,12 @@ impl Store for PostgresStore {
             SessionQuery::Roots => ("parent_id IS NULL", None),
             SessionQuery::Children(parent) => ("parent_id = $1", Some(parent.to_string())),
             SessionQuery::Tree(root) => ("root_id = $1", Some(root.to_string())),
+            SessionQuery::Status(status) => ("status = $1", Some(status.as_str().to_owned())),
+            SessionQuery::LatestRoots(n) => (
+                "id IN (SELECT id FROM sessions WHERE parent_id IS NULL \
+                 ORDER BY created_at DESC, id DESC LIMIT CAST($1 AS BIGINT))",
+                Some(n.to_string()),
+            ),
         };
         let out = async {
             let mut conn = self.pool.acquire().await?;

@@ -29,6 +29,9 @@ pub(crate) const CHECKPOINTS_OF: &str = "SELECT namespace, key, version, value, 
 pub(crate) const CHILDREN_OF: &str = "parent_id = CAST(?1 AS TEXT)";
 pub(crate) const TREE_OF: &str = "root_id = CAST(?1 AS TEXT)";
 pub(crate) const WITH_STATUS: &str = "status = CAST(?1 AS TEXT)";
+/// The newest `?1` roots (through the parent index, whose NULL parents are the roots).
+pub(crate) const LATEST_ROOTS: &str = "id IN (SELECT id FROM sessions WHERE parent_id IS NULL \
+     ORDER BY created_at DESC, id DESC LIMIT CAST(?1 AS INTEGER))";
 
 /// The sessions that `filter` selects, oldest first.
 pub(crate) fn sessions_where(filter: &str) -> String {
@@ -77,6 +80,7 @@ mod tests {
             (sessions_where(CHILDREN_OF), vec![&id]),
             (sessions_where(TREE_OF), vec![&id]),
             (sessions_where(WITH_STATUS), vec![&"running"]),
+            (sessions_where(LATEST_ROOTS), vec![&"1"]),
         ];
         for (sql, params) in cases {
             assert_eq!(recompiles(&conn, &sql, &params), 0, "{sql}");

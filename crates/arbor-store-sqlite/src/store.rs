@@ -325,6 +325,8 @@ impl Store for SqliteStore {
             SessionQuery::Roots => ("parent_id IS NULL", None),
             SessionQuery::Children(parent) => (sql::CHILDREN_OF, Some(parent.to_string())),
             SessionQuery::Tree(root) => (sql::TREE_OF, Some(root.to_string())),
+            SessionQuery::Status(status) => (sql::WITH_STATUS, Some(status.as_str().to_owned())),
+            SessionQuery::LatestRoots(n) => (sql::LATEST_ROOTS, Some(n.to_string())),
         };
         self.call(move |conn, path| select_sessions(conn, path, filter, param.clone()))
             .await

@@ -190,10 +190,16 @@ impl Store for MemoryStore {
                 SessionQuery::Roots => r.parent_id.is_none(),
                 SessionQuery::Children(parent) => r.parent_id == Some(parent),
                 SessionQuery::Tree(root) => r.root_id == root,
+                SessionQuery::Status(status) => r.status == status,
+                SessionQuery::LatestRoots(_) => r.parent_id.is_none(),
             })
             .cloned()
             .collect();
         sort(&mut out);
+        if let SessionQuery::LatestRoots(n) = query {
+            let keep = usize::try_from(n).unwrap_or(usize::MAX);
+            out.drain(..out.len().saturating_sub(keep));
+        }
         Ok(out)
     }
 

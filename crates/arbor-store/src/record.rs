@@ -285,4 +285,10 @@ pub enum SessionQuery {
     Children(SessionId),
     /// Every session of a tree, the root included.
     Tree(SessionId),
+    /// Every session whose status is this one, through an index: what a crash sweep reads
+    /// (the sessions left `running`), whatever the store holds besides.
+    Status(SessionStatus),
+    /// The newest `n` roots (creation time, then id), returned oldest first: what `@latest`
+    /// and a listing read, whatever the number of older ones.
+    LatestRoots(u32),
 }

@@ -515,6 +515,33 @@ pub async fn list_sessions_orders_and_scopes(store: &dyn Store) {
         "[{b}] {CHECK}: Roots"
     );
 
+    // The newest roots, through the index, oldest first; a status through its index.
+    let all_roots = list(SessionQuery::Roots).await;
+    for n in [1usize, 2] {
+        let latest = list(SessionQuery::LatestRoots(n as u32)).await;
+        let tail = &all_roots[all_roots.len().saturating_sub(n)..];
+        assert_eq!(
+            ids(&latest),
+            ids(tail),
+            "[{b}] {CHECK}: LatestRoots({n}) is not the newest {n} roots, oldest first"
+        );
+    }
+    let with_status = list(SessionQuery::Status(r1.status)).await;
+    assert!(
+        with_status.iter().all(|s| s.status == r1.status),
+        "[{b}] {CHECK}: Status({}) holds another status",
+        r1.status
+    );
+    for ours in [&r1, &r2, &r3, &c1, &c2, &c3, &g1, &g2, &d1] {
+        assert_eq!(
+            with_status.iter().any(|s| s.id == ours.id),
+            ours.status == r1.status,
+            "[{b}] {CHECK}: Status({}) and session {}",
+            r1.status,
+            ours.id
+        );
+    }
+
     let cases = [
         (
             "Children(r2)",
