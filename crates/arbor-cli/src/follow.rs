@@ -357,7 +357,26 @@ pub(crate) async fn delete_stored(
     by: &str,
     reason: &str,
 ) -> Result<(SessionId, arbor_store::Tombstone, bool), Fail> {
+    // What the selector names is read first: a refused delete (no such child, the root
+    // itself) or one of a child deleted already takes no lease and writes nothing.
+    if let registry::DeleteTarget::Deleted(id, t) =
+        registry::delete_target(store.as_ref(), parent, selector)
+            .await
+            .map_err(Fail::core)?
+    {
+        // Unless a delete a crash cut short left a suspension to close (below, leased).
+        let waiting = store
+            .list_sessions(arbor_store::SessionQuery::Tree(root.id))
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?
+            .iter()
+            .any(|s| s.status == arbor_protocol::SessionStatus::Suspended);
+        if !waiting {
+            return Ok((id, t, true));
+        }
+    }
     let _lease = owner::take_over(store, root, &CancellationToken::new()).await?;
+    // Read again under the lease: it may have been deleted meanwhile.
     let deleted = match registry::delete_target(store.as_ref(), parent, selector)
         .await
         .map_err(Fail::core)?

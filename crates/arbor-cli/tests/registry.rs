@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 const REPLIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replies.toml");
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml");
 
 fn command(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbor"));
@@ -651,4 +652,55 @@ fn inspection_reads_a_store_it_cannot_write() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A refused `rm` (an unknown child, the root itself) and one of a child deleted already
+/// change nothing in the store: no lease taken, no record rewritten.
+#[test]
+fn a_refused_or_repeated_rm_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(dir.path(), &["run", REVIEW, "--json", "-q"]);
+    assert!(run.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let child = report["sessions"][1]["name"].as_str().unwrap().to_owned();
+    assert!(arbor(dir.path(), &["rm", &root, &child]).status.success());
+    use arbor_store::{SessionQuery, Store};
+    let dump = || {
+        let store =
+            arbor_store_sqlite::SqliteStore::open(&dir.path().join(".arbor/arbor.db")).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut all = Vec::new();
+                for r in store.list_sessions(SessionQuery::Roots).await.unwrap() {
+                    for s in store.list_sessions(SessionQuery::Tree(r.id)).await.unwrap() {
+                        let entries = store.transcript(s.id, 0, None).await.unwrap().len();
+                        all.push((
+                            serde_json::to_string(&s.meta).unwrap(),
+                            s.version,
+                            s.updated_at,
+                            entries,
+                        ));
+                    }
+                }
+                all
+            })
+    };
+    let before = dump();
+    for target in ["ghost", root.as_str(), child.as_str()] {
+        let out = arbor(dir.path(), &["rm", "@latest", target]);
+        assert_eq!(
+            out.status.code(),
+            Some(if target == child { 0 } else { 2 }),
+            "{target}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        dump(),
+        before,
+        "a refused or repeated rm wrote to the store"
+    );
 }
