@@ -367,3 +367,46 @@ fn a_resume_that_loses_the_race_names_the_process_that_resumes() {
         "{err}"
     );
 }
+
+/// Read-only inspection works where the user cannot write the store's directory (nor its
+/// file): `ls`, `tree`, `log` and `store check` fall back to a read-only open. Run as an
+/// unprivileged user (root writes anywhere): `setpriv` to `nobody` when the test runs as root.
+#[test]
+fn inspection_reads_a_store_in_a_directory_it_cannot_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(
+        dir.path(),
+        &[
+            "run",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/review.toml"),
+            "-q",
+        ],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    let set = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    set(dir.path(), 0o755);
+    set(&dir.path().join(".arbor/arbor.db"), 0o644);
+    set(&dir.path().join(".arbor"), 0o555);
+    let root = rustix::process::getuid().is_root();
+    for args in [&["ls"][..], &["tree"], &["log"], &["store", "check"]] {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_arbor"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_arbor"))
+        };
+        let out = cmd
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("ARBOR_LOG")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    set(&dir.path().join(".arbor"), 0o700);
+}

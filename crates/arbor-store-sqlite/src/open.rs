@@ -137,8 +137,14 @@ fn setup_read_only(
         .map_err(ReadOnlyError::Store)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // The first read opens the WAL index: tell its failure apart from the others.
+    // A directory the user cannot write gives `CannotOpen` (the `-shm` file cannot be made)
+    // or `ReadOnly` (an existing `-shm` or WAL index cannot be set up): either way the file
+    // may still be read as immutable.
     if let Err(err) = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
-        && err.sqlite_error_code() == Some(ErrorCode::CannotOpen)
+        && matches!(
+            err.sqlite_error_code(),
+            Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly)
+        )
     {
         return Err(ReadOnlyError::CannotOpen(err));
     }
