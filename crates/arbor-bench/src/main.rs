@@ -13,9 +13,11 @@
 //! - [`long_life`]: scenario L, a long-lived supervisor's memory.
 //! - [`service`]: scenario H, a sync delegation over HTTP (`arbor-server` on loopback).
 //! - [`report`]: the rows, as a table or JSON.
+//! - [`big_store`]: `--big-store N`, the `arbor` commands on a store of many finished trees.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod big_store;
 mod counted;
 mod long_life;
 mod parallel;
@@ -63,6 +65,11 @@ struct Args {
     /// instruction counts under callgrind, say.
     #[arg(long)]
     ops: Option<u64>,
+    /// Instead of the scenarios: seed a SQLite store with this many sessions of finished
+    /// trees and check that `arbor ls`, `tree` and a small `run` cost no more memory or
+    /// time there than on a store of one tree (the `arbor` binary beside this program).
+    #[arg(long, value_name = "SESSIONS")]
+    big_store: Option<u64>,
     /// Internal: run one scenario on one store and print its row as JSON.
     #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
     worker: Option<Vec<String>>,
@@ -80,6 +87,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
+    if let Some(sessions) = args.big_store {
+        return big_store_check(sessions, args.json);
+    }
     if let Some(worker) = &args.worker {
         let (scenario, kind) = match worker.as_slice() {
             [s, k] => (parse_scenario(s)?, parse_store(k)?),
@@ -206,6 +216,52 @@ fn run(args: Args) -> Result<ExitCode, String> {
     if wrong.is_empty() && unbounded.is_empty() && growing.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// `--big-store N`: prints what each command cost on both stores; exits 1 when one grew past
+/// the bounds.
+fn big_store_check(sessions: u64, json: bool) -> Result<ExitCode, String> {
+    if !json {
+        eprintln!("seeding a store of {sessions} sessions, and one of a single tree");
+    }
+    let measured = big_store::run(sessions)?;
+    if json {
+        let doc = serde_json::json!({"sessions": sessions, "commands": measured});
+        println!("{doc}");
+    } else {
+        println!(
+            "{:<24} {:>9} {:>9} {:>9} {:>9}",
+            "command",
+            "small MB",
+            format!("{sessions} MB"),
+            "small ms",
+            format!("{sessions} ms")
+        );
+        for m in &measured {
+            println!(
+                "{:<24} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                m.command, m.small_mb, m.big_mb, m.small_ms, m.big_ms
+            );
+        }
+    }
+    let over: Vec<&str> = measured
+        .iter()
+        .filter(|m| !m.ok())
+        .map(|m| m.command.as_str())
+        .collect();
+    if over.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "arbor-bench: on a store of {sessions} sessions these cost more than {} MB more, \
+             or {}x the time plus {} ms: {}",
+            big_store::MAX_EXTRA_MB,
+            big_store::MAX_SLOWER,
+            big_store::SLACK_MS,
+            over.join(", ")
+        );
         Ok(ExitCode::FAILURE)
     }
 }

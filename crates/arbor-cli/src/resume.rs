@@ -200,14 +200,14 @@ async fn continue_tree(
         .map_err(Fail::core)?;
     let root_interrupted = session.record().status == arbor_protocol::SessionStatus::Interrupted;
     if root_interrupted {
-        let state = session.interrupted_state();
         output::err(&format!(
-            "continuing {} ({}): {}",
-            root.name,
-            root.id,
-            describe(&state)
+            "continuing {} ({}): its run goes on from its transcript",
+            root.name, root.id
         ));
     }
+    // The sync and async children a crash cut off: what became of them is said once the
+    // root's run is over (its calls may wait for them again, through workers).
+    let mut with_callers = Vec::new();
     let mut children = Vec::new();
     if let Some(sup) = &built.supervisor {
         // Attached first, so the continued children's replies and notices reach it live.
@@ -224,17 +224,26 @@ async fn continue_tree(
                 let (sup, id) = (sup.clone(), child.id);
                 children.push(tokio::spawn(async move { sup.continue_child(id).await }));
             } else {
-                output::err(&format!(
-                    "left interrupted: {} ({}): its caller's call is reported interrupted",
-                    child.name, child.id
-                ));
+                with_callers.push(child.id);
             }
         }
         resume_children(sup, store.as_ref(), ready, undecided).await;
     }
     if root_interrupted {
-        return drive_root(view, &built, session, Start::Continue, token).await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let code = drive_root(view, &built, session, Start::Continue(Some(tx)), token).await;
+        if let Ok(state) = rx.await {
+            output::err(&format!(
+                "continued {} ({}): {}",
+                root.name,
+                root.id,
+                describe(&state)
+            ));
+        }
+        say_what_became_of(store.as_ref(), &with_callers).await;
+        return code;
     }
+    say_what_became_of(store.as_ref(), &with_callers).await;
     for child in children {
         if let Ok(Err(e)) = child.await {
             output::err(&format!("a child could not be continued: {e}"));
@@ -391,16 +400,51 @@ pub(crate) async fn close_orphaned_suspensions(
     Ok(notes)
 }
 
+/// What a continuation did, from what it closed (not what was predicted before it ran).
 fn describe(state: &arbor_core::Continued) -> String {
     if state.already_answered {
-        "its answer was in; the run ends".to_owned()
-    } else if !state.interrupted_calls.is_empty() {
-        format!(
+        return "its answer was in; the run ended".to_owned();
+    }
+    let mut parts = Vec::new();
+    if !state.rejoined_calls.is_empty() {
+        parts.push(format!(
+            "{} call(s) in flight got their results ({}): children waited for again, or \
+             effects recorded done",
+            state.rejoined_calls.len(),
+            state.rejoined_calls.join(", ")
+        ));
+    }
+    if !state.interrupted_calls.is_empty() {
+        parts.push(format!(
             "{} call(s) in flight reported interrupted ({}), never run again",
             state.interrupted_calls.len(),
             state.interrupted_calls.join(", ")
-        )
-    } else {
-        "the turn in progress is asked again".to_owned()
+        ));
+    }
+    if state.turn_redone || parts.is_empty() {
+        parts.push("the turn in progress was asked again".to_owned());
+    }
+    parts.join("; ")
+}
+
+/// Says, from the store, what became of the sync and async children a crash cut off: still
+/// `interrupted` (their callers' calls were reported interrupted), or gone on with their
+/// callers (waited for again, through workers).
+async fn say_what_became_of(store: &dyn arbor_store::Store, children: &[SessionId]) {
+    for id in children {
+        let Ok(Some(child)) = store.session(*id).await else {
+            continue;
+        };
+        if child.status == arbor_protocol::SessionStatus::Interrupted {
+            output::err(&format!(
+                "left interrupted: {} ({}): its caller's call was reported interrupted",
+                child.name, child.id
+            ));
+        } else {
+            output::err(&format!(
+                "{} ({}) went on with its caller: {}",
+                child.name, child.id, child.status
+            ));
+        }
     }
 }

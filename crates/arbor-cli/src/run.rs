@@ -225,8 +225,10 @@ pub(crate) enum Start {
     Task(String),
     /// A suspended run going on with its decisions.
     Resume(RunId),
-    /// An interrupted run (its process died) going on from its transcript.
-    Continue,
+    /// An interrupted run (its process died) going on from its transcript; what its
+    /// continuation closed is sent on the channel given, once the run is over (to report
+    /// what happened, not what was predicted).
+    Continue(Option<tokio::sync::oneshot::Sender<arbor_core::Continued>>),
     /// A run on what waits in the root's inbox (notices of children continued).
     Inbox,
 }
@@ -454,10 +456,17 @@ pub(crate) async fn drive_tree(
     let mut result = match start {
         Start::Task(task) => session.run(task, options()).await,
         Start::Resume(run) => session.resume(run, options()).await,
-        Start::Continue => session
-            .continue_interrupted(options())
-            .await
-            .map(|(_, r)| r),
+        Start::Continue(report) => {
+            session
+                .continue_interrupted(options())
+                .await
+                .map(|(continued, r)| {
+                    if let Some(report) = report {
+                        let _ = report.send(continued);
+                    }
+                    r
+                })
+        }
         Start::Inbox => session.run_inbox(options()).await,
     };
     if let Some(sup) = &built.supervisor {

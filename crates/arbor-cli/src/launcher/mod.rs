@@ -367,7 +367,7 @@ impl SpecLauncher {
             }
             let start = match own {
                 Some(w) => Start::Resume(w.run_id),
-                None if root_interrupted => Start::Continue,
+                None if root_interrupted => Start::Continue(None),
                 None if !session.inbox().is_empty() => Start::Inbox,
                 None => {
                     wind_down(&built, claim.run_ended(), &token).await;

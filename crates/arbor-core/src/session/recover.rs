@@ -22,6 +22,10 @@ pub struct Continued {
     pub turn_redone: bool,
     /// The run had its answer already and only its end was written.
     pub already_answered: bool,
+    /// Tool calls that were in flight and got their real result instead: a spawn whose
+    /// child was waited for again (a worker ran it) or had ended, or an effect recorded
+    /// done (their names).
+    pub rejoined_calls: Vec<String>,
 }
 
 impl Session {
@@ -119,6 +123,7 @@ impl Session {
                 {
                     state.interrupted_calls.remove(i);
                 }
+                state.rejoined_calls.push(interrupted.name.clone());
                 closing.push(Message::Tool(ToolResult {
                     content,
                     is_error,
@@ -145,6 +150,7 @@ impl Session {
                     {
                         state.interrupted_calls.remove(i);
                     }
+                    state.rejoined_calls.push(interrupted.name.clone());
                     ToolResult {
                         content,
                         is_error: false,
