@@ -280,25 +280,6 @@ impl Provenance {
 /// Every child agent's [`Provenance`], by agent name.
 pub(crate) type Limits = std::collections::BTreeMap<String, Provenance>;
 
-/// The provenance of every agent of `spec` but the root (`root`), as children.
-pub(crate) fn of_children(spec: &crate::spec::Spec, root: &str) -> Limits {
-    spec.agents
-        .iter()
-        .filter(|(name, _)| name.as_str() != root)
-        .map(|(name, a)| {
-            (
-                name.clone(),
-                Provenance {
-                    agent: name.clone(),
-                    own: a.limits,
-                    supervisor: spec.supervisor.limits,
-                    child: true,
-                },
-            )
-        })
-        .collect()
-}
-
 /// Where the limit `kind` of agent `agent` is set, for a person: what to change to raise it.
 pub(crate) fn where_set(agent: &str, kind: LimitKind, origin: Origin) -> String {
     match origin {

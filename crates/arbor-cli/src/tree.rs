@@ -213,6 +213,25 @@ pub(crate) fn local_decider() -> arbor_protocol::DecidedBy {
     arbor_protocol::DecidedBy::new(Some(owner.tenant_id), owner.user_id)
 }
 
+/// The provenance of every agent of `spec` but the root (`root`), as children.
+fn children_limits(spec: &Spec, root: &str) -> crate::limits::Limits {
+    spec.agents
+        .iter()
+        .filter(|(name, _)| name.as_str() != root)
+        .map(|(name, a)| {
+            (
+                name.clone(),
+                crate::limits::Provenance {
+                    agent: name.clone(),
+                    own: a.limits,
+                    supervisor: spec.supervisor.limits,
+                    child: true,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Builds the tree of `spec`: its supervisor and children, and the root agent with the MCP
 /// tools it holds (their servers started now; a server that cannot start fails the build).
 pub(crate) async fn build(
@@ -330,7 +349,7 @@ fn assemble(
             supervisor: spec.supervisor.limits,
             child: false,
         },
-        child_limits: crate::limits::of_children(spec, root_name),
+        child_limits: children_limits(spec, root_name),
     })
 }
 

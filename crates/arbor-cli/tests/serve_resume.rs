@@ -93,7 +93,20 @@ async fn a_run_interrupted_by_a_sigkill_is_continued_over_http_once() {
     )
     .await;
     assert_eq!(status, 202, "{resumed}");
-    let run = status_becomes(&http, &base, &root, "succeeded").await;
+    status_becomes(&http, &base, &root, "succeeded").await;
+    // The result is kept just after the run's end is written.
+    let started = std::time::Instant::now();
+    let run = loop {
+        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        if run["result"]["status"] == "succeeded" {
+            break run;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no result kept: {run}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(
         run["result"]["text"], "Recovered without the slow one.",
         "{run}"

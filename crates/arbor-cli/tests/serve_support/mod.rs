@@ -154,7 +154,11 @@ pub(crate) async fn resume_until_released(http: &reqwest::Client, base: &str, ro
             None,
         )
         .await;
-        if e["error"]["message"] == "Nothing waits for a decision: nothing to resume" {
+        // Released: a resume finds nothing to go on with (no decision waits, no run of the
+        // tree was cut off).
+        if e["error"]["message"].as_str().is_some_and(|m| {
+            m.ends_with("waits for no decision and no run of its tree can go on: nothing to resume")
+        }) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

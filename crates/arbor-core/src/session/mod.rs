@@ -35,6 +35,7 @@ pub(crate) mod dispatch;
 pub mod events;
 pub(crate) mod finish;
 pub mod inbox;
+pub(crate) mod provider_turn;
 pub(crate) mod recover;
 pub(crate) mod replay;
 pub(crate) mod resumer;

@@ -77,14 +77,24 @@ impl Session {
     ) -> CoreResult<(Continued, RunResult)> {
         let mut state = self.interrupted_state();
         // The interrupted run: its calls' idempotency keys name it.
-        let started = self
-            .store
-            .transcript(self.id(), 0, None)
-            .await?
-            .into_iter()
+        let entries = self.store.transcript(self.id(), 0, None).await?;
+        let started = entries
+            .iter()
             .rev()
-            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
+            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }))
+            .cloned();
         let last_run = started.as_ref().map(|e| e.run_id);
+        // The turn the calls in flight belong to: the cut-off run's last provider turn.
+        let last_turn = entries
+            .iter()
+            .filter(|e| Some(e.run_id) == last_run)
+            .filter_map(|e| match e.kind {
+                arbor_protocol::EntryKind::Usage { turn, .. } => Some(turn),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(1);
+        drop(entries);
         // The cut-off run's trace, which the continuing run joins.
         let before = started.and_then(|e| match e.kind {
             arbor_protocol::EntryKind::RunStarted { trace, .. } => trace,
@@ -108,13 +118,28 @@ impl Session {
                 }
                 _ => None,
             };
-            let answer = match rejoined {
+            let mut answer = match rejoined {
                 Some(crate::session::resumer::NestedOutcome::Completed(text)) => {
                     Some((text, false))
                 }
                 Some(crate::session::resumer::NestedOutcome::Failed(text)) => Some((text, true)),
                 Some(crate::session::resumer::NestedOutcome::Suspended(_)) | None => None,
             };
+            // A spawn cut off before its child was registered (the crash came between the
+            // model's call and the child's record) started nothing: it is issued again, under
+            // its call id, rather than reported interrupted, so no child of the tree is lost.
+            if answer.is_none()
+                && let (Some(run), Some(_)) = (last_run, &options.nested)
+                && let Some(call) = self
+                    .spawn_never_registered(run, &interrupted.call_id)
+                    .await?
+            {
+                let outcome = self.execute(run, last_turn, &call, &cancel).await;
+                if outcome.stop.is_none() {
+                    tracing::info!(session = %self.id(), call = %call.id, "a spawn cut off before its child registered was issued again");
+                    answer = Some((outcome.result.content, outcome.result.is_error));
+                }
+            }
             if let Some((content, is_error)) = answer {
                 if let Some(i) = state
                     .interrupted_calls
@@ -184,6 +209,35 @@ impl Session {
         };
         let result = self.start_run(None, closing, from, options, before).await?;
         Ok((state, result))
+    }
+
+    /// The `spawn_agent` call `call_id` of the last assistant message, when no child of this
+    /// session names it as the call that made it in run `run` (nothing of it was registered).
+    async fn spawn_never_registered(
+        &self,
+        run: arbor_protocol::RunId,
+        call_id: &str,
+    ) -> CoreResult<Option<arbor_protocol::ToolCall>> {
+        let Some(call) = self.messages().iter().rev().find_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls
+                .iter()
+                .find(|c| c.id == call_id && c.name == "spawn_agent")
+                .cloned(),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        if self.agent.tools().get(&call.name).is_none() {
+            return Ok(None);
+        }
+        let children = self
+            .store
+            .list_sessions(arbor_store::SessionQuery::Children(self.id()))
+            .await?;
+        let registered = children.iter().any(|c| {
+            c.meta["spawn_call"] == call_id && c.spawned_by.is_some_and(|s| s.run_id == run)
+        });
+        Ok((!registered).then_some(call))
     }
 
     /// The calls of the last assistant message that have no result, each with an

@@ -6,13 +6,11 @@
 //! The wall-time limit and the cancellation token cover everything, including a provider call
 //! or tool in flight: its future is dropped and the run ends at once.
 
-use arbor_model::{ModelEvent, ModelRequest};
 use arbor_protocol::{
     AgentEvent, EntryKind, LimitKind, Message, RunId, RunLimitBreach, RunLimits, SessionStatus,
     ToolCall, Usage,
 };
 use arbor_store::SessionUpdate;
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -397,113 +395,6 @@ impl Session {
                 return Ok(outcome);
             }
         }
-    }
-
-    /// Streams one provider call. Returns the text, the tool calls, the usage reported (if
-    /// any), the error that ended it (if any) and the provider's finish reason (if it gave
-    /// one).
-    async fn provider_turn(
-        &self,
-        run_id: RunId,
-        turn: u32,
-    ) -> (
-        String,
-        Vec<ToolCall>,
-        Option<Usage>,
-        Option<String>,
-        Option<arbor_model::FinishReason>,
-    ) {
-        let span = telemetry::chat_span(self.who(), turn);
-        telemetry::record_chat_input(
-            &span,
-            self.who(),
-            self.agent.system().unwrap_or_default(),
-            &self.messages,
-        );
-        let mut finish = None;
-        let mut answered_by = None;
-        let out = self
-            .stream_turn(run_id, turn, &mut finish, &mut answered_by)
-            .instrument(span.clone())
-            .await;
-        if !span.is_disabled() {
-            if let Some(model) = &answered_by {
-                span.record(telemetry::attr::RESPONSE_MODEL, model.as_str());
-            }
-            let reason = finish.as_ref().map(telemetry::finish_reason);
-            telemetry::record_chat(&span, out.2.as_ref(), reason, out.3.as_deref());
-            telemetry::record_chat_output(&span, self.who(), &out.0, &out.1);
-        }
-        (out.0, out.1, out.2, out.3, finish)
-    }
-
-    async fn stream_turn(
-        &self,
-        run_id: RunId,
-        turn: u32,
-        finish: &mut Option<arbor_model::FinishReason>,
-        answered_by: &mut Option<String>,
-    ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
-        self.bus.publish(
-            run_id,
-            AgentEvent::ProviderTurnStarted {
-                turn,
-                model: self.agent.model().to_owned(),
-            },
-        );
-        let request = ModelRequest {
-            model: self.agent.model(),
-            system: self.agent.system(),
-            messages: &self.messages,
-            tools: self.agent.tools().specs(),
-            thinking: self.agent.thinking(),
-        };
-        let mut text = String::new();
-        let mut calls = Vec::new();
-        let mut usage = None;
-        let mut stream = match self.agent.provider().stream(request).await {
-            Ok(stream) => stream,
-            Err(e) => return (text, calls, usage, Some(e.to_string())),
-        };
-        let cap = self.agent.max_answer_bytes();
-        let mut size = 0usize;
-        let too_large = || {
-            format!(
-                "answer too large: the model's answer passed {cap} bytes of text and tool \
-                 calls (max_answer_bytes)"
-            )
-        };
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(ModelEvent::TextDelta(delta)) => {
-                    size = size.saturating_add(delta.len());
-                    if size > cap {
-                        return (text, Vec::new(), usage, Some(too_large()));
-                    }
-                    text.push_str(&delta);
-                    self.bus
-                        .publish(run_id, AgentEvent::MessageDelta { turn, delta });
-                }
-                Ok(ModelEvent::ToolCall(call)) => {
-                    let bytes = call.name.len()
-                        + call.id.len()
-                        + crate::session::attribution::serialized_len(&call.arguments);
-                    size = size.saturating_add(bytes);
-                    if size > cap {
-                        return (text, Vec::new(), usage, Some(too_large()));
-                    }
-                    calls.push(call)
-                }
-                Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
-                Ok(ModelEvent::ResponseModel(m)) => *answered_by = Some(m),
-                Ok(ModelEvent::Finished(reason)) => {
-                    *finish = Some(reason);
-                    break;
-                }
-                Err(e) => return (text, calls, usage, Some(e.to_string())),
-            }
-        }
-        (text, calls, usage, None)
     }
 
     /// Moves what is pending in the inbox into the conversation, before the next provider

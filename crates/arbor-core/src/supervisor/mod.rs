@@ -43,8 +43,8 @@ pub use catalog::{
 pub use config::builder::{DEFAULT_AFTER_TIMEOUT, SupervisorBuilder};
 pub use config::ownership::Ownership;
 pub use config::sink::{ChildEventSink, FnSink, sink_fn};
-pub use delegation::decide::decide_at;
-pub use delegation::detached::{detached_suspensions, waiting_at};
+pub use delegation::decide::{decide_at, waiting_at};
+pub use delegation::detached::detached_suspensions;
 pub use delegation::join::{WaitOptions, WaitOutcome};
 pub use delegation::nested::DELEGATION_NAMESPACE;
 pub use delegation::pump::ChildEventProjector;

@@ -240,3 +240,108 @@ async fn continuing_a_run_cut_off_while_it_suspended_closes_its_checkpoint() {
         "the session is still listed as waiting"
     );
 }
+
+/// Issue 34: a spawn cut off before its child was registered (the process died between the
+/// model's `spawn_agent` call and the child's record) is issued again when the run is
+/// continued, so the child runs (once) and the parent reads its answer, instead of being
+/// reported interrupted with the child never run.
+#[tokio::test]
+async fn a_spawn_cut_off_before_its_child_registered_is_issued_again_on_continue() {
+    use arbor_core::supervisor::SpawnAgentTool;
+    use arbor_store::testing::{Call, FaultStore};
+    let mem: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tree = |store: Arc<dyn Store>| {
+        let builds = builds.clone();
+        let sup = Supervisor::builder(Ownership::user("t", "u"))
+            .store(store)
+            .child(ChildEntry::new(
+                "worker",
+                factory_fn(move |ctx| {
+                    builds.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        Agent::builder(ctx.child_id.clone())
+                            .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+                                "child done",
+                            )])))
+                            .build()
+                    }
+                }),
+            ))
+            .build()
+            .unwrap();
+        let root = Agent::builder("root")
+            .provider(ScriptedProvider::new(Script::new([
+                ScriptedTurn::tool_call(
+                    "spawn_agent",
+                    json!({"child_id": "worker", "name": "w", "input": "work"}),
+                ),
+                ScriptedTurn::text("root done"),
+            ])))
+            .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+            .build()
+            .unwrap();
+        (sup, root)
+    };
+    let root_id = {
+        let hold = FaultStore::new(mem.clone());
+        // The child's record is never written: the process dies first.
+        let held = hold.arm(
+            false,
+            |c| matches!(c, Call::Create(r) if r.parent_id.is_some()),
+        );
+        let store: Arc<dyn Store> = hold.clone();
+        let (sup, root_agent) = tree(store.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(300), async move {
+            let mut root = root_agent.session().store(store).create().await.unwrap();
+            tx.send(root.id()).unwrap();
+            let _ = root
+                .run("go", RunOptions::default().with_nested(Arc::new(sup)))
+                .await;
+        });
+        drop(held);
+        rx.recv().unwrap()
+    };
+    assert!(
+        mem.list_sessions(arbor_store::SessionQuery::Children(root_id))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing was registered before the crash"
+    );
+    mem.mark_interrupted().await.unwrap();
+    let (sup, root_agent) = tree(mem.clone());
+    let mut root = root_agent.open_session(mem.clone(), root_id).await.unwrap();
+    let (continued, r) = root
+        .continue_interrupted(RunOptions::default().with_nested(Arc::new(sup)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            continued.rejoined_calls.as_slice(),
+            continued.interrupted_calls.as_slice()
+        ),
+        (&["spawn_agent".to_owned()][..], &[][..])
+    );
+    assert_eq!(
+        (r.status, r.text.as_str()),
+        (RunStatus::Succeeded, "root done")
+    );
+    let children = mem
+        .list_sessions(arbor_store::SessionQuery::Children(root_id))
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1, "one child, registered once");
+    assert_eq!(children[0].status, SessionStatus::Succeeded);
+    assert_eq!(builds.load(Ordering::SeqCst), 1, "it ran once");
+    let answer = root
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) if t.name == "spawn_agent" => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(answer.contains("child done"), "{answer}");
+}

@@ -5,7 +5,7 @@
 //! any of them to that record, where the first decision wins by compare-and-swap and a second
 //! one is refused naming it ([`approval::already_decided`]); then it writes the decision
 //! into the transcript of the session whose call it decided (who, when, why). What waits at
-//! a session ([`super::detached::waiting_at`]) is read through the same routing, so a call
+//! a session ([`waiting_at`]) is read through the same routing, so a call
 //! decided through one id is not listed as waiting through another.
 //!
 //! Deciding records only: nothing runs until the run that holds the record is resumed, and
@@ -146,6 +146,56 @@ pub(crate) async fn as_routed(store: &dyn Store, suspension: Suspension) -> Core
     })
 }
 
+/// What waits for a decision at `id`: its own suspended run, then the suspended runs below it
+/// that nobody awaits (message-mode children that stopped on a call), each decided on its
+/// own run; their calls' paths are made relative to `id`, like those a run carries up.
+pub async fn waiting_at(
+    store: &dyn arbor_store::Store,
+    id: SessionId,
+) -> CoreResult<Vec<Suspension>> {
+    let mut all = Vec::new();
+    // A call its caller's run carries up is decided once, through whichever id: what was
+    // decided through an ancestor's id no longer waits here.
+    for s in approval::suspensions(store, id).await? {
+        all.push(as_routed(store, s).await?);
+    }
+    let detached = super::detached::detached_suspensions(store, id).await?;
+    if detached.is_empty() {
+        return Ok(all);
+    }
+    let path_of = |meta: &serde_json::Value| -> Vec<String> {
+        meta["path"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let base = match store.session(id).await {
+        Ok(Some(r)) => path_of(&r.meta),
+        _ => Vec::new(),
+    };
+    for mut s in detached {
+        let below = match store.session(s.session_id).await {
+            Ok(Some(r)) => path_of(&r.meta),
+            _ => Vec::new(),
+        };
+        let relative: Vec<String> = below
+            .strip_prefix(base.as_slice())
+            .unwrap_or(below.as_slice())
+            .to_vec();
+        for p in &mut s.pending {
+            let mut full = relative.clone();
+            full.append(&mut p.path);
+            p.path = full;
+        }
+        all.push(s);
+    }
+    Ok(all)
+}
+
 /// The suspended runs whose ids can be decided at `at`: its own, then those below it that
 /// nobody awaits.
 async fn decidable_at(store: &dyn Store, at: SessionId) -> CoreResult<Vec<Held>> {
@@ -275,7 +325,7 @@ async fn try_decide(
     }
     tracing::info!(session = %at, run = %holder_run, top = %top_run, decisions = decisions.len(), "decisions recorded");
     // What still waits on the run, as `at` lists it.
-    let listed = super::detached::waiting_at(store, at).await?;
+    let listed = waiting_at(store, at).await?;
     Ok(listed
         .into_iter()
         .find(|s| s.run_id == holder_run)

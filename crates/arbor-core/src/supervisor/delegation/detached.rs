@@ -149,56 +149,6 @@ pub async fn detached_suspensions(
     Ok(found)
 }
 
-/// What waits for a decision at `id`: its own suspended run, then the suspended runs below it
-/// that nobody awaits (message-mode children that stopped on a call), each decided on its
-/// own run; their calls' paths are made relative to `id`, like those a run carries up.
-pub async fn waiting_at(
-    store: &dyn arbor_store::Store,
-    id: SessionId,
-) -> CoreResult<Vec<Suspension>> {
-    let mut all = Vec::new();
-    // A call its caller's run carries up is decided once, through whichever id: what was
-    // decided through an ancestor's id no longer waits here.
-    for s in approval::suspensions(store, id).await? {
-        all.push(super::decide::as_routed(store, s).await?);
-    }
-    let detached = detached_suspensions(store, id).await?;
-    if detached.is_empty() {
-        return Ok(all);
-    }
-    let path_of = |meta: &serde_json::Value| -> Vec<String> {
-        meta["path"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let base = match store.session(id).await {
-        Ok(Some(r)) => path_of(&r.meta),
-        _ => Vec::new(),
-    };
-    for mut s in detached {
-        let below = match store.session(s.session_id).await {
-            Ok(Some(r)) => path_of(&r.meta),
-            _ => Vec::new(),
-        };
-        let relative: Vec<String> = below
-            .strip_prefix(base.as_slice())
-            .unwrap_or(below.as_slice())
-            .to_vec();
-        for p in &mut s.pending {
-            let mut full = relative.clone();
-            full.append(&mut p.path);
-            p.path = full;
-        }
-        all.push(s);
-    }
-    Ok(all)
-}
-
 impl Supervisor {
     /// Resumes the suspended run of child `id` that nobody awaits (a message-mode child, or
     /// a follow-up run on messages), once every call it waits on is decided
