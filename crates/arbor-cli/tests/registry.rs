@@ -668,7 +668,7 @@ fn a_refused_or_repeated_rm_writes_nothing() {
     use arbor_store::{SessionQuery, Store};
     let dump = || {
         let store =
-            arbor_store_sqlite::SqliteStore::open(&dir.path().join(".arbor/arbor.db")).unwrap();
+            arbor_store_sqlite::SqliteStore::open(dir.path().join(".arbor/arbor.db")).unwrap();
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()

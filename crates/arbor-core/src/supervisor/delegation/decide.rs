@@ -47,12 +47,12 @@ impl Route {
     }
 }
 
-/// What went wrong finding a run's carrier.
+/// Who carries a run's suspension up.
 enum Carrier {
     /// Nobody carries it: it is decided on its own record.
     None,
     /// Its caller's suspended run carries it.
-    Caller(Held),
+    Caller(Box<Held>),
     /// Its caller's run should carry it but holds no record of it yet (it is suspending
     /// this moment, or it stopped before it could).
     Missing,
@@ -81,10 +81,10 @@ async fn carrier(store: &dyn Store, checkpoint: &RunCheckpoint) -> CoreResult<Ca
                 || matches!(&slot.state, approval::CallState::InFlight { child: Some((r, _)), .. } if *r == run)
         });
         if carries {
-            return Ok(Carrier::Caller(Held {
+            return Ok(Carrier::Caller(Box::new(Held {
                 version,
                 checkpoint: c,
-            }));
+            })));
         }
     }
     Ok(Carrier::Missing)
@@ -104,7 +104,7 @@ async fn route_up(store: &dyn Store, held: Held) -> CoreResult<Option<Route>> {
             Carrier::Missing => return Ok(None),
             Carrier::Caller(parent) => {
                 route.through.push(route.top.checkpoint.run_id);
-                route.top = parent;
+                route.top = *parent;
             }
         }
     }
