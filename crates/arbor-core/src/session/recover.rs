@@ -129,15 +129,24 @@ impl Session {
             // model's call and the child's record) started nothing: it is issued again, under
             // its call id, rather than reported interrupted, so no child of the tree is lost.
             if answer.is_none()
-                && let (Some(run), Some(_)) = (last_run, &options.nested)
+                && let (Some(run), Some(nested)) = (last_run, &options.nested)
                 && let Some(call) = self
                     .spawn_never_registered(run, &interrupted.call_id)
                     .await?
             {
                 let outcome = self.execute(run, last_turn, &call, &cancel).await;
-                if outcome.stop.is_none() {
-                    tracing::info!(session = %self.id(), call = %call.id, "a spawn cut off before its child registered was issued again");
-                    answer = Some((outcome.result.content, outcome.result.is_error));
+                match outcome.stop {
+                    None => {
+                        tracing::info!(session = %self.id(), call = %call.id, "a spawn cut off before its child registered was issued again");
+                        answer = Some((outcome.result.content, outcome.result.is_error));
+                    }
+                    // Its child stopped on a call waiting for approval: a continuation cannot
+                    // wait here, so the child's suspension is closed (nothing of it ran past
+                    // its gate) and the call is reported interrupted, as before.
+                    Some(crate::session::dispatch::CallStop::Suspended(child)) => {
+                        nested.abandon_nested(child.run_id, child.session_id).await;
+                    }
+                    Some(_) => {}
                 }
             }
             if let Some((content, is_error)) = answer {
