@@ -175,9 +175,11 @@ pub(crate) async fn take_over(
     run: &CancellationToken,
 ) -> Result<Heartbeat, Fail> {
     let mut record = root.clone();
-    // A write by this very process (its own lease renewed meanwhile, from a run it is still
-    // finishing) is no rival: read the record again and retry.
-    for _ in 0..8 {
+    // A write that changed no owner is no rival: this very process's own lease renewed
+    // meanwhile (a run it is still finishing), or a child's usage attributed to the root by
+    // a worker that still runs it (right after the parent was killed). Read the record again
+    // and retry; a live owner elsewhere is refused at the top of the loop.
+    for _ in 0..TAKE_OVER_TRIES {
         not_run_elsewhere(&record)?;
         let mut meta = record.meta.clone();
         meta["owner"] = current();
@@ -189,7 +191,9 @@ pub(crate) async fn take_over(
         match store.update_session(record.id, &update).await {
             Ok(_) => return Ok(Heartbeat::start(store.clone(), record.id, run.clone())),
             Err(arbor_store::StoreError::Conflict { .. }) => match store.session(record.id).await {
-                Ok(Some(now)) if is_me(&now.meta["owner"]) => record = now,
+                Ok(Some(now)) if is_me(&now.meta["owner"]) || !alive(&now.meta["owner"]) => {
+                    record = now;
+                }
                 Ok(_) => break,
                 Err(e) => return Err(Fail::store(e.to_string())),
             },
@@ -201,6 +205,9 @@ pub(crate) async fn take_over(
         root.id
     )))
 }
+
+/// How often [`take_over`] reads the root again after a write that changed no owner.
+const TAKE_OVER_TRIES: usize = 64;
 
 /// The start time of process `pid` in clock ticks since boot (Linux), which tells a live
 /// process from a later one that reused its id.
@@ -329,6 +336,35 @@ mod tests {
         let other = store.session(other.id).await.unwrap().unwrap();
         let refused = take_over(&store, &other, &CancellationToken::new()).await;
         assert!(refused.is_err());
+    }
+
+    /// Issue 34: right after a parent was killed, its children still running on workers
+    /// attribute their usage to the root, changing its record between the resumer's read
+    /// and its take-over; that is no rival process, and the take-over goes on (it exited 2,
+    /// "another process took over the tree meanwhile", before).
+    #[tokio::test]
+    async fn a_take_over_is_not_refused_by_a_write_that_changed_no_owner() {
+        let store: Arc<dyn Store> = Arc::new(arbor_store::MemoryStore::new());
+        let mut root = arbor_store::SessionRecord::new_root("root", "root", "scripted");
+        let dead = json!({"pid": u32::MAX - 7, "start": 1,
+            "host": arbor_core::lease::ProcessId::current().host});
+        root.meta = serde_json::json!({"owner": dead}).into();
+        store.create_session(&root).await.unwrap();
+        let read = store.session(root.id).await.unwrap().unwrap();
+        // A worker's child attributes its usage to the root meanwhile.
+        for _ in 0..3 {
+            let now = store.session(root.id).await.unwrap().unwrap();
+            let update = SessionUpdate {
+                expected_version: Some(now.version),
+                own_usage: Some(now.own_usage + arbor_protocol::Usage::new(10, 5)),
+                ..SessionUpdate::default()
+            };
+            store.update_session(root.id, &update).await.unwrap();
+        }
+        let beat = take_over(&store, &read, &CancellationToken::new()).await;
+        assert!(beat.is_ok(), "{:?}", beat.err().map(|f| f.message));
+        let owner = store.session(root.id).await.unwrap().unwrap().meta["owner"].clone();
+        assert!(is_me(&owner), "{owner}");
     }
 
     #[test]
