@@ -345,3 +345,101 @@ async fn a_spawn_cut_off_before_its_child_registered_is_issued_again_on_continue
         .unwrap();
     assert!(answer.contains("child done"), "{answer}");
 }
+
+/// Issue 34: an async child's handle dies with the process that held it. When the parent's
+/// run is continued in another process, its `wait_agent` on that handle rejoins the child
+/// from the store (here: ended, its answer read from its transcript) instead of failing
+/// with an unknown handle.
+#[tokio::test]
+async fn wait_agent_on_a_handle_that_died_rejoins_the_child_from_the_store() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tool = Probe::default();
+    let tree = |tool: Probe| {
+        let sup = Supervisor::builder(Ownership::user("t", "u"))
+            .store(store.clone())
+            .child(ChildEntry::new(
+                "worker",
+                factory_fn(move |ctx| async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+                            "child done",
+                        )])))
+                        .build()
+                }),
+            ))
+            .build()
+            .unwrap();
+        let root = Agent::builder("root")
+            .provider(ScriptedProvider::new(Script::new([
+                ScriptedTurn::tool_call(
+                    "spawn_agent",
+                    json!({"child_id": "worker", "name": "w", "input": "work", "mode": "async"}),
+                ),
+                probe(10_000),
+                ScriptedTurn::tool_call(
+                    "wait_agent",
+                    json!({"delegation_id": "${call_1_1.delegation_id}"}),
+                ),
+                ScriptedTurn::text("root done"),
+            ])))
+            .dyn_tools(sup.delegator().tools())
+            .tool(tool)
+            .build()
+            .unwrap();
+        (sup, root)
+    };
+    let root_id = {
+        let (sup, root_agent) = tree(tool.clone());
+        let store = store.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(400), async move {
+            let mut root = root_agent.session().store(store).create().await.unwrap();
+            sup.attach(&mut root);
+            tx.send(root.id()).unwrap();
+            let _ = root
+                .run("go", RunOptions::default().with_nested(Arc::new(sup)))
+                .await;
+        });
+        rx.recv().unwrap()
+    };
+    let children = store
+        .list_sessions(arbor_store::SessionQuery::Children(root_id))
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(
+        children[0].status,
+        SessionStatus::Succeeded,
+        "it ended before the crash"
+    );
+    store.mark_interrupted().await.unwrap();
+    let (sup, root_agent) = tree(tool.clone());
+    let mut root = root_agent
+        .open_session(store.clone(), root_id)
+        .await
+        .unwrap();
+    sup.attach(&mut root);
+    let (_, r) = root
+        .continue_interrupted(RunOptions::default().with_nested(Arc::new(sup)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, r.text.as_str()),
+        (RunStatus::Succeeded, "root done")
+    );
+    let waited = root
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) if t.name == "wait_agent" => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(!waited.is_error, "{waited:?}");
+    assert!(waited.content.contains("child done"), "{waited:?}");
+    assert_eq!(
+        tool.calls.load(Ordering::SeqCst),
+        1,
+        "the probe in flight never ran again"
+    );
+}

@@ -384,42 +384,14 @@ impl Supervisor {
         if child.meta["mode"] != "sync" || child.tombstone.is_some() {
             return Ok(None);
         }
-        let waited = match self.settings().runner() {
-            Some(runner) => runner.rejoin(child.id, cancel.clone()).await,
-            None => None,
-        };
-        let result = match waited {
-            Some(r) => r,
-            None if matches!(
-                child.status,
-                arbor_protocol::SessionStatus::Succeeded | arbor_protocol::SessionStatus::Failed
-            ) =>
-            {
-                match finished_run(self.live().store().as_ref(), child.id).await? {
-                    Some(r) => Ok(r),
-                    None => return Ok(None),
-                }
-            }
-            None => return Ok(None),
+        let Some(result) = self.wait_again(&child, cancel).await? else {
+            return Ok(None);
         };
         let outcome = match result {
             Ok(r) if r.status == arbor_protocol::RunStatus::Succeeded => {
-                let done = crate::supervisor::DelegationResult {
-                    delegation_id: child.meta["delegation_id"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    child_id: child.meta["child_id"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    session_id: child.id,
-                    name: child.name.clone(),
-                    result: r,
-                };
                 crate::NestedOutcome::Completed(crate::supervisor::tools::report::finished(
                     &self.delegator(),
-                    &done,
+                    &delegation_result(&child, r),
                 ))
             }
             Ok(r) if r.status == arbor_protocol::RunStatus::Suspended => return Ok(None),
@@ -434,6 +406,87 @@ impl Supervisor {
         };
         tracing::info!(parent = %session, child = %child.id, "a cut-off call rejoined its child");
         Ok(Some(outcome))
+    }
+}
+
+impl Supervisor {
+    /// The run of `child`, whose caller's process died: waited for again through the runner
+    /// when it was handed to a worker, or read from its transcript when it had ended. `None`
+    /// when neither can say.
+    async fn wait_again(
+        &self,
+        child: &arbor_store::SessionRecord,
+        cancel: &CancellationToken,
+    ) -> CoreResult<Option<CoreResult<RunResult>>> {
+        let waited = match self.settings().runner() {
+            Some(runner) => runner.rejoin(child.id, cancel.clone()).await,
+            None => None,
+        };
+        Ok(match waited {
+            Some(r) => Some(r),
+            None if matches!(
+                child.status,
+                arbor_protocol::SessionStatus::Succeeded | arbor_protocol::SessionStatus::Failed
+            ) =>
+            {
+                finished_run(self.live().store().as_ref(), child.id)
+                    .await?
+                    .map(Ok)
+            }
+            None => None,
+        })
+    }
+
+    /// `wait_agent` on a handle that died with the process that held it (its caller's run
+    /// was continued in another process): the async child `delegation_id` of `caller` is
+    /// found in the store and rejoined, waited for again through the runner or read from
+    /// its transcript once ended. `None` when no such child can be rejoined.
+    pub(crate) async fn rejoin_handle(
+        &self,
+        caller: SessionId,
+        delegation_id: &str,
+        cancel: &CancellationToken,
+    ) -> CoreResult<Option<crate::supervisor::DelegationResult>> {
+        let children = self
+            .live()
+            .store()
+            .list_sessions(arbor_store::SessionQuery::Children(caller))
+            .await?;
+        let Some(child) = children.into_iter().find(|c| {
+            c.meta["delegation_id"] == delegation_id
+                && c.meta["mode"] == "async"
+                && c.tombstone.is_none()
+        }) else {
+            return Ok(None);
+        };
+        match self.wait_again(&child, cancel).await? {
+            Some(Ok(r)) if r.status != arbor_protocol::RunStatus::Suspended => {
+                tracing::info!(parent = %caller, child = %child.id, "a handle that died was rejoined from the store");
+                Ok(Some(delegation_result(&child, r)))
+            }
+            Some(Err(e)) => Err(e),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A finished child's run as its delegation's result.
+fn delegation_result(
+    child: &arbor_store::SessionRecord,
+    result: RunResult,
+) -> crate::supervisor::DelegationResult {
+    crate::supervisor::DelegationResult {
+        delegation_id: child.meta["delegation_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        child_id: child.meta["child_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        session_id: child.id,
+        name: child.name.clone(),
+        result,
     }
 }
 

@@ -387,6 +387,19 @@ impl ModelTool for WaitAgentTool {
                 delegation_id,
                 status: HandleStatus::Cancelled,
             })),
+            // The handle died with the process that held it (this run was continued in
+            // another one): the child is rejoined from the store.
+            Err(e) if e.deny_reason() == Some(crate::error::DenyReason::Unknown) => {
+                let sup = self.delegator.supervisor();
+                match sup
+                    .rejoin_handle(ctx.session.id, &args.delegation_id, &ctx.cancel)
+                    .await
+                {
+                    Ok(Some(r)) => Ok(finished(&self.delegator, &r)),
+                    Ok(None) => Err(sup.model_error(&e)),
+                    Err(again) => Err(sup.model_error(&again)),
+                }
+            }
             Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
     }
