@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 #[allow(dead_code)]
 mod serve_support;
-use serve_support::{call, client, serve, status_becomes};
+use serve_support::{call, client, serve, status_becomes, tool_results};
 
 /// A root whose child never answers in time: the server dies while the root waits on it.
 const STUCK: &str = r#"
@@ -112,27 +112,9 @@ async fn a_run_interrupted_by_a_sigkill_is_continued_over_http_once() {
         "{run}"
     );
     // The call in flight was reported interrupted, not run again; the slow child stays so.
-    let (_, page) = call(
-        &http,
-        Method::GET,
-        format!("{base}/v1/sessions/{root}/transcript?limit=500"),
-        None,
-    )
-    .await;
-    let results: Vec<&Value> = page["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
-        .collect();
-    assert_eq!(results.len(), 1, "{page}");
-    assert!(
-        results[0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .starts_with("interrupted"),
-        "{page}"
-    );
+    let results = tool_results(&http, &base, &root).await;
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].starts_with("interrupted"), "{results:?}");
     let slow = run["tree"]["sessions"]
         .as_array()
         .unwrap()
