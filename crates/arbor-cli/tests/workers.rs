@@ -203,6 +203,10 @@ fn a_worker_killed_mid_run_is_taken_over_and_no_effect_runs_twice() {
     drop_schema(&pg);
 }
 
+/// Workers killed at random while the wide tree runs, one every [`KILL_EVERY_MS`].
+const KILLS: u32 = 20;
+const KILL_EVERY_MS: u64 = 500;
+
 /// The root starts 4 leads at once; each lead asks for 25 leaves, 4 at a time: 100 children
 /// that would be 20 live at once without a tree-wide count.
 fn wide_spec() -> String {
@@ -232,7 +236,7 @@ fn wide_spec() -> String {
     }
     spec.push_str(
         "]\n[[agents.lead.turns]]\nusage = { input_tokens = 20, output_tokens = 2 }\n\
-         text = \"led\"\n\n[agents.leaf]\n[[agents.leaf.turns]]\ndelay_ms = 150\n\
+         text = \"led\"\n\n[agents.leaf]\n[[agents.leaf.turns]]\ndelay_ms = 600\n\
          usage = { input_tokens = 3, output_tokens = 1 }\ntext = \"leaf done\"\n",
     );
     spec
@@ -318,7 +322,7 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
         if start.elapsed() > Duration::from_secs(120) {
             stuck(dir.path(), &pg, next);
         }
-        if kills < 4 && last_kill.elapsed() > Duration::from_millis(1200) {
+        if kills < KILLS && last_kill.elapsed() > Duration::from_millis(KILL_EVERY_MS) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
@@ -398,6 +402,19 @@ fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
         answers += answered;
     }
     eprintln!("limits: {leaves_done} leaves ran, {answers} answers reached their leads");
+    // Every spawn of every lead ran exactly once: none lost to a worker killed before its
+    // child registered (issued again on takeover), none registered twice.
+    for lead in sessions.iter().filter(|s| s["parent_id"] == root.as_str()) {
+        let id = lead["id"].as_str().unwrap();
+        let leaves: Vec<&Value> = sessions.iter().filter(|s| s["parent_id"] == id).collect();
+        assert_eq!(
+            (leaves.len(), lead["status"].as_str()),
+            (25, Some("succeeded")),
+            "lead {id}: {} leaves registered: {tree}",
+            leaves.len()
+        );
+    }
+    assert!(kills >= KILLS.min(20), "only {kills} workers were killed");
     drop(pool);
     drop_schema(&pg);
 }
