@@ -128,9 +128,8 @@ impl Supervisor {
             std::sync::Arc::new(crate::session::inbox::Inbox::new()),
             false,
         );
-        sup.live().hub().start_run(record.id, &a.token);
-        // A send that arrives before its first run begins waits for it.
-        sup.live().hub().starting(record.id);
+        // Running from here on; a send that arrives before its first run begins waits for it.
+        sup.live().hub().start_first_run(record.id, &a.token);
         self.publish(SupervisorEvent::DelegationAdmitted {
             origin: arbor_protocol::ChildOrigin {
                 child_id: a.child_id.clone(),

@@ -115,6 +115,23 @@ fn forget_closed_trees(state: &mut HubState) {
     });
 }
 
+/// [`Hub::start_run`] on the locked state.
+fn start_run_in(state: &mut HubState, id: SessionId, token: &CancellationToken) -> bool {
+    if state.closed.contains(&id) {
+        token.cancel();
+        return false;
+    }
+    match state.live.get_mut(&id) {
+        Some(live) if live.running && live.token.is_some() => false,
+        Some(live) => {
+            live.running = true;
+            live.token = Some(token.clone());
+            true
+        }
+        None => true,
+    }
+}
+
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
@@ -155,11 +172,15 @@ impl Hub {
         live.inbox.clone()
     }
 
-    /// Marks the first run of `id` as about to start (see [`Live::starting`]).
-    pub(crate) fn starting(&self, id: SessionId) {
-        if let Some(live) = self.lock().live.get_mut(&id) {
+    /// [`start_run`](Self::start_run) for a child's first run, marking it about to start
+    /// (see [`Live::starting`]) under the same lock: admission takes the hub once.
+    pub(crate) fn start_first_run(&self, id: SessionId, token: &CancellationToken) -> bool {
+        let mut state = self.lock();
+        let started = start_run_in(&mut state, id, token);
+        if let Some(live) = state.live.get_mut(&id) {
             live.starting = true;
         }
+        started
     }
 
     /// The first run of `id` began (or was handed to another process): sends stop waiting.
@@ -184,20 +205,7 @@ impl Hub {
     /// under it stops before its first turn, whichever of the delete and the start came
     /// first.
     pub(crate) fn start_run(&self, id: SessionId, token: &CancellationToken) -> bool {
-        let mut state = self.lock();
-        if state.closed.contains(&id) {
-            token.cancel();
-            return false;
-        }
-        match state.live.get_mut(&id) {
-            Some(live) if live.running && live.token.is_some() => false,
-            Some(live) => {
-                live.running = true;
-                live.token = Some(token.clone());
-                true
-            }
-            None => true,
-        }
+        start_run_in(&mut self.lock(), id, token)
     }
 
     /// Cancels the run of `id` in flight, if one is (its task-lifetime descendants end with
