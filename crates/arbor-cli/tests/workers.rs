@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use pg_support::fleet::{finish, lines, start_tree, wait_until, worker};
 use pg_support::{Pg, Proc, drop_schema, json, server, spawn};
 use serde_json::Value;
 
@@ -48,72 +49,6 @@ fn counter_spec(lines: usize) -> String {
          text = \"counted\"\n",
     );
     spec
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < within, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn worker(dir: &Path, pg: &Pg, n: usize, concurrency: &str) -> Proc {
-    spawn(
-        dir,
-        pg,
-        &[
-            "worker",
-            "--specs",
-            "specs",
-            "--lease-ms",
-            "1500",
-            "--poll-ms",
-            "200",
-            "--concurrency",
-            concurrency,
-        ],
-        &dir.join(format!("worker-{n}.log")),
-    )
-}
-
-/// `arbor run specs/tree.toml --workers --json --no-input` in `dir`, its stderr in `run.log`.
-fn start_tree(dir: &Path, pg: &Pg) -> Proc {
-    spawn(
-        dir,
-        pg,
-        &[
-            "run",
-            "specs/tree.toml",
-            "--workers",
-            "--json",
-            "--no-input",
-        ],
-        &dir.join("run.log"),
-    )
-}
-
-/// Waits for `run` (started by [`pg_support::spawn`] with its stderr in `log`) to end, and
-/// reads its report.
-fn finish(mut run: Proc, log: &Path, within: Duration) -> Value {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            let out = std::fs::read_to_string(pg_support::stdout_of(log)).unwrap();
-            assert!(status.success(), "the run failed: {status}: {out}");
-            return serde_json::from_str(&out).unwrap();
-        }
-        assert!(start.elapsed() < within, "the run did not end");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

@@ -15,11 +15,13 @@ pub(crate) const UNIQUE_VIOLATION: &str = "23505";
 pub(crate) const FOREIGN_KEY_VIOLATION: &str = "23503";
 
 /// What failed inside an operation: a refusal the store decided, or a database error still to
-/// be classified (retried, or mapped with [`store_error`]).
+/// be classified (retried, or mapped with [`store_error`]): before the commit, or the
+/// commit's own (after which, the connection lost, the outcome is unknown).
 #[derive(Debug)]
 pub(crate) enum Failure {
     Store(StoreError),
     Sql(sqlx::Error),
+    Commit(sqlx::Error),
 }
 
 impl From<StoreError> for Failure {
@@ -40,6 +42,19 @@ pub(crate) type OpResult<T> = Result<T, Failure>;
 /// Whether running the transaction again may succeed.
 pub(crate) fn retryable(err: &sqlx::Error) -> bool {
     sqlstate(err).is_some_and(|code| RETRY.contains(&code.as_str()))
+}
+
+/// Whether `err` says the connection is gone: an I/O or TLS failure, a broken protocol
+/// exchange, or the server ending the session (`08…` connection exceptions, `57P01`
+/// admin_shutdown, `57P02` crash_shutdown, `57P03` cannot_connect_now).
+pub(crate) fn connection_lost(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
 }
 
 /// The error's SQLSTATE, if the server sent one.
@@ -70,6 +85,22 @@ pub(crate) fn store_error(shown: &str, err: sqlx::Error) -> StoreError {
             path: shown.to_owned(),
         },
         other => unavailable(shown, other),
+    }
+}
+
+/// The store error for a commit that failed on the server `shown`: when the connection was
+/// lost while committing, PostgreSQL may or may not have applied it, and the error says so.
+pub(crate) fn commit_error(shown: &str, err: sqlx::Error) -> StoreError {
+    if connection_lost(&err) {
+        unavailable(
+            shown,
+            format_args!(
+                "the connection was lost while committing ({err}): the write may or may not \
+                 have been applied"
+            ),
+        )
+    } else {
+        store_error(shown, err)
     }
 }
 

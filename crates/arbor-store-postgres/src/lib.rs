@@ -13,7 +13,9 @@
 //!   schema of their own, so stores can share a database.
 //! - **Writes.** Each write is one transaction that locks the rows it reads before changing
 //!   them, so it lands whole or not at all, also against other processes; a transaction that
-//!   PostgreSQL aborts to break a deadlock is run again. Uniqueness (ids, sibling names,
+//!   PostgreSQL aborts to break a deadlock is run again, and so is an operation whose
+//!   connection was lost before it committed (the server restarted or failed over): an
+//!   outage shorter than the acquire timeout is ridden out. Uniqueness (ids, sibling names,
 //!   checkpoint keys) is enforced by the database's own constraints.
 //! - **Credentials** come from the URL (or the environment the caller reads it from); the
 //!   password is never stored and never shown: errors name the server as
@@ -48,6 +50,7 @@ mod error;
 mod migrate;
 mod options;
 mod queue;
+mod retry;
 mod store;
 
 pub use error::redacted_url;

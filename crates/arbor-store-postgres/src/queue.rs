@@ -29,6 +29,7 @@ use sqlx::postgres::{PgListener, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
 use crate::error::{Failure, OpResult, UNIQUE_VIOLATION, constraint, corrupt, sqlstate};
+use crate::retry::{commit, retrying};
 use crate::store::PostgresStore;
 
 /// The channel that wakes idle workers.
@@ -155,7 +156,7 @@ impl WorkQueue {
         let payload = serde_json::to_string(&run.payload)
             .map_err(|e| StoreError::Invalid(format!("child run payload: {e}")))?;
         let max_active = run.max_active.map(i64::from);
-        let out: OpResult<()> = async {
+        retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
             let sql = format!(
                 "INSERT INTO child_runs (session_id, parent_id, root_id, state, payload, \
@@ -167,7 +168,7 @@ impl WorkQueue {
                  enqueued_at = EXCLUDED.enqueued_at, updated_at = EXCLUDED.updated_at \
                  WHERE child_runs.state IN ('done', 'failed', 'cancelled')"
             );
-            let inserted = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let inserted = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(run.session.to_string())
                 .bind(run.parent.to_string())
                 .bind(run.root.to_string())
@@ -196,11 +197,9 @@ impl WorkQueue {
                 }
             }
             notify(&mut tx, WORK_CHANNEL, &run.session.to_string()).await?;
-            tx.commit().await?;
+            commit(tx).await?;
             Ok(())
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Claims up to `max` runs: queued ones, and claimed ones whose lease ran out (a
@@ -211,14 +210,14 @@ impl WorkQueue {
             return Ok(Vec::new());
         }
         let scan = i64::try_from(max.saturating_mul(4).max(16)).unwrap_or(i64::MAX);
-        let out: OpResult<Vec<Claim>> = async {
+        retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
             let sql = format!(
                 "SELECT session_id, root_id, max_active FROM child_runs \
                  WHERE state = 'queued' OR (state = 'claimed' AND lease_until < {NOW_MS}) \
                  ORDER BY enqueued_at, session_id FOR UPDATE SKIP LOCKED LIMIT $1"
             );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(scan)
                 .fetch_all(&mut *tx)
                 .await?;
@@ -258,7 +257,7 @@ impl WorkQueue {
                      WHERE session_id = $1 \
                      RETURNING session_id, parent_id, root_id, payload, attempts"
                 );
-                let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                     .bind(&session)
                     .bind(&self.worker)
                     .bind(self.lease_ms)
@@ -266,11 +265,9 @@ impl WorkQueue {
                     .await?;
                 claims.push(claim_from_row(&row)?);
             }
-            tx.commit().await?;
+            commit(tx).await?;
             Ok(claims)
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Renews `claim`'s lease, and says whether the run was cancelled or the claim lost. A
@@ -289,8 +286,8 @@ impl WorkQueue {
              RETURNING cancel_requested \
                OR EXISTS (SELECT 1 FROM chain WHERE tombstone IS NOT NULL)"
         );
-        let out: OpResult<Heartbeat> = async {
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        retrying!(&self.store, async {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(claim.session.to_string())
                 .bind(&self.worker)
                 .bind(attempt(claim))
@@ -303,9 +300,7 @@ impl WorkQueue {
                 },
                 None => Heartbeat::Lost,
             })
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Reports `claim`'s run finished (`ok`) or failed, with its outcome. `false`, writing
@@ -318,9 +313,9 @@ impl WorkQueue {
              updated_at = {NOW_MS} \
              WHERE session_id = $1 AND state = 'claimed' AND owner = $2 AND attempts = $3"
         );
-        let out: OpResult<bool> = async {
+        retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(claim.session.to_string())
                 .bind(&self.worker)
                 .bind(attempt(claim))
@@ -335,11 +330,9 @@ impl WorkQueue {
                 // Its slot is free: a worker may claim a sibling now.
                 notify(&mut tx, WORK_CHANNEL, &claim.session.to_string()).await?;
             }
-            tx.commit().await?;
+            commit(tx).await?;
             Ok(done)
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Cancels a run: a queued one is `Cancelled` at once, a claimed one is flagged (its
@@ -352,9 +345,9 @@ impl WorkQueue {
              cancel_requested = cancel_requested OR state = 'claimed', updated_at = {NOW_MS} \
              WHERE session_id = $1 RETURNING state"
         );
-        let out: OpResult<RunState> = async {
+        retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(session.to_string())
                 .fetch_optional(&mut *tx)
                 .await?
@@ -366,11 +359,9 @@ impl WorkQueue {
             if state == RunState::Cancelled {
                 notify(&mut tx, DONE_CHANNEL, &session.to_string()).await?;
             }
-            tx.commit().await?;
+            commit(tx).await?;
             Ok(state)
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Where `session`'s run is, with its outcome once reported; `None` if never queued.
@@ -378,7 +369,7 @@ impl WorkQueue {
         &self,
         session: SessionId,
     ) -> StoreResult<Option<(RunState, Option<Value>)>> {
-        let out: OpResult<_> = async {
+        retrying!(&self.store, async {
             let row = sqlx::query("SELECT state, outcome FROM child_runs WHERE session_id = $1")
                 .bind(session.to_string())
                 .fetch_optional(self.store.pool())
@@ -391,19 +382,15 @@ impl WorkQueue {
                 .transpose()
                 .map_err(|e| corrupt(format_args!("child run outcome: {e}")))?;
             Ok(Some((state, outcome)))
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// The tree's live children (every depth): claimed, under a lease that has not run out.
     pub async fn live(&self, root: SessionId) -> StoreResult<u64> {
-        let out: OpResult<u64> = async {
+        retrying!(&self.store, async {
             let mut conn = self.store.pool().acquire().await?;
             live_in(&mut conn, &root.to_string(), None).await
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Relays `events` (JSON, in order) of `claim`'s run to whoever streams them, with one
@@ -419,7 +406,7 @@ impl WorkQueue {
                     .map_err(|e| StoreError::Invalid(format!("child event: {e}")))?,
             );
         }
-        let out: OpResult<()> = async {
+        retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
             let written = sqlx::query(
                 "INSERT INTO child_events (session_id, event) \
@@ -438,11 +425,9 @@ impl WorkQueue {
             if written > 0 {
                 notify(&mut tx, EVENTS_CHANNEL, &claim.session.to_string()).await?;
             }
-            tx.commit().await?;
+            commit(tx).await?;
             Ok(())
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// The events `session`'s run relayed after position `after`, in order, with their
@@ -452,7 +437,7 @@ impl WorkQueue {
         session: SessionId,
         after: u64,
     ) -> StoreResult<Vec<(u64, Value)>> {
-        let out: OpResult<Vec<(u64, Value)>> = async {
+        retrying!(&self.store, async {
             let rows = sqlx::query(
                 "SELECT seq, event FROM child_events WHERE session_id = $1 AND seq > $2 \
                  ORDER BY seq",
@@ -470,22 +455,18 @@ impl WorkQueue {
                 events.push((u64::try_from(seq).unwrap_or(0), event));
             }
             Ok(events)
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// Forgets the events `session`'s run relayed (once its run was reported).
     pub async fn forget_events(&self, session: SessionId) -> StoreResult<()> {
-        let out: OpResult<()> = async {
+        retrying!(&self.store, async {
             sqlx::query("DELETE FROM child_events WHERE session_id = $1")
                 .bind(session.to_string())
                 .execute(self.store.pool())
                 .await?;
             Ok(())
-        }
-        .await;
-        self.store.finish_op(out)
+        })
     }
 
     /// A listener for wake-ups: work enqueued or freed, and runs finished.
@@ -549,7 +530,7 @@ async fn live_in(conn: &mut PgConnection, root: &str, except: Option<&str>) -> O
         "SELECT COUNT(*) FROM child_runs WHERE root_id = $1 AND state = 'claimed' \
          AND lease_until >= {NOW_MS} AND session_id <> COALESCE($2, '')"
     );
-    let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
         .bind(root)
         .bind(except)
         .fetch_one(conn)

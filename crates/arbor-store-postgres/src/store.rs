@@ -9,7 +9,6 @@
 //! again, a few times, before its error is reported.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
 use arbor_store::{
@@ -24,11 +23,9 @@ use crate::codec::{
     entry_from_row, insert_session, session_from_row, to_sql, write_session,
 };
 use crate::error::{
-    FOREIGN_KEY_VIOLATION, Failure, OpResult, UNIQUE_VIOLATION, constraint, retryable, sqlstate,
+    FOREIGN_KEY_VIOLATION, Failure, OpResult, UNIQUE_VIOLATION, constraint, sqlstate,
 };
-
-/// How many times a transaction aborted by a deadlock or a serialization conflict runs.
-const ATTEMPTS: u32 = 8;
+use crate::retry::{commit, retrying};
 
 /// The arbor store on PostgreSQL; see the [crate docs](crate). Cloning shares the pool.
 ///
@@ -52,29 +49,16 @@ impl std::fmt::Debug for PostgresStore {
 
 /// Runs `$body` (which uses `$tx`, a `&mut PgConnection` inside one transaction) and commits,
 /// running it again when PostgreSQL aborted it to break a deadlock or a serialization
-/// conflict.
+/// conflict, or the connection was lost before the commit (see [`crate::retry`]).
 macro_rules! transaction {
     ($store:expr, |$tx:ident| $body:expr) => {{
-        let store: &PostgresStore = $store;
-        let mut attempt = 1;
-        loop {
-            let out: OpResult<_> = async {
-                let mut owned: Transaction<'_, Postgres> = store.pool.begin().await?;
-                let $tx: &mut PgConnection = &mut owned;
-                let value = $body;
-                owned.commit().await?;
-                Ok(value)
-            }
-            .await;
-            match out {
-                Err(Failure::Sql(err)) if retryable(&err) && attempt < ATTEMPTS => {
-                    tracing::debug!(store = %store.shown, attempt, %err, "transaction run again");
-                    tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
-                    attempt += 1;
-                }
-                other => break store.finish_op(other),
-            }
-        }
+        retrying!($store, async {
+            let mut owned: Transaction<'_, Postgres> = $store.pool.begin().await?;
+            let $tx: &mut PgConnection = &mut owned;
+            let value = $body;
+            commit(owned).await?;
+            Ok(value)
+        })
     }};
 }
 
@@ -102,7 +86,7 @@ impl PostgresStore {
             "DROP SCHEMA IF EXISTS {} CASCADE",
             crate::migrate::quoted(schema)
         );
-        let out = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let out = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .execute(&self.pool)
             .await
             .map(drop)
@@ -120,12 +104,8 @@ impl PostgresStore {
         out.map_err(|f| match f {
             Failure::Store(err) => err,
             Failure::Sql(err) => crate::error::store_error(&self.shown, err),
+            Failure::Commit(err) => crate::error::commit_error(&self.shown, err),
         })
-    }
-
-    /// Runs one read outside a transaction.
-    async fn read<T>(&self, out: OpResult<T>) -> StoreResult<T> {
-        self.finish_op(out)
     }
 }
 
@@ -143,7 +123,7 @@ async fn load(tx: &mut PgConnection, id: SessionId, lock: bool) -> OpResult<Opti
         "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1{}",
         if lock { " FOR UPDATE" } else { "" }
     );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
         .bind(id.to_string())
         .fetch_optional(tx)
         .await?;
@@ -160,7 +140,7 @@ async fn select_sessions(
         "SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} ORDER BY created_at, id{}",
         if lock { " FOR UPDATE" } else { "" }
     );
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
     if let Some(param) = param {
         query = query.bind(param);
     }
@@ -303,17 +283,29 @@ async fn checkpoint_version(
 impl Store for PostgresStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
         // One statement, one round trip: the database's constraints decide (a taken id, a
-        // missing parent, a taken sibling name), also against a concurrent writer.
-        let out: OpResult<()> = async {
+        // missing parent, a taken sibling name), also against a concurrent writer. Run again
+        // after its connection was lost, it may find its own row: the first attempt
+        // committed before the answer was lost (a row of another writer differs from ours).
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        retrying!(self, async {
+            let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             let inserted = insert_session(record)?.execute(&self.pool).await;
             match inserted {
                 Ok(_) => Ok(()),
                 Err(e) => Err(match (sqlstate(&e).as_deref(), constraint(&e)) {
-                    (Some(UNIQUE_VIOLATION), Some("sessions_pkey")) => StoreError::AlreadyExists {
-                        what: "session",
-                        id: record.id.to_string(),
+                    (Some(UNIQUE_VIOLATION), Some("sessions_pkey")) => {
+                        if attempt > 1 {
+                            let mut conn = self.pool.acquire().await?;
+                            if load(&mut conn, record.id, false).await?.as_ref() == Some(record) {
+                                return Ok(());
+                            }
+                        }
+                        StoreError::AlreadyExists {
+                            what: "session",
+                            id: record.id.to_string(),
+                        }
+                        .into()
                     }
-                    .into(),
                     (Some(FOREIGN_KEY_VIOLATION), _) => match record.parent_id {
                         Some(parent) => StoreError::session_not_found(parent).into(),
                         None => Failure::Sql(e),
@@ -321,18 +313,14 @@ impl Store for PostgresStore {
                     _ => name_race(e.into(), &record.name),
                 }),
             }
-        }
-        .await;
-        self.finish_op(out)
+        })
     }
 
     async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
-        let out = async {
+        retrying!(self, async {
             let mut conn = self.pool.acquire().await?;
             load(&mut conn, id, false).await
-        }
-        .await;
-        self.read(out).await
+        })
     }
 
     async fn update_session(
@@ -355,12 +343,10 @@ impl Store for PostgresStore {
                 Some(n.to_string()),
             ),
         };
-        let out = async {
+        retrying!(self, async {
             let mut conn = self.pool.acquire().await?;
-            select_sessions(&mut conn, filter, param, false).await
-        }
-        .await;
-        self.read(out).await
+            select_sessions(&mut conn, filter, param.clone(), false).await
+        })
     }
 
     async fn append(
@@ -414,7 +400,7 @@ impl Store for PostgresStore {
     ) -> StoreResult<Vec<TranscriptEntry>> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        let out = async {
+        retrying!(self, async {
             let mut conn = self.pool.acquire().await?;
             if !exists(&mut conn, session).await? {
                 return Err(StoreError::session_not_found(session).into());
@@ -423,7 +409,7 @@ impl Store for PostgresStore {
                 "SELECT {ENTRY_COLUMNS} FROM transcript_entries WHERE session_id = $1 \
                  AND seq > $2 ORDER BY seq LIMIT $3"
             );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(session.to_string())
                 .bind(after)
                 .bind(limit)
@@ -433,9 +419,7 @@ impl Store for PostgresStore {
                 .iter()
                 .map(entry_from_row)
                 .collect::<StoreResult<Vec<_>>>()?)
-        }
-        .await;
-        self.read(out).await
+        })
     }
 
     async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
@@ -516,24 +500,22 @@ impl Store for PostgresStore {
         let sql = format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE namespace = $1 AND key = $2"
         );
-        let out = async {
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        retrying!(self, async {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(namespace)
                 .bind(key)
                 .fetch_optional(&self.pool)
                 .await?;
             Ok(row.as_ref().map(checkpoint_from_row).transpose()?)
-        }
-        .await;
-        self.read(out).await
+        })
     }
 
     async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
         let sql = format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE namespace = $1 ORDER BY key"
         );
-        let out = async {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        retrying!(self, async {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(namespace)
                 .fetch_all(&self.pool)
                 .await?;
@@ -541,9 +523,7 @@ impl Store for PostgresStore {
                 .iter()
                 .map(checkpoint_from_row)
                 .collect::<StoreResult<Vec<_>>>()?)
-        }
-        .await;
-        self.read(out).await
+        })
     }
 
     async fn delete_checkpoint(

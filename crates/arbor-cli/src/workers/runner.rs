@@ -206,6 +206,7 @@ impl QueueRunner {
                 }
             }
             if cancel.is_cancelled() && gave_up_at.is_none() {
+                tracing::info!(child = %session, "the delegation was cancelled: flagging its run");
                 queue.cancel(session).await?;
                 gave_up_at = Some(tokio::time::Instant::now() + super::DEFAULT_LEASE);
             }

@@ -22,6 +22,7 @@ use arbor_store::Store;
 use arbor_store_postgres::{Claim, Heartbeat, WorkQueue};
 use serde_json::Value;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::WorkerArgs;
@@ -87,13 +88,15 @@ pub(crate) async fn work(args: WorkerArgs) -> Result<u8, Fail> {
                 return Ok(0);
             }
         } else if runs.len() < args.concurrency {
+            // The leases start when the server takes the claim: after this.
+            let asked = tokio::time::Instant::now();
             match queue.claim(args.concurrency - runs.len()).await {
                 Ok(claims) => {
                     let got = !claims.is_empty();
                     for claim in claims {
                         let worker = Arc::clone(&worker);
                         let stop = stop_now.clone();
-                        runs.spawn(async move { worker.run(claim, stop).await });
+                        runs.spawn(async move { worker.run(claim, asked, stop).await });
                     }
                     if got {
                         // More may wait: claim again before sleeping.
@@ -123,26 +126,39 @@ struct Worker {
 }
 
 impl Worker {
-    /// Runs one claim to its report (unless its lease is lost, or `stop` ends the process).
-    async fn run(&self, claim: Claim, stop: CancellationToken) {
+    /// Runs one claim to its report, unless its lease is lost (then it stops writing and
+    /// leaves the run to the takeover) or `stop` ends the process. `asked` is when the claim
+    /// was asked for: its lease runs from a later instant.
+    async fn run(&self, claim: Claim, mut asked: Instant, stop: CancellationToken) {
+        // A claim that took long to come back (its server slow or just back) may hold little
+        // of its lease: renew it before the run writes anything.
+        if asked.elapsed() >= self.lease / 4 {
+            let sent = Instant::now();
+            match self.queue.heartbeat(&claim).await {
+                Ok(Heartbeat::Held { .. }) if sent.elapsed() < self.lease / 4 => asked = sent,
+                _ => {
+                    tracing::warn!(child = %claim.session, "the claim could not be confirmed in time; leaving it to a takeover");
+                    return;
+                }
+            }
+        }
         let cancel = CancellationToken::new();
         let lost = CancellationToken::new();
-        let beat = self.heartbeat(&claim, cancel.clone(), lost.clone());
-        let run = self.run_claim(&claim, cancel.clone());
-        tokio::pin!(run);
-        let outcome = tokio::select! {
-            o = &mut run => o,
-            () = beat => {
-                // The heartbeat only ends when the claim is lost: stop without a report.
-                cancel.cancel();
-                let _ = run.await;
-                return;
+        let beat = self.heartbeat(&claim, asked, cancel.clone(), lost.clone());
+        let run = self.run_claim(&claim, cancel, lost.clone());
+        tokio::pin!(run, beat);
+        let outcome = loop {
+            tokio::select! {
+                o = &mut run => break o,
+                // The heartbeat only ends when the claim is lost; the run then stops.
+                () = &mut beat, if !lost.is_cancelled() => {}
+                () = stop.cancelled() => return,
             }
-            () = stop.cancelled() => return,
         };
-        if lost.is_cancelled() {
+        let Some(outcome) = outcome.filter(|_| !lost.is_cancelled()) else {
+            tracing::warn!(child = %claim.session, "the claim's lease was lost: the run stopped without writing more, for the worker that takes it over");
             return;
-        }
+        };
         let ok = outcome.succeeded();
         let report = serde_json::to_value(&outcome).unwrap_or(Value::Null);
         match self.queue.finish(&claim, ok, &report).await {
@@ -157,50 +173,68 @@ impl Worker {
     }
 
     /// Renews the lease a few times per lease; cancels the run when asked to (or when the
-    /// child was deleted). Returns only when the claim is lost.
-    async fn heartbeat(&self, claim: &Claim, cancel: CancellationToken, lost: CancellationToken) {
+    /// child was deleted). Returns only when the claim is lost: the server says another
+    /// worker holds it, or no renewal came back before the lease this process can count on
+    /// ran out. That is measured from before the last renewal was sent (the server counts
+    /// from when it received it, later), less a margin, so the run stops writing before
+    /// another worker may claim it.
+    async fn heartbeat(
+        &self,
+        claim: &Claim,
+        asked: Instant,
+        cancel: CancellationToken,
+        lost: CancellationToken,
+    ) {
         let every = self.lease / 4;
-        let mut last_held = tokio::time::Instant::now();
+        let held_for = self.lease - self.lease / 10;
+        let mut held_until = asked + held_for;
         loop {
-            tokio::time::sleep(every).await;
-            match self.queue.heartbeat(claim).await {
-                Ok(Heartbeat::Held { cancel: asked }) => {
-                    last_held = tokio::time::Instant::now();
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep_until(held_until) => break,
+            }
+            let sent = Instant::now();
+            match tokio::time::timeout_at(held_until, self.queue.heartbeat(claim)).await {
+                Ok(Ok(Heartbeat::Held { cancel: asked })) => {
+                    held_until = sent + held_for;
                     if asked && !cancel.is_cancelled() {
                         tracing::info!(child = %claim.session, "run cancelled");
                         cancel.cancel();
                     }
                 }
-                Ok(Heartbeat::Lost) => {
-                    lost.cancel();
-                    return;
+                Ok(Ok(Heartbeat::Lost)) => break,
+                Ok(Err(e)) => {
+                    tracing::warn!(child = %claim.session, error = %e, "heartbeat failed; trying again");
                 }
-                Err(e) => {
-                    tracing::warn!(child = %claim.session, error = %e, "heartbeat failed");
-                    if last_held.elapsed() >= self.lease {
-                        // Someone else may hold it now: never report beside them.
-                        lost.cancel();
-                        return;
-                    }
+                Err(_) => {
+                    tracing::warn!(child = %claim.session, "no heartbeat got through within the lease");
+                    break;
                 }
             }
         }
+        lost.cancel();
     }
 
-    /// Builds the claim's tree from its spec and runs the child.
-    async fn run_claim(&self, claim: &Claim, cancel: CancellationToken) -> RemoteOutcome {
+    /// Builds the claim's tree from its spec and runs the child to its outcome; `None` when the claim was lost (`lost`): the run is dropped where it stands, as if
+    /// this process had died, and nothing more of it is written.
+    async fn run_claim(
+        &self,
+        claim: &Claim,
+        cancel: CancellationToken,
+        lost: CancellationToken,
+    ) -> Option<RemoteOutcome> {
         // Read strictly: a payload that does not read fails the run, never runs it with
         // less than its parent decided (its limits, say).
         let payload = match Payload::read(&claim.payload) {
             Ok(p) => p,
-            Err(why) => return failed(why),
+            Err(why) => return Some(failed(why)),
         };
         let Some(spec) = self.specs.get(&payload.spec) else {
-            return failed(format!(
+            return Some(failed(format!(
                 "no spec of this worker's --specs has revision {:?} (the spec the tree was \
                  started from)",
                 payload.spec
-            ));
+            )));
         };
         let Payload {
             input,
@@ -227,11 +261,11 @@ impl Worker {
         let token = CancellationToken::new();
         let built = match crate::tree::build(spec, self.store.clone(), token.clone()).await {
             Ok(b) => b,
-            Err(e) => return RemoteOutcome::of(&Err(e)),
+            Err(e) => return Some(RemoteOutcome::of(&Err(e))),
         };
         let Some(sup) = built.supervisor.clone() else {
             built.close().await;
-            return failed("the spec has no children to run".to_owned());
+            return Some(failed("the spec has no children to run".to_owned()));
         };
         let takeover = claim.attempt > 1;
         if takeover {
@@ -252,13 +286,28 @@ impl Worker {
         let mut read_to = 0;
         let result = loop {
             tokio::select! {
-                r = &mut run => break r,
+                r = &mut run => break Some(r),
+                () = lost.cancelled() => break None,
                 () = tokio::time::sleep(MAIL_EVERY) => {
-                    if let Err(e) = sup.collect_mail(claim.session, &mut read_to).await {
-                        tracing::debug!(child = %claim.session, error = %e, "could not read the child's mail");
+                    tokio::select! {
+                        read = sup.collect_mail(claim.session, &mut read_to) => {
+                            if let Err(e) = read {
+                                tracing::debug!(child = %claim.session, error = %e, "could not read the child's mail");
+                            }
+                        }
+                        () = lost.cancelled() => {}
                     }
                 }
             }
+        };
+        let Some(result) = result else {
+            // Dropped where it stands, at once, with every task of its tree: no cancellation
+            // runs and nothing more is written (an operation waiting for a connection is
+            // dropped with it; its relayed events end with the channel).
+            sup.abandon_runs();
+            drop(run);
+            built.close().await;
+            return None;
         };
         // Every event is relayed before the outcome is reported.
         drop(run);
@@ -267,7 +316,7 @@ impl Worker {
         }
         token.cancel();
         built.close().await;
-        RemoteOutcome::of(&result)
+        Some(RemoteOutcome::of(&result))
     }
 }
 

@@ -2,6 +2,9 @@
 //! (`. .ci/postgres.sh`), a schema of each test's own, and `arbor` run against it with a
 //! password in the URL that no output may show. Without a server the tests skip loudly.
 
+pub(crate) mod fleet;
+pub(crate) mod own;
+
 use std::path::Path;
 use std::process::{Command, Output};
 

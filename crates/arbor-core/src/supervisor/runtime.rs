@@ -290,11 +290,13 @@ impl Supervisor {
         };
         let token = self.live().session_token().clone();
         let dropped = self.live().dropped().clone();
+        let abandoned = self.live().abandoned().clone();
         let inner = Arc::downgrade(&self.inner);
         runtime.spawn(async move {
             tokio::select! {
                 () = token.cancelled() => {}
                 () = dropped.cancelled() => return,
+                () = abandoned.cancelled() => return,
             }
             let Some(inner) = inner.upgrade() else {
                 return;
@@ -343,6 +345,21 @@ impl Supervisor {
         live.tracker().close();
         live.tracker().wait().await;
         live.bus().close();
+    }
+
+    /// Stops everything this supervisor runs where it stands, as if its process had died:
+    /// every delegation and task of it is dropped at its next poll, no cancellation runs,
+    /// and nothing more is written (a store operation in flight is dropped with its future).
+    /// The runs are left as a crash leaves them, for whoever takes them over, which goes on
+    /// from their transcripts.
+    ///
+    /// For a host that lost its claim on the work, like a worker whose lease ran out while
+    /// its store was unreachable: another may be running it already, and two writers of one
+    /// run must never be. The host drops the futures it awaits (a
+    /// [`run_claimed`](Self::run_claimed), say) right after this; the supervisor runs
+    /// nothing afterwards.
+    pub fn abandon_runs(&self) {
+        self.live().abandoned().cancel();
     }
 
     /// The token whose cancellation ends every child.

@@ -1,3 +1,4 @@
+mod abandon;
 mod admission;
 mod approvals;
 mod bounds;

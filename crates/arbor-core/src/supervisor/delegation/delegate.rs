@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{CoreError, CoreResult};
@@ -43,9 +44,12 @@ impl Delegator {
         // or timed out) hands what is left of the drive to a task, so the delegation still
         // ends with exactly one terminal report; the guard cancels it when that happens.
         let guard = registered.admitted().token.clone().drop_guard();
-        let tracker = self.supervisor.live().tracker();
-        let result =
-            Inline::new(|| tracker.track_future(registered.drive().in_current_span())).await;
+        let live = self.supervisor.live();
+        let result = Inline::new(live.abandoned().clone(), || {
+            live.tracker()
+                .track_future(registered.drive().in_current_span())
+        })
+        .await;
         guard.disarm();
         result
     }
@@ -257,14 +261,16 @@ fn uuid_like() -> String {
 }
 
 /// A future run inside its caller's future, handed to a task of its own if the caller drops
-/// it before it ends (so it still ends, and reports, whatever becomes of the caller). Boxed:
-/// a drive's state is large, and only the box moves.
+/// it before it ends (so it still ends, and reports, whatever becomes of the caller), unless
+/// the supervisor was abandoned (then it is dropped with its caller, as if the process had
+/// died). Boxed: a drive's state is large, and only the box moves.
 struct Inline<F>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     fut: Option<Pin<Box<F>>>,
+    abandoned: CancellationToken,
 }
 
 impl<F> Inline<F>
@@ -272,10 +278,12 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    /// The future `make` builds, built straight into its box.
-    fn new(make: impl FnOnce() -> F) -> Self {
+    /// The future `make` builds, built straight into its box; `abandoned` is the
+    /// supervisor's.
+    fn new(abandoned: CancellationToken, make: impl FnOnce() -> F) -> Self {
         Self {
             fut: Some(boxed_in_place(make)),
+            abandoned,
         }
     }
 }
@@ -306,9 +314,17 @@ where
         let Some(fut) = self.fut.take() else {
             return;
         };
+        if self.abandoned.is_cancelled() {
+            return;
+        }
         // Outside a runtime (it is going away) nothing can run it: it is dropped.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            drop(runtime.spawn(fut));
+            let abandoned = self.abandoned.clone();
+            drop(
+                runtime.spawn(crate::supervisor::tree::live::unless_abandoned(
+                    abandoned, fut,
+                )),
+            );
         }
     }
 }

@@ -68,7 +68,7 @@ impl Supervisor {
         let this = self.clone();
         let id = handle.delegation_id.clone();
         // Boxed: the drive's state is large, and a task moves its future several times.
-        self.live().tracker().spawn(boxed_in_place(|| {
+        self.live().spawn(boxed_in_place(|| {
             async move {
                 // Marks the handle finished even if the drive panics, so it is never left
                 // "running" (its waiters then get an error rather than hanging).

@@ -26,6 +26,7 @@ use crate::supervisor::delegation::register::admitted_terms;
 use crate::supervisor::delegation::request::{DelegationResult, Mode};
 use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::report::finished;
+use crate::supervisor::tree::live::ABANDONED;
 
 /// The store namespace of delegation mappings.
 pub const DELEGATION_NAMESPACE: &str = "delegation";
@@ -369,17 +370,19 @@ impl NestedResumer for Supervisor {
         // still leaves the child exactly one terminal report; the guard cancels the child
         // when that happens.
         let guard = registered.admitted().token.clone().drop_guard();
-        let task =
-            sup.live()
-                .tracker()
-                .spawn(crate::supervisor::delegation::delegate::boxed_in_place(
-                    || registered.drive().in_current_span(),
-                ));
-        let outcome = task.await.unwrap_or_else(|e| {
-            Err(CoreError::Supervisor(format!(
+        let task = sup
+            .live()
+            .spawn(crate::supervisor::delegation::delegate::boxed_in_place(
+                || registered.drive().in_current_span(),
+            ));
+        let outcome = match task.await {
+            Ok(Some(outcome)) => outcome,
+            // Abandoned: nothing more is written (this future is dropped with the rest).
+            Ok(None) => return Err(CoreError::Supervisor(ABANDONED.to_owned())),
+            Err(e) => Err(CoreError::Supervisor(format!(
                 "delegation task failed: {e}"
-            )))
-        });
+            ))),
+        };
         guard.disarm();
         match self
             .settle_resumed(run_id, session_id, mapping_version, outcome)

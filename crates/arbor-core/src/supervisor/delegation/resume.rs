@@ -25,13 +25,15 @@ impl Supervisor {
     /// pending messages. Harmless when it is running (its next turn reads them) or is the
     /// host's.
     pub(crate) fn wake(&self, id: SessionId) {
-        if self.live().session_token().is_cancelled() || !self.live().hub().claim_idle(id) {
+        if self.live().session_token().is_cancelled()
+            || self.live().abandoned().is_cancelled()
+            || !self.live().hub().claim_idle(id)
+        {
             return;
         }
         let this = self.clone();
         // Boxed: a follow-up run's state is large, and a task moves its future several times.
         self.live()
-            .tracker()
             .spawn(crate::supervisor::delegation::delegate::boxed_in_place(
                 || {
                     async move {

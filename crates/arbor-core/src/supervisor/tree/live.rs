@@ -18,6 +18,10 @@ use crate::supervisor::delegation::slots::Slots;
 use crate::supervisor::delegation::summary::Summary;
 use crate::supervisor::tree::hub::Hub;
 
+/// What a task or delegation of an abandoned supervisor ends with (never written anywhere).
+pub(crate) const ABANDONED: &str =
+    "the supervisor was abandoned: nothing more of its runs is written";
+
 /// The counters and the async handles, changed together under one lock.
 pub(crate) struct State {
     pub(crate) summary: Summary,
@@ -36,6 +40,11 @@ pub(crate) struct Live {
     watching: AtomicBool,
     /// Cancelled when the supervisor is dropped: its watcher stops.
     dropped: CancellationToken,
+    /// Cancelled when the host abandons the supervisor ([`Supervisor::abandon_runs`]): its tasks
+    /// are dropped where they stand, writing nothing more.
+    ///
+    /// [`Supervisor::abandon_runs`]: crate::Supervisor::abandon_runs
+    abandoned: CancellationToken,
     state: Mutex<State>,
     tracker: TaskTracker,
     hub: Hub,
@@ -63,6 +72,7 @@ impl Live {
             bus: Bus::retaining(capacity),
             watching: AtomicBool::new(false),
             dropped: CancellationToken::new(),
+            abandoned: CancellationToken::new(),
             state: Mutex::new(State {
                 summary: Summary::new(child_ids),
                 handles: Handles::new(capacity),
@@ -107,6 +117,22 @@ impl Live {
         &self.dropped
     }
 
+    /// Cancelled when the host abandoned the supervisor.
+    pub(crate) fn abandoned(&self) -> &CancellationToken {
+        &self.abandoned
+    }
+
+    /// Spawns `fut` as a tracked task that is dropped where it stands, at its next poll, once
+    /// the supervisor is abandoned (its output then `None`).
+    pub(crate) fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<Option<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tracker
+            .spawn(unless_abandoned(self.abandoned.clone(), fut))
+    }
+
     /// The tasks of every delegation (waited for at shutdown).
     pub(crate) fn tracker(&self) -> &TaskTracker {
         &self.tracker
@@ -120,5 +146,18 @@ impl Live {
     /// The counters and handles. Every critical section is short and never panics midway.
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `fut`, unless `abandoned` is cancelled first: then it is dropped where it stands, at its
+/// next poll, and the output is `None`.
+pub(crate) async fn unless_abandoned<F: Future>(
+    abandoned: CancellationToken,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        () = abandoned.cancelled() => None,
+        out = fut => Some(out),
     }
 }
