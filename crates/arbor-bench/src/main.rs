@@ -67,7 +67,9 @@ struct Args {
     ops: Option<u64>,
     /// Instead of the scenarios: seed a SQLite store with this many sessions of finished
     /// trees and check that `arbor ls`, `tree` and a small `run` cost no more memory or
-    /// time there than on a store of one tree (the `arbor` binary beside this program).
+    /// time there than on a store of one tree, and that building a tree of about as many
+    /// sessions costs little more memory than a small one (the `arbor` binary beside this
+    /// program).
     #[arg(long, value_name = "SESSIONS")]
     big_store: Option<u64>,
     /// Internal: run one scenario on one store and print its row as JSON.
@@ -255,9 +257,10 @@ fn big_store_check(sessions: u64, json: bool) -> Result<ExitCode, String> {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
-            "arbor-bench: on a store of {sessions} sessions these cost more than {} MB more, \
-             or {}x the time plus {} ms: {}",
+            "arbor-bench: on a store of {sessions} sessions these cost more than {} MB more \
+             (a wider tree: {} KB more per session), or {}x the time plus {} ms: {}",
             big_store::MAX_EXTRA_MB,
+            big_store::TREE_KB_PER_SESSION,
             big_store::MAX_SLOWER,
             big_store::SLACK_MS,
             over.join(", ")

@@ -3,8 +3,6 @@
 //! Both come from the store (`list_sessions(Tree(root))`), not from memory, so they show what
 //! a later process will find.
 
-use std::collections::HashMap;
-
 use arbor_core::RunResult;
 use arbor_core::approval::Suspension;
 use arbor_protocol::SessionId;
@@ -24,28 +22,18 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
-fn names(sessions: &[SessionRecord]) -> HashMap<SessionId, &str> {
-    sessions.iter().map(|s| (s.id, s.name.as_str())).collect()
-}
-
 /// The JSON report.
 pub(crate) fn json_report(
     root: SessionId,
     store: &str,
-    sessions: &[SessionRecord],
+    own_total_tokens: u64,
     result: &RunResult,
 ) -> serde_json::Value {
-    let rows: Vec<_> = sessions
-        .iter()
-        .map(arbor_core::registry::SessionView::of)
-        .collect();
-    let own_sum: u64 = sessions.iter().map(|s| s.own_usage.total_tokens).sum();
     json!({
         "root_session_id": root,
         "store": store,
         "status": result.status,
-        "sessions": rows,
-        "tree_own_total_tokens": own_sum,
+        "tree_own_total_tokens": own_total_tokens,
         "result": {
             "text": result.text,
             "stop_reason": result.stop_reason,
@@ -55,6 +43,40 @@ pub(crate) fn json_report(
             "error": result.error,
         },
     })
+}
+
+/// `report` as text with `"sessions"`: the JSON objects `rows` (joined by commas, as
+/// [`crate::walk::summarize`] writes them), spliced in without parsing them again (a tree's
+/// rows can be tens of megabytes). The keys keep their sorted order.
+pub(crate) fn with_sessions(report: &Value, rows: String) -> String {
+    let mut fields: Vec<(&str, String)> = report
+        .as_object()
+        .map(|map| {
+            map.iter()
+                .map(|(k, v)| (k.as_str(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    fields.push(("sessions", String::new()));
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = String::with_capacity(rows.len() + 4096);
+    out.push('{');
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(*key).to_string());
+        out.push(':');
+        if *key == "sessions" {
+            out.push('[');
+            out.push_str(&rows);
+            out.push(']');
+        } else {
+            out.push_str(value);
+        }
+    }
+    out.push('}');
+    out
 }
 
 /// How many columns the table has.
@@ -107,26 +129,6 @@ pub(crate) fn line(cells: [&str; COLS], widths: &[usize; COLS]) -> String {
     out.trim_end().to_owned()
 }
 
-/// The table: name (indented by depth), parent, depth, status, own, aggregate and context
-/// tokens, with thousands separators.
-pub(crate) fn table(sessions: &[SessionRecord]) -> String {
-    let by_id = names(sessions);
-    let rows: Vec<[String; COLS]> = sessions
-        .iter()
-        .map(|s| cells(s, s.parent_id.and_then(|p| by_id.get(&p).copied())))
-        .collect();
-    let mut widths = HEADER.map(str::len);
-    for row in &rows {
-        widen(&mut widths, row);
-    }
-    let mut out = line(HEADER, &widths);
-    for row in &rows {
-        out.push('\n');
-        out.push_str(&line(row.each_ref().map(String::as_str), &widths));
-    }
-    out
-}
-
 /// A suspension as JSON.
 pub(crate) fn suspension_json(s: &Suspension) -> Value {
     json!({
@@ -167,6 +169,51 @@ pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table as `arbor run` prints it for `sessions` (in tree order).
+    fn table(sessions: &[SessionRecord]) -> String {
+        let rows: Vec<[String; COLS]> = sessions
+            .iter()
+            .map(|s| {
+                let parent = s
+                    .parent_id
+                    .and_then(|p| sessions.iter().find(|o| o.id == p))
+                    .map(|o| o.name.as_str());
+                cells(s, parent)
+            })
+            .collect();
+        let mut widths = HEADER.map(str::len);
+        for row in &rows {
+            widen(&mut widths, row);
+        }
+        let mut out = line(HEADER, &widths);
+        for row in &rows {
+            out.push('\n');
+            out.push_str(&line(row.each_ref().map(String::as_str), &widths));
+        }
+        out
+    }
+
+    #[test]
+    fn the_sessions_are_spliced_in_among_sorted_keys() {
+        let report =
+            json!({"status": "succeeded", "root_session_id": "r", "tree_own_total_tokens": 3});
+        let rows = r#"{"id":"a","name":"x \"q\""},{"id":"b"}"#.to_owned();
+        let text = with_sessions(&report, rows);
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["sessions"][0]["name"], "x \"q\"");
+        assert_eq!(parsed["sessions"][1]["id"], "b");
+        assert_eq!(parsed["tree_own_total_tokens"], 3);
+        let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert!(text.starts_with("{\"root_session_id\":\"r\",\"sessions\":[{"));
+        assert_eq!(
+            serde_json::from_str::<Value>(&with_sessions(&report, String::new())).unwrap()["sessions"],
+            json!([])
+        );
+    }
 
     #[test]
     fn thousands_separators() {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use arbor_core::{RunOptions, Session};
 use arbor_protocol::{RunId, RunStatus};
-use arbor_store::{SessionQuery, Store};
+use arbor_store::Store;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -328,13 +328,10 @@ pub(crate) async fn drive_root(
         RunStatus::Aborted => signals.aborted_code(EXIT_RUN),
         _ => EXIT_RUN,
     };
-    let sessions = store
-        .list_sessions(SessionQuery::Tree(root_id))
-        .await
-        .map_err(|e| Fail::store(e.to_string()))?;
-    let check = arbor_core::usage::reconcile(store.as_ref(), root_id)
-        .await
-        .map_err(Fail::core)?;
+    // Walked depth first, never held whole: a tree of 65,000 sessions fits in what its
+    // report prints.
+    let tree = crate::walk::summarize(store.as_ref(), root_id, view.json).await?;
+    let check = &tree.reconciliation;
     if !check.is_consistent() {
         for m in &check.mismatches {
             tracing::warn!(session = %m.session, "usage does not reconcile: {}", m.what);
@@ -342,9 +339,13 @@ pub(crate) async fn drive_root(
     }
     let mut lines: Vec<String> = Vec::new();
     if view.json {
-        let mut report = report::json_report(root_id, view.store_name.kind(), &sessions, &result);
-        report["silent_children"] =
-            serde_json::json!(arbor_core::registry::silent_count(&sessions));
+        let mut report = report::json_report(
+            root_id,
+            view.store_name.kind(),
+            check.own_total_tokens,
+            &result,
+        );
+        report["silent_children"] = serde_json::json!(tree.silent);
         report["reconciliation"] = serde_json::json!({
             "consistent": check.is_consistent(),
             "own_total_tokens": check.own_total_tokens,
@@ -367,10 +368,10 @@ pub(crate) async fn drive_root(
                 .map(report::suspension_json)
                 .collect();
         }
-        lines.push(report.to_string());
+        lines.push(report::with_sessions(&report, tree.rows));
     } else {
-        lines.push(report::table(&sessions));
-        let silent = arbor_core::registry::silent_count(&sessions);
+        lines.push(tree.rows);
+        let silent = tree.silent;
         if silent > 0 {
             lines.push(format!(
                 "{silent} child(ren) finished without replying (silent no-ops): see arbor ls {root_id}"
@@ -379,7 +380,7 @@ pub(crate) async fn drive_root(
         if let Some(b) = &result.breach {
             lines.push(format!(
                 "{} stopped at its limit {} = {} ({})",
-                session_name(&sessions, root_id),
+                tree.root_name,
                 b.limit,
                 report::thousands(b.maximum),
                 built.root_limits.describe(b.limit)
@@ -406,13 +407,6 @@ pub(crate) async fn drive_root(
         }
     }
     Ok(code)
-}
-
-fn session_name(sessions: &[arbor_store::SessionRecord], id: arbor_protocol::SessionId) -> &str {
-    sessions
-        .iter()
-        .find(|s| s.id == id)
-        .map_or("the root", |s| s.name.as_str())
 }
 
 /// Runs (or resumes) the root of an attached tree, runs it again on its children's replies

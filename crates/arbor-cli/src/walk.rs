@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 
 use arbor_core::registry::{self, SessionView};
-use arbor_core::usage::replay;
+use arbor_core::usage::{Mismatch, Reconciliation, replay};
 use arbor_protocol::{SessionId, Usage};
 use arbor_store::{SessionQuery, SessionRecord, Store};
 use serde_json::json;
@@ -118,9 +118,8 @@ impl<'a> Walk<'a> {
 
 /// What the first walk finds.
 struct Check {
-    consistent: bool,
-    own_total_tokens: u64,
-    root_aggregate_tokens: u64,
+    /// The identities of [`arbor_core::usage::reconcile`], with the same messages.
+    reconciliation: Reconciliation,
     widths: [usize; report::COLS],
 }
 
@@ -129,34 +128,125 @@ fn is_silent(s: &SessionRecord) -> bool {
 }
 
 async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check, Walk<'a>), Fail> {
-    let mut out = Check {
-        consistent: true,
+    let mut rec = Reconciliation {
+        root: root.id,
+        sessions: 0,
         own_total_tokens: 0,
         root_aggregate_tokens: root.aggregate_usage().total_tokens,
-        widths: HEADER.map(str::len),
+        mismatches: Vec::new(),
     };
+    let mut widths = HEADER.map(str::len);
     let mut walk = Walk::new(store, root.clone());
     while let Some(step) = walk.next().await? {
         match step {
             Step::Enter(s, parent) => {
                 let replayed = replay(store, s.id).await.map_err(Fail::core)?;
-                if replayed.own != s.own_usage || replayed.attributed != s.attributed_usage {
-                    out.consistent = false;
+                let mut differs = |what: String| {
+                    rec.mismatches.push(Mismatch {
+                        session: s.id,
+                        what,
+                    })
+                };
+                if replayed.own != s.own_usage {
+                    differs(format!(
+                        "own {} tokens, its transcript records {}",
+                        s.own_usage.total_tokens, replayed.own.total_tokens
+                    ));
                 }
-                out.own_total_tokens += s.own_usage.total_tokens;
-                report::widen(&mut out.widths, &report::cells(&s, parent.as_deref()));
+                if replayed.attributed != s.attributed_usage {
+                    differs(format!(
+                        "attributed {} tokens, its transcript records {}",
+                        s.attributed_usage.total_tokens, replayed.attributed.total_tokens
+                    ));
+                }
+                rec.sessions += 1;
+                rec.own_total_tokens += s.own_usage.total_tokens;
+                report::widen(&mut widths, &report::cells(&s, parent.as_deref()));
             }
             Step::Leave(s, below) => {
                 if s.attributed_usage != below {
-                    out.consistent = false;
+                    rec.mismatches.push(Mismatch {
+                        session: s.id,
+                        what: format!(
+                            "attributed {} tokens, its descendants used {}",
+                            s.attributed_usage.total_tokens, below.total_tokens
+                        ),
+                    });
                 }
             }
         }
     }
-    if out.own_total_tokens != out.root_aggregate_tokens {
-        out.consistent = false;
+    if rec.own_total_tokens != rec.root_aggregate_tokens {
+        rec.mismatches.push(Mismatch {
+            session: root.id,
+            what: format!(
+                "the tree's own usage sums to {} tokens, the root's aggregate is {}",
+                rec.own_total_tokens, rec.root_aggregate_tokens
+            ),
+        });
     }
-    Ok((out, walk))
+    Ok((
+        Check {
+            reconciliation: rec,
+            widths,
+        },
+        walk,
+    ))
+}
+
+/// The tree under a root as a run's report shows it, read in two walks (never held whole):
+/// its sessions, its reconciliation, its silent children and the root's name.
+pub(crate) struct Summary {
+    /// The sessions in tree order: JSON objects joined by commas (no brackets), or the
+    /// table's lines (header first).
+    pub(crate) rows: String,
+    pub(crate) reconciliation: Reconciliation,
+    /// Children that finished without replying.
+    pub(crate) silent: usize,
+    pub(crate) root_name: String,
+}
+
+/// Reads the tree under `root` for a run's report: as JSON rows or as the table.
+pub(crate) async fn summarize(
+    store: &dyn Store,
+    root: SessionId,
+    json: bool,
+) -> Result<Summary, Fail> {
+    let root = registry::session(store, root).await.map_err(Fail::core)?;
+    let (check, walked) = check(store, &root).await?;
+    let mut rows = if json {
+        String::new()
+    } else {
+        report::line(HEADER, &check.widths)
+    };
+    let mut silent = 0usize;
+    let root_name = root.name.clone();
+    let mut walk = walked.again(root);
+    while let Some(step) = walk.next().await? {
+        let Step::Enter(s, parent) = step else {
+            continue;
+        };
+        silent += usize::from(is_silent(&s));
+        if json {
+            if !rows.is_empty() {
+                rows.push(',');
+            }
+            rows.push_str(&serde_json::to_string(&SessionView::of(&s)).unwrap_or_default());
+        } else {
+            let cells = report::cells(&s, parent.as_deref());
+            rows.push('\n');
+            rows.push_str(&report::line(
+                cells.each_ref().map(String::as_str),
+                &check.widths,
+            ));
+        }
+    }
+    Ok(Summary {
+        rows,
+        reconciliation: check.reconciliation,
+        silent,
+        root_name,
+    })
 }
 
 /// `arbor tree SESSION`: the whole tree SESSION belongs to, from its root.
@@ -171,9 +261,9 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
         out.write(&format!(
             "{{\"reconciliation\":{},\"root_session_id\":{},\"sessions\":[",
             json!({
-                "consistent": check.consistent,
-                "own_total_tokens": check.own_total_tokens,
-                "root_aggregate_tokens": check.root_aggregate_tokens,
+                "consistent": check.reconciliation.is_consistent(),
+                "own_total_tokens": check.reconciliation.own_total_tokens,
+                "root_aggregate_tokens": check.reconciliation.root_aggregate_tokens,
             }),
             json!(root.id)
         ));
@@ -209,9 +299,9 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
     } else {
         out.write(&format!(
             "\ntree own total {} tokens, root aggregate {} tokens{}\n",
-            thousands(check.own_total_tokens),
-            thousands(check.root_aggregate_tokens),
-            if check.consistent {
+            thousands(check.reconciliation.own_total_tokens),
+            thousands(check.reconciliation.root_aggregate_tokens),
+            if check.reconciliation.is_consistent() {
                 ""
             } else {
                 " (do not reconcile)"

@@ -147,7 +147,12 @@ const KILLS: u32 = 20;
 fn chaos() -> (u32, u64) {
     let read = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let kills = read("ARBOR_CHAOS_KILLS").map_or(KILLS, |k| u32::try_from(k).unwrap());
-    (kills, read("ARBOR_CHAOS_SEED").unwrap_or(0x9e37_79b9_7f4a_7c15).max(1))
+    (
+        kills,
+        read("ARBOR_CHAOS_SEED")
+            .unwrap_or(0x9e37_79b9_7f4a_7c15)
+            .max(1),
+    )
 }
 const KILL_EVERY_MS: u64 = 500;
 

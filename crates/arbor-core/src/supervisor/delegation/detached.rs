@@ -110,19 +110,19 @@ pub async fn detached_suspensions(
     let Some(record) = store.session(session).await? else {
         return Ok(Vec::new());
     };
-    let tree = store
-        .list_sessions(SessionQuery::Tree(record.root_id))
-        .await?;
-    // The descendants of `session` that wait for approval (tree order: parents first).
-    let mut below = std::collections::HashSet::from([session]);
+    // The suspended sessions of the store (its status index: never the finished trees),
+    // those below `session` in creation order (parents first), none under a deleted one.
+    let mut suspended: Vec<_> = store
+        .list_sessions(SessionQuery::Status(SessionStatus::Suspended))
+        .await?
+        .into_iter()
+        .filter(|s| s.root_id == record.root_id && s.id != session)
+        .collect();
+    suspended.sort_by_key(|s| (s.created_at, s.id));
     let mut waiting = Vec::new();
-    for s in &tree {
-        // Nothing under a deleted session can be resumed.
-        if s.tombstone.is_none() && s.parent_id.is_some_and(|p| below.contains(&p)) {
-            below.insert(s.id);
-            if s.status == SessionStatus::Suspended && s.tombstone.is_none() {
-                waiting.push(s.id);
-            }
+    for s in suspended {
+        if live_below(store, &s, session).await? {
+            waiting.push(s.id);
         }
     }
     if waiting.is_empty() {
@@ -226,4 +226,31 @@ impl Supervisor {
         self.settle_resumed(waiting.run_id, id, mapping_version, outcome)
             .await?
     }
+}
+
+/// Whether `s` is below `session` with no tombstone on the way (itself included, `session`
+/// not): each ancestor read once, at most as deep as the tree.
+async fn live_below(
+    store: &dyn Store,
+    s: &arbor_store::SessionRecord,
+    session: SessionId,
+) -> CoreResult<bool> {
+    if s.tombstone.is_some() {
+        return Ok(false);
+    }
+    let mut up = s.parent_id;
+    for _ in 0..=s.depth {
+        let Some(id) = up else { return Ok(false) };
+        if id == session {
+            return Ok(true);
+        }
+        let Some(parent) = store.session(id).await? else {
+            return Ok(false);
+        };
+        if parent.tombstone.is_some() {
+            return Ok(false);
+        }
+        up = parent.parent_id;
+    }
+    Ok(false)
 }
