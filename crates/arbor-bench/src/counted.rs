@@ -159,6 +159,10 @@ impl Store for Counted {
         self.inner.mark_interrupted().await
     }
 
+    async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
+        self.inner.held_by_queue(sessions).await
+    }
+
     fn backend(&self) -> &'static str {
         self.inner.backend()
     }

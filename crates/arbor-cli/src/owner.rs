@@ -260,7 +260,8 @@ fn cut_off(status: SessionStatus) -> bool {
 ///
 /// It reads only what can need it: the sessions left `running` or never started (`idle`),
 /// through the store's status index, and the root of each of their trees; its cost does not
-/// grow with the finished trees the store holds.
+/// grow with the finished trees the store holds. A child whose run a worker queue holds
+/// (queued, or claimed, its lease running or not) is left to it.
 pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
     let fail = |e: arbor_store::StoreError| Fail::store(e.to_string());
     let mut marked = 0;
@@ -287,7 +288,10 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
         if alive(&owner) {
             continue;
         }
-        for s in &cut {
+        // Children handed to workers run on without the process that handed them over.
+        let ids: Vec<SessionId> = cut.iter().map(|s| s.id).collect();
+        let held = store.held_by_queue(&ids).await.map_err(fail)?;
+        for s in cut.iter().filter(|s| !held.contains(&s.id)) {
             let update = SessionUpdate {
                 expected_version: Some(s.version),
                 ..SessionUpdate::status(SessionStatus::Interrupted)

@@ -504,6 +504,144 @@ fn a_child_deleted_from_another_process_stops_on_its_worker_within_a_heartbeat()
 }
 
 #[test]
+fn a_child_deleted_while_its_worker_is_dead_is_never_run_by_the_takeover() {
+    let Some(pg) = server("a_child_deleted_while_its_worker_is_dead") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, mut run) = counting_on_a_worker(dir.path(), &pg);
+    // The parent and the child's worker both die mid-run; the child is deleted meanwhile.
+    run.kill().unwrap();
+    run.wait().unwrap();
+    w.kill().unwrap();
+    w.wait().unwrap();
+    let at_kill = lines(&dir.path().join("count.txt")).len();
+    let rows = json(dir.path(), &pg, &["ls", "--json"]);
+    let root = rows["roots"][0]["id"].as_str().unwrap().to_owned();
+    let out = pg_support::arbor(dir.path(), &pg, &["rm", &root, "c1"]);
+    assert!(
+        out.status.success(),
+        "rm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another worker claims the run once its lease runs out, and refuses to run it.
+    let mut second = worker(dir.path(), &pg, 2, "2");
+    wait_until(
+        "the takeover to report the run",
+        Duration::from_secs(15),
+        || run_states(&pg).first().is_some_and(|s| s != "claimed"),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(run_states(&pg), ["failed"]);
+    assert_eq!(
+        lines(&dir.path().join("count.txt")).len(),
+        at_kill,
+        "the deleted child ran again"
+    );
+    let log = std::fs::read_to_string(dir.path().join("worker-2.log")).unwrap();
+    assert!(log.contains("taking over a run"), "{log}");
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    assert_eq!(tree["sessions"][1]["deleted"], true, "{tree}");
+    let child = tree["sessions"][1]["id"].as_str().unwrap().to_owned();
+    let out = pg_support::arbor(dir.path(), &pg, &["log", &child, "--json"]);
+    let runs = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"run_started\""))
+        .count();
+    assert_eq!(runs, 1, "no second run of a deleted child");
+    drop_schema(&pg);
+}
+
+#[test]
+fn a_message_sent_while_the_childs_worker_is_dead_reaches_the_takeover() {
+    let Some(pg) = server("a_message_sent_while_the_childs_worker_is_dead") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, mut run) = counting_on_a_worker(dir.path(), &pg);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    w.kill().unwrap();
+    w.wait().unwrap();
+    let rows = json(dir.path(), &pg, &["ls", "--json"]);
+    let root = rows["roots"][0]["id"].as_str().unwrap().to_owned();
+    let sent = pg_support::arbor(
+        dir.path(),
+        &pg,
+        &[
+            "send",
+            &root,
+            "c1",
+            "hello while you were away",
+            "--no-wait",
+        ],
+    );
+    assert!(
+        sent.status.success(),
+        "send: {}{}",
+        String::from_utf8_lossy(&sent.stdout),
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let mut second = worker(dir.path(), &pg, 2, "2");
+    wait_until(
+        "the takeover to end the run",
+        Duration::from_secs(60),
+        || run_states(&pg).first().is_some_and(|s| s != "claimed"),
+    );
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
+    let child = tree["sessions"][1]["id"].as_str().unwrap().to_owned();
+    let out = pg_support::arbor(dir.path(), &pg, &["log", &child, "--json"]);
+    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let received = entries
+        .iter()
+        .find(|e| e["kind"] == "inbox_received")
+        .unwrap_or_else(|| panic!("never stored: {entries:?}"));
+    assert_eq!(received["message"]["text"], "hello while you were away");
+    let id = received["message"]["id"].clone();
+    let starts: Vec<usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["kind"] == "run_started")
+        .map(|(i, _)| i)
+        .collect();
+    let kinds: Vec<String> = entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["kind"].as_str().unwrap_or(""),
+                e["run_id"].as_str().unwrap_or("").get(30..).unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(starts.len(), 2, "the cut run and the takeover: {kinds:#?}");
+    let read_at = entries
+        .iter()
+        .position(|e| {
+            e["kind"] == "inbox_read" && e["ids"].as_array().is_some_and(|ids| ids.contains(&id))
+        })
+        .unwrap_or_else(|| panic!("never read: {entries:?}"));
+    assert!(read_at > starts[1], "read by the takeover: {entries:?}");
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e["kind"] == "inbox_read"
+                && e["ids"].as_array().is_some_and(|ids| ids.contains(&id)))
+            .count(),
+        1,
+        "read once"
+    );
+    drop_schema(&pg);
+}
+
+#[test]
 fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
     let Some(pg) = server("a_message_to_a_child_on_a_worker") else {
         return;

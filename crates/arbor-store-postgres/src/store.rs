@@ -558,6 +558,27 @@ impl Store for PostgresStore {
         })
     }
 
+    async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = sessions.iter().map(ToString::to_string).collect();
+        let held: Vec<String> = retrying!(self, async {
+            Ok(sqlx::query_scalar(
+                "SELECT session_id FROM child_runs WHERE session_id = ANY($1) \
+                 AND state IN ('queued', 'claimed')",
+            )
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await?)
+        })?;
+        Ok(sessions
+            .iter()
+            .filter(|s| held.contains(&s.to_string()))
+            .copied()
+            .collect())
+    }
+
     fn backend(&self) -> &'static str {
         "postgres"
     }

@@ -151,6 +151,12 @@ async fn a_lapsed_claim_is_taken_over_and_only_the_new_holder_reports() {
         .await
         .unwrap();
 
+    let ids = [root.id, kids[0].id];
+    assert_eq!(
+        store.held_by_queue(&ids).await.unwrap(),
+        [kids[0].id],
+        "queued"
+    );
     let held = first.claim(1).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].attempt, 1);
@@ -165,6 +171,8 @@ async fn a_lapsed_claim_is_taken_over_and_only_the_new_holder_reports() {
         0,
         "a lapsed claim still counted"
     );
+    // Still the queue's, for a takeover: a crash sweep leaves it alone.
+    assert_eq!(store.held_by_queue(&ids).await.unwrap(), [kids[0].id]);
     let taken = second.claim(1).await.unwrap();
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].attempt, 2);
@@ -182,8 +190,9 @@ async fn a_lapsed_claim_is_taken_over_and_only_the_new_holder_reports() {
         second.state(kids[0].id).await.unwrap(),
         Some((RunState::Done, Some(json!("second"))))
     );
-    // A finished run is claimed by nobody.
+    // A finished run is claimed by nobody, and held by no queue.
     assert!(first.claim(5).await.unwrap().is_empty());
+    assert!(store.held_by_queue(&ids).await.unwrap().is_empty());
     common::drop_schema(&store, &schema).await;
 }
 

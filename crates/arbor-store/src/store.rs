@@ -101,6 +101,15 @@ pub trait Store: fmt::Debug + Send + Sync {
     /// that ran it.
     async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>>;
 
+    /// The sessions among `sessions` whose runs a work queue of this store holds: handed to
+    /// workers and not yet reported (queued, or claimed, its lease running or not, for a
+    /// takeover). A crash sweep leaves them to the queue: their runs are not cut off by the
+    /// death of the process that handed them over. A store without a queue holds none.
+    async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
+        let _ = sessions;
+        Ok(Vec::new())
+    }
+
     /// Backend name for reports (`memory`, `sqlite`).
     fn backend(&self) -> &'static str;
 }
@@ -187,6 +196,9 @@ macro_rules! forward {
             }
             async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
                 (**self).mark_interrupted().await
+            }
+            async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
+                (**self).held_by_queue(sessions).await
             }
             fn backend(&self) -> &'static str {
                 (**self).backend()

@@ -241,6 +241,9 @@ impl Store for FaultStore {
     async fn mark_interrupted(&self) -> StoreResult<Vec<SessionId>> {
         self.inner.mark_interrupted().await
     }
+    async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
+        self.inner.held_by_queue(sessions).await
+    }
     fn backend(&self) -> &'static str {
         "fault"
     }
