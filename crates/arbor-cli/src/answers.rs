@@ -29,14 +29,13 @@ pub(crate) async fn lost_resume(
     run: RunId,
     fail: Fail,
 ) -> Fail {
-    if fail.message == approval::being_resumed().to_string()
-        || fail.message.starts_with("the run's approvals changed")
-    {
+    // Another resume holds the run, or decided on it since it was read.
+    if fail.is(arbor_core::CoreErrorKind::Conflict) {
         return Fail::usage(format!(
             "run {run} of {session} is being resumed by another process"
         ));
     }
-    if fail.message == approval::unknown_approval().to_string()
+    if fail.denied_for(arbor_core::DenyReason::Unknown)
         && matches!(approval::load(store, run).await, Ok(None))
     {
         return Fail::usage(format!(

@@ -1,6 +1,6 @@
 //! Failures of a command and the exit codes they end the process with.
 
-use arbor_core::{CoreError, CoreErrorKind};
+use arbor_core::{CoreError, CoreErrorKind, DenyReason};
 
 /// The root run ended failed, aborted or denied.
 pub(crate) const EXIT_RUN: u8 = 1;
@@ -11,13 +11,17 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 /// The store cannot be opened, is locked, or failed.
 pub(crate) const EXIT_STORE: u8 = 3;
 
-/// A failed command: the exit code and a one-line message (printed as `error: <message>`).
+/// A failed command: the exit code and a one-line message (printed as `error: <message>`),
+/// with the kind of the runtime error it came from, for code that tells cases apart (never
+/// by the message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fail {
     /// The exit code.
     pub(crate) code: u8,
     /// What went wrong.
     pub(crate) message: String,
+    /// The runtime error's kind and refusal reason, when it came from one.
+    pub(crate) source: Option<(CoreErrorKind, Option<DenyReason>)>,
 }
 
 impl Fail {
@@ -26,6 +30,7 @@ impl Fail {
         Self {
             code: EXIT_USAGE,
             message: message.into(),
+            source: None,
         }
     }
 
@@ -34,6 +39,7 @@ impl Fail {
         Self {
             code: EXIT_STORE,
             message: message.into(),
+            source: None,
         }
     }
 
@@ -47,7 +53,18 @@ impl Fail {
         Self {
             code,
             message: err.to_string(),
+            source: Some((err.kind(), err.deny_reason())),
         }
+    }
+
+    /// Whether it came from a runtime error of `kind`.
+    pub(crate) fn is(&self, kind: CoreErrorKind) -> bool {
+        self.source.is_some_and(|(k, _)| k == kind)
+    }
+
+    /// Whether it came from a refusal for `reason`.
+    pub(crate) fn denied_for(&self, reason: DenyReason) -> bool {
+        self.source.is_some_and(|(_, r)| r == Some(reason))
     }
 }
 

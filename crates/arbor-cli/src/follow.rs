@@ -222,6 +222,7 @@ fn in_background(
         } else {
             text.to_owned()
         },
+        source: None,
     })
 }
 

@@ -30,7 +30,7 @@ use arbor_store::{MemoryStore, Store};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::spec::{AgentSpec, Spec};
+use crate::spec::{AgentSpec, Spec, SpecError};
 
 /// What a spec builds.
 #[derive(Debug)]
@@ -355,9 +355,16 @@ fn assemble(
 
 /// Builds the whole spec once, without the real store: the root, the supervisor and every
 /// child agent. The error names the agent that failed.
-pub(crate) fn check(spec: &Spec) -> Result<(), String> {
+pub(crate) fn check(spec: &Spec) -> Result<(), SpecError> {
+    // The root's own definition first, so that its error names its table.
+    let root_name = spec.root_name().map_err(SpecError::plain)?;
+    if let Some(root) = spec.agents.get(root_name) {
+        base_in(root_name, root, None, None)
+            .build()
+            .map_err(|e| SpecError::agent(root_name, e))?;
+    }
     // No MCP server is started: their tools are checked when a run starts them.
-    let mcp = Arc::new(McpServers::new(spec.mcp_servers.clone()).map_err(|e| e.to_string())?);
+    let mcp = Arc::new(McpServers::new(spec.mcp_servers.clone()).map_err(SpecError::plain)?);
     let built = assemble(
         spec,
         Arc::new(MemoryStore::new()),
@@ -365,11 +372,11 @@ pub(crate) fn check(spec: &Spec) -> Result<(), String> {
         mcp,
         Vec::new(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(SpecError::plain)?;
     let root_name = built.root.name().to_owned();
     // Coding tools are built against the current folder here: only their configuration is
     // checked, nothing runs.
-    let here = Workdir::new(".").map_err(|e| e.to_string())?;
+    let here = Workdir::new(".").map_err(SpecError::plain)?;
     for (name, agent) in spec.agents.iter().filter(|(n, _)| **n != root_name) {
         let b = base_in(name, agent, None, agent.workspace.then_some(&here));
         let b = match &built.supervisor {
@@ -377,7 +384,7 @@ pub(crate) fn check(spec: &Spec) -> Result<(), String> {
             None => Ok(b),
         };
         b.and_then(AgentBuilder::build)
-            .map_err(|e| format!("agent {name:?}: {e}"))?;
+            .map_err(|e| SpecError::agent(name, e))?;
     }
     Ok(())
 }
@@ -392,10 +399,23 @@ mod tests {
                     [agents.kid]\ntool_concurrency = 0\n[[agents.kid.turns]]\n";
         let spec = Spec::parse("s.toml", text).unwrap();
         let err = check(&spec).unwrap_err();
-        assert!(err.starts_with("agent \"kid\": tool_concurrency"), "{err}");
+        assert!(
+            err.message.starts_with("agent \"kid\": tool_concurrency"),
+            "{err}"
+        );
+        assert_eq!(err.table.as_deref(), Some("agents.kid"));
         let text = "task = \"x\"\n[agents.root]\ntool_concurrency = 65\n[[agents.root.turns]]\n";
         let err = check(&Spec::parse("s.toml", text).unwrap()).unwrap_err();
-        assert!(err.starts_with("agent \"root\": tool_concurrency"), "{err}");
+        assert!(
+            err.message.starts_with("agent \"root\": tool_concurrency"),
+            "{err}"
+        );
+        assert_eq!(err.table.as_deref(), Some("agents.root"));
+        assert_eq!(
+            crate::spec::at("s.toml", text, &err),
+            format!("s.toml:2: {err}"),
+            "the line of the root's table"
+        );
         let ok =
             "task = \"x\"\n[agents.root]\ntools = [\"echo\", \"sleep\"]\n[[agents.root.turns]]\n";
         check(&Spec::parse("s.toml", ok).unwrap()).unwrap();

@@ -33,6 +33,13 @@ pub enum CoreErrorKind {
     /// sink that can receive nothing): fix the host's setup. A delegation tool that meets
     /// one ends its run with it rather than letting the model read it.
     Config,
+    /// What the call relied on changed meanwhile (a stale version: the run's approvals were
+    /// decided, or it is being resumed, since they were read): read again, then retry.
+    Conflict,
+    /// The delegation was cancelled (by its caller, a timeout, a delete or the host).
+    Cancelled,
+    /// The supervisor's session has ended: nothing new starts under it.
+    Closed,
 }
 
 /// Why something was refused ([`CoreError::Denied`]), so a host can tell the cases apart
@@ -142,6 +149,24 @@ pub enum CoreError {
     /// The host wired the runtime wrong; the message says how to fix it.
     #[error("{0}")]
     Config(String),
+    /// A field of a request is invalid. Its kind is [`CoreErrorKind::Validation`];
+    /// [`CoreError::field`] names the field.
+    #[error("{message}")]
+    Invalid {
+        /// The field, as the request names it (`name`, `child_id`, `model`).
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// What the call relied on changed meanwhile; the message says what.
+    #[error("{0}")]
+    Conflict(String),
+    /// The delegation was cancelled; the message says by what.
+    #[error("{0}")]
+    Cancelled(String),
+    /// The supervisor's session has ended.
+    #[error("{0}")]
+    Closed(String),
     /// The delegated run suspended on approvals; its pending decisions are attached (paths
     /// from the top of the tree).
     #[error("Delegated run suspended")]
@@ -160,7 +185,10 @@ impl CoreError {
     /// The kind of failure.
     pub fn kind(&self) -> CoreErrorKind {
         match self {
-            Self::Validation(_) => CoreErrorKind::Validation,
+            Self::Validation(_) | Self::Invalid { .. } => CoreErrorKind::Validation,
+            Self::Conflict(_) => CoreErrorKind::Conflict,
+            Self::Cancelled(_) => CoreErrorKind::Cancelled,
+            Self::Closed(_) => CoreErrorKind::Closed,
             Self::NotFound { .. } => CoreErrorKind::NotFound,
             Self::Store(_) => CoreErrorKind::Store,
             Self::Denied { .. } | Self::Identity(_) => CoreErrorKind::Denied,
@@ -185,6 +213,14 @@ impl CoreError {
     pub fn limit(&self) -> Option<LimitInfo> {
         match self {
             Self::Limit(e) => e.info,
+            _ => None,
+        }
+    }
+
+    /// The invalid field, for errors that name one.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::Invalid { field, .. } => Some(field),
             _ => None,
         }
     }
@@ -217,6 +253,19 @@ impl CoreError {
 
     pub(crate) fn validation(message: impl Into<String>) -> Self {
         Self::Validation(message.into())
+    }
+
+    /// An invalid `field`.
+    pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// The message of the session's end.
+    pub(crate) fn closed() -> Self {
+        Self::Closed("Supervisor session has ended".to_owned())
     }
 
     pub(crate) fn limit_error(message: impl Into<String>, info: Option<LimitInfo>) -> Self {

@@ -36,7 +36,7 @@
 //!
 //! # Where things live
 //!
-//! The run loop: [`Session`] (`session.rs`, `run.rs`, `dispatch.rs`, `gate.rs`,
+//! The run loop: [`Session`] (`session/mod.rs`, `run.rs`, `dispatch.rs`, `approval_gate.rs`,
 //! `finish.rs`), what runs hand back ([`RunResult`], `outcome.rs`), tools ([`tool`],
 //! [`builtin`]), permissions ([`permission`]), durable approvals ([`approval`]), events
 //! ([`events`]), inboxes ([`inbox`]), the stored registry of children ([`registry`]), and the

@@ -134,7 +134,14 @@ impl From<arbor_core::CoreError> for ApiError {
     fn from(e: arbor_core::CoreError) -> Self {
         use arbor_core::CoreErrorKind as K;
         let mut out = match e.kind() {
-            K::Validation => Self::new(ErrorKind::Validation, e.to_string()),
+            K::Validation => match e.field() {
+                Some(field) => Self::field(field, e.to_string()),
+                None => Self::new(ErrorKind::Validation, e.to_string()),
+            },
+            // A stale version, or a delegation cancelled meanwhile: the caller's view is out
+            // of date (409); a session that ended takes nothing new (503).
+            K::Conflict | K::Cancelled => Self::new(ErrorKind::Conflict, e.to_string()),
+            K::Closed => Self::new(ErrorKind::Unavailable, e.to_string()),
             K::NotFound => Self::new(ErrorKind::NotFound, e.to_string()),
             K::Denied => match e.deny_reason() {
                 Some(arbor_core::DenyReason::Unknown) => {
@@ -164,3 +171,41 @@ impl IntoResponse for ApiError {
 
 /// What a handler returns.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_core::CoreError;
+
+    #[test]
+    fn core_errors_get_their_status_by_kind_never_by_text() {
+        let status = |e: CoreError| {
+            let api = ApiError::from(e);
+            (api.error.kind.status(), api.error.field)
+        };
+        assert_eq!(
+            status(CoreError::Conflict("the run's approvals changed".into())),
+            (StatusCode::CONFLICT, None)
+        );
+        assert_eq!(
+            status(CoreError::Cancelled("Delegation cancelled".into())),
+            (StatusCode::CONFLICT, None)
+        );
+        assert_eq!(
+            status(CoreError::Closed("Supervisor session has ended".into())),
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        );
+        // The field comes from the error, whatever its message says.
+        assert_eq!(
+            status(CoreError::Invalid {
+                field: "model",
+                message: "no such name".into()
+            }),
+            (StatusCode::BAD_REQUEST, Some("model".to_owned()))
+        );
+        assert_eq!(
+            status(CoreError::Validation("the name of the model".into())),
+            (StatusCode::BAD_REQUEST, None)
+        );
+    }
+}

@@ -29,7 +29,7 @@ use sqlx::postgres::{PgListener, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
 use crate::error::{Failure, OpResult, UNIQUE_VIOLATION, constraint, corrupt, sqlstate};
-use crate::retry::{commit, retrying};
+use crate::retry::{retrying, settle};
 use crate::store::PostgresStore;
 
 /// The channel that wakes idle workers.
@@ -158,47 +158,52 @@ impl WorkQueue {
         let max_active = run.max_active.map(i64::from);
         retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let sql = format!(
-                "INSERT INTO child_runs (session_id, parent_id, root_id, state, payload, \
-                 max_active, enqueued_at, updated_at) \
-                 VALUES ($1, $2, $3, 'queued', $4, $5, {NOW_MS}, {NOW_MS}) \
-                 ON CONFLICT (session_id) DO UPDATE SET state = 'queued', \
-                 payload = EXCLUDED.payload, max_active = EXCLUDED.max_active, owner = NULL, \
-                 lease_until = NULL, outcome = NULL, cancel_requested = FALSE, attempts = 0, \
-                 enqueued_at = EXCLUDED.enqueued_at, updated_at = EXCLUDED.updated_at \
-                 WHERE child_runs.state IN ('done', 'failed', 'cancelled')"
-            );
-            let inserted = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(run.session.to_string())
-                .bind(run.parent.to_string())
-                .bind(run.root.to_string())
-                .bind(&payload)
-                .bind(max_active)
-                .execute(&mut *tx)
-                .await;
-            let already = || StoreError::AlreadyExists {
-                what: "child run",
-                id: run.session.to_string(),
-            };
-            match inserted {
-                // Queued or claimed already: the conflict's update did not apply.
-                Ok(done) if done.rows_affected() == 0 => return Err(already().into()),
-                Ok(_) => {}
-                Err(err) => {
-                    return Err(match sqlstate(&err).as_deref() {
-                        Some(UNIQUE_VIOLATION) if constraint(&err) == Some("child_runs_pkey") => {
-                            already().into()
-                        }
-                        Some(crate::error::FOREIGN_KEY_VIOLATION) => {
-                            StoreError::session_not_found(run.session).into()
-                        }
-                        _ => err.into(),
-                    });
+            let out: OpResult<_> = async {
+                let sql = format!(
+                    "INSERT INTO child_runs (session_id, parent_id, root_id, state, payload, \
+                     max_active, enqueued_at, updated_at) \
+                     VALUES ($1, $2, $3, 'queued', $4, $5, {NOW_MS}, {NOW_MS}) \
+                     ON CONFLICT (session_id) DO UPDATE SET state = 'queued', \
+                     payload = EXCLUDED.payload, max_active = EXCLUDED.max_active, owner = NULL, \
+                     lease_until = NULL, outcome = NULL, cancel_requested = FALSE, attempts = 0, \
+                     enqueued_at = EXCLUDED.enqueued_at, updated_at = EXCLUDED.updated_at \
+                     WHERE child_runs.state IN ('done', 'failed', 'cancelled')"
+                );
+                let inserted = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(run.session.to_string())
+                    .bind(run.parent.to_string())
+                    .bind(run.root.to_string())
+                    .bind(&payload)
+                    .bind(max_active)
+                    .execute(&mut *tx)
+                    .await;
+                let already = || StoreError::AlreadyExists {
+                    what: "child run",
+                    id: run.session.to_string(),
+                };
+                match inserted {
+                    // Queued or claimed already: the conflict's update did not apply.
+                    Ok(done) if done.rows_affected() == 0 => return Err(already().into()),
+                    Ok(_) => {}
+                    Err(err) => {
+                        return Err(match sqlstate(&err).as_deref() {
+                            Some(UNIQUE_VIOLATION)
+                                if constraint(&err) == Some("child_runs_pkey") =>
+                            {
+                                already().into()
+                            }
+                            Some(crate::error::FOREIGN_KEY_VIOLATION) => {
+                                StoreError::session_not_found(run.session).into()
+                            }
+                            _ => err.into(),
+                        });
+                    }
                 }
+                notify(&mut tx, WORK_CHANNEL, &run.session.to_string()).await?;
+                Ok(())
             }
-            notify(&mut tx, WORK_CHANNEL, &run.session.to_string()).await?;
-            commit(tx).await?;
-            Ok(())
+            .await;
+            settle(tx, out).await
         })
     }
 
@@ -212,61 +217,64 @@ impl WorkQueue {
         let scan = i64::try_from(max.saturating_mul(4).max(16)).unwrap_or(i64::MAX);
         retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let sql = format!(
-                "SELECT session_id, root_id, max_active FROM child_runs \
-                 WHERE state = 'queued' OR (state = 'claimed' AND lease_until < {NOW_MS}) \
-                 ORDER BY enqueued_at, session_id FOR UPDATE SKIP LOCKED LIMIT $1"
-            );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(scan)
-                .fetch_all(&mut *tx)
-                .await?;
-            let mut open = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let session: String = row.try_get(0)?;
-                let root: String = row.try_get(1)?;
-                let max_active: Option<i64> = row.try_get(2)?;
-                open.push((root, session, max_active));
-            }
-            // Trees' slot locks in one order, so claimers never wait on each other in a
-            // circle.
-            open.sort();
-            let mut claims = Vec::new();
-            let mut locked: Option<String> = None;
-            for (root, session, max_active) in open {
-                if claims.len() >= max {
-                    break;
-                }
-                if let Some(limit) = max_active {
-                    if locked.as_deref() != Some(root.as_str()) {
-                        sqlx::query("SELECT pg_advisory_xact_lock(8, hashtext($1))")
-                            .bind(&root)
-                            .execute(&mut *tx)
-                            .await?;
-                        locked = Some(root.clone());
-                    }
-                    if live_in(&mut tx, &root, Some(&session)).await?
-                        >= u64::try_from(limit).unwrap_or(0)
-                    {
-                        continue;
-                    }
-                }
+            let out: OpResult<_> = async {
                 let sql = format!(
-                    "UPDATE child_runs SET state = 'claimed', owner = $2, \
-                     lease_until = {NOW_MS} + $3, attempts = attempts + 1, updated_at = {NOW_MS} \
-                     WHERE session_id = $1 \
-                     RETURNING session_id, parent_id, root_id, payload, attempts"
+                    "SELECT session_id, root_id, max_active FROM child_runs \
+                     WHERE state = 'queued' OR (state = 'claimed' AND lease_until < {NOW_MS}) \
+                     ORDER BY enqueued_at, session_id FOR UPDATE SKIP LOCKED LIMIT $1"
                 );
-                let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                    .bind(&session)
-                    .bind(&self.worker)
-                    .bind(self.lease_ms)
-                    .fetch_one(&mut *tx)
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(scan)
+                    .fetch_all(&mut *tx)
                     .await?;
-                claims.push(claim_from_row(&row)?);
+                let mut open = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let session: String = row.try_get(0)?;
+                    let root: String = row.try_get(1)?;
+                    let max_active: Option<i64> = row.try_get(2)?;
+                    open.push((root, session, max_active));
+                }
+                // Trees' slot locks in one order, so claimers never wait on each other in a
+                // circle.
+                open.sort();
+                let mut claims = Vec::new();
+                let mut locked: Option<String> = None;
+                for (root, session, max_active) in open {
+                    if claims.len() >= max {
+                        break;
+                    }
+                    if let Some(limit) = max_active {
+                        if locked.as_deref() != Some(root.as_str()) {
+                            sqlx::query("SELECT pg_advisory_xact_lock(8, hashtext($1))")
+                                .bind(&root)
+                                .execute(&mut *tx)
+                                .await?;
+                            locked = Some(root.clone());
+                        }
+                        if live_in(&mut tx, &root, Some(&session)).await?
+                            >= u64::try_from(limit).unwrap_or(0)
+                        {
+                            continue;
+                        }
+                    }
+                    let sql = format!(
+                        "UPDATE child_runs SET state = 'claimed', owner = $2, \
+                         lease_until = {NOW_MS} + $3, attempts = attempts + 1, updated_at = {NOW_MS} \
+                         WHERE session_id = $1 \
+                         RETURNING session_id, parent_id, root_id, payload, attempts"
+                    );
+                    let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                        .bind(&session)
+                        .bind(&self.worker)
+                        .bind(self.lease_ms)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    claims.push(claim_from_row(&row)?);
+                }
+                Ok(claims)
             }
-            commit(tx).await?;
-            Ok(claims)
+            .await;
+            settle(tx, out).await
         })
     }
 
@@ -315,23 +323,26 @@ impl WorkQueue {
         );
         retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(claim.session.to_string())
-                .bind(&self.worker)
-                .bind(attempt(claim))
-                .bind(if ok { "done" } else { "failed" })
-                .bind(&outcome)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                == 1;
-            if done {
-                notify(&mut tx, DONE_CHANNEL, &claim.session.to_string()).await?;
-                // Its slot is free: a worker may claim a sibling now.
-                notify(&mut tx, WORK_CHANNEL, &claim.session.to_string()).await?;
+            let out: OpResult<_> = async {
+                let done = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(claim.session.to_string())
+                    .bind(&self.worker)
+                    .bind(attempt(claim))
+                    .bind(if ok { "done" } else { "failed" })
+                    .bind(&outcome)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                if done {
+                    notify(&mut tx, DONE_CHANNEL, &claim.session.to_string()).await?;
+                    // Its slot is free: a worker may claim a sibling now.
+                    notify(&mut tx, WORK_CHANNEL, &claim.session.to_string()).await?;
+                }
+                Ok(done)
             }
-            commit(tx).await?;
-            Ok(done)
+            .await;
+            settle(tx, out).await
         })
     }
 
@@ -347,20 +358,23 @@ impl WorkQueue {
         );
         retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(session.to_string())
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| StoreError::NotFound {
-                    what: "child run",
-                    id: session.to_string(),
-                })?;
-            let state = RunState::parse(&row.try_get::<String, _>(0)?)?;
-            if state == RunState::Cancelled {
-                notify(&mut tx, DONE_CHANNEL, &session.to_string()).await?;
+            let out: OpResult<_> = async {
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(session.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or_else(|| StoreError::NotFound {
+                        what: "child run",
+                        id: session.to_string(),
+                    })?;
+                let state = RunState::parse(&row.try_get::<String, _>(0)?)?;
+                if state == RunState::Cancelled {
+                    notify(&mut tx, DONE_CHANNEL, &session.to_string()).await?;
+                }
+                Ok(state)
             }
-            commit(tx).await?;
-            Ok(state)
+            .await;
+            settle(tx, out).await
         })
     }
 
@@ -408,25 +422,28 @@ impl WorkQueue {
         }
         retrying!(&self.store, async {
             let mut tx = self.store.pool().begin().await?;
-            let written = sqlx::query(
-                "INSERT INTO child_events (session_id, event) \
-                 SELECT $1, e FROM UNNEST($2::TEXT[]) WITH ORDINALITY AS t(e, n) \
-                 WHERE EXISTS (SELECT 1 FROM child_runs WHERE session_id = $1 \
-                   AND state = 'claimed' AND owner = $3 AND attempts = $4) \
-                 ORDER BY n",
-            )
-            .bind(claim.session.to_string())
-            .bind(&texts)
-            .bind(&self.worker)
-            .bind(attempt(claim))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if written > 0 {
-                notify(&mut tx, EVENTS_CHANNEL, &claim.session.to_string()).await?;
+            let out: OpResult<_> = async {
+                let written = sqlx::query(
+                    "INSERT INTO child_events (session_id, event) \
+                     SELECT $1, e FROM UNNEST($2::TEXT[]) WITH ORDINALITY AS t(e, n) \
+                     WHERE EXISTS (SELECT 1 FROM child_runs WHERE session_id = $1 \
+                       AND state = 'claimed' AND owner = $3 AND attempts = $4) \
+                     ORDER BY n",
+                )
+                .bind(claim.session.to_string())
+                .bind(&texts)
+                .bind(&self.worker)
+                .bind(attempt(claim))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if written > 0 {
+                    notify(&mut tx, EVENTS_CHANNEL, &claim.session.to_string()).await?;
+                }
+                Ok(())
             }
-            commit(tx).await?;
-            Ok(())
+            .await;
+            settle(tx, out).await
         })
     }
 

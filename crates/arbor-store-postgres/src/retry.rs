@@ -25,6 +25,25 @@ pub(crate) async fn commit(tx: Transaction<'_, Postgres>) -> OpResult<()> {
     tx.commit().await.map_err(Failure::Commit)
 }
 
+/// Ends `tx` by what its body gave: commits it after `Ok`; rolls it back at once after an
+/// error. A transaction merely dropped is rolled back only when its connection is next used,
+/// and keeps its row locks until then (a `SKIP LOCKED` claim passed over a run queued again
+/// right after a refused enqueue had locked its row).
+pub(crate) async fn settle<T>(tx: Transaction<'_, Postgres>, out: OpResult<T>) -> OpResult<T> {
+    match out {
+        Ok(value) => {
+            commit(tx).await?;
+            Ok(value)
+        }
+        Err(failure) => {
+            if let Err(e) = tx.rollback().await {
+                tracing::debug!(error = %e, "rollback failed; the connection is dropped");
+            }
+            Err(failure)
+        }
+    }
+}
+
 /// How long to wait before running again an operation on the server `shown` that failed
 /// with `failure` on attempt `attempt` (from 1); `None` when it must not run again.
 pub(crate) fn again(shown: &str, failure: &Failure, attempt: u32) -> Option<Duration> {

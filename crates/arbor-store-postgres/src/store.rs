@@ -25,7 +25,7 @@ use crate::codec::{
 use crate::error::{
     FOREIGN_KEY_VIOLATION, Failure, OpResult, UNIQUE_VIOLATION, constraint, sqlstate,
 };
-use crate::retry::{commit, retrying};
+use crate::retry::{retrying, settle};
 
 /// The arbor store on PostgreSQL; see the [crate docs](crate). Cloning shares the pool.
 ///
@@ -54,10 +54,12 @@ macro_rules! transaction {
     ($store:expr, |$tx:ident| $body:expr) => {{
         retrying!($store, async {
             let mut owned: Transaction<'_, Postgres> = $store.pool.begin().await?;
-            let $tx: &mut PgConnection = &mut owned;
-            let value = $body;
-            commit(owned).await?;
-            Ok(value)
+            let out: OpResult<_> = async {
+                let $tx: &mut PgConnection = &mut owned;
+                Ok($body)
+            }
+            .await;
+            settle(owned, out).await
         })
     }};
 }

@@ -526,7 +526,7 @@ pub(crate) fn interrupted(call: &ToolCall) -> ToolResult {
 
 /// The error while another resume holds the run.
 pub fn being_resumed() -> CoreError {
-    CoreError::validation("the run is being resumed; decide again once it suspends")
+    CoreError::Conflict("the run is being resumed; decide again once it suspends".to_owned())
 }
 
 #[cfg(test)]

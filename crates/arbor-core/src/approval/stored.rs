@@ -48,7 +48,7 @@ pub(crate) async fn put(
 
 fn stale(e: StoreError) -> CoreError {
     match e {
-        StoreError::Conflict { expected, actual } => CoreError::Validation(format!(
+        StoreError::Conflict { expected, actual } => CoreError::Conflict(format!(
             "the run's approvals changed: expected version {expected}, found {actual}"
         )),
         other => CoreError::Store(other),

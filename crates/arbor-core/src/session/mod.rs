@@ -447,10 +447,13 @@ async fn ancestors(
 /// The error for a name a sibling already has (other store errors pass through).
 pub(crate) fn name_error(e: StoreError, depth: u32) -> CoreError {
     match e {
-        StoreError::NameTaken { name } => CoreError::Validation(format!(
-            "Agent name \"{name}\" is unavailable: an agent of that name already exists at depth \
-             {depth} under this parent"
-        )),
+        StoreError::NameTaken { name } => CoreError::invalid(
+            "name",
+            format!(
+                "Agent name \"{name}\" is unavailable: an agent of that name already exists at \
+                 depth {depth} under this parent"
+            ),
+        ),
         other => CoreError::Store(other),
     }
 }

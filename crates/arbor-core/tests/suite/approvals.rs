@@ -242,7 +242,7 @@ async fn bad_decisions_are_refused_and_leave_the_checkpoint_unchanged() {
         (
             waiting.version + 1,
             vec![ApprovalDecision::new(id.clone(), Verdict::AllowOnce)],
-            CoreErrorKind::Validation,
+            CoreErrorKind::Conflict,
             format!(
                 "the run's approvals changed: expected version {}, found {}",
                 waiting.version + 1,
@@ -587,6 +587,7 @@ async fn a_turn_may_wait_on_at_most_32_calls_and_a_claimed_run_takes_no_decision
         e.to_string(),
         "the run is being resumed; decide again once it suspends"
     );
+    assert_eq!(e.kind(), CoreErrorKind::Conflict);
     // A claim older than the run's timeout is a dead resumer's: decisions go through.
     checkpoint.claimed_at_ms = Some(1);
     let v = approval::save(store.as_ref(), &checkpoint, v)

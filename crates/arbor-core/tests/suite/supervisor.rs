@@ -637,6 +637,7 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
         .await
         .unwrap_err();
     assert_eq!(e.to_string(), "Supervisor session has ended");
+    assert_eq!(e.kind(), CoreErrorKind::Closed);
     sup.shutdown().await;
     assert_eq!(sup.active_children(), 0);
     // Nothing is admitted after the session ended.
@@ -645,7 +646,7 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), "Supervisor session has ended");
-    assert_eq!(err.kind(), CoreErrorKind::Supervisor);
+    assert_eq!(err.kind(), CoreErrorKind::Closed);
 }
 
 #[tokio::test]

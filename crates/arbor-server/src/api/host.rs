@@ -159,15 +159,6 @@ fn answer(r: &DelegationResult, text: String) -> AnswerView {
 fn spawn_error(e: CoreError) -> ApiError {
     match e.deny_reason() {
         Some(DenyReason::NotAllowListed) => ApiError::field("child_id", e.to_string()),
-        _ if e.kind() == arbor_core::CoreErrorKind::Validation => {
-            let field = ["name", "model", "input"]
-                .into_iter()
-                .find(|f| e.to_string().to_lowercase().contains(f));
-            match field {
-                Some(f) => ApiError::field(f, e.to_string()),
-                None => ApiError::from(e),
-            }
-        }
         _ => ApiError::from(e),
     }
 }

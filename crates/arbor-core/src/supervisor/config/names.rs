@@ -29,19 +29,21 @@ const BROADCAST: [&str; 3] = ["*", "all", "broadcast"];
 pub(crate) fn requested(name: &str) -> CoreResult<String> {
     let name = name.trim();
     if name.is_empty() {
-        return Err(CoreError::validation("child name must not be empty"));
+        return Err(CoreError::invalid("name", "child name must not be empty"));
     }
     if name.chars().count() > MAX_NAME_CHARS {
-        return Err(CoreError::validation(format!(
-            "child name must be at most {MAX_NAME_CHARS} characters"
-        )));
+        return Err(CoreError::invalid(
+            "name",
+            format!("child name must be at most {MAX_NAME_CHARS} characters"),
+        ));
     }
     if BROADCAST.iter().any(|b| name.eq_ignore_ascii_case(b)) {
-        return Err(CoreError::validation(
+        return Err(CoreError::invalid(
+            "name",
             "Broadcast agent messaging is not supported",
         ));
     }
-    validate_session_name(name)?;
+    validate_session_name(name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
     Ok(name.to_owned())
 }
 
@@ -74,10 +76,13 @@ impl Reservations {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key.clone());
         if !fresh {
-            return Err(CoreError::Validation(format!(
-                "Agent name \"{name}\" is unavailable: an agent of that name is being spawned at \
-                 depth {depth} under this parent"
-            )));
+            return Err(CoreError::invalid(
+                "name",
+                format!(
+                    "Agent name \"{name}\" is unavailable: an agent of that name is being \
+                     spawned at depth {depth} under this parent"
+                ),
+            ));
         }
         Ok(ReservedName {
             name: name.to_owned(),
@@ -167,7 +172,10 @@ pub(crate) fn check_child_id(id: &str) -> CoreResult<()> {
     if valid_id(id) {
         Ok(())
     } else {
-        Err(CoreError::validation(format!("Invalid child id: {id}")))
+        Err(CoreError::invalid(
+            "child_id",
+            format!("Invalid child id: {id}"),
+        ))
     }
 }
 

@@ -19,16 +19,19 @@ impl ChildEntry {
         let allowed = self.models();
         match allowed.iter().find(|m| m.eq_ignore_ascii_case(requested)) {
             Some(m) => Ok(Some((*m).to_owned())),
-            None => Err(CoreError::validation(format!(
-                "Requested model \"{requested}\" is not allowed for child \"{}\"; allowed \
+            None => Err(CoreError::invalid(
+                "model",
+                format!(
+                    "Requested model \"{requested}\" is not allowed for child \"{}\"; allowed \
                  models: {}",
-                self.id,
-                if allowed.is_empty() {
-                    "none (its factory chooses)".to_owned()
-                } else {
-                    allowed.join(", ")
-                }
-            ))),
+                    self.id,
+                    if allowed.is_empty() {
+                        "none (its factory chooses)".to_owned()
+                    } else {
+                        allowed.join(", ")
+                    }
+                ),
+            )),
         }
     }
 

@@ -250,9 +250,9 @@ pub async fn decide_at(
         }
     }
     Err(last.map_or_else(
-        || CoreError::validation("the run's approvals kept changing; decide again"),
+        || CoreError::Conflict("the run's approvals kept changing; decide again".to_owned()),
         |e| {
-            CoreError::validation(format!(
+            CoreError::Conflict(format!(
                 "the run's approvals kept changing while this was decided ({e}); decide again"
             ))
         },

@@ -133,9 +133,7 @@ impl Supervisor {
         let is_async = mode != Mode::Sync;
         let sup = self;
         if sup.live().session_token().is_cancelled() {
-            return Err(CoreError::Supervisor(
-                "Supervisor session has ended".to_owned(),
-            ));
+            return Err(CoreError::closed());
         }
         let (entry_index, entry) = sup.catalog().get(&request.child_id).ok_or_else(|| {
             CoreError::denied(

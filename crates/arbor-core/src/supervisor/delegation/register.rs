@@ -30,12 +30,15 @@ impl Supervisor {
         // a model its provider would refuse (HTTP providers cache a passed check).
         if let (Some(model), Some(provider)) = (&a.model, &entry.preflight) {
             provider.preflight(model).await.map_err(|e| {
-                CoreError::validation(format!(
-                    "Model \"{model}\" for child \"{}\" failed its preflight: {e}; \
-                     allowed models: {}",
-                    a.child_id,
-                    entry.models().join(", ")
-                ))
+                CoreError::invalid(
+                    "model",
+                    format!(
+                        "Model \"{model}\" for child \"{}\" failed its preflight: {e}; \
+                         allowed models: {}",
+                        a.child_id,
+                        entry.models().join(", ")
+                    ),
+                )
             })?;
         }
         let agent = entry

@@ -181,7 +181,7 @@ impl Supervisor {
         // Handed over: it starts elsewhere, and what is sent meanwhile waits in the store.
         hub.started(session_id);
         if a.token.is_cancelled() {
-            return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
+            return Worked::Error(self.cancel_error(a));
         }
         let ran = if a.policy.report == Report::OnComplete {
             runner.run(child).await
@@ -211,9 +211,7 @@ impl Supervisor {
                 name: a.name.clone(),
                 result: Box::new(result),
             },
-            Err(_) if a.token.is_cancelled() => {
-                Worked::Error(CoreError::Supervisor(self.cancel_message(a)))
-            }
+            Err(_) if a.token.is_cancelled() => Worked::Error(self.cancel_error(a)),
             Err(e) => Worked::Error(self.redact_error(e)),
         }
     }

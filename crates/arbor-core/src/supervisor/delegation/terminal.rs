@@ -188,6 +188,17 @@ impl Supervisor {
         }
     }
 
+    /// The error of a host-aborted delegation: `Closed` for the session's end (no other
+    /// reason given), else `Cancelled`, with [`cancel_message`](Self::cancel_message).
+    pub(crate) fn cancel_error(&self, a: &Admitted) -> CoreError {
+        let message = self.cancel_message(a);
+        if a.reason.get().is_none() && self.live().session_token().is_cancelled() {
+            CoreError::Closed(message)
+        } else {
+            CoreError::Cancelled(message)
+        }
+    }
+
     /// Why a host-aborted delegation ended: an explicit reason, else the session's end, else
     /// a cancelled caller or ancestor.
     pub(crate) fn cancel_message(&self, a: &Admitted) -> String {
@@ -275,6 +286,13 @@ impl Supervisor {
                 message: self.redact(&message),
             },
             CoreError::Supervisor(m) => CoreError::Supervisor(self.redact(&m)),
+            CoreError::Invalid { field, message } => CoreError::Invalid {
+                field,
+                message: self.redact(&message),
+            },
+            CoreError::Conflict(m) => CoreError::Conflict(self.redact(&m)),
+            CoreError::Cancelled(m) => CoreError::Cancelled(self.redact(&m)),
+            CoreError::Closed(m) => CoreError::Closed(self.redact(&m)),
             CoreError::Run { message, result } => CoreError::Run {
                 message: self.redact(&message),
                 result,

@@ -46,7 +46,7 @@ impl Supervisor {
             sup.live().hub().start_run(id, &a.token);
         }
         if a.token.is_cancelled() {
-            return Worked::Error(CoreError::Supervisor(self.cancel_message(a)));
+            return Worked::Error(self.cancel_error(a));
         }
         let mut limits = a.limits;
         let mut input = a.input.clone();
@@ -63,7 +63,7 @@ impl Supervisor {
             };
             let decision = tokio::select! {
                 d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
-                _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a))),
+                _ = a.token.cancelled() => return Worked::Error(self.cancel_error(a)),
             };
             match decision {
                 Err(p) => {
@@ -162,7 +162,7 @@ impl Supervisor {
         };
         let built = tokio::select! {
             b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
-            _ = a.token.cancelled() => return Worked::Error(CoreError::Supervisor(self.cancel_message(a))),
+            _ = a.token.cancelled() => return Worked::Error(self.cancel_error(a)),
         };
         let agent = match built {
             Ok(Ok(agent)) => agent,
@@ -308,7 +308,7 @@ impl Supervisor {
                 // Deleted by another process as the run started: it ends as cancelled.
                 a.reason.set("Child was deleted");
                 a.token.cancel();
-                Worked::Error(CoreError::Supervisor(self.cancel_message(a)))
+                Worked::Error(self.cancel_error(a))
             }
             Ok(Err(e)) => Worked::Error(e),
             Err(p) => Worked::Error(CoreError::Supervisor(format!(

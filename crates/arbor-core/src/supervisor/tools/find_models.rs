@@ -58,7 +58,10 @@ impl FindModelsTool {
     pub fn for_children(supervisor: Supervisor, children: &[String]) -> CoreResult<Self> {
         for id in children {
             if !supervisor.child_ids().contains(id) {
-                return Err(CoreError::Validation(format!("Invalid child id: {id}")));
+                return Err(CoreError::invalid(
+                    "child_id",
+                    format!("Invalid child id: {id}"),
+                ));
             }
         }
         Ok(Self::build(supervisor, children.to_vec()))

@@ -13,6 +13,9 @@ use arbor_model::ScriptedTurn;
 use arbor_protocol::RunLimits;
 use serde::Deserialize;
 
+mod error;
+pub(crate) use error::{SpecError, at};
+
 /// Built-in tools a spec may name.
 pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep", "append_line"];
 
@@ -156,45 +159,6 @@ fn line_of(text: &str, span: Option<Range<usize>>) -> Option<usize> {
     Some(text[..start].bytes().filter(|&b| b == b'\n').count() + 1)
 }
 
-/// A check's error `e` on the spec `text` read from `path`, as `path:line: e` when it names
-/// an agent (`agent "NAME": …`: the line of its table), the supervisor (`supervisor: …`) or
-/// an MCP server (`mcp_servers.NAME…`), else `path: e`.
-pub(crate) fn at(path: &str, text: &str, e: &str) -> String {
-    let quoted = |rest: &str| rest.split('"').nth(1).map(str::to_owned);
-    let table = if let Some(rest) = e.strip_prefix("agent ") {
-        quoted(rest).map(|name| format!("agents.{name}"))
-    } else if e.starts_with("supervisor: ") {
-        Some("supervisor".to_owned())
-    } else if let Some(rest) = e.strip_prefix("mcp_servers.") {
-        let name = rest.split([':', '.', ' ']).next().unwrap_or_default();
-        Some(format!("mcp_servers.{name}"))
-    } else {
-        None
-    };
-    match table.and_then(|t| table_line(text, &t)) {
-        Some(line) => format!("{path}:{line}: {e}"),
-        None => format!("{path}: {e}"),
-    }
-}
-
-/// The line of the first header (`[T]`, `[[T.…]]`, `[T.…]`) or dotted key (`T.… =`) of the
-/// table `t`.
-fn table_line(text: &str, t: &str) -> Option<usize> {
-    let quoted = t.split_once('.').map(|(a, b)| format!("{a}.\"{b}\""));
-    text.lines()
-        .position(|line| {
-            let l = line.trim_start().trim_start_matches('[').trim_start();
-            [Some(t.to_owned()), quoted.clone()]
-                .iter()
-                .flatten()
-                .any(|t| {
-                    l.strip_prefix(t.as_str())
-                        .is_some_and(|rest| rest.starts_with([']', '.', ' ', '=']))
-                })
-        })
-        .map(|i| i + 1)
-}
-
 impl Spec {
     /// Parses and validates `text`; errors are one line, prefixed with `path` and the line.
     pub(crate) fn parse(path: &str, text: &str) -> Result<Spec, String> {
@@ -217,7 +181,7 @@ impl Spec {
     }
 
     /// Builds each HTTP provider the agents name, once (no request is made).
-    fn resolve_providers(&mut self) -> Result<(), String> {
+    fn resolve_providers(&mut self) -> Result<(), SpecError> {
         let mut built: BTreeMap<String, std::sync::Arc<dyn arbor_model::ModelProvider>> =
             BTreeMap::new();
         for (name, agent) in &mut self.agents {
@@ -229,7 +193,7 @@ impl Spec {
                 Some(p) => p.clone(),
                 None => {
                     let p = crate::models::build(&agent.provider, &self.providers)
-                        .map_err(|e| format!("agent {name:?}: {e}"))?
+                        .map_err(|e| SpecError::agent(name, e))?
                         .shared();
                     built.insert(agent.provider.clone(), p.clone());
                     p
@@ -254,97 +218,117 @@ impl Spec {
         }
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), SpecError> {
         if self.agents.is_empty() {
-            return Err("the spec defines no agents ([agents.<name>])".into());
-        }
-        let root = self.root_name()?;
-        if !self.agents.contains_key(root) {
-            let defined: Vec<&str> = self.agents.keys().map(String::as_str).collect();
-            return Err(format!(
-                "the root agent {root:?} is not defined (agents: {})",
-                defined.join(", ")
+            return Err(SpecError::plain(
+                "the spec defines no agents ([agents.<name>])",
             ));
         }
+        let root = self.root_name().map_err(SpecError::plain)?;
+        if !self.agents.contains_key(root) {
+            let defined: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+            return Err(SpecError::plain(format!(
+                "the root agent {root:?} is not defined (agents: {})",
+                defined.join(", ")
+            )));
+        }
         for (name, agent) in &self.agents {
-            arbor_core::validate_agent_name(name).map_err(|e| e.to_string())?;
+            arbor_core::validate_agent_name(name).map_err(|e| SpecError::agent(name, e))?;
             if !crate::models::BUILT_IN.contains(&agent.provider.as_str())
                 && !self.providers.contains_key(&agent.provider)
             {
                 let mut known: Vec<&str> = crate::models::BUILT_IN.to_vec();
                 known.extend(self.providers.keys().map(String::as_str));
-                return Err(format!(
-                    "agent {name:?}: unknown provider {:?} (known: {})",
-                    agent.provider,
-                    known.join(", ")
+                return Err(SpecError::agent(
+                    name,
+                    format!(
+                        "unknown provider {:?} (known: {})",
+                        agent.provider,
+                        known.join(", ")
+                    ),
                 ));
             }
             if agent.provider == "scripted" && agent.turns.is_empty() {
-                return Err(format!(
-                    "agent {name:?}: the scripted provider needs at least one [[agents.{name}.turns]]"
+                return Err(SpecError::agent(
+                    name,
+                    format!("the scripted provider needs at least one [[agents.{name}.turns]]"),
                 ));
             }
             agent
                 .limits
                 .validate()
-                .map_err(|e| format!("agent {name:?}: {e}"))?;
+                .map_err(|e| SpecError::agent(name, e))?;
             agent
                 .policy
                 .validate()
-                .map_err(|e| format!("agent {name:?}: {e}"))?;
+                .map_err(|e| SpecError::agent(name, e))?;
             for tool in &agent.tools {
                 if let Some(grant) = arbor_mcp::Grant::parse(tool) {
-                    let grant = grant.map_err(|e| format!("agent {name:?}: {e}"))?;
+                    let grant = grant.map_err(|e| SpecError::agent(name, e))?;
                     if !self.mcp_servers.contains_key(&grant.server) {
-                        return Err(format!(
-                            "agent {name:?}: {tool:?} names MCP server {:?}, which is not declared \
+                        return Err(SpecError::agent(
+                            name,
+                            format!(
+                                "{tool:?} names MCP server {:?}, which is not declared \
                              ([mcp_servers.{}])",
-                            grant.server, grant.server
+                                grant.server, grant.server
+                            ),
                         ));
                     }
                 } else if CODING_TOOLS.contains(&tool.as_str()) {
                     if !agent.workspace {
-                        return Err(format!(
-                            "agent {name:?}: tool {tool:?} needs workspace = true (coding tools \
+                        return Err(SpecError::agent(
+                            name,
+                            format!(
+                                "tool {tool:?} needs workspace = true (coding tools \
                              work in the agent's own worktree)"
+                            ),
                         ));
                     }
                 } else if !BUILTIN_TOOLS.contains(&tool.as_str()) {
                     let known: Vec<&str> =
                         BUILTIN_TOOLS.iter().chain(&CODING_TOOLS).copied().collect();
-                    return Err(format!(
-                        "agent {name:?}: unknown tool {tool:?} (known: {}, mcp:SERVER/*, \
+                    return Err(SpecError::agent(
+                        name,
+                        format!(
+                            "unknown tool {tool:?} (known: {}, mcp:SERVER/*, \
                          mcp:SERVER/TOOL)",
-                        known.join(", ")
+                            known.join(", ")
+                        ),
                     ));
                 }
             }
             if agent.workspace {
                 if name == root {
-                    return Err(format!(
-                        "agent {name:?}: the root cannot work in a worktree (workspace = true is for children)"
+                    return Err(SpecError::agent(
+                        name,
+                        "the root cannot work in a worktree (workspace = true is for children)",
                     ));
                 }
                 if self.workspace.is_none() {
-                    return Err(format!(
-                        "agent {name:?}: workspace = true needs a [workspace] table naming the repository"
+                    return Err(SpecError::agent(
+                        name,
+                        "workspace = true needs a [workspace] table naming the repository",
                     ));
                 }
             }
             for child in &agent.children {
                 if !self.agents.contains_key(child) {
-                    return Err(format!("agent {name:?}: child {child:?} is not defined"));
+                    return Err(SpecError::agent(
+                        name,
+                        format!("child {child:?} is not defined"),
+                    ));
                 }
                 if child == root {
-                    return Err(format!("agent {name:?}: the root cannot be a child"));
+                    return Err(SpecError::agent(name, "the root cannot be a child"));
                 }
             }
         }
         for (name, server) in &self.mcp_servers {
-            server.validate(name)?;
+            server.validate(name).map_err(|e| SpecError::mcp(name, e))?;
         }
         arbor_core::supervisor::SupervisorLimits::resolve(&self.supervisor.limits)
-            .map_err(|e| format!("supervisor: {e}"))?;
+            .map_err(SpecError::supervisor)?;
         Ok(())
     }
 
@@ -364,8 +348,8 @@ impl Spec {
         if let Some(m) = model {
             agent.model = m.to_owned();
         }
-        self.validate()?;
-        self.resolve_providers()
+        self.validate().map_err(|e| e.message)?;
+        self.resolve_providers().map_err(|e| e.message)
     }
 
     /// Sets the folder worktrees are made under (absolute, as a run keeps it).
