@@ -402,6 +402,17 @@ fn run_owners(pg: &Pg) -> Vec<String> {
     runs_column(pg, "COALESCE(owner, '')")
 }
 
+/// The transcript entries (`arbor log --json`) of the first child of `root`.
+fn first_childs_log(dir: &Path, pg: &Pg, root: &str) -> Vec<Value> {
+    let tree = json(dir, pg, &["tree", root, "--json"]);
+    let child = tree["sessions"][1]["id"].as_str().unwrap().to_owned();
+    let out = pg_support::arbor(dir, pg, &["log", &child, "--json"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Starts a worker and a tree whose child counts slowly, and waits until the child is
 /// mid-run on the worker.
 fn counting_on_a_worker(dir: &Path, pg: &Pg) -> (Proc, Proc) {
@@ -592,13 +603,7 @@ fn a_message_sent_while_the_childs_worker_is_dead_reaches_the_takeover() {
     );
     second.kill().unwrap();
     second.wait().unwrap();
-    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
-    let child = tree["sessions"][1]["id"].as_str().unwrap().to_owned();
-    let out = pg_support::arbor(dir.path(), &pg, &["log", &child, "--json"]);
-    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let entries = first_childs_log(dir.path(), &pg, &root);
     let received = entries
         .iter()
         .find(|e| e["kind"] == "inbox_received")
@@ -674,13 +679,7 @@ fn a_message_to_a_child_on_a_worker_reaches_its_running_turns() {
     w.wait().unwrap();
     assert_eq!(report["status"], "succeeded", "{report}");
     let root = report["root_session_id"].as_str().unwrap().to_owned();
-    let tree = json(dir.path(), &pg, &["tree", &root, "--json"]);
-    let child = tree["sessions"][1]["id"].as_str().unwrap().to_owned();
-    let out = pg_support::arbor(dir.path(), &pg, &["log", &child, "--json"]);
-    let entries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let entries = first_childs_log(dir.path(), &pg, &root);
     let received = entries
         .iter()
         .find(|e| e["kind"] == "inbox_received")
