@@ -1,5 +1,6 @@
 //! The workspace's shape, checked on every test run: no source file imports another that
-//! imports it back (directly or around a longer circle), and files stay small (none over 600
+//! imports it back (directly or around a longer circle), arbor-core's folders are layers
+//! (no import against their order, [`LAYER_RULES`]), and files stay small (none over 600
 //! lines, the median under 250).
 //!
 //! The import graph is read from the sources: every `crate::…` and `super::…` path (in `use`
@@ -248,6 +249,91 @@ fn crate_sources() -> Vec<(PathBuf, Vec<PathBuf>)> {
     }
     out.sort();
     out
+}
+
+/// arbor-core's folders are layers: a file of the first may not import one of the second
+/// (paths under `crates/arbor-core/src/`). In `supervisor/`: `config/` < `tree/` <
+/// `delegation/` < `tools/`, and `runtime.rs` (the supervisor and its parts) sits below
+/// `delegation/`; the run loop (`session/`) never reaches the supervisor. Files beside the
+/// folders (`request.rs`, `lifecycle.rs`) may use any of them.
+const LAYER_RULES: &[(&str, &str)] = &[
+    ("supervisor/config/", "supervisor/tree/"),
+    ("supervisor/config/", "supervisor/delegation/"),
+    ("supervisor/config/", "supervisor/tools/"),
+    ("supervisor/tree/", "supervisor/delegation/"),
+    ("supervisor/tree/", "supervisor/tools/"),
+    ("supervisor/delegation/", "supervisor/tools/"),
+    ("supervisor/runtime.rs", "supervisor/delegation/"),
+    ("supervisor/runtime.rs", "supervisor/tools/"),
+    ("session/", "supervisor/"),
+];
+
+/// The imports that break a rule of [`LAYER_RULES`], as `from -> to`.
+fn layer_breaks(graph: &BTreeMap<PathBuf, BTreeSet<PathBuf>>, src: &Path) -> Vec<String> {
+    let rel = |p: &Path| {
+        p.strip_prefix(src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/")
+    };
+    let mut out = Vec::new();
+    for (from, tos) in graph {
+        let from = rel(from);
+        for to in tos {
+            let to = rel(to);
+            if LAYER_RULES
+                .iter()
+                .any(|(a, b)| from.starts_with(a) && to.starts_with(b))
+            {
+                out.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn arbor_cores_folders_are_layers() {
+    let (src, files) = crate_sources()
+        .into_iter()
+        .find(|(src, _)| src.ends_with("arbor-core/src"))
+        .unwrap();
+    let graph = edges(&src, &files);
+    let breaks = layer_breaks(&graph, &src);
+    assert!(
+        breaks.is_empty(),
+        "imports against the folders' order (see LAYER_RULES):\n{}",
+        breaks.join("\n")
+    );
+    // The rules see the imports at all: delegation/ uses tree/ and runtime.rs.
+    let seen = graph.iter().any(|(from, tos)| {
+        from.to_string_lossy().contains("supervisor/delegation/")
+            && tos
+                .iter()
+                .any(|t| t.to_string_lossy().contains("supervisor/tree/"))
+    });
+    assert!(
+        seen,
+        "no delegation/ -> tree/ import read: the reader is broken"
+    );
+}
+
+#[test]
+fn a_layer_break_is_found() {
+    let src = PathBuf::from("/x/src");
+    let mut graph = BTreeMap::new();
+    graph.insert(
+        src.join("supervisor/tree/live.rs"),
+        BTreeSet::from([src.join("supervisor/delegation/slots.rs")]),
+    );
+    graph.insert(
+        src.join("supervisor/tools/spawn_agent.rs"),
+        BTreeSet::from([src.join("supervisor/delegation/delegate.rs")]),
+    );
+    assert_eq!(
+        layer_breaks(&graph, &src),
+        ["supervisor/tree/live.rs -> supervisor/delegation/slots.rs"]
+    );
 }
 
 #[test]

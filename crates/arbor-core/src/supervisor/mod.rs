@@ -27,13 +27,15 @@
 
 pub(crate) mod config;
 pub(crate) mod delegation;
+pub(crate) mod lifecycle;
+pub(crate) mod request;
 mod runtime;
 pub mod tools;
 pub(crate) mod tree;
 
 pub use config::{catalog, hooks, limits, names, policy, runner};
-pub use delegation::{detached, summary};
-pub use tree::messages;
+pub use delegation::detached;
+pub use tree::{messages, summary};
 
 pub use crate::redact::{REDACTED, Redactor, SecretRedactor};
 pub use catalog::{
@@ -49,15 +51,16 @@ pub use delegation::join::{WaitOptions, WaitOutcome};
 pub use delegation::nested::DELEGATION_NAMESPACE;
 pub use delegation::pump::ChildEventProjector;
 pub use delegation::remote::ClaimedRun;
-pub use delegation::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use delegation::suspended::SuspendedDelegation;
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus, FnAfter,
     FnBefore, HookError, after_fn, before_fn,
 };
+pub use lifecycle::{Deleted, Renamed};
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+pub use request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;
@@ -69,4 +72,3 @@ pub use tools::send_message::SendMessageTool;
 pub use tools::spawn_agent::{
     CancelAgentTool, HostSpawn, SpawnAgentTool, SpawnMode, WaitAgentTool,
 };
-pub use tree::lifecycle::{Deleted, Renamed};

@@ -31,9 +31,18 @@ use crate::supervisor::config::names::check_child_id;
 use crate::supervisor::config::ownership::Ownership;
 use crate::supervisor::config::policy::{MilestoneFn, PolicyInput};
 use crate::supervisor::config::settings::Settings;
-use crate::supervisor::delegation::admitted::Scope;
-use crate::supervisor::delegation::summary::ChildSummary;
 use crate::supervisor::tree::live::{Live, State};
+use crate::supervisor::tree::summary::ChildSummary;
+
+/// Where a delegation sits: the chain above it.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    pub(crate) path: Arc<[String]>,
+    pub(crate) parents: Arc<[String]>,
+    pub(crate) token: CancellationToken,
+    /// The identity the delegating child acts as.
+    pub(crate) identity: Option<Arc<Identity>>,
+}
 
 /// What a child factory receives.
 #[derive(Debug, Clone)]
@@ -168,7 +177,14 @@ impl fmt::Debug for Supervisor {
 
 impl Supervisor {
     /// A supervisor of parts its builder checked.
-    pub(crate) fn assemble(settings: Settings, catalog: Catalog, live: Live) -> Self {
+    pub(crate) fn assemble(
+        settings: Settings,
+        catalog: Catalog,
+        store: Arc<dyn arbor_store::Store>,
+        session_token: CancellationToken,
+        capacity: usize,
+    ) -> Self {
+        let live = Live::new(store, session_token, catalog.ids(), capacity);
         Self {
             inner: Arc::new(Inner {
                 settings,

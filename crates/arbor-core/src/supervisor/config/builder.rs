@@ -23,7 +23,6 @@ use crate::supervisor::config::runner::ChildRunner;
 use crate::supervisor::config::settings::Settings;
 use crate::supervisor::config::sink::ChildEventSink;
 use crate::supervisor::runtime::{Catalog, ChildEntry, Supervisor};
-use crate::supervisor::tree::live::Live;
 use crate::tool::effect::EffectStore;
 
 /// How long an `after` hook may run by default.
@@ -239,7 +238,6 @@ impl SupervisorBuilder {
         let limits = SupervisorLimits::resolve(&self.limits)?;
         let capacity = usize::try_from(limits.max_queued_events).unwrap_or(128);
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        let live = Live::new(store, self.session_token, catalog.ids(), capacity);
         let settings = Settings {
             id: self.id,
             ownership: self.ownership,
@@ -256,6 +254,12 @@ impl SupervisorBuilder {
             revision: self.revision,
             runner: self.runner,
         };
-        Ok(Supervisor::assemble(settings, catalog, live))
+        Ok(Supervisor::assemble(
+            settings,
+            catalog,
+            store,
+            self.session_token,
+            capacity,
+        ))
     }
 }

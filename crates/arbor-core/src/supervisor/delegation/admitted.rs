@@ -15,45 +15,12 @@ use crate::outcome::{RunResult, SessionRef};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::names;
 use crate::supervisor::config::policy::EffectivePolicy;
-use crate::supervisor::delegation::request::Mode;
-use crate::supervisor::delegation::slots::SlotGuard;
-
-/// Where a delegation sits: the chain above it.
-#[derive(Debug, Clone)]
-pub(crate) struct Scope {
-    pub(crate) path: Arc<[String]>,
-    pub(crate) parents: Arc<[String]>,
-    pub(crate) token: CancellationToken,
-    /// The identity the delegating child acts as.
-    pub(crate) identity: Option<Arc<Identity>>,
-}
+use crate::supervisor::request::Mode;
+use crate::supervisor::tree::handles::CancelReason;
+use crate::supervisor::tree::slots::SlotGuard;
 
 /// The reason of a delegation cancelled through its handle (its child is then revoked).
 pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
-
-/// Why a delegation was cancelled: the first reason set wins.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CancelReason(Arc<std::sync::OnceLock<(&'static str, Option<String>)>>);
-
-impl CancelReason {
-    pub(crate) fn set(&self, reason: &'static str) {
-        let _ = self.0.set((reason, None));
-    }
-
-    /// The reason, with the words of whoever cancelled (a host's `cancel_with`).
-    pub(crate) fn set_with(&self, reason: &'static str, detail: String) {
-        let _ = self.0.set((reason, Some(detail)));
-    }
-
-    pub(crate) fn get(&self) -> Option<&'static str> {
-        self.0.get().map(|(r, _)| *r)
-    }
-
-    /// The words given with the reason, if any.
-    pub(crate) fn detail(&self) -> Option<&str> {
-        self.0.get().and_then(|(_, d)| d.as_deref())
-    }
-}
 
 /// Everything admission settled.
 #[derive(Debug)]

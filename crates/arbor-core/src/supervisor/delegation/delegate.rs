@@ -13,13 +13,10 @@ use tracing::Instrument;
 use crate::error::{CoreError, CoreResult};
 use crate::supervisor::config::names;
 use crate::supervisor::config::policy::Lifetime;
-use crate::supervisor::delegation::admitted::{
-    Admitted, CancelReason, Scope, check_bytes, check_depth, child_identity,
-};
-use crate::supervisor::delegation::request::{
-    AsyncHandle, DelegationRequest, DelegationResult, Mode,
-};
-use crate::supervisor::runtime::{Delegator, Supervisor};
+use crate::supervisor::delegation::admitted::{Admitted, check_bytes, check_depth, child_identity};
+use crate::supervisor::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
+use crate::supervisor::runtime::{Delegator, Scope, Supervisor};
+use crate::supervisor::tree::handles::CancelReason;
 
 impl Delegator {
     /// The supervisor it delegates through.

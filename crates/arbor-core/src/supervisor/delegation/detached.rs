@@ -16,7 +16,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::outcome::Suspension;
 use crate::supervisor::delegation::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};
 use crate::supervisor::delegation::pipeline::Registered;
-use crate::supervisor::delegation::request::DelegationResult;
+use crate::supervisor::request::DelegationResult;
 use crate::supervisor::runtime::Supervisor;
 
 /// Whether the run `run` was one nobody awaits (its delegation mapping says so).

@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult, LimitInfo};
 use crate::supervisor::delegation::delegate::boxed_in_place;
-use crate::supervisor::delegation::handles::{Entry, Reach};
 use crate::supervisor::delegation::pipeline::Registered;
-use crate::supervisor::delegation::request::{AsyncHandle, DelegationResult};
+use crate::supervisor::request::{AsyncHandle, DelegationResult};
 use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tree::handles::{Entry, Reach};
 
 /// Options of [`Supervisor::wait`].
 #[derive(Debug, Clone, Default)]

@@ -20,12 +20,13 @@ use crate::error::{CoreError, CoreResult};
 use crate::outcome::NestedSuspension;
 use crate::session::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::config::policy::{PolicyInput, Report};
-use crate::supervisor::delegation::admitted::{Admitted, CancelReason, child_identity};
+use crate::supervisor::delegation::admitted::{Admitted, child_identity};
+use crate::supervisor::delegation::answer::finished;
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::register::admitted_terms;
-use crate::supervisor::delegation::request::{DelegationResult, Mode};
+use crate::supervisor::request::{DelegationResult, Mode};
 use crate::supervisor::runtime::Supervisor;
-use crate::supervisor::tools::report::finished;
+use crate::supervisor::tree::handles::CancelReason;
 use crate::supervisor::tree::live::ABANDONED;
 
 /// The store namespace of delegation mappings.

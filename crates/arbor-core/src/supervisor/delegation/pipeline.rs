@@ -18,7 +18,7 @@ use arbor_protocol::ChildOrigin;
 
 use crate::error::CoreResult;
 use crate::supervisor::delegation::admitted::{Admitted, Ended, HANDLE_CANCELLED, Worked};
-use crate::supervisor::delegation::request::DelegationResult;
+use crate::supervisor::request::DelegationResult;
 use crate::supervisor::runtime::Supervisor;
 
 /// A delegation whose child has a record: ready to begin and run.

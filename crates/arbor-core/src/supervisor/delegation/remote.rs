@@ -20,14 +20,13 @@ use crate::session::events::{EventBus, Subscription};
 use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::config::policy::{EffectivePolicy, Report};
 use crate::supervisor::config::runner::RemoteChild;
-use crate::supervisor::delegation::admitted::{
-    Admitted, CancelReason, ClaimedFrom, Worked, child_identity,
-};
+use crate::supervisor::delegation::admitted::{Admitted, ClaimedFrom, Worked, child_identity};
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::admitted_terms;
-use crate::supervisor::delegation::request::Mode;
+use crate::supervisor::request::Mode;
 use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tree::handles::CancelReason;
 
 /// A child run another process registered, claimed to run here.
 #[derive(Debug, Clone)]
@@ -306,7 +305,7 @@ impl Supervisor {
         terms: StoredTerms,
         record: arbor_store::SessionRecord,
         limits: SupervisorLimits,
-        slot: crate::supervisor::delegation::slots::SlotGuard,
+        slot: crate::supervisor::tree::slots::SlotGuard,
         input: String,
     ) -> CoreResult<Admitted> {
         let parent: Option<SessionRef> = match record.parent_id {
@@ -387,7 +386,7 @@ impl Supervisor {
         };
         let outcome = match result {
             Ok(r) if r.status == arbor_protocol::RunStatus::Succeeded => {
-                crate::NestedOutcome::Completed(crate::supervisor::tools::report::finished(
+                crate::NestedOutcome::Completed(crate::supervisor::delegation::answer::finished(
                     &self.delegator(),
                     &delegation_result(&child, r),
                 ))

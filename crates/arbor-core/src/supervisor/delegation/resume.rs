@@ -17,7 +17,7 @@ use crate::supervisor::runtime::Supervisor;
 use arbor_protocol::Notice;
 
 use crate::supervisor::delegation::admitted::Ended;
-use crate::supervisor::delegation::request::{DelegationResult, Mode};
+use crate::supervisor::request::{DelegationResult, Mode};
 use crate::supervisor::tree::messages::preview;
 
 impl Supervisor {

@@ -12,9 +12,9 @@ use crate::session::dispatch::panic_message;
 use crate::supervisor::config::hooks::{Completion, CompletionStatus};
 use crate::supervisor::delegation::admitted::{Admitted, Worked};
 use crate::supervisor::delegation::register::session_of;
-use crate::supervisor::delegation::request::DelegationResult;
-use crate::supervisor::delegation::summary::Outcome;
+use crate::supervisor::request::DelegationResult;
 use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::tree::summary::Outcome;
 
 fn limit_label(limit: arbor_protocol::LimitKind) -> &'static str {
     match limit {

@@ -21,10 +21,11 @@ use crate::supervisor::config::child_meta::ChildMeta;
 use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::config::policy::Report;
 use crate::supervisor::config::thinking;
-use crate::supervisor::delegation::admitted::{Admitted, Scope, Worked, check_bytes, check_depth};
+use crate::supervisor::delegation::admitted::{Admitted, Worked, check_bytes, check_depth};
 use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::{resource_and_thread, session_of};
 use crate::supervisor::runtime::Delegator;
+use crate::supervisor::runtime::Scope;
 use crate::supervisor::runtime::Supervisor;
 
 impl Supervisor {
@@ -178,12 +179,10 @@ impl Supervisor {
         let mut builder = agent.to_builder();
         // A message-mode child answers with `send_message`: the runtime gives it the tool
         // when its factory did not, so no factory has to remember it.
-        if a.mode == crate::supervisor::delegation::request::Mode::Message
+        if a.mode == crate::supervisor::request::Mode::Message
             && agent.tools().get("send_message").is_none()
         {
-            builder = builder.dyn_tool(Arc::new(
-                crate::supervisor::tools::send_message::SendMessageTool::new(self.clone()),
-            ));
+            builder = builder.dyn_tools(self.delegator().reply_tools());
         }
         let agent = match builder
             .permission(permission.and(agent.permission()))

@@ -18,14 +18,14 @@ use crate::error::CoreError;
 use crate::supervisor::config::policy::{
     HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report,
 };
-use crate::supervisor::delegation::handles::Reach;
 use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
-use crate::supervisor::delegation::request::DelegationRequest;
+use crate::supervisor::request::DelegationRequest;
 use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
 use crate::supervisor::tools::model_tool::ModelTool;
 use crate::supervisor::tools::report::{self, ChildStarted, HandleStatus, HandleUpdate, finished};
+use crate::supervisor::tree::handles::Reach;
 use crate::tool::{ToolContext, ToolError};
 
 /// `milestone`: when a `milestones` report offers events.

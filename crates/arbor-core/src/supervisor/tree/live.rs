@@ -13,10 +13,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::session::events::Bus;
 use crate::supervisor::config::names::Reservations;
-use crate::supervisor::delegation::handles::Handles;
-use crate::supervisor::delegation::slots::Slots;
-use crate::supervisor::delegation::summary::Summary;
+use crate::supervisor::tree::handles::Handles;
 use crate::supervisor::tree::hub::Hub;
+use crate::supervisor::tree::slots::Slots;
+use crate::supervisor::tree::summary::Summary;
 
 /// What a task or delegation of an abandoned supervisor ends with (never written anywhere).
 pub(crate) const ABANDONED: &str =

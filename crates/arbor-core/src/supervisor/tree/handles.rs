@@ -10,8 +10,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CoreError, CoreResult};
-use crate::supervisor::delegation::admitted::CancelReason;
-use crate::supervisor::delegation::request::DelegationResult;
+use crate::supervisor::request::DelegationResult;
 
 /// The shared outcome of one async delegation.
 pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;
@@ -106,5 +105,29 @@ impl Handles {
 
     pub(crate) fn running(&self) -> usize {
         self.entries.values().filter(|e| !e.terminal).count()
+    }
+}
+
+/// Why a delegation was cancelled: the first reason set wins.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CancelReason(Arc<std::sync::OnceLock<(&'static str, Option<String>)>>);
+
+impl CancelReason {
+    pub(crate) fn set(&self, reason: &'static str) {
+        let _ = self.0.set((reason, None));
+    }
+
+    /// The reason, with the words of whoever cancelled (a host's `cancel_with`).
+    pub(crate) fn set_with(&self, reason: &'static str, detail: String) {
+        let _ = self.0.set((reason, Some(detail)));
+    }
+
+    pub(crate) fn get(&self) -> Option<&'static str> {
+        self.0.get().map(|(r, _)| *r)
+    }
+
+    /// The words given with the reason, if any.
+    pub(crate) fn detail(&self) -> Option<&str> {
+        self.0.get().and_then(|(_, d)| d.as_deref())
     }
 }

@@ -1,0 +1,80 @@
+//! A child's answer as its parent's model reads it: the typed [`ChildAnswer`], redacted and cut
+//! to the parent's `max_result_bytes` (a marker says how much was left out, and where the
+//! whole of it is). The delegation tools return it (`tools/report.rs` re-exports it), and so
+//! do a nested resume and a rejoined call.
+
+use arbor_protocol::{RunStatus, Usage};
+use serde::{Deserialize, Serialize};
+
+use crate::supervisor::request::DelegationResult;
+use crate::supervisor::runtime::{Delegator, Supervisor};
+
+/// A child's answer (a sync spawn, or `wait_agent` on a finished child).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildAnswer {
+    /// The catalog entry.
+    pub child_id: String,
+    /// The delegation.
+    pub delegation_id: String,
+    /// How the child's run ended.
+    pub status: RunStatus,
+    /// The tokens the child's run used.
+    pub usage: Usage,
+    /// The child's answer, redacted and cut to the parent's `max_result_bytes` (a marker
+    /// says how much was left out and which transcript holds the whole of it).
+    pub text: String,
+    /// The provider cut the child's last answer off at its output cap: `text` may be
+    /// incomplete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// The text of a typed report, as the model reads it.
+pub(crate) fn text<T: Serialize>(report: &T) -> String {
+    // These types hold only strings, numbers and enums: serializing them cannot fail.
+    serde_json::to_string(report).unwrap_or_default()
+}
+
+/// A finished delegation as the parent's model reads it: redacted and cut to its cap.
+pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
+    let sup = delegator.supervisor();
+    let answer = sup.redact(&r.result.text);
+    let cap = sup.result_cap(&r.child_id);
+    text(&ChildAnswer {
+        child_id: r.child_id.clone(),
+        delegation_id: r.delegation_id.clone(),
+        status: r.result.status,
+        usage: r.result.usage,
+        text: cut(&answer, cap, r.session_id),
+        truncated: r.result.stop_reason == arbor_protocol::StopReason::CompletedTruncated,
+    })
+}
+
+impl Supervisor {
+    /// The most of `child_id`'s answer its parent's context gets (`max_result_bytes`, the
+    /// supervisor's narrowed by the child's catalog entry).
+    pub(crate) fn result_cap(&self, child_id: &str) -> usize {
+        let max = self.settings().limits().max_result_bytes;
+        let entry = self
+            .catalog()
+            .get(child_id)
+            .and_then(|(_, e)| e.limits.max_result_bytes);
+        let cap = entry.map_or(max, |e| e.min(max));
+        usize::try_from(cap).unwrap_or(usize::MAX)
+    }
+}
+
+/// `text` cut to at most `cap` bytes on a character boundary, with a marker saying how much
+/// was left out and where the whole of it is.
+pub(crate) fn cut(text: &str, cap: usize, session: arbor_protocol::SessionId) -> String {
+    let kept = crate::tool::prefix_within(text, cap);
+    if kept.len() == text.len() {
+        return text.to_owned();
+    }
+    format!(
+        "{kept}\n[truncated: {} of {} bytes shown; the whole answer is in the transcript of session {session}]",
+        kept.len(),
+        text.len()
+    )
+}
