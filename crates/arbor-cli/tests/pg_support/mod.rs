@@ -41,9 +41,13 @@ pub(crate) fn server(test: &str) -> Option<Pg> {
         url.contains(PASSWORD),
         "the test server's URL has another user: {base}"
     );
+    // The clock alone is not enough: tests started at once in one process read the same
+    // nanoseconds, shared a schema, and their workers ran each other's children.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let schema = format!(
-        "arbor_cli_{}_{}",
+        "arbor_cli_{}_{}_{}",
         std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

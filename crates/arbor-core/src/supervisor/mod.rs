@@ -66,9 +66,8 @@ pub use runtime::Delegator;
 pub use runtime::Supervisor;
 pub use summary::{ChildSummary, Outcome};
 pub use tools::find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
+pub use tools::handle::{CancelAgentTool, WaitAgentTool};
 pub use tools::list_children::ListChildrenTool;
 pub use tools::rename_child::RenameChildTool;
 pub use tools::send_message::SendMessageTool;
-pub use tools::spawn_agent::{
-    CancelAgentTool, HostSpawn, SpawnAgentTool, SpawnMode, WaitAgentTool,
-};
+pub use tools::spawn_agent::{HostSpawn, SpawnAgentTool, SpawnMode};

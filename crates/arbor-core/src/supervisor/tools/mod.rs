@@ -7,6 +7,7 @@
 pub(crate) mod arguments;
 pub(crate) mod errors;
 pub(crate) mod find_models;
+pub(crate) mod handle;
 pub(crate) mod list_children;
 pub(crate) mod model_tool;
 pub(crate) mod rename_child;
@@ -15,11 +16,12 @@ pub(crate) mod send_message;
 pub(crate) mod spawn_agent;
 
 pub use find_models::FindModelsTool;
+pub use handle::{CancelAgentTool, WaitAgentTool};
 pub use list_children::ListChildrenTool;
 pub use rename_child::RenameChildTool;
 pub use report::{ChildAnswer, ChildStarted, HandleStatus, HandleUpdate, ToolReport};
 pub use send_message::SendMessageTool;
-pub use spawn_agent::{CancelAgentTool, HostSpawn, SpawnAgentTool, SpawnMode, WaitAgentTool};
+pub use spawn_agent::{HostSpawn, SpawnAgentTool, SpawnMode};
 
 use std::sync::Arc;
 

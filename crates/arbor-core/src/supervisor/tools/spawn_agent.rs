@@ -1,4 +1,4 @@
-//! Model-facing tools: `spawn_agent`, `wait_agent` and `cancel_agent`.
+//! The model-facing `spawn_agent` tool (`wait_agent` and `cancel_agent` are in `handle.rs`).
 //!
 //! The spawn tool's schema is closed: `child_id` is an enum of the supervisor's advertised
 //! ids and every other key is refused, naming it. Model arguments can never supply tools,
@@ -18,14 +18,12 @@ use crate::error::CoreError;
 use crate::supervisor::config::policy::{
     HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report,
 };
-use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
 use crate::supervisor::request::DelegationRequest;
 use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
 use crate::supervisor::tools::model_tool::ModelTool;
-use crate::supervisor::tools::report::{self, ChildStarted, HandleStatus, HandleUpdate, finished};
-use crate::supervisor::tree::handles::Reach;
+use crate::supervisor::tools::report::{self, ChildStarted, finished};
 use crate::tool::{ToolContext, ToolError};
 
 /// `milestone`: when a `milestones` report offers events.
@@ -313,147 +311,5 @@ impl SpawnAgentTool {
             ..DelegationRequest::default()
         };
         Ok(HostSpawn { request, mode })
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct HandleArgs {
-    delegation_id: String,
-}
-
-fn handle_spec(name: &str, description: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters: json!({
-            "type": "object",
-            "properties": {"delegation_id": {"type": "string"}},
-            "required": ["delegation_id"],
-            "additionalProperties": false
-        }),
-    }
-}
-
-/// `wait_agent`: wait for one async child by its handle.
-#[derive(Debug, Clone)]
-pub struct WaitAgentTool {
-    delegator: Delegator,
-    spec: ToolSpec,
-}
-
-impl WaitAgentTool {
-    /// The tool, named `wait_agent`.
-    pub fn new(delegator: Delegator) -> Self {
-        Self {
-            delegator,
-            spec: handle_spec(
-                "wait_agent",
-                "Wait for one async child delegation by its handle.",
-            ),
-        }
-    }
-}
-
-#[async_trait]
-impl ModelTool for WaitAgentTool {
-    type Args = HandleArgs;
-
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn supervisor(&self) -> &Supervisor {
-        self.delegator.supervisor()
-    }
-
-    async fn call(&self, args: HandleArgs, ctx: ToolContext) -> Result<String, ToolError> {
-        let options = WaitOptions {
-            timeout: None,
-            cancel: Some(ctx.cancel.clone()),
-        };
-        match self
-            .delegator
-            .supervisor()
-            .wait_from(
-                Reach::Tree(ctx.session.root_id),
-                &args.delegation_id,
-                options,
-            )
-            .await
-        {
-            Ok(WaitOutcome::Finished(r)) => Ok(finished(&self.delegator, &r)),
-            Ok(WaitOutcome::Cancelled { delegation_id }) => Ok(report::text(&HandleUpdate {
-                delegation_id,
-                status: HandleStatus::Cancelled,
-            })),
-            // The handle died with the process that held it (this run was continued in
-            // another one): the child is rejoined from the store.
-            Err(e) if e.deny_reason() == Some(crate::error::DenyReason::Unknown) => {
-                let sup = self.delegator.supervisor();
-                match sup
-                    .rejoin_handle(ctx.session.id, &args.delegation_id, &ctx.cancel)
-                    .await
-                {
-                    Ok(Some(r)) => Ok(finished(&self.delegator, &r)),
-                    Ok(None) => Err(sup.model_error(&e)),
-                    Err(again) => Err(sup.model_error(&again)),
-                }
-            }
-            Err(e) => Err(self.delegator.supervisor().model_error(&e)),
-        }
-    }
-}
-
-/// `cancel_agent`: cancel one async child by its handle.
-#[derive(Debug, Clone)]
-pub struct CancelAgentTool {
-    delegator: Delegator,
-    spec: ToolSpec,
-}
-
-impl CancelAgentTool {
-    /// The tool, named `cancel_agent`.
-    pub fn new(delegator: Delegator) -> Self {
-        Self {
-            delegator,
-            spec: handle_spec(
-                "cancel_agent",
-                "Cancel one async child delegation by its handle.",
-            ),
-        }
-    }
-}
-
-#[async_trait]
-impl ModelTool for CancelAgentTool {
-    type Args = HandleArgs;
-
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn supervisor(&self) -> &Supervisor {
-        self.delegator.supervisor()
-    }
-
-    async fn call(&self, args: HandleArgs, ctx: ToolContext) -> Result<String, ToolError> {
-        // A model reaches its own tree's handles only: another tree's id is unknown to it.
-        let reach = Reach::Tree(ctx.session.root_id);
-        match self
-            .delegator
-            .supervisor()
-            .cancel_from(reach, &args.delegation_id)
-        {
-            Ok(running) => Ok(report::text(&HandleUpdate {
-                delegation_id: args.delegation_id,
-                status: if running {
-                    HandleStatus::Cancelling
-                } else {
-                    HandleStatus::Terminal
-                },
-            })),
-            Err(e) => Err(self.delegator.supervisor().model_error(&e)),
-        }
     }
 }
