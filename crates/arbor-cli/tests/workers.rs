@@ -402,6 +402,22 @@ fn run_owners(pg: &Pg) -> Vec<String> {
     runs_column(pg, "COALESCE(owner, '')")
 }
 
+/// The id of the newest root (`arbor ls`).
+fn newest_root(dir: &Path, pg: &Pg) -> String {
+    let rows = json(dir, pg, &["ls", "--json"]);
+    rows["roots"][0]["id"].as_str().unwrap().to_owned()
+}
+
+/// `arbor rm ROOT c1`, which must succeed.
+fn delete_c1(dir: &Path, pg: &Pg, root: &str) {
+    let out = pg_support::arbor(dir, pg, &["rm", root, "c1"]);
+    assert!(
+        out.status.success(),
+        "rm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The transcript entries (`arbor log --json`) of the first child of `root`.
 fn first_childs_log(dir: &Path, pg: &Pg, root: &str) -> Vec<Value> {
     let tree = json(dir, pg, &["tree", root, "--json"]);
@@ -492,15 +508,9 @@ fn a_child_deleted_from_another_process_stops_on_its_worker_within_a_heartbeat()
     // The parent dies; its child goes on on the worker until someone deletes it.
     run.kill().unwrap();
     run.wait().unwrap();
-    let rows = json(dir.path(), &pg, &["ls", "--json"]);
-    let root = rows["roots"][0]["id"].as_str().unwrap().to_owned();
+    let root = newest_root(dir.path(), &pg);
     let deleted = Instant::now();
-    let out = pg_support::arbor(dir.path(), &pg, &["rm", &root, "c1"]);
-    assert!(
-        out.status.success(),
-        "rm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    delete_c1(dir.path(), &pg, &root);
     let took = stops_on_its_worker(dir.path(), &pg, deleted);
     w.kill().unwrap();
     w.wait().unwrap();
@@ -522,19 +532,13 @@ fn a_child_deleted_while_its_worker_is_dead_is_never_run_by_the_takeover() {
     let dir = tempfile::tempdir().unwrap();
     let (mut w, mut run) = counting_on_a_worker(dir.path(), &pg);
     // The parent and the child's worker both die mid-run; the child is deleted meanwhile.
-    run.kill().unwrap();
-    run.wait().unwrap();
-    w.kill().unwrap();
-    w.wait().unwrap();
+    for p in [&mut run, &mut w] {
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
     let at_kill = lines(&dir.path().join("count.txt")).len();
-    let rows = json(dir.path(), &pg, &["ls", "--json"]);
-    let root = rows["roots"][0]["id"].as_str().unwrap().to_owned();
-    let out = pg_support::arbor(dir.path(), &pg, &["rm", &root, "c1"]);
-    assert!(
-        out.status.success(),
-        "rm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let root = newest_root(dir.path(), &pg);
+    delete_c1(dir.path(), &pg, &root);
     // Another worker claims the run once its lease runs out, and refuses to run it.
     let mut second = worker(dir.path(), &pg, 2, "2");
     wait_until(
@@ -572,12 +576,11 @@ fn a_message_sent_while_the_childs_worker_is_dead_reaches_the_takeover() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (mut w, mut run) = counting_on_a_worker(dir.path(), &pg);
-    run.kill().unwrap();
-    run.wait().unwrap();
-    w.kill().unwrap();
-    w.wait().unwrap();
-    let rows = json(dir.path(), &pg, &["ls", "--json"]);
-    let root = rows["roots"][0]["id"].as_str().unwrap().to_owned();
+    for p in [&mut run, &mut w] {
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+    let root = newest_root(dir.path(), &pg);
     let sent = pg_support::arbor(
         dir.path(),
         &pg,

@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use arbor_protocol::SessionId;
 use arbor_store::{SessionRecord, Store, StoreErrorKind};
-use arbor_store_postgres::{
-    ChildRun, Heartbeat, PostgresOptions, PostgresStore, RunState, Wake, WorkQueue,
-};
+use arbor_store_postgres::{ChildRun, Heartbeat, PostgresStore, RunState, Wake, WorkQueue};
 use serde_json::json;
+use sqlx::Connection;
 use tokio::sync::Mutex;
 
 /// A root and `n` children of it, created in the store.
@@ -277,40 +276,53 @@ async fn cancels_reach_queued_and_claimed_runs_and_wakeups_arrive() {
     common::drop_schema(&store, &schema).await;
 }
 
-/// A refused enqueue (the run is queued already) leaves no lock behind: another process's
-/// claim, on connections of its own, takes the run at once. The refused transaction used to be
-/// dropped, its rollback left to the pool's return of the connection, a task of its own: until
-/// then its `ON CONFLICT` row lock stayed, and a `SKIP LOCKED` claim passed over the run (seen
-/// once in CI, in `cancels_reach_queued_and_claimed_runs…`; this machine rarely loses that
-/// race, so this test checks the outcome rather than forcing the window).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A refused enqueue (the run is queued already) leaves no lock behind. Its transaction used
+/// to be dropped, its rollback left to the pool's return of the connection, a task of the
+/// runtime: until that ran, the `ON CONFLICT` row lock stayed, and a `SKIP LOCKED` claim would
+/// pass over the run. The interleaving is forced: right after the refusal, this runtime's one
+/// thread blocks while another thread takes the row's lock with `NOWAIT`, so a rollback left
+/// to a task has not run yet.
+#[tokio::test]
 async fn a_refused_enqueue_leaves_no_lock_for_claims_to_skip() {
     let Some(url) = common::server("a_refused_enqueue_leaves_no_lock") else {
         return;
     };
     let (store, schema) = common::fresh_store(&url).await;
     let (root, kids) = family(&store, 1).await;
-    let parent = WorkQueue::new(&store, "parent", Duration::from_secs(5));
-    parent
-        .enqueue(&run_of(&root, &kids[0], None))
-        .await
-        .unwrap();
-    let again = parent
+    let queue = WorkQueue::new(&store, "parent", Duration::from_secs(5));
+    queue.enqueue(&run_of(&root, &kids[0], None)).await.unwrap();
+    let again = queue
         .enqueue(&run_of(&root, &kids[0], None))
         .await
         .unwrap_err();
     assert_eq!(again.kind(), StoreErrorKind::AlreadyExists);
-    // Another process: its own pool, so the parent's connections stay idle as they are.
-    let other = PostgresOptions::new()
-        .schema(&schema)
-        .connect(&url)
-        .await
-        .unwrap();
-    let worker = WorkQueue::new(&other, "worker", Duration::from_secs(5));
-    let claims = worker.claim(1).await.unwrap();
+    // Blocking this thread: nothing of this runtime runs meanwhile.
+    let sql =
+        format!("SELECT 1 FROM \"{schema}\".child_runs WHERE session_id = $1 FOR UPDATE NOWAIT");
+    let session = kids[0].id.to_string();
+    let locked = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(async {
+                        let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+                        sqlx::query(sqlx::AssertSqlSafe(sql))
+                            .bind(&session)
+                            .fetch_optional(&mut other)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    })
+            })
+            .join()
+            .unwrap()
+    });
+    assert_eq!(locked, Ok(()), "the refused enqueue still held the row");
+    let claims = queue.claim(1).await.unwrap();
     assert_eq!(claims.len(), 1, "the run was skipped as locked");
-    assert_eq!(claims[0].session, kids[0].id);
-    other.close().await;
     common::drop_schema(&store, &schema).await;
 }
 
