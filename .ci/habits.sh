@@ -13,7 +13,7 @@
 # HABITS=doc,deny runs some of them. Every step runs even if one before failed; the script
 # exits non-zero if any failed. cargo-hack and cargo-deny are installed at pinned versions
 # by .ci/tools.sh (minutes the first time on a machine, then cached). A step whose tool or
-# toolchain cannot be installed here is skipped, saying so.
+# toolchain cannot be installed here is skipped, saying so; under CI=true it fails instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -44,7 +44,7 @@ doc() {
 }
 
 hack() {
-    ci_tool "$CARGO_HACK" || { echo "habits: hack skipped (no cargo-hack)"; return 0; }
+    ci_tool "$CARGO_HACK" || { ci_skip "habits: hack: no cargo-hack"; return; }
     # Dev-dependencies stay (--no-dev-deps would rewrite Cargo.lock, which --locked forbids);
     # `check` builds no test target, so their features are not unified in.
     cargo hack check --each-feature --workspace --locked --quiet
@@ -60,8 +60,8 @@ msrv() {
     if ! rustup run "$version" rustc --version >/dev/null 2>&1; then
         echo "habits: msrv: installing Rust $version"
         if ! rustup toolchain install "$version" --profile minimal >/dev/null 2>&1; then
-            echo "habits: msrv skipped: Rust $version cannot be installed here"
-            return 0
+            ci_skip "habits: msrv: Rust $version cannot be installed here"
+            return
         fi
     fi
     # Its own target folder: another compiler's artifacts never evict the main build's.
@@ -70,11 +70,12 @@ msrv() {
 }
 
 deny() {
-    ci_tool "$CARGO_DENY" || { echo "habits: deny skipped (no cargo-deny)"; return 0; }
+    ci_tool "$CARGO_DENY" || { ci_skip "habits: deny: no cargo-deny"; return; }
     local status=0
     cargo deny --locked check --hide-inclusion-graph bans licenses sources || status=1
     # Advisories need RustSec's database, a git clone into $CARGO_HOME/advisory-dbs. Fetch
-    # it; where that fails (no network), use a copy fetched before, or skip.
+    # it; where that fails (no network), use a copy fetched before, else the copy shipped in
+    # .ci/advisory-db.tar.gz (see .ci/advisory-db.txt), unpacked into a throwaway git repo.
     local dbs="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
     if timeout 120 cargo deny --locked fetch db >/dev/null 2>&1; then
         cargo deny --locked check --hide-inclusion-graph advisories || status=1
@@ -82,8 +83,30 @@ deny() {
         echo "habits: deny: RustSec's database cannot be fetched; checking against the copy in $dbs"
         cargo deny --offline --locked check --hide-inclusion-graph advisories || status=1
     else
-        echo "habits: deny: advisories skipped: RustSec's database cannot be fetched here and no copy is in $dbs"
+        shipped_advisories || status=1
     fi
+    return $status
+}
+
+# shipped_advisories: the advisories check against .ci/advisory-db.tar.gz. cargo-deny reads
+# its database as a git repository named after the database's URL, under `db-path`; the copy
+# is committed with the upstream commit's date, so cargo-deny judges its age truthfully.
+shipped_advisories() {
+    local tmp db date
+    tmp=$(mktemp -d)
+    db="$tmp/dbs/advisory-db-3157b0e258782691"
+    date=$(sed -n 's/^date: *//p' .ci/advisory-db.txt)
+    mkdir -p "$db"
+    tar -xzf .ci/advisory-db.tar.gz -C "$db"
+    (cd "$db" && git init -q && git add -A &&
+        GIT_COMMITTER_DATE="$date" git -c user.name=ci -c user.email=ci@localhost \
+            commit -q --date "$date" -m "RustSec advisory-db (shipped copy)")
+    sed "s|^\[advisories\]|[advisories]\ndb-path = \"$tmp/dbs\"|" deny.toml >"$tmp/deny.toml"
+    echo "habits: deny: RustSec's database cannot be fetched; checking against the shipped copy of $date"
+    cargo deny --config "$tmp/deny.toml" --offline --locked check --hide-inclusion-graph advisories
+    local status=$?
+    rm -rf "$tmp"
+    return $status
     return $status
 }
 

@@ -8,7 +8,16 @@
 #
 # Exports ARBOR_TEST_POSTGRES_URL (postgres://arbor@127.0.0.1:PORT/arbor) on success. When no
 # server can be started it says so loudly and leaves the variable unset, so the tests that
-# need it skip with their own message.
+# need it skip with their own message; under CI=true it fails instead (a CI run without
+# PostgreSQL is not green), and so do those tests.
+
+# arbor_pg_none: no server. Outside CI the tests skip (returns 0); under CI=true it fails.
+arbor_pg_none() {
+    if [ "${CI:-}" = true ]; then
+        echo "postgres: CI=true, so this FAILS instead of skipping"
+        return 1
+    fi
+}
 
 arbor_pg_start() {
     local bin user port data log
@@ -20,7 +29,8 @@ arbor_pg_start() {
     fi
     if [ -z "$bin" ]; then
         echo "postgres: NO POSTGRESQL SERVER: the PostgreSQL tests will skip"
-        return 0
+        arbor_pg_none
+        return
     fi
     arbor_pg_dir=$(mktemp -d)
     chmod 755 "$arbor_pg_dir"
@@ -36,14 +46,16 @@ arbor_pg_start() {
     if ! $user "$bin/initdb" -D "$data" -U arbor -A trust --no-sync -E UTF8 >"$arbor_pg_dir/initdb.log" 2>&1; then
         echo "postgres: NO POSTGRESQL SERVER (initdb failed): the PostgreSQL tests will skip"
         tail -n 5 "$arbor_pg_dir/initdb.log"
-        return 0
+        arbor_pg_none
+        return
     fi
     if ! $user "$bin/pg_ctl" -D "$data" -l "$log" -w -t 30 \
         -o "-c listen_addresses=127.0.0.1 -p $port -k $arbor_pg_dir -c max_connections=200" \
         start >/dev/null; then
         echo "postgres: NO POSTGRESQL SERVER (it did not start): the PostgreSQL tests will skip"
         tail -n 5 "$log"
-        return 0
+        arbor_pg_none
+        return
     fi
     arbor_pg_stop_cmd="$user $bin/pg_ctl -D $data -m immediate stop"
     trap 'arbor_pg_stop' EXIT

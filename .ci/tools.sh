@@ -33,3 +33,13 @@ ci_tool() {
     fi
     rm -f "$log"
 }
+
+# ci_skip MESSAGE: a step that cannot run here says so. Outside CI it is skipped (returns 0);
+# under CI=true it fails (returns 1), so a missing tool never passes as a green step.
+ci_skip() {
+    if [ "${CI:-}" = true ]; then
+        echo "$1: CI=true, so this FAILS instead of skipping"
+        return 1
+    fi
+    echo "$1: skipped"
+}

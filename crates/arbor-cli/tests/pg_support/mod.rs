@@ -24,6 +24,11 @@ pub(crate) fn server(test: &str) -> Option<Pg> {
         .ok()
         .filter(|u| !u.is_empty())
     else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{}: no PostgreSQL server under CI=true (a CI run without one is not green)",
+            test
+        );
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),

@@ -13,6 +13,11 @@ pub(crate) fn server(test: &str) -> Option<String> {
         _ => {
             // Straight to the process's stderr: the test harness would hide an `eprintln!`
             // of a passing test.
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{}: no PostgreSQL server under CI=true (a CI run without one is not green)",
+                test
+            );
             use std::io::Write;
             let _ = writeln!(
                 std::io::stderr(),
