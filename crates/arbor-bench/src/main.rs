@@ -120,10 +120,37 @@ fn run(args: Args) -> Result<ExitCode, String> {
         Some(s) => vec![parse_store(s)?],
         None => vec![StoreKind::Memory, StoreKind::Sqlite],
     };
+    let rows = run_workers(&args, &stores, &scenarios)?;
+    if args.json {
+        let doc = serde_json::json!({
+            "quick": args.quick,
+            "runtime": if args.multi_thread { "multi_thread" } else { "current_thread" },
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "allocator": if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" },
+            "rows": rows,
+        });
+        println!("{doc}");
+    } else {
+        print!("{}", report::table(&rows));
+    }
+    Ok(if judge(&rows) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Each scenario on each store in a worker process of its own (so one's memory never
+/// counts in another's), its row read from the worker's output.
+fn run_workers(
+    args: &Args,
+    stores: &[StoreKind],
+    scenarios: &[Scenario],
+) -> Result<Vec<Row>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut rows = Vec::new();
-    for kind in &stores {
-        for scenario in &scenarios {
+    for kind in stores {
+        for scenario in scenarios {
             if !args.json {
                 eprintln!("running {} on {}", scenario.letter(), kind.name());
             }
@@ -154,18 +181,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
             rows.push(row);
         }
     }
-    if args.json {
-        let doc = serde_json::json!({
-            "quick": args.quick,
-            "runtime": if args.multi_thread { "multi_thread" } else { "current_thread" },
-            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-            "allocator": if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" },
-            "rows": rows,
-        });
-        println!("{doc}");
-    } else {
-        print!("{}", report::table(&rows));
-    }
+    Ok(rows)
+}
+
+/// Whether the rows hold the bounds: token totals as expected, the sessions tracked at the
+/// end and the growth per 10,000 children under their ceilings; says which do not.
+fn judge(rows: &[Row]) -> bool {
     let wrong: Vec<String> = rows
         .iter()
         .filter(|r| !r.tokens_ok())
@@ -215,11 +236,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             growing.join(", ")
         );
     }
-    if wrong.is_empty() && unbounded.is_empty() && growing.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Ok(ExitCode::FAILURE)
-    }
+    wrong.is_empty() && unbounded.is_empty() && growing.is_empty()
 }
 
 /// `--big-store N`: prints what each command cost on both stores; exits 1 when one grew past

@@ -54,6 +54,7 @@ mod report;
 mod resolve;
 mod resume;
 mod run;
+mod run_report;
 mod serve;
 mod setup;
 mod spec;

@@ -88,25 +88,7 @@ impl RootProgress {
                 turn,
                 usage,
                 tool_calls,
-            } => {
-                self.turns = self.turns.max(*turn);
-                let mut line = format!(
-                    "{name}: turn {turn}: {} (input {}, output {})",
-                    plural(usage.total_tokens, "token", "tokens"),
-                    thousands(usage.input_tokens),
-                    thousands(usage.output_tokens),
-                );
-                if *tool_calls > 0 {
-                    line.push_str(&format!(
-                        ", {}",
-                        plural(u64::from(*tool_calls), "tool call", "tool calls")
-                    ));
-                }
-                if !self.text.trim().is_empty() {
-                    line.push_str(&format!(": {:?}", output::short(&self.text, PREVIEW_CHARS)));
-                }
-                line
-            }
+            } => self.turn_line(*turn, usage, *tool_calls),
             AgentEvent::ToolExecutionStarted { name: tool, .. } => {
                 format!("{name}: tool {tool} started")
             }
@@ -129,18 +111,7 @@ impl RootProgress {
             AgentEvent::ToolExecutionBlocked {
                 name: tool, reason, ..
             } => format!("{name}: tool {tool} blocked: {}", first_line(reason)),
-            AgentEvent::RunLimitExceeded { breach } => {
-                let mut line = format!(
-                    "{name}: limit {} exceeded (maximum {}, observed {})",
-                    breach.limit,
-                    thousands(breach.maximum),
-                    thousands(breach.observed)
-                );
-                if let Some(limits) = &self.limits {
-                    line.push_str(&format!(": {}", limits.describe(breach.limit)));
-                }
-                line
-            }
+            AgentEvent::RunLimitExceeded { breach } => self.limit_line(breach),
             AgentEvent::RunDenied { reason } => format!("{name}: denied: {}", first_line(reason)),
             AgentEvent::RunSuspended { pending } => format!(
                 "{name}: suspended, waiting for {}",
@@ -152,18 +123,7 @@ impl RootProgress {
                 usage,
                 error,
                 ..
-            } => {
-                let mut line = format!(
-                    "{name}: run {status} ({stop_reason}): {}, {}, {}",
-                    plural(u64::from(self.turns), "turn", "turns"),
-                    plural(usage.total_tokens, "token", "tokens"),
-                    elapsed(self.started)
-                );
-                if let Some(error) = error.as_deref().filter(|e| !e.is_empty()) {
-                    line.push_str(&format!(": {}", first_line(error)));
-                }
-                line
-            }
+            } => self.finished_line(*status, *stop_reason, usage, error.as_deref()),
             AgentEvent::EventsLagged { missed } => format!(
                 "{name}: ({} not shown: the display fell behind)",
                 plural(*missed, "event", "events")
@@ -173,6 +133,61 @@ impl RootProgress {
             }
             _ => return None,
         })
+    }
+
+    fn turn_line(&mut self, turn: u32, usage: &arbor_protocol::Usage, tool_calls: u32) -> String {
+        self.turns = self.turns.max(turn);
+        let mut line = format!(
+            "{}: turn {turn}: {} (input {}, output {})",
+            self.name,
+            plural(usage.total_tokens, "token", "tokens"),
+            thousands(usage.input_tokens),
+            thousands(usage.output_tokens),
+        );
+        if tool_calls > 0 {
+            line.push_str(&format!(
+                ", {}",
+                plural(u64::from(tool_calls), "tool call", "tool calls")
+            ));
+        }
+        if !self.text.trim().is_empty() {
+            line.push_str(&format!(": {:?}", output::short(&self.text, PREVIEW_CHARS)));
+        }
+        line
+    }
+
+    fn limit_line(&self, breach: &arbor_protocol::RunLimitBreach) -> String {
+        let mut line = format!(
+            "{}: limit {} exceeded (maximum {}, observed {})",
+            self.name,
+            breach.limit,
+            thousands(breach.maximum),
+            thousands(breach.observed)
+        );
+        if let Some(limits) = &self.limits {
+            line.push_str(&format!(": {}", limits.describe(breach.limit)));
+        }
+        line
+    }
+
+    fn finished_line(
+        &self,
+        status: arbor_protocol::RunStatus,
+        stop_reason: arbor_protocol::StopReason,
+        usage: &arbor_protocol::Usage,
+        error: Option<&str>,
+    ) -> String {
+        let mut line = format!(
+            "{}: run {status} ({stop_reason}): {}, {}, {}",
+            self.name,
+            plural(u64::from(self.turns), "turn", "turns"),
+            plural(usage.total_tokens, "token", "tokens"),
+            elapsed(self.started)
+        );
+        if let Some(error) = error.filter(|e| !e.is_empty()) {
+            line.push_str(&format!(": {}", first_line(error)));
+        }
+        line
     }
 }
 

@@ -24,7 +24,7 @@ use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
 use crate::interrupt::Watch;
 use crate::progress::{self, RootProgress};
 use crate::store::{StoreChoice, StoreName};
-use crate::{approvals, input, output, owner, report, spec, tree};
+use crate::{approvals, input, output, owner, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -268,39 +268,7 @@ pub(crate) async fn drive_root(
     }
 
     let done = CancellationToken::new();
-    let mut followers: Vec<JoinHandle<()>> = Vec::new();
-    if !view.quiet && crate::live::wanted(view.progress) {
-        output::err(&format!(
-            "{} ({}) on {}",
-            session.record().name,
-            crate::resolve::short(root_id),
-            view.store_name
-        ));
-        followers.push(tokio::spawn(crate::live::follow(
-            store.clone(),
-            root_id,
-            done.clone(),
-        )));
-    } else if !view.quiet {
-        let root = RootProgress::new(
-            session.record().name.clone(),
-            root_id,
-            view.store_name.clone(),
-        )
-        .with_limits(built.root_limits.clone());
-        followers.push(tokio::spawn(progress::follow_root(
-            root,
-            session.subscribe(),
-            done.clone(),
-        )));
-        if let Some(sup) = &built.supervisor {
-            followers.push(tokio::spawn(progress::follow_supervisor(
-                sup.subscribe(),
-                built.child_limits.clone(),
-                done.clone(),
-            )));
-        }
-    }
+    let followers = start_followers(&view, built, &session, &done);
     let signals = Watch::start(token.clone(), view.quiet);
     let result = run_tree(built, &mut session, start, &token).await;
     // Nothing is left to cancel: a signal from now on exits at once.
@@ -337,62 +305,19 @@ pub(crate) async fn drive_root(
             tracing::warn!(session = %m.session, "usage does not reconcile: {}", m.what);
         }
     }
-    let mut lines: Vec<String> = Vec::new();
-    if view.json {
-        let mut report = report::json_report(
-            root_id,
-            view.store_name.kind(),
-            check.own_total_tokens,
-            &result,
-        );
-        report["silent_children"] = serde_json::json!(tree.silent);
-        report["reconciliation"] = serde_json::json!({
-            "consistent": check.is_consistent(),
-            "own_total_tokens": check.own_total_tokens,
-            "root_aggregate_tokens": check.root_aggregate_tokens,
-            "mismatches": check.mismatches.iter().map(|m| {
-                serde_json::json!({"session": m.session, "what": m.what})
-            }).collect::<Vec<_>>(),
-        });
-        if let Some(b) = &result.breach {
-            report["result"]["breach_origin"] =
-                serde_json::json!(built.root_limits.origin(b.limit).as_str());
-            report["result"]["breach_setting"] = serde_json::json!(built.root_limits.key(b.limit));
-        }
-        if let Some(s) = &result.suspension {
-            report["suspension"] = report::suspension_json(s);
-        }
-        if !children_waiting.is_empty() {
-            report["child_suspensions"] = children_waiting
-                .iter()
-                .map(report::suspension_json)
-                .collect();
-        }
-        lines.push(report::with_sessions(&report, tree.rows));
-    } else {
-        lines.push(tree.rows);
-        let silent = tree.silent;
-        if silent > 0 {
-            lines.push(format!(
-                "{silent} child(ren) finished without replying (silent no-ops): see arbor ls {root_id}"
-            ));
-        }
-        if let Some(b) = &result.breach {
-            lines.push(format!(
-                "{} stopped at its limit {} = {} ({})",
-                tree.root_name,
-                b.limit,
-                report::thousands(b.maximum),
-                built.root_limits.describe(b.limit)
-            ));
-        }
-        if let Some(s) = &result.suspension {
-            lines.push(report::suspension_text(root_id, s));
-        }
-        for s in &children_waiting {
-            lines.push(report::suspension_text(root_id, s));
-        }
-    }
+    let breach_at = result.breach.map(|b| crate::run_report::BreachAt {
+        origin: built.root_limits.origin(b.limit).as_str(),
+        setting: built.root_limits.key(b.limit),
+        described: built.root_limits.describe(b.limit),
+    });
+    let lines = crate::run_report::lines(
+        view.json,
+        view.store_name.kind(),
+        breach_at.as_ref(),
+        &result,
+        &children_waiting,
+        tree,
+    );
     match view.asking {
         // The person is asked next: the report is held, for when something is left for later.
         Some(held) if code == EXIT_SUSPENDED => {
@@ -407,6 +332,52 @@ pub(crate) async fn drive_root(
         }
     }
     Ok(code)
+}
+
+/// The progress shown while the tree runs (nothing when quiet): the live view of the store,
+/// or the root's and the supervisor's event lines.
+fn start_followers(
+    view: &View<'_>,
+    built: &tree::Built,
+    session: &Session,
+    done: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let store = view.store;
+    let root_id = session.id();
+    let mut followers: Vec<JoinHandle<()>> = Vec::new();
+    if !view.quiet && crate::live::wanted(view.progress) {
+        output::err(&format!(
+            "{} ({}) on {}",
+            session.record().name,
+            crate::resolve::short(root_id),
+            view.store_name
+        ));
+        followers.push(tokio::spawn(crate::live::follow(
+            store.clone(),
+            root_id,
+            done.clone(),
+        )));
+    } else if !view.quiet {
+        let root = RootProgress::new(
+            session.record().name.clone(),
+            root_id,
+            view.store_name.clone(),
+        )
+        .with_limits(built.root_limits.clone());
+        followers.push(tokio::spawn(progress::follow_root(
+            root,
+            session.subscribe(),
+            done.clone(),
+        )));
+        if let Some(sup) = &built.supervisor {
+            followers.push(tokio::spawn(progress::follow_supervisor(
+                sup.subscribe(),
+                built.child_limits.clone(),
+                done.clone(),
+            )));
+        }
+    }
+    followers
 }
 
 /// Runs (or resumes) the root of an attached tree, runs it again on its children's replies

@@ -25,52 +25,7 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
     let prepared = prepare_with(&path, &text, &overrides, args.online).await?;
     let spec = &prepared.spec;
     let root = spec.root_name().map_err(Fail::usage)?.to_owned();
-    // Each agent's limits as its runs get them: the root's under `[supervisor] limits`, a
-    // child's under the supervisor's ceiling over children too.
-    let provenance = |name: &str| {
-        let a = &spec.agents[name];
-        crate::limits::Provenance {
-            agent: name.to_owned(),
-            own: a.limits,
-            supervisor: spec.supervisor.limits,
-            child: name != root,
-        }
-    };
-    let mut warnings = Vec::new();
-    let agents: Vec<serde_json::Value> = spec
-        .agents
-        .iter()
-        .map(|(name, a)| {
-            let p = provenance(name);
-            let effective = p.effective();
-            let lowered = p.lowered();
-            warnings.extend(lowered.iter().map(|l| l.warning(name)));
-            let limits: serde_json::Map<String, serde_json::Value> = LimitKind::RUN
-                .iter()
-                .map(|&kind| {
-                    let mut v = json!({
-                        "value": effective.get(kind),
-                        "from": p.origin(kind).as_str(),
-                    });
-                    if let Some(l) = lowered.iter().find(|l| l.kind == kind) {
-                        v["written"] = json!(l.written);
-                        v["raise"] = json!(l.raise);
-                    }
-                    (kind.to_string(), v)
-                })
-                .collect();
-            json!({
-                "name": name,
-                "root": *name == root,
-                "provider": a.provider,
-                "model": a.model,
-                "children": a.children,
-                "tools": a.tools,
-                "workspace": a.workspace,
-                "limits": limits,
-            })
-        })
-        .collect();
+    let (agents, warnings) = agents_json(spec, &root);
     if args.json {
         output::out(
             &json!({
@@ -104,7 +59,7 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
         if !a.tools.is_empty() {
             line.push_str(&format!(", tools {}", a.tools.join(" ")));
         }
-        let l = provenance(name).effective();
+        let l = provenance(spec, &root, name).effective();
         line.push_str(&format!(
             ", limits {} steps, {} tool calls, {} tokens, {} ms",
             l.max_steps,
@@ -121,6 +76,59 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
         output::err(&format!("warning: {w}"));
     }
     Ok(0)
+}
+
+/// Each agent's limits as its runs get them: the root's under `[supervisor] limits`, a
+/// child's under the supervisor's ceiling over children too.
+fn provenance(spec: &crate::spec::Spec, root: &str, name: &str) -> crate::limits::Provenance {
+    let own = spec.agents.get(name).map(|a| a.limits).unwrap_or_default();
+    crate::limits::Provenance {
+        agent: name.to_owned(),
+        own,
+        supervisor: spec.supervisor.limits,
+        child: name != root,
+    }
+}
+
+/// The agents of `arbor validate --json`, each with its effective limits and where each was
+/// set, and the warnings of limits a ceiling lowered.
+fn agents_json(spec: &crate::spec::Spec, root: &str) -> (Vec<serde_json::Value>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let agents = spec
+        .agents
+        .iter()
+        .map(|(name, a)| {
+            let p = provenance(spec, root, name);
+            let effective = p.effective();
+            let lowered = p.lowered();
+            warnings.extend(lowered.iter().map(|l| l.warning(name)));
+            let limits: serde_json::Map<String, serde_json::Value> = LimitKind::RUN
+                .iter()
+                .map(|&kind| {
+                    let mut v = json!({
+                        "value": effective.get(kind),
+                        "from": p.origin(kind).as_str(),
+                    });
+                    if let Some(l) = lowered.iter().find(|l| l.kind == kind) {
+                        v["written"] = json!(l.written);
+                        v["raise"] = json!(l.raise);
+                    }
+                    (kind.to_string(), v)
+                })
+                .collect();
+            json!({
+                "name": name,
+                "root": name == root,
+                "provider": a.provider,
+                "model": a.model,
+                "children": a.children,
+                "tools": a.tools,
+                "workspace": a.workspace,
+                "limits": limits,
+            })
+        })
+        .collect();
+    (agents, warnings)
 }
 
 /// The starter spec `arbor init` writes.

@@ -163,6 +163,7 @@ fn runs_finished(dir: &Path, root: &str) -> usize {
 
 /// Checks, with new processes, what a killed command leaves; returns the root (None when
 /// the kill came before a root was stored, which its stderr must agree with).
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn check_after_kill(
     dir: &Path,
     root: Option<&str>,

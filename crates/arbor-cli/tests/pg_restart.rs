@@ -58,6 +58,7 @@ fn spec() -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn a_tree_on_workers_goes_on_through_postgres_restarts_and_loses_nothing() {
     let Some(server) = OwnServer::start("a_tree_on_workers_goes_on_through_postgres_restarts")
     else {

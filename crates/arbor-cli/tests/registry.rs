@@ -222,6 +222,7 @@ text = "never"
 
 #[cfg(unix)]
 #[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn a_sigkill_mid_tree_loses_nothing_that_was_reported_as_stored() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;

@@ -173,6 +173,7 @@ async fn result_of(http: &reqwest::Client, base: &str, root: &str, want: &str) -
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn a_child_waiting_for_approval_is_decided_and_resumed_over_http_running_its_call_once() {
     use reqwest::Method;
     let (_dir, served) = serving("approvals", &std::fs::read_to_string(APPROVALS).unwrap());
@@ -463,6 +464,7 @@ text = "helped"
 "#;
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn a_host_spawns_waits_messages_and_deletes_as_a_parent_over_http() {
     use reqwest::Method;
     let dir = tempfile::tempdir().unwrap();

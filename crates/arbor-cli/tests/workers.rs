@@ -230,6 +230,7 @@ async fn sample(pool: &sqlx::PgPool, schema: &str) -> (i64, i64) {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn four_workers_killed_at_random_never_run_more_than_max_active_children() {
     let Some(pg) = server("four_workers_killed_at_random") else {
         return;

@@ -39,6 +39,7 @@ fn spec() -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn resume_with_workers_after_a_parent_kill_reports_what_the_store_holds() {
     let Some(pg) = server("resume_with_workers_after_a_parent_kill") else {
         return;

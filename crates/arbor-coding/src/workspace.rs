@@ -134,6 +134,10 @@ pub struct Worktrees {
     pending: Mutex<HashMap<String, Pending>>,
     /// Whether the main checkout's uncommitted tracked changes were warned about.
     warned: std::sync::atomic::AtomicBool,
+    /// Held around git's commands that change the repository's list of worktrees (`worktree
+    /// add`, `remove`, `prune`): git does not lock that list, and two run at once fail
+    /// ("failed to read .git/worktrees/<other>/commondir" while the other is being made).
+    admin: tokio::sync::Mutex<()>,
 }
 
 /// Armed while `git worktree add` may have made something: dropped armed (the creation's
@@ -163,6 +167,7 @@ impl Worktrees {
             created: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             warned: std::sync::atomic::AtomicBool::new(false),
+            admin: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -272,12 +277,15 @@ impl Worktrees {
             delegation_id,
             tree: Some(plan.clone()),
         };
-        let added = git::git(
-            g,
-            repo,
-            &["worktree", "add", "-b", &plan.branch, &path, &base],
-        )
-        .await;
+        let added = {
+            let _one_at_a_time = self.admin.lock().await;
+            git::git(
+                g,
+                repo,
+                &["worktree", "add", "-b", &plan.branch, &path, &base],
+            )
+            .await
+        };
         // git finished: it made the worktree, or failed and undid what it did itself (the
         // branch could be a concurrent creator's: not ours to delete).
         half_made.tree = None;
@@ -326,6 +334,7 @@ impl Worktrees {
     async fn remove_half_made(&self, tree: &Worktree) -> CodingResult<()> {
         let (g, repo) = (&self.config.git, &self.config.repository);
         let path = tree.path.to_string_lossy().into_owned();
+        let _one_at_a_time = self.admin.lock().await;
         // Twice forced: a worktree git was killed while making is still locked.
         if git::git(
             g,
@@ -383,7 +392,11 @@ impl Worktrees {
             return Err(CodingError::Dirty { path: tree.path });
         }
         let path = tree.path.to_string_lossy().into_owned();
-        if let Err(e) = git::git(g, &self.config.repository, &["worktree", "remove", &path]).await {
+        let removed = {
+            let _one_at_a_time = self.admin.lock().await;
+            git::git(g, &self.config.repository, &["worktree", "remove", &path]).await
+        };
+        if let Err(e) = removed {
             return Err(self.put_back(delegation_id, tree, e));
         }
         tracing::debug!(path = %tree.path.display(), "worktree removed");

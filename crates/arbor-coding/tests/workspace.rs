@@ -309,3 +309,39 @@ async fn a_creation_dropped_half_way_leaves_nothing_behind() {
     assert_eq!(trees.cleanup("d1").await.unwrap(), Cleanup::Removed(plan));
     assert_eq!(git(&repo_path, &["worktree", "list"]).lines().count(), 1);
 }
+
+/// git does not lock the repository's list of worktrees: two `worktree add` at once fail
+/// ("failed to read .git/worktrees/<other>/commondir") while the other is half made. Twelve
+/// children of one tree start at once here, on threads of their own; every one gets its
+/// worktree, and every cleanup removes one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worktrees_made_and_removed_at_once_all_succeed() {
+    let (dir, trees) = setup();
+    let trees = std::sync::Arc::new(trees);
+    let ids: Vec<String> = (0..12).map(|i| format!("d{i}")).collect();
+    let made: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (trees, id) = (trees.clone(), id.clone());
+            tokio::spawn(async move { trees.create(&id).await })
+        })
+        .collect();
+    for (id, m) in ids.iter().zip(made) {
+        let t = m.await.unwrap();
+        assert!(t.is_ok(), "{id}: {t:?}");
+    }
+    let repo = dir.path().join("repo");
+    assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 13);
+    let removed: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (trees, id) = (trees.clone(), id.clone());
+            tokio::spawn(async move { trees.cleanup(&id).await })
+        })
+        .collect();
+    for (id, r) in ids.iter().zip(removed) {
+        let r = r.await.unwrap();
+        assert!(matches!(r, Ok(Cleanup::Removed(_))), "{id}: {r:?}");
+    }
+    assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 1);
+}

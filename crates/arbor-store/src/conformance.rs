@@ -14,6 +14,7 @@
 
 mod checkpoints;
 mod concurrency;
+mod listing;
 mod registry;
 mod sessions;
 mod transcript;
@@ -33,6 +34,7 @@ pub use checkpoints::{
     checkpoint_writes_are_compare_and_swap, concurrent_checkpoint_writes_one_winner,
 };
 pub use concurrency::{concurrent_appends, concurrent_batches, concurrent_cas, concurrent_creates};
+pub use listing::list_sessions_orders_and_scopes;
 pub use registry::renames_keep_sibling_names_unique;
 pub use registry::{
     append_attributed_is_atomic, attributions_reach_every_ancestor, concurrent_attributions_sum,
@@ -40,9 +42,9 @@ pub use registry::{
 };
 pub use sessions::{
     create_child_of_unknown_parent_is_not_found, create_duplicate_id_is_refused,
-    create_round_trips_every_field, list_sessions_orders_and_scopes, unknown_session_is_none,
-    update_applies_only_set_fields, update_unknown_is_not_found,
-    update_with_stale_version_conflicts, updates_for_live_sessions_refuse_a_deleted_one,
+    create_round_trips_every_field, unknown_session_is_none, update_applies_only_set_fields,
+    update_unknown_is_not_found, update_with_stale_version_conflicts,
+    updates_for_live_sessions_refuse_a_deleted_one,
 };
 pub use transcript::{
     append_numbers_entries, append_to_unknown_is_not_found, append_with_update_is_atomic,
@@ -129,6 +131,13 @@ fn expect_err<T: Debug>(
 /// One entry of every [`EntryKind`] variant (and every [`Message`] variant), with the optional
 /// fields both set and left out.
 fn all_entry_kinds() -> Vec<EntryKind> {
+    let mut all = message_entry_kinds();
+    all.extend(accounting_entry_kinds());
+    all
+}
+
+/// The entries of a conversation: a run's start, and every [`Message`] variant.
+fn message_entry_kinds() -> Vec<EntryKind> {
     vec![
         EntryKind::RunStarted {
             agent: "planner".into(),
@@ -174,6 +183,13 @@ fn all_entry_kinds() -> Vec<EntryKind> {
         EntryKind::Message {
             message: Message::assistant("done"),
         },
+    ]
+}
+
+/// The entries of a run's accounting and bookkeeping (usage, its end, attributions, dropped
+/// messages, a rename).
+fn accounting_entry_kinds() -> Vec<EntryKind> {
+    vec![
         EntryKind::Usage {
             turn: 2,
             usage: Usage {

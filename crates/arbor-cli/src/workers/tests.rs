@@ -25,12 +25,13 @@ fn envelope(seq: u64, session: arbor_protocol::SessionId, run: RunId, turn: u32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn a_childs_events_go_from_its_worker_to_its_parents_bus_in_order_before_its_outcome() {
     let Ok(url) = std::env::var("ARBOR_TEST_POSTGRES_URL") else {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "{}: no PostgreSQL server under CI=true (a CI run without one is not green)",
-            "a_childs_events_go_from_its_worker_to_its_parents_bus"
+            "a_childs_events_go_from_its_worker_to_its_parents_bus: no PostgreSQL server under \
+             CI=true (a CI run without one is not green)"
         );
         use std::io::Write;
         let _ = writeln!(

@@ -19,7 +19,7 @@ pub async fn load(store: &dyn Store, run: RunId) -> CoreResult<Option<(u64, RunC
 }
 
 /// Writes `checkpoint` over `expected` (0: a new one); a stale version is
-/// `Validation("the run's approvals changed since version …")`, nothing written.
+/// `Conflict("the run's approvals changed: expected version …")`, nothing written.
 pub async fn save(store: &dyn Store, checkpoint: &RunCheckpoint, expected: u64) -> CoreResult<u64> {
     put(store, checkpoint, expected).await.map_err(|e| match e {
         CoreError::Store(e) => stale(e),

@@ -15,7 +15,7 @@ use crate::approval::{self, CallSlot, CallState, RunCheckpoint};
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::{RunResult, Suspension};
 use crate::session::Session;
-use crate::session::dispatch::CallStop;
+use crate::session::dispatch::{CallStop, call_result};
 use crate::session::resumer::{NestedOutcome, NestedResumer, Turns};
 use crate::session::run::{Outcome, RunOptions, RunState};
 
@@ -161,22 +161,7 @@ impl Session {
                     continue;
                 }
                 CallState::InFlight { child, .. } => {
-                    // A resume was cut off while this call ran: it is not run again. Its
-                    // recorded effect, if any, is its result; else it was interrupted. A
-                    // child it was resuming is closed: nothing will resume it now.
-                    if let (Some((run, session)), Some(nested)) = (child, &state.nested) {
-                        nested.abandon_nested(run, session).await;
-                    }
-                    let result = match self.recorded_effect(state.run_id, &slot.call).await {
-                        Some(content) => ToolResult {
-                            call_id: slot.call.id.clone(),
-                            name: slot.call.name.clone(),
-                            content,
-                            is_error: false,
-                        },
-                        None => approval::interrupted(&slot.call),
-                    };
-                    CallState::Done { result }
+                    self.interrupted_call(state, &slot.call, child).await
                 }
                 CallState::Decided { reason, .. } => {
                     self.bus.publish(
@@ -192,80 +177,10 @@ impl Session {
                         result: rejected(&slot.call, reason.as_deref()),
                     }
                 }
-                CallState::Nested {
-                    run_id,
-                    session_id,
-                    decisions,
-                    pending,
-                } if !decisions.is_empty() => {
-                    let Some(nested) = state.nested.clone() else {
-                        return Err(CoreError::validation(
-                            "resuming a delegated run needs a supervisor (RunOptions::with_nested)",
-                        ));
-                    };
+                CallState::Nested { ref decisions, .. } if !decisions.is_empty() => {
                     expected = self
-                        .mark_in_flight(state, &mut checkpoint, i, expected)
+                        .resume_child_call(state, &mut checkpoint, i, expected)
                         .await?;
-                    let resumed = nested
-                        .resume_nested(run_id, session_id, decisions.clone())
-                        .await
-                        .and_then(|resumed| match resumed {
-                            // Suspended again deeper than a decision's path may reach: the
-                            // resume fails before anything of it is kept (a reviewer may
-                            // reject the call that went too deep).
-                            NestedOutcome::Suspended(again) => {
-                                approval::check_paths(&again)?;
-                                Ok(NestedOutcome::Suspended(again))
-                            }
-                            other => Ok(other),
-                        });
-                    let resumed = match resumed {
-                        Ok(resumed) => resumed,
-                        Err(e) => {
-                            // The child could not be resumed (it could not be rebuilt, a
-                            // path grew too deep): keep what already ran (a call done is never
-                            // run again) and the child's decisions, and release the run for a
-                            // later resume.
-                            checkpoint.calls[i].state = CallState::Nested {
-                                run_id,
-                                session_id,
-                                pending,
-                                decisions,
-                            };
-                            checkpoint.release();
-                            if let Err(save) =
-                                approval::save(self.store.as_ref(), &checkpoint, expected).await
-                            {
-                                tracing::warn!(run = %state.run_id, error = %save, "could not keep a resume's progress");
-                            }
-                            return Err(e);
-                        }
-                    };
-                    checkpoint.calls[i].state = match resumed {
-                        NestedOutcome::Completed(text) => CallState::Done {
-                            result: ToolResult {
-                                call_id: slot.call.id.clone(),
-                                name: slot.call.name.clone(),
-                                content: text,
-                                is_error: false,
-                            },
-                        },
-                        NestedOutcome::Failed(error) => CallState::Done {
-                            result: ToolResult {
-                                call_id: slot.call.id.clone(),
-                                name: slot.call.name.clone(),
-                                content: error,
-                                is_error: true,
-                            },
-                        },
-                        NestedOutcome::Suspended(again) => CallState::Nested {
-                            run_id,
-                            session_id,
-                            pending: again,
-                            decisions: Vec::new(),
-                        },
-                    };
-                    expected = approval::save(self.store.as_ref(), &checkpoint, expected).await?;
                     continue;
                 }
                 CallState::Nested {
@@ -279,12 +194,7 @@ impl Session {
                     };
                     match gone {
                         Some(why) => CallState::Done {
-                            result: ToolResult {
-                                call_id: slot.call.id.clone(),
-                                name: slot.call.name.clone(),
-                                content: why,
-                                is_error: true,
-                            },
+                            result: call_result(&slot.call, why, true),
                         },
                         None => slot.state,
                     }
@@ -300,9 +210,9 @@ impl Session {
                     .delete_checkpoint(approval::RUN_NAMESPACE, &state.run_id.to_string(), expected)
                     .await
                     .map_err(|e| match e {
-                        arbor_store::StoreError::Conflict { .. } => {
-                            CoreError::validation("the run's approvals changed while it resumed")
-                        }
+                        arbor_store::StoreError::Conflict { .. } => CoreError::Conflict(
+                            "the run's approvals changed while it resumed".to_owned(),
+                        ),
                         other => CoreError::Store(other),
                     })?;
                 state.checkpointed = false;
@@ -310,6 +220,99 @@ impl Session {
             return self.complete_turn(state, checkpoint, stop).await;
         }
         self.suspend(state, checkpoint, expected).await.map(Some)
+    }
+
+    /// A call a resume was cut off in: it is not run again. Its recorded effect, if any, is
+    /// its result; else it was interrupted. A child it was resuming is closed: nothing will
+    /// resume it now.
+    async fn interrupted_call(
+        &self,
+        state: &RunState,
+        call: &ToolCall,
+        child: Option<(RunId, arbor_protocol::SessionId)>,
+    ) -> CallState {
+        if let (Some((run, session)), Some(nested)) = (child, &state.nested) {
+            nested.abandon_nested(run, session).await;
+        }
+        let result = match self.recorded_effect(state.run_id, call).await {
+            Some(content) => call_result(call, content, false),
+            None => approval::interrupted(call),
+        };
+        CallState::Done { result }
+    }
+
+    /// Resumes the child of call `i` with the decisions made for it, and stores what became
+    /// of the call (done, failed, or suspended again); returns the checkpoint's new version.
+    async fn resume_child_call(
+        &mut self,
+        state: &mut RunState,
+        checkpoint: &mut RunCheckpoint,
+        i: usize,
+        expected: u64,
+    ) -> CoreResult<u64> {
+        let slot = checkpoint.calls[i].clone();
+        let CallState::Nested {
+            run_id,
+            session_id,
+            decisions,
+            pending,
+        } = slot.state
+        else {
+            return Ok(expected);
+        };
+        let Some(nested) = state.nested.clone() else {
+            return Err(CoreError::validation(
+                "resuming a delegated run needs a supervisor (RunOptions::with_nested)",
+            ));
+        };
+        let expected = self.mark_in_flight(state, checkpoint, i, expected).await?;
+        let resumed = nested
+            .resume_nested(run_id, session_id, decisions.clone())
+            .await
+            .and_then(|resumed| match resumed {
+                // Suspended again deeper than a decision's path may reach: the resume fails
+                // before anything of it is kept (a reviewer may reject the call that went too
+                // deep).
+                NestedOutcome::Suspended(again) => {
+                    approval::check_paths(&again)?;
+                    Ok(NestedOutcome::Suspended(again))
+                }
+                other => Ok(other),
+            });
+        let resumed = match resumed {
+            Ok(resumed) => resumed,
+            Err(e) => {
+                // The child could not be resumed (it could not be rebuilt, a path grew too
+                // deep): keep what already ran (a call done is never run again) and the
+                // child's decisions, and release the run for a later resume.
+                checkpoint.calls[i].state = CallState::Nested {
+                    run_id,
+                    session_id,
+                    pending,
+                    decisions,
+                };
+                checkpoint.release();
+                if let Err(save) = approval::save(self.store.as_ref(), checkpoint, expected).await {
+                    tracing::warn!(run = %state.run_id, error = %save, "could not keep a resume's progress");
+                }
+                return Err(e);
+            }
+        };
+        checkpoint.calls[i].state = match resumed {
+            NestedOutcome::Completed(text) => CallState::Done {
+                result: call_result(&slot.call, text, false),
+            },
+            NestedOutcome::Failed(error) => CallState::Done {
+                result: call_result(&slot.call, error, true),
+            },
+            NestedOutcome::Suspended(again) => CallState::Nested {
+                run_id,
+                session_id,
+                pending: again,
+                decisions: Vec::new(),
+            },
+        };
+        approval::save(self.store.as_ref(), checkpoint, expected).await
     }
 
     /// Stores call `i` in flight (keeping the resume's claim) and returns the new version.

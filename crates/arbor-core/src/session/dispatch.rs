@@ -117,70 +117,11 @@ impl Session {
         call: &ToolCall,
         token: &CancellationToken,
     ) -> CallOutcome {
-        let bus = &self.bus;
-        let error_result = |content: String| ToolResult {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            content,
-            is_error: true,
-        };
-        let request = PermissionRequest {
-            agent: self.agent.name(),
-            session_id: self.id(),
-            tool: &call.name,
-            arguments: &call.arguments,
-            identity: self.agent.identity(),
-        };
-        let (reason, stop) = match self.agent.permission().check(&request) {
-            Decision::Allow => (None, None),
-            Decision::Deny { reason } => (Some(reason), None),
-            Decision::Halt { reason } => (Some(reason.clone()), Some(CallStop::Halt(reason))),
-        };
-        if let Some(reason) = reason {
-            bus.publish(
-                run_id,
-                AgentEvent::ToolExecutionBlocked {
-                    turn,
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    reason: reason.clone(),
-                },
-            );
-            return CallOutcome {
-                result: error_result(format!("permission denied: {reason}")),
-                stop,
-            };
+        if let Some(refused) = self.check_permission(run_id, turn, call) {
+            return refused;
         }
         let Some(tool) = self.agent.tools().get(&call.name) else {
-            let names: Vec<&str> = self
-                .agent
-                .tools()
-                .specs()
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect();
-            let error = if names.is_empty() {
-                format!("unknown tool `{}`: this agent has no tools", call.name)
-            } else {
-                format!(
-                    "unknown tool `{}`; available: {}",
-                    call.name,
-                    names.join(", ")
-                )
-            };
-            bus.publish(
-                run_id,
-                AgentEvent::ToolExecutionError {
-                    turn,
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    error: error.clone(),
-                },
-            );
-            return CallOutcome {
-                result: error_result(error),
-                stop: None,
-            };
+            return self.unknown_tool(run_id, turn, call);
         };
         let key = (tool.effect() == ToolEffect::Idempotent)
             .then(|| effect_key(self.id(), run_id, &call.id));
@@ -190,12 +131,7 @@ impl Session {
             match effects.done(key).await {
                 Ok(Some(content)) => {
                     return CallOutcome {
-                        result: ToolResult {
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            content,
-                            is_error: false,
-                        },
+                        result: call_result(call, content, false),
                         stop: None,
                     };
                 }
@@ -203,15 +139,17 @@ impl Session {
                 Err(e) => {
                     // Unknown whether it ran: it does not run now.
                     return CallOutcome {
-                        result: error_result(format!(
-                            "not run: its effect record could not be read ({e})"
-                        )),
+                        result: call_result(
+                            call,
+                            format!("not run: its effect record could not be read ({e})"),
+                            true,
+                        ),
                         stop: None,
                     };
                 }
             }
         }
-        bus.publish(
+        self.bus.publish(
             run_id,
             AgentEvent::ToolExecutionStarted {
                 turn,
@@ -233,14 +171,14 @@ impl Session {
         let outcome = AssertUnwindSafe(tool.call_json(call.arguments.clone(), ctx))
             .catch_unwind()
             .await;
-        let (result, stop) = match outcome {
+        let (error, stop) = match outcome {
             Ok(Ok(content)) => {
                 if let (Some(key), Some(effects)) = (&key, &effects)
                     && let Err(e) = effects.record(key, &content).await
                 {
                     tracing::warn!(tool = %call.name, error = %e, "an effect's result could not be recorded");
                 }
-                bus.publish(
+                self.bus.publish(
                     run_id,
                     AgentEvent::ToolExecutionFinished {
                         turn,
@@ -249,23 +187,12 @@ impl Session {
                         output_bytes: content.len() as u64,
                     },
                 );
-                let result = ToolResult {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content,
-                    is_error: false,
+                return CallOutcome {
+                    result: call_result(call, content, false),
+                    stop: None,
                 };
-                return CallOutcome { result, stop: None };
             }
-            Ok(Err(ToolError::ToModel(message))) => (message, None),
-            Ok(Err(ToolError::Suspended(nested))) => {
-                let text = format!("{} {}", super::events::SUSPENDED_CALL, nested.run_id);
-                (text, Some(CallStop::Suspended(nested)))
-            }
-            Ok(Err(ToolError::Fatal(message))) => {
-                let text = format!("tool `{}` failed: {message}", call.name);
-                (text.clone(), Some(CallStop::Fatal(text)))
-            }
+            Ok(Err(e)) => tool_failure(call, e),
             Err(payload) => {
                 let text = format!(
                     "tool `{}` panicked: {}",
@@ -276,18 +203,106 @@ impl Session {
                 (text.clone(), Some(CallStop::Fatal(text)))
             }
         };
-        bus.publish(
+        self.failed(run_id, turn, call, error, stop)
+    }
+
+    /// The agent's permission on `call`: `None` when it may run, else the refusal (blocked,
+    /// or a halt of the run).
+    fn check_permission(&self, run_id: RunId, turn: u32, call: &ToolCall) -> Option<CallOutcome> {
+        let request = PermissionRequest {
+            agent: self.agent.name(),
+            session_id: self.id(),
+            tool: &call.name,
+            arguments: &call.arguments,
+            identity: self.agent.identity(),
+        };
+        let (reason, stop) = match self.agent.permission().check(&request) {
+            Decision::Allow => return None,
+            Decision::Deny { reason } => (reason, None),
+            Decision::Halt { reason } => (reason.clone(), Some(CallStop::Halt(reason))),
+        };
+        self.bus.publish(
+            run_id,
+            AgentEvent::ToolExecutionBlocked {
+                turn,
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                reason: reason.clone(),
+            },
+        );
+        Some(CallOutcome {
+            result: call_result(call, format!("permission denied: {reason}"), true),
+            stop,
+        })
+    }
+
+    /// A call of a tool the agent does not have: an error naming the tools it has.
+    fn unknown_tool(&self, run_id: RunId, turn: u32, call: &ToolCall) -> CallOutcome {
+        let names: Vec<&str> = self
+            .agent
+            .tools()
+            .specs()
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        let error = if names.is_empty() {
+            format!("unknown tool `{}`: this agent has no tools", call.name)
+        } else {
+            format!(
+                "unknown tool `{}`; available: {}",
+                call.name,
+                names.join(", ")
+            )
+        };
+        self.failed(run_id, turn, call, error, None)
+    }
+
+    /// A call that failed with `error`: published, and the model's error result.
+    fn failed(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        call: &ToolCall,
+        error: String,
+        stop: Option<CallStop>,
+    ) -> CallOutcome {
+        self.bus.publish(
             run_id,
             AgentEvent::ToolExecutionError {
                 turn,
                 call_id: call.id.clone(),
                 name: call.name.clone(),
-                error: result.clone(),
+                error: error.clone(),
             },
         );
         CallOutcome {
-            result: error_result(result),
+            result: call_result(call, error, true),
             stop,
+        }
+    }
+}
+
+/// The result of `call` with `content`.
+pub(crate) fn call_result(call: &ToolCall, content: String, is_error: bool) -> ToolResult {
+    ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content,
+        is_error,
+    }
+}
+
+/// A tool's error: the model's text, and whether it stops the run (fatal) or suspends it.
+fn tool_failure(call: &ToolCall, error: ToolError) -> (String, Option<CallStop>) {
+    match error {
+        ToolError::ToModel(message) => (message, None),
+        ToolError::Suspended(nested) => {
+            let text = format!("{} {}", super::events::SUSPENDED_CALL, nested.run_id);
+            (text, Some(CallStop::Suspended(nested)))
+        }
+        ToolError::Fatal(message) => {
+            let text = format!("tool `{}` failed: {message}", call.name);
+            (text.clone(), Some(CallStop::Fatal(text)))
         }
     }
 }

@@ -13,6 +13,15 @@ use crate::outcome::RunResult;
 use crate::session::Session;
 use crate::session::run::{Outcome, RunState};
 
+/// How a run ended, as its terminal entry and event say it.
+struct Terminal {
+    status: RunStatus,
+    stop_reason: StopReason,
+    breach: Option<arbor_protocol::RunLimitBreach>,
+    error: Option<String>,
+    suspended: Option<crate::outcome::Suspension>,
+}
+
 impl Session {
     /// Writes the end of the run and builds its result.
     pub(crate) async fn finish(
@@ -22,6 +31,89 @@ impl Session {
     ) -> CoreResult<RunResult> {
         let run_id = state.run_id;
         let deferred = state.deferred.take().unwrap_or_default();
+        let Terminal {
+            status,
+            stop_reason,
+            breach,
+            error,
+            suspended,
+        } = self.terminal(outcome);
+        // A suspended run's calls are not dangling: they wait for their decisions. A run that
+        // ends otherwise closes its checkpoint: what its calls did is written, a call caught
+        // in flight is reported interrupted, and nothing of it can be resumed again.
+        let mut entries = deferred.entries;
+        if suspended.is_none() {
+            if state.checkpointed {
+                let closed = self.close_checkpoint(&state).await;
+                entries.extend(closed);
+            }
+            entries.extend(self.close_dangling_calls(stop_reason));
+        }
+        entries.push(EntryKind::RunFinished {
+            status,
+            stop_reason,
+            usage: state.usage,
+            breach,
+            error: error.clone(),
+        });
+        // The last turn (if kept) and the run's end: one write.
+        let update = SessionUpdate {
+            status: Some(SessionStatus::from(status)),
+            ..deferred.update.unwrap_or_default()
+        };
+        self.commit_usage(run_id, &entries, Some(update), deferred.attributed)
+            .await?;
+        for event in deferred.events {
+            self.bus.publish(run_id, event);
+        }
+        self.publish_stops(run_id, suspended.as_ref(), breach, status, error.as_deref());
+        // Descendants attribute into the stored record while this run goes on: refresh it, so
+        // the session's view of its attributed usage is current at every terminal.
+        if let Some(stored) = self.store.session(self.record.id).await? {
+            self.record = stored;
+        }
+        self.bus.publish(
+            run_id,
+            AgentEvent::RunFinished {
+                status,
+                stop_reason,
+                usage: state.usage,
+                breach,
+                error: error.clone(),
+            },
+        );
+        tracing::debug!(session = %self.id(), run = %run_id, %status, %stop_reason, "run finished");
+        let attribution = breach.as_ref().map(|b| {
+            let used = crate::session::attribution::Used {
+                turns: state.turns,
+                tool_calls: state.tool_calls,
+                usage: state.usage,
+                elapsed_ms: arbor_protocol::Timestamp::now()
+                    .0
+                    .saturating_sub(state.started_ms),
+            };
+            state
+                .trace
+                .attribution(b, &state.limits, used, &self.messages)
+        });
+        Ok(RunResult {
+            attribution,
+            session_id: self.id(),
+            run_id,
+            status,
+            stop_reason,
+            text: state.text,
+            usage: state.usage,
+            breach,
+            error,
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            suspension: suspended,
+        })
+    }
+
+    /// The run's terminal status, stop reason, breach and error for `outcome`.
+    fn terminal(&self, outcome: Outcome) -> Terminal {
         let mut suspended = None;
         let (status, stop_reason, breach, error) = match outcome {
             Outcome::Completed { truncated: false } => {
@@ -76,35 +168,26 @@ impl Session {
                 )
             }
         };
-        // A suspended run's calls are not dangling: they wait for their decisions. A run that
-        // ends otherwise closes its checkpoint: what its calls did is written, a call caught
-        // in flight is reported interrupted, and nothing of it can be resumed again.
-        let mut entries = deferred.entries;
-        if suspended.is_none() {
-            if state.checkpointed {
-                let closed = self.close_checkpoint(&state).await;
-                entries.extend(closed);
-            }
-            entries.extend(self.close_dangling_calls(stop_reason));
-        }
-        entries.push(EntryKind::RunFinished {
+        Terminal {
             status,
             stop_reason,
-            usage: state.usage,
             breach,
-            error: error.clone(),
-        });
-        // The last turn (if kept) and the run's end: one write.
-        let update = SessionUpdate {
-            status: Some(SessionStatus::from(status)),
-            ..deferred.update.unwrap_or_default()
-        };
-        self.commit_usage(run_id, &entries, Some(update), deferred.attributed)
-            .await?;
-        for event in deferred.events {
-            self.bus.publish(run_id, event);
+            error,
+            suspended,
         }
-        if let Some(s) = &suspended {
+    }
+
+    /// The events that say why the run stopped, before its `RunFinished`: suspended (with
+    /// the calls waiting), a limit exceeded, or denied.
+    fn publish_stops(
+        &self,
+        run_id: arbor_protocol::RunId,
+        suspended: Option<&crate::outcome::Suspension>,
+        breach: Option<arbor_protocol::RunLimitBreach>,
+        status: RunStatus,
+        error: Option<&str>,
+    ) {
+        if let Some(s) = suspended {
             self.bus.publish(
                 run_id,
                 AgentEvent::RunSuspended {
@@ -120,53 +203,10 @@ impl Session {
             self.bus.publish(
                 run_id,
                 AgentEvent::RunDenied {
-                    reason: error.clone().unwrap_or_default(),
+                    reason: error.unwrap_or_default().to_owned(),
                 },
             );
         }
-        // Descendants attribute into the stored record while this run goes on: refresh it, so
-        // the session's view of its attributed usage is current at every terminal.
-        if let Some(stored) = self.store.session(self.record.id).await? {
-            self.record = stored;
-        }
-        self.bus.publish(
-            run_id,
-            AgentEvent::RunFinished {
-                status,
-                stop_reason,
-                usage: state.usage,
-                breach,
-                error: error.clone(),
-            },
-        );
-        tracing::debug!(session = %self.id(), run = %run_id, %status, %stop_reason, "run finished");
-        let attribution = breach.as_ref().map(|b| {
-            let used = crate::session::attribution::Used {
-                turns: state.turns,
-                tool_calls: state.tool_calls,
-                usage: state.usage,
-                elapsed_ms: arbor_protocol::Timestamp::now()
-                    .0
-                    .saturating_sub(state.started_ms),
-            };
-            state
-                .trace
-                .attribution(b, &state.limits, used, &self.messages)
-        });
-        Ok(RunResult {
-            attribution,
-            session_id: self.id(),
-            run_id,
-            status,
-            stop_reason,
-            text: state.text,
-            usage: state.usage,
-            breach,
-            error,
-            turns: state.turns,
-            tool_calls: state.tool_calls,
-            suspension: suspended,
-        })
     }
 
     /// Closes the stored checkpoint of a run that ends without suspending: the results its

@@ -76,122 +76,44 @@ impl Session {
         options: RunOptions,
     ) -> CoreResult<(Continued, RunResult)> {
         let mut state = self.interrupted_state();
-        // The interrupted run: its calls' idempotency keys name it.
-        let entries = self.store.transcript(self.id(), 0, None).await?;
-        let started = entries
-            .iter()
-            .rev()
-            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }))
-            .cloned();
-        let last_run = started.as_ref().map(|e| e.run_id);
-        // The turn the calls in flight belong to: the cut-off run's last provider turn.
-        let last_turn = entries
-            .iter()
-            .filter(|e| Some(e.run_id) == last_run)
-            .filter_map(|e| match e.kind {
-                arbor_protocol::EntryKind::Usage { turn, .. } => Some(turn),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(1);
-        drop(entries);
-        // The cut-off run's trace, which the continuing run joins.
-        let before = started.and_then(|e| match e.kind {
-            arbor_protocol::EntryKind::RunStarted { trace, .. } => trace,
-            _ => None,
-        });
+        let (last_run, last_turn, before) = self.cut_off_run().await?;
         let mut closing = Vec::new();
         let cancel = options.cancel.clone().unwrap_or_default();
         for interrupted in self.unanswered_calls() {
-            // A call that started a child elsewhere (a worker) waits for it instead.
-            let rejoined = match (&options.nested, last_run) {
-                (Some(nested), Some(run)) => {
-                    nested
-                        .rejoin(
-                            self.id(),
-                            run,
-                            &interrupted.call_id,
-                            &interrupted.name,
-                            &cancel,
-                        )
-                        .await?
+            let answer = self
+                .rejoin_or_reissue(&interrupted, last_run, last_turn, &options, &cancel)
+                .await?;
+            // Else, its effect was recorded done: that is its result, nothing is repeated.
+            let answer = match (answer, last_run) {
+                (Some(answer), _) => Some(answer),
+                (None, Some(run)) => {
+                    let call = arbor_protocol::ToolCall {
+                        id: interrupted.call_id.clone(),
+                        name: interrupted.name.clone(),
+                        arguments: serde_json::Value::Null,
+                    };
+                    self.recorded_effect(run, &call)
+                        .await
+                        .map(|content| (content, false))
                 }
-                _ => None,
+                (None, None) => None,
             };
-            let mut answer = match rejoined {
-                Some(crate::session::resumer::NestedOutcome::Completed(text)) => {
-                    Some((text, false))
-                }
-                Some(crate::session::resumer::NestedOutcome::Failed(text)) => Some((text, true)),
-                Some(crate::session::resumer::NestedOutcome::Suspended(_)) | None => None,
-            };
-            // A spawn cut off before its child was registered (the crash came between the
-            // model's call and the child's record) started nothing: it is issued again, under
-            // its call id, rather than reported interrupted, so no child of the tree is lost.
-            if answer.is_none()
-                && let (Some(run), Some(nested)) = (last_run, &options.nested)
-                && let Some(call) = self
-                    .spawn_never_registered(run, &interrupted.call_id)
-                    .await?
-            {
-                let outcome = self.execute(run, last_turn, &call, &cancel).await;
-                match outcome.stop {
-                    None => {
-                        tracing::info!(session = %self.id(), call = %call.id, "a spawn cut off before its child registered was issued again");
-                        answer = Some((outcome.result.content, outcome.result.is_error));
-                    }
-                    // Its child stopped on a call waiting for approval: a continuation cannot
-                    // wait here, so the child's suspension is closed (nothing of it ran past
-                    // its gate) and the call is reported interrupted, as before.
-                    Some(crate::session::dispatch::CallStop::Suspended(child)) => {
-                        nested.abandon_nested(child.run_id, child.session_id).await;
-                    }
-                    Some(_) => {}
-                }
-            }
-            if let Some((content, is_error)) = answer {
-                if let Some(i) = state
-                    .interrupted_calls
-                    .iter()
-                    .position(|n| *n == interrupted.name)
-                {
-                    state.interrupted_calls.remove(i);
-                }
-                state.rejoined_calls.push(interrupted.name.clone());
-                closing.push(Message::Tool(ToolResult {
-                    content,
-                    is_error,
-                    ..interrupted
-                }));
+            let Some((content, is_error)) = answer else {
+                closing.push(Message::Tool(interrupted));
                 continue;
+            };
+            if let Some(i) = state
+                .interrupted_calls
+                .iter()
+                .position(|n| *n == interrupted.name)
+            {
+                state.interrupted_calls.remove(i);
             }
-            let call = arbor_protocol::ToolCall {
-                id: interrupted.call_id.clone(),
-                name: interrupted.name.clone(),
-                arguments: serde_json::Value::Null,
-            };
-            let recorded = match last_run {
-                Some(run) => self.recorded_effect(run, &call).await,
-                None => None,
-            };
-            closing.push(Message::Tool(match recorded {
-                // Its effect was recorded done: that is its result, nothing is repeated.
-                Some(content) => {
-                    if let Some(i) = state
-                        .interrupted_calls
-                        .iter()
-                        .position(|n| *n == interrupted.name)
-                    {
-                        state.interrupted_calls.remove(i);
-                    }
-                    state.rejoined_calls.push(interrupted.name.clone());
-                    ToolResult {
-                        content,
-                        is_error: false,
-                        ..interrupted
-                    }
-                }
-                None => interrupted,
+            state.rejoined_calls.push(interrupted.name.clone());
+            closing.push(Message::Tool(ToolResult {
+                content,
+                is_error,
+                ..interrupted
             }));
         }
         // A crash between a suspension's checkpoint and its record's `suspended` leaves the
@@ -218,6 +140,93 @@ impl Session {
         };
         let result = self.start_run(None, closing, from, options, before).await?;
         Ok((state, result))
+    }
+
+    /// The cut-off run (whose calls' idempotency keys name it), the turn its calls in flight
+    /// belong to (its last provider turn), and its trace, which the continuing run joins.
+    async fn cut_off_run(
+        &self,
+    ) -> CoreResult<(Option<arbor_protocol::RunId>, u32, Option<String>)> {
+        let entries = self.store.transcript(self.id(), 0, None).await?;
+        let started = entries
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }))
+            .cloned();
+        let last_run = started.as_ref().map(|e| e.run_id);
+        let last_turn = entries
+            .iter()
+            .filter(|e| Some(e.run_id) == last_run)
+            .filter_map(|e| match e.kind {
+                arbor_protocol::EntryKind::Usage { turn, .. } => Some(turn),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(1);
+        let trace = started.and_then(|e| match e.kind {
+            arbor_protocol::EntryKind::RunStarted { trace, .. } => trace,
+            _ => None,
+        });
+        Ok((last_run, last_turn, trace))
+    }
+
+    /// The answer of a call the crash left without one, when it can have one: the child it
+    /// started elsewhere (a worker) finished, or it was a spawn cut off before its child was
+    /// registered, issued again now.
+    async fn rejoin_or_reissue(
+        &mut self,
+        interrupted: &ToolResult,
+        last_run: Option<arbor_protocol::RunId>,
+        last_turn: u32,
+        options: &RunOptions,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> CoreResult<Option<(String, bool)>> {
+        let (Some(run), Some(nested)) = (last_run, &options.nested) else {
+            return Ok(None);
+        };
+        // A call that started a child elsewhere (a worker) waits for it instead.
+        let rejoined = nested
+            .rejoin(
+                self.id(),
+                run,
+                &interrupted.call_id,
+                &interrupted.name,
+                cancel,
+            )
+            .await?;
+        match rejoined {
+            Some(crate::session::resumer::NestedOutcome::Completed(text)) => {
+                return Ok(Some((text, false)));
+            }
+            Some(crate::session::resumer::NestedOutcome::Failed(text)) => {
+                return Ok(Some((text, true)));
+            }
+            Some(crate::session::resumer::NestedOutcome::Suspended(_)) | None => {}
+        }
+        // A spawn cut off before its child was registered (the crash came between the
+        // model's call and the child's record) started nothing: it is issued again, under its
+        // call id, rather than reported interrupted, so no child of the tree is lost.
+        let Some(call) = self
+            .spawn_never_registered(run, &interrupted.call_id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let outcome = self.execute(run, last_turn, &call, cancel).await;
+        match outcome.stop {
+            None => {
+                tracing::info!(session = %self.id(), call = %call.id, "a spawn cut off before its child registered was issued again");
+                Ok(Some((outcome.result.content, outcome.result.is_error)))
+            }
+            // Its child stopped on a call waiting for approval: a continuation cannot wait
+            // here, so the child's suspension is closed (nothing of it ran past its gate) and
+            // the call is reported interrupted, as before.
+            Some(crate::session::dispatch::CallStop::Suspended(child)) => {
+                nested.abandon_nested(child.run_id, child.session_id).await;
+                Ok(None)
+            }
+            Some(_) => Ok(None),
+        }
     }
 
     /// The `spawn_agent` call `call_id` of the last assistant message, when no child of this

@@ -106,6 +106,7 @@ fn construction_is_validated_in_order() {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn a_sync_delegation_reports_its_lifecycle_and_keeps_the_session() {
     let sup = builder()
         .child(ChildEntry::agent("research", answers("found it")))

@@ -97,6 +97,7 @@ fn spawn(child: &str, mode: &str) -> ScriptedTurn {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn a_tree_is_one_trace_with_each_child_under_its_spawn_call_and_own_usage_summing_up() {
     let spans = Spans::default();
     let _guard =

@@ -50,7 +50,7 @@ pub(crate) async fn start(
     tenant: Tenant,
     State(state): State<AppState>,
     headers: HeaderMap,
-    Body(req): Body<StartRunRequest>,
+    Body(mut req): Body<StartRunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let key = idempotency::key_of(&headers)?;
     if state.draining() {
@@ -63,64 +63,7 @@ pub(crate) async fn start(
         .launcher
         .as_ref()
         .ok_or_else(|| ApiError::not_found("spec"))?;
-    let (spec, spec_text) = match (req.spec, req.spec_text) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::field(
-                "spec_text",
-                "give spec (a name) or spec_text (an inline spec), not both",
-            ));
-        }
-        (None, None) => {
-            return Err(ApiError::field(
-                "spec",
-                "spec (one of GET /v1/specs) or spec_text is required",
-            ));
-        }
-        (Some(name), None) if name.trim().is_empty() => {
-            return Err(ApiError::field(
-                "spec",
-                "spec must name one of GET /v1/specs",
-            ));
-        }
-        (Some(name), None) => (name, None),
-        (None, Some(_)) if !launcher.accepts_inline() => {
-            return Err(ApiError::field(
-                "spec_text",
-                "inline specs are refused: this server was not started with \
-                 --allow-inline-specs (a spec can name commands, repositories and servers to \
-                 call)",
-            ));
-        }
-        (None, Some(text)) if text.len() > MAX_SPEC_BYTES => {
-            return Err(ApiError::field(
-                "spec_text",
-                format!(
-                    "spec_text is {} bytes; at most {MAX_SPEC_BYTES}",
-                    text.len()
-                ),
-            ));
-        }
-        (None, Some(text)) => ("inline".to_owned(), Some(text)),
-    };
-    if let Some(task) = &req.task {
-        if task.trim().is_empty() {
-            return Err(ApiError::field(
-                "task",
-                "task must not be blank (leave it out to run the spec's own)",
-            ));
-        }
-        if task.len() > MAX_TASK_BYTES {
-            return Err(ApiError::field(
-                "task",
-                format!("task is {} bytes; at most {MAX_TASK_BYTES}", task.len()),
-            ));
-        }
-    }
-    for (field, value) in [("provider", &req.provider), ("model", &req.model)] {
-        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
-            return Err(ApiError::field(field, format!("{field} must not be blank")));
-        }
-    }
+    let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
     if spec_text.is_none() && !launcher.specs().contains(&spec) {
         return Err(ApiError::not_found("spec"));
     }
@@ -175,6 +118,74 @@ pub(crate) async fn start(
     state.metrics.run_started();
     let view = run_view(&state, &tenant, &root.to_string()).await?;
     Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// The request's fields checked before anything is claimed or started, each refusal naming
+/// its field: the spec (a name or inline text, not both), the task, the provider and model.
+/// Returns the spec's name (`inline` for inline text) and its text.
+fn check_start(
+    req: &mut StartRunRequest,
+    accepts_inline: bool,
+) -> ApiResult<(String, Option<String>)> {
+    let (spec, spec_text) = match (req.spec.take(), req.spec_text.take()) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "spec_text",
+                "give spec (a name) or spec_text (an inline spec), not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "spec",
+                "spec (one of GET /v1/specs) or spec_text is required",
+            ));
+        }
+        (Some(name), None) if name.trim().is_empty() => {
+            return Err(ApiError::field(
+                "spec",
+                "spec must name one of GET /v1/specs",
+            ));
+        }
+        (Some(name), None) => (name, None),
+        (None, Some(_)) if !accepts_inline => {
+            return Err(ApiError::field(
+                "spec_text",
+                "inline specs are refused: this server was not started with \
+                 --allow-inline-specs (a spec can name commands, repositories and servers to \
+                 call)",
+            ));
+        }
+        (None, Some(text)) if text.len() > MAX_SPEC_BYTES => {
+            return Err(ApiError::field(
+                "spec_text",
+                format!(
+                    "spec_text is {} bytes; at most {MAX_SPEC_BYTES}",
+                    text.len()
+                ),
+            ));
+        }
+        (None, Some(text)) => ("inline".to_owned(), Some(text)),
+    };
+    if let Some(task) = &req.task {
+        if task.trim().is_empty() {
+            return Err(ApiError::field(
+                "task",
+                "task must not be blank (leave it out to run the spec's own)",
+            ));
+        }
+        if task.len() > MAX_TASK_BYTES {
+            return Err(ApiError::field(
+                "task",
+                format!("task is {} bytes; at most {MAX_TASK_BYTES}", task.len()),
+            ));
+        }
+    }
+    for (field, value) in [("provider", &req.provider), ("model", &req.model)] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ApiError::field(field, format!("{field} must not be blank")));
+        }
+    }
+    Ok((spec, spec_text))
 }
 
 /// A run: where its root stands and its whole tree.

@@ -15,8 +15,7 @@ pub(crate) fn server(test: &str) -> Option<String> {
             // of a passing test.
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
-                "{}: no PostgreSQL server under CI=true (a CI run without one is not green)",
-                test
+                "{test}: no PostgreSQL server under CI=true (a CI run without one is not green)"
             );
             use std::io::Write;
             let _ = writeln!(

@@ -11,11 +11,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{CoreError, CoreResult};
+use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::names;
-use crate::supervisor::config::policy::Lifetime;
+use crate::supervisor::config::policy::{EffectivePolicy, Lifetime};
 use crate::supervisor::delegation::admitted::{Admitted, check_bytes, check_depth, child_identity};
 use crate::supervisor::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
-use crate::supervisor::runtime::{Delegator, Scope, Supervisor};
+use crate::supervisor::runtime::{ChildEntry, Delegator, Scope, Supervisor};
 use crate::supervisor::tree::handles::CancelReason;
 
 impl Delegator {
@@ -121,6 +122,40 @@ impl Supervisor {
         admitted
     }
 
+    /// The child's policy and limits: the catalog entry's, narrowed by the request (and the
+    /// supervisor's limits, and a budget share); a session-lifetime child only async, from
+    /// the top level.
+    fn policy_and_limits(
+        &self,
+        entry: &ChildEntry,
+        scope: Option<&Scope>,
+        request: &DelegationRequest,
+        is_async: bool,
+    ) -> CoreResult<(EffectivePolicy, SupervisorLimits)> {
+        let policy = entry
+            .policy
+            .narrow(&request.policy, self.settings().child_events())?;
+        if policy.lifetime == Lifetime::Session && !is_async {
+            return Err(CoreError::validation(
+                "Session-lifetime children must be started with delegate_async (mode: \"async\")",
+            ));
+        }
+        if policy.lifetime == Lifetime::Session && scope.is_some() {
+            return Err(CoreError::validation(
+                "Session-lifetime children can only be started from the top level",
+            ));
+        }
+        let mut limits = self
+            .settings()
+            .limits()
+            .narrow(&entry.limits)?
+            .narrow(&request.limits)?;
+        if let Some(share) = policy.budget_share {
+            limits = limits.narrow(&limits.scaled(share).to_input())?;
+        }
+        Ok((policy, limits))
+    }
+
     fn checks(
         &self,
         scope: Option<&Scope>,
@@ -142,27 +177,7 @@ impl Supervisor {
         if above.contains(&request.child_id) {
             return Err(CoreError::limit_error("Delegation cycle detected", None));
         }
-        let policy = entry
-            .policy
-            .narrow(&request.policy, sup.settings().child_events())?;
-        if policy.lifetime == Lifetime::Session && !is_async {
-            return Err(CoreError::validation(
-                "Session-lifetime children must be started with delegate_async (mode: \"async\")",
-            ));
-        }
-        if policy.lifetime == Lifetime::Session && scope.is_some() {
-            return Err(CoreError::validation(
-                "Session-lifetime children can only be started from the top level",
-            ));
-        }
-        let mut limits = sup
-            .settings()
-            .limits()
-            .narrow(&entry.limits)?
-            .narrow(&request.limits)?;
-        if let Some(share) = policy.budget_share {
-            limits = limits.narrow(&limits.scaled(share).to_input())?;
-        }
+        let (policy, limits) = self.policy_and_limits(entry, scope, &request, is_async)?;
         let depth = u32::try_from(above.len())
             .unwrap_or(u32::MAX)
             .saturating_add(1);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use arbor_protocol::{ApprovalDecision, PendingDecision, RunId, RunStatus, SessionId};
+use arbor_store::SessionRecord;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -19,13 +20,14 @@ use crate::approval;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::NestedSuspension;
 use crate::session::resumer::{NestedOutcome, NestedResumer};
-use crate::supervisor::config::policy::{PolicyInput, Report};
+use crate::supervisor::config::limits::SupervisorLimits;
+use crate::supervisor::config::policy::{EffectivePolicy, PolicyInput, Report};
 use crate::supervisor::delegation::admitted::{Admitted, child_identity};
 use crate::supervisor::delegation::answer::finished;
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::register::admitted_terms;
 use crate::supervisor::request::{DelegationResult, Mode};
-use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::runtime::{ChildEntry, Supervisor};
 use crate::supervisor::tree::handles::CancelReason;
 use crate::supervisor::tree::live::ABANDONED;
 
@@ -174,6 +176,47 @@ pub(crate) enum Rebuilt {
     Deleted(String),
 }
 
+/// The terms a suspended child resumes under: what its spawn narrowed to (request limits and
+/// budget share included), or, for a record from before admission stored its terms, the
+/// mapping's policy replayed.
+fn resumed_terms(
+    sup: &Supervisor,
+    entry: &ChildEntry,
+    record: &SessionRecord,
+    mapping: &Mapping,
+) -> CoreResult<(SupervisorLimits, EffectivePolicy)> {
+    if record.meta.get("limits").is_some() {
+        return admitted_terms(sup, entry, record);
+    }
+    let replay = PolicyInput {
+        report: Some(mapping.report),
+        every_turns: mapping.every_turns,
+        budget_share: mapping.budget_share,
+        ..PolicyInput::default()
+    };
+    let policy = entry
+        .policy
+        .narrow(&replay, sup.settings().child_events())?;
+    let mut limits = sup.settings().limits().narrow(&entry.limits)?;
+    if let Some(share) = policy.budget_share {
+        limits = limits.narrow(&limits.scaled(share).to_input())?;
+    }
+    Ok((limits, policy))
+}
+
+/// How a resumed run answers: a detached run the way its mode says (a message-mode child by
+/// message); a nested one answers its caller's resumed call.
+fn resumed_mode(detached: bool, record: &SessionRecord) -> Mode {
+    if !detached {
+        return Mode::Sync;
+    }
+    match record.meta["mode"].as_str() {
+        Some("sync") => Mode::Sync,
+        Some("async") => Mode::Join,
+        _ => Mode::Message,
+    }
+}
+
 impl Supervisor {
     /// Rebuilds the suspended run `run_id` of child `session_id` from its mapping, after
     /// recording `decisions` on its checkpoint: the terms its spawn narrowed to, its identity,
@@ -218,26 +261,7 @@ impl Supervisor {
             self.abandon_nested(run_id, session_id).await;
             return Ok(Rebuilt::Deleted(deleted_text(&record.name)));
         }
-        let (limits, policy) = if record.meta.get("limits").is_some() {
-            // What the spawn narrowed to (request limits and budget share included).
-            admitted_terms(sup, entry, &record)?
-        } else {
-            // A record from before admission stored its terms: replay the mapping's policy.
-            let replay = PolicyInput {
-                report: Some(mapping.report),
-                every_turns: mapping.every_turns,
-                budget_share: mapping.budget_share,
-                ..PolicyInput::default()
-            };
-            let policy = entry
-                .policy
-                .narrow(&replay, sup.settings().child_events())?;
-            let mut limits = sup.settings().limits().narrow(&entry.limits)?;
-            if let Some(share) = policy.budget_share {
-                limits = limits.narrow(&limits.scaled(share).to_input())?;
-            }
-            (limits, policy)
-        };
+        let (limits, policy) = resumed_terms(sup, entry, &record, &mapping)?;
         let scopes: Option<std::collections::BTreeSet<String>> =
             record.meta["scopes"].as_array().map(|a| {
                 a.iter()
@@ -263,17 +287,7 @@ impl Supervisor {
         if !fresh.is_empty() {
             approval::decide(store, run_id, waiting.version, &fresh).await?;
         }
-        // A detached run answers the way its mode says (a message-mode child by message);
-        // a nested one answers its caller's resumed call.
-        let mode = if detached {
-            match record.meta["mode"].as_str() {
-                Some("sync") => Mode::Sync,
-                Some("async") => Mode::Join,
-                _ => Mode::Message,
-            }
-        } else {
-            Mode::Sync
-        };
+        let mode = resumed_mode(detached, &record);
         let admitted = Admitted {
             entry: entry_index,
             child_id: mapping.child_id.clone(),

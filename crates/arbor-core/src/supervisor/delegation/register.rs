@@ -8,6 +8,7 @@ use arbor_protocol::{SessionId, SupervisorEvent};
 use arbor_store::{Meta, SessionRecord};
 
 use crate::error::{CoreError, CoreResult};
+use crate::outcome::SessionRef;
 use crate::session::name_error;
 use crate::supervisor::config::catalog::ChildEntry;
 use crate::supervisor::config::child_meta::{ChildMeta, Path};
@@ -53,48 +54,10 @@ impl Supervisor {
             Some(name) => name.name().to_owned(),
             None => names::default_name(&a.input, record.id),
         };
-        let mut inherited_depth = None;
-        if let Some(parent) = a.parent {
-            if sup.live().hub().is_closed(parent.id) {
-                return Err(CoreError::denied(
-                    crate::error::DenyReason::ParentClosed,
-                    "Cannot spawn a child after its parent was closed",
-                ));
-            }
-            let stored = match sup.live().store().session(parent.id).await? {
-                Some(p) if p.tombstone.is_none() => p,
-                Some(_) => {
-                    return Err(CoreError::denied(
-                        crate::error::DenyReason::ParentClosed,
-                        "Cannot spawn a child of a deleted or unknown session",
-                    ));
-                }
-                // Not in this store at all: the host created the parent elsewhere.
-                None if parent.depth == 0 => {
-                    return Err(CoreError::Config(format!(
-                        "the root session {} is not in the supervisor's store: create it with \
-                         Supervisor::root_session (or in Supervisor::store()) so its children \
-                         can be recorded under it",
-                        parent.id
-                    )));
-                }
-                None => {
-                    return Err(CoreError::denied(
-                        crate::error::DenyReason::ParentClosed,
-                        "Cannot spawn a child of a deleted or unknown session",
-                    ));
-                }
-            };
-            record.parent_id = Some(stored.id);
-            record.root_id = stored.root_id;
-            record.depth = stored.depth + 1;
-            // The parent's own maximum depth, if its host lowered it (checked before anything
-            // is written; the child inherits it).
-            inherited_depth = crate::supervisor::delegation::depth::stored(&stored);
-            if let Some(max) = inherited_depth {
-                crate::supervisor::delegation::depth::check(record.depth, max)?;
-            }
-        }
+        let inherited_depth = match a.parent {
+            Some(parent) => self.place_under(parent, &mut record).await?,
+            None => None,
+        };
         record.spawned_by = a.spawned_by;
         let (resource_id, thread_id) = resource_and_thread(sup, a);
         record.meta = Meta::typed(ChildMeta {
@@ -145,6 +108,48 @@ impl Supervisor {
         });
         a.record = Some(record);
         Ok(())
+    }
+
+    /// Places `record` under its parent, checked open and stored here: the parent's id, root
+    /// and depth + 1. Returns the parent's own maximum depth, if its host lowered it (checked
+    /// before anything is written; the child inherits it).
+    async fn place_under(
+        &self,
+        parent: SessionRef,
+        record: &mut SessionRecord,
+    ) -> CoreResult<Option<u32>> {
+        if self.live().hub().is_closed(parent.id) {
+            return Err(CoreError::denied(
+                crate::error::DenyReason::ParentClosed,
+                "Cannot spawn a child after its parent was closed",
+            ));
+        }
+        let stored = match self.live().store().session(parent.id).await? {
+            Some(p) if p.tombstone.is_none() => p,
+            // Not in this store at all: the host created the parent elsewhere.
+            None if parent.depth == 0 => {
+                return Err(CoreError::Config(format!(
+                    "the root session {} is not in the supervisor's store: create it with \
+                     Supervisor::root_session (or in Supervisor::store()) so its children \
+                     can be recorded under it",
+                    parent.id
+                )));
+            }
+            Some(_) | None => {
+                return Err(CoreError::denied(
+                    crate::error::DenyReason::ParentClosed,
+                    "Cannot spawn a child of a deleted or unknown session",
+                ));
+            }
+        };
+        record.parent_id = Some(stored.id);
+        record.root_id = stored.root_id;
+        record.depth = stored.depth + 1;
+        let inherited = crate::supervisor::delegation::depth::stored(&stored);
+        if let Some(max) = inherited {
+            crate::supervisor::delegation::depth::check(record.depth, max)?;
+        }
+        Ok(inherited)
     }
 }
 

@@ -26,6 +26,18 @@ fn limit_label(limit: arbor_protocol::LimitKind) -> &'static str {
     }
 }
 
+/// The error of a delegation past its timeout.
+fn timeout_error(a: &Admitted) -> CoreError {
+    CoreError::limit_error(
+        "Delegation timeout exceeded",
+        Some(LimitInfo {
+            limit: arbor_protocol::LimitKind::TimeoutMs,
+            maximum: a.limits.timeout_ms,
+            observed: a.limits.timeout_ms,
+        }),
+    )
+}
+
 impl Supervisor {
     /// Settles the counters, publishes the terminal events and runs the `after` hook, exactly
     /// once per delegation.
@@ -37,61 +49,13 @@ impl Supervisor {
         timed_out: bool,
         host_aborted: bool,
     ) -> CoreResult<DelegationResult> {
-        let timeout_error = || {
-            CoreError::limit_error(
-                "Delegation timeout exceeded",
-                Some(LimitInfo {
-                    limit: arbor_protocol::LimitKind::TimeoutMs,
-                    maximum: a.limits.timeout_ms,
-                    observed: a.limits.timeout_ms,
-                }),
-            )
-        };
-        // A suspended child is not terminal: no counter settles, no event, no hook; the
-        // caller learns what it waits on.
-        if let Worked::Ran {
-            session_id, result, ..
-        } = &worked
-            && result.status == RunStatus::Suspended
+        if let Some(waiting) = self
+            .still_suspended(a, &worked, timed_out, host_aborted)
+            .await
         {
-            let pending = result
-                .suspension
-                .as_ref()
-                .map(|s| s.pending.clone())
-                .unwrap_or_default();
-            self.state().summary.suspend(&a.delegation_id);
-            return Err(self.suspended(a, result.run_id, *session_id, pending).await);
+            return Err(waiting);
         }
-        // A suspended child that could not be rebuilt for its resume (its factory failed, say)
-        // is still suspended: no terminal, its decisions kept, for a later resume.
-        if a.resume_run.is_some()
-            && !timed_out
-            && !host_aborted
-            && let Worked::Error(e) = &worked
-        {
-            self.state().summary.suspend(&a.delegation_id);
-            if let Some(id) = session_of(a) {
-                let back = SessionUpdate::status(SessionStatus::Suspended);
-                if let Err(e) = self.live().store().update_session(id, &back).await {
-                    tracing::warn!(session = %id, error = %e, "could not mark the child suspended again");
-                }
-            }
-            return Err(self.redact_error(e.clone()));
-        }
-        // A delegation that ended before its child's run began leaves the record idle: give it
-        // the terminal status the registry shows (a run writes its own).
-        let status = match &worked {
-            Worked::Rejected(_) => Some(SessionStatus::Denied),
-            Worked::Error(_) if host_aborted => Some(SessionStatus::Aborted),
-            Worked::Error(_) => Some(SessionStatus::Failed),
-            Worked::Ran { .. } => None,
-        };
-        if let (Some(status), Some(id)) = (status, session_of(a)) {
-            let settle = SessionUpdate::status(status);
-            if let Err(e) = self.live().store().update_session(id, &settle).await {
-                tracing::warn!(session = %id, error = %e, "could not record the delegation's status");
-            }
-        }
+        self.settle_idle_status(a, &worked, host_aborted).await;
         match worked {
             Worked::Rejected(reason) => {
                 self.publish(SupervisorEvent::DelegationRejected {
@@ -151,39 +115,109 @@ impl Supervisor {
             }
             Worked::Ran { result, .. } => {
                 let result = *result;
-                let error = if timed_out {
-                    attach(timeout_error(), &result)
-                } else if host_aborted || result.status == RunStatus::Aborted {
-                    CoreError::Run {
-                        message: self.cancel_message(a),
-                        result: Box::new(result.clone()),
-                    }
-                } else if let Some(breach) = result.breach {
-                    CoreError::Limit(Box::new(LimitError {
-                        message: format!("Delegation {} limit exceeded", limit_label(breach.limit)),
-                        info: Some(LimitInfo {
-                            limit: breach.limit,
-                            maximum: breach.maximum,
-                            observed: breach.observed,
-                        }),
-                        result: Some(Box::new(result.clone())),
-                    }))
-                } else {
-                    CoreError::Run {
-                        message: result
-                            .error
-                            .clone()
-                            .unwrap_or_else(|| "Agent run failed".into()),
-                        result: Box::new(result.clone()),
-                    }
-                };
+                let error = self.run_error(a, &result, timed_out, host_aborted);
                 let failure = !host_aborted && result.status != RunStatus::Aborted || timed_out;
                 self.fail(a, origin, error, failure, Some(&result)).await
             }
             Worked::Error(e) => {
-                let e = if timed_out { timeout_error() } else { e };
+                let e = if timed_out { timeout_error(a) } else { e };
                 let failure = !host_aborted && !matches!(e, CoreError::Denied { .. }) || timed_out;
                 self.fail(a, origin, e, failure, None).await
+            }
+        }
+    }
+
+    /// The error of a delegation that is not terminal: its child suspended (no counter
+    /// settles, no event, no hook; the caller learns what it waits on), or it could not be
+    /// rebuilt for its resume (its factory failed, say) and stays suspended, its decisions
+    /// kept for a later resume. `None` for a terminal delegation.
+    async fn still_suspended(
+        &self,
+        a: &Admitted,
+        worked: &Worked,
+        timed_out: bool,
+        host_aborted: bool,
+    ) -> Option<CoreError> {
+        if let Worked::Ran {
+            session_id, result, ..
+        } = worked
+            && result.status == RunStatus::Suspended
+        {
+            let pending = result
+                .suspension
+                .as_ref()
+                .map(|s| s.pending.clone())
+                .unwrap_or_default();
+            self.state().summary.suspend(&a.delegation_id);
+            return Some(self.suspended(a, result.run_id, *session_id, pending).await);
+        }
+        if a.resume_run.is_some()
+            && !timed_out
+            && !host_aborted
+            && let Worked::Error(e) = worked
+        {
+            self.state().summary.suspend(&a.delegation_id);
+            if let Some(id) = session_of(a) {
+                let back = SessionUpdate::status(SessionStatus::Suspended);
+                if let Err(e) = self.live().store().update_session(id, &back).await {
+                    tracing::warn!(session = %id, error = %e, "could not mark the child suspended again");
+                }
+            }
+            return Some(self.redact_error(e.clone()));
+        }
+        None
+    }
+
+    /// A delegation that ended before its child's run began leaves the record idle: give it
+    /// the terminal status the registry shows (a run writes its own).
+    async fn settle_idle_status(&self, a: &Admitted, worked: &Worked, host_aborted: bool) {
+        let status = match worked {
+            Worked::Rejected(_) => SessionStatus::Denied,
+            Worked::Error(_) if host_aborted => SessionStatus::Aborted,
+            Worked::Error(_) => SessionStatus::Failed,
+            Worked::Ran { .. } => return,
+        };
+        if let Some(id) = session_of(a) {
+            let settle = SessionUpdate::status(status);
+            if let Err(e) = self.live().store().update_session(id, &settle).await {
+                tracing::warn!(session = %id, error = %e, "could not record the delegation's status");
+            }
+        }
+    }
+
+    /// The error of a child's run that ended neither succeeded nor denied: timed out,
+    /// cancelled, past a limit, or failed.
+    fn run_error(
+        &self,
+        a: &Admitted,
+        result: &RunResult,
+        timed_out: bool,
+        host_aborted: bool,
+    ) -> CoreError {
+        if timed_out {
+            attach(timeout_error(a), result)
+        } else if host_aborted || result.status == RunStatus::Aborted {
+            CoreError::Run {
+                message: self.cancel_message(a),
+                result: Box::new(result.clone()),
+            }
+        } else if let Some(breach) = result.breach {
+            CoreError::Limit(Box::new(LimitError {
+                message: format!("Delegation {} limit exceeded", limit_label(breach.limit)),
+                info: Some(LimitInfo {
+                    limit: breach.limit,
+                    maximum: breach.maximum,
+                    observed: breach.observed,
+                }),
+                result: Some(Box::new(result.clone())),
+            }))
+        } else {
+            CoreError::Run {
+                message: result
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "Agent run failed".into()),
+                result: Box::new(result.clone()),
             }
         }
     }

@@ -6,112 +6,78 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arbor_model::ThinkingLevel;
 use arbor_protocol::{ChildOrigin, SupervisorEvent};
 use futures::FutureExt;
 use futures::future::Either;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::Agent;
 use crate::error::CoreError;
-use crate::permission::ToolBudget;
+use crate::permission::{Permission, ToolBudget};
 use crate::session::Session;
 use crate::session::dispatch::panic_message;
 use crate::session::run::RunOptions;
 use crate::supervisor::config::catalog::ChildContext;
 use crate::supervisor::config::child_meta::ChildMeta;
 use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
+use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::policy::Report;
 use crate::supervisor::config::thinking;
 use crate::supervisor::delegation::admitted::{Admitted, Worked, check_bytes, check_depth};
 use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::{resource_and_thread, session_of};
-use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Scope;
 use crate::supervisor::runtime::Supervisor;
+use crate::supervisor::runtime::{ChildEntry, Delegator};
+
+/// What the `before` hook left of the request: the limits (narrowed), the input (replaced)
+/// and a permission it added.
+struct Hooked {
+    limits: SupervisorLimits,
+    input: String,
+    permission: Option<Permission>,
+}
 
 impl Supervisor {
-    /// Hook, factory and child run.
+    /// Hook, factory and child run, in that order; each step's early end is the delegation's
+    /// outcome.
     pub(super) async fn work(
         &self,
         a: &Admitted,
         origin: &ChildOrigin,
         deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
     ) -> Worked {
-        let sup = self;
-        let Some(entry) = sup.catalog().entry(a.entry) else {
-            return Worked::Error(crate::supervisor::runtime::unknown_entry());
+        match self.work_steps(a, origin, deadline).await {
+            Ok(worked) | Err(worked) => worked,
+        }
+    }
+
+    async fn work_steps(
+        &self,
+        a: &Admitted,
+        origin: &ChildOrigin,
+        deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
+    ) -> Result<Worked, Worked> {
+        let Some(entry) = self.catalog().entry(a.entry) else {
+            return Err(Worked::Error(crate::supervisor::runtime::unknown_entry()));
         };
         // The run is marked started before anything of it happens: a delete that landed
         // since admission (or since a follow-up was claimed) has closed the session, and
         // then nothing starts (no hook, no factory, no turn).
         if let Some(id) = session_of(a) {
-            sup.live().hub().start_run(id, &a.token);
+            self.live().hub().start_run(id, &a.token);
         }
         if a.token.is_cancelled() {
-            return Worked::Error(self.cancel_error(a));
+            return Err(Worked::Error(self.cancel_error(a)));
         }
-        let mut limits = a.limits;
-        let mut input = a.input.clone();
-        let mut hook_permission = None;
-        // A claimed run's hook ran where it was admitted.
-        if let Some(hook) = sup.settings().before().filter(|_| a.claimed.is_none()) {
-            let ctx = BeforeContext {
-                child_id: a.child_id.clone(),
-                delegation_id: a.delegation_id.clone(),
-                depth: a.depth,
-                path: a.path.clone(),
-                input: input.clone(),
-                limits,
-            };
-            let decision = tokio::select! {
-                d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
-                _ = a.token.cancelled() => return Worked::Error(self.cancel_error(a)),
-            };
-            match decision {
-                Err(p) => {
-                    return Worked::Error(CoreError::Supervisor(format!(
-                        "before hook panicked: {}",
-                        panic_message(&*p)
-                    )));
-                }
-                Ok(BeforeDecision::Deny { reason }) => {
-                    let reason = reason.unwrap_or_else(|| "Delegation denied".to_owned());
-                    return Worked::Rejected(self.redact(&reason));
-                }
-                Ok(BeforeDecision::Allow) => {}
-                Ok(BeforeDecision::Modify {
-                    input: new_input,
-                    limits: new_limits,
-                    permission,
-                }) => {
-                    if let Some(l) = new_limits {
-                        limits = match limits.narrow(&l) {
-                            Ok(l) => l,
-                            Err(e) => return Worked::Error(e),
-                        };
-                        if let Err(e) = check_depth(a.depth, &limits) {
-                            return Worked::Error(e);
-                        }
-                        let _ = deadline.send(
-                            tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms),
-                        );
-                    }
-                    if let Some(i) = new_input {
-                        input = self.redact(&i);
-                        if let Err(e) = check_bytes(&input, &limits) {
-                            return Worked::Error(e);
-                        }
-                    }
-                    hook_permission = permission;
-                }
-            }
-        }
+        let hooked = self.before_hook(a, deadline).await?;
         // The hook's decision is applied: the slot counts as live from here on, and a cap
         // the hook lowered is checked against the children already live (atomically).
+        let limits = hooked.limits;
         let lowered = (limits.max_active_children < a.limits.max_active_children)
             .then_some(limits.max_active_children);
-        if let Err(e) = a.slot.confirm(lowered) {
-            return Worked::Error(e);
-        }
+        a.slot.confirm(lowered).map_err(Worked::Error)?;
         // Kept in the record of a child registered by this process; built again otherwise.
         let (resource_id, thread_id) = match a
             .record
@@ -119,13 +85,11 @@ impl Supervisor {
             .and_then(|r| r.meta.typed_as::<ChildMeta>())
         {
             Some(m) => (m.resource_id.clone(), m.thread_id.clone()),
-            None => resource_and_thread(sup, a),
+            None => resource_and_thread(self, a),
         };
-        let model = a.model.clone();
-        let recorded_thinking = a.record.as_ref().and_then(|r| thinking::recorded(&r.meta));
         // supervisor → catalog → hook → tool budget; the agent's own comes last.
-        let mut permission = sup.settings().permission().and(&entry.permission);
-        if let Some(p) = &hook_permission {
+        let mut permission = self.settings().permission().and(&entry.permission);
+        if let Some(p) = &hooked.permission {
             permission = permission.and(p);
         }
         let permission = permission.and_policy(ToolBudget::new(limits.max_tool_calls));
@@ -134,22 +98,101 @@ impl Supervisor {
             resource_id: resource_id.clone(),
             thread_id: thread_id.clone(),
         });
-        if let Some(child) = self.remote_child(a, limits, &input, hook_permission.is_some()) {
-            return self.run_remote(a, child, origin, limits).await;
+        if let Some(child) =
+            self.remote_child(a, limits, &hooked.input, hooked.permission.is_some())
+        {
+            return Ok(self.run_remote(a, child, origin, limits).await);
         }
+        let ctx = self.child_context(a, resource_id, thread_id, permission.clone());
+        let agent = self.build_agent(a, entry, ctx, permission, limits).await?;
+        let session = self.open_session(a, agent).await?;
+        Ok(self
+            .run_child(a, session, origin, limits, hooked.input)
+            .await)
+    }
+
+    /// The `before` hook, when the settings have one and the run was not claimed (a claimed
+    /// run's hook ran where it was admitted): it allows, denies, or narrows and replaces.
+    async fn before_hook(
+        &self,
+        a: &Admitted,
+        deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
+    ) -> Result<Hooked, Worked> {
+        let mut hooked = Hooked {
+            limits: a.limits,
+            input: a.input.clone(),
+            permission: None,
+        };
+        let Some(hook) = self.settings().before().filter(|_| a.claimed.is_none()) else {
+            return Ok(hooked);
+        };
+        let ctx = BeforeContext {
+            child_id: a.child_id.clone(),
+            delegation_id: a.delegation_id.clone(),
+            depth: a.depth,
+            path: a.path.clone(),
+            input: hooked.input.clone(),
+            limits: hooked.limits,
+        };
+        let decision = tokio::select! {
+            d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
+            _ = a.token.cancelled() => return Err(Worked::Error(self.cancel_error(a))),
+        };
+        let (new_input, new_limits, permission) = match decision {
+            Err(p) => {
+                return Err(Worked::Error(CoreError::Supervisor(format!(
+                    "before hook panicked: {}",
+                    panic_message(&*p)
+                ))));
+            }
+            Ok(BeforeDecision::Deny { reason }) => {
+                let reason = reason.unwrap_or_else(|| "Delegation denied".to_owned());
+                return Err(Worked::Rejected(self.redact(&reason)));
+            }
+            Ok(BeforeDecision::Allow) => return Ok(hooked),
+            Ok(BeforeDecision::Modify {
+                input,
+                limits,
+                permission,
+            }) => (input, limits, permission),
+        };
+        if let Some(l) = new_limits {
+            hooked.limits = hooked.limits.narrow(&l).map_err(Worked::Error)?;
+            check_depth(a.depth, &hooked.limits).map_err(Worked::Error)?;
+            let _ = deadline.send(
+                tokio::time::Instant::now() + Duration::from_millis(hooked.limits.timeout_ms),
+            );
+        }
+        if let Some(i) = new_input {
+            hooked.input = self.redact(&i);
+            check_bytes(&hooked.input, &hooked.limits).map_err(Worked::Error)?;
+        }
+        hooked.permission = permission;
+        Ok(hooked)
+    }
+
+    /// What the child's factory is told: who, where in the tree, under what permission, and
+    /// a delegator scoped below this delegation.
+    fn child_context(
+        &self,
+        a: &Admitted,
+        resource_id: String,
+        thread_id: String,
+        permission: Permission,
+    ) -> ChildContext {
         let mut parents = a.parents.to_vec();
         parents.push(a.delegation_id.clone());
-        let ctx = ChildContext {
+        ChildContext {
             child_id: a.child_id.clone(),
             delegation_id: a.delegation_id.clone(),
             depth: a.depth,
             path: a.path.clone(),
             resource_id,
             thread_id,
-            permission: permission.clone(),
+            permission,
             identity: a.identity.clone(),
-            model,
-            thinking: recorded_thinking,
+            model: a.model.clone(),
+            thinking: recorded_thinking(a),
             cancel: a.token.clone(),
             delegator: Delegator {
                 supervisor: self.clone(),
@@ -160,20 +203,32 @@ impl Supervisor {
                     identity: a.identity.clone(),
                 })),
             },
-        };
+        }
+    }
+
+    /// The factory's agent, rebuilt with the permission, identity, redactor, effect store,
+    /// thinking level and limits the supervisor forces onto it.
+    async fn build_agent(
+        &self,
+        a: &Admitted,
+        entry: &ChildEntry,
+        ctx: ChildContext,
+        permission: Permission,
+        limits: SupervisorLimits,
+    ) -> Result<Agent, Worked> {
         let built = tokio::select! {
             b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
-            _ = a.token.cancelled() => return Worked::Error(self.cancel_error(a)),
+            _ = a.token.cancelled() => return Err(Worked::Error(self.cancel_error(a))),
         };
         let agent = match built {
             Ok(Ok(agent)) => agent,
-            Ok(Err(e)) => return Worked::Error(e),
+            Ok(Err(e)) => return Err(Worked::Error(e)),
             Err(p) => {
-                return Worked::Error(CoreError::Supervisor(format!(
+                return Err(Worked::Error(CoreError::Supervisor(format!(
                     "child \"{}\" factory panicked: {}",
                     a.child_id,
                     panic_message(&*p)
-                )));
+                ))));
             }
         };
         let mut builder = agent.to_builder();
@@ -184,55 +239,57 @@ impl Supervisor {
         {
             builder = builder.dyn_tools(self.delegator().reply_tools());
         }
-        let agent = match builder
+        let settings = self.settings();
+        builder
             .permission(permission.and(agent.permission()))
             .overrides(
                 a.identity.as_deref().or(agent.identity()).cloned(),
-                sup.settings()
+                settings
                     .redactor()
                     .cloned()
                     .or_else(|| agent.redactor().cloned()),
-                sup.settings()
+                settings
                     .effects()
                     .cloned()
                     .or_else(|| agent.effect_store().cloned()),
                 // The level admission checked, from the record: every run of the child
                 // keeps it.
-                recorded_thinking.or(agent.thinking()),
+                recorded_thinking(a).or(agent.thinking()),
             )
             .limits(agent.limits().narrow(&limits.run_limits()))
             .build()
-        {
-            Ok(agent) => agent,
-            Err(e) => return Worked::Error(e),
-        };
+            .map_err(Worked::Error)
+    }
+
+    /// The child's session on its registered record (reopened for a follow-up, a resumed or
+    /// a recovered run), with its inbox shared through the hub and the mapping back to this
+    /// delegation kept beside a suspension.
+    async fn open_session(&self, a: &Admitted, agent: Agent) -> Result<Session, Worked> {
         let Some(record) = a.record.clone() else {
-            return Worked::Error(CoreError::Supervisor(
+            return Err(Worked::Error(CoreError::Supervisor(
                 "delegation ran without a registered session".into(),
-            ));
+            )));
         };
         if !record.model.is_empty() && agent.model() != record.model {
-            return Worked::Error(CoreError::Supervisor(format!(
+            return Err(Worked::Error(CoreError::Supervisor(format!(
                 "child \"{}\" factory built an agent for model \"{}\", but the delegation was \
                  admitted for model \"{}\"",
                 a.child_id,
                 agent.model(),
                 record.model
-            )));
+            ))));
         }
         let parent_id = record.parent_id;
+        let store = self.live().store().clone();
         let opened = if a.resume || a.resume_run.is_some() || a.recover {
-            Session::reopen(agent, sup.live().store().clone(), record).await
+            Session::reopen(agent, store, record).await
         } else {
-            Session::attach(agent, sup.live().store().clone(), record).await
+            Session::attach(agent, store, record).await
         };
-        let mut session = match opened {
-            Ok(s) => s,
-            Err(e) => return Worked::Error(e),
-        };
+        let mut session = opened.map_err(Worked::Error)?;
         // One inbox per session: deliveries made before this run began are in it.
         let inbox =
-            sup.live()
+            self.live()
                 .hub()
                 .register(session.id(), parent_id, session.inbox().clone(), false);
         session.share_inbox(inbox);
@@ -246,12 +303,26 @@ impl Supervisor {
                 mapping,
             );
         }
-        sup.live().hub().start_run(session.id(), &a.token);
-        sup.live().hub().started(session.id());
+        Ok(session)
+    }
+
+    /// The child's run, with the event pump beside it when the report policy streams (or the
+    /// relay back to the process that streams a claimed run's events).
+    async fn run_child(
+        &self,
+        a: &Admitted,
+        mut session: Session,
+        origin: &ChildOrigin,
+        limits: SupervisorLimits,
+        input: String,
+    ) -> Worked {
+        let hub = self.live().hub();
+        hub.start_run(session.id(), &a.token);
+        hub.started(session.id());
         let mut options = RunOptions::default()
             .with_cancel(a.token.clone())
             .with_nested(Arc::new(self.clone()));
-        if sup.settings().revision().is_some() {
+        if self.settings().revision().is_some() {
             // Durable approvals: every call of every child waits for a decision, its own
             // delegations included, so delegating and side effects are approved apart.
             options = options.with_approvals();
@@ -317,6 +388,11 @@ impl Supervisor {
             ))),
         }
     }
+}
+
+/// The thinking level admission checked, kept in the child's record.
+fn recorded_thinking(a: &Admitted) -> Option<ThinkingLevel> {
+    a.record.as_ref().and_then(|r| thinking::recorded(&r.meta))
 }
 
 #[derive(Debug, Clone, Copy)]

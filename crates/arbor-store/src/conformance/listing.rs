@@ -1,0 +1,188 @@
+//! `list_sessions`: its order (oldest first) and its scopes (roots, children, a tree, the
+//! newest roots, a status).
+
+use arbor_protocol::{SessionId, Timestamp};
+
+use super::{child, create, root};
+use crate::{SessionQuery, SessionRecord, Store};
+
+fn ids(records: &[SessionRecord]) -> Vec<SessionId> {
+    records.iter().map(|r| r.id).collect()
+}
+
+fn assert_sorted(backend: &str, what: &str, records: &[SessionRecord]) {
+    let sorted = records
+        .windows(2)
+        .all(|w| (w[0].created_at, w[0].id) < (w[1].created_at, w[1].id));
+    assert!(
+        sorted,
+        "[{backend}] list_sessions: {what} is not oldest first: {:?}",
+        ids(records)
+    );
+}
+
+/// The sessions [`list_sessions_orders_and_scopes`] lists: three roots, three children of
+/// `r2`, a grandchild under each of `c1` and `c2`, a child of `r1`.
+struct Listed {
+    r1: SessionRecord,
+    r2: SessionRecord,
+    r3: SessionRecord,
+    c1: SessionRecord,
+    c2: SessionRecord,
+    c3: SessionRecord,
+    g1: SessionRecord,
+    g2: SessionRecord,
+    d1: SessionRecord,
+}
+
+/// Creates the [`Listed`] sessions, their creation times out of id order, in an order
+/// neither by id nor by time.
+async fn seed_listing(store: &dyn Store, check: &str) -> Listed {
+    let base = 1_800_000_000_000;
+    let at = |offset: u64| Timestamp(base + offset);
+
+    // Ids are time-ordered: r1 < r2 < r3 and c1 < c2 < c3.
+    let (mut r1, mut r2, mut r3) = (root("r1"), root("r2"), root("r3"));
+    r1.created_at = at(20);
+    r2.created_at = at(10);
+    r3.created_at = at(10);
+    for r in [&r3, &r1, &r2] {
+        create(store, check, r).await;
+    }
+    let (mut c1, mut c2, mut c3) = (child(&r2, "c1"), child(&r2, "c2"), child(&r2, "c3"));
+    c1.created_at = at(30);
+    c2.created_at = at(15);
+    c3.created_at = at(15);
+    for c in [&c3, &c1, &c2] {
+        create(store, check, c).await;
+    }
+    let mut g1 = child(&c1, "g1");
+    g1.created_at = at(40);
+    let mut g2 = child(&c2, "g2");
+    g2.created_at = at(35);
+    let mut d1 = child(&r1, "d1");
+    d1.created_at = at(25);
+    for s in [&g1, &g2, &d1] {
+        create(store, check, s).await;
+    }
+    Listed {
+        r1,
+        r2,
+        r3,
+        c1,
+        c2,
+        c3,
+        g1,
+        g2,
+        d1,
+    }
+}
+
+/// `list_sessions` returns sessions oldest first (creation time, then id) and scopes them:
+/// `Roots` only roots, `Children(p)` only `p`'s direct children, `Tree(r)` the root `r` and
+/// all its descendants, nothing of other trees.
+pub async fn list_sessions_orders_and_scopes(store: &dyn Store) {
+    const CHECK: &str = "list_sessions_orders_and_scopes";
+    let b = store.backend();
+    let Listed {
+        r1,
+        r2,
+        r3,
+        c1,
+        c2,
+        c3,
+        g1,
+        g2,
+        d1,
+    } = seed_listing(store, CHECK).await;
+
+    let list = |query| async move {
+        store
+            .list_sessions(query)
+            .await
+            .unwrap_or_else(|e| panic!("[{b}] {CHECK}: list_sessions({query:?}) failed: {e}"))
+    };
+
+    let roots = list(SessionQuery::Roots).await;
+    assert_sorted(b, "Roots", &roots);
+    assert!(
+        roots.iter().all(|r| r.parent_id.is_none()),
+        "[{b}] {CHECK}: Roots holds a child"
+    );
+    let ours: Vec<SessionRecord> = roots
+        .into_iter()
+        .filter(|r| [r1.id, r2.id, r3.id].contains(&r.id))
+        .collect();
+    assert_eq!(
+        ours,
+        vec![r2.clone(), r3.clone(), r1.clone()],
+        "[{b}] {CHECK}: Roots"
+    );
+
+    // The newest roots, through the index, oldest first; a status through its index.
+    let all_roots = list(SessionQuery::Roots).await;
+    for n in [1usize, 2] {
+        let latest = list(SessionQuery::LatestRoots(n as u32)).await;
+        let tail = &all_roots[all_roots.len().saturating_sub(n)..];
+        assert_eq!(
+            ids(&latest),
+            ids(tail),
+            "[{b}] {CHECK}: LatestRoots({n}) is not the newest {n} roots, oldest first"
+        );
+    }
+    let with_status = list(SessionQuery::Status(r1.status)).await;
+    assert!(
+        with_status.iter().all(|s| s.status == r1.status),
+        "[{b}] {CHECK}: Status({}) holds another status",
+        r1.status
+    );
+    for ours in [&r1, &r2, &r3, &c1, &c2, &c3, &g1, &g2, &d1] {
+        assert_eq!(
+            with_status.iter().any(|s| s.id == ours.id),
+            ours.status == r1.status,
+            "[{b}] {CHECK}: Status({}) and session {}",
+            r1.status,
+            ours.id
+        );
+    }
+
+    let cases = [
+        (
+            "Children(r2)",
+            SessionQuery::Children(r2.id),
+            vec![&c2, &c3, &c1],
+        ),
+        ("Children(c1)", SessionQuery::Children(c1.id), vec![&g1]),
+        ("Children(c2)", SessionQuery::Children(c2.id), vec![&g2]),
+        ("Children(r1)", SessionQuery::Children(r1.id), vec![&d1]),
+        ("Children(r3)", SessionQuery::Children(r3.id), vec![]),
+        ("Children(g1)", SessionQuery::Children(g1.id), vec![]),
+        (
+            "Children(unknown)",
+            SessionQuery::Children(SessionId::new()),
+            vec![],
+        ),
+        (
+            "Tree(r2)",
+            SessionQuery::Tree(r2.id),
+            vec![&r2, &c2, &c3, &c1, &g2, &g1],
+        ),
+        ("Tree(r1)", SessionQuery::Tree(r1.id), vec![&r1, &d1]),
+        ("Tree(r3)", SessionQuery::Tree(r3.id), vec![&r3]),
+        (
+            "Tree(unknown)",
+            SessionQuery::Tree(SessionId::new()),
+            vec![],
+        ),
+    ];
+    for (label, query, expected) in cases {
+        let got = list(query).await;
+        let expected: Vec<SessionRecord> = expected.into_iter().cloned().collect();
+        assert_eq!(
+            ids(&got),
+            ids(&expected),
+            "[{b}] {CHECK}: {label} returned the wrong sessions or order"
+        );
+        assert_eq!(got, expected, "[{b}] {CHECK}: {label} records differ");
+    }
+}
