@@ -46,6 +46,16 @@ pub(crate) async fn lost_resume(
     fail
 }
 
+/// What waits for a decision at `id` (see [`arbor_core::supervisor::waiting_at`]).
+pub(crate) async fn waiting_at(
+    store: &dyn arbor_store::Store,
+    id: SessionId,
+) -> Result<Vec<arbor_core::approval::Suspension>, Fail> {
+    arbor_core::supervisor::waiting_at(store, id)
+        .await
+        .map_err(Fail::core)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,70 +14,24 @@ use std::sync::{Arc, PoisonError};
 
 use arbor_store::Store;
 
-use crate::cli::{ResumeArgs, RunArgs};
+use crate::drive::{Held, View};
 use crate::fail::{EXIT_SUSPENDED, Fail};
-use crate::run::{Held, View};
 use crate::store::StoreName;
-use crate::{answers, approvals, output};
-
-/// `arbor run`: runs the spec's root; when it stops on calls waiting for approval and a
-/// person is at the terminal, asks about them and resumes the tree in this process, until it
-/// ends or something is left for later.
-pub(crate) async fn run(args: RunArgs) -> Result<u8, Fail> {
-    // Standard input that held the task cannot answer.
-    let asking = can_ask(args.no_input) && args.task.as_deref() != Some("-");
-    let held = Held::default();
-    let started = crate::run::run(&args, asking.then_some(&held)).await?;
-    let show = Show {
-        json: args.json,
-        quiet: args.quiet,
-        progress: args.progress,
-    };
-    let (store, name) = (&started.store, started.choice.name());
-    go_on(
-        (store, name),
-        started.root,
-        started.code,
-        asking.then_some(&held),
-        show,
-    )
-    .await
-}
-
-/// `arbor resume`: as [`run`] does after the first stop, from the first resume on.
-pub(crate) async fn resume(args: ResumeArgs) -> Result<u8, Fail> {
-    let asking = can_ask(args.no_input);
-    let held = Held::default();
-    let resumed = crate::resume::resume(&args, asking.then_some(&held)).await?;
-    let show = Show {
-        json: args.target.store.json,
-        quiet: false,
-        progress: crate::live::Progress::Auto,
-    };
-    let (store, name) = (&resumed.store, resumed.choice.name());
-    go_on(
-        (store, name),
-        resumed.root,
-        resumed.code,
-        asking.then_some(&held),
-        show,
-    )
-    .await
-}
+use crate::{answers, render::output};
 
 /// How the runs after an answer show themselves.
 #[derive(Debug, Clone, Copy)]
-struct Show {
-    json: bool,
-    quiet: bool,
-    progress: crate::live::Progress,
+pub(crate) struct Show {
+    pub(crate) json: bool,
+    pub(crate) quiet: bool,
+    pub(crate) progress: crate::render::live::Progress,
 }
 
 /// While the tree under `root` waits for approval and a person can answer: asks, then
 /// resumes; the last exit code. When a call is left for later, or nothing could be asked
 /// (what waits is decided, yet the tree stopped again), the held report is printed and the
 /// tree stays as it is: exit 4, as without a terminal.
-async fn go_on(
+pub(crate) async fn go_on(
     (store, store_name): (&Arc<dyn Store>, &StoreName),
     root: SessionId,
     mut code: u8,
@@ -140,7 +94,7 @@ pub(crate) async fn decide_waiting(
     store: &dyn arbor_store::Store,
     root: SessionId,
 ) -> Result<Answered, Fail> {
-    let waiting = approvals::waiting_at(store, root).await?;
+    let waiting = answers::waiting_at(store, root).await?;
     let total: usize = waiting.iter().map(|s| s.pending.len()).sum();
     if total == 0 {
         return Ok(Answered::Nothing);

@@ -422,8 +422,8 @@ pub(crate) struct RunArgs {
     pub(crate) quiet: bool,
     /// How progress is shown on stderr: a live tree redrawn in place on a terminal, or one
     /// line per event (what anything but a terminal gets with auto).
-    #[arg(long, value_enum, default_value_t = crate::live::Progress::Auto)]
-    pub(crate) progress: crate::live::Progress,
+    #[arg(long, value_enum, default_value_t = crate::render::live::Progress::Auto)]
+    pub(crate) progress: crate::render::live::Progress,
     /// Never ask on the terminal: a run that waits for approval exits 4 (decide with
     /// arbor approve / reject, then arbor resume), as it does when no terminal is attached.
     #[arg(long)]

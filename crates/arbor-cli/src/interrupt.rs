@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::output;
+use crate::render::output;
 
 /// A signal that stops a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

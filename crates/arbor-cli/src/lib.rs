@@ -6,23 +6,25 @@
 //! not a stable API. The pieces:
 //!
 //! - [`cli`]: the arguments and the help text (exit codes, environment).
-//! - [`run`]: the `run` command, start to end; [`interrupt`]: Ctrl-C, SIGTERM and SIGHUP.
-//! - [`serve`]: the `serve` command, the HTTP service with the spec runner ([`launcher`]) as
-//!   its launcher.
-//! - [`mcp`]: the `mcp` command, an MCP client driving a root over stdio.
-//! - [`approvals`]: `approvals`, `approve`, `reject`, `resume`; [`ask`]: the same decisions
-//!   asked on the terminal when `run` stops on them; [`answers`]: what they say
-//!   when nothing is pending.
-//! - [`inspect`]: `ls`, `tree` and `log` ([`walk`]: `tree` streamed); [`follow`]: `send` and `rm`; [`owner`]: which
-//!   process owns a tree's runs.
-//! - [`spec`]: the TOML spec, parsed strictly ([`limits`]: how an agent's limits compose
-//!   with the supervisor's); [`tree`]: the agents and supervisor it builds.
+//! - [`commands`]: one file per command (or per family of commands), its entry named after
+//!   it: `arbor run` enters at `commands/run.rs`, `ls`/`tree`/`log`/`store check` at
+//!   `commands/inspect.rs`, `send`/`rm`/`rename` at `commands/children.rs`, and so on.
+//! - [`drive`]: a root run start to end (prepare the spec, create the root, drive the tree,
+//!   print the report); [`resume`]: a stopped tree going on; [`interrupt`]: Ctrl-C, SIGTERM
+//!   and SIGHUP.
+//! - [`launcher`]: the spec runner behind `arbor serve`; [`mcp`]: the root an MCP client
+//!   drives; [`workers`]: `arbor worker` and the PostgreSQL queue.
+//! - [`ask`]: decisions asked on the terminal when `run` stops on them; [`answers`]: what
+//!   they say when nothing is pending, and what waits for one.
+//! - [`owner`]: which process owns a tree's runs (and deletes under its lease).
+//! - [`spec`]: the TOML spec, parsed strictly ([`spec::limits`]: how an agent's limits
+//!   compose with the supervisor's); [`providers`]: the model providers it names;
+//!   [`tree`]: the agents and supervisor it builds.
 //! - [`input`]: a spec file, standard input and the task, as commands read them.
 //! - [`store`]: which store a run uses and how it is opened; [`resolve`]: which session,
 //!   child or approval an argument names (ids, unique pieces of them, `@latest`).
-//! - [`progress`]: the progress lines on stderr ([`live`]: the live tree on a terminal); [`report`]: the table or JSON on stdout.
-//! - [`setup`]: `validate`, `init`, `completions` and `man`, on files rather than a store.
-//! - [`output`]: writing to stdout/stderr without panicking on a closed pipe.
+//! - [`render`]: what is shown: progress lines and the live tree on stderr, the table or
+//!   JSON report on stdout, the tree walker, and writing without panicking on a closed pipe.
 
 // The map above links private modules: it is for contributors, rendered by
 // `cargo doc -p arbor-cli --document-private-items`.
@@ -30,37 +32,27 @@
 
 mod answers;
 mod append;
-mod approvals;
 mod ask;
 mod cli;
+mod commands;
+mod drive;
 mod fail;
-mod follow;
 mod input;
-mod inspect;
 mod interrupt;
 mod launcher;
-mod limits;
-mod live;
 mod logging;
 mod mcp;
-mod models;
 #[cfg(feature = "otel")]
 mod otel;
-mod output;
 mod owner;
-mod progress;
+mod providers;
 mod redaction;
-mod report;
+mod render;
 mod resolve;
 mod resume;
-mod run;
-mod run_report;
-mod serve;
-mod setup;
 mod spec;
 mod store;
 mod tree;
-mod walk;
 mod workers;
 
 use std::process::ExitCode;
@@ -80,7 +72,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             logging::init(false);
-            output::err(&format!("error: cannot start the runtime: {e}"));
+            render::output::err(&format!("error: cannot start the runtime: {e}"));
             return ExitCode::from(fail::EXIT_RUN);
         }
     };
@@ -89,33 +81,15 @@ pub fn main() -> ExitCode {
         let _inside = runtime.enter();
         logging::init(serving)
     };
-    let outcome = match cli.command {
-        Command::Run(args) => runtime.block_on(ask::run(args)),
-        Command::Ls(args) => runtime.block_on(inspect::ls(args)),
-        Command::Tree(args) => runtime.block_on(inspect::tree(args)),
-        Command::Log(args) => runtime.block_on(inspect::log(args)),
-        Command::Send(args) => runtime.block_on(follow::send(args)),
-        Command::Rm(args) => runtime.block_on(follow::rm(args)),
-        Command::Rename(args) => runtime.block_on(follow::rename(args)),
-        Command::Approvals(args) => runtime.block_on(approvals::list(args)),
-        Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
-        Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
-        Command::Resume(args) => runtime.block_on(ask::resume(args)),
-        Command::Models(args) => runtime.block_on(models::list(args)),
-        Command::Serve(args) => runtime.block_on(serve::serve(args, telemetry.runtime.clone())),
-        Command::Mcp(args) => runtime.block_on(mcp::serve(args)),
-        Command::Worker(args) => runtime.block_on(workers::worker::work(args)),
-        Command::Store(cli::StoreCommand::Check(args)) => runtime.block_on(inspect::check(args)),
-        Command::Validate(args) => runtime.block_on(setup::validate(args)),
-        Command::Init(args) => setup::init(args),
-        Command::Completions(args) => setup::completions(args),
-        Command::Man => setup::man(),
-    };
+    let outcome = commands::run(cli.command, &runtime, telemetry.runtime.clone());
     telemetry.shutdown();
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(fail) => {
-            output::err(&format!("error: {}", output::one_line(&fail.message)));
+            render::output::err(&format!(
+                "error: {}",
+                render::output::one_line(&fail.message)
+            ));
             ExitCode::from(fail.code)
         }
     }

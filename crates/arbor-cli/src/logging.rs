@@ -34,7 +34,7 @@ impl Telemetry {
 pub(crate) fn init(serving: bool) -> Telemetry {
     let filter = EnvFilter::try_from_env("ARBOR_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(|| crate::output::LogWriter)
+        .with_writer(|| crate::render::output::LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
     #[cfg(feature = "otel")]
@@ -58,7 +58,7 @@ pub(crate) fn init(serving: bool) -> Telemetry {
             };
         }
         Ok(None) => {}
-        Err(e) => crate::output::err(&format!("warning: telemetry is not exported: {e}")),
+        Err(e) => crate::render::output::err(&format!("warning: telemetry is not exported: {e}")),
     }
     let runtime = serving.then(arbor_server::RuntimeMetrics::new);
     let counting = runtime.as_ref().map(|r| r.layer());

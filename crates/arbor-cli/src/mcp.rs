@@ -7,45 +7,12 @@
 //! client started is stopped and the process exits 0.
 
 use arbor_core::SessionRef;
-use arbor_mcp::{ArborMcp, FixedRoot, HostedRoot};
+use arbor_mcp::HostedRoot;
 use arbor_protocol::{SessionId, SessionStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::McpArgs;
+use crate::drive::{Overrides, create_root};
 use crate::fail::Fail;
-use crate::owner;
-use crate::run::{Overrides, create_root, prepare};
-use crate::store::{StoreChoice, io_reason};
-
-/// Runs the command until the client goes away.
-pub(crate) async fn serve(args: McpArgs) -> Result<u8, Fail> {
-    let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
-    let path = args.spec.display().to_string();
-    let text = std::fs::read_to_string(&args.spec)
-        .map_err(|e| Fail::usage(format!("cannot read {path}: {}", io_reason(&e))))?;
-    let overrides = Overrides::default();
-    let prepared = prepare(&path, &text, &overrides).await?;
-    // Checked before the store is opened: a spec with nothing to offer touches nothing.
-    offered(&prepared)?;
-    let store = choice.open().await?;
-    owner::sweep(&store).await?;
-    let token = CancellationToken::new();
-    let opened = open_root(&prepared, &store, &token, serde_json::json!({"via": "mcp"})).await?;
-    let _lease = owner::Heartbeat::start(store.clone(), opened.session.id(), token.clone());
-    let (session, root, built) = (opened.session, opened.root, opened.built);
-    let sup = root.supervisor().clone();
-    tracing::info!(root = %session.id(), "serving MCP over stdio");
-    let served = tokio::select! {
-        r = arbor_mcp::serve_stdio(ArborMcp::new(FixedRoot(root))) => r,
-        () = crate::interrupt::shutdown_signal() => Ok(()),
-    };
-    token.cancel();
-    sup.shutdown().await;
-    built.close().await;
-    close_root(&store, session.id()).await;
-    served.map_err(|e| Fail::core(arbor_core::CoreError::Supervisor(e.to_string())))?;
-    Ok(0)
-}
 
 /// A root opened for an MCP client: its tree built, its record created (nothing runs).
 pub(crate) struct Opened {
@@ -59,7 +26,7 @@ pub(crate) struct Opened {
 /// stands in for the root agent (`extra` goes in the record's `meta`). A root without
 /// children is a usage error.
 pub(crate) async fn open_root(
-    prepared: &crate::run::Prepared,
+    prepared: &crate::drive::Prepared,
     store: &std::sync::Arc<dyn arbor_store::Store>,
     token: &CancellationToken,
     extra: serde_json::Value,
@@ -122,7 +89,7 @@ async fn set_status(
 
 /// The root agent's name and the children it offers; a root without children is a usage
 /// error.
-pub(crate) fn offered(prepared: &crate::run::Prepared) -> Result<(String, Vec<String>), Fail> {
+pub(crate) fn offered(prepared: &crate::drive::Prepared) -> Result<(String, Vec<String>), Fail> {
     let root_name = prepared.spec.root_name().map_err(Fail::usage)?.to_owned();
     let children = prepared
         .spec

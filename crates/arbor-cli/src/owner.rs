@@ -86,7 +86,7 @@ impl Heartbeat {
                     Renewal::Renewed => {}
                     Renewal::Lost(by) => {
                         tracing::warn!(%root, owner = %by, "another process took over the tree; stopping this run");
-                        crate::output::err(&format!(
+                        crate::render::output::err(&format!(
                             "error: another process ({by}) took over the tree of {root} while                              this one was stalled past its lease; stopping"
                         ));
                         run.cancel();
@@ -308,6 +308,57 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
         tracing::info!(marked, "marked the runs of dead processes interrupted");
     }
     Ok(marked)
+}
+
+/// Deletes the child `selector` names under `parent` in the tree of `root`, run by no live
+/// process (this one takes the tree's lease while it writes): the tombstone, then whatever
+/// of the tree waited for approval and nobody can resume now (also after a crash cut an
+/// earlier delete short). Returns the child, its tombstone and whether it was deleted
+/// before. `arbor rm` and `arbor serve` (a delete on a tree it does not run) share it.
+pub(crate) async fn delete_stored(
+    store: &std::sync::Arc<dyn arbor_store::Store>,
+    root: &arbor_store::SessionRecord,
+    parent: SessionId,
+    selector: &str,
+    by: &str,
+    reason: &str,
+) -> Result<(SessionId, arbor_store::Tombstone, bool), Fail> {
+    // What the selector names is read first: a refused delete (no such child, the root
+    // itself) or one of a child deleted already takes no lease and writes nothing.
+    if let arbor_core::registry::DeleteTarget::Deleted(id, t) =
+        arbor_core::registry::delete_target(store.as_ref(), parent, selector)
+            .await
+            .map_err(Fail::core)?
+    {
+        // Unless a delete a crash cut short left a suspension to close (below, leased).
+        let waiting = store
+            .list_sessions(arbor_store::SessionQuery::Tree(root.id))
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?
+            .iter()
+            .any(|s| s.status == arbor_protocol::SessionStatus::Suspended);
+        if !waiting {
+            return Ok((id, t, true));
+        }
+    }
+    let _lease = take_over(store, root, &tokio_util::sync::CancellationToken::new()).await?;
+    // Read again under the lease: it may have been deleted meanwhile.
+    let deleted = match arbor_core::registry::delete_target(store.as_ref(), parent, selector)
+        .await
+        .map_err(Fail::core)?
+    {
+        arbor_core::registry::DeleteTarget::Deleted(id, t) => (id, t, true),
+        arbor_core::registry::DeleteTarget::Live(child) => {
+            let t = arbor_core::registry::write_tombstone(store.as_ref(), &child, by, reason)
+                .await
+                .map_err(Fail::core)?;
+            (child.id, t, false)
+        }
+    };
+    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
+        .await
+        .map_err(Fail::core)?;
+    Ok(deleted)
 }
 
 #[cfg(test)]

@@ -8,14 +8,14 @@ use arbor_core::registry;
 use arbor_protocol::SessionId;
 use tokio_util::sync::CancellationToken;
 
-use crate::approvals::waiting_at;
+use crate::answers::waiting_at;
 use crate::cli::ResumeArgs;
+use crate::drive::{Start, View, drive_root};
 use crate::fail::Fail;
-use crate::inspect::open;
-use crate::report::suspension_text;
-use crate::run::{Start, View, drive_root};
+use crate::render::report::suspension_text;
 use crate::store::StoreChoice;
-use crate::{answers, output, owner, resolve, spec, tree};
+use crate::store::open;
+use crate::{answers, owner, render::output, resolve, spec, tree};
 
 /// `arbor resume SESSION`: what waits for decisions goes on: the suspended runs of message-mode
 /// children nobody awaits (their answers reach their parents by message), then the suspended
@@ -23,10 +23,10 @@ use crate::{answers, output, owner, resolve, spec, tree};
 /// waits for no decision but a crash interrupted some of its runs, those runs continue (see
 /// [`continue_tree`]).
 /// `asking`: the person at the terminal is asked next when the tree stops on calls waiting
-/// for approval (see [`crate::ask::resume`]).
+/// for approval (see [`crate::commands::resume::resume`]).
 pub(crate) async fn resume(
     args: &ResumeArgs,
-    asking: Option<&crate::run::Held>,
+    asking: Option<&crate::drive::Held>,
 ) -> Result<Resumed, Fail> {
     let workers = args.workers;
     let args = &args.target;
@@ -45,7 +45,7 @@ pub(crate) async fn resume(
         json: args.store.json,
         quiet: false,
         asking,
-        progress: crate::live::Progress::Auto,
+        progress: crate::render::live::Progress::Auto,
     };
     let code = resume_at(view, root).await?;
     Ok(Resumed {

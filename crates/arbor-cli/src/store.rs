@@ -290,6 +290,43 @@ pub(crate) async fn update_record(
     Ok(())
 }
 
+/// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
+pub(crate) async fn open(args: &crate::cli::StoreArgs) -> Result<Arc<dyn Store>, Fail> {
+    let store = StoreChoice::from_args(false, args.store.as_deref())?
+        .open_existing()
+        .await?;
+    crate::owner::sweep(&store).await?;
+    Ok(store)
+}
+
+/// Opens the store of `args` for a command that only reads: as [`open`] does, and when the
+/// store cannot be written (a read-only file or directory, a full disk), read-only, without
+/// the sweep (what it shows is then as the last writer left it).
+pub(crate) async fn open_to_read(args: &crate::cli::StoreArgs) -> Result<Arc<dyn Store>, Fail> {
+    let choice = StoreChoice::from_args(false, args.store.as_deref())?;
+    let store = match choice.open_existing().await {
+        Ok(store) => store,
+        Err(e) if e.code == crate::fail::EXIT_STORE => {
+            let StoreName::Sqlite(path) = choice.name() else {
+                return Err(e);
+            };
+            match arbor_store_sqlite::SqliteStore::open_read_only(path) {
+                Ok(store) => {
+                    tracing::warn!(error = %e.message, "the store cannot be written; reading it as it is");
+                    return Ok(Arc::new(store));
+                }
+                Err(_) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    if let Err(e) = crate::owner::sweep(&store).await {
+        // Reading still works: the runs of dead owners just show as they were left.
+        tracing::warn!(error = %e.message, "could not mark the runs of dead processes interrupted");
+    }
+    Ok(store)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

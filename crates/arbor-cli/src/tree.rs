@@ -41,9 +41,9 @@ pub(crate) struct Built {
     /// ([`Built::close`]) or this is dropped.
     pub(crate) mcp: Arc<McpServers>,
     /// Where the root's limits come from, to say which one stopped its run.
-    pub(crate) root_limits: crate::limits::Provenance,
+    pub(crate) root_limits: crate::spec::limits::Provenance,
     /// Where each child agent's limits come from, by agent name.
-    pub(crate) child_limits: crate::limits::Limits,
+    pub(crate) child_limits: crate::spec::limits::Limits,
 }
 
 impl Built {
@@ -214,14 +214,14 @@ pub(crate) fn local_decider() -> arbor_protocol::DecidedBy {
 }
 
 /// The provenance of every agent of `spec` but the root (`root`), as children.
-fn children_limits(spec: &Spec, root: &str) -> crate::limits::Limits {
+fn children_limits(spec: &Spec, root: &str) -> crate::spec::limits::Limits {
     spec.agents
         .iter()
         .filter(|(name, _)| name.as_str() != root)
         .map(|(name, a)| {
             (
                 name.clone(),
-                crate::limits::Provenance {
+                crate::spec::limits::Provenance {
                     agent: name.clone(),
                     own: a.limits,
                     supervisor: spec.supervisor.limits,
@@ -343,7 +343,7 @@ fn assemble(
         root,
         supervisor,
         mcp,
-        root_limits: crate::limits::Provenance {
+        root_limits: crate::spec::limits::Provenance {
             agent: root_name.to_owned(),
             own: root_spec.limits,
             supervisor: spec.supervisor.limits,

@@ -318,6 +318,47 @@ fn arbor_cores_folders_are_layers() {
     );
 }
 
+/// arbor-cli's `commands/` is the top: each file there is a command's entry, and no other
+/// file (but `lib.rs`, which declares the modules) imports one; what two commands share lives
+/// beside the folder. `render/` (what is shown) reaches no command either.
+#[test]
+fn arbor_clis_commands_are_the_top() {
+    let (src, files) = crate_sources()
+        .into_iter()
+        .find(|(src, _)| src.ends_with("arbor-cli/src"))
+        .unwrap();
+    let graph = edges(&src, &files);
+    let rel = |p: &Path| {
+        p.strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/")
+    };
+    let mut breaks = Vec::new();
+    let mut commands_import = false;
+    for (from, tos) in &graph {
+        let from = rel(from);
+        for to in tos {
+            let to = rel(to);
+            if from.starts_with("commands/") && !to.starts_with("commands/") {
+                commands_import = true;
+            }
+            if to.starts_with("commands/") && !from.starts_with("commands/") && from != "lib.rs" {
+                breaks.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    assert!(
+        breaks.is_empty(),
+        "files outside commands/ import a command:\n{}",
+        breaks.join("\n")
+    );
+    assert!(
+        commands_import,
+        "no import from commands/ read: the reader is broken"
+    );
+}
+
 #[test]
 fn a_layer_break_is_found() {
     let src = PathBuf::from("/x/src");

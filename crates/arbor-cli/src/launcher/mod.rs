@@ -15,9 +15,9 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::drive::{Overrides, Start, create_root, drive_tree, end_tree, prepare};
 use crate::fail::Fail;
 use crate::owner;
-use crate::run::{Overrides, Start, create_root, drive_tree, end_tree, prepare};
 
 mod claims;
 
@@ -256,7 +256,7 @@ impl Launcher for SpecLauncher {
             .ok_or_else(|| conflict("The run is going on: try again"))?;
         let root_record = arbor_core::registry::session(self.store.as_ref(), root).await?;
         // Never under a live run of another process: it would finish the child anyway.
-        let (session_id, tombstone, already) = crate::follow::delete_stored(
+        let (session_id, tombstone, already) = crate::owner::delete_stored(
             &self.store,
             &root_record,
             parent,

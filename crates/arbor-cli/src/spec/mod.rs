@@ -14,6 +14,7 @@ use arbor_protocol::RunLimits;
 use serde::Deserialize;
 
 mod error;
+pub(crate) mod limits;
 pub(crate) use error::{SpecError, at};
 
 /// Built-in tools a spec may name.
@@ -41,7 +42,7 @@ pub(crate) struct Spec {
     pub(crate) redaction: crate::redaction::RedactionSpec,
     /// Named HTTP providers agents may use (`provider = "<name>"`).
     #[serde(default)]
-    pub(crate) providers: BTreeMap<String, crate::models::ProviderSpec>,
+    pub(crate) providers: BTreeMap<String, crate::providers::ProviderSpec>,
     /// MCP servers whose tools agents may be granted (`tools = ["mcp:NAME/*"]`).
     #[serde(default)]
     pub(crate) mcp_servers: BTreeMap<String, arbor_mcp::ServerConfig>,
@@ -133,9 +134,9 @@ pub(crate) struct AgentSpec {
     /// as `completed_truncated`).
     #[serde(default)]
     pub(crate) fail_on_truncation: bool,
-    /// Run limits as written (see [`crate::limits`]).
+    /// Run limits as written (see [`crate::spec::limits`]).
     #[serde(default)]
-    pub(crate) limits: crate::limits::AgentLimits,
+    pub(crate) limits: crate::spec::limits::AgentLimits,
     /// The limits its runs get: its own over `[supervisor] limits` over the defaults.
     #[serde(skip)]
     pub(crate) run_limits: RunLimits,
@@ -192,7 +193,7 @@ impl Spec {
             let p = match built.get(&agent.provider) {
                 Some(p) => p.clone(),
                 None => {
-                    let p = crate::models::build(&agent.provider, &self.providers)
+                    let p = crate::providers::build(&agent.provider, &self.providers)
                         .map_err(|e| SpecError::agent(name, e))?
                         .shared();
                     built.insert(agent.provider.clone(), p.clone());
@@ -234,10 +235,10 @@ impl Spec {
         }
         for (name, agent) in &self.agents {
             arbor_core::validate_agent_name(name).map_err(|e| SpecError::agent(name, e))?;
-            if !crate::models::BUILT_IN.contains(&agent.provider.as_str())
+            if !crate::providers::BUILT_IN.contains(&agent.provider.as_str())
                 && !self.providers.contains_key(&agent.provider)
             {
-                let mut known: Vec<&str> = crate::models::BUILT_IN.to_vec();
+                let mut known: Vec<&str> = crate::providers::BUILT_IN.to_vec();
                 known.extend(self.providers.keys().map(String::as_str));
                 return Err(SpecError::agent(
                     name,

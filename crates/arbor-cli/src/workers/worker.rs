@@ -26,9 +26,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::WorkerArgs;
+use crate::drive::{Overrides, prepare};
 use crate::fail::Fail;
-use crate::output;
-use crate::run::{Overrides, prepare};
+use crate::render::output;
 use crate::spec::Spec;
 use crate::store::{StoreChoice, io_reason};
 

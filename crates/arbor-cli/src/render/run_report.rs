@@ -5,7 +5,9 @@
 use arbor_core::RunResult;
 use arbor_core::approval::Suspension;
 
-use crate::report::{json_report, suspension_json, suspension_text, thousands, with_sessions};
+use crate::render::report::{
+    json_report, suspension_json, suspension_text, thousands, with_sessions,
+};
 
 /// Where the limit that stopped the root was set, as the report says it.
 #[derive(Debug)]
@@ -26,7 +28,7 @@ pub(crate) fn lines(
     breach_at: Option<&BreachAt>,
     result: &RunResult,
     children_waiting: &[Suspension],
-    tree: crate::walk::Summary,
+    tree: crate::render::walk::Summary,
 ) -> Vec<String> {
     let root_id = result.session_id;
     let check = &tree.reconciliation;

@@ -192,8 +192,8 @@ impl Lowered {
         format!(
             "agents.{agent}.limits.{kind} = {} is lowered to {}{}, by the supervisor's ceiling \
              ({}); raise [supervisor] limits.{kind} to allow it",
-            crate::report::thousands(self.written),
-            crate::report::thousands(self.effective),
+            crate::render::report::thousands(self.written),
+            crate::render::report::thousands(self.effective),
             if self.child {
                 format!(" when {agent} runs as a child")
             } else {

@@ -9,11 +9,11 @@ use clap::CommandFactory;
 use serde_json::json;
 
 use crate::cli::{Cli, CompletionsArgs, InitArgs, ValidateArgs};
+use crate::drive::{Overrides, prepare_with};
 use crate::fail::Fail;
 use crate::input::read_spec;
-use crate::run::{Overrides, prepare_with};
 use crate::store::io_reason;
-use crate::{output, report::thousands};
+use crate::{render::output, render::report::thousands};
 
 /// `arbor validate SPEC`: reads, parses and checks the spec in full (every agent built,
 /// every child, provider, limit, tool and MCP grant resolved, the secrets' redaction
@@ -80,9 +80,9 @@ pub(crate) async fn validate(args: ValidateArgs) -> Result<u8, Fail> {
 
 /// Each agent's limits as its runs get them: the root's under `[supervisor] limits`, a
 /// child's under the supervisor's ceiling over children too.
-fn provenance(spec: &crate::spec::Spec, root: &str, name: &str) -> crate::limits::Provenance {
+fn provenance(spec: &crate::spec::Spec, root: &str, name: &str) -> crate::spec::limits::Provenance {
     let own = spec.agents.get(name).map(|a| a.limits).unwrap_or_default();
-    crate::limits::Provenance {
+    crate::spec::limits::Provenance {
         agent: name.to_owned(),
         own,
         supervisor: spec.supervisor.limits,

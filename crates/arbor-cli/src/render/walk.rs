@@ -19,8 +19,8 @@ use arbor_store::{SessionQuery, SessionRecord, Store};
 use serde_json::json;
 
 use crate::fail::Fail;
-use crate::output::Stream;
-use crate::report::{self, HEADER, thousands};
+use crate::render::output::Stream;
+use crate::render::report::{self, HEADER, thousands};
 
 /// A session on the path being walked, with its children still to visit.
 struct Frame {

@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::ServeArgs;
+use crate::drive::{Overrides, prepare};
 use crate::fail::Fail;
 use crate::launcher::SpecLauncher;
-use crate::run::{Overrides, prepare};
 use crate::store::{StoreChoice, io_reason};
-use crate::{output, owner};
+use crate::{owner, render::output};
 
 /// Runs the command until a termination signal; `Ok(0)` after a clean shutdown.
 pub(crate) async fn serve(

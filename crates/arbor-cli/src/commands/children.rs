@@ -13,9 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{RenameArgs, RmArgs, SendArgs};
 use crate::fail::{EXIT_RUN, Fail};
-use crate::inspect::open;
 use crate::interrupt::Watch;
-use crate::{output, owner, resolve, spec, tree};
+use crate::owner::delete_stored;
+use crate::store::open;
+use crate::{owner, render::output, resolve, spec, tree};
 
 /// What the background process of `send --no-wait` prints once the message is delivered.
 const RECEIPT: &str = "queued";
@@ -343,55 +344,4 @@ pub(crate) async fn rename(args: RenameArgs) -> Result<u8, Fail> {
         ));
     }
     Ok(0)
-}
-
-/// Deletes the child `selector` names under `parent` in the tree of `root`, run by no live
-/// process (this one takes the tree's lease while it writes): the tombstone, then whatever
-/// of the tree waited for approval and nobody can resume now (also after a crash cut an
-/// earlier delete short). Returns the child, its tombstone and whether it was deleted
-/// before. `arbor rm` and `arbor serve` (a delete on a tree it does not run) share it.
-pub(crate) async fn delete_stored(
-    store: &std::sync::Arc<dyn arbor_store::Store>,
-    root: &arbor_store::SessionRecord,
-    parent: SessionId,
-    selector: &str,
-    by: &str,
-    reason: &str,
-) -> Result<(SessionId, arbor_store::Tombstone, bool), Fail> {
-    // What the selector names is read first: a refused delete (no such child, the root
-    // itself) or one of a child deleted already takes no lease and writes nothing.
-    if let registry::DeleteTarget::Deleted(id, t) =
-        registry::delete_target(store.as_ref(), parent, selector)
-            .await
-            .map_err(Fail::core)?
-    {
-        // Unless a delete a crash cut short left a suspension to close (below, leased).
-        let waiting = store
-            .list_sessions(arbor_store::SessionQuery::Tree(root.id))
-            .await
-            .map_err(|e| Fail::store(e.to_string()))?
-            .iter()
-            .any(|s| s.status == arbor_protocol::SessionStatus::Suspended);
-        if !waiting {
-            return Ok((id, t, true));
-        }
-    }
-    let _lease = owner::take_over(store, root, &CancellationToken::new()).await?;
-    // Read again under the lease: it may have been deleted meanwhile.
-    let deleted = match registry::delete_target(store.as_ref(), parent, selector)
-        .await
-        .map_err(Fail::core)?
-    {
-        registry::DeleteTarget::Deleted(id, t) => (id, t, true),
-        registry::DeleteTarget::Live(child) => {
-            let t = registry::write_tombstone(store.as_ref(), &child, by, reason)
-                .await
-                .map_err(Fail::core)?;
-            (child.id, t, false)
-        }
-    };
-    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
-        .await
-        .map_err(Fail::core)?;
-    Ok(deleted)
 }

@@ -10,8 +10,8 @@ use std::time::Instant;
 use arbor_core::Subscription;
 use arbor_protocol::{AgentEvent, EventEnvelope, SessionId, SupervisorEnvelope, SupervisorEvent};
 
-use crate::output;
-use crate::report::thousands;
+use crate::render::output;
+use crate::render::report::thousands;
 use crate::store::StoreName;
 
 /// How many characters of a turn's text a progress line shows.
@@ -26,7 +26,7 @@ pub(crate) struct RootProgress {
     started: Instant,
     turns: u32,
     text: String,
-    limits: Option<crate::limits::Provenance>,
+    limits: Option<crate::spec::limits::Provenance>,
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -57,7 +57,7 @@ impl RootProgress {
     }
 
     /// Says where a limit that stops the run was set.
-    pub(crate) fn with_limits(mut self, limits: crate::limits::Provenance) -> Self {
+    pub(crate) fn with_limits(mut self, limits: crate::spec::limits::Provenance) -> Self {
         self.limits = Some(limits);
         self
     }
@@ -195,7 +195,10 @@ fn first_line(s: &str) -> String {
     output::short(s, 160)
 }
 
-fn supervisor_line(event: &SupervisorEvent, limits: &crate::limits::Limits) -> Option<String> {
+fn supervisor_line(
+    event: &SupervisorEvent,
+    limits: &crate::spec::limits::Limits,
+) -> Option<String> {
     Some(match event {
         SupervisorEvent::DelegationStarted { origin, .. } => format!(
             "{}: delegation started (depth {})",
@@ -283,7 +286,7 @@ pub(crate) async fn follow_root(
 /// Prints supervisor events until `done` fires, then what is left.
 pub(crate) async fn follow_supervisor(
     mut sub: Subscription<SupervisorEnvelope>,
-    limits: crate::limits::Limits,
+    limits: crate::spec::limits::Limits,
     done: tokio_util::sync::CancellationToken,
 ) {
     let print = |e: &SupervisorEnvelope| {

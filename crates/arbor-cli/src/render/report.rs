@@ -46,7 +46,7 @@ pub(crate) fn json_report(
 }
 
 /// `report` as text with `"sessions"`: the JSON objects `rows` (joined by commas, as
-/// [`crate::walk::summarize`] writes them), spliced in without parsing them again (a tree's
+/// [`crate::render::walk::summarize`] writes them), spliced in without parsing them again (a tree's
 /// rows can be tens of megabytes). The keys keep their sorted order.
 pub(crate) fn with_sessions(report: &Value, rows: String) -> String {
     let mut fields: Vec<(&str, String)> = report
@@ -157,7 +157,7 @@ pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
             "\n  {}  {path}: {} {}",
             p.id,
             p.tool,
-            crate::output::one_line(&p.arguments.to_string())
+            crate::render::output::one_line(&p.arguments.to_string())
         ));
     }
     out.push_str(&format!(

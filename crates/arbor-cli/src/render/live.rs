@@ -4,7 +4,7 @@
 //! are done collapsed to one line per parent. It reads the store (as a later `arbor tree`
 //! would), so what it shows is what is recorded. Colours unless `NO_COLOR` is set; on
 //! anything but a terminal (or `TERM=dumb`, or `--progress lines`) the progress lines of
-//! [`crate::progress`] are printed instead.
+//! [`crate::render::progress`] are printed instead.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -15,7 +15,7 @@ use arbor_protocol::{EntryKind, Message, SessionId, SessionStatus, Timestamp};
 use arbor_store::{SessionQuery, SessionRecord, Store};
 use tokio_util::sync::CancellationToken;
 
-use crate::report::thousands;
+use crate::render::report::thousands;
 
 /// How often the view is redrawn (when something changed).
 const TICK: Duration = Duration::from_millis(150);
@@ -268,12 +268,12 @@ pub(crate) async fn follow(store: Arc<dyn Store>, root: SessionId, done: Cancell
         }
         let nodes = nodes(&sessions, root, since, Timestamp::now(), &tools);
         let lines = render(&nodes, width(), colour);
-        if lines != last || !crate::output::frame_shown() {
-            crate::output::draw_frame(&lines);
+        if lines != last || !crate::render::output::frame_shown() {
+            crate::render::output::draw_frame(&lines);
             last = lines;
         }
     }
-    crate::output::draw_frame(&[]);
+    crate::render::output::draw_frame(&[]);
 }
 
 /// The terminal's width in columns (0 when unknown: lines are not cut).

@@ -4,30 +4,20 @@
 //! the suspended runs go on, the approved calls running exactly once.
 
 use arbor_core::DenyReason;
-use arbor_core::approval::Suspension;
 use arbor_core::registry;
-use arbor_protocol::{ApprovalDecision, SessionId, Verdict};
+use arbor_protocol::{ApprovalDecision, Verdict};
 use serde_json::{Value, json};
 
+use crate::answers::waiting_at;
 use crate::cli::{DecideArgs, SessionArgs};
 use crate::fail::Fail;
-use crate::inspect::open;
-use crate::report::{suspension_json, suspension_text};
-use crate::{answers, output, resolve};
-
-/// What waits for a decision at `id` (see [`arbor_core::supervisor::waiting_at`]).
-pub(crate) async fn waiting_at(
-    store: &dyn arbor_store::Store,
-    id: SessionId,
-) -> Result<Vec<Suspension>, Fail> {
-    arbor_core::supervisor::waiting_at(store, id)
-        .await
-        .map_err(Fail::core)
-}
+use crate::render::report::{suspension_json, suspension_text};
+use crate::store::open;
+use crate::{answers, render::output, resolve};
 
 /// `arbor approvals SESSION`.
 pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
-    let store = crate::inspect::open_to_read(&args.store).await?;
+    let store = crate::store::open_to_read(&args.store).await?;
     let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;
     registry::session(store.as_ref(), id)
         .await

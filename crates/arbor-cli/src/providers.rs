@@ -15,10 +15,6 @@ use arbor_model::http::{
 };
 use serde::Deserialize;
 
-use crate::cli::ModelsArgs;
-use crate::fail::Fail;
-use crate::output;
-
 /// The wire format a provider table speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -96,7 +92,7 @@ impl Http {
         }
     }
 
-    async fn models(&self) -> Result<Vec<String>, String> {
+    pub(crate) async fn models(&self) -> Result<Vec<String>, String> {
         match self {
             Self::Openai(p) => p.models().await,
             Self::Anthropic(p) => p.models().await,
@@ -168,63 +164,7 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
     }
 }
 
-fn configured(vars: &[&str]) -> bool {
+pub(crate) fn configured(vars: &[&str]) -> bool {
     vars.iter()
         .any(|v| std::env::var(v).is_ok_and(|x| !x.trim().is_empty()))
-}
-
-/// `arbor models`: what the providers configured in the environment offer.
-pub(crate) async fn list(args: ModelsArgs) -> Result<u8, Fail> {
-    let names: Vec<&str> = match args.provider.as_deref() {
-        Some(p @ ("openai" | "anthropic")) => vec![p],
-        Some(p) => {
-            return Err(Fail::usage(format!(
-                "unknown provider {p:?} (openai or anthropic)"
-            )));
-        }
-        None => [
-            ("openai", configured(&["OPENAI_API_KEY", "OPENAI_BASE_URL"])),
-            (
-                "anthropic",
-                configured(&["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(n, on)| on.then_some(n))
-        .collect(),
-    };
-    if names.is_empty() {
-        return Err(Fail::usage(
-            "no provider is configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or \
-             ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL"
-                .to_owned(),
-        ));
-    }
-    let mut rows = Vec::new();
-    let mut failed = false;
-    for name in names {
-        let listed = match build(name, &BTreeMap::new()) {
-            Ok(p) => p.models().await,
-            Err(e) => Err(e),
-        };
-        match listed {
-            Ok(ids) => rows.extend(ids.into_iter().map(|id| (name, id))),
-            Err(e) => {
-                failed = true;
-                output::err(&format!("error: {e}"));
-            }
-        }
-    }
-    if args.json {
-        let v: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(p, id)| serde_json::json!({"provider": p, "model": id}))
-            .collect();
-        output::out(&serde_json::Value::from(v).to_string());
-    } else {
-        for (p, id) in &rows {
-            output::out(&format!("{p}  {id}"));
-        }
-    }
-    Ok(u8::from(failed))
 }

@@ -22,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::RunArgs;
 use crate::fail::{EXIT_RUN, EXIT_SUSPENDED, Fail};
 use crate::interrupt::Watch;
-use crate::progress::{self, RootProgress};
+use crate::render::progress::{self, RootProgress};
 use crate::store::{StoreChoice, StoreName};
-use crate::{approvals, input, output, owner, spec, tree};
+use crate::{answers, input, owner, render::output, spec, tree};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -32,7 +32,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_ROOT_FOLLOW_UPS: u32 = 64;
 
 /// A root run that went as far as it could without a person: its exit code, and what a
-/// caller needs to go on with it ([`crate::ask::run`] asks about what waits and resumes).
+/// caller needs to go on with it ([`crate::commands::run::run`] asks about what waits and resumes).
 pub(crate) struct Started {
     /// The store it runs on.
     pub(crate) store: Arc<dyn Store>,
@@ -249,7 +249,7 @@ pub(crate) struct View<'a> {
     /// later).
     pub(crate) asking: Option<&'a Held>,
     /// How progress is shown (when not quiet).
-    pub(crate) progress: crate::live::Progress,
+    pub(crate) progress: crate::render::live::Progress,
 }
 
 /// Runs (or resumes) the root with progress and signal handling, runs it again on its children's
@@ -285,7 +285,7 @@ pub(crate) async fn drive_root(
     // Children nobody awaits that stopped on a call waiting for approval: the tree is not
     // done, it waits for decisions (`arbor approvals`, then `arbor resume`).
     let children_waiting = if result.status == RunStatus::Succeeded {
-        approvals::waiting_at(store.as_ref(), root_id).await?
+        answers::waiting_at(store.as_ref(), root_id).await?
     } else {
         Vec::new()
     };
@@ -298,19 +298,19 @@ pub(crate) async fn drive_root(
     };
     // Walked depth first, never held whole: a tree of 65,000 sessions fits in what its
     // report prints.
-    let tree = crate::walk::summarize(store.as_ref(), root_id, view.json).await?;
+    let tree = crate::render::walk::summarize(store.as_ref(), root_id, view.json).await?;
     let check = &tree.reconciliation;
     if !check.is_consistent() {
         for m in &check.mismatches {
             tracing::warn!(session = %m.session, "usage does not reconcile: {}", m.what);
         }
     }
-    let breach_at = result.breach.map(|b| crate::run_report::BreachAt {
+    let breach_at = result.breach.map(|b| crate::render::run_report::BreachAt {
         origin: built.root_limits.origin(b.limit).as_str(),
         setting: built.root_limits.key(b.limit),
         described: built.root_limits.describe(b.limit),
     });
-    let lines = crate::run_report::lines(
+    let lines = crate::render::run_report::lines(
         view.json,
         view.store_name.kind(),
         breach_at.as_ref(),
@@ -345,14 +345,14 @@ fn start_followers(
     let store = view.store;
     let root_id = session.id();
     let mut followers: Vec<JoinHandle<()>> = Vec::new();
-    if !view.quiet && crate::live::wanted(view.progress) {
+    if !view.quiet && crate::render::live::wanted(view.progress) {
         output::err(&format!(
             "{} ({}) on {}",
             session.record().name,
             crate::resolve::short(root_id),
             view.store_name
         ));
-        followers.push(tokio::spawn(crate::live::follow(
+        followers.push(tokio::spawn(crate::render::live::follow(
             store.clone(),
             root_id,
             done.clone(),

@@ -2,7 +2,6 @@
 //! process. Each first marks as interrupted the runs of processes that died.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use arbor_core::registry::{self, SessionView};
 use arbor_protocol::{EntryKind, Message, ToolCall, TranscriptEntry};
@@ -11,46 +10,10 @@ use serde_json::json;
 
 use crate::cli::{LsArgs, SessionArgs, StoreArgs};
 use crate::fail::Fail;
-use crate::report::thousands;
+use crate::render::report::thousands;
+use crate::store::open_to_read;
 use crate::store::{StoreChoice, StoreName};
-use crate::{output, owner, resolve, walk};
-
-/// Opens the store of `args` (it must exist) and sweeps dead owners' runs.
-pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
-    let store = StoreChoice::from_args(false, args.store.as_deref())?
-        .open_existing()
-        .await?;
-    owner::sweep(&store).await?;
-    Ok(store)
-}
-
-/// Opens the store of `args` for a command that only reads: as [`open`] does, and when the
-/// store cannot be written (a read-only file or directory, a full disk), read-only, without
-/// the sweep (what it shows is then as the last writer left it).
-pub(crate) async fn open_to_read(args: &StoreArgs) -> Result<Arc<dyn Store>, Fail> {
-    let choice = StoreChoice::from_args(false, args.store.as_deref())?;
-    let store = match choice.open_existing().await {
-        Ok(store) => store,
-        Err(e) if e.code == crate::fail::EXIT_STORE => {
-            let StoreName::Sqlite(path) = choice.name() else {
-                return Err(e);
-            };
-            match arbor_store_sqlite::SqliteStore::open_read_only(path) {
-                Ok(store) => {
-                    tracing::warn!(error = %e.message, "the store cannot be written; reading it as it is");
-                    return Ok(Arc::new(store));
-                }
-                Err(_) => return Err(e),
-            }
-        }
-        Err(e) => return Err(e),
-    };
-    if let Err(e) = owner::sweep(&store).await {
-        // Reading still works: the runs of dead owners just show as they were left.
-        tracing::warn!(error = %e.message, "could not mark the runs of dead processes interrupted");
-    }
-    Ok(store)
-}
+use crate::{render::output, render::walk, resolve};
 
 /// `arbor store check`: SQLite's integrity and foreign-key checks, read-only.
 pub(crate) async fn check(args: StoreArgs) -> Result<u8, Fail> {
@@ -233,7 +196,7 @@ fn children_table(rows: &[SessionView]) -> String {
     out
 }
 
-/// `arbor tree SESSION`: streamed (see [`crate::walk`]).
+/// `arbor tree SESSION`: streamed (see [`crate::render::walk`]).
 pub(crate) async fn tree(args: SessionArgs) -> Result<u8, Fail> {
     let store = open_to_read(&args.store).await?;
     let id = resolve::session_or_latest(store.as_ref(), args.session.as_deref()).await?;

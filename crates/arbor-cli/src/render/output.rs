@@ -11,7 +11,7 @@ pub(crate) fn out(text: &str) {
     let _ = writeln!(stdout, "{text}").and_then(|()| stdout.flush());
 }
 
-/// How many lines of the live view (see [`crate::live`]) are on stderr now: anything else
+/// How many lines of the live view (see [`crate::render::live`]) are on stderr now: anything else
 /// written to stderr erases them first, so the view never draws over it.
 static FRAME: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 
