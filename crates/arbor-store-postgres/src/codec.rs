@@ -4,10 +4,8 @@
 //! signed `BIGINT` with the same bits, so every `u64` round-trips. Ids are their canonical
 //! text. Meta, tombstones, checkpoint values and transcript bodies are JSON text.
 
-use std::str::FromStr;
-
-use arbor_protocol::{EntryKind, Timestamp, TranscriptEntry};
-use arbor_store::row::{ReadColumns, SessionRow};
+use arbor_protocol::{Timestamp, TranscriptEntry};
+use arbor_store::row::{ReadColumns, SessionRow, read_entry};
 use arbor_store::{Checkpoint, SessionRecord, StoreError, StoreResult};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -19,7 +17,7 @@ use crate::error::corrupt;
 pub(crate) use arbor_store::row::SESSION_COLUMNS;
 
 /// The columns [`entry_from_row`] reads, in order.
-pub(crate) const ENTRY_COLUMNS: &str = "seq, at, run_id, kind, body";
+pub(crate) use arbor_store::row::ENTRY_COLUMNS;
 
 /// The columns [`checkpoint_from_row`] reads, in order.
 pub(crate) const CHECKPOINT_COLUMNS: &str = "namespace, key, version, value, updated_at";
@@ -32,12 +30,6 @@ where
 {
     row.try_get(idx)
         .map_err(|e| corrupt(format_args!("column {name}: {e}")))
-}
-
-fn parsed<T: FromStr>(row: &PgRow, idx: usize, name: &str) -> StoreResult<T> {
-    let text: String = column(row, idx, name)?;
-    text.parse()
-        .map_err(|_| corrupt(format_args!("column {name}: cannot parse {text:?}")))
 }
 
 fn unsigned(row: &PgRow, idx: usize, name: &str) -> StoreResult<u64> {
@@ -135,30 +127,9 @@ pub(crate) fn write_session(
         .bind(r.artifacts))
 }
 
-/// The JSON body stored for `kind`.
-pub(crate) fn entry_body(kind: &EntryKind) -> StoreResult<String> {
-    serde_json::to_string(kind).map_err(|e| corrupt(format_args!("transcript entry: {e}")))
-}
-
-/// Decodes a row selected with [`ENTRY_COLUMNS`].
+/// Decodes a row selected with [`ENTRY_COLUMNS`] (see [`arbor_store::row::read_entry`]).
 pub(crate) fn entry_from_row(row: &PgRow) -> StoreResult<TranscriptEntry> {
-    let seq = unsigned(row, 0, "seq")?;
-    let tag: String = column(row, 3, "kind")?;
-    let body: String = column(row, 4, "body")?;
-    let kind: EntryKind = serde_json::from_str(&body)
-        .map_err(|e| corrupt(format_args!("transcript entry {seq}: {e}")))?;
-    if kind.kind_name() != tag {
-        return Err(corrupt(format_args!(
-            "transcript entry {seq}: kind column {tag:?} does not match its body ({})",
-            kind.kind_name()
-        )));
-    }
-    Ok(TranscriptEntry {
-        seq,
-        at: Timestamp(unsigned(row, 1, "at")?),
-        run_id: parsed(row, 2, "run_id")?,
-        kind,
-    })
+    read_entry(&Cols(row))
 }
 
 /// Decodes a row selected with [`CHECKPOINT_COLUMNS`].

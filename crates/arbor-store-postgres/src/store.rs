@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 
 use crate::codec::{
-    CHECKPOINT_COLUMNS, ENTRY_COLUMNS, SESSION_COLUMNS, checkpoint_from_row, entry_body,
-    entry_from_row, insert_session, session_from_row, to_sql, write_session,
+    CHECKPOINT_COLUMNS, ENTRY_COLUMNS, SESSION_COLUMNS, checkpoint_from_row, entry_from_row,
+    insert_session, session_from_row, to_sql, write_session,
 };
 use crate::error::{
     FOREIGN_KEY_VIOLATION, Failure, OpResult, UNIQUE_VIOLATION, constraint, sqlstate,
@@ -204,12 +204,7 @@ async fn name_taken(tx: &mut PgConnection, parent: SessionId, name: &str) -> OpR
     .is_some())
 }
 
-fn encode(entries: &[EntryKind]) -> StoreResult<Vec<(&'static str, String)>> {
-    entries
-        .iter()
-        .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
-        .collect()
-}
+use arbor_store::row::entry_rows as encode;
 
 /// Applies `update` (if any) and appends `bodies` to `session`, inside the caller's
 /// transaction, the session's row locked; returns the last sequence number.

@@ -5,10 +5,8 @@
 //! below 2^63 and reads as itself in SQL. Ids are stored as their canonical text, whose byte
 //! order is the ids' order. Meta and transcript bodies are JSON text.
 
-use std::str::FromStr;
-
-use arbor_protocol::{EntryKind, Timestamp, TranscriptEntry};
-use arbor_store::row::{ReadColumns, SessionRow, meta_json, tombstone_json};
+use arbor_protocol::TranscriptEntry;
+use arbor_store::row::{ReadColumns, SessionRow, meta_json, read_entry, tombstone_json};
 use arbor_store::{SessionRecord, SessionUpdate, StoreResult};
 use rusqlite::types::{FromSql, Value};
 use rusqlite::{Connection, Row, params};
@@ -19,23 +17,13 @@ use crate::error::{SqlResultExt, corrupt};
 pub(crate) use arbor_store::row::SESSION_COLUMNS;
 
 /// The columns [`entry_from_row`] reads, in order.
-pub(crate) const ENTRY_COLUMNS: &str = "seq, at, run_id, kind, body";
+pub(crate) use arbor_store::row::ENTRY_COLUMNS;
 
-pub(crate) use arbor_store::row::{from_sql, to_sql};
+pub(crate) use arbor_store::row::to_sql;
 
 fn column<T: FromSql>(row: &Row<'_>, idx: usize, name: &str) -> StoreResult<T> {
     row.get(idx)
         .map_err(|e| corrupt(format_args!("column {name}: {e}")))
-}
-
-fn parsed<T: FromStr>(row: &Row<'_>, idx: usize, name: &str) -> StoreResult<T> {
-    let text: String = column(row, idx, name)?;
-    text.parse()
-        .map_err(|_| corrupt(format_args!("column {name}: cannot parse {text:?}")))
-}
-
-fn unsigned(row: &Row<'_>, idx: usize, name: &str) -> StoreResult<u64> {
-    column::<i64>(row, idx, name).map(from_sql)
 }
 
 /// A row of this backend, read as [`SessionRow::read`] reads it.
@@ -240,28 +228,7 @@ fn int(n: u64) -> Value {
     Value::Integer(to_sql(n))
 }
 
-/// The JSON body stored for `kind`.
-pub(crate) fn entry_body(kind: &EntryKind) -> StoreResult<String> {
-    serde_json::to_string(kind).map_err(|e| corrupt(format_args!("transcript entry: {e}")))
-}
-
-/// Decodes a row selected with [`ENTRY_COLUMNS`].
+/// Decodes a row selected with [`ENTRY_COLUMNS`] (see [`arbor_store::row::read_entry`]).
 pub(crate) fn entry_from_row(row: &Row<'_>) -> StoreResult<TranscriptEntry> {
-    let seq = unsigned(row, 0, "seq")?;
-    let tag: String = column(row, 3, "kind")?;
-    let body: String = column(row, 4, "body")?;
-    let kind: EntryKind = serde_json::from_str(&body)
-        .map_err(|e| corrupt(format_args!("transcript entry {seq}: {e}")))?;
-    if kind.kind_name() != tag {
-        return Err(corrupt(format_args!(
-            "transcript entry {seq}: kind column {tag:?} does not match its body ({})",
-            kind.kind_name()
-        )));
-    }
-    Ok(TranscriptEntry {
-        seq,
-        at: Timestamp(unsigned(row, 1, "at")?),
-        run_id: parsed(row, 2, "run_id")?,
-        kind,
-    })
+    read_entry(&Cols(row))
 }

@@ -1,11 +1,11 @@
 //! The SQL of the store's operations, each run on the caller's connection or inside the
 //! caller's transaction (see [`SqliteStore`](crate::SqliteStore) for where they run).
 
-use arbor_protocol::{EntryKind, RunId, SessionId, Timestamp};
+use arbor_protocol::{RunId, SessionId, Timestamp};
 use arbor_store::{Checkpoint, SessionRecord, SessionUpdate, StoreError, StoreResult};
 use rusqlite::{Connection, Transaction, params};
 
-use crate::codec::{Columns, SESSION_COLUMNS, entry_body, session_from_row, to_sql, write_session};
+use crate::codec::{Columns, SESSION_COLUMNS, session_from_row, to_sql, write_session};
 use crate::error::SqlResultExt;
 
 pub(crate) fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
@@ -73,12 +73,7 @@ pub(crate) fn apply_update(
     Ok(record)
 }
 
-pub(crate) fn encode(entries: &[EntryKind]) -> StoreResult<Vec<(&'static str, String)>> {
-    entries
-        .iter()
-        .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
-        .collect()
-}
+pub(crate) use arbor_store::row::entry_rows as encode;
 
 /// Applies `update` (if any) and appends `bodies` to `session`, inside the caller's
 /// transaction; returns the last sequence number.

@@ -9,7 +9,7 @@
 
 use std::str::FromStr;
 
-use arbor_protocol::{SessionStatus, SpawnPoint, Timestamp, Usage};
+use arbor_protocol::{EntryKind, SessionStatus, SpawnPoint, Timestamp, TranscriptEntry, Usage};
 
 use crate::{SessionRecord, StoreError, StoreResult};
 
@@ -60,6 +60,45 @@ pub trait ReadColumns {
     fn int(&self, idx: usize, name: &str) -> StoreResult<i64>;
     /// An integer column that may be NULL.
     fn int_or_null(&self, idx: usize, name: &str) -> StoreResult<Option<i64>>;
+}
+
+/// The columns of a transcript row, in the order the backends select them.
+pub const ENTRY_COLUMNS: &str = "seq, at, run_id, kind, body";
+
+/// The rows `entries` are stored as: each entry's kind (its own column, for queries that
+/// filter on it) and its JSON body.
+pub fn entry_rows(entries: &[EntryKind]) -> StoreResult<Vec<(&'static str, String)>> {
+    entries
+        .iter()
+        .map(|kind| Ok((kind.kind_name(), entry_body(kind)?)))
+        .collect()
+}
+
+/// The JSON body stored for `kind`.
+pub fn entry_body(kind: &EntryKind) -> StoreResult<String> {
+    serde_json::to_string(kind).map_err(|e| corrupt(format_args!("transcript entry: {e}")))
+}
+
+/// Decodes a transcript row selected with [`ENTRY_COLUMNS`]: a body that does not parse, or
+/// whose kind is not its `kind` column's, is `Corrupt` naming the entry.
+pub fn read_entry(cols: &impl ReadColumns) -> StoreResult<TranscriptEntry> {
+    let seq = from_sql(cols.int(0, "seq")?);
+    let tag = cols.text(3, "kind")?;
+    let body = cols.text(4, "body")?;
+    let kind: EntryKind = serde_json::from_str(&body)
+        .map_err(|e| corrupt(format_args!("transcript entry {seq}: {e}")))?;
+    if kind.kind_name() != tag {
+        return Err(corrupt(format_args!(
+            "transcript entry {seq}: kind column {tag:?} does not match its body ({})",
+            kind.kind_name()
+        )));
+    }
+    Ok(TranscriptEntry {
+        seq,
+        at: Timestamp(from_sql(cols.int(1, "at")?)),
+        run_id: parsed(&cols.text(2, "run_id")?, "run_id")?,
+        kind,
+    })
 }
 
 /// A `u64` as the `i64` with the same bits.

@@ -360,6 +360,33 @@ impl Endpoint {
         wire::model_ids(&body).map_err(|message| ModelError::Provider { message })
     }
 
+    /// A provider's `preflight`: [`check_model`](Self::check_model) at its two routes, once
+    /// per ten minutes for a model that passed.
+    pub(crate) async fn preflight_at(
+        &self,
+        model: &str,
+        one: &str,
+        list: &str,
+        headers: HeaderMap,
+    ) -> Result<(), ModelError> {
+        self.preflight(model, self.check_model(model, one, list, headers))
+            .await
+    }
+
+    /// A provider's `list_models`: what `GET list` lists; a server without the route cannot
+    /// list (`None`).
+    pub(crate) async fn listed(
+        &self,
+        list: &str,
+        headers: HeaderMap,
+    ) -> Result<Option<Vec<String>>, ModelError> {
+        match self.models(list, headers).await {
+            Ok(ids) => Ok(Some(ids)),
+            Err(ModelError::BadRequest { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Checks `model`: `GET one` (its own route), else whether `GET list` lists it. A
     /// refused key or a model not listed is unavailable with the reason; a server with
     /// neither route cannot be asked, and passes.

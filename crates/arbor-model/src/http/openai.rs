@@ -161,18 +161,14 @@ impl ModelProvider for OpenAiProvider {
     async fn preflight(&self, model: &str) -> Result<(), ModelError> {
         let one = format!("{}/models/{model}", self.config.base_url);
         let list = format!("{}/models", self.config.base_url);
-        let check = self
-            .endpoint
-            .check_model(model, &one, &list, self.headers()?);
-        self.endpoint.preflight(model, check).await
+        self.endpoint
+            .preflight_at(model, &one, &list, self.headers()?)
+            .await
     }
 
     /// The models the server lists; a server without a models route cannot list (`None`).
     async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
-        match self.models().await {
-            Ok(ids) => Ok(Some(ids)),
-            Err(ModelError::BadRequest { status: 404, .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let list = format!("{}/models", self.config.base_url);
+        self.endpoint.listed(&list, self.headers()?).await
     }
 }
