@@ -18,6 +18,7 @@ use crate::error::{CoreError, CoreResult};
 /// A session's two token totals, never confused: its own provider turns, and its own plus
 /// every descendant's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Totals {
     /// Its own provider turns.
     pub own: Usage,
@@ -29,6 +30,7 @@ pub struct Totals {
 /// ls --json`, `tree --json`, `run --json`, the HTTP API and MCP (documented by
 /// `docs/schema/session.schema.json`). The registry's row of a child is one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct SessionView {
     /// The session: where its transcript lives.
     pub id: SessionId,
@@ -78,6 +80,7 @@ pub struct SessionView {
 
 /// The tool call that made a child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct SpawnedBy {
     /// The parent's session.
     pub session: SessionId,

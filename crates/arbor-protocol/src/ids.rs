@@ -26,6 +26,7 @@ macro_rules! uuid_id {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(transparent)]
+        #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema), schema(value_type = String))]
         pub struct $name(uuid::Uuid);
 
         impl $name {
@@ -78,6 +79,7 @@ uuid_id!(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(transparent)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {

@@ -9,6 +9,7 @@ use crate::run::RunStatus;
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum SessionStatus {
     /// Created, no run yet.
     Idle,

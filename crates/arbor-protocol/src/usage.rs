@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// Tokens reported by a model provider.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Usage {
     /// Prompt tokens.
     pub input_tokens: u64,

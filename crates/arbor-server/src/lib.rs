@@ -90,7 +90,7 @@ pub use openapi::ApiDoc;
 pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
     CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
-    Totals, TranscriptPage, TreeView, UsageView,
+    Totals, TranscriptPage, TreeView,
 };
 
 use crate::metrics::Metrics;

@@ -17,7 +17,7 @@ use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
     CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
-    Totals, TranscriptPage, TreeView, UsageView,
+    Totals, TranscriptPage, TreeView,
 };
 
 /// The document.
@@ -50,7 +50,7 @@ use crate::views::{
         openapi_json,
     ),
     components(schemas(
-        ApiError, ErrorBody, ErrorKind, LimitBody, UsageView, Totals, SessionView, TreeView,
+        ApiError, ErrorBody, ErrorKind, LimitBody, arbor_protocol::Usage, Totals, SessionView, TreeView,
         ChildrenView, TranscriptPage, StartRunRequest, RunView, RunResultView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, SpawnMode, SpawnRequest,

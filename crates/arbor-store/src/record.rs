@@ -55,6 +55,7 @@ pub struct SessionRecord {
 
 /// The durable record of a deletion.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Tombstone {
     /// When.
     pub at: Timestamp,

@@ -25,7 +25,6 @@ use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::extract::{Body, Params};
 use crate::state::AppState;
-use crate::views::UsageView;
 
 /// The longest a request waits for a child, in milliseconds.
 pub const MAX_WAIT_MS: u64 = 25_000;
@@ -97,7 +96,7 @@ pub struct AnswerView {
     /// Its answer, redacted.
     pub text: String,
     /// The tokens its run used.
-    pub usage: UsageView,
+    pub usage: arbor_protocol::Usage,
 }
 
 /// What a wait or a cancel found.
@@ -151,7 +150,7 @@ fn answer(r: &DelegationResult, text: String) -> AnswerView {
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default(),
         text,
-        usage: r.result.usage.into(),
+        usage: r.result.usage,
     }
 }
 

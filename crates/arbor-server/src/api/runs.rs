@@ -212,15 +212,15 @@ async fn run_view(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<RunV
         .store
         .list_sessions(SessionQuery::Tree(root.id))
         .await?;
-    let view = SessionView::from(&root);
+    let view = SessionView::of(&root);
     let result = serde_json::from_value::<RunResultView>(root.meta["result"].clone()).ok();
     Ok(RunView {
-        root_id: view.id.clone(),
-        status: view.status.clone(),
+        root_id: view.id.to_string(),
+        status: view.status.to_string(),
         result,
         tree: TreeView {
-            root_id: view.id,
-            sessions: sessions.iter().map(SessionView::from).collect(),
+            root_id: view.id.to_string(),
+            sessions: sessions.iter().map(SessionView::of).collect(),
         },
     })
 }

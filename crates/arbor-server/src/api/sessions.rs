@@ -30,7 +30,7 @@ pub(crate) async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<SessionView>> {
     let record = state.visible(&tenant, &id).await?;
-    Ok(Json(SessionView::from(&record)))
+    Ok(Json(SessionView::of(&record)))
 }
 
 /// A session's children: both token totals, status, model, mode, replies, tombstones.

@@ -115,7 +115,7 @@ pub(crate) async fn list(
     let mut runs = Vec::with_capacity(roots.len());
     for r in &roots {
         runs.push(RunSummary {
-            root: SessionView::from(r),
+            root: SessionView::of(r),
             headline: task_of(state.store.as_ref(), r.id).await,
         });
     }
@@ -151,7 +151,7 @@ impl Watcher {
                 }
             };
             nodes.push(NodeView {
-                session: SessionView::from(s),
+                session: SessionView::of(s),
                 headline,
             });
         }
