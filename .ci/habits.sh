@@ -7,6 +7,9 @@
 #          missing `dep:` or cfg)
 #   msrv   cargo +<rust-version> check --workspace --all-targets --locked, on the minimum
 #          Rust version the root Cargo.toml declares (the toolchain is installed by rustup)
+#   api    arbor-core's public API (rustdoc JSON on nightly, .ci/public_api.py) against the
+#          committed crates/arbor-core/public-api.txt: a change to the surface is deliberate
+#          (PUBLIC_API=bless bash .ci/habits.sh rewrites the file)
 #   deny   cargo deny check against deny.toml: licences, bans (duplicates warn), sources
 #          (crates.io only), and advisories when RustSec's database can be had
 #
@@ -22,7 +25,7 @@ root=$PWD
 CARGO_HACK=cargo-hack@0.6.46
 CARGO_DENY=cargo-deny@0.20.2
 
-steps=",${HABITS:-doc,hack,msrv,deny},"
+steps=",${HABITS:-doc,hack,msrv,api,deny},"
 failed=()
 start=$SECONDS
 
@@ -69,6 +72,27 @@ msrv() {
         cargo "+$version" check --workspace --all-targets --locked --quiet
 }
 
+api() {
+    if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+        ci_skip "habits: api: no nightly toolchain (rustdoc's JSON needs one)"
+        return
+    fi
+    local out="${CARGO_TARGET_DIR:-$root/target}/public-api" snapshot=crates/arbor-core/public-api.txt
+    RUSTDOCFLAGS="-Z unstable-options --output-format json" CARGO_TARGET_DIR="$out" \
+        cargo +nightly doc -p arbor-core --no-deps --locked --quiet || return 1
+    python3 .ci/public_api.py "$out/doc/arbor_core.json" >"$out/public-api.txt" || return 1
+    if [ "${PUBLIC_API:-}" = bless ]; then
+        cp "$out/public-api.txt" "$snapshot"
+        echo "habits: api: wrote $snapshot ($(wc -l <"$snapshot") items)"
+        return 0
+    fi
+    if ! diff -u "$snapshot" "$out/public-api.txt"; then
+        echo "habits: api: arbor-core's public API changed (the diff above, - committed + now):"
+        echo "habits: api: if it is meant, PUBLIC_API=bless HABITS=api bash .ci/habits.sh and commit"
+        return 1
+    fi
+}
+
 deny() {
     ci_tool "$CARGO_DENY" || { ci_skip "habits: deny: no cargo-deny"; return; }
     local status=0
@@ -110,7 +134,7 @@ shipped_advisories() {
     return $status
 }
 
-for name in doc hack msrv deny; do
+for name in doc hack msrv api deny; do
     case "$steps" in
         *",$name,"*) step "$name" "$name" ;;
     esac
