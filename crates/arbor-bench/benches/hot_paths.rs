@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
-use arbor_core::Agent;
+use arbor_core::process::ChildEventProjector;
 use arbor_core::supervisor::summary::bench::SummaryCounters;
 use arbor_core::supervisor::{
-    ChildEntry, ChildEventProjector, DelegationRequest, EffectivePolicy, LimitsInput, Ownership,
-    Report, SecretRedactor, Supervisor, SupervisorLimits, WaitOptions,
+    ChildEntry, DelegationRequest, EffectivePolicy, LimitsInput, Ownership, Report, Supervisor,
+    SupervisorLimits, WaitOptions,
 };
+use arbor_core::{Agent, SecretRedactor};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{AgentEvent, ChildOrigin, EventEnvelope, RunId, SessionId, Timestamp};
 use divan::Bencher;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arbor_core::inbox::Inbox;
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::{
     ChildEntry, DelegationRequest, LimitsInput, Ownership, Sender, Supervisor,
 };

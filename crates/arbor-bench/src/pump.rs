@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use arbor_core::SecretRedactor;
+use arbor_core::process::ChildEventProjector;
 use arbor_core::supervisor::{
-    ChildEntry, ChildEventProjector, ChildEventSink, EffectivePolicy, LimitsInput, Ownership,
-    Report, SecretRedactor, Supervisor, SupervisorLimits,
+    ChildEntry, ChildEventSink, EffectivePolicy, LimitsInput, Ownership, Report, Supervisor,
+    SupervisorLimits,
 };
 use arbor_protocol::{
     AgentEvent, ChildOrigin, EventEnvelope, RunId, SessionId, SupervisorEnvelope, Timestamp, Usage,

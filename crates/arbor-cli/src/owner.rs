@@ -49,7 +49,7 @@ pub(crate) fn current() -> Value {
     json!({
         "pid": pid,
         "start": start_time(pid),
-        "host": arbor_core::lease::ProcessId::current().host,
+        "host": arbor_core::process::lease::ProcessId::current().host,
         "renewed_ms": now_ms(),
         "lease_ms": lease_ms(),
     })
@@ -225,7 +225,7 @@ fn alive(owner: &Value) -> bool {
     let Some(pid) = owner["pid"].as_u64().and_then(|p| u32::try_from(p).ok()) else {
         return false;
     };
-    let here = arbor_core::lease::ProcessId::current();
+    let here = arbor_core::process::lease::ProcessId::current();
     if owner["host"].as_str().is_some_and(|h| h != here.host)
         || !std::path::Path::new("/proc/self/stat").exists()
     {
@@ -355,7 +355,7 @@ pub(crate) async fn delete_stored(
             (child.id, t, false)
         }
     };
-    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
+    arbor_core::process::close_dead_suspensions(store.as_ref(), root.id)
         .await
         .map_err(Fail::core)?;
     Ok(deleted)
@@ -402,7 +402,7 @@ mod tests {
         let store: Arc<dyn Store> = Arc::new(arbor_store::MemoryStore::new());
         let mut root = arbor_store::SessionRecord::new_root("root", "root", "scripted");
         let dead = json!({"pid": u32::MAX - 7, "start": 1,
-            "host": arbor_core::lease::ProcessId::current().host});
+            "host": arbor_core::process::lease::ProcessId::current().host});
         root.meta = serde_json::json!({"owner": dead}).into();
         store.create_session(&root).await.unwrap();
         let read = store.session(root.id).await.unwrap().unwrap();
@@ -460,7 +460,7 @@ mod tests {
     #[test]
     fn on_this_host_a_dead_process_is_dead_whatever_its_lease() {
         let mut owner = json!({"pid": u32::MAX - 7, "start": 1,
-            "host": arbor_core::lease::ProcessId::current().host});
+            "host": arbor_core::process::lease::ProcessId::current().host});
         owner["renewed_ms"] = Value::from(now_ms());
         owner["lease_ms"] = Value::from(3_600_000);
         assert!(!alive(&owner));

@@ -84,7 +84,7 @@ pub(crate) async fn resume_at(view: View<'_>, id: SessionId) -> Result<u8, Fail>
     };
     owner::not_run_elsewhere(&root)?;
     // A delete a crash cut short leaves what its child waited on open: nothing resumes it.
-    arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), root.id)
+    arbor_core::process::close_dead_suspensions(store.as_ref(), root.id)
         .await
         .map_err(Fail::core)?;
     let own = approval::suspensions(store.as_ref(), id)
@@ -92,7 +92,7 @@ pub(crate) async fn resume_at(view: View<'_>, id: SessionId) -> Result<u8, Fail>
         .map_err(Fail::core)?
         .into_iter()
         .next();
-    let detached = arbor_core::supervisor::detached_suspensions(store.as_ref(), id)
+    let detached = arbor_core::process::detached_suspensions(store.as_ref(), id)
         .await
         .map_err(Fail::core)?;
     let (ready, undecided): (Vec<_>, Vec<_>) =
@@ -356,7 +356,7 @@ pub(crate) async fn close_orphaned_suspensions(
     sessions: &[arbor_store::SessionRecord],
 ) -> Result<Vec<String>, Fail> {
     let mut notes = Vec::new();
-    use arbor_core::NestedResumer;
+    use arbor_core::process::NestedResumer;
     use arbor_protocol::SessionStatus;
 
     let interrupted = |id: Option<SessionId>| {

@@ -67,7 +67,9 @@ async fn old_json(store: &SqliteStore, root: &SessionRecord) -> String {
         .list_sessions(SessionQuery::Tree(root.id))
         .await
         .unwrap();
-    let check = arbor_core::usage::reconcile(store, root.id).await.unwrap();
+    let check = arbor_core::process::usage::reconcile(store, root.id)
+        .await
+        .unwrap();
     let rows: Vec<Value> = sessions
         .iter()
         .map(|s| serde_json::to_value(SessionView::of(s)).unwrap())

@@ -361,6 +361,7 @@ fn names(spans: &[Span]) -> Vec<String> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn a_tree_and_its_resume_in_a_later_process_are_one_trace() {
     let (receiver, url) = Receiver::start();
     let dir = tempfile::tempdir().unwrap();

@@ -136,7 +136,7 @@ pub struct Worktrees {
     warned: std::sync::atomic::AtomicBool,
     /// Held around git's commands that change the repository's list of worktrees (`worktree
     /// add`, `remove`, `prune`): git does not lock that list, and two run at once fail
-    /// ("failed to read .git/worktrees/<other>/commondir" while the other is being made).
+    /// (`failed to read .git/worktrees/<other>/commondir` while the other is being made).
     admin: tokio::sync::Mutex<()>,
 }
 

@@ -10,8 +10,7 @@ use crate::api::approvals::{
     VerdictInput,
 };
 use crate::api::host::{
-    AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView, SpawnMode,
-    SpawnRequest,
+    AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView, SpawnRequest,
 };
 use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
@@ -53,7 +52,7 @@ use crate::views::{
         ApiError, ErrorBody, ErrorKind, LimitBody, arbor_protocol::Usage, Totals, SessionView, TreeView,
         ChildrenView, TranscriptPage, StartRunRequest, RunView, RunResultView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
-        ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, SpawnMode, SpawnRequest,
+        ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
         HandleView, AnswerView, DelegationState, MessageRequest, ReceiptView, DeletedView,
     )),
     modifiers(&Bearer),

@@ -1,5 +1,5 @@
 //! Runtime metrics: [`RuntimeMetrics`] is a `tracing` layer that counts what this process's
-//! runs did — from arbor-core's GenAI spans ([`arbor_core::telemetry`]) and its metric
+//! runs did — from arbor-core's GenAI spans ([`arbor_core::process::telemetry`]) and its metric
 //! events — into a Prometheus registry, which `/metrics` renders beside the store's gauges.
 //! `tracing` stays the source: a host that embeds the crates installs the layer in its own
 //! subscriber ([`RuntimeMetrics::layer`]) and hands the same value to the server
@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arbor_core::telemetry::{METRICS_TARGET, TARGET, attr};
+use arbor_core::process::telemetry::{METRICS_TARGET, TARGET, attr};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };

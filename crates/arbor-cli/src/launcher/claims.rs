@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::Supervisor;
 use arbor_protocol::SessionId;
 use tokio_util::sync::CancellationToken;

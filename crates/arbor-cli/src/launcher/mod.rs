@@ -297,13 +297,13 @@ impl SpecLauncher {
             .map_err(|e| ApiError::internal(&e))?
             .ok_or_else(|| conflict("The run keeps no definition to rebuild its agents from"))?;
         owner::not_run_elsewhere(&root).map_err(|f| conflict(f.message))?;
-        arbor_core::supervisor::detached::close_dead_suspensions(store.as_ref(), id).await?;
+        arbor_core::process::close_dead_suspensions(store.as_ref(), id).await?;
         let own = arbor_core::approval::suspensions(store.as_ref(), id)
             .await?
             .into_iter()
             .next();
         let (ready, undecided): (Vec<_>, Vec<_>) =
-            arbor_core::supervisor::detached_suspensions(store.as_ref(), id)
+            arbor_core::process::detached_suspensions(store.as_ref(), id)
                 .await?
                 .into_iter()
                 .partition(|s| s.pending.is_empty());

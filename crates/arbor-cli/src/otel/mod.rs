@@ -1,5 +1,5 @@
 //! OpenTelemetry export (feature `otel`): the GenAI spans arbor-core emits as `tracing` spans
-//! ([`arbor_core::telemetry`]) bridged by `tracing-opentelemetry` and sent over OTLP/HTTP
+//! ([`arbor_core::process::telemetry`]) bridged by `tracing-opentelemetry` and sent over OTLP/HTTP
 //! (protobuf) by a batch processor on the async runtime (`traces.rs`); and the runtime
 //! metrics ([`arbor_server::RuntimeMetrics`]) as OpenTelemetry metrics (`metrics.rs`), read
 //! every `OTEL_METRIC_EXPORT_INTERVAL` ms and at exit, and sent the same way.
@@ -146,14 +146,15 @@ where
         if env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
         {
-            arbor_core::telemetry::capture_content(true);
+            arbor_core::process::telemetry::capture_content(true);
         }
-        arbor_core::telemetry::set_trace_context(W3c);
+        arbor_core::process::telemetry::set_trace_context(W3c);
         layer = Some(
             tracing_opentelemetry::layer()
                 .with_tracer(tracer)
                 .with_filter(
-                    Targets::new().with_target(arbor_core::telemetry::TARGET, tracing::Level::INFO),
+                    Targets::new()
+                        .with_target(arbor_core::process::telemetry::TARGET, tracing::Level::INFO),
                 ),
         );
         traces = Some(provider);

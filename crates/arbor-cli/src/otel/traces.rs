@@ -124,7 +124,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 #[derive(Debug)]
 pub(crate) struct W3c;
 
-impl arbor_core::telemetry::TraceContext for W3c {
+impl arbor_core::process::telemetry::TraceContext for W3c {
     fn traceparent(&self, span: &tracing::Span) -> Option<String> {
         use opentelemetry::trace::TraceContextExt as _;
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;

@@ -3,7 +3,7 @@
 //! siblings still to visit on the path), not its size: a tree of 65,000 sessions is never
 //! held at once.
 //!
-//! Two walks: the first checks the tree (the identities of [`arbor_core::usage::reconcile`],
+//! Two walks: the first checks the tree (the identities of [`arbor_core::process::usage::reconcile`],
 //! each session's transcript replayed on its own), measures the table's columns and notes
 //! which sessions have children; the second writes, asking the store only for those
 //! sessions' children. The output keeps its form: one JSON object (`reconciliation`,
@@ -12,8 +12,8 @@
 
 use std::collections::HashSet;
 
+use arbor_core::process::usage::{Mismatch, Reconciliation, replay};
 use arbor_core::registry::{self, SessionView};
-use arbor_core::usage::{Mismatch, Reconciliation, replay};
 use arbor_protocol::{SessionId, Usage};
 use arbor_store::{SessionQuery, SessionRecord, Store};
 use serde_json::json;
@@ -118,7 +118,7 @@ impl<'a> Walk<'a> {
 
 /// What the first walk finds.
 struct Check {
-    /// The identities of [`arbor_core::usage::reconcile`], with the same messages.
+    /// The identities of [`arbor_core::process::usage::reconcile`], with the same messages.
     reconciliation: Reconciliation,
     widths: [usize; report::COLS],
 }

@@ -74,6 +74,6 @@ pub(crate) async fn open_store(
 /// Who this process is, for claims: `host:pid:start` (the process's start time where the
 /// platform tells, else 0), the identity the CLI's owner leases use too.
 pub(crate) fn owner_name() -> String {
-    let me = arbor_core::lease::ProcessId::current();
+    let me = arbor_core::process::lease::ProcessId::current();
     format!("{}:{}:{}", me.host, me.pid, me.start.unwrap_or(0))
 }

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_core::supervisor::{ClaimedRun, LimitsInput, RemoteOutcome};
+use arbor_core::process::{ClaimedRun, SupervisorProcess};
+use arbor_core::supervisor::{LimitsInput, RemoteOutcome};
 use arbor_store::Store;
 use arbor_store_postgres::{Claim, Heartbeat, WorkQueue};
 use serde_json::Value;

@@ -199,12 +199,12 @@ pub struct RunCheckpoint {
     /// The process holding the claim: a claim whose process is gone (same host) is taken
     /// over at once, not only once it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claimed_by: Option<crate::lease::ProcessId>,
+    pub claimed_by: Option<crate::process::lease::ProcessId>,
     /// The caps the run was configured with.
     #[serde(default)]
     pub caps: ApprovalCaps,
     /// The W3C `traceparent` of the attempt that suspended, when a trace exporter is
-    /// installed ([`crate::telemetry::set_trace_context`]): the resumed attempt, in whatever
+    /// installed ([`crate::process::telemetry::set_trace_context`]): the resumed attempt, in whatever
     /// process, joins that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
@@ -332,7 +332,7 @@ impl RunCheckpoint {
     /// Takes the claim for this process at `now_ms`.
     pub(crate) fn claim(&mut self, now_ms: u64) {
         self.claimed_at_ms = Some(now_ms);
-        self.claimed_by = Some(crate::lease::ProcessId::current());
+        self.claimed_by = Some(crate::process::lease::ProcessId::current());
     }
 
     /// Lets go of the claim.

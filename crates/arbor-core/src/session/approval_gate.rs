@@ -429,7 +429,7 @@ impl Session {
         let mut checkpoint = checkpoint;
         checkpoint.release();
         // The attempt that suspended, for the resumed one to join its trace.
-        checkpoint.trace = crate::telemetry::traceparent().or(checkpoint.trace);
+        checkpoint.trace = crate::process::telemetry::traceparent().or(checkpoint.trace);
         // What must exist whenever the suspension does goes first: a crash between the two
         // leaves an unused record, never a suspension nothing can rebuild.
         if let Some((namespace, value)) = &self.beside_suspension {

@@ -98,14 +98,14 @@ impl Session {
         call: &ToolCall,
         token: &CancellationToken,
     ) -> CallOutcome {
-        let span = crate::telemetry::tool_span(self.who(), turn, call);
+        let span = crate::process::telemetry::tool_span(self.who(), turn, call);
         let outcome = self
             .execute_call(run_id, turn, call, token)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
             let waiting = matches!(outcome.stop, Some(CallStop::Suspended(_)));
-            crate::telemetry::record_tool(&span, self.who(), &outcome.result, waiting);
+            crate::process::telemetry::record_tool(&span, self.who(), &outcome.result, waiting);
         }
         outcome
     }

@@ -231,8 +231,8 @@ impl Session {
     }
 
     /// Who its spans are about.
-    pub(crate) fn who(&self) -> crate::telemetry::Who<'_> {
-        crate::telemetry::Who {
+    pub(crate) fn who(&self) -> crate::process::telemetry::Who<'_> {
+        crate::process::telemetry::Who {
             agent: self.agent.name(),
             provider: self.agent.provider().name(),
             model: self.agent.model(),
@@ -380,7 +380,7 @@ impl Session {
                     .await?;
             }
         }
-        crate::telemetry::store_commit(started.elapsed());
+        crate::process::telemetry::store_commit(started.elapsed());
         if let Some(update) = update {
             self.record.apply(&update);
         }

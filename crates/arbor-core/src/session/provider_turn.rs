@@ -8,8 +8,8 @@ use arbor_protocol::{AgentEvent, RunId, ToolCall, Usage};
 use futures::StreamExt;
 use tracing::Instrument;
 
+use crate::process::telemetry;
 use crate::session::Session;
-use crate::telemetry;
 
 impl Session {
     /// Streams one provider call. Returns the text, the tool calls, the usage reported (if

@@ -17,9 +17,9 @@ use tracing::Instrument;
 use crate::approval::Sticky;
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::{RunResult, Suspension};
+use crate::process::telemetry;
 use crate::session::Session;
 use crate::session::resumer::{NestedResumer, Turns};
-use crate::telemetry;
 
 /// Options of one run.
 #[derive(Debug, Clone, Default)]

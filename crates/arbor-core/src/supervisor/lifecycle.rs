@@ -158,7 +158,7 @@ impl Supervisor {
 
     /// Retries the teardowns whose tombstone could not be written; returns how many are still
     /// unfinished. Runs after every run that ends; a host may call it too.
-    pub async fn retry_cleanups(&self) -> usize {
+    pub(crate) async fn retry_cleanups(&self) -> usize {
         let store = self.live().store().as_ref();
         let mut left = 0;
         for u in self.live().hub().take_unfinished() {
@@ -183,7 +183,7 @@ impl Supervisor {
     /// How many sessions this process tracks live: running, with messages pending, attached
     /// by the host, or whose start failed. Bounded by what is live, not by how many children
     /// ever ran (for monitoring a long-lived host).
-    pub fn tracked_sessions(&self) -> usize {
+    pub(crate) fn tracked_sessions(&self) -> usize {
         self.live().hub().len()
     }
 
@@ -211,7 +211,7 @@ impl Supervisor {
     ///
     /// A host's root stays closed while the host holds its session; once the host drops it
     /// (and the runs of its tree have ended), the supervisor keeps nothing of the tree: see
-    /// [`release_dropped`](Self::release_dropped).
+    /// [`release_dropped`](crate::process::SupervisorProcess::release_dropped).
     pub fn close_session(&self, id: SessionId) -> Vec<SessionId> {
         let closed = self.live().hub().close(id).descendants;
         self.live().hub().release_dropped();
@@ -222,14 +222,14 @@ impl Supervisor {
     /// closed tree of theirs nothing of which runs any more), and returns how many. Called
     /// by [`attach`](Self::attach) and [`close_session`](Self::close_session); a host that
     /// stops opening roots may call it to let go of the last ones.
-    pub fn release_dropped(&self) -> usize {
+    pub(crate) fn release_dropped(&self) -> usize {
         self.live().hub().release_dropped()
     }
 
     /// How many closed sessions this process remembers (to refuse starting anything under
     /// them): the trees of closed roots the host still holds or whose runs are ending, and
     /// deleted children. For monitoring a long-lived host.
-    pub fn closed_sessions(&self) -> usize {
+    pub(crate) fn closed_sessions(&self) -> usize {
         self.live().hub().closed_len()
     }
 }

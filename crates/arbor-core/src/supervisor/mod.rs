@@ -19,8 +19,9 @@
 //! - [`hooks`], `before` and `after`.
 //! - [`runner`], children whose runs a host hands to another process ([`ChildRunner`]).
 //! - [`summary`], the recovery counters.
-//! - [`detached`], suspended runs nobody awaits (a message-mode child waiting for approval)
-//!   and [`Supervisor::resume_child`].
+//! - Suspended runs nobody awaits (a message-mode child waiting for approval):
+//!   [`Supervisor::resume_child`] (what finds and closes them is in
+//!   [`process`](crate::process)).
 //! - [`tools`], the model-facing `spawn_agent`, `wait_agent` and `cancel_agent`;
 //!   [`SendMessageTool`] and [`ListChildrenTool`], `send_message` and `list_children`;
 //!   [`FindModelsTool`], `find_models` (the models and thinking levels a child may run).
@@ -34,23 +35,17 @@ pub mod tools;
 pub(crate) mod tree;
 
 pub use config::{catalog, hooks, limits, names, policy, runner};
-pub use delegation::detached;
 pub use tree::{messages, summary};
 
-pub use crate::redact::{REDACTED, Redactor, SecretRedactor};
 pub use catalog::{
-    AgentFactory, ChildContext, ChildEntry, ChildFactory, ErasedFactory, FnFactory,
-    MilestoneContext, MilestoneFn, Product, erased_factory, factory_fn,
+    AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, MilestoneContext, MilestoneFn,
+    Product, erased_factory, factory_fn,
 };
 pub use config::builder::{DEFAULT_AFTER_TIMEOUT, SupervisorBuilder};
 pub use config::ownership::Ownership;
 pub use config::sink::{ChildEventSink, FnSink, sink_fn};
 pub use delegation::decide::{decide_at, waiting_at};
-pub use delegation::detached::detached_suspensions;
 pub use delegation::join::{WaitOptions, WaitOutcome};
-pub use delegation::nested::DELEGATION_NAMESPACE;
-pub use delegation::pump::ChildEventProjector;
-pub use delegation::remote::ClaimedRun;
 pub use delegation::suspended::SuspendedDelegation;
 pub use hooks::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, Completion, CompletionStatus, FnAfter,
@@ -59,15 +54,15 @@ pub use hooks::{
 pub use lifecycle::{Deleted, Renamed};
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
-pub use policy::{EffectivePolicy, HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report};
+pub use policy::{EffectivePolicy, Lifetime, PolicyInput, Report};
 pub use request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;
 pub use summary::{ChildSummary, Outcome};
-pub use tools::find_models::{DEFAULT_FIND_LIMIT, FindModelsTool, MAX_FIND_LIMIT, MAX_QUERY_CHARS};
+pub use tools::find_models::FindModelsTool;
 pub use tools::handle::{CancelAgentTool, WaitAgentTool};
 pub use tools::list_children::ListChildrenTool;
 pub use tools::rename_child::RenameChildTool;
 pub use tools::send_message::SendMessageTool;
-pub use tools::spawn_agent::{HostSpawn, SpawnAgentTool, SpawnMode};
+pub use tools::spawn_agent::{HostSpawn, SpawnAgentTool};

@@ -118,14 +118,29 @@ pub struct DelegationResult {
     pub result: RunResult,
 }
 
-/// How the caller takes the result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the caller takes a child's result: the one mode of every surface (the `spawn_agent`
+/// tool's `mode`, the records' `mode`, the HTTP API's and MCP's), named `sync`, `async` and
+/// `message` in all of them (`join`, the HTTP API's old name for `async`, is still read).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
-    /// The caller waits (`delegate`).
+    /// The caller waits for the answer (`delegate`).
     Sync,
-    /// The caller collects it with `wait` (`delegate_async`).
-    Join,
-    /// The child replies by message (`spawn`).
+    /// The caller gets a handle and collects the answer with `wait` (`delegate_async`).
+    #[serde(alias = "join")]
+    Async,
+    /// The child answers its parent session by message (`spawn`).
     Message,
 }
 
@@ -134,7 +149,7 @@ impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Sync => "sync",
-            Self::Join => "async",
+            Self::Async => "async",
             Self::Message => "message",
         }
     }

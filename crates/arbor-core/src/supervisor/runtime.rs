@@ -277,7 +277,7 @@ impl Supervisor {
     }
 
     /// The most sessions these limits permit at once (root included).
-    pub fn worst_case_sessions(&self) -> u64 {
+    pub(crate) fn worst_case_sessions(&self) -> u64 {
         self.settings().limits().worst_case_sessions()
     }
 
@@ -374,7 +374,7 @@ impl Supervisor {
     /// run must never be. The host drops the futures it awaits (a
     /// [`run_claimed`](Self::run_claimed), say) right after this; the supervisor runs
     /// nothing afterwards.
-    pub fn abandon_runs(&self) {
+    pub(crate) fn abandon_runs(&self) {
         self.live().abandoned().cancel();
     }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arbor_core::Agent;
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::{
     AfterHook, ChildEntry, Completion, DelegationRequest, Ownership, Supervisor,
 };

@@ -645,16 +645,16 @@ impl Tool for SuspendedChild {
 
 /// Resumes the child with a fixed outcome.
 #[derive(Debug)]
-struct Resumer(arbor_core::NestedOutcome);
+struct Resumer(arbor_core::process::NestedOutcome);
 
 #[async_trait]
-impl arbor_core::NestedResumer for Resumer {
+impl arbor_core::process::NestedResumer for Resumer {
     async fn resume_nested(
         &self,
         _run_id: arbor_protocol::RunId,
         _session_id: arbor_protocol::SessionId,
         _decisions: Vec<ApprovalDecision>,
-    ) -> arbor_core::CoreResult<arbor_core::NestedOutcome> {
+    ) -> arbor_core::CoreResult<arbor_core::process::NestedOutcome> {
         Ok(self.0.clone())
     }
 }
@@ -680,7 +680,7 @@ async fn a_resume_refused_for_a_too_deep_path_lets_go_of_the_run() {
     assert_eq!(waiting.pending[0].path, ["level0"]);
     let decision = ApprovalDecision::new(waiting.pending[0].id.clone(), Verdict::AllowOnce);
     // The child suspends again, nine levels down: more than a decision's path may hold.
-    let deeper = arbor_core::NestedOutcome::Suspended(vec![child_decision(9)]);
+    let deeper = arbor_core::process::NestedOutcome::Suspended(vec![child_decision(9)]);
     let e = s
         .approve(
             r.run_id,
@@ -701,7 +701,7 @@ async fn a_resume_refused_for_a_too_deep_path_lets_go_of_the_run() {
         .resume(
             r.run_id,
             RunOptions::default().with_nested(Arc::new(Resumer(
-                arbor_core::NestedOutcome::Completed("child wrote it".into()),
+                arbor_core::process::NestedOutcome::Completed("child wrote it".into()),
             ))),
         )
         .await

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::{
     AfterHook, ChildEntry, Completion, DelegationRequest, Ownership, Supervisor,
 };

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 
 use arbor_core::CoreErrorKind;
 use arbor_core::approval;
-use arbor_core::supervisor::{Sender, detached_suspensions};
+use arbor_core::process::detached_suspensions;
+use arbor_core::supervisor::Sender;
 use arbor_model::ScriptedTurn;
 use arbor_protocol::{Notice, RunStatus, SessionStatus};
 use serde_json::json;
@@ -355,19 +356,17 @@ async fn a_deleted_child_left_suspended_by_a_cut_short_close_is_settled_aborted(
             .is_empty()
     );
 
-    let closed =
-        arbor_core::supervisor::detached::close_dead_suspensions(t.store.as_ref(), root.id())
-            .await
-            .unwrap();
+    let closed = arbor_core::process::close_dead_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap();
     assert_eq!(closed, 1);
     let record = t.store.session(child).await.unwrap().unwrap();
     assert_eq!(record.status, SessionStatus::Aborted);
     assert!(record.tombstone.is_some());
     // Settled once: a second close finds nothing.
-    let again =
-        arbor_core::supervisor::detached::close_dead_suspensions(t.store.as_ref(), root.id())
-            .await
-            .unwrap();
+    let again = arbor_core::process::close_dead_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap();
     assert_eq!(again, 0);
     assert_eq!(t.writes.0.load(Ordering::SeqCst), 0, "nothing of it ran");
 }

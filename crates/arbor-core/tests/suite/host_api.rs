@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::{
     BeforeDecision, ChildEntry, CompletionStatus, DelegationRequest, Ownership, Supervisor,
     after_fn, before_fn, sink_fn,

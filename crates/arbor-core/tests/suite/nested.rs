@@ -5,11 +5,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arbor_core::process::NestedResumer;
 use arbor_core::supervisor::{
     BeforeContext, BeforeDecision, BeforeHook, ChildEntry, CompletionStatus, Outcome, Ownership,
     Supervisor,
 };
-use arbor_core::{Agent, NestedResumer, RunOptions};
+use arbor_core::{Agent, RunOptions};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{ApprovalDecision, Message, RunId, RunStatus, SessionId, Verdict};
 use arbor_store::Store;

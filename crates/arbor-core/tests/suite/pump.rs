@@ -2,9 +2,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arbor_core::Agent;
+use arbor_core::SecretRedactor;
 use arbor_core::supervisor::{
     ChildEntry, ChildEventSink, DelegationRequest, LimitsInput, Ownership, PolicyInput, Report,
-    SecretRedactor, Supervisor,
+    Supervisor,
 };
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{AgentEvent, SupervisorEnvelope, SupervisorEvent};

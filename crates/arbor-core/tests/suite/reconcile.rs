@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use arbor_core::usage::reconcile;
+use arbor_core::process::usage::reconcile;
 use arbor_core::{Agent, RunOptions, Session, SessionRef};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{EntryKind, Usage};

@@ -4,9 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use arbor_core::SecretRedactor;
 use arbor_core::supervisor::{
     AfterHook, ChildEntry, ChildEventSink, Completion, DelegationRequest, Ownership, Report,
-    SecretRedactor, SpawnAgentTool, Supervisor,
+    SpawnAgentTool, Supervisor,
 };
 use arbor_core::{Agent, DynTool, SessionRef, ToolContext};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};

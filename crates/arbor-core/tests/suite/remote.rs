@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use arbor_core::process::{ClaimedRun, SupervisorProcess};
 use arbor_core::supervisor::{
-    BeforeDecision, ChildEntry, ChildRunner, ClaimedRun, DelegationRequest, Outcome, Ownership,
-    RemoteChild, RemoteOutcome, Supervisor, before_fn, factory_fn,
+    BeforeDecision, ChildEntry, ChildRunner, DelegationRequest, Outcome, Ownership, RemoteChild,
+    RemoteOutcome, Supervisor, before_fn, factory_fn,
 };
 use arbor_core::{Agent, CoreError, CoreResult, Permission, RunResult, SessionRef};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};

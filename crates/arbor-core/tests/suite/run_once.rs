@@ -267,9 +267,9 @@ async fn a_claim_whose_process_died_is_taken_over_at_once() {
         .unwrap()
         .unwrap();
     // A resumer on this host that was killed right after claiming the run.
-    let me = arbor_core::lease::ProcessId::current();
+    let me = arbor_core::process::lease::ProcessId::current();
     stored.claimed_at_ms = Some(arbor_protocol::Timestamp::now().0);
-    stored.claimed_by = Some(arbor_core::lease::ProcessId {
+    stored.claimed_by = Some(arbor_core::process::lease::ProcessId {
         pid: 0x3fff_fff0,
         ..me.clone()
     });

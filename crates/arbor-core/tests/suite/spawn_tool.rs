@@ -1,9 +1,9 @@
 use std::time::Duration;
 
+use arbor_core::SecretRedactor;
 use arbor_core::supervisor::tools::{HandleStatus, HandleUpdate, ToolReport};
 use arbor_core::supervisor::{
-    CancelAgentTool, ChildEntry, LimitsInput, Ownership, SecretRedactor, SpawnAgentTool,
-    Supervisor, WaitAgentTool,
+    CancelAgentTool, ChildEntry, LimitsInput, Ownership, SpawnAgentTool, Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, DynTool, RunOptions, SessionRef, ToolContext, ToolError};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};

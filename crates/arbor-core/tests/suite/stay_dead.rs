@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::{
     BeforeContext, BeforeDecision, BeforeHook, ChildEntry, DelegationRequest, LimitsInput,
     Ownership, Sender, Supervisor, SupervisorBuilder, factory_fn,

@@ -2,10 +2,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arbor_core::SecretRedactor;
+use arbor_core::process::SupervisorProcess;
 use arbor_core::supervisor::{
     AfterHook, BeforeContext, BeforeDecision, BeforeHook, ChildEntry, Completion, CompletionStatus,
-    DelegationRequest, Lifetime, LimitsInput, Outcome, Ownership, PolicyInput, SecretRedactor,
-    Supervisor, SupervisorBuilder, WaitOptions, WaitOutcome, factory_fn,
+    DelegationRequest, Lifetime, LimitsInput, Outcome, Ownership, PolicyInput, Supervisor,
+    SupervisorBuilder, WaitOptions, WaitOutcome, factory_fn,
 };
 use arbor_core::{Agent, CoreErrorKind};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};

@@ -2,9 +2,10 @@
 //! the value given and what is accepted, so the model can correct itself; nothing is
 //! admitted or counted.
 
+use arbor_core::SecretRedactor;
 use arbor_core::supervisor::{
-    CancelAgentTool, ChildEntry, ListChildrenTool, Ownership, SecretRedactor, SendMessageTool,
-    SpawnAgentTool, Supervisor, WaitAgentTool,
+    CancelAgentTool, ChildEntry, ListChildrenTool, Ownership, SendMessageTool, SpawnAgentTool,
+    Supervisor, WaitAgentTool,
 };
 use arbor_core::{Agent, DynTool, SessionRef, ToolContext, ToolError};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};

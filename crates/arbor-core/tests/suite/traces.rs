@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use arbor_core::telemetry::{TARGET, attr};
+use arbor_core::process::telemetry::{TARGET, attr};
 use arbor_model::ScriptedTurn;
 use serde_json::json;
 use tracing::field::{Field, Visit};
@@ -277,12 +277,12 @@ async fn content_is_captured_only_on_opt_in_and_always_redacted() {
     }
     spans.0.lock().unwrap().clear();
 
-    arbor_core::telemetry::capture_content(true);
+    arbor_core::process::telemetry::capture_content(true);
     let mut s = agent().session().create().await.unwrap();
     s.run("go", arbor_core::RunOptions::default())
         .await
         .unwrap();
-    arbor_core::telemetry::capture_content(false);
+    arbor_core::process::telemetry::capture_content(false);
     let all = spans.0.lock().unwrap().clone();
     let call = all
         .iter()

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbor_core::approval::MAX_REASON_BYTES;
-use arbor_core::supervisor::{SpawnMode, WaitOptions, WaitOutcome};
+use arbor_core::supervisor::{Mode, WaitOptions, WaitOutcome};
 use arbor_core::{CoreError, NestedSuspension, ToolContext, ToolError};
 use arbor_model::ToolSpec;
 use arbor_protocol::{ApprovalDecision, DecidedBy, Verdict};
@@ -140,8 +140,8 @@ async fn spawn(
     let sup = root.supervisor();
     let mut request = host.request;
     match host.mode {
-        mode @ (SpawnMode::Message | SpawnMode::Async) => {
-            let handle = if mode == SpawnMode::Message {
+        mode @ (Mode::Message | Mode::Async) => {
+            let handle = if mode == Mode::Message {
                 sup.spawn(request).await
             } else {
                 sup.delegate_async(request).await

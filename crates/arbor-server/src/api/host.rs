@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use arbor_core::supervisor::{
-    DelegationRequest, DelegationResult, Sender, WaitOptions, WaitOutcome,
+    DelegationRequest, DelegationResult, Mode, Sender, WaitOptions, WaitOutcome,
 };
 use arbor_core::{CoreError, DenyReason, SessionRef};
 use arbor_store::SessionRecord;
@@ -30,18 +30,8 @@ use crate::state::AppState;
 pub const MAX_WAIT_MS: u64 = 25_000;
 const DEFAULT_WAIT_MS: u64 = 10_000;
 
-/// How the host takes the child's result.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SpawnMode {
-    /// Wait for the answer (up to `wait_ms`; a child still running then answers 202 with
-    /// its handle).
-    Sync,
-    /// Answer at once with a handle to wait on.
-    #[default]
-    Join,
-    /// Answer at once; the child answers its parent session by message.
-    Message,
+fn async_mode() -> Mode {
+    Mode::Async
 }
 
 /// A child to spawn under a session.
@@ -56,9 +46,9 @@ pub struct SpawnRequest {
     pub name: Option<String>,
     /// A model the entry allows; default its own.
     pub model: Option<String>,
-    /// `sync`, `join` (default) or `message`.
-    #[serde(default)]
-    pub mode: SpawnMode,
+    /// `sync`, `async` (default; `join` is read as `async`) or `message`.
+    #[serde(default = "async_mode")]
+    pub mode: Mode,
     /// For `sync`: how long to wait, in ms (default 10000, at most 25000).
     pub wait_ms: Option<u64>,
 }
@@ -246,8 +236,8 @@ pub(crate) async fn spawn(
     request.name = req.name.clone();
     request.model = req.model.clone();
     let handle = match req.mode {
-        SpawnMode::Message => sup.spawn(request).await,
-        SpawnMode::Sync | SpawnMode::Join => sup.delegate_async(request).await,
+        Mode::Message => sup.spawn(request).await,
+        Mode::Sync | Mode::Async => sup.delegate_async(request).await,
     }
     .map_err(spawn_error)?;
     let view = HandleView {
@@ -258,7 +248,7 @@ pub(crate) async fn spawn(
         model: handle.model.clone(),
         status: "running".to_owned(),
     };
-    if req.mode != SpawnMode::Sync {
+    if req.mode != Mode::Sync {
         return Ok((StatusCode::CREATED, Json(view)).into_response());
     }
     let still_running = (StatusCode::ACCEPTED, Json(view)).into_response();
@@ -423,4 +413,38 @@ pub(crate) async fn delete(
         already_deleted: deleted.already,
         tombstone: serde_json::to_value(&deleted.tombstone).unwrap_or_default(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode_of(body: serde_json::Value) -> Result<Mode, String> {
+        serde_json::from_value::<SpawnRequest>(body)
+            .map(|r| r.mode)
+            .map_err(|e| e.to_string())
+    }
+
+    /// One mode, one set of names: `async` is the default, `join` (this API's name before
+    /// the modes were one) is still read as `async`, anything else is refused naming it.
+    #[test]
+    fn a_spawn_takes_the_one_modes_names_and_still_reads_join() {
+        let base = serde_json::json!({"child_id": "helper", "input": "x"});
+        let with = |mode: &str| {
+            let mut b = base.clone();
+            b["mode"] = serde_json::json!(mode);
+            b
+        };
+        assert_eq!(mode_of(base.clone()), Ok(Mode::Async));
+        assert_eq!(mode_of(with("async")), Ok(Mode::Async));
+        assert_eq!(mode_of(with("join")), Ok(Mode::Async));
+        assert_eq!(mode_of(with("sync")), Ok(Mode::Sync));
+        assert_eq!(mode_of(with("message")), Ok(Mode::Message));
+        let refused = mode_of(with("later")).unwrap_err();
+        assert!(
+            refused.contains("later") && refused.contains("async"),
+            "{refused}"
+        );
+        assert_eq!(serde_json::to_value(Mode::Async).unwrap(), "async");
+    }
 }

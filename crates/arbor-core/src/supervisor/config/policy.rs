@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CoreError, CoreResult};
 
 /// Most turns between milestones (`milestone.every_turns`).
-pub const HARD_MILESTONE_EVERY_TURNS: u32 = 64;
+pub(crate) const HARD_MILESTONE_EVERY_TURNS: u32 = 64;
 
 /// How long a child may live.
 #[derive(

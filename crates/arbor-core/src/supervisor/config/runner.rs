@@ -13,7 +13,7 @@
 //!   so such a child runs here rather than elsewhere with more than it was given.
 //!
 //! On the other side,
-//! [`Supervisor::run_claimed`](crate::supervisor::Supervisor::run_claimed) runs the child from
+//! [`Supervisor::run_claimed`](crate::process::SupervisorProcess::run_claimed) runs the child from
 //! its record under the terms its spawn narrowed to, and a takeover (the first worker died)
 //! continues it from its transcript.
 
@@ -62,7 +62,7 @@ pub struct RemoteChild {
     /// publishes the events the remote run relays ([`ClaimedRun::relay`]); this
     /// supervisor's pump projects them as it does a local child's.
     ///
-    /// [`ClaimedRun::relay`]: crate::supervisor::ClaimedRun::relay
+    /// [`ClaimedRun::relay`]: crate::process::ClaimedRun::relay
     pub events: Option<Arc<crate::session::events::EventBus>>,
 }
 

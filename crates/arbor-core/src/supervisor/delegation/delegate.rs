@@ -55,7 +55,7 @@ impl Delegator {
     /// Admits a child and returns its handle once its record exists (before its first
     /// model call); collect the result with [`Supervisor::wait`].
     pub async fn delegate_async(&self, request: DelegationRequest) -> CoreResult<AsyncHandle> {
-        self.start(request, Mode::Join).await
+        self.start(request, Mode::Async).await
     }
 
     /// Admits a child and returns its handle; the child answers by message (its reply, or a
@@ -117,7 +117,7 @@ impl Supervisor {
     ) -> CoreResult<Admitted> {
         let admitted = self.checks(scope, request, mode);
         if let Err(e) = &admitted {
-            crate::telemetry::admission_refused(e);
+            crate::process::telemetry::admission_refused(e);
         }
         admitted
     }
@@ -220,7 +220,7 @@ impl Supervisor {
             _ => sup.live().session_token().child_token(),
         };
         let caller = match (policy.lifetime, mode) {
-            (Lifetime::Task, Mode::Sync | Mode::Join) => request.cancel,
+            (Lifetime::Task, Mode::Sync | Mode::Async) => request.cancel,
             _ => None,
         };
         let thread = request.thread_id.as_deref().unwrap_or("default").to_owned();
@@ -259,7 +259,7 @@ impl Supervisor {
             // child the host itself started to join (no calling run spawned it): when either
             // stops on a call, it is listed at the root and resumed on its own
             // (`resume_child`).
-            detached: mode == Mode::Message || (mode == Mode::Join && host_join),
+            detached: mode == Mode::Message || (mode == Mode::Async && host_join),
             claimed: None,
         })
     }

@@ -190,7 +190,7 @@ impl Supervisor {
     }
 
     /// Async delegations still running.
-    pub fn running_handles(&self) -> usize {
+    pub(crate) fn running_handles(&self) -> usize {
         self.state().handles.running()
     }
 }

@@ -17,7 +17,7 @@ pub(crate) mod answer;
 pub(crate) mod decide;
 pub(crate) mod delegate;
 pub(crate) mod depth;
-pub mod detached;
+pub(crate) mod detached;
 pub(crate) mod join;
 pub(crate) mod nested;
 pub(crate) mod pipeline;

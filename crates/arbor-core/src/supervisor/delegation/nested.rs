@@ -32,7 +32,7 @@ use crate::supervisor::tree::handles::CancelReason;
 use crate::supervisor::tree::live::ABANDONED;
 
 /// The store namespace of delegation mappings.
-pub const DELEGATION_NAMESPACE: &str = "delegation";
+pub(crate) const DELEGATION_NAMESPACE: &str = "delegation";
 
 /// What a suspended delegation needs to be rebuilt.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -212,7 +212,7 @@ fn resumed_mode(detached: bool, record: &SessionRecord) -> Mode {
     }
     match record.meta["mode"].as_str() {
         Some("sync") => Mode::Sync,
-        Some("async") => Mode::Join,
+        Some("async") => Mode::Async,
         _ => Mode::Message,
     }
 }

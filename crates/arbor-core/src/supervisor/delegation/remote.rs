@@ -83,7 +83,7 @@ impl Supervisor {
         };
         let mode = match record.meta["mode"].as_str() {
             Some("sync") => Mode::Sync,
-            Some("async") => Mode::Join,
+            Some("async") => Mode::Async,
             _ => Mode::Message,
         };
         let (limits, policy) = admitted_terms(self, entry, record)?;
@@ -219,7 +219,11 @@ impl Supervisor {
     /// processes stored for it since transcript position `after`, which moves on; returns
     /// how many were taken in. A worker calls it while it runs a claimed child, so a message
     /// sent from any host reaches the run's next turn. Each message is taken in once.
-    pub async fn collect_mail(&self, session: SessionId, after: &mut u64) -> CoreResult<usize> {
+    pub(crate) async fn collect_mail(
+        &self,
+        session: SessionId,
+        after: &mut u64,
+    ) -> CoreResult<usize> {
         let Some(inbox) = self.live().hub().inbox(session) else {
             return Ok(0);
         };
@@ -243,7 +247,7 @@ impl Supervisor {
     ///
     /// Fails with `Denied(Unknown)` for a deleted or unknown session (or one under a deleted
     /// ancestor), and `Validation` for a child this supervisor's catalog does not hold.
-    pub async fn run_claimed(&self, claimed: ClaimedRun) -> CoreResult<RunResult> {
+    pub(crate) async fn run_claimed(&self, claimed: ClaimedRun) -> CoreResult<RunResult> {
         let record = self.live_child(claimed.session).await?;
         let Some(terms) = self.stored_terms(&record)? else {
             return Err(CoreError::validation(format!(
@@ -362,7 +366,7 @@ impl Supervisor {
         call_id: &str,
         tool: &str,
         cancel: &CancellationToken,
-    ) -> CoreResult<Option<crate::NestedOutcome>> {
+    ) -> CoreResult<Option<crate::session::resumer::NestedOutcome>> {
         if tool != "spawn_agent" {
             return Ok(None);
         }
@@ -386,20 +390,22 @@ impl Supervisor {
         };
         let outcome = match result {
             Ok(r) if r.status == arbor_protocol::RunStatus::Succeeded => {
-                crate::NestedOutcome::Completed(crate::supervisor::delegation::answer::finished(
-                    &self.delegator(),
-                    &delegation_result(&child, r),
-                ))
+                crate::session::resumer::NestedOutcome::Completed(
+                    crate::supervisor::delegation::answer::finished(
+                        &self.delegator(),
+                        &delegation_result(&child, r),
+                    ),
+                )
             }
             Ok(r) if r.status == arbor_protocol::RunStatus::Suspended => return Ok(None),
-            Ok(r) => crate::NestedOutcome::Failed(
+            Ok(r) => crate::session::resumer::NestedOutcome::Failed(
                 self.redact(
                     r.error
                         .as_deref()
                         .unwrap_or("the delegated run did not succeed"),
                 ),
             ),
-            Err(e) => crate::NestedOutcome::Failed(self.redact(&e.to_string())),
+            Err(e) => crate::session::resumer::NestedOutcome::Failed(self.redact(&e.to_string())),
         };
         tracing::info!(parent = %session, child = %child.id, "a cut-off call rejoined its child");
         Ok(Some(outcome))

@@ -22,11 +22,11 @@ use crate::supervisor::runtime::Supervisor;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 /// The most models one search returns.
-pub const MAX_FIND_LIMIT: u64 = 20;
+pub(crate) const MAX_FIND_LIMIT: u64 = 20;
 /// The models a search returns when it names no limit.
-pub const DEFAULT_FIND_LIMIT: u64 = 8;
+pub(crate) const DEFAULT_FIND_LIMIT: u64 = 8;
 /// The longest query accepted, in characters.
-pub const MAX_QUERY_CHARS: usize = 200;
+pub(crate) const MAX_QUERY_CHARS: usize = 200;
 
 const TOOL: &str = "find_models";
 

@@ -1,5 +1,5 @@
 //! The model-facing tools, one file each: `spawn_agent`, `wait_agent` and `cancel_agent`
-//! (`spawn_agent.rs`), `send_message`, `list_children`, `rename_child` and `find_models`; and
+//! (`spawn_agent.rs`, `handle.rs`), `send_message`, `list_children`, `rename_child` and `find_models`; and
 //! the check of a model's arguments against each tool's schema (`arguments.rs`); how a
 //! tool's error reads to the model (`errors.rs`); and the typed results of the delegation
 //! tools ([`report`]).
@@ -21,7 +21,7 @@ pub use list_children::ListChildrenTool;
 pub use rename_child::RenameChildTool;
 pub use report::{ChildAnswer, ChildStarted, HandleStatus, HandleUpdate, ToolReport};
 pub use send_message::SendMessageTool;
-pub use spawn_agent::{HostSpawn, SpawnAgentTool, SpawnMode};
+pub use spawn_agent::{HostSpawn, SpawnAgentTool};
 
 use std::sync::Arc;
 

@@ -18,7 +18,7 @@ use crate::error::CoreError;
 use crate::supervisor::config::policy::{
     HARD_MILESTONE_EVERY_TURNS, Lifetime, PolicyInput, Report,
 };
-use crate::supervisor::request::DelegationRequest;
+use crate::supervisor::request::{DelegationRequest, Mode};
 use crate::supervisor::runtime::Delegator;
 use crate::supervisor::runtime::Supervisor;
 use crate::supervisor::tools::arguments;
@@ -33,14 +33,6 @@ struct Milestone {
     /// Offer only the events of every N-th turn.
     #[schemars(range(min = 1, max = HARD_MILESTONE_EVERY_TURNS))]
     every_turns: Option<u32>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum Mode {
-    Sync,
-    Async,
-    Message,
 }
 
 /// The arguments of `spawn_agent`. The tool's parameter schema is generated from this type
@@ -197,9 +189,9 @@ impl ModelTool for SpawnAgentTool {
         request.spawn_call = Some(ctx.call_id.clone());
         let thinking = request.thinking;
         let handle = match mode {
-            SpawnMode::Sync => None,
-            SpawnMode::Async => Some(self.delegator.delegate_async(request.clone()).await),
-            SpawnMode::Message => Some(self.delegator.spawn(request.clone()).await),
+            Mode::Sync => None,
+            Mode::Async => Some(self.delegator.delegate_async(request.clone()).await),
+            Mode::Message => Some(self.delegator.spawn(request.clone()).await),
         };
         if let Some(handle) = handle {
             let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
@@ -214,18 +206,6 @@ impl ModelTool for SpawnAgentTool {
     }
 }
 
-/// How a spawn takes its child's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SpawnMode {
-    /// The caller waits for the answer.
-    Sync,
-    /// The caller gets a handle to wait on (`wait_agent`).
-    Async,
-    /// The child answers its parent session by message.
-    Message,
-}
-
 /// A spawn as a host acting as a parent session makes it from a model's arguments (see
 /// [`SpawnAgentTool::host_request`]).
 #[derive(Debug, Clone)]
@@ -234,7 +214,7 @@ pub struct HostSpawn {
     /// The request, for [`Supervisor::delegate_async`] or [`Supervisor::spawn`].
     pub request: DelegationRequest,
     /// How the arguments asked to take the answer.
-    pub mode: SpawnMode,
+    pub mode: Mode,
 }
 
 impl SpawnAgentTool {
@@ -293,9 +273,9 @@ impl SpawnAgentTool {
             budget_share: args.budget_share,
         };
         let mode = match (args.mode, args.lifetime) {
-            (Some(Mode::Message), _) => SpawnMode::Message,
-            (Some(Mode::Async), _) | (_, Some(Lifetime::Session)) => SpawnMode::Async,
-            _ => SpawnMode::Sync,
+            (Some(Mode::Message), _) => Mode::Message,
+            (Some(Mode::Async), _) | (_, Some(Lifetime::Session)) => Mode::Async,
+            _ => Mode::Sync,
         };
         let request = DelegationRequest {
             child_id: args.child_id,
