@@ -55,12 +55,8 @@ pub(crate) struct Admitted {
     pub(crate) reason: CancelReason,
     pub(crate) caller: Option<CancellationToken>,
     pub(crate) slot: SlotGuard,
-    /// A follow-up run of an existing session on its pending messages.
-    pub(crate) resume: bool,
-    /// A suspended run of the child to resume (its decisions are recorded).
-    pub(crate) resume_run: Option<arbor_protocol::RunId>,
-    /// The child's interrupted run to continue (its process died mid-run).
-    pub(crate) recover: bool,
+    /// What kind of run this is: a first task, a follow-up, a resume, a recovery.
+    pub(crate) start: Start,
     /// The child's reply count when this run began (a first task that ends with the same
     /// count never replied).
     pub(crate) replies_at_start: u32,
@@ -72,6 +68,52 @@ pub(crate) struct Admitted {
     /// A run a worker claimed from another process's delegation: it runs here (never handed
     /// to the runner again), and its `before` hook ran where it was admitted.
     pub(crate) claimed: Option<ClaimedFrom>,
+}
+
+/// What kind of run a delegation starts. Where it runs (here, or claimed from another
+/// process's delegation: [`Admitted::claimed`]) and whether anybody awaits it
+/// ([`Admitted::detached`]) are apart: a claimed run may be any of these but a follow-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// A first task, on the delegation's input.
+    Fresh,
+    /// A follow-up run of an existing child on the messages pending in its inbox.
+    FollowUp,
+    /// A suspended run of the child going on with its recorded decisions; `follow_up` when
+    /// that run was itself a follow-up.
+    Resume {
+        run: arbor_protocol::RunId,
+        follow_up: bool,
+    },
+    /// The child's run a dead process left interrupted, continued from its transcript.
+    Recover,
+}
+
+impl Start {
+    /// A run of an existing session (its record is reopened, not attached new).
+    pub(crate) fn reopens(self) -> bool {
+        self != Self::Fresh
+    }
+
+    /// A run on pending messages rather than on a task (a follow-up, or a resumed one).
+    pub(crate) fn follow_up(self) -> bool {
+        matches!(
+            self,
+            Self::FollowUp
+                | Self::Resume {
+                    follow_up: true,
+                    ..
+                }
+        )
+    }
+
+    /// The suspended run this resumes.
+    pub(crate) fn resumed_run(self) -> Option<arbor_protocol::RunId> {
+        match self {
+            Self::Resume { run, .. } => Some(run),
+            _ => None,
+        }
+    }
 }
 
 /// What a claimed run keeps of the delegation it was handed over from.
@@ -99,7 +141,8 @@ pub(crate) enum Worked {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ended {
     pub(crate) mode: Mode,
-    pub(crate) resume: bool,
+    /// A run on pending messages (see [`Start::follow_up`]).
+    pub(crate) follow_up: bool,
     pub(crate) replies_at_start: u32,
     pub(crate) host_aborted: bool,
     /// The child's run began (a hook, factory or delete stopped it before otherwise).

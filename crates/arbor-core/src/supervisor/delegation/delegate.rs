@@ -14,7 +14,9 @@ use crate::error::{CoreError, CoreResult};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::names;
 use crate::supervisor::config::policy::{EffectivePolicy, Lifetime};
-use crate::supervisor::delegation::admitted::{Admitted, check_bytes, check_depth, child_identity};
+use crate::supervisor::delegation::admitted::{
+    Admitted, Start, check_bytes, check_depth, child_identity,
+};
 use crate::supervisor::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 use crate::supervisor::runtime::{ChildEntry, Delegator, Scope, Supervisor};
 use crate::supervisor::tree::handles::CancelReason;
@@ -251,9 +253,7 @@ impl Supervisor {
             reason: CancelReason::default(),
             caller,
             slot,
-            resume: false,
-            resume_run: None,
-            recover: false,
+            start: Start::Fresh,
             replies_at_start: 0,
             // Nobody's run carries the approvals of a message-mode child, nor those of a
             // child the host itself started to join (no calling run spawned it): when either

@@ -22,7 +22,7 @@ use crate::outcome::NestedSuspension;
 use crate::session::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::policy::{EffectivePolicy, PolicyInput, Report};
-use crate::supervisor::delegation::admitted::{Admitted, child_identity};
+use crate::supervisor::delegation::admitted::{Admitted, Start, child_identity};
 use crate::supervisor::delegation::answer::finished;
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::register::admitted_terms;
@@ -92,7 +92,7 @@ impl Supervisor {
             every_turns: a.policy.every_turns,
             budget_share: a.policy.budget_share,
             detached: a.detached,
-            follow_up: a.resume,
+            follow_up: a.start.follow_up(),
             replies_at_start: a.replies_at_start,
         };
         match serde_json::to_value(&mapping) {
@@ -320,9 +320,10 @@ impl Supervisor {
             reason: CancelReason::default(),
             caller: None,
             slot,
-            resume: detached && mapping.follow_up,
-            resume_run: Some(run_id),
-            recover: false,
+            start: Start::Resume {
+                run: run_id,
+                follow_up: detached && mapping.follow_up,
+            },
             detached,
             claimed: None,
         };

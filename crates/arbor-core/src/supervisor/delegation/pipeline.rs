@@ -175,7 +175,7 @@ impl Ran {
             slot,
             record,
             mode,
-            resume,
+            start,
             replies_at_start,
             ..
         } = *a;
@@ -183,7 +183,7 @@ impl Ran {
         if let Some(record) = record {
             let ended = Ended {
                 mode,
-                resume,
+                follow_up: start.follow_up(),
                 replies_at_start,
                 host_aborted,
                 started,

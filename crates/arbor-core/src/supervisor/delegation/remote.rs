@@ -20,7 +20,9 @@ use crate::session::events::{EventBus, Subscription};
 use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::config::policy::{EffectivePolicy, Report};
 use crate::supervisor::config::runner::RemoteChild;
-use crate::supervisor::delegation::admitted::{Admitted, ClaimedFrom, Worked, child_identity};
+use crate::supervisor::delegation::admitted::{
+    Admitted, ClaimedFrom, Start, Worked, child_identity,
+};
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::admitted_terms;
@@ -131,7 +133,7 @@ impl Supervisor {
         let parent = record.parent_id?;
         // A first run, or a suspended one resumed with its decisions (durable approvals);
         // follow-ups and continued runs run where their supervisor is.
-        let handed = a.claimed.is_none() && !a.resume && !a.recover;
+        let handed = a.claimed.is_none() && !a.start.follow_up() && a.start != Start::Recover;
         if !handed || narrowed_permission || a.mode == Mode::Message {
             return None;
         }
@@ -144,7 +146,7 @@ impl Supervisor {
             limits: limits.to_input(),
             max_active: limits.max_active_children,
             cancel: a.token.clone(),
-            resume_run: a.resume_run,
+            resume_run: a.start.resumed_run(),
             mapping: self.mapping_value(a),
             events: None,
         })
@@ -282,8 +284,14 @@ impl Supervisor {
             .rebuilt(terms, record, limits, slot, self.redact(&claimed.input))
             .await?;
         admitted.caller = Some(claimed.cancel);
-        admitted.resume_run = claimed.resume_run;
-        admitted.recover = recover;
+        admitted.start = match claimed.resume_run {
+            Some(run) => Start::Resume {
+                run,
+                follow_up: false,
+            },
+            None if recover => Start::Recover,
+            None => Start::Fresh,
+        };
         admitted.claimed = Some(ClaimedFrom {
             mapping: claimed.mapping,
             relay: claimed.relay,
@@ -347,9 +355,7 @@ impl Supervisor {
             reason: CancelReason::default(),
             caller: None,
             slot,
-            resume: false,
-            resume_run: None,
-            recover: false,
+            start: Start::Fresh,
             detached: false,
             claimed: None,
         })

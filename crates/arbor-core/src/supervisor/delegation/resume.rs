@@ -16,7 +16,7 @@ use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::runtime::Supervisor;
 use arbor_protocol::Notice;
 
-use crate::supervisor::delegation::admitted::Ended;
+use crate::supervisor::delegation::admitted::{Ended, Start};
 use crate::supervisor::request::{DelegationResult, Mode};
 use crate::supervisor::tree::messages::preview;
 
@@ -192,8 +192,11 @@ impl Supervisor {
         let mut admitted = self
             .rebuilt(terms, record, limits, slot, String::new())
             .await?;
-        admitted.resume = !recover;
-        admitted.recover = recover;
+        admitted.start = if recover {
+            Start::Recover
+        } else {
+            Start::FollowUp
+        };
         // A follow-up or a continued run: nobody awaits it.
         admitted.detached = true;
         let registered = Registered::resumed(self, admitted);
@@ -294,7 +297,7 @@ impl Supervisor {
                 Err(e) => self.redact(&e.to_string()),
                 Ok(_) => "the run did not start".to_owned(),
             };
-            if !ended.resume && !ended.host_aborted {
+            if !ended.follow_up && !ended.host_aborted {
                 self.live().hub().set_start_failure(record.id, why.clone());
             }
             self.drop_pending(record.id, &format!("the run could not start: {why}"))
@@ -310,7 +313,8 @@ impl Supervisor {
             let replies = current.as_ref().map_or(0, |r| r.replies);
             // Exactly one notice per run, whether a delete raced it or not.
             let notice = match outcome {
-                Ok(r) if r.result.status == arbor_protocol::RunStatus::Succeeded => (!ended.resume
+                Ok(r) if r.result.status == arbor_protocol::RunStatus::Succeeded => (!ended
+                    .follow_up
                     && replies == ended.replies_at_start)
                     .then(|| Notice::CompletedWithoutReply {
                         preview: preview(&self.redact(&r.result.text)),

@@ -151,7 +151,7 @@ impl Supervisor {
             self.state().summary.suspend(&a.delegation_id);
             return Some(self.suspended(a, result.run_id, *session_id, pending).await);
         }
-        if a.resume_run.is_some()
+        if a.start.resumed_run().is_some()
             && !timed_out
             && !host_aborted
             && let Worked::Error(e) = worked

@@ -24,7 +24,7 @@ use crate::supervisor::config::hooks::{BeforeContext, BeforeDecision};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::policy::Report;
 use crate::supervisor::config::thinking;
-use crate::supervisor::delegation::admitted::{Admitted, Worked, check_bytes, check_depth};
+use crate::supervisor::delegation::admitted::{Admitted, Start, Worked, check_bytes, check_depth};
 use crate::supervisor::delegation::pump::run_pump;
 use crate::supervisor::delegation::register::{resource_and_thread, session_of};
 use crate::supervisor::runtime::Scope;
@@ -281,7 +281,7 @@ impl Supervisor {
         }
         let parent_id = record.parent_id;
         let store = self.live().store().clone();
-        let opened = if a.resume || a.resume_run.is_some() || a.recover {
+        let opened = if a.start.reopens() {
             Session::reopen(agent, store, record).await
         } else {
             Session::attach(agent, store, record).await
@@ -327,15 +327,9 @@ impl Supervisor {
             // delegations included, so delegating and side effects are approved apart.
             options = options.with_approvals();
         }
-        let resume = match a.resume_run {
-            Some(run) => Resume::Run(run),
-            None if a.recover => Resume::Interrupted,
-            None if a.resume => Resume::Inbox,
-            None => Resume::No,
-        };
         let relay = a.claimed.as_ref().and_then(|c| c.relay.clone());
         let ran = if a.policy.report == Report::OnComplete {
-            AssertUnwindSafe(run_on(&mut session, resume, input, options))
+            AssertUnwindSafe(run_on(&mut session, a.start, input, options))
                 .catch_unwind()
                 .await
         } else {
@@ -360,7 +354,7 @@ impl Supervisor {
                 )),
             };
             let run = async {
-                let r = AssertUnwindSafe(run_on(&mut session, resume, input, options))
+                let r = AssertUnwindSafe(run_on(&mut session, a.start, input, options))
                     .catch_unwind()
                     .await;
                 stop.cancel();
@@ -395,28 +389,20 @@ fn recorded_thinking(a: &Admitted) -> Option<ThinkingLevel> {
     a.record.as_ref().and_then(|r| thinking::recorded(&r.meta))
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Resume {
-    No,
-    Inbox,
-    Run(arbor_protocol::RunId),
-    Interrupted,
-}
-
 /// A first task runs on its input; a follow-up on what is pending in the inbox; a suspended
 /// run goes on with its decisions. The last two are rarer and larger: boxed, so the future
 /// of every delegation does not carry their size.
 async fn run_on(
     session: &mut Session,
-    resume: Resume,
+    start: Start,
     input: String,
     options: RunOptions,
 ) -> crate::CoreResult<crate::RunResult> {
-    match resume {
-        Resume::No => session.run(input, options).await,
-        Resume::Inbox => session.run_inbox(options).await,
-        Resume::Run(run) => Box::pin(session.resume(run, options)).await,
-        Resume::Interrupted => Box::pin(session.continue_from_transcript(options))
+    match start {
+        Start::Fresh => session.run(input, options).await,
+        Start::FollowUp => session.run_inbox(options).await,
+        Start::Resume { run, .. } => Box::pin(session.resume(run, options)).await,
+        Start::Recover => Box::pin(session.continue_from_transcript(options))
             .await
             .map(|(_, r)| r),
     }
