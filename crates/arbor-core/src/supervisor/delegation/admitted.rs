@@ -22,57 +22,77 @@ use crate::supervisor::tree::slots::SlotGuard;
 /// The reason of a delegation cancelled through its handle (its child is then revoked).
 pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
 
-/// Everything admission settled.
+/// A delegation from admission to its terminal report: what admission settled ([`Terms`]),
+/// what registration adds (its record and name), and how this run is driven ([`Control`]).
 #[derive(Debug)]
 pub(crate) struct Admitted {
-    pub(crate) entry: usize,
-    pub(crate) child_id: String,
-    pub(crate) delegation_id: String,
-    pub(crate) depth: u32,
-    pub(crate) path: Arc<[String]>,
-    pub(crate) parents: Arc<[String]>,
-    pub(crate) input: String,
-    pub(crate) limits: SupervisorLimits,
-    pub(crate) policy: EffectivePolicy,
-    pub(crate) thread: String,
-    pub(crate) name: String,
+    pub(super) terms: Terms,
+    /// Its name, set at registration with the record.
+    pub(super) name: String,
     /// The checked name the request asked for, reserved until its record exists (a default
     /// is made at registration).
-    pub(crate) requested_name: Option<names::ReservedName>,
-    pub(crate) model: Option<String>,
-    /// The checked thinking level the request asked for (a rerun reads its record's).
-    pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
-    pub(crate) mode: Mode,
+    pub(super) requested_name: Option<names::ReservedName>,
     /// The child's session record, written at registration.
-    pub(crate) record: Option<arbor_store::SessionRecord>,
-    pub(crate) parent: Option<SessionRef>,
-    pub(crate) spawned_by: Option<SpawnPoint>,
-    /// The parent's tool call that asked for it (kept in its record).
-    pub(crate) spawn_call: Option<String>,
-    pub(crate) identity: Option<Arc<Identity>>,
-    pub(crate) token: CancellationToken,
-    /// Why the token was cancelled, set by whoever cancels it first.
-    pub(crate) reason: CancelReason,
-    pub(crate) caller: Option<CancellationToken>,
-    pub(crate) slot: SlotGuard,
-    /// What kind of run this is: a first task, a follow-up, a resume, a recovery.
-    pub(crate) start: Start,
+    pub(super) record: Option<arbor_store::SessionRecord>,
     /// The child's reply count when this run began (a first task that ends with the same
     /// count never replied).
-    pub(crate) replies_at_start: u32,
+    pub(super) replies_at_start: u32,
+    pub(super) control: Control,
+}
+
+/// What admission settled, fixed from then on: which child, where in the tree, on what
+/// input, under which limits, policy, model, identity and mode.
+#[derive(Debug)]
+pub(crate) struct Terms {
+    /// The catalog entry's position.
+    pub(super) entry: usize,
+    pub(super) child_id: String,
+    pub(super) delegation_id: String,
+    pub(super) depth: u32,
+    /// The catalog ids from the root down to this child (cycle checks).
+    pub(super) path: Arc<[String]>,
+    /// The delegations above this one.
+    pub(super) parents: Arc<[String]>,
+    pub(super) input: String,
+    pub(super) limits: SupervisorLimits,
+    pub(super) policy: EffectivePolicy,
+    pub(super) thread: String,
+    pub(super) model: Option<String>,
+    /// The checked thinking level the request asked for (a rerun reads its record's).
+    pub(super) thinking: Option<arbor_model::ThinkingLevel>,
+    pub(super) mode: Mode,
+    pub(super) parent: Option<SessionRef>,
+    pub(super) spawned_by: Option<SpawnPoint>,
+    /// The parent's tool call that asked for it (kept in its record).
+    pub(super) spawn_call: Option<String>,
+    pub(super) identity: Option<Arc<Identity>>,
+}
+
+/// How this run of the delegation is driven: its cancellation (and why), the caller's
+/// token, its slot, what kind of run it is, who awaits it, and where it was claimed from.
+#[derive(Debug)]
+pub(crate) struct Control {
+    pub(super) token: CancellationToken,
+    /// Why the token was cancelled, set by whoever cancels it first.
+    pub(super) reason: CancelReason,
+    /// The caller's own token, for a caller that waits (its cancel reaches the child).
+    pub(super) caller: Option<CancellationToken>,
+    pub(super) slot: SlotGuard,
+    /// What kind of run this is: a first task, a follow-up, a resume, a recovery.
+    pub(super) start: Start,
     /// Nobody awaits this run's outcome (a message-mode child, a follow-up): if it suspends,
     /// no caller's run carries its approvals, and [`Supervisor::resume_child`] resumes it.
     ///
     /// [`Supervisor::resume_child`]: crate::supervisor::Supervisor::resume_child
-    pub(crate) detached: bool,
+    pub(super) detached: bool,
     /// A run a worker claimed from another process's delegation: it runs here (never handed
     /// to the runner again), and its `before` hook ran where it was admitted.
-    pub(crate) claimed: Option<ClaimedFrom>,
+    pub(super) claimed: Option<ClaimedFrom>,
 }
 
 /// What kind of run a delegation starts. Where it runs (here, or claimed from another
-/// process's delegation: [`Admitted::claimed`]) and whether anybody awaits it
-/// ([`Admitted::detached`]) are apart: a claimed run may be any of these but a follow-up.
+/// process's delegation: [`Control::claimed`]) and whether anybody awaits it
+/// ([`Control::detached`]) are apart: a claimed run may be any of these but a follow-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
     /// A first task, on the delegation's input.
@@ -121,9 +141,9 @@ impl Start {
 pub(crate) struct ClaimedFrom {
     /// The delegation mapping its parent would store beside a suspension (durable
     /// approvals): stored as it is, so the parent's process rebuilds the delegation it knows.
-    pub(crate) mapping: Option<serde_json::Value>,
+    pub(super) mapping: Option<serde_json::Value>,
     /// Where its events go, when its parent streams them.
-    pub(crate) relay: Option<tokio::sync::mpsc::UnboundedSender<arbor_protocol::EventEnvelope>>,
+    pub(super) relay: Option<tokio::sync::mpsc::UnboundedSender<arbor_protocol::EventEnvelope>>,
 }
 
 /// How the work between start and terminal ended.
@@ -140,15 +160,15 @@ pub(crate) enum Worked {
 /// How a run of a registered child ended, for what follows it (notices, wake-ups).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ended {
-    pub(crate) mode: Mode,
+    pub(super) mode: Mode,
     /// A run on pending messages (see [`Start::follow_up`]).
-    pub(crate) follow_up: bool,
-    pub(crate) replies_at_start: u32,
-    pub(crate) host_aborted: bool,
+    pub(super) follow_up: bool,
+    pub(super) replies_at_start: u32,
+    pub(super) host_aborted: bool,
     /// The child's run began (a hook, factory or delete stopped it before otherwise).
-    pub(crate) started: bool,
+    pub(super) started: bool,
     /// Cancelled through its handle: the child is released (a `revoked` tombstone).
-    pub(crate) revoked: bool,
+    pub(super) revoked: bool,
 }
 
 /// The identity a child acts as: the parent's, narrowed to the catalog entry's scopes when it

@@ -15,7 +15,7 @@ use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::names;
 use crate::supervisor::config::policy::{EffectivePolicy, Lifetime};
 use crate::supervisor::delegation::admitted::{
-    Admitted, Start, check_bytes, check_depth, child_identity,
+    Admitted, Control, Start, Terms, check_bytes, check_depth, child_identity,
 };
 use crate::supervisor::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 use crate::supervisor::runtime::{ChildEntry, Delegator, Scope, Supervisor};
@@ -43,7 +43,7 @@ impl Delegator {
         // worker thread and back). A caller that drops this future (its run was cancelled
         // or timed out) hands what is left of the drive to a task, so the delegation still
         // ends with exactly one terminal report; the guard cancels it when that happens.
-        let guard = registered.admitted().token.clone().drop_guard();
+        let guard = registered.admitted().control.token.clone().drop_guard();
         let live = self.supervisor.live();
         let result = Inline::new(live.abandoned().clone(), || {
             live.tracker()
@@ -228,39 +228,43 @@ impl Supervisor {
         let thread = request.thread_id.as_deref().unwrap_or("default").to_owned();
         let host_join = scope.is_none() && request.spawned_by.is_none();
         Ok(Admitted {
-            entry: entry_index,
-            child_id: request.child_id,
-            delegation_id,
-            depth,
-            path: Arc::from(path),
-            parents: Arc::from(parents),
-            input,
-            limits,
-            policy,
-            thread,
+            terms: Terms {
+                entry: entry_index,
+                child_id: request.child_id,
+                delegation_id,
+                depth,
+                path: Arc::from(path),
+                parents: Arc::from(parents),
+                input,
+                limits,
+                policy,
+                thread,
+                model,
+                thinking,
+                mode,
+                parent: request.parent,
+                spawned_by: request.spawned_by,
+                spawn_call: request.spawn_call,
+                identity,
+            },
             // Set at registration, with the record.
             name: String::new(),
             requested_name,
-            model,
-            thinking,
-            mode,
             record: None,
-            parent: request.parent,
-            spawned_by: request.spawned_by,
-            spawn_call: request.spawn_call,
-            identity,
-            token,
-            reason: CancelReason::default(),
-            caller,
-            slot,
-            start: Start::Fresh,
             replies_at_start: 0,
-            // Nobody's run carries the approvals of a message-mode child, nor those of a
-            // child the host itself started to join (no calling run spawned it): when either
-            // stops on a call, it is listed at the root and resumed on its own
-            // (`resume_child`).
-            detached: mode == Mode::Message || (mode == Mode::Async && host_join),
-            claimed: None,
+            control: Control {
+                token,
+                reason: CancelReason::default(),
+                caller,
+                slot,
+                start: Start::Fresh,
+                // Nobody's run carries the approvals of a message-mode child, nor those of a
+                // child the host itself started to join (no calling run spawned it): when either
+                // stops on a call, it is listed at the root and resumed on its own
+                // (`resume_child`).
+                detached: mode == Mode::Message || (mode == Mode::Async && host_join),
+                claimed: None,
+            },
         })
     }
 }

@@ -45,20 +45,20 @@ impl Supervisor {
             ));
         };
         let handle = AsyncHandle {
-            delegation_id: admitted.delegation_id.clone(),
-            child_id: admitted.child_id.clone(),
+            delegation_id: admitted.terms.delegation_id.clone(),
+            child_id: admitted.terms.child_id.clone(),
             session_id: record.id,
             name: record.name.clone(),
-            model: admitted.model.clone(),
+            model: admitted.terms.model.clone(),
         };
         let (tx, rx) = watch::channel(None);
         self.state().handles.insert(
             handle.delegation_id.clone(),
             Entry {
                 child_id: handle.child_id.clone(),
-                root: admitted.parent.map(|p| p.root_id),
-                token: admitted.token.clone(),
-                reason: admitted.reason.clone(),
+                root: admitted.terms.parent.map(|p| p.root_id),
+                token: admitted.control.token.clone(),
+                reason: admitted.control.reason.clone(),
                 cancelled: false,
                 terminal: false,
                 rx,

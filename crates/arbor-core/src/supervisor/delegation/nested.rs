@@ -22,7 +22,7 @@ use crate::outcome::NestedSuspension;
 use crate::session::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::policy::{EffectivePolicy, PolicyInput, Report};
-use crate::supervisor::delegation::admitted::{Admitted, Start, child_identity};
+use crate::supervisor::delegation::admitted::{Admitted, Control, Start, Terms, child_identity};
 use crate::supervisor::delegation::answer::finished;
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::register::admitted_terms;
@@ -80,19 +80,19 @@ impl Supervisor {
         let mapping = Mapping {
             supervisor_id: self.settings().id().to_owned(),
             revision: revision.to_owned(),
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
             session_id: a.record.as_ref()?.id,
-            path: a.path.to_vec(),
-            parents: a.parents.to_vec(),
-            depth: a.depth,
-            thread: a.thread.clone(),
-            input: a.input.clone(),
-            report: a.policy.report,
-            every_turns: a.policy.every_turns,
-            budget_share: a.policy.budget_share,
-            detached: a.detached,
-            follow_up: a.start.follow_up(),
+            path: a.terms.path.to_vec(),
+            parents: a.terms.parents.to_vec(),
+            depth: a.terms.depth,
+            thread: a.terms.thread.clone(),
+            input: a.terms.input.clone(),
+            report: a.terms.policy.report,
+            every_turns: a.terms.policy.every_turns,
+            budget_share: a.terms.policy.budget_share,
+            detached: a.control.detached,
+            follow_up: a.control.start.follow_up(),
             replies_at_start: a.replies_at_start,
         };
         match serde_json::to_value(&mapping) {
@@ -123,7 +123,7 @@ impl Supervisor {
             .into_iter()
             .map(|mut p| {
                 if p.path.is_empty() {
-                    p.path = a.path.to_vec();
+                    p.path = a.terms.path.to_vec();
                 }
                 p
             })
@@ -289,43 +289,47 @@ impl Supervisor {
         }
         let mode = resumed_mode(detached, &record);
         let admitted = Admitted {
-            entry: entry_index,
-            child_id: mapping.child_id.clone(),
-            delegation_id: mapping.delegation_id.clone(),
-            depth: mapping.depth,
-            path: Arc::from(mapping.path.clone()),
-            parents: Arc::from(mapping.parents.clone()),
-            input: mapping.input.clone(),
-            limits,
-            policy,
-            thread: mapping.thread.clone(),
+            terms: Terms {
+                entry: entry_index,
+                child_id: mapping.child_id.clone(),
+                delegation_id: mapping.delegation_id.clone(),
+                depth: mapping.depth,
+                path: Arc::from(mapping.path.clone()),
+                parents: Arc::from(mapping.parents.clone()),
+                input: mapping.input.clone(),
+                limits,
+                policy,
+                thread: mapping.thread.clone(),
+                model: (!record.model.is_empty()).then(|| record.model.clone()),
+                // Kept in the record's meta, which the run reads.
+                thinking: None,
+                mode,
+                parent,
+                spawned_by: None,
+                spawn_call: None,
+                identity,
+            },
             name: record.name.clone(),
             requested_name: None,
-            model: (!record.model.is_empty()).then(|| record.model.clone()),
-            // Kept in the record's meta, which the run reads.
-            thinking: None,
-            mode,
             replies_at_start: if detached {
                 mapping.replies_at_start
             } else {
                 record.replies
             },
             record: Some(record),
-            parent,
-            spawned_by: None,
-            spawn_call: None,
-            identity,
-            // Linked only to the session: no caller waits on a resumed child.
-            token: sup.live().session_token().child_token(),
-            reason: CancelReason::default(),
-            caller: None,
-            slot,
-            start: Start::Resume {
-                run: run_id,
-                follow_up: detached && mapping.follow_up,
+            control: Control {
+                // Linked only to the session: no caller waits on a resumed child.
+                token: sup.live().session_token().child_token(),
+                reason: CancelReason::default(),
+                caller: None,
+                slot,
+                start: Start::Resume {
+                    run: run_id,
+                    follow_up: detached && mapping.follow_up,
+                },
+                detached,
+                claimed: None,
             },
-            detached,
-            claimed: None,
         };
         Ok(Rebuilt::Ready(Box::new(admitted), mapping_version))
     }
@@ -385,7 +389,7 @@ impl NestedResumer for Supervisor {
         // The drive runs as its own task, so a parent resume that is cancelled or times out
         // still leaves the child exactly one terminal report; the guard cancels the child
         // when that happens.
-        let guard = registered.admitted().token.clone().drop_guard();
+        let guard = registered.admitted().control.token.clone().drop_guard();
         let task = sup
             .live()
             .spawn(crate::supervisor::delegation::delegate::boxed_in_place(

@@ -17,7 +17,9 @@ use std::time::Duration;
 use arbor_protocol::ChildOrigin;
 
 use crate::error::CoreResult;
-use crate::supervisor::delegation::admitted::{Admitted, Ended, HANDLE_CANCELLED, Worked};
+use crate::supervisor::delegation::admitted::{
+    Admitted, Control, Ended, HANDLE_CANCELLED, Terms, Worked,
+};
 use crate::supervisor::request::DelegationResult;
 use crate::supervisor::runtime::Supervisor;
 
@@ -74,10 +76,10 @@ impl Registered {
         let a = &self.a;
         self.sup.watch_session_end();
         self.sup.state().summary.start(
-            a.entry,
-            &a.delegation_id,
-            a.parents.clone(),
-            a.policy.lifetime,
+            a.terms.entry,
+            &a.terms.delegation_id,
+            a.terms.parents.clone(),
+            a.terms.policy.lifetime,
         );
     }
 
@@ -86,10 +88,10 @@ impl Registered {
     pub(crate) fn rejoin(&self) {
         let a = &self.a;
         self.sup.state().summary.rejoin(
-            a.entry,
-            &a.delegation_id,
-            a.parents.clone(),
-            a.policy.lifetime,
+            a.terms.entry,
+            &a.terms.delegation_id,
+            a.terms.parents.clone(),
+            a.terms.policy.lifetime,
         );
     }
 
@@ -103,31 +105,31 @@ impl Registered {
     pub(crate) async fn run(self) -> Ran {
         let Self { sup, a } = self;
         let origin = ChildOrigin {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
+            depth: a.terms.depth,
         };
         let (deadline_tx, mut deadline_rx) = tokio::sync::watch::channel(
-            tokio::time::Instant::now() + Duration::from_millis(a.limits.timeout_ms),
+            tokio::time::Instant::now() + Duration::from_millis(a.terms.limits.timeout_ms),
         );
         let mut timed_out = false;
         let worked = {
             let work = sup.work(&a, &origin, &deadline_tx);
             tokio::pin!(work);
-            let caller = a.caller.clone().unwrap_or_default();
+            let caller = a.control.caller.clone().unwrap_or_default();
             loop {
                 let deadline = *deadline_rx.borrow_and_update();
                 tokio::select! {
                     biased;
                     w = &mut work => break w,
-                    _ = caller.cancelled(), if !a.token.is_cancelled() => {
-                        a.reason.set("Delegation cancelled");
-                        a.token.cancel();
+                    _ = caller.cancelled(), if !a.control.token.is_cancelled() => {
+                        a.control.reason.set("Delegation cancelled");
+                        a.control.token.cancel();
                     }
                     changed = deadline_rx.changed() => { let _ = changed; }
-                    _ = tokio::time::sleep_until(deadline), if !timed_out && !a.token.is_cancelled() => {
+                    _ = tokio::time::sleep_until(deadline), if !timed_out && !a.control.token.is_cancelled() => {
                         timed_out = true;
-                        a.token.cancel();
+                        a.control.token.cancel();
                     }
                 }
             }
@@ -146,7 +148,7 @@ impl Ran {
     /// A claimed run's work, for the process it was claimed from (which reports it): its
     /// task-lifetime descendants here end with it, its slot here is released.
     pub(crate) fn here(self) -> Worked {
-        self.a.token.cancel();
+        self.a.control.token.cancel();
         self.worked
     }
 
@@ -161,22 +163,21 @@ impl Ran {
             worked,
             timed_out,
         } = self;
-        let host_aborted = a.token.is_cancelled() && !timed_out;
+        let host_aborted = a.control.token.is_cancelled() && !timed_out;
         // Whether the child's run began (and so read what waited in its inbox).
         let started = matches!(worked, Worked::Ran { .. });
         let outcome = sup
             .terminal(&a, &origin, worked, timed_out, host_aborted)
             .await;
-        a.token.cancel();
+        a.control.token.cancel();
         // A hosted child its host (or its parent model) cancelled through its handle is
         // released: its record gets a `revoked` tombstone once its run has ended.
-        let revoked = a.reason.get() == Some(HANDLE_CANCELLED);
+        let revoked = a.control.reason.get() == Some(HANDLE_CANCELLED);
         let Admitted {
-            slot,
+            terms: Terms { mode, .. },
             record,
-            mode,
-            start,
             replies_at_start,
+            control: Control { slot, start, .. },
             ..
         } = *a;
         drop(slot);

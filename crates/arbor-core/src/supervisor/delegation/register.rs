@@ -25,18 +25,18 @@ impl Supervisor {
         let sup = self;
         let entry = sup
             .catalog()
-            .entry(a.entry)
+            .entry(a.terms.entry)
             .ok_or_else(crate::supervisor::runtime::unknown_entry)?;
         // Every resolved model is preflighted, the entry's default too: a spawn never runs
         // a model its provider would refuse (HTTP providers cache a passed check).
-        if let (Some(model), Some(provider)) = (&a.model, &entry.preflight) {
+        if let (Some(model), Some(provider)) = (&a.terms.model, &entry.preflight) {
             provider.preflight(model).await.map_err(|e| {
                 CoreError::invalid(
                     "model",
                     format!(
                         "Model \"{model}\" for child \"{}\" failed its preflight: {e}; \
                          allowed models: {}",
-                        a.child_id,
+                        a.terms.child_id,
                         entry.models().join(", ")
                     ),
                 )
@@ -45,39 +45,41 @@ impl Supervisor {
         let agent = entry
             .agent_name
             .clone()
-            .unwrap_or_else(|| a.child_id.clone());
-        let mut record = SessionRecord::new_root("", agent, a.model.clone().unwrap_or_default());
+            .unwrap_or_else(|| a.terms.child_id.clone());
+        let mut record =
+            SessionRecord::new_root("", agent, a.terms.model.clone().unwrap_or_default());
         // The reservation is held until the record exists (then the store holds the name);
         // an error or a dropped registration frees it.
         let reserved = a.requested_name.take();
         record.name = match &reserved {
             Some(name) => name.name().to_owned(),
-            None => names::default_name(&a.input, record.id),
+            None => names::default_name(&a.terms.input, record.id),
         };
-        let inherited_depth = match a.parent {
+        let inherited_depth = match a.terms.parent {
             Some(parent) => self.place_under(parent, &mut record).await?,
             None => None,
         };
-        record.spawned_by = a.spawned_by;
+        record.spawned_by = a.terms.spawned_by;
         let (resource_id, thread_id) = resource_and_thread(sup, a);
         record.meta = Meta::typed(ChildMeta {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            lifetime: a.policy.lifetime.as_str(),
-            limits: a.limits,
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
+            lifetime: a.terms.policy.lifetime.as_str(),
+            limits: a.terms.limits,
             max_depth: inherited_depth,
-            mode: a.mode.as_str(),
-            path: Path(a.path.clone()),
-            policy: a.policy,
+            mode: a.terms.mode.as_str(),
+            path: Path(a.terms.path.clone()),
+            policy: a.terms.policy,
             thread_id,
             resource_id,
             scopes: a
+                .terms
                 .identity
                 .as_ref()
                 .map(|i| i.scopes().iter().cloned().collect()),
-            spawn_call: a.spawn_call.clone(),
+            spawn_call: a.terms.spawn_call.clone(),
             supervisor_id: sup.settings().id().to_owned(),
-            thinking: a.thinking,
+            thinking: a.terms.thinking,
         });
         sup.live()
             .store()
@@ -95,12 +97,14 @@ impl Supervisor {
             false,
         );
         // Running from here on; a send that arrives before its first run begins waits for it.
-        sup.live().hub().start_first_run(record.id, &a.token);
+        sup.live()
+            .hub()
+            .start_first_run(record.id, &a.control.token);
         self.publish(SupervisorEvent::DelegationAdmitted {
             origin: arbor_protocol::ChildOrigin {
-                child_id: a.child_id.clone(),
-                delegation_id: a.delegation_id.clone(),
-                depth: a.depth,
+                child_id: a.terms.child_id.clone(),
+                delegation_id: a.terms.delegation_id.clone(),
+                depth: a.terms.depth,
             },
             session_id: record.id,
             name: record.name.clone(),
@@ -198,8 +202,13 @@ pub(crate) fn admitted_terms(
 /// A delegation's resource id (`<supervisor>/<delegation>/<child>`) and thread id (the
 /// resource id, then its thread, percent-encoded).
 pub(crate) fn resource_and_thread(sup: &Supervisor, a: &Admitted) -> (String, String) {
-    let resource_id = format!("{}/{}/{}", sup.settings().id(), a.delegation_id, a.child_id);
-    let thread_id = format!("{resource_id}/{}", encode_component(&a.thread));
+    let resource_id = format!(
+        "{}/{}/{}",
+        sup.settings().id(),
+        a.terms.delegation_id,
+        a.terms.child_id
+    );
+    let thread_id = format!("{resource_id}/{}", encode_component(&a.terms.thread));
     (resource_id, thread_id)
 }
 

@@ -21,7 +21,7 @@ use crate::supervisor::config::limits::{LimitsInput, SupervisorLimits};
 use crate::supervisor::config::policy::{EffectivePolicy, Report};
 use crate::supervisor::config::runner::RemoteChild;
 use crate::supervisor::delegation::admitted::{
-    Admitted, ClaimedFrom, Start, Worked, child_identity,
+    Admitted, ClaimedFrom, Control, Start, Terms, Worked, child_identity,
 };
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::delegation::pump::run_pump;
@@ -133,20 +133,22 @@ impl Supervisor {
         let parent = record.parent_id?;
         // A first run, or a suspended one resumed with its decisions (durable approvals);
         // follow-ups and continued runs run where their supervisor is.
-        let handed = a.claimed.is_none() && !a.start.follow_up() && a.start != Start::Recover;
-        if !handed || narrowed_permission || a.mode == Mode::Message {
+        let handed = a.control.claimed.is_none()
+            && !a.control.start.follow_up()
+            && a.control.start != Start::Recover;
+        if !handed || narrowed_permission || a.terms.mode == Mode::Message {
             return None;
         }
         Some(RemoteChild {
             session: record.id,
             parent,
             root: record.root_id,
-            child_id: a.child_id.clone(),
+            child_id: a.terms.child_id.clone(),
             input: input.to_owned(),
             limits: limits.to_input(),
             max_active: limits.max_active_children,
-            cancel: a.token.clone(),
-            resume_run: a.start.resumed_run(),
+            cancel: a.control.token.clone(),
+            resume_run: a.control.start.resumed_run(),
             mapping: self.mapping_value(a),
             events: None,
         })
@@ -178,20 +180,27 @@ impl Supervisor {
         );
         // Marked running with the delegation's token unless it is already (a closed session
         // cancels the token instead).
-        hub.start_run(session_id, &a.token);
+        hub.start_run(session_id, &a.control.token);
         // Handed over: it starts elsewhere, and what is sent meanwhile waits in the store.
         hub.started(session_id);
-        if a.token.is_cancelled() {
+        if a.control.token.is_cancelled() {
             return Worked::Error(self.cancel_error(a));
         }
-        let ran = if a.policy.report == Report::OnComplete {
+        let ran = if a.terms.policy.report == Report::OnComplete {
             runner.run(child).await
         } else {
             let bus = Arc::new(EventBus::new(session_id, EVENT_BUFFER));
             let sub = bus.subscribe();
             child.events = Some(bus);
             let stop = CancellationToken::new();
-            let pump = run_pump(self, origin.clone(), a.policy, limits, sub, stop.clone());
+            let pump = run_pump(
+                self,
+                origin.clone(),
+                a.terms.policy,
+                limits,
+                sub,
+                stop.clone(),
+            );
             let run = async {
                 let r = runner.run(child).await;
                 stop.cancel();
@@ -212,7 +221,7 @@ impl Supervisor {
                 name: a.name.clone(),
                 result: Box::new(result),
             },
-            Err(_) if a.token.is_cancelled() => Worked::Error(self.cancel_error(a)),
+            Err(_) if a.control.token.is_cancelled() => Worked::Error(self.cancel_error(a)),
             Err(e) => Worked::Error(self.redact_error(e)),
         }
     }
@@ -283,8 +292,8 @@ impl Supervisor {
         let mut admitted = self
             .rebuilt(terms, record, limits, slot, self.redact(&claimed.input))
             .await?;
-        admitted.caller = Some(claimed.cancel);
-        admitted.start = match claimed.resume_run {
+        admitted.control.caller = Some(claimed.cancel);
+        admitted.control.start = match claimed.resume_run {
             Some(run) => Start::Resume {
                 run,
                 follow_up: false,
@@ -292,7 +301,7 @@ impl Supervisor {
             None if recover => Start::Recover,
             None => Start::Fresh,
         };
-        admitted.claimed = Some(ClaimedFrom {
+        admitted.control.claimed = Some(ClaimedFrom {
             mapping: claimed.mapping,
             relay: claimed.relay,
         });
@@ -325,39 +334,43 @@ impl Supervisor {
             None => None,
         };
         Ok(Admitted {
-            entry: terms.entry,
-            child_id: terms.child_id,
-            delegation_id: format!(
-                "{}-{}",
-                self.settings().id(),
-                arbor_protocol::RunId::new().as_uuid().simple()
-            ),
-            depth: record.depth.max(1),
-            path: Arc::from(terms.path),
-            parents: Arc::from(Vec::new()),
-            input,
-            limits,
-            policy: terms.policy,
-            thread: "default".to_owned(),
+            terms: Terms {
+                entry: terms.entry,
+                child_id: terms.child_id,
+                delegation_id: format!(
+                    "{}-{}",
+                    self.settings().id(),
+                    arbor_protocol::RunId::new().as_uuid().simple()
+                ),
+                depth: record.depth.max(1),
+                path: Arc::from(terms.path),
+                parents: Arc::from(Vec::new()),
+                input,
+                limits,
+                policy: terms.policy,
+                thread: "default".to_owned(),
+                model: (!record.model.is_empty()).then(|| record.model.clone()),
+                // Kept in the record's meta, which the run reads.
+                thinking: None,
+                mode: terms.mode,
+                parent,
+                spawned_by: None,
+                spawn_call: None,
+                identity: terms.identity,
+            },
             name: record.name.clone(),
             requested_name: None,
-            model: (!record.model.is_empty()).then(|| record.model.clone()),
-            // Kept in the record's meta, which the run reads.
-            thinking: None,
-            mode: terms.mode,
             replies_at_start: record.replies,
             record: Some(record),
-            parent,
-            spawned_by: None,
-            spawn_call: None,
-            identity: terms.identity,
-            token: self.live().session_token().child_token(),
-            reason: CancelReason::default(),
-            caller: None,
-            slot,
-            start: Start::Fresh,
-            detached: false,
-            claimed: None,
+            control: Control {
+                token: self.live().session_token().child_token(),
+                reason: CancelReason::default(),
+                caller: None,
+                slot,
+                start: Start::Fresh,
+                detached: false,
+                claimed: None,
+            },
         })
     }
 

@@ -192,13 +192,13 @@ impl Supervisor {
         let mut admitted = self
             .rebuilt(terms, record, limits, slot, String::new())
             .await?;
-        admitted.start = if recover {
+        admitted.control.start = if recover {
             Start::Recover
         } else {
             Start::FollowUp
         };
         // A follow-up or a continued run: nobody awaits it.
-        admitted.detached = true;
+        admitted.control.detached = true;
         let registered = Registered::resumed(self, admitted);
         registered.begin();
         // Drive inline: this is already the background task (or the host's call).

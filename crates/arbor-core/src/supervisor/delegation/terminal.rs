@@ -32,8 +32,8 @@ fn timeout_error(a: &Admitted) -> CoreError {
         "Delegation timeout exceeded",
         Some(LimitInfo {
             limit: arbor_protocol::LimitKind::TimeoutMs,
-            maximum: a.limits.timeout_ms,
-            observed: a.limits.timeout_ms,
+            maximum: a.terms.limits.timeout_ms,
+            observed: a.terms.limits.timeout_ms,
         }),
     )
 }
@@ -74,7 +74,7 @@ impl Supervisor {
                 .await;
                 self.state()
                     .summary
-                    .settle(&a.delegation_id, Outcome::Rejected, false);
+                    .settle(&a.terms.delegation_id, Outcome::Rejected, false);
                 Err(CoreError::denied(crate::error::DenyReason::Hook, reason))
             }
             Worked::Ran {
@@ -89,7 +89,7 @@ impl Supervisor {
                 };
                 self.state()
                     .summary
-                    .settle(&a.delegation_id, outcome, false);
+                    .settle(&a.terms.delegation_id, outcome, false);
                 self.publish(SupervisorEvent::DelegationFinished {
                     origin: origin.clone(),
                     status: result.status,
@@ -106,8 +106,8 @@ impl Supervisor {
                 )
                 .await;
                 Ok(DelegationResult {
-                    delegation_id: a.delegation_id.clone(),
-                    child_id: a.child_id.clone(),
+                    delegation_id: a.terms.delegation_id.clone(),
+                    child_id: a.terms.child_id.clone(),
                     session_id,
                     name,
                     result: *result,
@@ -148,15 +148,15 @@ impl Supervisor {
                 .as_ref()
                 .map(|s| s.pending.clone())
                 .unwrap_or_default();
-            self.state().summary.suspend(&a.delegation_id);
+            self.state().summary.suspend(&a.terms.delegation_id);
             return Some(self.suspended(a, result.run_id, *session_id, pending).await);
         }
-        if a.start.resumed_run().is_some()
+        if a.control.start.resumed_run().is_some()
             && !timed_out
             && !host_aborted
             && let Worked::Error(e) = worked
         {
-            self.state().summary.suspend(&a.delegation_id);
+            self.state().summary.suspend(&a.terms.delegation_id);
             if let Some(id) = session_of(a) {
                 let back = SessionUpdate::status(SessionStatus::Suspended);
                 if let Err(e) = self.live().store().update_session(id, &back).await {
@@ -226,7 +226,7 @@ impl Supervisor {
     /// reason given), else `Cancelled`, with [`cancel_message`](Self::cancel_message).
     pub(crate) fn cancel_error(&self, a: &Admitted) -> CoreError {
         let message = self.cancel_message(a);
-        if a.reason.get().is_none() && self.live().session_token().is_cancelled() {
+        if a.control.reason.get().is_none() && self.live().session_token().is_cancelled() {
             CoreError::Closed(message)
         } else {
             CoreError::Cancelled(message)
@@ -236,15 +236,16 @@ impl Supervisor {
     /// Why a host-aborted delegation ended: an explicit reason, else the session's end, else
     /// a cancelled caller or ancestor.
     pub(crate) fn cancel_message(&self, a: &Admitted) -> String {
-        let reason = a
-            .reason
-            .get()
-            .unwrap_or(if self.live().session_token().is_cancelled() {
-                "Supervisor session has ended"
-            } else {
-                "Delegation cancelled"
-            });
-        match a.reason.detail() {
+        let reason =
+            a.control
+                .reason
+                .get()
+                .unwrap_or(if self.live().session_token().is_cancelled() {
+                    "Supervisor session has ended"
+                } else {
+                    "Delegation cancelled"
+                });
+        match a.control.reason.detail() {
             Some(detail) => self.redact(&format!("{reason}: {detail}")),
             None => reason.to_owned(),
         }
@@ -266,7 +267,7 @@ impl Supervisor {
         };
         self.state()
             .summary
-            .settle(&a.delegation_id, outcome, failure);
+            .settle(&a.terms.delegation_id, outcome, failure);
         if failure {
             // On a limit death only, as the contract says.
             let attribution = result.and_then(|r| r.attribution.as_ref());
@@ -352,9 +353,9 @@ impl Supervisor {
             return;
         };
         let completion = Completion {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
+            depth: a.terms.depth,
             status,
             text,
             usage,

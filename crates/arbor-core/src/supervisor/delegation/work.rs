@@ -59,25 +59,25 @@ impl Supervisor {
         origin: &ChildOrigin,
         deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
     ) -> Result<Worked, Worked> {
-        let Some(entry) = self.catalog().entry(a.entry) else {
+        let Some(entry) = self.catalog().entry(a.terms.entry) else {
             return Err(Worked::Error(crate::supervisor::runtime::unknown_entry()));
         };
         // The run is marked started before anything of it happens: a delete that landed
         // since admission (or since a follow-up was claimed) has closed the session, and
         // then nothing starts (no hook, no factory, no turn).
         if let Some(id) = session_of(a) {
-            self.live().hub().start_run(id, &a.token);
+            self.live().hub().start_run(id, &a.control.token);
         }
-        if a.token.is_cancelled() {
+        if a.control.token.is_cancelled() {
             return Err(Worked::Error(self.cancel_error(a)));
         }
         let hooked = self.before_hook(a, deadline).await?;
         // The hook's decision is applied: the slot counts as live from here on, and a cap
         // the hook lowered is checked against the children already live (atomically).
         let limits = hooked.limits;
-        let lowered = (limits.max_active_children < a.limits.max_active_children)
+        let lowered = (limits.max_active_children < a.terms.limits.max_active_children)
             .then_some(limits.max_active_children);
-        a.slot.confirm(lowered).map_err(Worked::Error)?;
+        a.control.slot.confirm(lowered).map_err(Worked::Error)?;
         // Kept in the record of a child registered by this process; built again otherwise.
         let (resource_id, thread_id) = match a
             .record
@@ -119,24 +119,28 @@ impl Supervisor {
         deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
     ) -> Result<Hooked, Worked> {
         let mut hooked = Hooked {
-            limits: a.limits,
-            input: a.input.clone(),
+            limits: a.terms.limits,
+            input: a.terms.input.clone(),
             permission: None,
         };
-        let Some(hook) = self.settings().before().filter(|_| a.claimed.is_none()) else {
+        let Some(hook) = self
+            .settings()
+            .before()
+            .filter(|_| a.control.claimed.is_none())
+        else {
             return Ok(hooked);
         };
         let ctx = BeforeContext {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
-            path: a.path.clone(),
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
+            depth: a.terms.depth,
+            path: a.terms.path.clone(),
             input: hooked.input.clone(),
             limits: hooked.limits,
         };
         let decision = tokio::select! {
             d = AssertUnwindSafe(hook.before(&ctx)).catch_unwind() => d,
-            _ = a.token.cancelled() => return Err(Worked::Error(self.cancel_error(a))),
+            _ = a.control.token.cancelled() => return Err(Worked::Error(self.cancel_error(a))),
         };
         let (new_input, new_limits, permission) = match decision {
             Err(p) => {
@@ -158,7 +162,7 @@ impl Supervisor {
         };
         if let Some(l) = new_limits {
             hooked.limits = hooked.limits.narrow(&l).map_err(Worked::Error)?;
-            check_depth(a.depth, &hooked.limits).map_err(Worked::Error)?;
+            check_depth(a.terms.depth, &hooked.limits).map_err(Worked::Error)?;
             let _ = deadline.send(
                 tokio::time::Instant::now() + Duration::from_millis(hooked.limits.timeout_ms),
             );
@@ -180,27 +184,27 @@ impl Supervisor {
         thread_id: String,
         permission: Permission,
     ) -> ChildContext {
-        let mut parents = a.parents.to_vec();
-        parents.push(a.delegation_id.clone());
+        let mut parents = a.terms.parents.to_vec();
+        parents.push(a.terms.delegation_id.clone());
         ChildContext {
-            child_id: a.child_id.clone(),
-            delegation_id: a.delegation_id.clone(),
-            depth: a.depth,
-            path: a.path.clone(),
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
+            depth: a.terms.depth,
+            path: a.terms.path.clone(),
             resource_id,
             thread_id,
             permission,
-            identity: a.identity.clone(),
-            model: a.model.clone(),
+            identity: a.terms.identity.clone(),
+            model: a.terms.model.clone(),
             thinking: recorded_thinking(a),
-            cancel: a.token.clone(),
+            cancel: a.control.token.clone(),
             delegator: Delegator {
                 supervisor: self.clone(),
                 scope: Some(Arc::new(Scope {
-                    path: a.path.clone(),
+                    path: a.terms.path.clone(),
                     parents: Arc::from(parents),
-                    token: a.token.clone(),
-                    identity: a.identity.clone(),
+                    token: a.control.token.clone(),
+                    identity: a.terms.identity.clone(),
                 })),
             },
         }
@@ -218,7 +222,7 @@ impl Supervisor {
     ) -> Result<Agent, Worked> {
         let built = tokio::select! {
             b = AssertUnwindSafe(entry.factory.create(ctx)).catch_unwind() => b,
-            _ = a.token.cancelled() => return Err(Worked::Error(self.cancel_error(a))),
+            _ = a.control.token.cancelled() => return Err(Worked::Error(self.cancel_error(a))),
         };
         let agent = match built {
             Ok(Ok(agent)) => agent,
@@ -226,7 +230,7 @@ impl Supervisor {
             Err(p) => {
                 return Err(Worked::Error(CoreError::Supervisor(format!(
                     "child \"{}\" factory panicked: {}",
-                    a.child_id,
+                    a.terms.child_id,
                     panic_message(&*p)
                 ))));
             }
@@ -234,7 +238,7 @@ impl Supervisor {
         let mut builder = agent.to_builder();
         // A message-mode child answers with `send_message`: the runtime gives it the tool
         // when its factory did not, so no factory has to remember it.
-        if a.mode == crate::supervisor::request::Mode::Message
+        if a.terms.mode == crate::supervisor::request::Mode::Message
             && agent.tools().get("send_message").is_none()
         {
             builder = builder.dyn_tools(self.delegator().reply_tools());
@@ -243,7 +247,7 @@ impl Supervisor {
         builder
             .permission(permission.and(agent.permission()))
             .overrides(
-                a.identity.as_deref().or(agent.identity()).cloned(),
+                a.terms.identity.as_deref().or(agent.identity()).cloned(),
                 settings
                     .redactor()
                     .cloned()
@@ -274,14 +278,14 @@ impl Supervisor {
             return Err(Worked::Error(CoreError::Supervisor(format!(
                 "child \"{}\" factory built an agent for model \"{}\", but the delegation was \
                  admitted for model \"{}\"",
-                a.child_id,
+                a.terms.child_id,
                 agent.model(),
                 record.model
             ))));
         }
         let parent_id = record.parent_id;
         let store = self.live().store().clone();
-        let opened = if a.start.reopens() {
+        let opened = if a.control.start.reopens() {
             Session::reopen(agent, store, record).await
         } else {
             Session::attach(agent, store, record).await
@@ -293,7 +297,7 @@ impl Supervisor {
                 .hub()
                 .register(session.id(), parent_id, session.inbox().clone(), false);
         session.share_inbox(inbox);
-        let mapping = match &a.claimed {
+        let mapping = match &a.control.claimed {
             Some(from) => from.mapping.clone(),
             None => self.mapping_value(a),
         };
@@ -317,19 +321,19 @@ impl Supervisor {
         input: String,
     ) -> Worked {
         let hub = self.live().hub();
-        hub.start_run(session.id(), &a.token);
+        hub.start_run(session.id(), &a.control.token);
         hub.started(session.id());
         let mut options = RunOptions::default()
-            .with_cancel(a.token.clone())
+            .with_cancel(a.control.token.clone())
             .with_nested(Arc::new(self.clone()));
         if self.settings().revision().is_some() {
             // Durable approvals: every call of every child waits for a decision, its own
             // delegations included, so delegating and side effects are approved apart.
             options = options.with_approvals();
         }
-        let relay = a.claimed.as_ref().and_then(|c| c.relay.clone());
-        let ran = if a.policy.report == Report::OnComplete {
-            AssertUnwindSafe(run_on(&mut session, a.start, input, options))
+        let relay = a.control.claimed.as_ref().and_then(|c| c.relay.clone());
+        let ran = if a.terms.policy.report == Report::OnComplete {
+            AssertUnwindSafe(run_on(&mut session, a.control.start, input, options))
                 .catch_unwind()
                 .await
         } else {
@@ -347,14 +351,14 @@ impl Supervisor {
                 None => Either::Right(run_pump(
                     self,
                     origin.clone(),
-                    a.policy,
+                    a.terms.policy,
                     limits,
                     sub,
                     stop.clone(),
                 )),
             };
             let run = async {
-                let r = AssertUnwindSafe(run_on(&mut session, a.start, input, options))
+                let r = AssertUnwindSafe(run_on(&mut session, a.control.start, input, options))
                     .catch_unwind()
                     .await;
                 stop.cancel();
@@ -370,14 +374,14 @@ impl Supervisor {
             },
             Ok(Err(CoreError::Store(arbor_store::StoreError::Deleted { .. }))) => {
                 // Deleted by another process as the run started: it ends as cancelled.
-                a.reason.set("Child was deleted");
-                a.token.cancel();
+                a.control.reason.set("Child was deleted");
+                a.control.token.cancel();
                 Worked::Error(self.cancel_error(a))
             }
             Ok(Err(e)) => Worked::Error(e),
             Err(p) => Worked::Error(CoreError::Supervisor(format!(
                 "child \"{}\" run panicked: {}",
-                a.child_id,
+                a.terms.child_id,
                 panic_message(&*p)
             ))),
         }
