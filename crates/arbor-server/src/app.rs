@@ -50,6 +50,10 @@ pub(crate) fn router(state: AppState) -> Router {
             "/v1/sessions/{id}/delegations/{delegation}/cancel",
             post(host::cancel),
         )
+        .route(
+            "/v1/sessions/{id}/delegations/{delegation}/stop",
+            post(host::stop),
+        )
         .route("/v1/sessions/{id}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{id}/events", get(events::stream))
         .route("/v1/sessions/{id}/cancel", post(sessions::cancel))

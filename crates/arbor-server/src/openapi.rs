@@ -40,6 +40,7 @@ use crate::views::{
         api::host::spawn,
         api::host::wait,
         api::host::cancel,
+        api::host::stop,
         api::host::message,
         api::host::delete,
         api::events::stream,

@@ -30,6 +30,7 @@ mod run_once;
 mod selectors;
 mod spawn_tool;
 mod stay_dead;
+mod stop;
 mod supervisor;
 mod support;
 mod tool_arguments;

@@ -89,12 +89,12 @@ pub struct AnswerView {
     pub usage: arbor_protocol::Usage,
 }
 
-/// What a wait or a cancel found.
+/// What a wait, a cancel or a stop found.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct DelegationState {
     /// The delegation.
     pub delegation_id: String,
-    /// `running`, `cancelled`, `cancelling` or `terminal`.
+    /// `running`, `cancelled`, `cancelling`, `stopping` or `terminal`.
     pub status: String,
 }
 
@@ -314,6 +314,30 @@ pub(crate) async fn cancel(
     Ok(Json(DelegationState {
         delegation_id: delegation,
         status: if running { "cancelling" } else { "terminal" }.to_owned(),
+    }))
+}
+
+/// Stops a child's run by its handle and keeps the child: its session stays (`aborted`, not
+/// deleted) and a message to it starts its next run; a cancel releases it instead.
+#[utoipa::path(post, path = "/v1/sessions/{id}/delegations/{delegation}/stop", tag = "host",
+    params(("id" = String, Path, description = "A session of the tree"),
+        ("delegation" = String, Path, description = "The delegation")),
+    responses(
+        (status = 200, description = "`stopping`, or `terminal` when it had ended", body = DelegationState),
+        (status = 401, body = ApiError),
+        (status = 404, description = "Unknown, foreign or forgotten", body = ApiError),
+        (status = 409, description = "The tree does not run here", body = ApiError)))]
+pub(crate) async fn stop(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path((id, delegation)): Path<(String, String)>,
+) -> ApiResult<Json<DelegationState>> {
+    let record = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &record).await?;
+    let running = sup.stop(&delegation, Some("stopped by the host"))?;
+    Ok(Json(DelegationState {
+        delegation_id: delegation,
+        status: if running { "stopping" } else { "terminal" }.to_owned(),
     }))
 }
 

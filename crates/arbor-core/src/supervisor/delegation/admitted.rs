@@ -22,6 +22,9 @@ use crate::supervisor::tree::slots::SlotGuard;
 /// The reason of a delegation cancelled through its handle (its child is then revoked).
 pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
 
+/// The reason of a delegation whose run was stopped through its handle, the child kept.
+pub(crate) const HANDLE_STOPPED: &str = "Async delegation stopped";
+
 /// A delegation from admission to its terminal report: what admission settled ([`Terms`]),
 /// what registration adds (its record and name), and how this run is driven ([`Control`]).
 #[derive(Debug)]

@@ -150,12 +150,21 @@ impl Supervisor {
     /// (its error reads `Async delegation cancelled: <reason>`), the terminal event and the
     /// `after` hook (redacted).
     pub fn cancel_with(&self, delegation_id: &str, reason: &str) -> CoreResult<bool> {
-        self.cancel_as(Reach::Host, delegation_id, Some(reason))
+        self.cancel_as(Reach::Host, delegation_id, Some(reason), false)
+    }
+
+    /// Stops the run of an async delegation and keeps its child: unlike
+    /// [`cancel`](Self::cancel), which releases a hosted child (its record tombstoned
+    /// `revoked`), the child's session stays, `aborted`, its transcript whole, and a message
+    /// to it later starts its next run. `true` when it was running, `false` when it had
+    /// already finished; its result's error reads `Async delegation stopped[: <reason>]`.
+    pub fn stop(&self, delegation_id: &str, reason: Option<&str>) -> CoreResult<bool> {
+        self.cancel_as(Reach::Host, delegation_id, reason, true)
     }
 
     /// [`cancel`](Self::cancel) as `reach` sees the handles.
     pub(crate) fn cancel_from(&self, reach: Reach, delegation_id: &str) -> CoreResult<bool> {
-        self.cancel_as(reach, delegation_id, None)
+        self.cancel_as(reach, delegation_id, None, false)
     }
 
     fn cancel_as(
@@ -163,6 +172,7 @@ impl Supervisor {
         reach: Reach,
         delegation_id: &str,
         detail: Option<&str>,
+        keep: bool,
     ) -> CoreResult<bool> {
         let mut state = self.state();
         let entry = state.handles.get_mut(delegation_id, reach)?;
@@ -170,7 +180,11 @@ impl Supervisor {
             return Ok(false);
         }
         entry.cancelled = true;
-        let reason = crate::supervisor::delegation::admitted::HANDLE_CANCELLED;
+        let reason = if keep {
+            crate::supervisor::delegation::admitted::HANDLE_STOPPED
+        } else {
+            crate::supervisor::delegation::admitted::HANDLE_CANCELLED
+        };
         match detail.map(str::trim).filter(|d| !d.is_empty()) {
             Some(d) => entry.reason.set_with(reason, d.to_owned()),
             None => entry.reason.set(reason),

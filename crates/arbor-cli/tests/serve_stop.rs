@@ -1,0 +1,164 @@
+//! A host stops a child's run over HTTP and keeps the child (`POST
+//! /v1/sessions/{id}/delegations/{d}/stop`), where a cancel releases it: the stopped child
+//! stays listed, `aborted` and not deleted, and takes messages; the cancelled one is deleted
+//! (`revoked`) and refuses them.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+#[allow(dead_code)]
+mod serve_support;
+use serve_support::{call, client, serve_env, start_run, status_becomes};
+
+/// A root that holds its tree open, and a child whose runs take ten seconds.
+const SLOW_CHILD: &str = r#"
+task = "hold the tree open"
+root = "root"
+
+[agents.root]
+children = ["slow"]
+repeat_last = true
+[[agents.root.turns]]
+delay_ms = 8000
+text = "done"
+
+[agents.slow]
+repeat_last = true
+[[agents.slow.turns]]
+delay_ms = 10000
+text = "late"
+"#;
+
+/// Starts a `slow` child under `root` and returns its delegation and session.
+async fn spawn_slow(
+    http: &reqwest::Client,
+    base: &str,
+    root: &str,
+    name: &str,
+) -> (String, String) {
+    let (status, h) = call(
+        http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/children"),
+        Some(json!({"child_id": "slow", "input": "take your time", "name": name, "mode": "async"})),
+    )
+    .await;
+    assert_eq!((status, &h["status"]), (201, &json!("running")), "{h}");
+    (
+        h["delegation_id"].as_str().unwrap().to_owned(),
+        h["session_id"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The child's session once its run has ended.
+async fn ended(http: &reqwest::Client, base: &str, session: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let (status, s) = call(
+            http,
+            Method::GET,
+            format!("{base}/v1/sessions/{session}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{s}");
+        if s["status"] != "running" && s["status"] != "idle" {
+            return s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{s}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/slow.toml"), SLOW_CHILD).unwrap();
+    let served = serve_env(dir.path(), &[], &[]);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "slow").await;
+    status_becomes(&http, &base, &root, "running").await;
+
+    // Stopped: kept, aborted, and a message to it is taken.
+    let (did, kept) = spawn_slow(&http, &base, &root, "kept").await;
+    let (status, s) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/delegations/{did}/stop"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &s["status"]), (200, &json!("stopping")), "{s}");
+    let child = ended(&http, &base, &kept).await;
+    assert_eq!(
+        (&child["status"], &child["deleted"], &child["tombstone"]),
+        (&json!("aborted"), &json!(false), &Value::Null),
+        "{child}"
+    );
+    let (status, r) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{kept}/messages"),
+        Some(json!({"text": "go on"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{r}");
+    // Over now: a second stop says so.
+    let (status, s) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/delegations/{did}/stop"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &s["status"]), (200, &json!("terminal")), "{s}");
+
+    // Cancelled: released (deleted, `revoked`), and a message to it is refused.
+    let (did, released) = spawn_slow(&http, &base, &root, "released").await;
+    let (status, s) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/delegations/{did}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &s["status"]), (200, &json!("cancelling")), "{s}");
+    let started = Instant::now();
+    let child = loop {
+        let (_, c) = call(
+            &http,
+            Method::GET,
+            format!("{base}/v1/sessions/{released}"),
+            None,
+        )
+        .await;
+        if c["deleted"] == true {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{c}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(child["tombstone"]["reason"], "revoked", "{child}");
+    let (status, r) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{released}/messages"),
+        Some(json!({"text": "go on"})),
+    )
+    .await;
+    assert_eq!(status, 404, "{r}");
+
+    // An unknown handle is unknown to a stop as to a cancel.
+    let (status, _) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/delegations/supervisor-forged/stop"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+}
