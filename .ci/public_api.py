@@ -147,7 +147,7 @@ class Surface:
             self.lines.add(f"mod {here}")
             self.walk_module(str(it["id"]), here)
         elif kind == "struct":
-            self.lines.add(f"struct {here}{generic_params(v['generics'])}")
+            self.lines.add(f"struct {here}{generic_params(v['generics'])}{exhaustive(it)}")
             fields = v["kind"].get("plain", {}).get("fields", []) if isinstance(v["kind"], dict) else []
             for f in fields:
                 fi = self.item(f)
@@ -160,11 +160,13 @@ class Surface:
                         self.lines.add(f"field {here}.{n}: {ty(fi['inner']['struct_field'])}")
             self.inherent(v["impls"], here)
         elif kind == "enum":
-            self.lines.add(f"enum {here}{generic_params(v['generics'])}")
+            self.lines.add(f"enum {here}{generic_params(v['generics'])}{exhaustive(it)}")
             for var in v["variants"]:
                 vi = self.item(var)
                 if vi:
-                    self.lines.add(f"variant {here}::{vi['name']}{variant_shape(self, vi)}")
+                    self.lines.add(
+                        f"variant {here}::{vi['name']}{variant_shape(self, vi)}{exhaustive(vi)}"
+                    )
             self.inherent(v["impls"], here)
         elif kind == "trait":
             self.lines.add(f"trait {here}{generic_params(v['generics'])}")
@@ -207,6 +209,13 @@ class Surface:
                     self.lines.add(f"{head} {here}::{mi['name']}{sig}")
                 elif mk == "assoc_const":
                     self.lines.add(f"const {here}::{mi['name']}")
+
+
+def exhaustive(it):
+    """` #[non_exhaustive]` for a type a user cannot build or match in full."""
+    attrs = it.get("attrs") or []
+    marked = any("non_exhaustive" in (a if isinstance(a, str) else json.dumps(a)) for a in attrs)
+    return " #[non_exhaustive]" if marked else ""
 
 
 def generic_params(g):

@@ -75,12 +75,9 @@ pub(crate) fn follow_ups(ops: u64) -> u64 {
 pub(crate) async fn run(store: &Arc<dyn Store>, ops: u64) -> Result<LongLife, String> {
     let e = |e: arbor_core::CoreError| e.to_string();
     let worker = Agent::builder("worker")
-        .provider(ScriptedProvider::new(Script {
-            turns: vec![turn(ScriptedTurn::text("done"))],
-            repeat_last: true,
-            models: Vec::new(),
-            thinking: Default::default(),
-        }))
+        .provider(ScriptedProvider::new(
+            Script::new(vec![turn(ScriptedTurn::text("done"))]).repeat_last(true),
+        ))
         .build()
         .map_err(e)?;
     let sup = Supervisor::builder(Ownership::user("bench", "bench"))

@@ -57,12 +57,11 @@ impl Built {
 fn provider(spec: &AgentSpec) -> Arc<dyn ModelProvider> {
     match &spec.http {
         Some(p) => p.clone(),
-        None => Arc::new(ScriptedProvider::new(Script {
-            turns: spec.turns.clone(),
-            repeat_last: spec.repeat_last,
-            models: spec.models.clone(),
-            thinking: Default::default(),
-        })),
+        None => Arc::new(ScriptedProvider::new(
+            Script::new(spec.turns.clone())
+                .repeat_last(spec.repeat_last)
+                .models(spec.models.clone()),
+        )),
     }
 }
 

@@ -7,21 +7,10 @@ use arbor_coding::{Workdir, WorkspaceConfig, Worktrees, coding_tool};
 use arbor_core::{SessionRef, ToolContext, ToolError};
 use arbor_protocol::RunId;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn ctx() -> ToolContext {
     let record = arbor_store::SessionRecord::new_root("s", "coder", "scripted");
-    ToolContext {
-        agent: "coder".into(),
-        session: SessionRef::from(&record),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    }
+    ToolContext::new("coder", SessionRef::from(&record), RunId::new(), "c1")
 }
 
 async fn call(dir: &Workdir, tool: &str, args: Value) -> Result<String, ToolError> {

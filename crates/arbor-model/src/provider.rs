@@ -22,8 +22,10 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
-/// One provider call: borrowed, so building it each turn copies nothing.
+/// One provider call: borrowed, so building it each turn copies nothing. Built with
+/// [`ModelRequest::new`] and its setters (a field added later is not a breaking change).
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ModelRequest<'a> {
     /// The model to ask.
     pub model: &'a str,
@@ -36,6 +38,40 @@ pub struct ModelRequest<'a> {
     /// How much the model should reason: `None` leaves it to the provider's default; `off`
     /// asks for none (nothing is sent). Admission has checked the model supports it.
     pub thinking: Option<ThinkingLevel>,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// A call of `model` on `messages`, without a system prompt, tools or a thinking level.
+    pub fn new(model: &'a str, messages: &'a [Message]) -> Self {
+        Self {
+            model,
+            system: None,
+            messages,
+            tools: &[],
+            thinking: None,
+        }
+    }
+
+    /// With this system prompt.
+    #[must_use]
+    pub fn system(mut self, system: Option<&'a str>) -> Self {
+        self.system = system;
+        self
+    }
+
+    /// With these tools on offer.
+    #[must_use]
+    pub fn tools(mut self, tools: &'a [ToolSpec]) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// With this thinking level.
+    #[must_use]
+    pub fn thinking(mut self, thinking: Option<ThinkingLevel>) -> Self {
+        self.thinking = thinking;
+        self
+    }
 }
 
 /// How a provider turn finished.

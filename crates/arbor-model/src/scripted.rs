@@ -106,9 +106,11 @@ impl ScriptedTurn {
     }
 }
 
-/// The turns of one agent, played in order.
+/// The turns of one agent, played in order. Built with [`Script::new`] and its setters (a
+/// field added later is not a breaking change).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Script {
     /// The turns.
     pub turns: Vec<ScriptedTurn>,
@@ -133,6 +135,32 @@ impl Script {
             models: Vec::new(),
             thinking: BTreeMap::new(),
         }
+    }
+
+    /// Plays the last turn again when the turns run out (instead of failing).
+    #[must_use]
+    pub fn repeat_last(mut self, repeat: bool) -> Self {
+        self.repeat_last = repeat;
+        self
+    }
+
+    /// Offers only these models (the preflight refuses any other).
+    #[must_use]
+    pub fn models(mut self, models: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Declares the thinking levels `model` supports.
+    #[must_use]
+    pub fn thinking(
+        mut self,
+        model: impl Into<String>,
+        levels: impl IntoIterator<Item = ThinkingLevel>,
+    ) -> Self {
+        self.thinking
+            .insert(model.into(), levels.into_iter().collect());
+        self
     }
 }
 

@@ -43,13 +43,7 @@ fn fast_retry(n: u32) -> RetryPolicy {
 
 async fn collect(p: &dyn ModelProvider) -> Result<Vec<ModelEvent>, ModelError> {
     let messages = vec![Message::user("hi")];
-    let req = ModelRequest {
-        model: "gpt-4o-mini",
-        system: Some("be brief"),
-        messages: &messages,
-        tools: &[],
-        thinking: None,
-    };
+    let req = ModelRequest::new("gpt-4o-mini", &messages).system(Some("be brief"));
     let mut stream = p.stream(req).await?;
     let mut out = Vec::new();
     while let Some(e) = stream.next().await {

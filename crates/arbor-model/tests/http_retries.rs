@@ -119,13 +119,7 @@ async fn a_connection_lost_during_the_stream_is_retried_only_before_any_event() 
         .unwrap();
     let p = openai(&server.url, retry(2, 5000));
     let messages = vec![Message::user("hi")];
-    let req = ModelRequest {
-        model: "m",
-        system: None,
-        messages: &messages,
-        tools: &[],
-        thinking: None,
-    };
+    let req = ModelRequest::new("m", &messages);
     let items: Vec<_> = p.stream(req).await.unwrap().collect().await;
     assert_eq!(server.requests().len(), 1);
     assert_eq!(items.len(), 2, "{items:?}");

@@ -2,6 +2,10 @@
 //! shape, the library's serde form where the library has one: a session is the library's
 //! [`SessionView`] itself (served as `arbor ls --json` prints it), its schema derived on it
 //! behind arbor-core's feature `utoipa`, so the document cannot drift from what is served.
+//!
+//! Ids are named one way: a view of a session names its own id `id` (and its tree's
+//! `parent_id`, `root_id`); any other object names the session it is about or refers to
+//! `session_id` (a page of a transcript, a handle, a cancel), a delegation `delegation_id`.
 
 use arbor_protocol::TranscriptEntry;
 use serde::{Deserialize, Serialize};

@@ -64,13 +64,10 @@ impl Session {
                 model: self.agent.model().to_owned(),
             },
         );
-        let request = ModelRequest {
-            model: self.agent.model(),
-            system: self.agent.system(),
-            messages: &self.messages,
-            tools: self.agent.tools().specs(),
-            thinking: self.agent.thinking(),
-        };
+        let request = ModelRequest::new(self.agent.model(), &self.messages)
+            .system(self.agent.system())
+            .tools(self.agent.tools().specs())
+            .thinking(self.agent.thinking());
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = None;

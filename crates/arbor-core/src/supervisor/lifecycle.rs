@@ -9,6 +9,7 @@ use crate::error::CoreResult;
 use crate::registry;
 use crate::session::Session;
 use crate::session::inbox::Inbox;
+use crate::supervisor::request::{DeleteChild, RenameChild};
 use crate::supervisor::runtime::Supervisor;
 
 /// What [`Supervisor::delete_child`] did.
@@ -90,13 +91,14 @@ impl Supervisor {
     /// descendants' runs, writes its tombstone (who, when, why, final status and usage), and
     /// drops it from listings and messaging. Its transcript stays readable. Deleting a child
     /// that is already deleted (by its session id) changes nothing and says so.
-    pub async fn delete_child(
-        &self,
-        parent: SessionId,
-        selector: &str,
-        by: &str,
-        reason: &str,
-    ) -> CoreResult<Deleted> {
+    pub async fn delete_child(&self, request: DeleteChild) -> CoreResult<Deleted> {
+        let DeleteChild {
+            parent,
+            selector,
+            by,
+            reason,
+        } = request;
+        let (selector, by) = (selector.as_str(), by.as_str());
         let store = &self.live().store();
         let child = match registry::delete_target(store.as_ref(), parent, selector).await? {
             registry::DeleteTarget::Live(child) => child,
@@ -113,7 +115,7 @@ impl Supervisor {
             }
         };
         let closed = self.live().hub().close(child.id);
-        let reason = self.redact(reason);
+        let reason = self.redact(&reason);
         let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await {
             Ok(t) => t,
             Err(e) => {
@@ -242,13 +244,14 @@ impl Supervisor {
     /// changing nothing, when taken or being spawned in this process), the old one is
     /// freed, and a `renamed` entry in the child's transcript records who did it, in the
     /// same write ([`registry::rename_child`]).
-    pub async fn rename_child(
-        &self,
-        parent: SessionId,
-        selector: &str,
-        new_name: &str,
-        by: &str,
-    ) -> CoreResult<Renamed> {
+    pub async fn rename_child(&self, request: RenameChild) -> CoreResult<Renamed> {
+        let RenameChild {
+            parent,
+            selector,
+            new_name,
+            by,
+        } = request;
+        let (selector, new_name, by) = (selector.as_str(), new_name.as_str(), by.as_str());
         let to = crate::supervisor::config::names::requested(&self.redact(new_name))?;
         let child = registry::find_child(self.live().store().as_ref(), parent, selector).await?;
         // A spawn of that name in progress holds it too.

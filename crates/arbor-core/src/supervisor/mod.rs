@@ -55,7 +55,9 @@ pub use lifecycle::{Deleted, Renamed};
 pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, Lifetime, PolicyInput, Report};
-pub use request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
+pub use request::{
+    AsyncHandle, DelegationRequest, DelegationResult, DeleteChild, Mode, RenameChild,
+};
 pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;

@@ -170,3 +170,87 @@ pub struct AsyncHandle {
     /// The model it runs (none when its factory chooses).
     pub model: Option<String>,
 }
+
+/// A delete of one child ([`Supervisor::delete_child`]): which child of which parent, who
+/// asks and why (both kept in its tombstone). By default the host deletes it for `user`.
+///
+/// [`Supervisor::delete_child`]: crate::supervisor::Supervisor::delete_child
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeleteChild {
+    /// The parent session.
+    pub parent: SessionId,
+    /// The child: its name among its live siblings, or its session id (a deleted child
+    /// only by its id).
+    pub selector: String,
+    /// Who deletes it (`host`, `user:<name>`, a session).
+    pub by: String,
+    /// Why (redacted before it is kept).
+    pub reason: String,
+}
+
+impl DeleteChild {
+    /// A delete of the child of `parent` that `selector` names, by the host, for `user`.
+    pub fn new(parent: SessionId, selector: impl Into<String>) -> Self {
+        Self {
+            parent,
+            selector: selector.into(),
+            by: "host".to_owned(),
+            reason: "user".to_owned(),
+        }
+    }
+
+    /// Who deletes it.
+    #[must_use]
+    pub fn by(mut self, by: impl Into<String>) -> Self {
+        self.by = by.into();
+        self
+    }
+
+    /// Why.
+    #[must_use]
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = reason.into();
+        self
+    }
+}
+
+/// A rename of one child ([`Supervisor::rename_child`]): which child of which parent, its
+/// new name, and who renames it (kept in its transcript). By default the host renames it.
+///
+/// [`Supervisor::rename_child`]: crate::supervisor::Supervisor::rename_child
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenameChild {
+    /// The parent session.
+    pub parent: SessionId,
+    /// The child: its name among its live siblings, or its session id.
+    pub selector: String,
+    /// Its new name (checked like a requested one).
+    pub new_name: String,
+    /// Who renames it.
+    pub by: String,
+}
+
+impl RenameChild {
+    /// A rename of the child of `parent` that `selector` names to `new_name`, by the host.
+    pub fn new(
+        parent: SessionId,
+        selector: impl Into<String>,
+        new_name: impl Into<String>,
+    ) -> Self {
+        Self {
+            parent,
+            selector: selector.into(),
+            new_name: new_name.into(),
+            by: "host".to_owned(),
+        }
+    }
+
+    /// Who renames it.
+    #[must_use]
+    pub fn by(mut self, by: impl Into<String>) -> Self {
+        self.by = by.into();
+        self
+    }
+}

@@ -28,8 +28,11 @@ use crate::outcome::SessionRef;
 pub mod builtin;
 pub mod effect;
 
-/// What a tool call knows about where it runs.
+/// What a tool call knows about where it runs. The run loop builds it; a host calling a tool
+/// itself (a test, say) starts from [`ToolContext::new`] (a field added later is not a
+/// breaking change).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ToolContext {
     /// The calling agent's name.
     pub agent: String,
@@ -53,6 +56,62 @@ pub struct ToolContext {
     pub idempotency_key: Option<String>,
     /// The tree's effect store, if one is configured.
     pub effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
+}
+
+impl ToolContext {
+    /// The context of call `call_id` of `agent`'s run `run_id`, turn 1, in `session`: not
+    /// cancelled, without an identity, an idempotency key or an effect store.
+    pub fn new(
+        agent: impl Into<String>,
+        session: SessionRef,
+        run_id: RunId,
+        call_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            agent: agent.into(),
+            session,
+            run_id,
+            call_id: call_id.into(),
+            turn: 1,
+            cancel: CancellationToken::new(),
+            identity: None,
+            idempotency_key: None,
+            effects: None,
+        }
+    }
+
+    /// At this turn of the run.
+    #[must_use]
+    pub fn turn(mut self, turn: u32) -> Self {
+        self.turn = turn;
+        self
+    }
+
+    /// Cancelled by this token.
+    #[must_use]
+    pub fn cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Acting as this identity.
+    #[must_use]
+    pub fn identity(mut self, identity: Option<Arc<Identity>>) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// With this idempotency key and effect store (a tool with an idempotent effect).
+    #[must_use]
+    pub fn effects(
+        mut self,
+        idempotency_key: Option<String>,
+        effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
+    ) -> Self {
+        self.idempotency_key = idempotency_key;
+        self.effects = effects;
+        self
+    }
 }
 
 /// A failed tool call.

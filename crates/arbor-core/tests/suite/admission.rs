@@ -148,10 +148,8 @@ async fn bad_names_are_refused_before_anything_is_written() {
 #[tokio::test]
 async fn a_requested_model_must_be_allowed_and_pass_its_preflight() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let provider = ScriptedProvider::new(Script {
-        models: vec!["small".into(), "large".into()],
-        ..Script::new([ScriptedTurn::text("done")])
-    });
+    let provider =
+        ScriptedProvider::new(Script::new([ScriptedTurn::text("done")]).models(["small", "large"]));
     let sup = Supervisor::builder(Ownership::user("t", "u"))
         .store(store.clone())
         .child(
@@ -169,10 +167,9 @@ async fn a_requested_model_must_be_allowed_and_pass_its_preflight() {
             )
             .model("small")
             .allow_models(["large", "huge"])
-            .preflight_with(Arc::new(ScriptedProvider::new(Script {
-                models: vec!["small".into(), "large".into()],
-                ..Script::default()
-            }))),
+            .preflight_with(Arc::new(ScriptedProvider::new(
+                Script::new(Vec::new()).models(["small", "large"]),
+            ))),
         )
         .build()
         .unwrap();

@@ -15,12 +15,9 @@ use async_trait::async_trait;
 
 fn worker() -> Agent {
     Agent::builder("worker")
-        .provider(ScriptedProvider::new(Script {
-            turns: vec![ScriptedTurn::text("done")],
-            repeat_last: true,
-            models: Vec::new(),
-            thinking: Default::default(),
-        }))
+        .provider(ScriptedProvider::new(
+            Script::new(vec![ScriptedTurn::text("done")]).repeat_last(true),
+        ))
         .build()
         .unwrap()
 }

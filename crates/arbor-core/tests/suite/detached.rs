@@ -242,7 +242,11 @@ async fn deleting_a_suspended_message_child_closes_what_it_waited_on() {
     approve_first(&t, &waiting).await;
     let deleted = t
         .sup
-        .delete_child(root.id(), "writer", "host", "not needed")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), "writer")
+                .by("host")
+                .reason("not needed"),
+        )
         .await
         .unwrap();
     assert_eq!(deleted.session_id, child);
@@ -268,7 +272,11 @@ async fn deleting_a_suspended_message_child_closes_what_it_waited_on() {
     // A second delete is harmless.
     let again = t
         .sup
-        .delete_child(root.id(), &child.to_string(), "host", "again")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), child.to_string())
+                .by("host")
+                .reason("again"),
+        )
         .await
         .unwrap();
     assert!(again.already);
@@ -337,7 +345,11 @@ async fn a_deleted_child_left_suspended_by_a_cut_short_close_is_settled_aborted(
         .remove(0)
         .session_id;
     t.sup
-        .delete_child(root.id(), "writer", "host", "not needed")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), "writer")
+                .by("host")
+                .reason("not needed"),
+        )
         .await
         .unwrap();
     // What the crash left: the tombstone written and the run's checkpoint gone, the record

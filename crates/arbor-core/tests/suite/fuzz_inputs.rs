@@ -16,7 +16,6 @@ use arbor_protocol::{ApprovalDecision, RunId, SessionId, Verdict};
 use arbor_store::{MemoryStore, Store};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn any_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -136,17 +135,7 @@ async fn spawn_call(arguments: Value) -> Result<String, ToolError> {
         .unwrap();
     let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
     sup.store().create_session(&record).await.unwrap();
-    let ctx = ToolContext {
-        agent: "parent".into(),
-        session: SessionRef::from(&record),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    };
+    let ctx = ToolContext::new("parent", SessionRef::from(&record), RunId::new(), "c1");
     SpawnAgentTool::new(sup.delegator())
         .call_json(arguments, ctx)
         .await

@@ -642,6 +642,7 @@ fn hang() -> ScriptedTurn {
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn deleting_a_child_cancels_its_subtree_and_leaves_a_tombstone_and_the_transcript() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let sup = supervisor(
@@ -673,7 +674,11 @@ async fn deleting_a_child_cancels_its_subtree_and_leaves_a_tombstone_and_the_tra
     assert_eq!(sup.active_children(), 1, "the leaf runs on");
 
     let deleted = sup
-        .delete_child(top.id(), "m", "user:alice", "no longer needed")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(top.id(), "m")
+                .by("user:alice")
+                .reason("no longer needed"),
+        )
         .await
         .unwrap();
     assert!(!deleted.already);
@@ -715,26 +720,40 @@ async fn deleting_a_child_cancels_its_subtree_and_leaves_a_tombstone_and_the_tra
     // Twice is harmless, by its id or by its old name.
     let again = sup
         .delete_child(
-            top.id(),
-            &middle.session_id.to_string(),
-            "user:alice",
-            "again",
+            arbor_core::supervisor::DeleteChild::new(top.id(), middle.session_id.to_string())
+                .by("user:alice")
+                .reason("again"),
         )
         .await
         .unwrap();
     assert!(again.already);
     assert_eq!(again.tombstone, deleted.tombstone);
-    let by_name = sup.delete_child(top.id(), "m", "u", "r").await.unwrap();
+    let by_name = sup
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(top.id(), "m")
+                .by("u")
+                .reason("r"),
+        )
+        .await
+        .unwrap();
     assert!(by_name.already);
     assert_eq!(by_name.tombstone, deleted.tombstone);
     let e = sup
-        .delete_child(top.id(), "never-was", "u", "r")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(top.id(), "never-was")
+                .by("u")
+                .reason("r"),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.kind(), CoreErrorKind::NotFound);
     // A foreign id gets the same error as an unknown name.
     let e2 = sup
-        .delete_child(top.id(), &leaf.id.to_string(), "u", "r")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(top.id(), leaf.id.to_string())
+                .by("u")
+                .reason("r"),
+        )
         .await
         .unwrap_err();
     assert_eq!(e2.kind(), CoreErrorKind::NotFound);

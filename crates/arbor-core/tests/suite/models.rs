@@ -2,7 +2,6 @@
 //! model supports (and sent with every provider call of the child, and kept on its record),
 //! and `find_models`, the parent's bounded search of the models its children may run.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use arbor_core::supervisor::{
@@ -18,7 +17,6 @@ use arbor_protocol::RunId;
 use arbor_store::{MemoryStore, SessionQuery, SessionRecord, Store};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use ThinkingLevel::{High, Low, Medium, Off};
 
@@ -73,11 +71,11 @@ impl ModelProvider for Refusing {
 /// The provider the `coder` entry preflights with: it offers `small` and `large`, and
 /// declares `large` thinks (off, low, high).
 fn offers() -> Arc<dyn ModelProvider> {
-    Arc::new(ScriptedProvider::new(Script {
-        models: vec!["small".into(), "large".into()],
-        thinking: BTreeMap::from([("large".to_owned(), vec![Off, Low, High])]),
-        ..Script::default()
-    }))
+    Arc::new(ScriptedProvider::new(
+        Script::new(Vec::new())
+            .models(["small", "large"])
+            .thinking("large".to_owned(), vec![Off, Low, High]),
+    ))
 }
 
 /// A supervisor whose `coder` runs `small` (no thinking declared) or `large`, and may be
@@ -141,17 +139,7 @@ async fn parent(store: &Arc<dyn Store>) -> SessionRecord {
 }
 
 fn ctx(parent: &SessionRecord) -> ToolContext {
-    ToolContext {
-        agent: "parent".into(),
-        session: SessionRef::from(parent),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    }
+    ToolContext::new("parent", SessionRef::from(parent), RunId::new(), "c1")
 }
 
 fn model_error(r: Result<String, ToolError>) -> String {

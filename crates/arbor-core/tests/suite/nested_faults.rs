@@ -64,7 +64,11 @@ async fn deleting_a_suspended_child_lets_its_parent_resume_and_go_on() {
     let child = waiting.pending[0].clone();
     let deleted = t
         .sup
-        .delete_child(r.id(), "writer", "host", "not needed")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(r.id(), "writer")
+                .by("host")
+                .reason("not needed"),
+        )
         .await
         .unwrap();
     // A resume with nothing decided finds the child gone: its call fails, the run goes on.
@@ -92,7 +96,11 @@ async fn approving_a_deleted_childs_call_fails_that_call_and_the_parent_goes_on(
     );
     let (mut r, waiting) = suspended_writer(&t).await;
     t.sup
-        .delete_child(r.id(), "writer", "host", "not needed")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(r.id(), "writer")
+                .by("host")
+                .reason("not needed"),
+        )
         .await
         .unwrap();
     let done = r

@@ -15,7 +15,6 @@ use arbor_protocol::{RunId, SupervisorEnvelope};
 use arbor_store::SessionQuery;
 use async_trait::async_trait;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "tok\"en\\canary";
 
@@ -95,17 +94,7 @@ async fn a_secret_with_json_escapes_never_leaves_through_any_channel() {
     let spawn = SpawnAgentTool::new(sup.delegator());
     let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
     sup.store().create_session(&record).await.unwrap();
-    let ctx = ToolContext {
-        agent: "parent".into(),
-        session: SessionRef::from(&record),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    };
+    let ctx = ToolContext::new("parent", SessionRef::from(&record), RunId::new(), "c1");
     let out = spawn
         .call_json(json!({"child_id": "talker", "input": SECRET}), ctx.clone())
         .await

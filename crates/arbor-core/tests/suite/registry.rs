@@ -14,7 +14,6 @@ use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{RunId, SessionStatus};
 use arbor_store::{MemoryStore, Store};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn supervisor(store: &Arc<dyn Store>) -> Supervisor {
     let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
@@ -62,17 +61,7 @@ fn spawn(child: &str, name: &str) -> ScriptedTurn {
 }
 
 fn ctx(session: SessionRef) -> ToolContext {
-    ToolContext {
-        agent: "root".into(),
-        session,
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    }
+    ToolContext::new("root", session, RunId::new(), "c1")
 }
 
 async fn list(tool: &ListChildrenTool, session: SessionRef) -> Value {
@@ -106,7 +95,11 @@ async fn after_a_restart_list_children_shows_every_child_and_the_interrupted_one
         .await
         .unwrap();
     first
-        .delete_child(root.id(), &gone.id.to_string(), "tester", "not needed")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), gone.id.to_string())
+                .by("tester")
+                .reason("not needed"),
+        )
         .await
         .unwrap();
     // The process dies with `s` running; the next one marks it interrupted.

@@ -11,18 +11,14 @@ use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{EntryKind, RunId};
 use arbor_store::{MemoryStore, Store};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn a_child_is_renamed_durably_and_a_taken_name_is_refused() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let worker = Agent::builder("worker")
-        .provider(ScriptedProvider::new(Script {
-            turns: vec![ScriptedTurn::text("done")],
-            repeat_last: true,
-            models: Vec::new(),
-            thinking: Default::default(),
-        }))
+        .provider(ScriptedProvider::new(
+            Script::new(vec![ScriptedTurn::text("done")]).repeat_last(true),
+        ))
         .build()
         .unwrap();
     let sup = Supervisor::builder(Ownership::user("t", "u"))
@@ -41,7 +37,9 @@ async fn a_child_is_renamed_durably_and_a_taken_name_is_refused() {
         .unwrap();
     }
     let e = sup
-        .rename_child(root.id(), "alpha", "beta", "host")
+        .rename_child(
+            arbor_core::supervisor::RenameChild::new(root.id(), "alpha", "beta").by("host"),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.kind(), CoreErrorKind::Validation);
@@ -51,7 +49,9 @@ async fn a_child_is_renamed_durably_and_a_taken_name_is_refused() {
          under this parent"
     );
     let renamed = sup
-        .rename_child(root.id(), "alpha", "gamma", "host")
+        .rename_child(
+            arbor_core::supervisor::RenameChild::new(root.id(), "alpha", "gamma").by("host"),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -78,17 +78,7 @@ async fn a_child_is_renamed_durably_and_a_taken_name_is_refused() {
 
     // The model's tool, on its own direct children.
     let tool = RenameChildTool::new(sup.clone());
-    let ctx = ToolContext {
-        agent: "root".into(),
-        session: SessionRef::from(root.record()),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    };
+    let ctx = ToolContext::new("root", SessionRef::from(root.record()), RunId::new(), "c1");
     let out = tool
         .call_json(json!({"child": "gamma", "name": "delta"}), ctx.clone())
         .await

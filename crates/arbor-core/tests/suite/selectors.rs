@@ -10,7 +10,6 @@ use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{RunId, SessionStatus, Timestamp, Usage};
 use arbor_store::{MemoryStore, SessionRecord, SessionUpdate, Store, Tombstone};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 struct Family {
     store: Arc<dyn Store>,
@@ -88,7 +87,11 @@ async fn a_name_that_is_another_childs_id_is_ambiguous_for_every_verb() {
 
     let e = f
         .sup
-        .delete_child(f.parent.id, &selector, "user", "cleanup")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(f.parent.id, &selector)
+                .by("user")
+                .reason("cleanup"),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.kind(), CoreErrorKind::Validation);
@@ -106,17 +109,7 @@ async fn a_name_that_is_another_childs_id_is_ambiguous_for_every_verb() {
 
     // The model's send_message: the same refusal, nothing delivered.
     let tool = SendMessageTool::new(f.sup.clone());
-    let ctx = ToolContext {
-        agent: "root".into(),
-        session: SessionRef::from(&f.parent),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    };
+    let ctx = ToolContext::new("root", SessionRef::from(&f.parent), RunId::new(), "c1");
     let e = tool
         .call_json(json!({"to": selector, "text": "hi"}), ctx.clone())
         .await
@@ -133,7 +126,11 @@ async fn a_name_that_is_another_childs_id_is_ambiguous_for_every_verb() {
     assert_eq!(by_name.id, a.id);
     let d = f
         .sup
-        .delete_child(f.parent.id, &b.id.to_string(), "user", "cleanup")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(f.parent.id, b.id.to_string())
+                .by("user")
+                .reason("cleanup"),
+        )
         .await
         .unwrap();
     assert_eq!(d.session_id, b.id);
@@ -150,7 +147,11 @@ async fn a_deleted_childs_id_counts_but_its_name_does_not() {
     let twin = f.child(&gone.id.to_string()).await;
     let e = f
         .sup
-        .delete_child(f.parent.id, &gone.id.to_string(), "user", "x")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(f.parent.id, gone.id.to_string())
+                .by("user")
+                .reason("x"),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.to_string(), ambiguity(&gone.id.to_string(), &twin, &gone));
@@ -170,20 +171,32 @@ async fn a_deleted_childs_id_counts_but_its_name_does_not() {
     // Deleted twice by name or id: harmless.
     let d = f
         .sup
-        .delete_child(f.parent.id, "reused", "user", "x")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(f.parent.id, "reused")
+                .by("user")
+                .reason("x"),
+        )
         .await
         .unwrap();
     assert!(!d.already);
     let again = f
         .sup
-        .delete_child(f.parent.id, "reused", "user", "x")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(f.parent.id, "reused")
+                .by("user")
+                .reason("x"),
+        )
         .await
         .unwrap();
     assert!(again.already);
     assert_eq!(again.session_id, new.id);
     let by_id = f
         .sup
-        .delete_child(f.parent.id, &old.id.to_string(), "user", "x")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(f.parent.id, old.id.to_string())
+                .by("user")
+                .reason("x"),
+        )
         .await
         .unwrap();
     assert!(by_id.already);
@@ -198,17 +211,7 @@ async fn a_sibling_and_a_child_of_one_name_are_ambiguous_to_send_message() {
     let mine = SessionRecord::new_child(&me, "api", "child", "m");
     f.store.create_session(&mine).await.unwrap();
     let tool = SendMessageTool::new(f.sup.clone());
-    let ctx = ToolContext {
-        agent: "me".into(),
-        session: SessionRef::from(&me),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    };
+    let ctx = ToolContext::new("me", SessionRef::from(&me), RunId::new(), "c1");
     let e = tool
         .call_json(json!({"to": "api", "text": "hi"}), ctx)
         .await

@@ -9,7 +9,6 @@ use arbor_core::{Agent, DynTool, RunOptions, SessionRef, ToolContext, ToolError}
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::{Message, RunId, RunStatus};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn answers(text: &str) -> Agent {
     Agent::builder("child")
@@ -41,17 +40,7 @@ fn supervisor() -> Supervisor {
 async fn ctx_in(sup: &Supervisor) -> ToolContext {
     let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
     sup.store().create_session(&record).await.unwrap();
-    ToolContext {
-        agent: "parent".into(),
-        session: SessionRef::from(&record),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    }
+    ToolContext::new("parent", SessionRef::from(&record), RunId::new(), "c1")
 }
 
 fn model_error(r: Result<String, ToolError>) -> String {

@@ -132,7 +132,11 @@ async fn a_delete_while_the_child_registers_cancels_it_before_anything_runs() {
     });
     reached(&mut held.reached).await;
     let deleted = sup
-        .delete_child(root.id(), "w", "host", "changed my mind")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), "w")
+                .by("host")
+                .reason("changed my mind"),
+        )
         .await
         .unwrap();
     held.release.send(()).unwrap();
@@ -183,7 +187,11 @@ async fn a_delete_while_a_follow_up_starts_cancels_it_before_its_first_turn() {
         .unwrap();
     reached(&mut held.reached).await;
     let deleted = sup
-        .delete_child(root.id(), "w", "host", "stop")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), "w")
+                .by("host")
+                .reason("stop"),
+        )
         .await
         .unwrap();
     assert!(
@@ -414,7 +422,11 @@ async fn a_teardown_whose_tombstone_failed_is_finished_after_the_next_run() {
     // The store fails the tombstone's write: the delete reports it, the child is closed.
     hold.fail_once(|c| matches!(c, Call::Update(_, u) if u.tombstone.is_some()));
     let e = sup
-        .delete_child(root.id(), "w", "host", "done with it")
+        .delete_child(
+            arbor_core::supervisor::DeleteChild::new(root.id(), "w")
+                .by("host")
+                .reason("done with it"),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.kind(), CoreErrorKind::Store);

@@ -390,15 +390,13 @@ impl BeforeHook for Narrow {
 #[tokio::test]
 async fn a_hook_can_replace_input_and_lower_limits() {
     let looping = Agent::builder("child")
-        .provider(ScriptedProvider::new(Script {
-            turns: vec![ScriptedTurn::tool_call(
+        .provider(ScriptedProvider::new(
+            Script::new(vec![ScriptedTurn::tool_call(
                 "echo",
                 serde_json::json!({"text": "x"}),
-            )],
-            repeat_last: true,
-            models: Vec::new(),
-            thinking: Default::default(),
-        }))
+            )])
+            .repeat_last(true),
+        ))
         .tool(arbor_core::builtin::Echo)
         .build()
         .unwrap();
@@ -655,15 +653,13 @@ async fn session_lifetime_survives_the_caller_and_stops_on_cancel_or_session_end
 #[tokio::test]
 async fn budget_share_scales_the_child_run_limits() {
     let looping = Agent::builder("child")
-        .provider(ScriptedProvider::new(Script {
-            turns: vec![ScriptedTurn::tool_call(
+        .provider(ScriptedProvider::new(
+            Script::new(vec![ScriptedTurn::tool_call(
                 "echo",
                 serde_json::json!({"text": "x"}),
-            )],
-            repeat_last: true,
-            models: Vec::new(),
-            thinking: Default::default(),
-        }))
+            )])
+            .repeat_last(true),
+        ))
         .tool(arbor_core::builtin::Echo)
         .limits(arbor_protocol::RunLimits::HARD)
         .build()

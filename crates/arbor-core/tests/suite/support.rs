@@ -17,12 +17,9 @@ pub(crate) fn scripted(turns: Vec<ScriptedTurn>) -> AgentBuilder {
 }
 
 pub(crate) fn looping(turn: ScriptedTurn) -> AgentBuilder {
-    Agent::builder("tester").provider(ScriptedProvider::new(Script {
-        turns: vec![turn],
-        repeat_last: true,
-        models: Vec::new(),
-        thinking: Default::default(),
-    }))
+    Agent::builder("tester").provider(ScriptedProvider::new(
+        Script::new(vec![turn]).repeat_last(true),
+    ))
 }
 
 pub(crate) async fn session(agent: AgentBuilder) -> Session {

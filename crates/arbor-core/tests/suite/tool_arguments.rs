@@ -11,7 +11,6 @@ use arbor_core::{Agent, DynTool, SessionRef, ToolContext, ToolError};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::RunId;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn supervisor() -> Supervisor {
     let agent = Agent::builder("child")
@@ -30,17 +29,7 @@ fn supervisor() -> Supervisor {
 async fn ctx(sup: &Supervisor) -> ToolContext {
     let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
     sup.store().create_session(&record).await.unwrap();
-    ToolContext {
-        agent: "parent".into(),
-        session: SessionRef::from(&record),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    }
+    ToolContext::new("parent", SessionRef::from(&record), RunId::new(), "c1")
 }
 
 async fn refused(tool: &dyn DynTool, sup: &Supervisor, args: Value) -> String {

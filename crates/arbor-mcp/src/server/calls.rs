@@ -97,17 +97,14 @@ async fn model_tool(
 }
 
 fn context(root: &HostedRoot, name: &str, cancel: CancellationToken) -> ToolContext {
-    ToolContext {
-        agent: root.agent().to_owned(),
-        session: root.root(),
-        run_id: root.run_id(),
-        call_id: format!("mcp-{name}-{}", arbor_protocol::RunId::new()),
-        turn: 0,
-        cancel,
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    }
+    ToolContext::new(
+        root.agent().to_owned(),
+        root.root(),
+        root.run_id(),
+        format!("mcp-{name}-{}", arbor_protocol::RunId::new()),
+    )
+    .turn(0)
+    .cancel(cancel)
 }
 
 fn tool_error(e: ToolError) -> String {

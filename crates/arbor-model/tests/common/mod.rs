@@ -42,13 +42,7 @@ pub(crate) fn anthropic(url: &str, retry: RetryPolicy) -> AnthropicProvider {
 
 pub(crate) async fn collect(p: &dyn ModelProvider) -> Result<Vec<ModelEvent>, ModelError> {
     let messages = vec![Message::user("hi")];
-    let req = ModelRequest {
-        model: "m",
-        system: None,
-        messages: &messages,
-        tools: &[],
-        thinking: None,
-    };
+    let req = ModelRequest::new("m", &messages);
     let mut stream = p.stream(req).await?;
     let mut out = Vec::new();
     while let Some(e) = stream.next().await {

@@ -308,13 +308,10 @@ pub(crate) async fn cancel(
     State(state): State<AppState>,
     Path((id, delegation)): Path<(String, String)>,
 ) -> ApiResult<Json<DelegationState>> {
-    let record = state.visible(&tenant, &id).await?;
-    let sup = live(&state, &record).await?;
-    let running = sup.cancel(&delegation)?;
-    Ok(Json(DelegationState {
-        delegation_id: delegation,
-        status: if running { "cancelling" } else { "terminal" }.to_owned(),
-    }))
+    end_run(&state, &tenant, &id, delegation, "cancelling", |sup, d| {
+        sup.cancel(d)
+    })
+    .await
 }
 
 /// Stops a child's run by its handle and keeps the child: its session stays (`aborted`, not
@@ -332,12 +329,28 @@ pub(crate) async fn stop(
     State(state): State<AppState>,
     Path((id, delegation)): Path<(String, String)>,
 ) -> ApiResult<Json<DelegationState>> {
-    let record = state.visible(&tenant, &id).await?;
-    let sup = live(&state, &record).await?;
-    let running = sup.stop(&delegation, Some("stopped by the host"))?;
+    end_run(&state, &tenant, &id, delegation, "stopping", |sup, d| {
+        sup.stop(d, Some("stopped by the host"))
+    })
+    .await
+}
+
+/// Ends the run of `delegation` in the tree of session `id` with `end` (a cancel or a
+/// stop): `doing` while it ends, `terminal` when it had ended.
+async fn end_run(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+    delegation: String,
+    doing: &str,
+    end: impl FnOnce(&arbor_core::supervisor::Supervisor, &str) -> arbor_core::CoreResult<bool>,
+) -> ApiResult<Json<DelegationState>> {
+    let record = state.visible(tenant, id).await?;
+    let sup = live(state, &record).await?;
+    let running = end(&sup, &delegation)?;
     Ok(Json(DelegationState {
         delegation_id: delegation,
-        status: if running { "stopping" } else { "terminal" }.to_owned(),
+        status: if running { doing } else { "terminal" }.to_owned(),
     }))
 }
 
@@ -423,8 +436,12 @@ pub(crate) async fn delete(
     let by = format!("tenant:{}", tenant.0);
     let deleted = match launcher.supervisor(record.root_id) {
         Some(sup) => {
-            sup.delete_child(parent, &record.id.to_string(), &by, &reason)
-                .await?
+            sup.delete_child(
+                arbor_core::supervisor::DeleteChild::new(parent, record.id.to_string())
+                    .by(&by)
+                    .reason(&reason),
+            )
+            .await?
         }
         None => {
             launcher

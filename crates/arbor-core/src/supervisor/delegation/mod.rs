@@ -10,7 +10,8 @@
 //! [`nested`] (under a waiting parent) and [`detached`] (nobody waits), [`suspended`] lists
 //! them, typed, and [`decide`] routes a decision to the one record of its call; [`depth`]
 //! keeps a session's lowered depth limit; [`remote`] hands a run to another process and runs
-//! one another process handed over.
+//! one another process handed over; [`stored`] rebuilds a delegation from a child's record
+//! (a worker's claimed run, a follow-up, a continued run).
 
 pub(crate) mod admitted;
 pub(crate) mod answer;
@@ -25,6 +26,7 @@ pub(crate) mod pump;
 pub(crate) mod register;
 pub(crate) mod remote;
 pub(crate) mod resume;
+pub(crate) mod stored;
 pub(crate) mod suspended;
 pub(crate) mod terminal;
 pub(crate) mod work;

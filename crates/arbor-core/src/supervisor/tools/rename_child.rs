@@ -63,7 +63,10 @@ impl ModelTool for RenameChildTool {
         let sup = &self.supervisor;
         let by = format!("session:{}", ctx.session.id);
         let renamed = sup
-            .rename_child(ctx.session.id, &args.child, &args.name, &by)
+            .rename_child(
+                crate::supervisor::RenameChild::new(ctx.session.id, &args.child, &args.name)
+                    .by(&by),
+            )
             .await
             .map_err(|e| sup.model_error(&e))?;
         Ok(sup.redact(
