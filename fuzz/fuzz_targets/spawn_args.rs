@@ -8,7 +8,6 @@ use arbor_core::{Agent, DynTool, SessionRef, ToolContext};
 use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
 use arbor_protocol::RunId;
 use libfuzzer_sys::fuzz_target;
-use tokio_util::sync::CancellationToken;
 
 fn child(text: &str) -> Option<Agent> {
     Agent::builder("child")
@@ -44,17 +43,7 @@ async fn call(arguments: serde_json::Value) {
     if sup.store().create_session(&record).await.is_err() {
         return;
     }
-    let ctx = ToolContext {
-        agent: "parent".into(),
-        session: SessionRef::from(&record),
-        run_id: RunId::new(),
-        call_id: "c1".into(),
-        turn: 1,
-        cancel: CancellationToken::new(),
-        identity: None,
-        idempotency_key: None,
-        effects: None,
-    };
+    let ctx = ToolContext::new("parent", SessionRef::from(&record), RunId::new(), "c1");
     let tool = SpawnAgentTool::new(sup.delegator());
     // Ok (a result or a handle) or a ToolError: both are answers; only a panic is a bug.
     let _ = tool.call_json(arguments, ctx).await;

@@ -89,3 +89,33 @@ impl utoipa::Modify for Bearer {
 pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids are named one way in every schema of the document: a view of a session (a schema
+    /// with the session's `parent_id` and `root_id`) names its own id `id`, never
+    /// `session_id`; `session_id` only ever names the session another object is about.
+    #[test]
+    fn a_session_names_its_own_id_id_in_every_schema() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut sessions = Vec::new();
+        for (name, schema) in schemas {
+            let Some(props) = schema["properties"].as_object() else {
+                continue;
+            };
+            if props.contains_key("parent_id") && props.contains_key("root_id") {
+                assert!(props.contains_key("id"), "{name} has no `id`");
+                assert!(
+                    !props.contains_key("session_id"),
+                    "{name} has a `session_id`"
+                );
+                sessions.push(name.as_str());
+            }
+        }
+        // The reader sees the session view (so the rule is checked at all).
+        assert!(sessions.contains(&"SessionView"), "{sessions:?}");
+    }
+}
