@@ -120,6 +120,33 @@ fn without_tokens_only_loopback_is_served() {
     );
 }
 
+/// A tokens file that names no token is refused, naming the file (it served every request
+/// unauthenticated, as if no tokens were configured).
+#[test]
+fn a_tokens_file_without_a_token_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokens"), "# nobody yet\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--memory",
+            "--tokens",
+            "tokens",
+        ])
+        .current_dir(dir.path())
+        .env_remove("ARBOR_TOKENS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tokens: no token in it") && err.contains("unauthenticated"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn a_spec_that_does_not_pass_its_checks_is_not_offered_and_the_server_says_why() {
     let dir = tempfile::tempdir().unwrap();

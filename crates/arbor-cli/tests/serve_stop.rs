@@ -152,6 +152,20 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
     .await;
     assert_eq!(status, 404, "{r}");
 
+    // A blank input is refused naming it (admission's one check, as over MCP).
+    let (status, e) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/children"),
+        Some(json!({"child_id": "slow", "input": "  "})),
+    )
+    .await;
+    assert_eq!(
+        (status, &e["error"]["field"], &e["error"]["message"]),
+        (400, &json!("input"), &json!("input must not be blank")),
+        "{e}"
+    );
+
     // An unknown handle is unknown to a stop as to a cancel.
     let (status, _) = call(
         &http,

@@ -346,6 +346,32 @@ async fn a_limit_that_refuses_a_spawn_is_a_tool_error_naming_it() {
     c.cancel().await.unwrap();
 }
 
+/// A blank input is refused over MCP as over `/v1` (one check, at admission), naming
+/// `input`; nothing is registered for it.
+#[tokio::test]
+async fn a_spawn_with_a_blank_input_is_a_tool_error_naming_input() {
+    let t = tree(false).await;
+    let c = client(&t.root).await;
+    for input in ["", "   "] {
+        let r = call(
+            &c,
+            "spawn_agent",
+            json!({"child_id": "writer", "input": input}),
+        )
+        .await;
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        let text = text(&r);
+        assert!(text.contains("input must not be blank"), "{text}");
+    }
+    let kids = t
+        .store
+        .list_sessions(SessionQuery::Children(t.root.root().id))
+        .await
+        .unwrap();
+    assert!(kids.is_empty(), "nothing was registered: {kids:?}");
+    c.cancel().await.unwrap();
+}
+
 /// One decision per call across surfaces: a call decided through MCP's `decide_approval`
 /// cannot be decided again through the library (the CLI's and `/v1`'s path), and the refusal
 /// names the MCP client's decision; a call decided elsewhere first is refused over MCP,

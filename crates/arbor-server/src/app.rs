@@ -8,7 +8,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::compression::CompressionLayer;
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::api::{
@@ -60,10 +59,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            REQUEST_TIMEOUT,
-        ))
+        .layer(middleware::from_fn(timeout))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         // gzip for clients that ask (never an event stream: it would be held back).
         .layer(CompressionLayer::new())
@@ -81,6 +77,23 @@ async fn method_not_allowed() -> ApiError {
         crate::error::ErrorKind::MethodNotAllowed,
         "This route does not take that method",
     )
+}
+
+/// A request that has not answered within [`REQUEST_TIMEOUT`] (a body that comes too
+/// slowly, say) answers 408 in the one error shape; an event stream is not timed once its
+/// headers are out.
+async fn timeout(req: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            crate::error::ErrorKind::Timeout,
+            format!(
+                "The request took longer than {} s (a body must arrive within it)",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {

@@ -44,6 +44,11 @@ fn valid_tenant(t: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
+/// Why a tokens file (or `ARBOR_TOKENS`) that names no token is refused: a server given one
+/// would serve every request unauthenticated, as if it had none.
+const NO_TOKEN: &str = "no token in it (lines `<tenant> sha256:<64 hex digits>`): a server \
+     given no token would serve every request unauthenticated";
+
 impl Tenants {
     /// No tokens: every request is [`LOCAL_TENANT`]'s.
     pub fn open() -> Self {
@@ -80,6 +85,9 @@ impl Tenants {
             let bytes = decode_hex(hex).ok_or_else(bad)?;
             by_hash.insert(bytes, tenant.to_owned());
         }
+        if by_hash.is_empty() {
+            return Err(NO_TOKEN.to_owned());
+        }
         Ok(Self {
             by_hash: Arc::new(by_hash),
         })
@@ -106,6 +114,9 @@ impl Tenants {
             }
             by_hash.insert(digest(token), tenant.to_owned());
         }
+        if by_hash.is_empty() {
+            return Err(NO_TOKEN.to_owned());
+        }
         Ok(Self {
             by_hash: Arc::new(by_hash),
         })
@@ -128,9 +139,11 @@ impl Tenants {
                 "A bearer token is required (Authorization: Bearer <token>)",
             )
         };
+        // The scheme is case-insensitive (RFC 9110 11.1): `Bearer`, `bearer`, `BEARER`.
         let token = authorization
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|h| h.trim_start().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty())
             .ok_or_else(unauthorized)?;
         self.by_hash
@@ -196,6 +209,37 @@ mod tests {
             Tenants::from_file_text("acme md5:00").unwrap_err(),
             "line 1: expected `<tenant> sha256:<64 hex digits>`"
         );
+    }
+
+    /// A tokens file or `ARBOR_TOKENS` that names no token is refused (it served open), and
+    /// the bearer scheme is matched whatever its case.
+    #[test]
+    fn no_token_is_refused_and_the_scheme_is_case_insensitive() {
+        for empty in ["", "# only a comment\n\n", "   \n"] {
+            assert_eq!(Tenants::from_file_text(empty).unwrap_err(), NO_TOKEN);
+        }
+        assert_eq!(Tenants::from_env_value(" , ,").unwrap_err(), NO_TOKEN);
+        let t = Tenants::from_env_value("a=aaaaaaaaaaaaaaaa").unwrap();
+        for header in [
+            "Bearer aaaaaaaaaaaaaaaa",
+            "bearer aaaaaaaaaaaaaaaa",
+            "BEARER aaaaaaaaaaaaaaaa",
+            "  Bearer   aaaaaaaaaaaaaaaa ",
+        ] {
+            assert_eq!(t.tenant_of(Some(header)).unwrap(), "a", "{header:?}");
+        }
+        for header in [
+            "Basic aaaaaaaaaaaaaaaa",
+            "Bearer",
+            "Beareraaaaaaaaaaaaaaaa",
+            "aaaaaaaaaaaaaaaa",
+        ] {
+            assert_eq!(
+                t.tenant_of(Some(header)).unwrap_err().kind(),
+                ErrorKind::Unauthorized,
+                "{header:?}"
+            );
+        }
     }
 
     #[test]

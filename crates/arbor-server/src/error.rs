@@ -26,6 +26,9 @@ pub enum ErrorKind {
     MethodNotAllowed,
     /// The request conflicts with the object's state (409).
     Conflict,
+    /// The request took longer than the server gives one (its body came too slowly, say):
+    /// 408.
+    Timeout,
     /// The body is larger than the server accepts (413).
     TooLarge,
     /// A limit refused it (429; `limit` names it).
@@ -45,6 +48,7 @@ impl ErrorKind {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict => StatusCode::CONFLICT,
+            Self::Timeout => StatusCode::REQUEST_TIMEOUT,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Limit => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

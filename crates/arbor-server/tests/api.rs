@@ -649,3 +649,39 @@ async fn the_tree_stream_sends_a_snapshot_at_once_and_again_only_on_change() {
         .unwrap();
     assert_eq!(foreign.status().as_u16(), 404);
 }
+
+/// A body that comes too slowly gets 408 in the one error shape (it was an empty body), once
+/// the request timeout has passed (paused time: no test waits 30 s).
+#[tokio::test(start_paused = true)]
+async fn a_body_that_never_finishes_gets_408_in_the_one_error_shape() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let live = Live::new(Tenants::open()).await;
+    let addr = live.base.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    socket
+        .write_all(
+            b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"spec\":",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Read until the body's JSON has arrived (the server keeps the connection open).
+    loop {
+        let n = socket.read(&mut buf).await.unwrap();
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer);
+        if n == 0 || text.trim_end().ends_with('}') {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(kind(&body), "timeout", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("30 s"),
+        "{body}"
+    );
+}

@@ -110,6 +110,36 @@ async fn concurrent_spawns_of_one_name_admit_exactly_one() {
     assert_eq!(sup.active_children(), 0);
 }
 
+/// A child has a task: a blank input is refused at admission, naming `input`, before
+/// anything is written or counted (one check for the tool, `/v1` and MCP).
+#[tokio::test]
+async fn a_blank_input_is_refused_naming_it_before_anything_is_written() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("slow", hangs()))
+        .build()
+        .unwrap();
+    let p = parent(&store).await;
+    for input in ["", " \n\t "] {
+        let e = sup
+            .delegate_async(DelegationRequest::new("slow", input).parent(p.as_ref()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), CoreErrorKind::Validation);
+        assert_eq!(
+            (e.field(), e.to_string().as_str()),
+            (Some("input"), "input must not be blank")
+        );
+    }
+    let kids = store
+        .list_sessions(SessionQuery::Children(p.id()))
+        .await
+        .unwrap();
+    assert!(kids.is_empty(), "{kids:?}");
+    assert_eq!(sup.summary()[0].attempts, 0);
+}
+
 #[tokio::test]
 async fn bad_names_are_refused_before_anything_is_written() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());

@@ -169,6 +169,10 @@ impl Supervisor {
         if sup.live().session_token().is_cancelled() {
             return Err(CoreError::closed());
         }
+        // One check for every surface (the tool, `/v1`, MCP): a child has a task.
+        if request.input.trim().is_empty() {
+            return Err(CoreError::invalid("input", "input must not be blank"));
+        }
         let (entry_index, entry) = sup.catalog().get(&request.child_id).ok_or_else(|| {
             CoreError::denied(
                 crate::error::DenyReason::NotAllowListed,
