@@ -39,9 +39,8 @@ async fn spawn_slow(
     root: &str,
     name: &str,
 ) -> (String, String) {
-    let (status, h) = call(
+    let (status, h) = post(
         http,
-        Method::POST,
         format!("{base}/v1/sessions/{root}/children"),
         Some(json!({"child_id": "slow", "input": "take your time", "name": name, "mode": "async"})),
     )
@@ -51,6 +50,11 @@ async fn spawn_slow(
         h["delegation_id"].as_str().unwrap().to_owned(),
         h["session_id"].as_str().unwrap().to_owned(),
     )
+}
+
+/// A POST of `body` to `url`.
+async fn post(http: &reqwest::Client, url: String, body: Option<Value>) -> (u16, Value) {
+    call(http, Method::POST, url, body).await
 }
 
 /// The child's session once its run has ended.
@@ -85,9 +89,8 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
 
     // Stopped: kept, aborted, and a message to it is taken.
     let (did, kept) = spawn_slow(&http, &base, &root, "kept").await;
-    let (status, s) = call(
+    let (status, s) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{root}/delegations/{did}/stop"),
         None,
     )
@@ -99,18 +102,16 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
         (&json!("aborted"), &json!(false), &Value::Null),
         "{child}"
     );
-    let (status, r) = call(
+    let (status, r) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{kept}/messages"),
         Some(json!({"text": "go on"})),
     )
     .await;
     assert_eq!(status, 202, "{r}");
     // Over now: a second stop says so.
-    let (status, s) = call(
+    let (status, s) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{root}/delegations/{did}/stop"),
         None,
     )
@@ -119,9 +120,8 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
 
     // Cancelled: released (deleted, `revoked`), and a message to it is refused.
     let (did, released) = spawn_slow(&http, &base, &root, "released").await;
-    let (status, s) = call(
+    let (status, s) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{root}/delegations/{did}/cancel"),
         None,
     )
@@ -143,9 +143,8 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(child["tombstone"]["reason"], "revoked", "{child}");
-    let (status, r) = call(
+    let (status, r) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{released}/messages"),
         Some(json!({"text": "go on"})),
     )
@@ -153,9 +152,8 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
     assert_eq!(status, 404, "{r}");
 
     // A blank input is refused naming it (admission's one check, as over MCP).
-    let (status, e) = call(
+    let (status, e) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{root}/children"),
         Some(json!({"child_id": "slow", "input": "  "})),
     )
@@ -167,9 +165,8 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
     );
 
     // An unknown handle is unknown to a stop as to a cancel.
-    let (status, _) = call(
+    let (status, _) = post(
         &http,
-        Method::POST,
         format!("{base}/v1/sessions/{root}/delegations/supervisor-forged/stop"),
         None,
     )

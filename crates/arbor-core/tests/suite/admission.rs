@@ -37,6 +37,17 @@ async fn parent(store: &Arc<dyn Store>) -> Session {
         .unwrap()
 }
 
+/// A memory store and a supervisor whose one child, `slow`, never answers.
+fn slow_tree() -> (Arc<dyn Store>, Supervisor) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("slow", hangs()))
+        .build()
+        .unwrap();
+    (store, sup)
+}
+
 fn request(child: &str, parent: &Session, name: Option<&str>) -> DelegationRequest {
     DelegationRequest {
         name: name.map(str::to_owned),
@@ -47,12 +58,7 @@ fn request(child: &str, parent: &Session, name: Option<&str>) -> DelegationReque
 
 #[tokio::test]
 async fn the_handle_comes_before_the_first_model_call() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .child(ChildEntry::agent("slow", hangs()))
-        .build()
-        .unwrap();
+    let (store, sup) = slow_tree();
     let p = parent(&store).await;
     let handle = sup.spawn(request("slow", &p, None)).await.unwrap();
     assert!(
@@ -114,12 +120,7 @@ async fn concurrent_spawns_of_one_name_admit_exactly_one() {
 /// anything is written or counted (one check for the tool, `/v1` and MCP).
 #[tokio::test]
 async fn a_blank_input_is_refused_naming_it_before_anything_is_written() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .child(ChildEntry::agent("slow", hangs()))
-        .build()
-        .unwrap();
+    let (store, sup) = slow_tree();
     let p = parent(&store).await;
     for input in ["", " \n\t "] {
         let e = sup
@@ -142,12 +143,7 @@ async fn a_blank_input_is_refused_naming_it_before_anything_is_written() {
 
 #[tokio::test]
 async fn bad_names_are_refused_before_anything_is_written() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .child(ChildEntry::agent("slow", hangs()))
-        .build()
-        .unwrap();
+    let (store, sup) = slow_tree();
     let p = parent(&store).await;
     let mut sub = sup.subscribe();
     let long = "n".repeat(65);
