@@ -172,7 +172,9 @@ def main():
             expect(page.get_by_test_id("approval")).to_have_count(0)
             publisher = page.locator("[data-testid=node][data-name=publisher]")
             expect(publisher).to_have_attribute("data-state", "done")
-            checks += 3
+            # The tree has ended: the server ended the stream, the view says so.
+            expect(page.locator("#conn")).to_have_attribute("data-state", "ended", timeout=10000)
+            checks += 4
             done = call(base, "GET", f"/v1/runs/{root}")
             assert done["status"] == "succeeded", done
             total = done["tree"]["sessions"][0]["usage"]["aggregate"]["total_tokens"]
@@ -196,7 +198,9 @@ def main():
             assert server.wait(timeout=20) == 0
             expect(page.locator("#conn")).to_have_attribute("data-state", "reconnecting", timeout=10000)
             server, base = start(a.arbor, work, port)
-            expect(page.locator("#conn")).to_have_attribute("data-state", "live", timeout=15000)
+            # Back: connected again (live, then ended at once: the tree had ended).
+            expect(page.locator("#conn")).to_have_attribute("data-state", re.compile("^(live|ended)$"),
+                                                            timeout=15000)
             expect(page.get_by_test_id("run-status")).to_have_text("Done")
             checks += 3
             page.screenshot(path=os.path.join(a.out, "view.png"), full_page=True)

@@ -6,9 +6,14 @@
 //! tenant and spec, kept while the server runs. The bearer token is checked before the MCP
 //! service sees the request (the same tenants as `/v1`; the same 401), and the roots are
 //! the tenant's, so `/v1` and the web view show them too.
+//!
+//! An MCP session is its tenant's ([`SessionOwners`]): the tenant a session id was issued to
+//! is noted when the `initialize` answer carries it, and another tenant's request naming
+//! that id reaches the MCP service with an id no session has, so it gets exactly the answer
+//! an unknown id gets (it could end another tenant's session and cancel its root).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arbor_mcp::{ArborMcp, Caller, HostedRoot, McpError, McpResult, RootSource};
 use async_trait::async_trait;
@@ -62,6 +67,7 @@ fn service(
         launcher: launcher.clone(),
         spec: spec.to_owned(),
         roots: tokio::sync::Mutex::default(),
+        owners: state.mcp.owners.clone(),
     };
     arbor_mcp::http_service(
         ArborMcp::new(roots),
@@ -70,25 +76,99 @@ fn service(
     )
 }
 
-/// Checks the bearer token; the tenant rides in the request's extensions.
+/// The header naming an MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// An id no MCP session is ever given (rmcp issues UUIDs): what a request naming another
+/// tenant's session carries on to the MCP service.
+const NO_SESSION: &str = "not-a-session-of-this-tenant";
+
+/// Which tenant each live MCP session was issued to.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SessionOwners(Arc<Mutex<HashMap<String, String>>>);
+
+impl SessionOwners {
+    /// The tenant `session` was issued to, if it is live.
+    fn owner(&self, session: &str) -> Option<String> {
+        let owners = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        owners.get(session).cloned()
+    }
+
+    fn issued(&self, session: String, tenant: String) {
+        let mut owners = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        owners.insert(session, tenant);
+    }
+
+    fn closed(&self, session: &str) {
+        let mut owners = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        owners.remove(session);
+    }
+}
+
+/// Checks the bearer token; the tenant rides in the request's extensions, and a session id
+/// issued to another tenant is swapped for one no session has.
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let header = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match state.tenants.tenant_of(header) {
-        Ok(tenant) => {
-            req.extensions_mut().insert(arbor_mcp::Tenant(tenant));
-            let closing = req.method() == axum::http::Method::DELETE;
-            let mut response = next.run(req).await;
-            // A session closed answers 204, as clients expect (rmcp says 202 Accepted).
-            if closing && response.status() == axum::http::StatusCode::ACCEPTED {
-                *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
-            }
-            response
-        }
-        Err(e) => e.into_response(),
+    let tenant = match state.tenants.tenant_of(header) {
+        Ok(tenant) => tenant,
+        Err(e) => return e.into_response(),
+    };
+    let owners = &state.mcp.owners;
+    let named = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let owner = named.as_deref().and_then(|s| owners.owner(s));
+    let closing = req.method() == axum::http::Method::DELETE;
+    if closing && named.is_some() && owner.as_deref() != Some(tenant.as_str()) {
+        // rmcp ends any id it is given (202 even for an unknown one): a session this
+        // tenant does not hold is not found, as the MCP service answers on the other
+        // methods.
+        return (
+            axum::http::StatusCode::NOT_FOUND,
+            "Not Found: Session not found",
+        )
+            .into_response();
     }
+    if owner.as_ref().is_some_and(|o| *o != tenant) {
+        tracing::info!(%tenant, "an MCP request named another tenant's session: answered as an unknown one");
+        req.headers_mut().insert(
+            SESSION_HEADER,
+            axum::http::HeaderValue::from_static(NO_SESSION),
+        );
+    }
+    req.extensions_mut()
+        .insert(arbor_mcp::Tenant(tenant.clone()));
+    let mut response = next.run(req).await;
+    if named.is_none()
+        && let Some(issued) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+    {
+        owners.issued(issued.to_owned(), tenant);
+    }
+    // A session closed answers 204, as clients expect (rmcp says 202 Accepted).
+    if closing && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        if let Some(session) = &named {
+            owners.closed(session);
+        }
+    }
+    response
 }
 
 /// The roots of one spec's MCP clients: one per MCP session, one per tenant for clients
@@ -98,6 +178,7 @@ struct McpRoots {
     launcher: Arc<dyn Launcher>,
     spec: String,
     roots: tokio::sync::Mutex<HashMap<(String, Option<String>), HostedRoot>>,
+    owners: SessionOwners,
 }
 
 #[async_trait]
@@ -130,6 +211,7 @@ impl RootSource for McpRoots {
     }
 
     async fn session_closed(&self, session: &str) {
+        self.owners.closed(session);
         let mut roots = self.roots.lock().await;
         roots.retain(|(_, s), root| {
             if s.as_deref() == Some(session) {

@@ -36,6 +36,8 @@ pub(crate) struct McpConfig {
     pub(crate) hosts: Vec<String>,
     /// The spec `/mcp` serves (default: the only one).
     pub(crate) default: Option<String>,
+    /// The tenant each live MCP session was issued to.
+    pub(crate) owners: crate::mcp::SessionOwners,
 }
 
 impl FromRef<AppState> for Tenants {

@@ -412,7 +412,7 @@ struct Sse {
     data: Value,
 }
 
-/// Reads events from `resp` until `enough` says stop (or 10 s pass).
+/// Reads events from `resp` until `enough` says stop or the stream ends (or 10 s pass).
 async fn read_sse(resp: reqwest::Response, enough: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
     use futures::StreamExt;
     let mut body = resp.bytes_stream();
@@ -420,11 +420,13 @@ async fn read_sse(resp: reqwest::Response, enough: impl Fn(&[Sse]) -> bool) -> V
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while !enough(&out) {
-        let chunk = tokio::time::timeout_at(deadline, body.next())
+        let Some(chunk) = tokio::time::timeout_at(deadline, body.next())
             .await
             .expect("the stream stalled")
-            .expect("the stream ended")
-            .unwrap();
+        else {
+            return out;
+        };
+        let chunk = chunk.unwrap();
         text.push_str(std::str::from_utf8(&chunk).unwrap());
         while let Some(end) = text.find("\n\n") {
             let block: String = text.drain(..end + 2).collect();
@@ -540,15 +542,28 @@ async fn events_stream_live_and_a_reconnect_with_last_event_id_loses_and_repeats
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     };
-    let resp = http
-        .get(&url)
-        .bearer_auth(ACME)
-        .header("Last-Event-ID", last.to_string())
-        .send()
-        .await
-        .unwrap();
+    // A stream ends after a run: `end` once its last entries are out; reconnecting with
+    // the last id goes on with the next run.
     let n = total().await;
-    let rest = read_sse(resp, |e| entries(e).last().copied() == Some(n)).await;
+    let mut rest = Vec::new();
+    let mut after = last;
+    while after < n {
+        let resp = http
+            .get(&url)
+            .bearer_auth(ACME)
+            .header("Last-Event-ID", after.to_string())
+            .send()
+            .await
+            .unwrap();
+        let part = read_sse(resp, |_| false).await;
+        let end = part.last().unwrap();
+        assert_eq!(end.event, "end", "{part:?}");
+        // (The script has one turn: the first run succeeds, the next two fail.)
+        assert_eq!(end.data["reason"], "finished", "{part:?}");
+        assert!(["succeeded", "failed"].contains(&end.data["status"].as_str().unwrap()));
+        after = entries(&part).last().copied().unwrap_or(after);
+        rest.extend(part);
+    }
     let mut all = seen.clone();
     all.extend(entries(&rest));
     assert_eq!(all, (1..=n).collect::<Vec<_>>(), "no gap, no repeat");
@@ -602,8 +617,16 @@ async fn the_tree_stream_sends_a_snapshot_at_once_and_again_only_on_change() {
 
     let url = format!("{}/v1/runs/{root}/events", live.base);
     let resp = live.http.get(&url).bearer_auth(ACME).send().await.unwrap();
-    let first = read_sse(resp, |e| !e.is_empty()).await;
-    assert_eq!(first[0].event, "tree");
+    // The run has ended: its snapshot, then `end`, then the stream closes.
+    let first = read_sse(resp, |_| false).await;
+    assert_eq!(
+        first.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+        ["tree", "end"]
+    );
+    assert_eq!(
+        first[1].data,
+        json!({"status": "succeeded", "reason": "finished"})
+    );
     let snap = &first[0].data;
     assert_eq!(snap["root_id"], root.as_str());
     assert_eq!(snap["nodes"][0]["status"], "succeeded");
@@ -611,7 +634,8 @@ async fn the_tree_stream_sends_a_snapshot_at_once_and_again_only_on_change() {
     assert_eq!(snap["nodes"][0]["usage"]["aggregate"]["total_tokens"], 15);
     assert_eq!(snap["approvals"], json!([]));
     let fingerprint = snap["fingerprint"].as_str().unwrap().to_owned();
-    // Reconnecting with the fingerprint seen: nothing changed, nothing is sent.
+    // Reconnecting with the fingerprint seen: nothing changed, no snapshot is sent; the
+    // tree has ended, so the stream ends.
     let resp = live
         .http
         .get(&url)
@@ -620,13 +644,10 @@ async fn the_tree_stream_sends_a_snapshot_at_once_and_again_only_on_change() {
         .send()
         .await
         .unwrap();
-    let quiet = tokio::time::timeout(std::time::Duration::from_millis(600), async {
-        use futures::StreamExt;
-        resp.bytes_stream().next().await
-    })
-    .await;
-    assert!(
-        quiet.is_err(),
+    let quiet = read_sse(resp, |_| false).await;
+    assert_eq!(
+        quiet.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+        ["end"],
         "a snapshot was sent though nothing changed: {quiet:?}"
     );
     // A stale fingerprint gets the current snapshot at once.

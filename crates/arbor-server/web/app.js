@@ -98,6 +98,9 @@ function follow(id) {
   const conn = (s) => { $("conn").dataset.state = s; $("conn").textContent = s === "live" ? "live" : s; };
   (async () => {
     while (!ctrl.signal.aborted) {
+      // The server ends the stream once the tree has ended (`end`, reason finished): the
+      // view then looks again now and then (a message or a resume may start it again).
+      let ended = false;
       try {
         const h = headers({ Accept: "text/event-stream" });
         if (last) h["Last-Event-ID"] = last;
@@ -125,10 +128,16 @@ function follow(id) {
             }
             if (evId) last = evId;
             if (type === "tree" && data) render(JSON.parse(data));
+            if (type === "end" && data) ended = JSON.parse(data).reason === "finished";
           }
         }
       } catch (_) { /* reconnect below */ }
       if (ctrl.signal.aborted) return;
+      if (ended) {
+        conn("ended");
+        await new Promise((r) => setTimeout(r, 5000));
+        continue;
+      }
       conn("reconnecting");
       await new Promise((r) => setTimeout(r, backoff));
       backoff = Math.min(backoff * 2, 5000);

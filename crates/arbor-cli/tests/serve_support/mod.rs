@@ -103,6 +103,27 @@ pub(crate) async fn status_becomes(
     root: &str,
     want: &str,
 ) -> Value {
+    poll_status(http, base, root, want, None).await
+}
+
+/// [`status_becomes`] as the tenant of `token`.
+pub(crate) async fn status_becomes_as(
+    http: &reqwest::Client,
+    base: &str,
+    root: &str,
+    want: &str,
+    token: &str,
+) -> Value {
+    poll_status(http, base, root, want, Some(token)).await
+}
+
+async fn poll_status(
+    http: &reqwest::Client,
+    base: &str,
+    root: &str,
+    want: &str,
+    token: Option<&str>,
+) -> Value {
     let started = Instant::now();
     let mut last = Value::Null;
     loop {
@@ -110,13 +131,11 @@ pub(crate) async fn status_becomes(
             started.elapsed() < Duration::from_secs(30),
             "never {want}: {last}"
         );
-        let (_, run) = call(
-            http,
-            reqwest::Method::GET,
-            format!("{base}/v1/runs/{root}"),
-            None,
-        )
-        .await;
+        let mut req = http.get(format!("{base}/v1/runs/{root}"));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        let run: Value = req.send().await.unwrap().json().await.unwrap();
         if run["status"] == want {
             return run;
         }

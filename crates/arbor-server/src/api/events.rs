@@ -3,7 +3,9 @@
 //! and `event: status` (no id) whenever the session's status changes. The store is the
 //! source, so a reconnect with `Last-Event-ID` (or `?since=`) replays exactly what was
 //! missed: no event is lost or sent twice, whichever process wrote it, and a slow client
-//! only falls behind, never past a gap.
+//! only falls behind, never past a gap. Once the session's run has ended and its last
+//! entries are out, the stream sends `event: end` and closes (see [`super::ending`]); a
+//! client following the session's next run reconnects with `Last-Event-ID`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,6 +21,7 @@ use futures::Stream;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::ending::{Closing, Why, end_event, ended};
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Params;
@@ -45,6 +48,11 @@ struct Cursor {
     after: u64,
     status: Option<SessionStatus>,
     queued: VecDeque<Event>,
+    closing: Closing,
+    /// The last read found the run ended: one more read of the transcript, and if it
+    /// finds nothing new the stream ends.
+    ending: bool,
+    done: bool,
 }
 
 fn entry_event(entry: &TranscriptEntry) -> Event {
@@ -66,7 +74,10 @@ impl Cursor {
             if let Some(event) = self.queued.pop_front() {
                 return Some((Ok(event), self));
             }
-            match self
+            if self.done {
+                return None;
+            }
+            let fresh = match self
                 .store
                 .transcript(self.session, self.after, Some(BATCH))
                 .await
@@ -76,28 +87,43 @@ impl Cursor {
                         self.after = e.seq;
                         self.queued.push_back(entry_event(e));
                     }
+                    !entries.is_empty()
                 }
                 Err(e) => {
                     tracing::warn!(session = %self.session, "event stream: the store failed: {e}");
                     return None;
                 }
+            };
+            if let Ok(Some(record)) = self.store.session(self.session).await {
+                if self.status != Some(record.status) {
+                    self.status = Some(record.status);
+                    self.queued.push_back(
+                        Event::default().event("status").data(
+                            serde_json::json!({"status": record.status.as_str()}).to_string(),
+                        ),
+                    );
+                }
+                if !ended(record.status) {
+                    self.ending = false;
+                } else if self.ending && !fresh {
+                    self.queued
+                        .push_back(end_event(Some(record.status), Why::Finished));
+                    self.done = true;
+                    continue;
+                } else {
+                    // Entries written before the status changed may have landed after
+                    // this read of the transcript: read it once more before ending.
+                    self.ending = true;
+                    continue;
+                }
             }
-            if let Ok(Some(record)) = self.store.session(self.session).await
-                && self.status != Some(record.status)
-            {
-                self.status = Some(record.status);
-                let word = serde_json::to_value(record.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                self.queued.push_back(
-                    Event::default()
-                        .event("status")
-                        .data(serde_json::json!({"status": word}).to_string()),
-                );
+            if self.closing.over() {
+                self.queued.push_back(end_event(self.status, Why::Shutdown));
+                self.done = true;
+                continue;
             }
             if self.queued.is_empty() {
-                tokio::time::sleep(POLL).await;
+                self.closing.pause(POLL).await;
             }
         }
     }
@@ -138,8 +164,10 @@ pub(crate) async fn stream(
         after,
         status: None,
         queued: VecDeque::new(),
+        closing: Closing::new(state.closing.clone()),
+        ending: false,
+        done: false,
     };
     let events = futures::stream::unfold(cursor, Cursor::next);
-    let events = futures::StreamExt::take_until(events, state.closing.clone().cancelled_owned());
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }

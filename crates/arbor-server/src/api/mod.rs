@@ -3,6 +3,7 @@
 //! mount them are in [`crate::app`].
 
 pub(crate) mod approvals;
+pub(crate) mod ending;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod host;

@@ -5,6 +5,9 @@
 //! whenever anything in the tree changes. Its `id` is the tree's fingerprint (the sessions'
 //! and the waiting checkpoints' versions): a reconnect with `Last-Event-ID` gets a snapshot
 //! at once if anything changed meanwhile, so a client that reconnects never misses a state.
+//! Once the tree has ended (no session runs, the root's run ended, nothing waits for a
+//! decision) the stream sends `event: end` after the last snapshot and closes (see
+//! [`super::ending`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,6 +24,7 @@ use futures::Stream;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::ending::{Closing, Why, end_event, ended};
 use crate::api::approvals::SuspensionView;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
@@ -127,6 +131,22 @@ struct Watcher {
     root: SessionId,
     last: Option<String>,
     headlines: HashMap<SessionId, String>,
+    closing: Closing,
+    /// The root's status in the last snapshot read.
+    status: Option<arbor_protocol::SessionStatus>,
+    done: bool,
+}
+
+/// Whether nothing more happens in the tree until something starts it again: no session
+/// runs, the root's run ended and no call waits for a decision.
+fn tree_ended(snap: &TreeSnapshot) -> bool {
+    snap.approvals.is_empty()
+        && snap.nodes.iter().all(|n| !n.session.status.is_live())
+        && snap
+            .nodes
+            .iter()
+            .find(|n| n.session.id.to_string() == snap.root_id)
+            .is_some_and(|root| ended(root.session.status))
 }
 
 impl Watcher {
@@ -165,16 +185,35 @@ impl Watcher {
 
     async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
         loop {
+            if self.done {
+                return None;
+            }
+            if self.closing.over() {
+                self.done = true;
+                return Some((Ok(end_event(self.status, Why::Shutdown)), self));
+            }
             match self.snapshot().await {
-                Ok(snap) if self.last.as_deref() != Some(snap.fingerprint.as_str()) => {
-                    self.last = Some(snap.fingerprint.clone());
-                    let event = Event::default()
-                        .id(snap.fingerprint.clone())
-                        .event("tree")
-                        .data(serde_json::to_string(&snap).unwrap_or_default());
-                    return Some((Ok(event), self));
+                Ok(snap) => {
+                    self.status = snap
+                        .nodes
+                        .iter()
+                        .find(|n| n.session.id == self.root)
+                        .map(|n| n.session.status);
+                    if self.last.as_deref() != Some(snap.fingerprint.as_str()) {
+                        self.last = Some(snap.fingerprint.clone());
+                        let event = Event::default()
+                            .id(snap.fingerprint.clone())
+                            .event("tree")
+                            .data(serde_json::to_string(&snap).unwrap_or_default());
+                        return Some((Ok(event), self));
+                    }
+                    // The client has this state (it was sent, or named by Last-Event-ID).
+                    if tree_ended(&snap) {
+                        self.done = true;
+                        return Some((Ok(end_event(self.status, Why::Finished)), self));
+                    }
+                    self.closing.pause(POLL).await;
                 }
-                Ok(_) => tokio::time::sleep(POLL).await,
                 Err(e) => {
                     tracing::warn!(root = %self.root, "tree stream: {e}");
                     return None;
@@ -211,10 +250,10 @@ pub(crate) async fn stream(
         root: root.id,
         last,
         headlines: HashMap::new(),
+        closing: Closing::new(state.closing.clone()),
+        status: None,
+        done: false,
     };
-    let events = futures::StreamExt::take_until(
-        futures::stream::unfold(watcher, Watcher::next),
-        state.closing.clone().cancelled_owned(),
-    );
+    let events = futures::stream::unfold(watcher, Watcher::next);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }

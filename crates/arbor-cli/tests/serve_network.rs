@@ -1,0 +1,237 @@
+//! `arbor serve` bound for a network (issue 36), driven as a process by a real client: MCP
+//! sessions are their tenant's, streams end, and clients that did nothing wrong never get a
+//! 500.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+#[allow(dead_code)]
+mod serve_support;
+use serve_support::{Served, client, serve_env};
+
+/// A spec whose root and its one child answer at once.
+const QUICK: &str = r#"
+task = "say hello"
+root = "root"
+
+[agents.root]
+children = ["helper"]
+repeat_last = true
+[[agents.root.turns]]
+text = "hello"
+
+[agents.helper]
+repeat_last = true
+[[agents.helper.turns]]
+text = "helped"
+"#;
+
+/// A spec whose root takes a minute.
+const SLOW: &str = r#"
+task = "take a minute"
+root = "root"
+
+[agents.root]
+repeat_last = true
+[[agents.root.turns]]
+delay_ms = 60000
+text = "late"
+"#;
+
+const TOKEN_A: &str = "token-of-tenant-a-0123456789";
+const TOKEN_B: &str = "token-of-tenant-b-0123456789";
+
+/// A server over a fresh directory holding `specs/quick.toml`, with tenants `a` and `b`.
+fn two_tenants(extra: &[&str]) -> (tempfile::TempDir, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/quick.toml"), QUICK).unwrap();
+    std::fs::write(dir.path().join("specs/slow.toml"), SLOW).unwrap();
+    let tokens = format!("a={TOKEN_A},b={TOKEN_B}");
+    let served = serve_env(dir.path(), extra, &[("ARBOR_TOKENS", &tokens)]);
+    (dir, served)
+}
+
+/// One MCP request with `token` (and the session, if any); the status, the session id the
+/// answer carries, and the body.
+async fn mcp(
+    http: &reqwest::Client,
+    base: &str,
+    method: Method,
+    token: &str,
+    session: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Option<String>, String) {
+    let mut req = http
+        .request(method, format!("{base}/mcp/quick"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(s) = session {
+        req = req.header("mcp-session-id", s);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let id = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, id, resp.text().await.unwrap())
+}
+
+/// Opens an MCP session for `token`: its id.
+async fn mcp_session(http: &reqwest::Client, base: &str, token: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"}}});
+    let (status, id, body) = mcp(http, base, Method::POST, token, None, Some(init)).await;
+    assert_eq!(status, 200, "{body}");
+    let id = id.expect("an MCP session id");
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, body) = mcp(http, base, Method::POST, token, Some(&id), Some(done)).await;
+    assert_eq!(status, 202, "{body}");
+    id
+}
+
+/// Tenant B holding tenant A's `Mcp-Session-Id` gets exactly the answer an unknown id gets,
+/// on every MCP request (it got 204 for a DELETE and ended A's session), and A's session
+/// goes on.
+#[tokio::test]
+async fn another_tenants_mcp_session_answers_as_an_unknown_one() {
+    let (_dir, served) = two_tenants(&[]);
+    let (http, base) = (client(), served.base.clone());
+    let a = mcp_session(&http, &base, TOKEN_A).await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let unknown = "0f0e0d0c-0b0a-4908-8706-050403020100";
+    for (method, body) in [
+        (Method::POST, Some(list.clone())),
+        (Method::GET, None),
+        (Method::DELETE, None),
+    ] {
+        let foreign = mcp(
+            &http,
+            &base,
+            method.clone(),
+            TOKEN_B,
+            Some(&a),
+            body.clone(),
+        )
+        .await;
+        let strange = mcp(&http, &base, method.clone(), TOKEN_B, Some(unknown), body).await;
+        assert_eq!(
+            (foreign.0, &foreign.2),
+            (strange.0, &strange.2),
+            "{method}: a foreign session is answered as an unknown one"
+        );
+        assert!(foreign.0 >= 400, "{method}: {foreign:?}");
+    }
+    // A's session is intact: it lists its tools, then ends it itself.
+    let (status, _, body) = mcp(&http, &base, Method::POST, TOKEN_A, Some(&a), Some(list)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("spawn_agent"), "{body}");
+    let (status, _, body) = mcp(&http, &base, Method::DELETE, TOKEN_A, Some(&a), None).await;
+    assert_eq!(status, 204, "{body}");
+}
+
+/// The events of an SSE body, read to its end (at most `within`): `(event, data)` pairs.
+async fn sse_to_end(resp: reqwest::Response, within: Duration) -> Vec<(String, Value)> {
+    let text = tokio::time::timeout(within, resp.text())
+        .await
+        .expect("the stream never ended")
+        .unwrap();
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut event = "message".to_owned();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    v.trim().clone_into(&mut event);
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            (!data.is_empty()).then(|| (event, serde_json::from_str(&data).unwrap()))
+        })
+        .collect()
+}
+
+/// A finished session's stream and a finished tree's stream send `end` and close (they
+/// stayed open forever); a shutdown lets a live stream see its run end `aborted`, then
+/// `end`, and the server exits within its grace (it closed the stream without the status).
+#[tokio::test]
+async fn streams_end_after_the_run_ends_and_at_shutdown_with_the_last_status() {
+    let (_dir, mut served) = two_tenants(&[]);
+    let (http, base) = (client(), served.base.clone());
+    let root = start(&http, &base, "quick").await;
+    serve_support::status_becomes_as(&http, &base, &root, "succeeded", TOKEN_A).await;
+    for url in [
+        format!("{base}/v1/sessions/{root}/events"),
+        format!("{base}/v1/runs/{root}/events"),
+    ] {
+        let resp = http.get(&url).bearer_auth(TOKEN_A).send().await.unwrap();
+        let events = sse_to_end(resp, Duration::from_secs(10)).await;
+        let (last, data) = events.last().unwrap();
+        assert_eq!(last, "end", "{url}: {events:?}");
+        assert_eq!(data, &json!({"status": "succeeded", "reason": "finished"}));
+    }
+
+    // A run that takes a minute, watched live, then SIGTERM.
+    let slow = start(&http, &base, "slow").await;
+    let resp = http
+        .get(format!("{base}/v1/sessions/{slow}/events"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let started = Instant::now();
+    let events = sse_to_end(resp, Duration::from_secs(10)).await;
+    let statuses: Vec<&Value> = events
+        .iter()
+        .filter(|(e, _)| e == "status")
+        .map(|(_, d)| &d["status"])
+        .collect();
+    assert!(
+        statuses.ends_with(&[&json!("running"), &json!("aborted")]),
+        "{events:?}"
+    );
+    assert_eq!(
+        events.last().unwrap(),
+        &(
+            "end".to_owned(),
+            json!({"status": "aborted", "reason": "finished"})
+        )
+    );
+    let code = served.child.wait().unwrap();
+    assert_eq!(code.code(), Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Starts a run of `spec` as tenant A: its root's id.
+async fn start(http: &reqwest::Client, base: &str, spec: &str) -> String {
+    let resp = http
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(TOKEN_A)
+        .json(&json!({"spec": spec}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let run: Value = resp.json().await.unwrap();
+    run["root_id"].as_str().unwrap().to_owned()
+}
