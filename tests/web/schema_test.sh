@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Schemathesis against a live `arbor serve`: every operation of /v1/openapi.json (but the
-# event streams, which never end) with a bounded number of generated requests; no response
+# event streams, which follow a live run) with a bounded number of generated requests; no response
 # may be a 5xx or break the document's schema. Usage: schema_test.sh VENV ARBOR
 set -euo pipefail
 venv=$1

@@ -235,3 +235,171 @@ async fn start(http: &reqwest::Client, base: &str, spec: &str) -> String {
     let run: Value = resp.json().await.unwrap();
     run["root_id"].as_str().unwrap().to_owned()
 }
+
+/// A root that holds its tree open, and a child whose runs take a minute.
+const HOLDING: &str = r#"
+task = "hold the tree open"
+root = "root"
+
+[agents.root]
+children = ["slow"]
+repeat_last = true
+[[agents.root.turns]]
+delay_ms = 60000
+text = "done"
+
+[agents.slow]
+repeat_last = true
+[[agents.slow.turns]]
+delay_ms = 60000
+text = "late"
+"#;
+
+/// An inline spec whose MCP server cannot start.
+const BROKEN_MCP: &str = r#"
+task = "use a tool"
+root = "root"
+
+[mcp_servers.files]
+command = "/nonexistent/mcp-server"
+
+[agents.root]
+tools = ["mcp:files/*"]
+[[agents.root.turns]]
+text = "hello"
+"#;
+
+/// A request as tenant A: its status and JSON body.
+async fn as_a(
+    http: &reqwest::Client,
+    method: Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http.request(method, url).bearer_auth(TOKEN_A);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Where the client did nothing wrong the server answered 500: a wait on a child deleted
+/// meanwhile (expected 200 with the cancelled state), a long poll cut by SIGTERM (503), an
+/// inline spec whose MCP server cannot start (400 naming the server).
+#[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
+async fn no_500_where_the_client_did_nothing_wrong() {
+    let (dir, mut served) = two_tenants(&["--allow-inline-specs"]);
+    std::fs::write(dir.path().join("specs/holding.toml"), HOLDING).unwrap();
+    drop(served);
+    let tokens = format!("a={TOKEN_A},b={TOKEN_B}");
+    served = serve_env(
+        dir.path(),
+        &["--allow-inline-specs"],
+        &[("ARBOR_TOKENS", &tokens)],
+    );
+    let (http, base) = (client(), served.base.clone());
+
+    // An inline spec whose MCP server cannot start: 400 naming the server.
+    let (status, e) = as_a(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs"),
+        Some(json!({"spec_text": BROKEN_MCP})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["kind"], "validation", "{e}");
+    assert_eq!(e["error"]["field"], "spec_text", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("MCP server files: cannot start"),
+        "{e}"
+    );
+
+    // A wait on a child deleted meanwhile: the cancelled state.
+    let root = start(&http, &base, "holding").await;
+    serve_support::status_becomes_as(&http, &base, &root, "running", TOKEN_A).await;
+    let (status, h) = as_a(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/children"),
+        Some(json!({"child_id": "slow", "input": "take your time", "name": "s1", "mode": "async"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{h}");
+    let (delegation, child) = (
+        h["delegation_id"].as_str().unwrap().to_owned(),
+        h["session_id"].as_str().unwrap().to_owned(),
+    );
+    let waiting = {
+        let (http, url) = (
+            http.clone(),
+            format!("{base}/v1/sessions/{root}/delegations/{delegation}?wait_ms=20000"),
+        );
+        tokio::spawn(async move { as_a(&http, Method::GET, url, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, e) = as_a(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{child}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{e}");
+    let (status, w) = waiting.await.unwrap();
+    assert_eq!(
+        (status, &w["status"]),
+        (200, &json!("cancelled")),
+        "a wait cut by a delete: {w} {:?}",
+        served.stderr.try_iter().collect::<Vec<_>>()
+    );
+    // And asked again afterwards: the same answer, or unknown (the handle is released).
+    let (status, w) = as_a(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/delegations/{delegation}?wait_ms=0"),
+        None,
+    )
+    .await;
+    assert!(
+        (status, &w["status"]) == (200, &json!("cancelled")) || status == 404,
+        "{status} {w}"
+    );
+
+    // A long poll cut by SIGTERM: 503.
+    let (status, h) = as_a(
+        &http,
+        Method::POST,
+        format!("{base}/v1/sessions/{root}/children"),
+        Some(json!({"child_id": "slow", "input": "take your time", "name": "s2", "mode": "async"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{h}");
+    let delegation = h["delegation_id"].as_str().unwrap().to_owned();
+    let waiting = {
+        let (http, url) = (
+            http.clone(),
+            format!("{base}/v1/sessions/{root}/delegations/{delegation}?wait_ms=20000"),
+        );
+        tokio::spawn(async move { as_a(&http, Method::GET, url, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let (status, e) = waiting.await.unwrap();
+    assert_eq!(
+        (status, &e["error"]["kind"]),
+        (503, &json!("unavailable")),
+        "{e}"
+    );
+    assert_eq!(served.child.wait().unwrap().code(), Some(0));
+}

@@ -77,7 +77,7 @@ pub use api::approvals::{
 };
 pub use api::host::{
     AnswerView, DelegationState, DeletedView, HandleView, MAX_WAIT_MS, MessageRequest, ReceiptView,
-    SpawnRequest,
+    SpawnRequest, WaitAnswer,
 };
 pub use api::runs::{MAX_SPEC_BYTES, MAX_TASK_BYTES};
 pub use api::sessions::MAX_PAGE;

@@ -10,7 +10,8 @@ use crate::api::approvals::{
     VerdictInput,
 };
 use crate::api::host::{
-    AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView, SpawnRequest,
+    AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView,
+    SpawnRequest, WaitAnswer,
 };
 use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
@@ -54,7 +55,7 @@ use crate::views::{
         ChildrenView, TranscriptPage, StartRunRequest, RunView, RunResultView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
-        HandleView, AnswerView, DelegationState, MessageRequest, ReceiptView, DeletedView,
+        HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,
     )),
     modifiers(&Bearer),
     tags(

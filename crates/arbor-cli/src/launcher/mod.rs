@@ -118,7 +118,7 @@ impl Launcher for SpecLauncher {
             (extra, run.root_id),
         )
         .await
-        .map_err(|f| ApiError::internal(&f.message))?;
+        .map_err(|f| build_error(&run, f))?;
         let id = session.id();
         let lease = owner::Heartbeat::start(self.store.clone(), id, token.clone());
         let claim = Running::claim(&self.running, id);
@@ -429,6 +429,25 @@ async fn keep_result(
     };
     if let Err(e) = crate::store::update_record(store.as_ref(), root, kept_result).await {
         tracing::warn!(root = %root, "could not keep the run's result: {e}");
+    }
+}
+
+/// A tree that could not be built or its root created. Building starts the root's MCP
+/// servers, the one part that fails as a factory does (`Supervisor`): a server of an inline
+/// spec that cannot start is the request's fault (400 naming `spec_text`, the message naming
+/// the server); one of a named spec is the server's, for now (503). A configuration the
+/// runtime refuses is the request's (400); the store failing is the server's (500).
+fn build_error(run: &StartRun, fail: Fail) -> ApiError {
+    if fail.is(arbor_core::CoreErrorKind::Supervisor) {
+        return if run.spec_text.is_some() {
+            ApiError::field("spec_text", fail.message)
+        } else {
+            ApiError::new(ErrorKind::Unavailable, fail.message)
+        };
+    }
+    match fail.code {
+        crate::fail::EXIT_USAGE => override_error(run, fail),
+        _ => ApiError::internal(&fail.message),
     }
 }
 

@@ -94,8 +94,21 @@ pub struct AnswerView {
 pub struct DelegationState {
     /// The delegation.
     pub delegation_id: String,
-    /// `running`, `cancelled`, `cancelling`, `stopping` or `terminal`.
+    /// `running`, `cancelled`, `failed`, `cancelling`, `stopping` or `terminal`.
     pub status: String,
+    /// Why it ended, when it `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a finished wait answers: the child's answer, or how it ended without one.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum WaitAnswer {
+    /// It finished: its answer.
+    Answer(AnswerView),
+    /// It ended without one: `cancelled` or `failed`.
+    Ended(DelegationState),
 }
 
 /// A message to a session.
@@ -170,30 +183,63 @@ async fn live(
     }
 }
 
-/// Waits up to `wait` for the delegation: its answer (200), a cancelled state (200), or
-/// `still_running` when the wait ran out (the child goes on).
+/// Waits up to `wait` for the delegation: its answer (200), a cancelled or failed state
+/// (200), `still_running` when the wait ran out (the child goes on), or 503 when the server
+/// shuts down meanwhile.
 async fn waited(
+    state: &AppState,
     sup: &arbor_core::supervisor::Supervisor,
     delegation: &str,
     wait: Duration,
     still_running: Response,
 ) -> ApiResult<Response> {
-    match tokio::time::timeout(wait, sup.wait(delegation, WaitOptions::default())).await {
+    let shutting_down = || {
+        ApiError::new(
+            ErrorKind::Unavailable,
+            "The server is shutting down: the child's run stops with it (its tree goes on \
+             where it runs next)",
+        )
+    };
+    let waited = tokio::select! {
+        w = tokio::time::timeout(wait, sup.wait(delegation, WaitOptions::default())) => w,
+        () = state.closing.cancelled() => return Err(shutting_down()),
+    };
+    match waited {
         Err(_) => Ok(still_running),
         Ok(Ok(WaitOutcome::Finished(r))) => {
             let text = sup.redact(&r.result.text);
             Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
         }
-        Ok(Ok(_)) => Ok((
-            StatusCode::OK,
-            Json(DelegationState {
-                delegation_id: delegation.to_owned(),
-                status: "cancelled".to_owned(),
-            }),
-        )
-            .into_response()),
+        // The server shuts down: the child was stopped with it, not cancelled for good.
+        Ok(Ok(WaitOutcome::Cancelled { .. }) | Err(_)) if state.draining() => Err(shutting_down()),
+        Ok(Ok(_)) => Ok(ended(delegation, "cancelled", None)),
+        // The child's run ended without an answer: a host's cancel or delete (it may have
+        // released the handle meanwhile), or a failure. The wait itself went well.
+        Ok(Err(e)) if e.kind() == arbor_core::CoreErrorKind::Run => {
+            let aborted = e
+                .result()
+                .is_some_and(|r| r.status == arbor_protocol::RunStatus::Aborted);
+            Ok(if aborted {
+                ended(delegation, "cancelled", None)
+            } else {
+                ended(delegation, "failed", Some(sup.redact(&e.to_string())))
+            })
+        }
         Ok(Err(e)) => Err(ApiError::from(e)),
     }
+}
+
+/// A delegation that ended without an answer, as a wait reports it (200).
+fn ended(delegation: &str, status: &str, error: Option<String>) -> Response {
+    (
+        StatusCode::OK,
+        Json(DelegationState {
+            delegation_id: delegation.to_owned(),
+            status: status.to_owned(),
+            error,
+        }),
+    )
+        .into_response()
 }
 
 fn wait_for(ms: Option<u64>) -> ApiResult<Duration> {
@@ -212,13 +258,14 @@ fn wait_for(ms: Option<u64>) -> ApiResult<Duration> {
     request_body = SpawnRequest,
     params(("id" = String, Path, description = "The parent session")),
     responses(
-        (status = 200, description = "sync: the child's answer", body = AnswerView),
+        (status = 200, description = "sync: the child's answer; or how it ended without one", body = WaitAnswer),
         (status = 201, description = "join or message: the child's handle", body = HandleView),
         (status = 202, description = "sync: still running after wait_ms; its handle", body = HandleView),
         (status = 400, body = ApiError), (status = 401, body = ApiError),
         (status = 404, description = "Unknown or foreign", body = ApiError),
         (status = 409, description = "The tree does not run here, or a policy refused", body = ApiError),
-        (status = 429, description = "A limit refused it (which, its maximum, observed)", body = ApiError)))]
+        (status = 429, description = "A limit refused it (which, its maximum, observed)", body = ApiError),
+        (status = 503, description = "sync: the server shuts down meanwhile", body = ApiError)))]
 pub(crate) async fn spawn(
     tenant: Tenant,
     State(state): State<AppState>,
@@ -250,7 +297,7 @@ pub(crate) async fn spawn(
         return Ok((StatusCode::CREATED, Json(view)).into_response());
     }
     let still_running = (StatusCode::ACCEPTED, Json(view)).into_response();
-    waited(&sup, &handle.delegation_id, wait, still_running).await
+    waited(&state, &sup, &handle.delegation_id, wait, still_running).await
 }
 
 /// How long to wait.
@@ -267,11 +314,12 @@ pub(crate) struct WaitQuery {
     params(("id" = String, Path, description = "A session of the tree (its parent, usually)"),
         ("delegation" = String, Path, description = "The delegation"), WaitQuery),
     responses(
-        (status = 200, description = "It finished: its answer", body = AnswerView),
+        (status = 200, description = "It finished: its answer; or it ended without one (cancelled, failed)", body = WaitAnswer),
         (status = 202, description = "Still running after wait_ms", body = DelegationState),
         (status = 400, body = ApiError), (status = 401, body = ApiError),
         (status = 404, description = "Unknown, foreign or forgotten", body = ApiError),
-        (status = 409, description = "The tree does not run here", body = ApiError)))]
+        (status = 409, description = "The tree does not run here", body = ApiError),
+        (status = 503, description = "The server shuts down meanwhile", body = ApiError)))]
 pub(crate) async fn wait(
     tenant: Tenant,
     State(state): State<AppState>,
@@ -286,10 +334,11 @@ pub(crate) async fn wait(
         Json(DelegationState {
             delegation_id: delegation.clone(),
             status: "running".to_owned(),
+            error: None,
         }),
     )
         .into_response();
-    waited(&sup, &delegation, wait, running).await
+    waited(&state, &sup, &delegation, wait, running).await
 }
 
 /// Cancels a child by its handle.
@@ -349,6 +398,7 @@ async fn end_run(
     Ok(Json(DelegationState {
         delegation_id: delegation,
         status: if running { doing } else { "terminal" }.to_owned(),
+        error: None,
     }))
 }
 
