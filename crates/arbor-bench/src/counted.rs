@@ -162,6 +162,9 @@ impl Store for Counted {
     async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
         self.inner.held_by_queue(sessions).await
     }
+    async fn census(&self, key: &str) -> StoreResult<Vec<arbor_store::StatusCount>> {
+        self.inner.census(key).await
+    }
 
     fn backend(&self) -> &'static str {
         self.inner.backend()

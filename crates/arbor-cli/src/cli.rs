@@ -172,9 +172,14 @@ pub(crate) struct ServeArgs {
     /// A directory of specs (`NAME.toml`), started by name with `POST /v1/runs`.
     #[arg(long, value_name = "DIR")]
     pub(crate) specs: Option<PathBuf>,
-    /// Bearer tokens: lines `TENANT sha256:HEX` (see --hash-token); else ARBOR_TOKENS.
+    /// Bearer tokens: lines `TENANT sha256:HEX [operator]` (see --hash-token); else
+    /// ARBOR_TOKENS. An operator's token reads every tenant's metrics.
     #[arg(long, value_name = "FILE")]
     pub(crate) tokens: Option<PathBuf>,
+    /// Also serve `GET /metrics`, every series and without a token, on this address (for a
+    /// scraper on an internal network; the main address's /metrics then still asks a token).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<String>,
     /// Run inline specs (`spec_text` in `POST /v1/runs`). Off by default: a spec can name
     /// commands, repositories and servers to call.
     #[arg(long)]
@@ -194,6 +199,16 @@ pub(crate) struct ServeArgs {
     /// instead of running them here.
     #[arg(long)]
     pub(crate) workers: bool,
+    /// Connections served at once; one more gets 503 naming `max_connections`.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_connections: u32,
+    /// Event streams open at once, every tenant's together (503 naming `max_streams`).
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub(crate) max_streams: u32,
+    /// Event streams one tenant may hold open at once (429 naming
+    /// `max_streams_per_tenant`).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub(crate) max_streams_per_tenant: u32,
 }
 
 const WORKER_AFTER_HELP: &str = "\

@@ -108,10 +108,16 @@ async fn metrics_parse_as_prometheus_text_and_count_the_run() {
     let m = scrape(&text);
     let get = |key: &str| -> f64 { *m.get(key).unwrap_or_else(|| panic!("no {key} in {text}")) };
     // From the store.
-    assert_eq!(get("arbor_runs{status=\"succeeded\"}"), 1.0);
-    assert_eq!(get("arbor_delegations{status=\"succeeded\"}"), 1.0);
-    assert_eq!(get("arbor_live_children{}"), 0.0);
-    assert_eq!(get("arbor_approvals_pending{}"), 0.0);
+    assert_eq!(
+        get("arbor_runs{status=\"succeeded\",tenant=\"local\"}"),
+        1.0
+    );
+    assert_eq!(
+        get("arbor_delegations{status=\"succeeded\",tenant=\"local\"}"),
+        1.0
+    );
+    assert_eq!(get("arbor_live_children{tenant=\"local\"}"), 0.0);
+    assert_eq!(get("arbor_approvals_pending{tenant=\"local\"}"), 0.0);
     // From the runs themselves.
     assert_eq!(
         get("arbor_agent_runs_total{role=\"root\",status=\"succeeded\"}"),

@@ -10,50 +10,8 @@ use serde_json::{Value, json};
 
 #[allow(dead_code)]
 mod serve_support;
-use serve_support::{Served, client, serve_env};
-
-/// A spec whose root and its one child answer at once.
-const QUICK: &str = r#"
-task = "say hello"
-root = "root"
-
-[agents.root]
-children = ["helper"]
-repeat_last = true
-[[agents.root.turns]]
-text = "hello"
-
-[agents.helper]
-repeat_last = true
-[[agents.helper.turns]]
-text = "helped"
-"#;
-
-/// A spec whose root takes a minute.
-const SLOW: &str = r#"
-task = "take a minute"
-root = "root"
-
-[agents.root]
-repeat_last = true
-[[agents.root.turns]]
-delay_ms = 60000
-text = "late"
-"#;
-
-const TOKEN_A: &str = "token-of-tenant-a-0123456789";
-const TOKEN_B: &str = "token-of-tenant-b-0123456789";
-
-/// A server over a fresh directory holding `specs/quick.toml`, with tenants `a` and `b`.
-fn two_tenants(extra: &[&str]) -> (tempfile::TempDir, Served) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("specs")).unwrap();
-    std::fs::write(dir.path().join("specs/quick.toml"), QUICK).unwrap();
-    std::fs::write(dir.path().join("specs/slow.toml"), SLOW).unwrap();
-    let tokens = format!("a={TOKEN_A},b={TOKEN_B}");
-    let served = serve_env(dir.path(), extra, &[("ARBOR_TOKENS", &tokens)]);
-    (dir, served)
-}
+use serve_support::tenants::{QUICK, TOKEN_A, TOKEN_B, TOKEN_OPS, start, two_tenants};
+use serve_support::{client, serve_env};
 
 /// One MCP request with `token` (and the session, if any); the status, the session id the
 /// answer carries, and the body.
@@ -222,20 +180,6 @@ async fn streams_end_after_the_run_ends_and_at_shutdown_with_the_last_status() {
     );
 }
 
-/// Starts a run of `spec` as tenant A: its root's id.
-async fn start(http: &reqwest::Client, base: &str, spec: &str) -> String {
-    let resp = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(TOKEN_A)
-        .json(&json!({"spec": spec}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 201);
-    let run: Value = resp.json().await.unwrap();
-    run["root_id"].as_str().unwrap().to_owned()
-}
-
 /// A root that holds its tree open, and a child whose runs take a minute.
 const HOLDING: &str = r#"
 task = "hold the tree open"
@@ -402,4 +346,101 @@ async fn no_500_where_the_client_did_nothing_wrong() {
         "{e}"
     );
     assert_eq!(served.child.wait().unwrap().code(), Some(0));
+}
+
+/// `/metrics` with tokens configured: no token gets 401; a tenant's token sees its own
+/// series only (it saw every tenant's runs, approvals and tokens); an operator's sees every
+/// tenant's and the process's own; `--metrics-listen` serves them all without a token.
+/// `/healthz` and `/readyz` stay open and name no tenant.
+#[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
+async fn metrics_show_a_tenant_its_own_series_and_an_operator_all() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/quick.toml"), QUICK).unwrap();
+    let tokens = [
+        arbor_server::Tenants::file_line("a", TOKEN_A),
+        arbor_server::Tenants::file_line("b", TOKEN_B),
+        format!(
+            "{} operator",
+            arbor_server::Tenants::file_line("ops", TOKEN_OPS)
+        ),
+    ]
+    .join("\n");
+    std::fs::write(dir.path().join("tokens"), tokens).unwrap();
+    let served = serve_env(
+        dir.path(),
+        &["--tokens", "tokens", "--metrics-listen", "127.0.0.1:0"],
+        &[],
+    );
+    let metrics_at = served
+        .early
+        .iter()
+        .find_map(|l| l.split("metrics on ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("no metrics address in {:?}", served.early))
+        .to_owned();
+    let (http, base) = (client(), served.base.clone());
+    let root = start(&http, &base, "quick").await;
+    serve_support::status_becomes_as(&http, &base, &root, "succeeded", TOKEN_A).await;
+
+    let scrape = |token: Option<&'static str>, url: String| {
+        let http = http.clone();
+        async move {
+            let mut req = http.get(url);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    };
+    let (status, body) = scrape(None, format!("{base}/metrics")).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("\"unauthorized\""), "{body}");
+
+    let (status, b) = scrape(Some(TOKEN_B), format!("{base}/metrics")).await;
+    assert_eq!(status, 200);
+    assert!(b.contains("arbor_live_children{tenant=\"b\"} 0"), "{b}");
+    assert!(b.contains("arbor_approvals_pending{tenant=\"b\"} 0"), "{b}");
+    for hidden in [
+        "tenant=\"a\"",
+        "arbor_http_requests_total",
+        "arbor_tokens_total",
+        "arbor_agent_runs_total",
+    ] {
+        assert!(!b.contains(hidden), "tenant b sees {hidden}: {b}");
+    }
+    let (_, a) = scrape(Some(TOKEN_A), format!("{base}/metrics")).await;
+    assert!(
+        a.contains("arbor_runs{tenant=\"a\",status=\"succeeded\"} 1"),
+        "{a}"
+    );
+    assert!(
+        !a.contains("tenant=\"b\"") && !a.contains("arbor_http_requests_total"),
+        "{a}"
+    );
+
+    let (_, all) = scrape(Some(TOKEN_OPS), format!("{base}/metrics")).await;
+    assert!(
+        all.contains("arbor_runs{tenant=\"a\",status=\"succeeded\"} 1"),
+        "{all}"
+    );
+    assert!(all.contains("arbor_http_requests_total"), "{all}");
+    assert!(all.contains("arbor_tokens_total"), "{all}");
+    let (status, open) = scrape(None, metrics_at.clone()).await;
+    assert_eq!(status, 200);
+    assert!(
+        open.contains("arbor_runs{tenant=\"a\",status=\"succeeded\"} 1"),
+        "{open}"
+    );
+    assert!(open.contains("arbor_http_requests_total"), "{open}");
+    // The metrics address serves nothing else.
+    let (status, _) = scrape(None, metrics_at.replace("/metrics", "/v1/runs")).await;
+    assert_eq!(status, 404);
+
+    for (path, said) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let (status, body) = scrape(None, format!("{base}{path}")).await;
+        assert_eq!((status, body.as_str()), (200, said));
+    }
 }

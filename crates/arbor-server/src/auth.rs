@@ -2,12 +2,13 @@
 //! `/v1` handler receives.
 //!
 //! Tokens are never kept, only their SHA-256: a tokens file holds one `tenant sha256:<hex>`
-//! per line (`#` starts a comment), and [`Tenants::from_env_value`] reads
+//! per line (`#` starts a comment), followed by `operator` for a tenant that may read every
+//! tenant's metrics and the process's own; [`Tenants::from_env_value`] reads
 //! `tenant=token,…` (what `ARBOR_TOKENS` holds), hashing each token at once. With no token
 //! configured the server is open, as the single tenant [`LOCAL_TENANT`], and must listen on
 //! loopback only (the caller checks; `arbor serve` refuses anything else).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -23,6 +24,8 @@ pub const LOCAL_TENANT: &str = "local";
 #[derive(Clone, Default)]
 pub struct Tenants {
     by_hash: Arc<HashMap<[u8; 32], String>>,
+    /// The tenants that may read every tenant's metrics.
+    operators: Arc<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Tenants {
@@ -46,7 +49,7 @@ fn valid_tenant(t: &str) -> bool {
 
 /// Why a tokens file (or `ARBOR_TOKENS`) that names no token is refused: a server given one
 /// would serve every request unauthenticated, as if it had none.
-const NO_TOKEN: &str = "no token in it (lines `<tenant> sha256:<64 hex digits>`): a server \
+const NO_TOKEN: &str = "no token in it (lines `<tenant> sha256:<64 hex digits> [operator]`): a server \
      given no token would serve every request unauthenticated";
 
 impl Tenants {
@@ -60,21 +63,40 @@ impl Tenants {
         self.by_hash.is_empty()
     }
 
-    /// Reads a tokens file's text: `tenant sha256:<64 hex>` per line. The error names the
-    /// line.
+    /// Reads a tokens file's text: `tenant sha256:<64 hex>` per line, then `operator` for a
+    /// tenant that may read every tenant's metrics. The error names the line.
     pub fn from_file_text(text: &str) -> Result<Self, String> {
         let mut by_hash = HashMap::new();
+        let mut operators = HashSet::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
-            let bad = || format!("line {}: expected `<tenant> sha256:<64 hex digits>`", n + 1);
+            let bad = || {
+                format!(
+                    "line {}: expected `<tenant> sha256:<64 hex digits> [operator]`",
+                    n + 1
+                )
+            };
             let mut parts = line.split_whitespace();
-            let (Some(tenant), Some(hash), None) = (parts.next(), parts.next(), parts.next())
+            let (Some(tenant), Some(hash), role, None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
             else {
                 return Err(bad());
             };
+            match role {
+                None => {}
+                Some("operator") => {
+                    operators.insert(tenant.to_owned());
+                }
+                Some(other) => {
+                    return Err(format!(
+                        "line {}: unknown role {other:?} (the one role is `operator`)",
+                        n + 1
+                    ));
+                }
+            }
             if !valid_tenant(tenant) {
                 return Err(format!(
                     "line {}: tenant {tenant:?} must be 1-64 of A-Z a-z 0-9 - _ .",
@@ -90,7 +112,13 @@ impl Tenants {
         }
         Ok(Self {
             by_hash: Arc::new(by_hash),
+            operators: Arc::new(operators),
         })
+    }
+
+    /// Whether `tenant` may read every tenant's metrics and the process's own.
+    pub fn is_operator(&self, tenant: &str) -> bool {
+        self.operators.contains(tenant)
     }
 
     /// Reads `tenant=token,tenant=token` (the value of `ARBOR_TOKENS`); each token is hashed
@@ -119,6 +147,7 @@ impl Tenants {
         }
         Ok(Self {
             by_hash: Arc::new(by_hash),
+            operators: Arc::default(),
         })
     }
 
@@ -207,7 +236,15 @@ mod tests {
         );
         assert_eq!(
             Tenants::from_file_text("acme md5:00").unwrap_err(),
-            "line 1: expected `<tenant> sha256:<64 hex digits>`"
+            "line 1: expected `<tenant> sha256:<64 hex digits> [operator]`"
+        );
+        // A role after the hash: `operator`, or refused by name.
+        let ops = Tenants::file_line("ops", "s3cret-token-of-ops!");
+        let t = Tenants::from_file_text(&format!("{line}\n{ops} operator\n")).unwrap();
+        assert!(t.is_operator("ops") && !t.is_operator("acme"));
+        assert_eq!(
+            Tenants::from_file_text(&format!("{ops} admin")).unwrap_err(),
+            "line 1: unknown role \"admin\" (the one role is `operator`)"
         );
     }
 

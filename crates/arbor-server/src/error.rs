@@ -122,6 +122,23 @@ impl ApiError {
         Self::new(ErrorKind::Internal, "The server failed; see its log")
     }
 
+    /// An error of `kind` that names the limit `name` it met.
+    pub fn limited(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        name: &str,
+        maximum: usize,
+    ) -> Self {
+        let maximum = u64::try_from(maximum).unwrap_or(u64::MAX);
+        let mut e = Self::new(kind, message);
+        e.error.limit = Some(LimitBody {
+            name: name.to_owned(),
+            maximum,
+            observed: maximum,
+        });
+        e
+    }
+
     /// The kind.
     pub fn kind(&self) -> ErrorKind {
         self.error.kind

@@ -57,6 +57,7 @@ mod error;
 mod extract;
 pub mod idempotency;
 mod launcher;
+mod listen;
 mod mcp;
 mod metrics;
 mod openapi;
@@ -86,6 +87,7 @@ pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};
 pub use auth::{LOCAL_TENANT, Tenant, Tenants};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
+pub use listen::ServerLimits;
 pub use openapi::ApiDoc;
 pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
@@ -111,9 +113,17 @@ pub struct ServerBuilder {
     tenants: Tenants,
     mcp: state::McpConfig,
     runtime: Option<RuntimeMetrics>,
+    limits: ServerLimits,
 }
 
 impl ServerBuilder {
+    /// What the server holds at most: connections, event streams (in all, per tenant), and
+    /// how long it waits for headers and at shutdown (default [`ServerLimits::default`]).
+    pub fn limits(mut self, limits: ServerLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Adds what `runtime` counted (runs, tokens, tool calls, refusals, provider latency
     /// and retries, store writes) to `/metrics`; install [`RuntimeMetrics::layer`] in the
     /// process's subscriber for it to count.
@@ -159,6 +169,8 @@ impl ServerBuilder {
                 draining: Arc::new(AtomicBool::new(false)),
                 closing: tokio_util::sync::CancellationToken::new(),
                 mcp: self.mcp,
+                streams: Arc::new(state::StreamSlots::new(&self.limits)),
+                limits: self.limits,
             },
         }
     }
@@ -173,12 +185,38 @@ impl Server {
             tenants: Tenants::open(),
             mcp: state::McpConfig::default(),
             runtime: None,
+            limits: ServerLimits::default(),
         }
     }
 
     /// The routes, to serve or to mount in a larger app.
     pub fn router(&self) -> axum::Router {
         app::router(self.state.clone()).merge(mcp::router(&self.state))
+    }
+
+    /// `GET /metrics` alone, every series, without a token: for a separate address that
+    /// only the metrics scraper reaches (`arbor serve --metrics-listen`).
+    pub fn metrics_router(&self) -> axum::Router {
+        axum::Router::new()
+            .route("/metrics", axum::routing::get(api::health::all_metrics))
+            .with_state(self.state.clone())
+    }
+
+    /// Serves [`metrics_router`](Self::metrics_router) on `listener` until `shutdown`
+    /// resolves.
+    pub async fn serve_metrics(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        listen::serve(
+            listener,
+            self.metrics_router(),
+            &self.state.limits,
+            shutdown,
+            || {},
+        )
+        .await
     }
 
     /// Stops admitting new runs (`POST /v1/runs` and `/readyz` answer 503); requests in
@@ -197,13 +235,11 @@ impl Server {
         let draining = self.state.draining.clone();
         let closing = self.state.closing.clone();
         let app = self.router();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                draining.store(true, Ordering::Release);
-                closing.cancel();
-                tracing::info!("shutting down: no new runs; finishing the requests in flight");
-            })
-            .await
+        listen::serve(listener, app, &self.state.limits, shutdown, move || {
+            draining.store(true, Ordering::Release);
+            closing.cancel();
+            tracing::info!("shutting down: no new runs; finishing the requests in flight");
+        })
+        .await
     }
 }

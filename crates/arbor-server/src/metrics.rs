@@ -1,23 +1,63 @@
-//! `/metrics` in Prometheus' text format: runs and delegations by outcome, live children and
-//! calls waiting for a decision (read from the store at each scrape, so they count every
-//! process's work), the server's own request counters, and what this process's runs did
-//! ([`RuntimeMetrics`], when the server was given one).
+//! `/metrics` in Prometheus' text format, for whom may read it ([`Scope`]).
+//!
+//! - **From the store**, by tenant: runs and delegations by status, live children, calls
+//!   waiting for a decision. They count every process's work. One query counts them
+//!   ([`Store::census`]); the result is kept [`CENSUS_TTL`], and one scrape at a time
+//!   refreshes it, so a flood of scrapes costs the store one query per period and no memory
+//!   that grows with the store's history.
+//! - **Of this process**: the server's request counters, and what its runs did
+//!   ([`RuntimeMetrics`], when the server was given one). They mix every tenant, so only an
+//!   operator (or an open server, or the `--metrics-listen` address) sees them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use arbor_store::{SessionQuery, Store};
+use arbor_protocol::SessionStatus;
+use arbor_store::Store;
+use tokio::time::Instant;
 
+use crate::auth::LOCAL_TENANT;
 use crate::runtime_metrics::RuntimeMetrics;
 
-/// The server's own counters.
+/// How long the store's counts are kept before a scrape reads them again.
+pub(crate) const CENSUS_TTL: Duration = Duration::from_secs(5);
+
+/// What a caller of `/metrics` sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every tenant's series, and the process's own.
+    All,
+    /// This tenant's series only.
+    Tenant(String),
+}
+
+/// One tenant's counts from the store.
+#[derive(Debug, Default, Clone)]
+struct TenantCounts {
+    runs: BTreeMap<&'static str, u64>,
+    delegations: BTreeMap<&'static str, u64>,
+    live_children: u64,
+    approvals_pending: u64,
+}
+
+/// The store's counts, by tenant.
+#[derive(Debug, Default)]
+struct Census {
+    tenants: BTreeMap<String, TenantCounts>,
+}
+
+/// The server's own counters, and the store's counts as last read.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
     requests: AtomicU64,
     errors: AtomicU64,
     runs_started: AtomicU64,
     runtime: Option<RuntimeMetrics>,
+    /// The census and when it was read; the lock makes one scrape at a time refresh it.
+    census: tokio::sync::Mutex<Option<(Instant, Arc<Census>)>>,
 }
 
 impl Metrics {
@@ -39,46 +79,94 @@ impl Metrics {
         self.runs_started.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The exposition text.
+    /// The census, read again if older than [`CENSUS_TTL`].
+    async fn census(&self, store: &dyn Store) -> Result<Arc<Census>, arbor_store::StoreError> {
+        let mut kept = self.census.lock().await;
+        if let Some((at, census)) = kept.as_ref()
+            && at.elapsed() < CENSUS_TTL
+        {
+            return Ok(census.clone());
+        }
+        let census = Arc::new(read_census(store).await?);
+        *kept = Some((Instant::now(), census.clone()));
+        Ok(census)
+    }
+
+    /// The exposition text for `scope`.
     pub(crate) async fn render(
         &self,
         store: &dyn Store,
+        scope: &Scope,
     ) -> Result<String, arbor_store::StoreError> {
-        let mut runs: BTreeMap<String, u64> = BTreeMap::new();
-        let mut delegations: BTreeMap<String, u64> = BTreeMap::new();
-        let mut live_children = 0u64;
-        for root in store.list_sessions(SessionQuery::Roots).await? {
-            *runs.entry(word(root.status)).or_default() += 1;
-            for s in store.list_sessions(SessionQuery::Tree(root.id)).await? {
-                if s.parent_id.is_none() {
-                    continue;
-                }
-                *delegations.entry(word(s.status)).or_default() += 1;
-                if s.status == arbor_protocol::SessionStatus::Running {
-                    live_children += 1;
-                }
+        let census = self.census(store).await?;
+        let empty = TenantCounts::default();
+        let shown: Vec<(&str, &TenantCounts)> = match scope {
+            Scope::All => census
+                .tenants
+                .iter()
+                .map(|(t, c)| (t.as_str(), c))
+                .collect(),
+            Scope::Tenant(t) => vec![(t.as_str(), census.tenants.get(t).unwrap_or(&empty))],
+        };
+        let mut out = String::new();
+        gauge(
+            &mut out,
+            "arbor_runs",
+            "Root runs in the store, by tenant and status.",
+        );
+        for (tenant, c) in &shown {
+            for (status, n) in &c.runs {
+                let _ = writeln!(
+                    out,
+                    "arbor_runs{{tenant=\"{tenant}\",status=\"{status}\"}} {n}"
+                );
             }
         }
-        let mut out = String::new();
-        let _ = writeln!(out, "# HELP arbor_runs Root runs in the store, by status.");
-        let _ = writeln!(out, "# TYPE arbor_runs gauge");
-        for (status, n) in &runs {
-            let _ = writeln!(out, "arbor_runs{{status=\"{status}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP arbor_delegations Child sessions in the store, by status."
+        gauge(
+            &mut out,
+            "arbor_delegations",
+            "Child sessions in the store, by tenant and status.",
         );
-        let _ = writeln!(out, "# TYPE arbor_delegations gauge");
-        for (status, n) in &delegations {
-            let _ = writeln!(out, "arbor_delegations{{status=\"{status}\"}} {n}");
+        for (tenant, c) in &shown {
+            for (status, n) in &c.delegations {
+                let _ = writeln!(
+                    out,
+                    "arbor_delegations{{tenant=\"{tenant}\",status=\"{status}\"}} {n}"
+                );
+            }
         }
-        let _ = writeln!(
-            out,
-            "# HELP arbor_live_children Child sessions running now."
+        gauge(
+            &mut out,
+            "arbor_live_children",
+            "Child sessions running now, by tenant.",
         );
-        let _ = writeln!(out, "# TYPE arbor_live_children gauge");
-        let _ = writeln!(out, "arbor_live_children {live_children}");
+        for (tenant, c) in &shown {
+            let _ = writeln!(
+                out,
+                "arbor_live_children{{tenant=\"{tenant}\"}} {}",
+                c.live_children
+            );
+        }
+        gauge(
+            &mut out,
+            "arbor_approvals_pending",
+            "Tool calls of suspended runs waiting for a decision, by tenant.",
+        );
+        for (tenant, c) in &shown {
+            let _ = writeln!(
+                out,
+                "arbor_approvals_pending{{tenant=\"{tenant}\"}} {}",
+                c.approvals_pending
+            );
+        }
+        if *scope == Scope::All {
+            self.render_process(&mut out);
+        }
+        Ok(out)
+    }
+
+    /// The process's own counters (every tenant's requests and runs together).
+    fn render_process(&self, out: &mut String) {
         let counters = [
             (
                 "arbor_http_requests_total",
@@ -101,35 +189,80 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
         }
-        // The approval queue: calls of suspended runs that wait for a decision.
-        // A caller's suspension carries its children's calls too: each call counts once.
-        let mut waiting = std::collections::HashSet::new();
-        for c in store
-            .list_checkpoints(arbor_core::approval::RUN_NAMESPACE)
-            .await?
-        {
-            if let Ok(checkpoint) =
-                serde_json::from_value::<arbor_core::approval::RunCheckpoint>(c.value)
-            {
-                waiting.extend(checkpoint.pending().into_iter().map(|p| p.id));
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP arbor_approvals_pending Tool calls of suspended runs waiting for a decision."
-        );
-        let _ = writeln!(out, "# TYPE arbor_approvals_pending gauge");
-        let _ = writeln!(out, "arbor_approvals_pending {}", waiting.len());
         if let Some(runtime) = &self.runtime {
             out.push_str(&runtime.render());
         }
-        Ok(out)
     }
 }
 
-fn word(s: arbor_protocol::SessionStatus) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
+fn gauge(out: &mut String, name: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+}
+
+/// Counts the store: sessions by tenant, root or not and status in one query; the calls
+/// waiting for a decision from the run checkpoints (one per suspended run).
+async fn read_census(store: &dyn Store) -> Result<Census, arbor_store::StoreError> {
+    let mut census = Census::default();
+    for row in store.census("tenant").await? {
+        let tenant = row.group.unwrap_or_else(|| LOCAL_TENANT.to_owned());
+        let counts = census.tenants.entry(tenant).or_default();
+        let by_status = if row.root {
+            &mut counts.runs
+        } else {
+            &mut counts.delegations
+        };
+        *by_status.entry(row.status.as_str()).or_default() += row.sessions;
+        if !row.root && row.status == SessionStatus::Running {
+            counts.live_children += row.sessions;
+        }
+    }
+    // A caller's suspension carries its children's calls too: each call counts once.
+    let mut waiting: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut tenant_of: HashMap<arbor_protocol::SessionId, String> = HashMap::new();
+    for c in store
+        .list_checkpoints(arbor_core::approval::RUN_NAMESPACE)
+        .await?
+    {
+        let Ok(checkpoint) = serde_json::from_value::<arbor_core::approval::RunCheckpoint>(c.value)
+        else {
+            continue;
+        };
+        let session = checkpoint.session_id;
+        let tenant = match tenant_of.get(&session) {
+            Some(t) => t.clone(),
+            None => {
+                let t = tenant_of_session(store, session).await?;
+                tenant_of.insert(session, t.clone());
+                t
+            }
+        };
+        waiting
+            .entry(tenant)
+            .or_default()
+            .extend(checkpoint.pending().into_iter().map(|p| p.id));
+    }
+    for (tenant, calls) in waiting {
+        census.tenants.entry(tenant).or_default().approvals_pending = calls.len() as u64;
+    }
+    Ok(census)
+}
+
+/// The tenant whose tree `session` is in.
+async fn tenant_of_session(
+    store: &dyn Store,
+    session: arbor_protocol::SessionId,
+) -> Result<String, arbor_store::StoreError> {
+    let Some(record) = store.session(session).await? else {
+        return Ok(LOCAL_TENANT.to_owned());
+    };
+    let root = if record.root_id == record.id {
+        record
+    } else {
+        match store.session(record.root_id).await? {
+            Some(root) => root,
+            None => return Ok(LOCAL_TENANT.to_owned()),
+        }
+    };
+    Ok(crate::state::tenant_of_root(&root).to_owned())
 }

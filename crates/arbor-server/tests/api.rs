@@ -359,10 +359,13 @@ async fn health_metrics_openapi_and_draining() {
     assert_eq!(status, 200);
     let text = text.as_str().unwrap();
     assert!(
-        text.contains("arbor_runs{status=\"succeeded\"} 1"),
+        text.contains("arbor_runs{tenant=\"local\",status=\"succeeded\"} 1"),
         "{text}"
     );
-    assert!(text.contains("arbor_live_children 0"), "{text}");
+    assert!(
+        text.contains("arbor_live_children{tenant=\"local\"} 0"),
+        "{text}"
+    );
     assert!(text.contains("arbor_runs_started_total 1"), "{text}");
 
     let (status, doc) = live.get("/v1/openapi.json", None).await;

@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod census;
 mod codec;
 mod error;
 mod migrate;

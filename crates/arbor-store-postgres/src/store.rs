@@ -576,6 +576,10 @@ impl Store for PostgresStore {
             .collect())
     }
 
+    async fn census(&self, key: &str) -> StoreResult<Vec<arbor_store::StatusCount>> {
+        self.count_by_status(key).await
+    }
+
     fn backend(&self) -> &'static str {
         "postgres"
     }

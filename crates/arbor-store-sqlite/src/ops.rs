@@ -168,3 +168,45 @@ pub(crate) fn checkpoint_from_row(row: &rusqlite::Row<'_>) -> StoreResult<Checkp
         updated_at: Timestamp(num(4)?),
     })
 }
+
+/// Sessions by the string their root keeps at the JSON path `group` of its meta, root or
+/// not, and status: one query, no record loaded.
+pub(crate) fn census(
+    conn: &Connection,
+    path: &str,
+    group: &str,
+) -> StoreResult<Vec<arbor_store::StatusCount>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT CASE WHEN json_type(r.meta, ?1) = 'text' THEN json_extract(r.meta, ?1) END, \
+                    t.is_root, t.status, t.n \
+             FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
+                   FROM sessions GROUP BY root_id, is_root, status) t \
+             JOIN sessions r ON r.id = t.root_id",
+        )
+        .at(path)?;
+    let mut rows = stmt.query([group]).at(path)?;
+    // One row per tree and status: summed per group.
+    let mut counts: std::collections::HashMap<
+        (Option<String>, bool, &'static str),
+        arbor_store::StatusCount,
+    > = std::collections::HashMap::new();
+    while let Some(row) = rows.next().at(path)? {
+        let group: Option<String> = row.get(0).at(path)?;
+        let root: bool = row.get(1).at(path)?;
+        let word: String = row.get(2).at(path)?;
+        let n: i64 = row.get(3).at(path)?;
+        let status = arbor_protocol::SessionStatus::parse(&word)
+            .ok_or_else(|| StoreError::Corrupt(format!("session status {word:?}")))?;
+        counts
+            .entry((group.clone(), root, status.as_str()))
+            .or_insert(arbor_store::StatusCount {
+                group,
+                root,
+                status,
+                sessions: 0,
+            })
+            .sessions += u64::try_from(n).unwrap_or(0);
+    }
+    Ok(counts.into_values().collect())
+}

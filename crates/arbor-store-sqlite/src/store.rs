@@ -525,6 +525,17 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn census(&self, key: &str) -> StoreResult<Vec<arbor_store::StatusCount>> {
+        if !arbor_store::census_key_is_valid(key) {
+            return Err(StoreError::Invalid(format!(
+                "census key {key:?}: 1 to 64 of a-z A-Z 0-9 _"
+            )));
+        }
+        let group = format!("$.{key}");
+        self.call(move |conn, path| crate::ops::census(conn, path, &group))
+            .await
+    }
+
     fn backend(&self) -> &'static str {
         "sqlite"
     }

@@ -27,6 +27,6 @@ pub use memory::MemoryStore;
 pub use meta::Meta;
 pub use record::{
     Attribution, AttributionTarget, Checkpoint, SessionQuery, SessionRecord, SessionUpdate,
-    Tombstone,
+    StatusCount, Tombstone, census_key_is_valid,
 };
 pub use store::{Store, StoreResult};

@@ -276,6 +276,29 @@ pub struct AttributionTarget {
     pub target: Option<SpawnPoint>,
 }
 
+/// How many sessions have one status within one group: a row of
+/// [`Store::census`](crate::Store::census).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCount {
+    /// The string the tree's root keeps at the census' key of its `meta` (`None` when it
+    /// keeps none, or not a string): every session of a tree is in its root's group.
+    pub group: Option<String>,
+    /// Whether these are roots (else sessions with a parent).
+    pub root: bool,
+    /// Their status.
+    pub status: SessionStatus,
+    /// How many.
+    pub sessions: u64,
+}
+
+/// Whether `key` may name a census' group: 1 to 64 of `a-z A-Z 0-9 _` (it becomes part of a
+/// JSON path in the backends' queries).
+pub fn census_key_is_valid(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 64
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 /// Which sessions [`Store::list_sessions`](crate::Store::list_sessions) returns, oldest first
 /// (creation time, then id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

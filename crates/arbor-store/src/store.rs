@@ -7,7 +7,10 @@ use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, TranscriptEntry
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::record::{Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate};
+use crate::record::{
+    Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, StatusCount,
+    census_key_is_valid,
+};
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -110,6 +113,38 @@ pub trait Store: fmt::Debug + Send + Sync {
         Ok(Vec::new())
     }
 
+    /// How many sessions have each status, grouped by the string their tree's root keeps at
+    /// `meta[key]` and by root or not, in any order: what a metrics scrape reads, without
+    /// loading the records (a backend counts them in one query). `key` is 1 to 64 of
+    /// `a-z A-Z 0-9 _`; another is `Invalid`. This default walks every tree.
+    async fn census(&self, key: &str) -> StoreResult<Vec<StatusCount>> {
+        if !census_key_is_valid(key) {
+            return Err(StoreError::Invalid(format!(
+                "census key {key:?}: 1 to 64 of a-z A-Z 0-9 _"
+            )));
+        }
+        let mut counts: std::collections::BTreeMap<
+            (Option<String>, bool, &'static str),
+            (SessionStatus, u64),
+        > = std::collections::BTreeMap::new();
+        for root in self.list_sessions(SessionQuery::Roots).await? {
+            let group = root.meta[key].as_str().map(str::to_owned);
+            for s in self.list_sessions(SessionQuery::Tree(root.id)).await? {
+                let at = (group.clone(), s.parent_id.is_none(), s.status.as_str());
+                counts.entry(at).or_insert((s.status, 0)).1 += 1;
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((group, root, _), (status, sessions))| StatusCount {
+                group,
+                root,
+                status,
+                sessions,
+            })
+            .collect())
+    }
+
     /// Backend name for reports (`memory`, `sqlite`).
     fn backend(&self) -> &'static str;
 }
@@ -199,6 +234,9 @@ macro_rules! forward {
             }
             async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
                 (**self).held_by_queue(sessions).await
+            }
+            async fn census(&self, key: &str) -> StoreResult<Vec<StatusCount>> {
+                (**self).census(key).await
             }
             fn backend(&self) -> &'static str {
                 (**self).backend()

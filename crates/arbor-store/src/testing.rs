@@ -244,6 +244,9 @@ impl Store for FaultStore {
     async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
         self.inner.held_by_queue(sessions).await
     }
+    async fn census(&self, key: &str) -> StoreResult<Vec<crate::StatusCount>> {
+        self.inner.census(key).await
+    }
     fn backend(&self) -> &'static str {
         "fault"
     }

@@ -76,7 +76,8 @@ pub(crate) async fn serve(
     let names = launcher.specs();
     let mut builder = Server::builder(store)
         .launcher(launcher)
-        .tenants(tenants.clone());
+        .tenants(tenants.clone())
+        .limits(limits(&args)?);
     if !args.mcp_host.is_empty() {
         builder = builder.mcp_hosts(args.mcp_host.iter().cloned());
     }
@@ -87,6 +88,10 @@ pub(crate) async fn serve(
         builder = builder.runtime_metrics(runtime);
     }
     let server = builder.build();
+    // Every listener is up before the line that says the server listens.
+    if let Some(addr) = &args.metrics_listen {
+        serve_metrics(&server, addr, runs.clone()).await?;
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Fail::usage(format!("cannot listen on {listen}: {}", io_reason(&e))))?;
@@ -116,6 +121,59 @@ pub(crate) async fn serve(
     tracker.wait().await;
     output::err("arbor serve: stopped");
     Ok(0)
+}
+
+/// Serves `/metrics` alone on `addr` until `stop` is cancelled (the shutdown).
+async fn serve_metrics(server: &Server, addr: &str, stop: CancellationToken) -> Result<(), Fail> {
+    let at: SocketAddr = addr.parse().map_err(|_| {
+        Fail::usage(format!(
+            "--metrics-listen {addr:?} is not an address such as 127.0.0.1:9464"
+        ))
+    })?;
+    let listener = tokio::net::TcpListener::bind(at).await.map_err(|e| {
+        Fail::usage(format!(
+            "--metrics-listen: cannot listen on {at}: {}",
+            io_reason(&e)
+        ))
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Fail::usage(e.to_string()))?;
+    output::err(&format!(
+        "arbor serve: metrics on http://{bound}/metrics (no token: keep it off public networks)"
+    ));
+    let served = server
+        .clone()
+        .serve_metrics(listener, async move { stop.cancelled().await });
+    tokio::spawn(async move {
+        if let Err(e) = served.await {
+            tracing::warn!("the metrics listener failed: {e}");
+        }
+    });
+    Ok(())
+}
+
+/// The server's limits: the flags, and the timings from the environment
+/// (`ARBOR_HEADER_TIMEOUT_MS`, default 10000; `ARBOR_SHUTDOWN_GRACE_MS`, default 10000).
+fn limits(args: &ServeArgs) -> Result<arbor_server::ServerLimits, Fail> {
+    let ms = |name: &str, default: u64| -> Result<std::time::Duration, Fail> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| (1..=600_000).contains(ms))
+                .map(std::time::Duration::from_millis)
+                .ok_or_else(|| Fail::usage(format!("{name}={v:?}: a number of ms, 1 to 600000"))),
+            Err(_) => Ok(std::time::Duration::from_millis(default)),
+        }
+    };
+    Ok(arbor_server::ServerLimits::default()
+        .max_connections(args.max_connections as usize)
+        .max_streams(args.max_streams as usize)
+        .max_streams_per_tenant(args.max_streams_per_tenant as usize)
+        .header_timeout(ms("ARBOR_HEADER_TIMEOUT_MS", 10_000)?)
+        .shutdown_grace(ms("ARBOR_SHUTDOWN_GRACE_MS", 10_000)?))
 }
 
 fn hash_token(tenant: &str) -> Result<u8, Fail> {

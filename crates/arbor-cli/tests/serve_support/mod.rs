@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub(crate) mod tenants;
+
 pub(crate) struct Served {
     pub(crate) child: Child,
     pub(crate) base: String,

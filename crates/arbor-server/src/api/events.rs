@@ -49,6 +49,8 @@ struct Cursor {
     status: Option<SessionStatus>,
     queued: VecDeque<Event>,
     closing: Closing,
+    /// Held while the stream is open.
+    _slot: crate::state::StreamSlot,
     /// The last read found the run ended: one more read of the transcript, and if it
     /// finds nothing new the stream ends.
     ending: bool,
@@ -136,7 +138,9 @@ impl Cursor {
     responses(
         (status = 200, description = "`text/event-stream`: `id` = the entry's sequence number", content_type = "text/event-stream", body = String),
         (status = 400, body = ApiError), (status = 401, body = ApiError),
-        (status = 404, description = "Unknown or foreign", body = ApiError)))]
+        (status = 404, description = "Unknown or foreign", body = ApiError),
+        (status = 429, description = "The tenant holds its most streams open (max_streams_per_tenant)", body = ApiError),
+        (status = 503, description = "The server holds its most streams open (max_streams)", body = ApiError)))]
 pub(crate) async fn stream(
     tenant: Tenant,
     State(state): State<AppState>,
@@ -145,6 +149,7 @@ pub(crate) async fn stream(
     Params(q): Params<SinceQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let record = state.visible(&tenant, &id).await?;
+    let slot = state.streams.open(&tenant.0)?;
     let after = match headers.get("last-event-id") {
         Some(v) => v
             .to_str()
@@ -165,6 +170,7 @@ pub(crate) async fn stream(
         status: None,
         queued: VecDeque::new(),
         closing: Closing::new(state.closing.clone()),
+        _slot: slot,
         ending: false,
         done: false,
     };

@@ -132,6 +132,8 @@ struct Watcher {
     last: Option<String>,
     headlines: HashMap<SessionId, String>,
     closing: Closing,
+    /// Held while the stream is open.
+    _slot: crate::state::StreamSlot,
     /// The root's status in the last snapshot read.
     status: Option<arbor_protocol::SessionStatus>,
     done: bool,
@@ -230,7 +232,9 @@ impl Watcher {
     responses(
         (status = 200, description = "`text/event-stream` of `tree` events, each a TreeSnapshot", content_type = "text/event-stream", body = TreeSnapshot),
         (status = 401, body = ApiError),
-        (status = 404, description = "Unknown, foreign or not a root", body = ApiError)))]
+        (status = 404, description = "Unknown, foreign or not a root", body = ApiError),
+        (status = 429, description = "The tenant holds its most streams open (max_streams_per_tenant)", body = ApiError),
+        (status = 503, description = "The server holds its most streams open (max_streams)", body = ApiError)))]
 pub(crate) async fn stream(
     tenant: Tenant,
     State(state): State<AppState>,
@@ -241,6 +245,7 @@ pub(crate) async fn stream(
     if root.parent_id.is_some() {
         return Err(ApiError::not_found("run"));
     }
+    let slot = state.streams.open(&tenant.0)?;
     let last = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -251,6 +256,7 @@ pub(crate) async fn stream(
         last,
         headlines: HashMap::new(),
         closing: Closing::new(state.closing.clone()),
+        _slot: slot,
         status: None,
         done: false,
     };

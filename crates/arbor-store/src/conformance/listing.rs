@@ -1,7 +1,7 @@
 //! `list_sessions`: its order (oldest first) and its scopes (roots, children, a tree, the
 //! newest roots, a status).
 
-use arbor_protocol::{SessionId, Timestamp};
+use arbor_protocol::{SessionId, SessionStatus, Timestamp};
 
 use super::{child, create, root};
 use crate::{SessionQuery, SessionRecord, Store};
@@ -184,5 +184,73 @@ pub async fn list_sessions_orders_and_scopes(store: &dyn Store) {
             "[{b}] {CHECK}: {label} returned the wrong sessions or order"
         );
         assert_eq!(got, expected, "[{b}] {CHECK}: {label} records differ");
+    }
+}
+
+/// `census` counts sessions by the group their root's `meta[key]` names, root or not, and
+/// status; a tree whose root names none is in the `None` group; a bad key is `Invalid`.
+pub async fn census_counts_by_group_root_and_status(store: &dyn Store) {
+    let backend = store.backend();
+    let check = "census_counts_by_group_root_and_status";
+    // A group no other check uses, so the store's other sessions do not count in it.
+    let group = format!("g{}", SessionId::new().to_string().replace('-', ""));
+    let mut a = root("census-a");
+    a.meta = serde_json::json!({"tenant": group, "other": 1}).into();
+    let mut b = root("census-b");
+    b.meta = serde_json::json!({"tenant": group}).into();
+    b.status = SessionStatus::Succeeded;
+    create(store, check, &a).await;
+    create(store, check, &b).await;
+    let mut c1 = child(&a, "c1");
+    c1.status = SessionStatus::Running;
+    let c2 = child(&a, "c2");
+    create(store, check, &c1).await;
+    create(store, check, &c2).await;
+    let g = child(&c1, "g");
+    create(store, check, &g).await;
+    let mut d = child(&b, "d");
+    d.status = SessionStatus::Failed;
+    create(store, check, &d).await;
+    // Another tree, whose root names no group.
+    let plain = root("census-plain");
+    create(store, check, &plain).await;
+
+    let rows = match store.census("tenant").await {
+        Ok(rows) => rows,
+        Err(e) => panic!("[{backend}] {check}: census failed: {e}"),
+    };
+    let mut mine: Vec<(bool, &str, u64)> = rows
+        .iter()
+        .filter(|r| r.group.as_deref() == Some(group.as_str()))
+        .map(|r| (r.root, r.status.as_str(), r.sessions))
+        .collect();
+    mine.sort_unstable();
+    assert_eq!(
+        mine,
+        [
+            (false, "failed", 1),
+            (false, "idle", 2),
+            (false, "running", 1),
+            (true, "idle", 1),
+            (true, "succeeded", 1),
+        ],
+        "[{backend}] {check}: the group's rows"
+    );
+    assert!(
+        rows.iter().any(|r| r.group.is_none()
+            && r.root
+            && r.status == SessionStatus::Idle
+            && r.sessions >= 1),
+        "[{backend}] {check}: a root without the key is in the None group: {rows:?}"
+    );
+    for bad in ["", "a.b", "a'b", "tenant)"] {
+        match store.census(bad).await {
+            Err(e) => assert_eq!(
+                e.kind(),
+                crate::StoreErrorKind::Invalid,
+                "[{backend}] {check}: key {bad:?}: {e}"
+            ),
+            Ok(_) => panic!("[{backend}] {check}: key {bad:?} was accepted"),
+        }
     }
 }
