@@ -66,7 +66,7 @@ impl Measured {
 }
 
 /// The `arbor` binary beside this program (`target/<profile>/arbor`).
-fn arbor_binary() -> Result<PathBuf, String> {
+pub(crate) fn arbor_binary() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let path = exe.with_file_name("arbor");
     if path.exists() {
@@ -94,7 +94,7 @@ fn finished_root() -> SessionRecord {
 }
 
 /// Seeds `path` with `sessions` sessions of finished trees (rounded up to whole trees).
-async fn seed(path: &Path, sessions: u64) -> Result<(), String> {
+pub(crate) async fn seed(path: &Path, sessions: u64) -> Result<(), String> {
     let e = |e: arbor_store::StoreError| e.to_string();
     let store = SqliteStore::open(path).map_err(e)?;
     let usage = Usage::new(10, 5);

@@ -14,6 +14,7 @@
 //! - [`service`]: scenario H, a sync delegation over HTTP (`arbor-server` on loopback).
 //! - [`report`]: the rows, as a table or JSON.
 //! - [`big_store`]: `--big-store N`, the `arbor` commands on a store of many finished trees.
+//! - [`serve_load`]: `--serve-load RUNS`, `arbor serve` under a bounded load.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -25,6 +26,7 @@ mod pump;
 mod report;
 mod rss;
 mod scenario;
+mod serve_load;
 mod service;
 mod stores;
 mod trees;
@@ -72,6 +74,11 @@ struct Args {
     /// program).
     #[arg(long, value_name = "SESSIONS")]
     big_store: Option<u64>,
+    /// Instead of the scenarios: drive the `arbor serve` beside this program with a bounded
+    /// load (this many runs started by 32 clients, probes, slow-header and event-stream
+    /// clients at once, on a store of 10,000 sessions) and check it (exits 1 past the bounds).
+    #[arg(long, value_name = "RUNS")]
+    serve_load: Option<u64>,
     /// Internal: run one scenario on one store and print its row as JSON.
     #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
     worker: Option<Vec<String>>,
@@ -91,6 +98,9 @@ fn main() -> ExitCode {
 fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(sessions) = args.big_store {
         return big_store_check(sessions, args.json);
+    }
+    if let Some(runs) = args.serve_load {
+        return serve_load_check(runs, args.json);
     }
     if let Some(worker) = &args.worker {
         let (scenario, kind) = match worker.as_slice() {
@@ -284,6 +294,51 @@ fn big_store_check(sessions: u64, json: bool) -> Result<ExitCode, String> {
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// `--serve-load RUNS`: prints what the load measured; exits 1 past the bounds.
+fn serve_load_check(runs: u64, json: bool) -> Result<ExitCode, String> {
+    if !json {
+        eprintln!(
+            "serve load: {runs} runs by {} clients, {} probes, {} slow-header and {} \
+             event-stream clients, on a store of {} sessions",
+            serve_load::CLIENTS,
+            serve_load::PROBES,
+            serve_load::SLOW_CLIENTS,
+            serve_load::SSE_CLIENTS,
+            serve_load::SEED_SESSIONS
+        );
+    }
+    let r = serve_load::run(runs)?;
+    if json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "runs/s {:.0}  start p50 {:.1} ms  p99 {:.1} ms  probes {} (p99 {:.1} ms)  \
+             slow clients cut {}  streams ended {}  peak RSS {:.0} MB  shutdown {:.1} s",
+            r.runs_per_s,
+            r.start_p50_ms,
+            r.start_p99_ms,
+            r.probes,
+            r.probe_p99_ms,
+            r.slow_cut,
+            r.streams_ended,
+            r.peak_rss_mb,
+            r.shutdown_s
+        );
+    }
+    if r.ok() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "arbor-bench: the served load broke its bounds (no error, a start's p99 at most {} \
+         ms, peak RSS at most {} MB, shutdown within {} s): {}",
+        serve_load::MAX_START_P99_MS,
+        serve_load::MAX_RSS_MB,
+        serve_load::MAX_SHUTDOWN_S,
+        r.errors.join("; ")
+    );
+    Ok(ExitCode::FAILURE)
 }
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
