@@ -200,7 +200,11 @@ async fn starter(s: Arc<Shared>, runs: u64) {
         if n >= runs {
             return;
         }
-        let token = if n.is_multiple_of(2) { TOKEN_A } else { TOKEN_B };
+        let token = if n.is_multiple_of(2) {
+            TOKEN_A
+        } else {
+            TOKEN_B
+        };
         let t = Instant::now();
         let sent = s
             .http
@@ -236,7 +240,11 @@ async fn prober(s: Arc<Shared>, stop: CancellationToken) {
     let mut i = 0u64;
     while !stop.is_cancelled() {
         i += 1;
-        let path = if i.is_multiple_of(2) { "/readyz" } else { "/metrics" };
+        let path = if i.is_multiple_of(2) {
+            "/readyz"
+        } else {
+            "/metrics"
+        };
         let t = Instant::now();
         let sent = s
             .http

@@ -176,6 +176,12 @@ pub(crate) struct ServeArgs {
     /// ARBOR_TOKENS. An operator's token reads every tenant's metrics.
     #[arg(long, value_name = "FILE")]
     pub(crate) tokens: Option<PathBuf>,
+    /// What each tenant may do (TOML: a `[default]` table and `[tenants.NAME]` tables with
+    /// `specs`, `inline_specs`, `providers`, `models`, `max_runs_in_flight`,
+    /// `max_runs_per_minute`, `max_tokens_per_day`). Without it every tenant may do what the
+    /// server allows, with no quota.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tenant_policy: Option<PathBuf>,
     /// Also serve `GET /metrics`, every series and without a token, on this address (for a
     /// scraper on an internal network; the main address's /metrics then still asks a token).
     #[arg(long, value_name = "ADDR")]

@@ -61,6 +61,7 @@ mod listen;
 mod mcp;
 mod metrics;
 mod openapi;
+mod policy;
 mod runtime_metrics;
 mod state;
 mod views;
@@ -89,6 +90,7 @@ pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use listen::ServerLimits;
 pub use openapi::ApiDoc;
+pub use policy::{TenantPolicies, TenantPolicy, USAGE_NAMESPACE};
 pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
     CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
@@ -114,9 +116,17 @@ pub struct ServerBuilder {
     mcp: state::McpConfig,
     runtime: Option<RuntimeMetrics>,
     limits: ServerLimits,
+    policies: TenantPolicies,
 }
 
 impl ServerBuilder {
+    /// What each tenant may do: specs, inline specs, overrides, quotas (default: what the
+    /// server allows, no quota).
+    pub fn policies(mut self, policies: TenantPolicies) -> Self {
+        self.policies = policies;
+        self
+    }
+
     /// What the server holds at most: connections, event streams (in all, per tenant), and
     /// how long it waits for headers and at shutdown (default [`ServerLimits::default`]).
     pub fn limits(mut self, limits: ServerLimits) -> Self {
@@ -171,6 +181,8 @@ impl ServerBuilder {
                 mcp: self.mcp,
                 streams: Arc::new(state::StreamSlots::new(&self.limits)),
                 limits: self.limits,
+                policies: Arc::new(self.policies),
+                quotas: Arc::default(),
             },
         }
     }
@@ -186,6 +198,7 @@ impl Server {
             mcp: state::McpConfig::default(),
             runtime: None,
             limits: ServerLimits::default(),
+            policies: TenantPolicies::open(),
         }
     }
 

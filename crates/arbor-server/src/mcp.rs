@@ -41,6 +41,9 @@ pub(crate) fn router(state: &AppState) -> Router {
         .default
         .clone()
         .or_else(|| (specs.len() == 1).then(|| specs[0].clone()));
+    // The middleware resolves `/mcp` to this spec.
+    let mut checked = state.clone();
+    checked.mcp.default = default.clone().filter(|d| specs.contains(d));
     let mut router = Router::new();
     for spec in &specs {
         let service = service(&launcher, spec, &hosts, state);
@@ -50,7 +53,7 @@ pub(crate) fn router(state: &AppState) -> Router {
         router = router.nest_service("/mcp", service(&launcher, &spec, &hosts, state));
     }
     router
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(checked, authenticate))
         .layer(tower_http::trace::TraceLayer::new_for_http())
 }
 
@@ -125,6 +128,12 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         Ok(tenant) => tenant,
         Err(e) => return e.into_response(),
     };
+    // A spec the tenant's policy does not let it start is not there for it.
+    if let Some(spec) = spec_of(req.uri().path(), state.mcp.default.as_deref())
+        && !state.policies.may_start(&tenant, spec)
+    {
+        return crate::error::ApiError::not_found("route").into_response();
+    }
     let owners = &state.mcp.owners;
     let named = req
         .headers()
@@ -169,6 +178,14 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         }
     }
     response
+}
+
+/// The spec an MCP path is for: `/mcp/{spec}`, or `/mcp` for the default one.
+fn spec_of<'a>(path: &'a str, default: Option<&'a str>) -> Option<&'a str> {
+    match path.strip_prefix("/mcp")? {
+        "" | "/" => default,
+        rest => rest.strip_prefix('/')?.split('/').next(),
+    }
 }
 
 /// The roots of one spec's MCP clients: one per MCP session, one per tenant for clients

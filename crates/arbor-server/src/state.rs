@@ -33,6 +33,10 @@ pub struct AppState {
     pub(crate) streams: Arc<StreamSlots>,
     /// What the server holds at most.
     pub(crate) limits: ServerLimits,
+    /// What each tenant may do.
+    pub(crate) policies: Arc<crate::policy::TenantPolicies>,
+    /// What each tenant's runs use now.
+    pub(crate) quotas: Arc<crate::policy::Quotas>,
 }
 
 /// The event streams open now, in all and by tenant, held to the limits.

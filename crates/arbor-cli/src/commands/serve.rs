@@ -64,11 +64,12 @@ pub(crate) async fn serve(
     let choice = StoreChoice::from_args(args.memory, args.store.as_deref())?;
     let store = crate::workers::open_store(&choice, args.workers, "--workers").await?;
     owner::sweep(&store).await?;
+    let policies = policies(args.tenant_policy.as_deref(), args.allow_inline_specs)?;
     let runs = CancellationToken::new();
     let tracker = TaskTracker::new();
     let launcher = SpecLauncher::new(
         specs,
-        args.allow_inline_specs,
+        args.allow_inline_specs || policies.any_inline(),
         store.clone(),
         runs.clone(),
         tracker.clone(),
@@ -77,6 +78,7 @@ pub(crate) async fn serve(
     let mut builder = Server::builder(store)
         .launcher(launcher)
         .tenants(tenants.clone())
+        .policies(policies)
         .limits(limits(&args)?);
     if !args.mcp_host.is_empty() {
         builder = builder.mcp_hosts(args.mcp_host.iter().cloned());
@@ -174,6 +176,22 @@ fn limits(args: &ServeArgs) -> Result<arbor_server::ServerLimits, Fail> {
         .max_streams_per_tenant(args.max_streams_per_tenant as usize)
         .header_timeout(ms("ARBOR_HEADER_TIMEOUT_MS", 10_000)?)
         .shutdown_grace(ms("ARBOR_SHUTDOWN_GRACE_MS", 10_000)?))
+}
+
+/// The tenants' policies from `file`; a tenant whose policy says nothing of inline specs
+/// may send them as `--allow-inline-specs` says.
+fn policies(file: Option<&Path>, inline: bool) -> Result<arbor_server::TenantPolicies, Fail> {
+    let Some(file) = file else {
+        return Ok(arbor_server::TenantPolicies::open());
+    };
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Fail::usage(format!("cannot read {}: {}", file.display(), io_reason(&e))))?;
+    let mut policies = arbor_server::TenantPolicies::from_toml(&text)
+        .map_err(|e| Fail::usage(format!("--tenant-policy {}: {}", file.display(), e.trim())))?;
+    if policies.default.inline_specs.is_none() {
+        policies.default.inline_specs = Some(inline);
+    }
+    Ok(policies)
 }
 
 fn hash_token(tenant: &str) -> Result<u8, Fail> {

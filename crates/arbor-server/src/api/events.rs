@@ -147,7 +147,10 @@ pub(crate) async fn stream(
     Path(id): Path<String>,
     headers: HeaderMap,
     Params(q): Params<SinceQuery>,
-) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+) -> ApiResult<(
+    [(&'static str, &'static str); 1],
+    Sse<impl Stream<Item = Result<Event, Infallible>>>,
+)> {
     let record = state.visible(&tenant, &id).await?;
     let slot = state.streams.open(&tenant.0)?;
     let after = match headers.get("last-event-id") {
@@ -175,5 +178,9 @@ pub(crate) async fn stream(
         done: false,
     };
     let events = futures::stream::unfold(cursor, Cursor::next);
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    Ok((
+        // A reverse proxy passes each event on at once (nginx buffers by default).
+        [("x-accel-buffering", "no")],
+        Sse::new(events).keep_alive(KeepAlive::default()),
+    ))
 }

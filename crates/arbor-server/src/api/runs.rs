@@ -19,17 +19,20 @@ pub const MAX_TASK_BYTES: usize = 32 * 1024;
 /// The longest inline spec, in bytes (the body cap holds it too).
 pub const MAX_SPEC_BYTES: usize = 48 * 1024;
 
-/// The specs this server can start.
+/// The specs this server can start for the calling tenant.
 #[utoipa::path(get, path = "/v1/specs", tag = "runs",
     responses(
         (status = 200, body = SpecList),
         (status = 401, body = ApiError)))]
-pub(crate) async fn specs(_tenant: Tenant, State(state): State<AppState>) -> Json<SpecList> {
+pub(crate) async fn specs(tenant: Tenant, State(state): State<AppState>) -> Json<SpecList> {
     let specs = state
         .launcher
         .as_ref()
         .map(|l| l.specs())
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| state.policies.may_start(&tenant.0, s))
+        .collect();
     Json(SpecList { specs })
 }
 
@@ -45,7 +48,9 @@ pub(crate) async fn specs(_tenant: Tenant, State(state): State<AppState>) -> Jso
         (status = 400, body = ApiError), (status = 401, body = ApiError),
         (status = 404, description = "Unknown spec", body = ApiError),
         (status = 409, description = "The Idempotency-Key was used for another request", body = ApiError),
-        (status = 413, body = ApiError), (status = 503, body = ApiError)))]
+        (status = 413, body = ApiError),
+        (status = 429, description = "A quota of the tenant's policy (max_runs_in_flight, max_runs_per_minute, max_tokens_per_day)", body = ApiError),
+        (status = 503, body = ApiError)))]
 pub(crate) async fn start(
     tenant: Tenant,
     State(state): State<AppState>,
@@ -64,9 +69,19 @@ pub(crate) async fn start(
         .as_ref()
         .ok_or_else(|| ApiError::not_found("spec"))?;
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
-    if spec_text.is_none() && !launcher.specs().contains(&spec) {
+    // A spec the tenant may not start is unknown to it.
+    if spec_text.is_none()
+        && (!launcher.specs().contains(&spec) || !state.policies.may_start(&tenant.0, &spec))
+    {
         return Err(ApiError::not_found("spec"));
     }
+    state.policies.check_start(
+        &tenant.0,
+        spec_text.is_some(),
+        req.provider.as_deref(),
+        req.model.as_deref(),
+    )?;
+
     // One run per key: the key names the root's id before anything starts.
     let root_id = match &key {
         Some(k) => {
@@ -88,6 +103,21 @@ pub(crate) async fn start(
             }
         }
         None => None,
+    };
+    // The tenant's quotas, after a replay (which starts nothing) and before the launch.
+    let policy = state.policies.of(&tenant.0);
+    let place = match state
+        .quotas
+        .admit(state.store.as_ref(), &tenant.0, &policy)
+        .await
+    {
+        Ok(place) => place,
+        Err(e) => {
+            if let Some(k) = &key {
+                idempotency::release(state.store.as_ref(), &tenant.0, k).await;
+            }
+            return Err(e);
+        }
     };
     let started = launcher
         .start(StartRun {
@@ -115,6 +145,7 @@ pub(crate) async fn start(
         }
         (Err(e), None) => return Err(e),
     };
+    place.landed(root).await;
     state.metrics.run_started();
     let view = run_view(&state, &tenant, &root.to_string()).await?;
     Ok((StatusCode::CREATED, Json(view)))

@@ -240,7 +240,10 @@ pub(crate) async fn stream(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+) -> ApiResult<(
+    [(&'static str, &'static str); 1],
+    Sse<impl Stream<Item = Result<Event, Infallible>>>,
+)> {
     let root = state.visible(&tenant, &id).await?;
     if root.parent_id.is_some() {
         return Err(ApiError::not_found("run"));
@@ -261,5 +264,9 @@ pub(crate) async fn stream(
         done: false,
     };
     let events = futures::stream::unfold(watcher, Watcher::next);
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    Ok((
+        // A reverse proxy passes each event on at once (nginx buffers by default).
+        [("x-accel-buffering", "no")],
+        Sse::new(events).keep_alive(KeepAlive::default()),
+    ))
 }
