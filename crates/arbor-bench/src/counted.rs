@@ -162,6 +162,12 @@ impl Store for Counted {
     async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
         self.inner.held_by_queue(sessions).await
     }
+    async fn roots_page(
+        &self,
+        page: &arbor_store::RootPage,
+    ) -> StoreResult<Vec<arbor_store::SessionRecord>> {
+        self.inner.roots_page(page).await
+    }
     async fn census(&self, key: &str) -> StoreResult<Vec<arbor_store::StatusCount>> {
         self.inner.census(key).await
     }

@@ -11,7 +11,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::api::{
-    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, host, runs, sessions, tree,
+    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, host, listing, runs, sessions, tree,
 };
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -27,7 +27,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/v1/openapi.json", get(crate::openapi::openapi_json))
         .route("/v1/specs", get(runs::specs))
-        .route("/v1/runs", post(runs::start).get(tree::list))
+        .route("/v1/runs", post(runs::start).get(listing::list))
         .route("/v1/runs/{id}/events", get(tree::stream))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/runs/{id}/resume", post(approvals::resume))

@@ -182,6 +182,11 @@ impl Tenants {
     }
 }
 
+/// The tenant a root record was started for.
+pub(crate) fn tenant_of_root(root: &arbor_store::SessionRecord) -> &str {
+    root.meta["tenant"].as_str().unwrap_or(LOCAL_TENANT)
+}
+
 fn decode_hex(hex: &str) -> Option<[u8; 32]> {
     if hex.len() != 64 {
         return None;

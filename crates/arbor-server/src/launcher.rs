@@ -14,6 +14,7 @@ use crate::error::ApiError;
 
 /// A request to start a root run.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StartRun {
     /// The tenant it runs for (the launcher records it on the root: `meta.tenant`).
     pub tenant: String,
@@ -30,6 +31,16 @@ pub struct StartRun {
     /// The id the root must have, when the server chose it (a request with an
     /// `Idempotency-Key`): creating a second root with it fails, so a key starts one run.
     pub root_id: Option<SessionId>,
+    /// The host's labels for the run (its user, its thread), checked.
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl StartRun {
+    /// What the launcher records in the root's meta: `tenant`, `spec` and `labels` (what
+    /// `GET /v1/runs` shows and filters by).
+    pub fn root_meta(&self) -> serde_json::Value {
+        serde_json::json!({"tenant": self.tenant, "spec": self.spec, "labels": self.labels})
+    }
 }
 
 /// Starts root runs for the server.
@@ -45,7 +56,8 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
     }
 
     /// Starts a root run and returns its root session once the session's record exists
-    /// (with `meta.tenant` set to the request's tenant); the run goes on in the background.
+    /// (with [`StartRun::root_meta`] in its meta: the request's tenant, spec and labels); the
+    /// run goes on in the background.
     /// An unknown spec is a `not_found` error; a bad override a `validation` error naming
     /// its field.
     async fn start(&self, run: StartRun) -> Result<SessionId, ApiError>;

@@ -81,9 +81,10 @@ pub use api::host::{
     AnswerView, DelegationState, DeletedView, HandleView, MAX_WAIT_MS, MessageRequest, ReceiptView,
     SpawnRequest, WaitAnswer,
 };
-pub use api::runs::{MAX_SPEC_BYTES, MAX_TASK_BYTES};
+pub use api::listing::{DEFAULT_PAGE, MAX_LIST_PAGE, RunList, RunSummary};
+pub use api::runs::{MAX_LABEL_BYTES, MAX_LABELS, MAX_SPEC_BYTES, MAX_TASK_BYTES};
 pub use api::sessions::MAX_PAGE;
-pub use api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
+pub use api::tree::{NodeView, TreeSnapshot};
 pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};
 pub use auth::{LOCAL_TENANT, Tenant, Tenants};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};

@@ -264,5 +264,5 @@ async fn tenant_of_session(
             None => return Ok(LOCAL_TENANT.to_owned()),
         }
     };
-    Ok(crate::state::tenant_of_root(&root).to_owned())
+    Ok(crate::auth::tenant_of_root(&root).to_owned())
 }

@@ -13,7 +13,8 @@ use crate::api::host::{
     AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView,
     SpawnRequest, WaitAnswer,
 };
-use crate::api::tree::{NodeView, RunList, RunSummary, TreeSnapshot};
+use crate::api::listing::{RunList, RunSummary};
+use crate::api::tree::{NodeView, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
     CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
@@ -32,7 +33,7 @@ use crate::views::{
         api::runs::specs,
         api::runs::start,
         api::runs::get,
-        api::tree::list,
+        api::listing::list,
         api::tree::stream,
         api::sessions::get,
         api::sessions::children,

@@ -10,7 +10,7 @@ use arbor_protocol::SessionId;
 use arbor_store::{SessionRecord, Store};
 use axum::extract::FromRef;
 
-use crate::auth::{LOCAL_TENANT, Tenant, Tenants};
+use crate::auth::{Tenant, Tenants, tenant_of_root};
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::launcher::Launcher;
 use crate::listen::ServerLimits;
@@ -138,11 +138,6 @@ impl FromRef<AppState> for Tenants {
     fn from_ref(state: &AppState) -> Self {
         state.tenants.clone()
     }
-}
-
-/// The tenant a root record was started for.
-pub(crate) fn tenant_of_root(root: &SessionRecord) -> &str {
-    root.meta["tenant"].as_str().unwrap_or(LOCAL_TENANT)
 }
 
 impl AppState {

@@ -37,6 +37,8 @@ pub struct ChildrenView {
     pub session_id: String,
     /// Its children, oldest first (deleted ones included, with their tombstone).
     pub children: Vec<SessionView>,
+    /// Where the next page starts (`cursor=`); none on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// A page of a transcript.
@@ -68,6 +70,10 @@ pub struct StartRunRequest {
     pub provider: Option<String>,
     /// Another model for the root agent.
     pub model: Option<String>,
+    /// The host's labels for the run, to find it again (`GET /v1/runs?label=user:ann`): at
+    /// most 16, each key 1 to 64 of `a-z A-Z 0-9 _ -`, each value 1 to 256 bytes.
+    #[serde(default)]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// How a root's run ended, as its launcher kept it.

@@ -1,10 +1,12 @@
-//! [`Store::census`](arbor_store::Store::census) in one query: sessions by the string their
-//! root keeps at a key of its meta, root or not, and status, no record loaded.
+//! The store's listing queries that read many rows and return few:
+//! [`Store::census`](arbor_store::Store::census) (sessions by the string their root keeps at
+//! a key of its meta, root or not, and status, no record loaded) and
+//! [`Store::roots_page`](arbor_store::Store::roots_page) (a page of roots, newest first).
 
 use std::collections::HashMap;
 
 use arbor_protocol::SessionStatus;
-use arbor_store::{StatusCount, StoreError, StoreResult};
+use arbor_store::{RootPage, SessionRecord, StatusCount, StoreError, StoreResult};
 
 use crate::PostgresStore;
 use crate::retry::retrying;
@@ -44,5 +46,87 @@ impl PostgresStore {
                 .sessions += u64::try_from(n).unwrap_or(0);
         }
         Ok(counts.into_values().collect())
+    }
+}
+
+/// One bound value of a page's query.
+enum Bound {
+    Int(i64),
+    Text(String),
+    Path(Vec<String>),
+}
+
+impl PostgresStore {
+    pub(crate) async fn page_of_roots(&self, page: &RootPage) -> StoreResult<Vec<SessionRecord>> {
+        page.check()?;
+        let mut filter = String::from("parent_id IS NULL");
+        let mut values: Vec<Bound> = Vec::new();
+        let mut bind = |filter: &mut String, clause: &str, v: Vec<Bound>| {
+            // `#1`, `#2`: the clause's own values, numbered after those bound before.
+            let mut clause = clause.to_owned();
+            for (i, value) in v.into_iter().enumerate() {
+                values.push(value);
+                clause = clause.replace(&format!("#{}", i + 1), &format!("${}", values.len()));
+            }
+            filter.push_str(" AND ");
+            filter.push_str(&clause);
+        };
+        let ms = |t: arbor_protocol::Timestamp| i64::try_from(t.0).unwrap_or(i64::MAX);
+        if let Some((at, id)) = page.after {
+            bind(
+                &mut filter,
+                "(created_at < #1 OR (created_at = #1 AND id < #2))",
+                vec![Bound::Int(ms(at)), Bound::Text(id.to_string())],
+            );
+        }
+        if let Some(status) = page.status {
+            bind(
+                &mut filter,
+                "status = #1",
+                vec![Bound::Text(status.as_str().to_owned())],
+            );
+        }
+        if let Some(at) = page.created_from {
+            bind(&mut filter, "created_at >= #1", vec![Bound::Int(ms(at))]);
+        }
+        if let Some(at) = page.created_before {
+            bind(&mut filter, "created_at < #1", vec![Bound::Int(ms(at))]);
+        }
+        for (keys, value) in &page.meta {
+            bind(
+                &mut filter,
+                "jsonb_typeof(meta::jsonb #> #1::text[]) = 'string' \
+                 AND meta::jsonb #>> #1::text[] = #2",
+                vec![Bound::Path(keys.clone()), Bound::Text(value.clone())],
+            );
+        }
+        for (keys, value) in &page.meta_or_absent {
+            bind(
+                &mut filter,
+                "(meta::jsonb #> #1::text[] IS NULL \
+                 OR jsonb_typeof(meta::jsonb #> #1::text[]) = 'null' \
+                 OR (jsonb_typeof(meta::jsonb #> #1::text[]) = 'string' \
+                     AND meta::jsonb #>> #1::text[] = #2))",
+                vec![Bound::Path(keys.clone()), Bound::Text(value.clone())],
+            );
+        }
+        values.push(Bound::Int(i64::from(page.limit)));
+        let sql = format!(
+            "SELECT {} FROM sessions WHERE {filter} ORDER BY created_at DESC, id DESC LIMIT ${}",
+            crate::codec::SESSION_COLUMNS,
+            values.len()
+        );
+        let rows = retrying!(self, async {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+            for v in &values {
+                query = match v {
+                    Bound::Int(n) => query.bind(*n),
+                    Bound::Text(t) => query.bind(t.clone()),
+                    Bound::Path(p) => query.bind(p.clone()),
+                };
+            }
+            Ok(query.fetch_all(self.pool()).await?)
+        })?;
+        rows.iter().map(crate::codec::session_from_row).collect()
     }
 }

@@ -576,6 +576,10 @@ impl Store for PostgresStore {
             .collect())
     }
 
+    async fn roots_page(&self, page: &arbor_store::RootPage) -> StoreResult<Vec<SessionRecord>> {
+        self.page_of_roots(page).await
+    }
+
     async fn census(&self, key: &str) -> StoreResult<Vec<arbor_store::StatusCount>> {
         self.count_by_status(key).await
     }

@@ -210,3 +210,91 @@ pub(crate) fn census(
     }
     Ok(counts.into_values().collect())
 }
+
+/// A page of roots, newest first, in one query through the parent index (its NULL parents
+/// are the roots, in creation order).
+pub(crate) fn roots_page(
+    conn: &Connection,
+    path: &str,
+    page: &arbor_store::RootPage,
+) -> StoreResult<Vec<SessionRecord>> {
+    use rusqlite::types::Value as Sql;
+    let mut filter = String::from("parent_id IS NULL");
+    let mut values: Vec<Sql> = Vec::new();
+    let mut bind = |filter: &mut String, clause: &str, v: Vec<Sql>| {
+        // `#1`, `#2`: the clause's own values, numbered after those bound before.
+        let mut clause = clause.to_owned();
+        for (i, value) in v.into_iter().enumerate() {
+            values.push(value);
+            clause = clause.replace(&format!("#{}", i + 1), &format!("?{}", values.len()));
+        }
+        filter.push_str(" AND ");
+        filter.push_str(&clause);
+    };
+    if let Some((at, id)) = page.after {
+        bind(
+            &mut filter,
+            "(created_at < #1 OR (created_at = #1 AND id < #2))",
+            vec![Sql::Integer(to_sql(at.0)), Sql::Text(id.to_string())],
+        );
+    }
+    if let Some(status) = page.status {
+        bind(
+            &mut filter,
+            "status = #1",
+            vec![Sql::Text(status.as_str().to_owned())],
+        );
+    }
+    if let Some(at) = page.created_from {
+        bind(
+            &mut filter,
+            "created_at >= #1",
+            vec![Sql::Integer(to_sql(at.0))],
+        );
+    }
+    if let Some(at) = page.created_before {
+        bind(
+            &mut filter,
+            "created_at < #1",
+            vec![Sql::Integer(to_sql(at.0))],
+        );
+    }
+    for (keys, value) in &page.meta {
+        bind(
+            &mut filter,
+            "json_type(meta, #1) = 'text' AND json_extract(meta, #1) = #2",
+            vec![Sql::Text(json_path(keys)), Sql::Text(value.clone())],
+        );
+    }
+    for (keys, value) in &page.meta_or_absent {
+        bind(
+            &mut filter,
+            "(json_type(meta, #1) IS NULL OR json_type(meta, #1) = 'null' \
+             OR (json_type(meta, #1) = 'text' AND json_extract(meta, #1) = #2))",
+            vec![Sql::Text(json_path(keys)), Sql::Text(value.clone())],
+        );
+    }
+    values.push(Sql::Integer(i64::from(page.limit)));
+    let sql = format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} \
+         ORDER BY created_at DESC, id DESC LIMIT ?{}",
+        values.len()
+    );
+    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(values.iter()))
+        .at(path)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().at(path)? {
+        out.push(session_from_row(row)?);
+    }
+    Ok(out)
+}
+
+/// The JSON path of `keys` (checked: a-z A-Z 0-9 _ -), each quoted: `$."labels"."user"`.
+fn json_path(keys: &[String]) -> String {
+    std::iter::once("$".to_owned())
+        .chain(keys.iter().map(|k| format!("\"{k}\"")))
+        .collect::<Vec<_>>()
+        .join(".")
+}

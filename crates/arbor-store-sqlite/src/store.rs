@@ -525,6 +525,13 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn roots_page(&self, page: &arbor_store::RootPage) -> StoreResult<Vec<SessionRecord>> {
+        page.check()?;
+        let page = page.clone();
+        self.call(move |conn, path| crate::ops::roots_page(conn, path, &page))
+            .await
+    }
+
     async fn census(&self, key: &str) -> StoreResult<Vec<arbor_store::StatusCount>> {
         if !arbor_store::census_key_is_valid(key) {
             return Err(StoreError::Invalid(format!(

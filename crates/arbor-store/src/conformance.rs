@@ -34,7 +34,10 @@ pub use checkpoints::{
     checkpoint_writes_are_compare_and_swap, concurrent_checkpoint_writes_one_winner,
 };
 pub use concurrency::{concurrent_appends, concurrent_batches, concurrent_cas, concurrent_creates};
-pub use listing::{census_counts_by_group_root_and_status, list_sessions_orders_and_scopes};
+pub use listing::{
+    census_counts_by_group_root_and_status, list_sessions_orders_and_scopes,
+    roots_page_pages_newest_first_and_filters,
+};
 pub use registry::renames_keep_sibling_names_unique;
 pub use registry::{
     append_attributed_is_atomic, attributions_reach_every_ancestor, concurrent_attributions_sum,
@@ -63,6 +66,7 @@ pub async fn run_all(store: &dyn Store) {
     updates_for_live_sessions_refuse_a_deleted_one(store).await;
     list_sessions_orders_and_scopes(store).await;
     census_counts_by_group_root_and_status(store).await;
+    roots_page_pages_newest_first_and_filters(store).await;
     append_numbers_entries(store).await;
     append_with_update_is_atomic(store).await;
     append_to_unknown_is_not_found(store).await;

@@ -13,6 +13,7 @@
 mod error;
 mod memory;
 mod meta;
+mod page;
 mod record;
 pub mod row;
 mod store;
@@ -25,6 +26,7 @@ pub mod testing;
 pub use error::{StoreError, StoreErrorKind};
 pub use memory::MemoryStore;
 pub use meta::Meta;
+pub use page::{MAX_PAGE_ROOTS, RootPage, meta_key_is_valid};
 pub use record::{
     Attribution, AttributionTarget, Checkpoint, SessionQuery, SessionRecord, SessionUpdate,
     StatusCount, Tombstone, census_key_is_valid,

@@ -7,6 +7,7 @@ use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, TranscriptEntry
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::page::RootPage;
 use crate::record::{
     Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, StatusCount,
     census_key_is_valid,
@@ -145,6 +146,22 @@ pub trait Store: fmt::Debug + Send + Sync {
             .collect())
     }
 
+    /// A page of roots, newest first (creation time, then id): those after `page`'s cursor
+    /// that pass its filters, at most its limit. `Invalid` for a page [`RootPage::check`]
+    /// refuses. This default reads every root; backends select the page in one query.
+    async fn roots_page(&self, page: &RootPage) -> StoreResult<Vec<SessionRecord>> {
+        page.check()?;
+        let mut roots: Vec<SessionRecord> = self
+            .list_sessions(SessionQuery::Roots)
+            .await?
+            .into_iter()
+            .filter(|r| page.matches(r))
+            .collect();
+        roots.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
+        roots.truncate(page.limit as usize);
+        Ok(roots)
+    }
+
     /// Backend name for reports (`memory`, `sqlite`).
     fn backend(&self) -> &'static str;
 }
@@ -237,6 +254,9 @@ macro_rules! forward {
             }
             async fn census(&self, key: &str) -> StoreResult<Vec<StatusCount>> {
                 (**self).census(key).await
+            }
+            async fn roots_page(&self, page: &RootPage) -> StoreResult<Vec<SessionRecord>> {
+                (**self).roots_page(page).await
             }
             fn backend(&self) -> &'static str {
                 (**self).backend()

@@ -244,6 +244,9 @@ impl Store for FaultStore {
     async fn held_by_queue(&self, sessions: &[SessionId]) -> StoreResult<Vec<SessionId>> {
         self.inner.held_by_queue(sessions).await
     }
+    async fn roots_page(&self, page: &crate::RootPage) -> StoreResult<Vec<crate::SessionRecord>> {
+        self.inner.roots_page(page).await
+    }
     async fn census(&self, key: &str) -> StoreResult<Vec<crate::StatusCount>> {
         self.inner.census(key).await
     }

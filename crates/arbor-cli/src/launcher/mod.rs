@@ -109,7 +109,7 @@ impl Launcher for SpecLauncher {
             ));
         }
         let token = self.runs.child_token();
-        let extra = serde_json::json!({"tenant": run.tenant});
+        let extra = run.root_meta();
         let (built, mut session) = create_root(
             &prepared,
             &overrides,

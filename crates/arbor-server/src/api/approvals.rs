@@ -6,16 +6,16 @@
 //! only; nothing runs until the resume, and an approved call runs exactly once.
 
 use arbor_core::approval::MAX_REASON_BYTES;
-use arbor_protocol::{ApprovalDecision, DecidedBy, Verdict};
+use arbor_protocol::{ApprovalDecision, DecidedBy, RunId, Verdict};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult, ErrorKind};
-use crate::extract::Body;
+use crate::extract::{Body, Params};
 use crate::state::AppState;
 
 /// One call waiting for a decision.
@@ -77,8 +77,10 @@ impl From<&arbor_core::Suspension> for SuspensionView {
 pub struct ApprovalsView {
     /// The session.
     pub session_id: String,
-    /// Its suspended run first, then those below it nobody awaits.
+    /// Its suspended run first, then those below it nobody awaits, oldest run first.
     pub suspensions: Vec<SuspensionView>,
+    /// Where the next page starts (`cursor=`); none on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// What a decision does.
@@ -121,23 +123,66 @@ pub struct DecideRequest {
 /// Bytes of a decider's name.
 const MAX_BY_BYTES: usize = 128;
 
-/// What waits for a decision at a session.
+/// Which suspended runs.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ApprovalsQuery {
+    /// At most this many suspended runs (default 50, at most 200).
+    limit: Option<u32>,
+    /// The `next_cursor` of the page before.
+    cursor: Option<String>,
+}
+
+/// What waits for a decision at a session, a page of suspended runs at a time: the
+/// session's own run first, then those below it nobody awaits, oldest run first.
 #[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
-    params(("id" = String, Path, description = "The session (a root, usually)")),
+    params(("id" = String, Path, description = "The session (a root, usually)"), ApprovalsQuery),
     responses(
         (status = 200, body = ApprovalsView),
+        (status = 400, description = "A bad limit or cursor (named)", body = ApiError),
         (status = 401, body = ApiError),
         (status = 404, description = "Unknown or foreign", body = ApiError)))]
 pub(crate) async fn list(
     tenant: Tenant,
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Params(q): Params<ApprovalsQuery>,
 ) -> ApiResult<Json<ApprovalsView>> {
+    let limit = super::listing::page_limit(q.limit)? as usize;
+    let bad = || ApiError::field("cursor", "cursor must be a next_cursor this server gave");
+    // The order: the session's own runs (0), then the others (1); each by run id, which
+    // runs are given in time order.
+    let after: Option<(u8, RunId)> = match &q.cursor {
+        Some(c) => {
+            let (own, run) = c.split_once('.').ok_or_else(bad)?;
+            Some((
+                own.parse().map_err(|_| bad())?,
+                run.parse().map_err(|_| bad())?,
+            ))
+        }
+        None => None,
+    };
     let record = state.visible(&tenant, &id).await?;
     let all = arbor_core::supervisor::waiting_at(state.store.as_ref(), record.id).await?;
+    let mut keyed: Vec<((u8, RunId), &arbor_core::Suspension)> = all
+        .iter()
+        .map(|s| ((u8::from(s.session_id != record.id), s.run_id), s))
+        .filter(|(k, _)| after.is_none_or(|a| *k > a))
+        .collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    let more = keyed.len() > limit;
+    keyed.truncate(limit);
+    let next_cursor = more
+        .then(|| keyed.last().map(|((own, run), _)| format!("{own}.{run}")))
+        .flatten();
     Ok(Json(ApprovalsView {
         session_id: record.id.to_string(),
-        suspensions: all.iter().map(SuspensionView::from).collect(),
+        suspensions: keyed
+            .iter()
+            .map(|(_, s)| SuspensionView::from(*s))
+            .collect(),
+        next_cursor,
     }))
 }
 

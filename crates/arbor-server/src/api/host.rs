@@ -94,7 +94,8 @@ pub struct AnswerView {
 pub struct DelegationState {
     /// The delegation.
     pub delegation_id: String,
-    /// `running`, `cancelled`, `failed`, `cancelling`, `stopping` or `terminal`.
+    /// `running`, `suspended` (its run waits for decisions), `cancelled`, `failed`,
+    /// `cancelling`, `stopping` or `terminal`.
     pub status: String,
     /// Why it ended, when it `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,7 +108,8 @@ pub struct DelegationState {
 pub enum WaitAnswer {
     /// It finished: its answer.
     Answer(AnswerView),
-    /// It ended without one: `cancelled` or `failed`.
+    /// It has none (yet): `suspended` (its run waits for decisions), `cancelled` or
+    /// `failed`.
     Ended(DelegationState),
 }
 
@@ -213,6 +215,11 @@ async fn waited(
         // The server shuts down: the child was stopped with it, not cancelled for good.
         Ok(Ok(WaitOutcome::Cancelled { .. }) | Err(_)) if state.draining() => Err(shutting_down()),
         Ok(Ok(_)) => Ok(ended(delegation, "cancelled", None)),
+        // The child's run waits for decisions (`GET /v1/sessions/{id}/approvals`): not a
+        // failure; a wait after the resume gives its answer.
+        Ok(Err(e)) if e.kind() == arbor_core::CoreErrorKind::Suspended => {
+            Ok(ended(delegation, "suspended", None))
+        }
         // The child's run ended without an answer: a host's cancel or delete (it may have
         // released the handle meanwhile), or a failure. The wait itself went well.
         Ok(Err(e)) if e.kind() == arbor_core::CoreErrorKind::Run => {

@@ -5,8 +5,10 @@
 pub(crate) mod approvals;
 pub(crate) mod ending;
 pub(crate) mod events;
+pub(crate) mod headline;
 pub(crate) mod health;
 pub(crate) mod host;
+pub(crate) mod listing;
 pub(crate) mod runs;
 pub(crate) mod sessions;
 pub(crate) mod tree;

@@ -1,6 +1,8 @@
 //! Root runs: the specs a server can start (`GET /v1/specs`), starting one
 //! (`POST /v1/runs`), and a run's tree and status (`GET /v1/runs/{id}`).
 
+use std::collections::BTreeMap;
+
 use arbor_store::SessionQuery;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -69,6 +71,7 @@ pub(crate) async fn start(
         .as_ref()
         .ok_or_else(|| ApiError::not_found("spec"))?;
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
+    let labels = check_labels(req.labels.take().unwrap_or_default())?;
     // A spec the tenant may not start is unknown to it.
     if spec_text.is_none()
         && (!launcher.specs().contains(&spec) || !state.policies.may_start(&tenant.0, &spec))
@@ -91,6 +94,7 @@ pub(crate) async fn start(
                 req.task.as_deref(),
                 req.provider.as_deref(),
                 req.model.as_deref(),
+                Some(serde_json::to_string(&labels).unwrap_or_default().as_str()),
             ]);
             match idempotency::claim(state.store.as_ref(), &tenant.0, k, &fingerprint).await? {
                 Claimed::Replay(root) if state.store.session(root).await?.is_some() => {
@@ -128,6 +132,7 @@ pub(crate) async fn start(
             provider: req.provider,
             model: req.model,
             root_id,
+            labels,
         })
         .await;
     let root = match (started, root_id) {
@@ -217,6 +222,40 @@ fn check_start(
         }
     }
     Ok((spec, spec_text))
+}
+
+/// The most labels a run carries.
+pub const MAX_LABELS: usize = 16;
+/// The longest label value, in bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// A run's labels, each refusal naming `labels`.
+fn check_labels(labels: BTreeMap<String, String>) -> ApiResult<BTreeMap<String, String>> {
+    if labels.len() > MAX_LABELS {
+        return Err(ApiError::field(
+            "labels",
+            format!("{} labels; at most {MAX_LABELS}", labels.len()),
+        ));
+    }
+    for (key, value) in &labels {
+        if !arbor_store::meta_key_is_valid(key) {
+            return Err(ApiError::field(
+                "labels",
+                format!("label {key:?}: a key is 1 to 64 of a-z A-Z 0-9 _ -"),
+            ));
+        }
+        if value.is_empty() || value.len() > MAX_LABEL_BYTES || value.chars().any(char::is_control)
+        {
+            return Err(ApiError::field(
+                "labels",
+                format!(
+                    "label {key:?}: a value is 1 to {MAX_LABEL_BYTES} bytes without control \
+                     characters"
+                ),
+            ));
+        }
+    }
+    Ok(labels)
 }
 
 /// A run: where its root stands and its whole tree.

@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::listing;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Params;
@@ -33,23 +34,60 @@ pub(crate) async fn get(
     Ok(Json(SessionView::of(&record)))
 }
 
-/// A session's children: both token totals, status, model, mode, replies, tombstones.
+/// Which children.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ChildrenQuery {
+    /// At most this many (default 50, at most 200).
+    limit: Option<u32>,
+    /// The `next_cursor` of the page before.
+    cursor: Option<String>,
+    /// Only children with this status.
+    status: Option<String>,
+}
+
+/// A session's children, oldest first, a page at a time: both token totals, status, model,
+/// mode, replies, tombstones. The cursor names the last child listed, so children spawned
+/// meanwhile (newer) come on a later page, never twice.
 #[utoipa::path(get, path = "/v1/sessions/{id}/children", tag = "sessions",
-    params(("id" = String, Path, description = "The parent session")),
+    params(("id" = String, Path, description = "The parent session"), ChildrenQuery),
     responses(
         (status = 200, body = ChildrenView),
+        (status = 400, description = "A bad filter, limit or cursor (named)", body = ApiError),
         (status = 401, body = ApiError),
         (status = 404, description = "Unknown or foreign", body = ApiError)))]
 pub(crate) async fn children(
     tenant: Tenant,
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Params(q): Params<ChildrenQuery>,
 ) -> ApiResult<Json<ChildrenView>> {
+    let limit = listing::page_limit(q.limit)? as usize;
+    let after = q.cursor.as_deref().map(listing::parse_cursor).transpose()?;
+    let status = q.status.as_deref().map(listing::parse_status).transpose()?;
     let record = state.visible(&tenant, &id).await?;
-    let children = arbor_core::registry::children(state.store.as_ref(), record.id, true).await?;
+    let mut children: Vec<SessionView> =
+        arbor_core::registry::children(state.store.as_ref(), record.id, true)
+            .await?
+            .into_iter()
+            .filter(|c| after.is_none_or(|a| (c.created_at, c.id) > a))
+            .filter(|c| status.is_none_or(|s| c.status == s))
+            .collect();
+    children.sort_by_key(|c| (c.created_at, c.id));
+    let more = children.len() > limit;
+    children.truncate(limit);
+    let next_cursor = more
+        .then(|| {
+            children
+                .last()
+                .map(|c| listing::cursor_of(c.created_at, c.id))
+        })
+        .flatten();
     Ok(Json(ChildrenView {
         session_id: record.id.to_string(),
         children,
+        next_cursor,
     }))
 }
 

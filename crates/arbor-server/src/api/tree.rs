@@ -1,5 +1,5 @@
-//! The live tree of a run, for people and thin clients: `GET /v1/runs` (this tenant's runs,
-//! newest first) and `GET /v1/runs/{id}/events`, an SSE stream of whole-tree snapshots
+//! The live tree of a run, for people and thin clients: `GET /v1/runs/{id}/events`, an SSE
+//! stream of whole-tree snapshots
 //! (`event: tree`): every session with its state, headline (its task), both token totals,
 //! model and times, and every call waiting for a decision. A snapshot is sent at once, then
 //! whenever anything in the tree changes. Its `id` is the tree's fingerprint (the sessions'
@@ -14,9 +14,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_protocol::{EntryKind, Message, SessionId};
-use arbor_store::{SessionQuery, SessionRecord, Store};
-use axum::Json;
+use arbor_protocol::SessionId;
+use arbor_store::{SessionQuery, Store};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -25,16 +24,15 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::ending::{Closing, Why, end_event, ended};
+use super::headline::task_of;
 use crate::api::approvals::SuspensionView;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{AppState, tenant_of_root};
+use crate::state::AppState;
 use crate::views::SessionView;
 
 /// How often the store is read for changes.
 const POLL: Duration = Duration::from_millis(200);
-/// The longest headline, in characters.
-const HEADLINE_CHARS: usize = 120;
 
 /// One node of a tree snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -59,73 +57,6 @@ pub struct TreeSnapshot {
     pub approvals: Vec<SuspensionView>,
 }
 
-/// One run in a list.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct RunSummary {
-    /// The root session.
-    #[serde(flatten)]
-    pub root: SessionView,
-    /// Its task, in one line.
-    pub headline: String,
-}
-
-/// This tenant's runs.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct RunList {
-    /// Newest first.
-    pub runs: Vec<RunSummary>,
-}
-
-fn one_line(text: &str) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= HEADLINE_CHARS {
-        return flat;
-    }
-    let cut: String = flat.chars().take(HEADLINE_CHARS - 1).collect();
-    format!("{cut}…")
-}
-
-/// The task a session was given: its first user message.
-async fn task_of(store: &dyn Store, id: SessionId) -> String {
-    let Ok(entries) = store.transcript(id, 0, Some(8)).await else {
-        return String::new();
-    };
-    entries
-        .iter()
-        .find_map(|e| match &e.kind {
-            EntryKind::Message {
-                message: Message::User { content },
-            } => Some(one_line(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-/// This tenant's runs, newest first.
-#[utoipa::path(get, path = "/v1/runs", tag = "runs",
-    responses((status = 200, body = RunList), (status = 401, body = ApiError)))]
-pub(crate) async fn list(
-    tenant: Tenant,
-    State(state): State<AppState>,
-) -> ApiResult<Json<RunList>> {
-    let mut roots: Vec<SessionRecord> = state
-        .store
-        .list_sessions(SessionQuery::Roots)
-        .await?
-        .into_iter()
-        .filter(|r| tenant_of_root(r) == tenant.0)
-        .collect();
-    roots.sort_by_key(|r| std::cmp::Reverse(r.created_at));
-    let mut runs = Vec::with_capacity(roots.len());
-    for r in &roots {
-        runs.push(RunSummary {
-            root: SessionView::of(r),
-            headline: task_of(state.store.as_ref(), r.id).await,
-        });
-    }
-    Ok(Json(RunList { runs }))
-}
-
 struct Watcher {
     store: Arc<dyn Store>,
     root: SessionId,
@@ -141,13 +72,13 @@ struct Watcher {
 
 /// Whether nothing more happens in the tree until something starts it again: no session
 /// runs, the root's run ended and no call waits for a decision.
-fn tree_ended(snap: &TreeSnapshot) -> bool {
+fn tree_ended(snap: &TreeSnapshot, root: SessionId) -> bool {
     snap.approvals.is_empty()
         && snap.nodes.iter().all(|n| !n.session.status.is_live())
         && snap
             .nodes
             .iter()
-            .find(|n| n.session.id.to_string() == snap.root_id)
+            .find(|n| n.session.id == root)
             .is_some_and(|root| ended(root.session.status))
 }
 
@@ -210,7 +141,7 @@ impl Watcher {
                         return Some((Ok(event), self));
                     }
                     // The client has this state (it was sent, or named by Last-Event-ID).
-                    if tree_ended(&snap) {
+                    if tree_ended(&snap, self.root) {
                         self.done = true;
                         return Some((Ok(end_event(self.status, Why::Finished)), self));
                     }

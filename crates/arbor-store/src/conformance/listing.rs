@@ -254,3 +254,119 @@ pub async fn census_counts_by_group_root_and_status(store: &dyn Store) {
         }
     }
 }
+
+/// How many newer roots the paging loop of [`roots_page_pages_newest_first_and_filters`]
+/// made: one per page read (three pages of two).
+fn made_newer(seen: &[SessionId]) -> usize {
+    seen.len().div_ceil(2)
+}
+
+/// `roots_page` lists roots newest first (creation time, then id), pages through them by
+/// cursor without a repeat or a gap while newer roots arrive, and filters by status,
+/// creation time and strings the meta holds; a bad page is `Invalid`.
+pub async fn roots_page_pages_newest_first_and_filters(store: &dyn Store) {
+    use crate::RootPage;
+    let backend = store.backend();
+    let check = "roots_page_pages_newest_first_and_filters";
+    // A tag no other check uses, so the store's other roots do not count.
+    let tag = format!("t{}", SessionId::new().to_string().replace('-', ""));
+    let base = 1_900_000_000_000;
+    let mut made = Vec::new();
+    for (i, offset) in [30u64, 10, 20, 20, 40, 50].into_iter().enumerate() {
+        let mut r = root(&format!("page-{i}"));
+        r.created_at = Timestamp(base + offset);
+        r.status = if i % 2 == 0 {
+            SessionStatus::Succeeded
+        } else {
+            SessionStatus::Failed
+        };
+        let user = if i < 3 { "ann" } else { "bob" };
+        r.meta = serde_json::json!({"tag": tag, "labels": {"user": user}, "n": i}).into();
+        create(store, check, &r).await;
+        made.push(r);
+    }
+    // Newest first: 50, 40, then the two at 20 by id descending, 30 ... sorted.
+    let mut expected: Vec<&SessionRecord> = made.iter().collect();
+    expected.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
+    let expected: Vec<SessionId> = expected.iter().map(|r| r.id).collect();
+
+    let page = |limit| RootPage::new(limit).meta(&["tag"], tag.clone());
+    let read = |p: RootPage| async move {
+        match store.roots_page(&p).await {
+            Ok(rows) => rows,
+            Err(e) => panic!("[{backend}] {check}: roots_page failed: {e}"),
+        }
+    };
+    let mut seen = Vec::new();
+    let mut cursor: Option<(Timestamp, SessionId)> = None;
+    loop {
+        let mut p = page(2);
+        if let Some((at, id)) = cursor {
+            p = p.after(at, id);
+        }
+        let rows = read(p).await;
+        if rows.is_empty() {
+            break;
+        }
+        // A newer root arrives between pages: it never shows on a later page.
+        let mut newer = root("page-newer");
+        newer.meta = serde_json::json!({"tag": tag}).into();
+        newer.created_at = Timestamp(base + 100 + seen.len() as u64);
+        create(store, check, &newer).await;
+        let last = &rows[rows.len() - 1];
+        cursor = Some((last.created_at, last.id));
+        seen.extend(rows.iter().map(|r| r.id));
+    }
+    assert_eq!(
+        seen, expected,
+        "[{backend}] {check}: pages in order, no repeat, no gap"
+    );
+
+    let ids = |rows: Vec<SessionRecord>| rows.iter().map(|r| r.id).collect::<Vec<_>>();
+    let failed = ids(read(page(10).status(SessionStatus::Failed)).await);
+    assert_eq!(failed.len(), 3, "[{backend}] {check}: by status");
+    let bobs = ids(read(page(10).meta(&["labels", "user"], "bob")).await);
+    let want: Vec<SessionId> = expected
+        .iter()
+        .copied()
+        .filter(|id| {
+            made.iter()
+                .position(|r| r.id == *id)
+                .is_some_and(|i| i >= 3)
+        })
+        .collect();
+    assert_eq!(bobs, want, "[{backend}] {check}: by a label");
+    let window = ids(read(
+        page(10)
+            .created_from(Timestamp(base + 20))
+            .created_before(Timestamp(base + 40)),
+    )
+    .await);
+    assert_eq!(window.len(), 3, "[{backend}] {check}: by creation time");
+    // Or absent: the roots without labels (the newer ones) and ann's.
+    let anns_or_none = ids(read(page(20).meta_or_absent(&["labels", "user"], "ann")).await);
+    assert_eq!(
+        anns_or_none.len(),
+        3 + made_newer(&seen),
+        "[{backend}] {check}: by a label or its absence"
+    );
+    // A number is not the string it reads as.
+    assert!(
+        read(page(10).meta(&["n"], "1")).await.is_empty(),
+        "[{backend}] {check}: a meta number matched a string"
+    );
+    for bad in [
+        RootPage::new(0),
+        RootPage::new(1001),
+        RootPage::new(5).meta(&["a.b"], "x"),
+    ] {
+        match store.roots_page(&bad).await {
+            Err(e) => assert_eq!(
+                e.kind(),
+                crate::StoreErrorKind::Invalid,
+                "[{backend}] {check}"
+            ),
+            Ok(_) => panic!("[{backend}] {check}: {bad:?} was accepted"),
+        }
+    }
+}
