@@ -29,6 +29,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/specs", get(runs::specs))
         .route("/v1/runs", post(runs::start).get(listing::list))
         .route("/v1/runs/{id}/events", get(tree::stream))
+        .route("/v1/events", get(crate::api::feed::stream))
         .route("/v1/runs/{id}", get(runs::get))
         .route("/v1/runs/{id}/resume", post(approvals::resume))
         .route(

@@ -55,6 +55,7 @@ mod app;
 mod auth;
 mod error;
 mod extract;
+mod feed;
 pub mod idempotency;
 mod launcher;
 mod listen;
@@ -88,6 +89,7 @@ pub use api::tree::{NodeView, TreeSnapshot};
 pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};
 pub use auth::{LOCAL_TENANT, Tenant, Tenants};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
+pub use feed::{FEED_KEEP, FEED_NAMESPACE, FeedEntry, FeedEvent};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use listen::ServerLimits;
 pub use openapi::ApiDoc;
@@ -171,6 +173,8 @@ impl ServerBuilder {
 
     /// The server.
     pub fn build(self) -> Server {
+        let feed = Arc::new(feed::Feed::new(self.store.clone()));
+        let watcher = Arc::new(feed::Watcher::new(feed.clone()));
         Server {
             state: AppState {
                 store: self.store,
@@ -184,6 +188,8 @@ impl ServerBuilder {
                 limits: self.limits,
                 policies: Arc::new(self.policies),
                 quotas: Arc::default(),
+                feed,
+                watcher,
             },
         }
     }
@@ -248,12 +254,21 @@ impl Server {
     ) -> std::io::Result<()> {
         let draining = self.state.draining.clone();
         let closing = self.state.closing.clone();
+        let watching = tokio::spawn(self.state.watcher.clone().run(closing.clone()));
         let app = self.router();
-        listen::serve(listener, app, &self.state.limits, shutdown, move || {
+        let served = listen::serve(listener, app, &self.state.limits, shutdown, move || {
             draining.store(true, Ordering::Release);
             closing.cancel();
             tracing::info!("shutting down: no new runs; finishing the requests in flight");
         })
-        .await
+        .await;
+        // The feed's last round: the runs the shutdown cancelled end `aborted` there too.
+        if tokio::time::timeout(std::time::Duration::from_secs(3), watching)
+            .await
+            .is_err()
+        {
+            tracing::warn!("shutdown: the event feed's last round did not finish");
+        }
+        served
     }
 }

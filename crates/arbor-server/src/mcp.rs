@@ -128,8 +128,14 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         Ok(tenant) => tenant,
         Err(e) => return e.into_response(),
     };
-    // A spec the tenant's policy does not let it start is not there for it.
-    if let Some(spec) = spec_of(req.uri().path(), state.mcp.default.as_deref())
+    // A spec the tenant's policy does not let it start is not there for it (nor is the
+    // default one, for a name that is no spec: `/mcp/{name}` would reach it).
+    let specs = state
+        .launcher
+        .as_ref()
+        .map(|l| l.specs())
+        .unwrap_or_default();
+    if let Some(spec) = spec_of(req.uri().path(), state.mcp.default.as_deref(), &specs)
         && !state.policies.may_start(&tenant, spec)
     {
         return crate::error::ApiError::not_found("route").into_response();
@@ -180,12 +186,14 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     response
 }
 
-/// The spec an MCP path is for: `/mcp/{spec}`, or `/mcp` for the default one.
-fn spec_of<'a>(path: &'a str, default: Option<&'a str>) -> Option<&'a str> {
-    match path.strip_prefix("/mcp")? {
-        "" | "/" => default,
-        rest => rest.strip_prefix('/')?.split('/').next(),
-    }
+/// The spec an MCP path reaches: `/mcp/{spec}` for one of `specs`, else (`/mcp`, or a name
+/// that is no spec) the default one.
+fn spec_of<'a>(path: &'a str, default: Option<&'a str>, specs: &[String]) -> Option<&'a str> {
+    let named = path
+        .strip_prefix("/mcp/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|name| specs.iter().any(|s| s == name));
+    named.or(default)
 }
 
 /// The roots of one spec's MCP clients: one per MCP session, one per tenant for clients

@@ -35,6 +35,7 @@ use crate::views::{
         api::runs::get,
         api::listing::list,
         api::tree::stream,
+        api::feed::stream,
         api::sessions::get,
         api::sessions::children,
         api::sessions::transcript,
@@ -57,6 +58,7 @@ use crate::views::{
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
         HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,
+        crate::feed::FeedEntry, crate::feed::FeedEvent,
     )),
     modifiers(&Bearer),
     tags(

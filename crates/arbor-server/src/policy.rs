@@ -188,15 +188,28 @@ pub(crate) struct Quotas {
 #[derive(Debug)]
 pub(crate) struct Reservation {
     state: Option<(Arc<tokio::sync::Mutex<Use>>, u64)>,
+    /// Whether the run is followed until it ends (a quota counts runs in flight or tokens).
+    tracked: bool,
 }
 
 impl Reservation {
-    /// The start created `root`: it holds the place from now until it ends.
-    pub(crate) async fn landed(mut self, root: SessionId) {
-        if let Some((use_, n)) = self.state.take() {
-            let mut u = use_.lock().await;
+    /// The start created `root`: it holds the place from now until it ends. Never waits, so
+    /// a request dropped here (its client gone) cannot leave the place reserved.
+    pub(crate) fn landed(mut self, root: SessionId) {
+        let Some((use_, n)) = self.state.take() else {
+            return;
+        };
+        let tracked = self.tracked;
+        let land = move |u: &mut Use| {
             u.reserved.retain(|r| *r != n);
-            u.in_flight.push(root);
+            if tracked {
+                u.in_flight.push(root);
+            }
+        };
+        if let Ok(mut u) = use_.try_lock() {
+            land(&mut u);
+        } else if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { land(&mut *use_.lock().await) });
         }
     }
 }
@@ -254,7 +267,10 @@ impl Quotas {
         policy: &TenantPolicy,
     ) -> ApiResult<Reservation> {
         if !policy.quota_counted() && policy.max_runs_per_minute.is_none() {
-            return Ok(Reservation { state: None });
+            return Ok(Reservation {
+                state: None,
+                tracked: false,
+            });
         }
         let use_ = self.of(tenant);
         let mut u = use_.lock().await;
@@ -314,16 +330,18 @@ impl Quotas {
         drop(u);
         Ok(Reservation {
             state: Some((use_, n)),
+            tracked: policy.quota_counted(),
         })
     }
 
     /// Drops the tenant's runs that ended (adding their tokens to the day they ended in);
-    /// the tokens of those still going.
+    /// the tokens of those still going. A run leaves the list only once its tokens are
+    /// counted, so a request dropped meanwhile (or a store error) loses none.
     async fn settle(&self, store: &dyn Store, tenant: &str, u: &mut Use) -> ApiResult<u64> {
         let mut live = 0u64;
-        let mut still = Vec::with_capacity(u.in_flight.len());
-        for root in std::mem::take(&mut u.in_flight) {
+        for root in u.in_flight.clone() {
             let Some(record) = store.session(root).await? else {
+                u.in_flight.retain(|r| *r != root);
                 continue;
             };
             let tokens = record
@@ -335,12 +353,11 @@ impl Quotas {
                 SessionStatus::Idle | SessionStatus::Running | SessionStatus::Suspended
             ) {
                 live = live.saturating_add(tokens);
-                still.push(root);
             } else {
                 add_day_usage(store, tenant, utc_day(SystemTime::now()), tokens).await?;
+                u.in_flight.retain(|r| *r != root);
             }
         }
-        u.in_flight = still;
         Ok(live)
     }
 }
@@ -371,7 +388,7 @@ async fn add_day_usage(store: &dyn Store, tenant: &str, day: u64, tokens: u64) -
         }
     }
     Err(ApiError::new(
-        ErrorKind::Conflict,
+        ErrorKind::Unavailable,
         "The tenant's token count changed too often to update: try again",
     ))
 }

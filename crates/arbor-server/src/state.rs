@@ -37,6 +37,10 @@ pub struct AppState {
     pub(crate) policies: Arc<crate::policy::TenantPolicies>,
     /// What each tenant's runs use now.
     pub(crate) quotas: Arc<crate::policy::Quotas>,
+    /// The tenants' event feeds.
+    pub(crate) feed: Arc<crate::feed::Feed>,
+    /// Follows the runs this server started, resumed or decided for, into the feed.
+    pub(crate) watcher: Arc<crate::feed::Watcher>,
 }
 
 /// The event streams open now, in all and by tenant, held to the limits.

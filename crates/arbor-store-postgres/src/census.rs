@@ -20,11 +20,14 @@ impl PostgresStore {
         }
         let rows: Vec<(Option<String>, bool, String, i64)> = retrying!(self, async {
             Ok(sqlx::query_as(
-                "SELECT CASE WHEN jsonb_typeof(r.meta::jsonb -> $1) = 'string' \
-                        THEN r.meta::jsonb ->> $1 END, t.is_root, t.status, t.n \
-                 FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
-                       FROM sessions GROUP BY root_id, parent_id IS NULL, status) t \
-                 JOIN sessions r ON r.id = t.root_id",
+                "SELECT grp, is_root, status, sum(n)::bigint FROM ( \
+                   SELECT CASE WHEN jsonb_typeof(m.j -> $1) = 'string' THEN m.j ->> $1 END AS grp, \
+                          t.is_root, t.status, t.n \
+                   FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
+                         FROM sessions GROUP BY root_id, parent_id IS NULL, status) t \
+                   JOIN sessions r ON r.id = t.root_id \
+                   CROSS JOIN LATERAL (SELECT r.meta::jsonb AS j) m) g \
+                 GROUP BY grp, is_root, status",
             )
             .bind(key)
             .fetch_all(self.pool())
@@ -75,7 +78,7 @@ impl PostgresStore {
         if let Some((at, id)) = page.after {
             bind(
                 &mut filter,
-                "(created_at < #1 OR (created_at = #1 AND id < #2))",
+                "(created_at, id) < (#1, #2)",
                 vec![Bound::Int(ms(at)), Bound::Text(id.to_string())],
             );
         }

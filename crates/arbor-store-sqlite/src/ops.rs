@@ -178,11 +178,14 @@ pub(crate) fn census(
 ) -> StoreResult<Vec<arbor_store::StatusCount>> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT CASE WHEN json_type(r.meta, ?1) = 'text' THEN json_extract(r.meta, ?1) END, \
-                    t.is_root, t.status, t.n \
-             FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
-                   FROM sessions GROUP BY root_id, is_root, status) t \
-             JOIN sessions r ON r.id = t.root_id",
+            "SELECT grp, is_root, status, sum(n) FROM ( \
+               SELECT CASE WHEN json_type(r.meta, ?1) = 'text' \
+                      THEN json_extract(r.meta, ?1) END AS grp, \
+                      t.is_root AS is_root, t.status AS status, t.n AS n \
+               FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
+                     FROM sessions GROUP BY root_id, is_root, status) t \
+               JOIN sessions r ON r.id = t.root_id) \
+             GROUP BY grp, is_root, status",
         )
         .at(path)?;
     let mut rows = stmt.query([group]).at(path)?;
@@ -234,7 +237,7 @@ pub(crate) fn roots_page(
     if let Some((at, id)) = page.after {
         bind(
             &mut filter,
-            "(created_at < #1 OR (created_at = #1 AND id < #2))",
+            "(created_at, id) < (CAST(#1 AS INTEGER), CAST(#2 AS TEXT))",
             vec![Sql::Integer(to_sql(at.0)), Sql::Text(id.to_string())],
         );
     }
@@ -262,22 +265,25 @@ pub(crate) fn roots_page(
     for (keys, value) in &page.meta {
         bind(
             &mut filter,
-            "json_type(meta, #1) = 'text' AND json_extract(meta, #1) = #2",
+            "json_type(meta, CAST(#1 AS TEXT)) = 'text' \
+             AND json_extract(meta, CAST(#1 AS TEXT)) = CAST(#2 AS TEXT)",
             vec![Sql::Text(json_path(keys)), Sql::Text(value.clone())],
         );
     }
     for (keys, value) in &page.meta_or_absent {
         bind(
             &mut filter,
-            "(json_type(meta, #1) IS NULL OR json_type(meta, #1) = 'null' \
-             OR (json_type(meta, #1) = 'text' AND json_extract(meta, #1) = #2))",
+            "(json_type(meta, CAST(#1 AS TEXT)) IS NULL \
+             OR json_type(meta, CAST(#1 AS TEXT)) = 'null' \
+             OR (json_type(meta, CAST(#1 AS TEXT)) = 'text' \
+                 AND json_extract(meta, CAST(#1 AS TEXT)) = CAST(#2 AS TEXT)))",
             vec![Sql::Text(json_path(keys)), Sql::Text(value.clone())],
         );
     }
     values.push(Sql::Integer(i64::from(page.limit)));
     let sql = format!(
         "SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} \
-         ORDER BY created_at DESC, id DESC LIMIT ?{}",
+         ORDER BY created_at DESC, id DESC LIMIT CAST(?{} AS INTEGER)",
         values.len()
     );
     let mut stmt = conn.prepare_cached(&sql).at(path)?;

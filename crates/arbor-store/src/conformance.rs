@@ -36,7 +36,7 @@ pub use checkpoints::{
 pub use concurrency::{concurrent_appends, concurrent_batches, concurrent_cas, concurrent_creates};
 pub use listing::{
     census_counts_by_group_root_and_status, list_sessions_orders_and_scopes,
-    roots_page_pages_newest_first_and_filters,
+    roots_page_matches_meta_exactly, roots_page_pages_newest_first_and_filters,
 };
 pub use registry::renames_keep_sibling_names_unique;
 pub use registry::{
@@ -67,6 +67,7 @@ pub async fn run_all(store: &dyn Store) {
     list_sessions_orders_and_scopes(store).await;
     census_counts_by_group_root_and_status(store).await;
     roots_page_pages_newest_first_and_filters(store).await;
+    roots_page_matches_meta_exactly(store).await;
     append_numbers_entries(store).await;
     append_with_update_is_atomic(store).await;
     append_to_unknown_is_not_found(store).await;

@@ -102,9 +102,22 @@ impl RootPage {
         for (path, _) in self.meta.iter().chain(&self.meta_or_absent) {
             if path.is_empty() || !path.iter().all(|k| meta_key_is_valid(k)) {
                 return Err(StoreError::Invalid(format!(
-                    "meta path {path:?}: keys of 1 to 64 of a-z A-Z 0-9 _ -"
+                    "meta path {path:?}: keys of 1 to 64 of a-z A-Z 0-9 _ -, not a number"
                 )));
             }
+        }
+        // Backends keep times as signed 64-bit integers.
+        let times = [
+            self.after.map(|a| a.0),
+            self.created_from,
+            self.created_before,
+        ];
+        if let Some(t) = times.into_iter().flatten().find(|t| t.0 > i64::MAX as u64) {
+            return Err(StoreError::Invalid(format!(
+                "time {} is past the largest a store keeps ({})",
+                t.0,
+                i64::MAX
+            )));
         }
         Ok(())
     }
@@ -138,11 +151,13 @@ fn at<'a>(root: &'a SessionRecord, path: &[String]) -> &'a serde_json::Value {
     at
 }
 
-/// Whether `key` may be a key of a [`RootPage`]'s meta path: 1 to 64 of `a-z A-Z 0-9 _ -`.
+/// Whether `key` may be a key of a [`RootPage`]'s meta path: 1 to 64 of `a-z A-Z 0-9 _ -`,
+/// and not a number (a JSON path would read it as an array's index).
 pub fn meta_key_is_valid(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 64
         && key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && key.trim_start_matches('-').parse::<u64>().is_err()
 }

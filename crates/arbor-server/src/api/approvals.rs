@@ -135,7 +135,9 @@ pub(crate) struct ApprovalsQuery {
 }
 
 /// What waits for a decision at a session, a page of suspended runs at a time: the
-/// session's own run first, then those below it nobody awaits, oldest run first.
+/// session's own run first, then those below it nobody awaits, oldest run first. The list is
+/// live: a run that suspends while a client pages through may sort before its cursor (runs
+/// are ordered by when they started); `GET /v1/events` tells of each as it comes.
 #[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
     params(("id" = String, Path, description = "The session (a root, usually)"), ApprovalsQuery),
     responses(
@@ -228,6 +230,8 @@ pub(crate) async fn decide(
         ));
     }
     let record = state.visible(&tenant, &id).await?;
+    // The feed follows the tree from now on: the calls decided leave it.
+    state.watcher.follow(record.root_id, None);
     let decided_by = DecidedBy::new(Some(tenant.0.clone()), req.by.clone());
     let decisions: Vec<ApprovalDecision> = req
         .decisions
@@ -290,6 +294,7 @@ pub(crate) async fn resume(
         .as_ref()
         .ok_or_else(|| ApiError::new(ErrorKind::Conflict, "This server cannot resume runs"))?;
     launcher.resume(root.id).await?;
+    state.watcher.follow(root.id, None);
     Ok((
         StatusCode::ACCEPTED,
         Json(ResumeView {

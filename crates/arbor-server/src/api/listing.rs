@@ -94,10 +94,11 @@ pub(crate) fn cursor_of(at: Timestamp, id: SessionId) -> String {
 pub(crate) fn parse_cursor(cursor: &str) -> ApiResult<(Timestamp, SessionId)> {
     let bad = || ApiError::field("cursor", "cursor must be a next_cursor this server gave");
     let (at, id) = cursor.split_once('.').ok_or_else(bad)?;
-    Ok((
-        Timestamp(at.parse().map_err(|_| bad())?),
-        id.parse().map_err(|_| bad())?,
-    ))
+    let at: u64 = at.parse().map_err(|_| bad())?;
+    if at > i64::MAX as u64 {
+        return Err(bad());
+    }
+    Ok((Timestamp(at), id.parse().map_err(|_| bad())?))
 }
 
 /// The status a filter names (400 naming `status`).
@@ -140,10 +141,21 @@ fn page_of(tenant: &Tenant, q: &RunsQuery, limit: u32) -> ApiResult<RootPage> {
             if !arbor_store::meta_key_is_valid(key) {
                 return Err(ApiError::field(
                     "label",
-                    format!("label {key:?}: a key is 1 to 64 of a-z A-Z 0-9 _ -"),
+                    format!("label {key:?}: a key is 1 to 64 of a-z A-Z 0-9 _ -, not a number"),
                 ));
             }
             page = page.meta(&["labels", key], value);
+        }
+    }
+    for (field, at) in [
+        ("created_after", q.created_after),
+        ("created_before", q.created_before),
+    ] {
+        if at.is_some_and(|t| t > i64::MAX as u64) {
+            return Err(ApiError::field(
+                field,
+                format!("{field} is ms since the epoch, at most {}", i64::MAX),
+            ));
         }
     }
     if let Some(at) = q.created_after {

@@ -5,6 +5,7 @@
 pub(crate) mod approvals;
 pub(crate) mod ending;
 pub(crate) mod events;
+pub(crate) mod feed;
 pub(crate) mod headline;
 pub(crate) mod health;
 pub(crate) mod host;

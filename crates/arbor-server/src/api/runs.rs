@@ -150,10 +150,36 @@ pub(crate) async fn start(
         }
         (Err(e), None) => return Err(e),
     };
-    place.landed(root).await;
+    place.landed(root);
     state.metrics.run_started();
     let view = run_view(&state, &tenant, &root.to_string()).await?;
+    log_start(&state, &tenant, root, &view).await;
     Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// Logs the run's start in the tenant's feed and follows it there.
+async fn log_start(
+    state: &AppState,
+    tenant: &Tenant,
+    root: arbor_protocol::SessionId,
+    view: &RunView,
+) {
+    let status = arbor_protocol::SessionStatus::parse(&view.status);
+    let record = state.store.session(root).await.ok().flatten();
+    let meta = record
+        .as_ref()
+        .map(|r| r.meta.to_value())
+        .unwrap_or_default();
+    let event = crate::feed::FeedEvent::Run {
+        root_id: view.root_id.clone(),
+        status: view.status.clone(),
+        spec: meta["spec"].as_str().map(str::to_owned),
+        labels: serde_json::from_value(meta["labels"].clone()).unwrap_or_default(),
+    };
+    if let Err(e) = state.feed.append(&tenant.0, event).await {
+        tracing::warn!(root = %root, "the feed did not log a run's start: {e:?}");
+    }
+    state.watcher.follow(root, status);
 }
 
 /// The request's fields checked before anything is claimed or started, each refusal naming
@@ -241,7 +267,7 @@ fn check_labels(labels: BTreeMap<String, String>) -> ApiResult<BTreeMap<String, 
         if !arbor_store::meta_key_is_valid(key) {
             return Err(ApiError::field(
                 "labels",
-                format!("label {key:?}: a key is 1 to 64 of a-z A-Z 0-9 _ -"),
+                format!("label {key:?}: a key is 1 to 64 of a-z A-Z 0-9 _ -, not a number"),
             ));
         }
         if value.is_empty() || value.len() > MAX_LABEL_BYTES || value.chars().any(char::is_control)

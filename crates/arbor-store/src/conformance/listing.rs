@@ -264,6 +264,7 @@ fn made_newer(seen: &[SessionId]) -> usize {
 /// `roots_page` lists roots newest first (creation time, then id), pages through them by
 /// cursor without a repeat or a gap while newer roots arrive, and filters by status,
 /// creation time and strings the meta holds; a bad page is `Invalid`.
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub async fn roots_page_pages_newest_first_and_filters(store: &dyn Store) {
     use crate::RootPage;
     let backend = store.backend();
@@ -290,6 +291,10 @@ pub async fn roots_page_pages_newest_first_and_filters(store: &dyn Store) {
     expected.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
     let expected: Vec<SessionId> = expected.iter().map(|r| r.id).collect();
 
+    // A child with the tag is never a root of a page.
+    let mut child_of = child(&made[0], "page-child");
+    child_of.meta = serde_json::json!({"tag": tag}).into();
+    create(store, check, &child_of).await;
     let page = |limit| RootPage::new(limit).meta(&["tag"], tag.clone());
     let read = |p: RootPage| async move {
         match store.roots_page(&p).await {
@@ -369,4 +374,53 @@ pub async fn roots_page_pages_newest_first_and_filters(store: &dyn Store) {
             Ok(_) => panic!("[{backend}] {check}: {bad:?} was accepted"),
         }
     }
+}
+
+/// `roots_page` matches meta exactly: a string matches its value; nothing there (the key
+/// absent, or `null`) matches "or absent" too; a number or an object never matches; a page
+/// holds at most its limit.
+pub async fn roots_page_matches_meta_exactly(store: &dyn Store) {
+    use crate::RootPage;
+    let backend = store.backend();
+    let check = "roots_page_matches_meta_exactly";
+    let other = format!("k{}", SessionId::new().to_string().replace('-', ""));
+    let read = |p: RootPage| async move {
+        match store.roots_page(&p).await {
+            Ok(rows) => rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+            Err(e) => panic!("[{backend}] {check}: roots_page failed: {e}"),
+        }
+    };
+    // Exactly: a string matches, nothing there (absent or null) matches "or absent", a
+    // number or an object never does.
+    let mut kinds = Vec::new();
+    for user in [
+        serde_json::json!("ann"),
+        serde_json::Value::Null,
+        serde_json::json!(5),
+        serde_json::json!({"a": 1}),
+    ] {
+        let mut r = root("page-kind");
+        r.meta = serde_json::json!({"tag": other, "labels": {"user": user}}).into();
+        create(store, check, &r).await;
+        kinds.push(r.id);
+    }
+    let mut bare = root("page-kind");
+    bare.meta = serde_json::json!({"tag": other}).into();
+    create(store, check, &bare).await;
+    let of_other = |p: RootPage| p.meta(&["tag"], other.clone());
+    let mut got = read(of_other(
+        RootPage::new(10).meta_or_absent(&["labels", "user"], "ann"),
+    ))
+    .await;
+    got.sort();
+    let mut want = vec![kinds[0], kinds[1], bare.id];
+    want.sort();
+    assert_eq!(got, want, "[{backend}] {check}: or absent, exactly");
+    assert_eq!(
+        read(of_other(RootPage::new(10).meta(&["labels", "user"], "ann"))).await,
+        [kinds[0]],
+        "[{backend}] {check}: a string, exactly"
+    );
+    let limited = read(of_other(RootPage::new(2))).await;
+    assert_eq!(limited.len(), 2, "[{backend}] {check}: at most the limit");
 }
