@@ -235,3 +235,43 @@ fn the_deployment_examples_files_start_a_server() {
     // No token: 401 (the tokens file was read; the server is not open).
     assert_eq!(status, 401);
 }
+
+/// A webhook's secret comes from the variable the policy names: unset, the server refuses
+/// to start naming it; set, it starts.
+#[test]
+fn a_webhooks_secret_comes_from_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(
+        dir.path().join("policy.toml"),
+        "[webhooks.local]\nurl = \"http://127.0.0.1:9/hook\"\nsecret_env = \"ARBOR_TEST_HOOK_SECRET\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arbor"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--specs",
+            "specs",
+            "--memory",
+        ])
+        .args(["--tenant-policy", "policy.toml"])
+        .current_dir(dir.path())
+        .env_remove("ARBOR_TOKENS")
+        .env_remove("ARBOR_TEST_HOOK_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("webhooks.local") && err.contains("ARBOR_TEST_HOOK_SECRET"),
+        "{err}"
+    );
+    let served = serve_support::serve_env(
+        dir.path(),
+        &["--tenant-policy", "policy.toml"],
+        &[("ARBOR_TEST_HOOK_SECRET", "sixteen-bytes-or-more")],
+    );
+    assert!(served.base.starts_with("http://127.0.0.1:"));
+}

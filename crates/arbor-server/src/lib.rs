@@ -67,6 +67,7 @@ mod runtime_metrics;
 mod state;
 mod views;
 mod web;
+mod webhook;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -93,11 +94,14 @@ pub use feed::{FEED_KEEP, FEED_NAMESPACE, FeedEntry, FeedEvent};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};
 pub use listen::ServerLimits;
 pub use openapi::ApiDoc;
-pub use policy::{TenantPolicies, TenantPolicy, USAGE_NAMESPACE};
+pub use policy::{TenantPolicies, TenantPolicy, USAGE_NAMESPACE, WebhookPolicy};
 pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
     CancelView, ChildrenView, RunResultView, RunView, SessionView, SpecList, StartRunRequest,
     Totals, TranscriptPage, TreeView,
+};
+pub use webhook::{
+    FIRST_BACKOFF, MAX_BACKOFF, SEND_TIMEOUT, WEBHOOK_NAMESPACE, WebhookTarget, signature,
 };
 
 use crate::metrics::Metrics;
@@ -120,9 +124,19 @@ pub struct ServerBuilder {
     runtime: Option<RuntimeMetrics>,
     limits: ServerLimits,
     policies: TenantPolicies,
+    webhooks: Vec<WebhookTarget>,
+    webhook_client: Option<reqwest::Client>,
 }
 
 impl ServerBuilder {
+    /// Posts each tenant's events to its webhook (see [`WebhookTarget`]), with `client`
+    /// (a host's TLS setup; for `http://` receivers any client does).
+    pub fn webhooks(mut self, targets: Vec<WebhookTarget>, client: reqwest::Client) -> Self {
+        self.webhooks = targets;
+        self.webhook_client = Some(client);
+        self
+    }
+
     /// What each tenant may do: specs, inline specs, overrides, quotas (default: what the
     /// server allows, no quota).
     pub fn policies(mut self, policies: TenantPolicies) -> Self {
@@ -190,6 +204,7 @@ impl ServerBuilder {
                 quotas: Arc::default(),
                 feed,
                 watcher,
+                webhooks: Arc::new((self.webhooks, self.webhook_client)),
             },
         }
     }
@@ -206,6 +221,8 @@ impl Server {
             runtime: None,
             limits: ServerLimits::default(),
             policies: TenantPolicies::open(),
+            webhooks: Vec::new(),
+            webhook_client: None,
         }
     }
 
@@ -255,6 +272,17 @@ impl Server {
         let draining = self.state.draining.clone();
         let closing = self.state.closing.clone();
         let watching = tokio::spawn(self.state.watcher.clone().run(closing.clone()));
+        if let (targets, Some(client)) = &*self.state.webhooks {
+            for target in targets {
+                tokio::spawn(webhook::deliver(
+                    self.state.store.clone(),
+                    self.state.feed.clone(),
+                    client.clone(),
+                    target.clone(),
+                    closing.clone(),
+                ));
+            }
+        }
         let app = self.router();
         let served = listen::serve(listener, app, &self.state.limits, shutdown, move || {
             draining.store(true, Ordering::Release);

@@ -73,6 +73,18 @@ fn listed(list: Option<&Vec<String>>, name: &str) -> bool {
     list.is_some_and(|l| l.iter().any(|s| s == "*" || s == name))
 }
 
+/// A tenant's webhook: its URL, and the environment variable that holds its signing secret
+/// (the secret is never in the file).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct WebhookPolicy {
+    /// Where its events are posted (`http://` or `https://`).
+    pub url: String,
+    /// The environment variable holding the secret that signs them (at least 16 bytes).
+    pub secret_env: String,
+}
+
 /// Every tenant's policy. Without one (the default), every tenant may do what the server
 /// allows, with no quota.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -85,6 +97,9 @@ pub struct TenantPolicies {
     /// By tenant.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantPolicy>,
+    /// Where each tenant's events are posted (see [`crate::WebhookTarget`]), by tenant.
+    #[serde(default)]
+    pub webhooks: BTreeMap<String, WebhookPolicy>,
     /// Whether any policy was given (without one, overrides are free, as before policies).
     #[serde(skip)]
     configured: bool,

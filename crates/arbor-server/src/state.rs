@@ -41,6 +41,8 @@ pub struct AppState {
     pub(crate) feed: Arc<crate::feed::Feed>,
     /// Follows the runs this server started, resumed or decided for, into the feed.
     pub(crate) watcher: Arc<crate::feed::Watcher>,
+    /// Where tenants' events are posted, and the client that posts them.
+    pub(crate) webhooks: Arc<(Vec<crate::webhook::WebhookTarget>, Option<reqwest::Client>)>,
 }
 
 /// The event streams open now, in all and by tenant, held to the limits.

@@ -78,8 +78,14 @@ pub(crate) async fn serve(
     let mut builder = Server::builder(store)
         .launcher(launcher)
         .tenants(tenants.clone())
-        .policies(policies)
+        .policies(policies.clone())
         .limits(limits(&args)?);
+    let hooks = webhooks(&policies, args.tenant_policy.as_deref())?;
+    if !hooks.is_empty() {
+        let client = arbor_model::http::tls_client(std::time::Duration::from_secs(5))
+            .map_err(Fail::usage)?;
+        builder = builder.webhooks(hooks, client);
+    }
     if !args.mcp_host.is_empty() {
         builder = builder.mcp_hosts(args.mcp_host.iter().cloned());
     }
@@ -192,6 +198,29 @@ fn policies(file: Option<&Path>, inline: bool) -> Result<arbor_server::TenantPol
         policies.default.inline_specs = Some(inline);
     }
     Ok(policies)
+}
+
+/// The tenants' webhooks of the policy file, each secret read from its variable.
+fn webhooks(
+    policies: &arbor_server::TenantPolicies,
+    file: Option<&Path>,
+) -> Result<Vec<arbor_server::WebhookTarget>, Fail> {
+    let shown = file.map(|f| f.display().to_string()).unwrap_or_default();
+    policies
+        .webhooks
+        .iter()
+        .map(|(tenant, hook)| {
+            let at = format!("--tenant-policy {shown}: webhooks.{tenant}");
+            let secret = std::env::var(&hook.secret_env).map_err(|_| {
+                Fail::usage(format!(
+                    "{at}: secret_env {:?} is not set (it holds the signing secret)",
+                    hook.secret_env
+                ))
+            })?;
+            arbor_server::WebhookTarget::new(tenant, &hook.url, secret.trim())
+                .map_err(|e| Fail::usage(format!("{at}: {e}")))
+        })
+        .collect()
 }
 
 fn hash_token(tenant: &str) -> Result<u8, Fail> {
