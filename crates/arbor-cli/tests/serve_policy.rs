@@ -47,6 +47,40 @@ async fn start_as(http: &reqwest::Client, base: &str, token: &str, body: Value) 
     (status, resp.json().await.unwrap())
 }
 
+/// Opens an MCP session as `token` on `/mcp/quick` and calls `spawn_agent`: the answer's
+/// body.
+async fn mcp_spawn(http: &reqwest::Client, base: &str, token: &str) -> String {
+    let post = |session: Option<String>, body: Value| {
+        let mut req = http
+            .post(format!("{base}/mcp/quick"))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.json(&body).send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"}}});
+    let resp = post(None, init).await.unwrap();
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(Some(session.clone()), done).await.unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "spawn_agent", "arguments": {"child_id": "helper", "input": "help"}}});
+    post(Some(session), call)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Each tenant gets what its policy says: B sees and starts only `quick`, may not choose a
 /// model or send an inline spec (A may, though the server was not started with
 /// --allow-inline-specs); eight parallel starts of A's with three in flight at most start
@@ -144,6 +178,9 @@ async fn each_tenant_gets_what_its_policy_allows() {
         }
     }
     assert_eq!(started, 3);
+    // An MCP client's root is a run too: A has three in flight, so none opens.
+    let body = mcp_spawn(&http, &base, TOKEN_A).await;
+    assert!(body.contains("max_runs_in_flight"), "{body}");
 
     // B's day: one run, then its tokens are past the quota.
     let (status, run) = start_as(&http, &base, TOKEN_B, json!({"spec": "quick"})).await;

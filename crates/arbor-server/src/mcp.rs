@@ -71,6 +71,7 @@ fn service(
         spec: spec.to_owned(),
         roots: tokio::sync::Mutex::default(),
         owners: state.mcp.owners.clone(),
+        state: state.clone(),
     };
     arbor_mcp::http_service(
         ArborMcp::new(roots),
@@ -204,6 +205,8 @@ struct McpRoots {
     spec: String,
     roots: tokio::sync::Mutex<HashMap<(String, Option<String>), HostedRoot>>,
     owners: SessionOwners,
+    /// The tenants' quotas, policies and feed: an MCP client's root counts as a run.
+    state: AppState,
 }
 
 #[async_trait]
@@ -221,15 +224,26 @@ impl RootSource for McpRoots {
             }
             roots.remove(&key);
         }
+        let refused = |e: crate::error::ApiError| match e.kind() {
+            crate::error::ErrorKind::NotFound => McpError::NotFound(e.error.message),
+            crate::error::ErrorKind::Validation => McpError::Validation(e.error.message),
+            _ => McpError::Unavailable(e.error.message),
+        };
+        // The root a client drives is one of the tenant's runs in flight, as its quota says.
+        let policy = self.state.policies.of(&tenant);
+        let place = self
+            .state
+            .quotas
+            .admit(self.state.store.as_ref(), &tenant, &policy)
+            .await
+            .map_err(refused)?;
         let root = self
             .launcher
             .open_root(&tenant, &self.spec)
             .await
-            .map_err(|e| match e.kind() {
-                crate::error::ErrorKind::NotFound => McpError::NotFound(e.error.message),
-                crate::error::ErrorKind::Validation => McpError::Validation(e.error.message),
-                _ => McpError::Unavailable(e.error.message),
-            })?;
+            .map_err(refused)?;
+        place.landed(root.root().id);
+        self.state.watcher.follow(root.root().id, None);
         tracing::info!(root = %root.root().id, spec = %self.spec, session = ?caller.session, "an MCP client drives a new root");
         roots.insert(key, root.clone());
         Ok(root)
