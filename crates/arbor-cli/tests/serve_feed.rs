@@ -41,20 +41,11 @@ impl Events {
         loop {
             if let Some(at) = self.text.find("\n\n") {
                 let block: String = self.text.drain(..at + 2).collect();
-                let (mut event, mut id, mut data) = (String::new(), 0, String::new());
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        event = v.trim().to_owned();
-                    } else if let Some(v) = line.strip_prefix("id:") {
-                        id = v.trim().parse().unwrap();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
+                // A block without data is a keep-alive comment.
+                if let Some(event) = serve_support::sse_block(&block) {
+                    return Some(event);
                 }
-                if data.is_empty() {
-                    continue; // a keep-alive comment
-                }
-                return Some((event, id, serde_json::from_str(&data).unwrap()));
+                continue;
             }
             let chunk = tokio::time::timeout_at(deadline, self.body.chunk())
                 .await

@@ -104,18 +104,8 @@ async fn sse_to_end(resp: reqwest::Response, within: Duration) -> Vec<(String, V
         .expect("the stream never ended")
         .unwrap();
     text.split("\n\n")
-        .filter_map(|block| {
-            let mut event = "message".to_owned();
-            let mut data = String::new();
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("event:") {
-                    v.trim().clone_into(&mut event);
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.trim_start());
-                }
-            }
-            (!data.is_empty()).then(|| (event, serde_json::from_str(&data).unwrap()))
-        })
+        .filter_map(serve_support::sse_block)
+        .map(|(event, _, data)| (event, data))
         .collect()
 }
 

@@ -370,29 +370,12 @@ impl Watcher {
 /// a decision sees it (a call decided through any of its ids waits no more).
 async fn pending_by_root(store: &dyn Store, roots: &[SessionId]) -> ApiResult<Pending> {
     let wanted: HashSet<SessionId> = roots.iter().copied().collect();
-    let mut root_of: HashMap<SessionId, Option<SessionId>> = HashMap::new();
-    let mut waiting: HashSet<SessionId> = HashSet::new();
-    for c in store
-        .list_checkpoints(arbor_core::approval::RUN_NAMESPACE)
+    let waiting: HashSet<SessionId> = crate::suspended::suspended_runs(store)
         .await?
-    {
-        let Ok(checkpoint) = serde_json::from_value::<arbor_core::approval::RunCheckpoint>(c.value)
-        else {
-            continue;
-        };
-        let session = checkpoint.session_id;
-        let root = match root_of.get(&session) {
-            Some(r) => *r,
-            None => {
-                let r = store.session(session).await?.map(|s| s.root_id);
-                root_of.insert(session, r);
-                r
-            }
-        };
-        if let Some(root) = root.filter(|r| wanted.contains(r)) {
-            waiting.insert(root);
-        }
-    }
+        .into_iter()
+        .filter_map(|s| s.root.map(|(root, _)| root))
+        .filter(|r| wanted.contains(r))
+        .collect();
     let mut out: Pending = HashMap::new();
     for root in waiting {
         let calls = out.entry(root).or_default();

@@ -65,6 +65,7 @@ mod openapi;
 mod policy;
 mod runtime_metrics;
 mod state;
+mod suspended;
 mod views;
 mod web;
 mod webhook;

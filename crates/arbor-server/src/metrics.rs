@@ -219,50 +219,15 @@ async fn read_census(store: &dyn Store) -> Result<Census, arbor_store::StoreErro
     }
     // A caller's suspension carries its children's calls too: each call counts once.
     let mut waiting: HashMap<String, HashSet<String>> = HashMap::new();
-    let mut tenant_of: HashMap<arbor_protocol::SessionId, String> = HashMap::new();
-    for c in store
-        .list_checkpoints(arbor_core::approval::RUN_NAMESPACE)
-        .await?
-    {
-        let Ok(checkpoint) = serde_json::from_value::<arbor_core::approval::RunCheckpoint>(c.value)
-        else {
-            continue;
-        };
-        let session = checkpoint.session_id;
-        let tenant = match tenant_of.get(&session) {
-            Some(t) => t.clone(),
-            None => {
-                let t = tenant_of_session(store, session).await?;
-                tenant_of.insert(session, t.clone());
-                t
-            }
-        };
+    for s in crate::suspended::suspended_runs(store).await? {
+        let tenant = s.root.map_or_else(|| LOCAL_TENANT.to_owned(), |(_, t)| t);
         waiting
             .entry(tenant)
             .or_default()
-            .extend(checkpoint.pending().into_iter().map(|p| p.id));
+            .extend(s.checkpoint.pending().into_iter().map(|p| p.id));
     }
     for (tenant, calls) in waiting {
         census.tenants.entry(tenant).or_default().approvals_pending = calls.len() as u64;
     }
     Ok(census)
-}
-
-/// The tenant whose tree `session` is in.
-async fn tenant_of_session(
-    store: &dyn Store,
-    session: arbor_protocol::SessionId,
-) -> Result<String, arbor_store::StoreError> {
-    let Some(record) = store.session(session).await? else {
-        return Ok(LOCAL_TENANT.to_owned());
-    };
-    let root = if record.root_id == record.id {
-        record
-    } else {
-        match store.session(record.root_id).await? {
-            Some(root) => root,
-            None => return Ok(LOCAL_TENANT.to_owned()),
-        }
-    };
-    Ok(crate::auth::tenant_of_root(&root).to_owned())
 }

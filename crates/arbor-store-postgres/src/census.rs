@@ -62,50 +62,32 @@ enum Bound {
 impl PostgresStore {
     pub(crate) async fn page_of_roots(&self, page: &RootPage) -> StoreResult<Vec<SessionRecord>> {
         page.check()?;
-        let mut filter = String::from("parent_id IS NULL");
-        let mut values: Vec<Bound> = Vec::new();
-        let mut bind = |filter: &mut String, clause: &str, v: Vec<Bound>| {
-            // `#1`, `#2`: the clause's own values, numbered after those bound before.
-            let mut clause = clause.to_owned();
-            for (i, value) in v.into_iter().enumerate() {
-                values.push(value);
-                clause = clause.replace(&format!("#{}", i + 1), &format!("${}", values.len()));
-            }
-            filter.push_str(" AND ");
-            filter.push_str(&clause);
-        };
+        let mut filter = arbor_store::row::Filter::<Bound>::new("parent_id IS NULL", "$");
         let ms = |t: arbor_protocol::Timestamp| i64::try_from(t.0).unwrap_or(i64::MAX);
         if let Some((at, id)) = page.after {
-            bind(
-                &mut filter,
+            filter.and(
                 "(created_at, id) < (#1, #2)",
                 vec![Bound::Int(ms(at)), Bound::Text(id.to_string())],
             );
         }
         if let Some(status) = page.status {
-            bind(
-                &mut filter,
-                "status = #1",
-                vec![Bound::Text(status.as_str().to_owned())],
-            );
+            filter.and("status = #1", vec![Bound::Text(status.as_str().to_owned())]);
         }
         if let Some(at) = page.created_from {
-            bind(&mut filter, "created_at >= #1", vec![Bound::Int(ms(at))]);
+            filter.and("created_at >= #1", vec![Bound::Int(ms(at))]);
         }
         if let Some(at) = page.created_before {
-            bind(&mut filter, "created_at < #1", vec![Bound::Int(ms(at))]);
+            filter.and("created_at < #1", vec![Bound::Int(ms(at))]);
         }
         for (keys, value) in &page.meta {
-            bind(
-                &mut filter,
+            filter.and(
                 "jsonb_typeof(meta::jsonb #> #1::text[]) = 'string' \
                  AND meta::jsonb #>> #1::text[] = #2",
                 vec![Bound::Path(keys.clone()), Bound::Text(value.clone())],
             );
         }
         for (keys, value) in &page.meta_or_absent {
-            bind(
-                &mut filter,
+            filter.and(
                 "(meta::jsonb #> #1::text[] IS NULL \
                  OR jsonb_typeof(meta::jsonb #> #1::text[]) = 'null' \
                  OR (jsonb_typeof(meta::jsonb #> #1::text[]) = 'string' \
@@ -113,15 +95,15 @@ impl PostgresStore {
                 vec![Bound::Path(keys.clone()), Bound::Text(value.clone())],
             );
         }
-        values.push(Bound::Int(i64::from(page.limit)));
+        let limit = filter.bind(Bound::Int(i64::from(page.limit)));
         let sql = format!(
-            "SELECT {} FROM sessions WHERE {filter} ORDER BY created_at DESC, id DESC LIMIT ${}",
+            "SELECT {} FROM sessions WHERE {} ORDER BY created_at DESC, id DESC LIMIT {limit}",
             crate::codec::SESSION_COLUMNS,
-            values.len()
+            filter.sql()
         );
         let rows = retrying!(self, async {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
-            for v in &values {
+            for v in filter.values() {
                 query = match v {
                     Bound::Int(n) => query.bind(*n),
                     Bound::Text(t) => query.bind(t.clone()),

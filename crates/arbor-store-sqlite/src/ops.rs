@@ -222,57 +222,31 @@ pub(crate) fn roots_page(
     page: &arbor_store::RootPage,
 ) -> StoreResult<Vec<SessionRecord>> {
     use rusqlite::types::Value as Sql;
-    let mut filter = String::from("parent_id IS NULL");
-    let mut values: Vec<Sql> = Vec::new();
-    let mut bind = |filter: &mut String, clause: &str, v: Vec<Sql>| {
-        // `#1`, `#2`: the clause's own values, numbered after those bound before.
-        let mut clause = clause.to_owned();
-        for (i, value) in v.into_iter().enumerate() {
-            values.push(value);
-            clause = clause.replace(&format!("#{}", i + 1), &format!("?{}", values.len()));
-        }
-        filter.push_str(" AND ");
-        filter.push_str(&clause);
-    };
+    let mut filter = arbor_store::row::Filter::<Sql>::new("parent_id IS NULL", "?");
     if let Some((at, id)) = page.after {
-        bind(
-            &mut filter,
+        filter.and(
             "(created_at, id) < (CAST(#1 AS INTEGER), CAST(#2 AS TEXT))",
             vec![Sql::Integer(to_sql(at.0)), Sql::Text(id.to_string())],
         );
     }
     if let Some(status) = page.status {
-        bind(
-            &mut filter,
-            "status = #1",
-            vec![Sql::Text(status.as_str().to_owned())],
-        );
+        filter.and("status = #1", vec![Sql::Text(status.as_str().to_owned())]);
     }
     if let Some(at) = page.created_from {
-        bind(
-            &mut filter,
-            "created_at >= #1",
-            vec![Sql::Integer(to_sql(at.0))],
-        );
+        filter.and("created_at >= #1", vec![Sql::Integer(to_sql(at.0))]);
     }
     if let Some(at) = page.created_before {
-        bind(
-            &mut filter,
-            "created_at < #1",
-            vec![Sql::Integer(to_sql(at.0))],
-        );
+        filter.and("created_at < #1", vec![Sql::Integer(to_sql(at.0))]);
     }
     for (keys, value) in &page.meta {
-        bind(
-            &mut filter,
+        filter.and(
             "json_type(meta, CAST(#1 AS TEXT)) = 'text' \
              AND json_extract(meta, CAST(#1 AS TEXT)) = CAST(#2 AS TEXT)",
             vec![Sql::Text(json_path(keys)), Sql::Text(value.clone())],
         );
     }
     for (keys, value) in &page.meta_or_absent {
-        bind(
-            &mut filter,
+        filter.and(
             "(json_type(meta, CAST(#1 AS TEXT)) IS NULL \
              OR json_type(meta, CAST(#1 AS TEXT)) = 'null' \
              OR (json_type(meta, CAST(#1 AS TEXT)) = 'text' \
@@ -280,15 +254,15 @@ pub(crate) fn roots_page(
             vec![Sql::Text(json_path(keys)), Sql::Text(value.clone())],
         );
     }
-    values.push(Sql::Integer(i64::from(page.limit)));
+    let limit = filter.bind(Sql::Integer(i64::from(page.limit)));
     let sql = format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE {filter} \
-         ORDER BY created_at DESC, id DESC LIMIT CAST(?{} AS INTEGER)",
-        values.len()
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE {} \
+         ORDER BY created_at DESC, id DESC LIMIT CAST({limit} AS INTEGER)",
+        filter.sql()
     );
     let mut stmt = conn.prepare_cached(&sql).at(path)?;
     let mut rows = stmt
-        .query(rusqlite::params_from_iter(values.iter()))
+        .query(rusqlite::params_from_iter(filter.values().iter()))
         .at(path)?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().at(path)? {

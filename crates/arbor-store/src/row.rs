@@ -21,6 +21,57 @@ pub const SESSION_COLUMNS: &str = "id, parent_id, root_id, name, agent, model, d
     context_tokens, created_at, updated_at, meta, version, spawned_run, spawned_turn, replies, \
     tombstone, artifacts";
 
+/// A `WHERE` clause built from parts that number their own values `#1`, `#2`, …: each
+/// part's numbers follow the values bound before it, written `{prefix}N` (`?N` for SQLite,
+/// `$N` for PostgreSQL).
+#[derive(Debug, Clone)]
+pub struct Filter<V> {
+    sql: String,
+    values: Vec<V>,
+    prefix: &'static str,
+}
+
+impl<V> Filter<V> {
+    /// A clause that starts as `base`, with placeholders written `{prefix}N`.
+    pub fn new(base: &str, prefix: &'static str) -> Self {
+        Self {
+            sql: base.to_owned(),
+            values: Vec::new(),
+            prefix,
+        }
+    }
+
+    /// Adds `AND clause`, its `#1`, `#2`, … bound to `values` in order.
+    pub fn and(&mut self, clause: &str, values: Vec<V>) {
+        let mut clause = clause.to_owned();
+        for (i, value) in values.into_iter().enumerate() {
+            self.values.push(value);
+            clause = clause.replace(
+                &format!("#{}", i + 1),
+                &format!("{}{}", self.prefix, self.values.len()),
+            );
+        }
+        self.sql.push_str(" AND ");
+        self.sql.push_str(&clause);
+    }
+
+    /// Binds one more value (for a `LIMIT`, say): its placeholder.
+    pub fn bind(&mut self, value: V) -> String {
+        self.values.push(value);
+        format!("{}{}", self.prefix, self.values.len())
+    }
+
+    /// The clause.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// Its values, in placeholder order.
+    pub fn values(&self) -> &[V] {
+        &self.values
+    }
+}
+
 /// One session row, column by column ([`SESSION_COLUMNS`] order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs)]

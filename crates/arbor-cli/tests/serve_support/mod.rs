@@ -222,3 +222,19 @@ pub(crate) fn node<'a>(run: &'a Value, name: &str) -> &'a Value {
         .find(|s| s["name"] == name)
         .unwrap_or_else(|| panic!("no {name} in {run}"))
 }
+
+/// One SSE event block: its type (`message` when unnamed), its id (0 when none) and its data
+/// as JSON; none for a block without data (a keep-alive comment).
+pub(crate) fn sse_block(block: &str) -> Option<(String, u64, Value)> {
+    let (mut event, mut id, mut data) = ("message".to_owned(), 0, String::new());
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            v.trim().clone_into(&mut event);
+        } else if let Some(v) = line.strip_prefix("id:") {
+            id = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        }
+    }
+    (!data.is_empty()).then(|| (event, id, serde_json::from_str(&data).unwrap()))
+}

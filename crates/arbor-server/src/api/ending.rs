@@ -84,3 +84,24 @@ impl Closing {
         }
     }
 }
+
+/// The `Last-Event-ID` a client resumes after, if it sent one (400 naming the header when it
+/// is not an event's number).
+pub(crate) fn last_event_id(
+    headers: &axum::http::HeaderMap,
+) -> crate::error::ApiResult<Option<u64>> {
+    headers
+        .get("last-event-id")
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    crate::error::ApiError::field(
+                        "Last-Event-ID",
+                        "Last-Event-ID must be an event's id (a number)",
+                    )
+                })
+        })
+        .transpose()
+}

@@ -153,19 +153,7 @@ pub(crate) async fn stream(
 )> {
     let record = state.visible(&tenant, &id).await?;
     let slot = state.streams.open(&tenant.0)?;
-    let after = match headers.get("last-event-id") {
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .ok_or_else(|| {
-                ApiError::field(
-                    "Last-Event-ID",
-                    "Last-Event-ID must be an event's id (a number)",
-                )
-            })?,
-        None => q.since.unwrap_or(0),
-    };
+    let after = super::ending::last_event_id(&headers)?.unwrap_or(q.since.unwrap_or(0));
     let cursor = Cursor {
         store: state.store.clone(),
         session: record.id,

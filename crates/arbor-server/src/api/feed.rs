@@ -115,22 +115,10 @@ pub(crate) async fn stream(
     [(&'static str, &'static str); 1],
     Sse<impl Stream<Item = Result<Event, Infallible>>>,
 )> {
-    let after = match headers.get("last-event-id") {
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .ok_or_else(|| {
-                ApiError::field(
-                    "Last-Event-ID",
-                    "Last-Event-ID must be an event's id (a number)",
-                )
-            })?,
-        None => match q.since {
-            Some(n) => n,
-            // From now on: after the last event logged.
-            None => state.feed.last(&tenant.0).await?,
-        },
+    let after = match (super::ending::last_event_id(&headers)?, q.since) {
+        (Some(n), _) | (None, Some(n)) => n,
+        // From now on: after the last event logged.
+        (None, None) => state.feed.last(&tenant.0).await?,
     };
     let slot = state.streams.open(&tenant.0)?;
     let follower = Follower {
