@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 #[allow(dead_code)]
 mod serve_support;
 use serve_support::tenants::{TOKEN_A, TOKEN_B, two_tenants};
-use serve_support::{client, serve_env, status_becomes_as};
+use serve_support::{call_as, client, serve_env, status_becomes_as};
 
 const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
 
@@ -72,21 +72,6 @@ impl Events {
     }
 }
 
-async fn call_as(
-    http: &reqwest::Client,
-    method: Method,
-    url: String,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = http.request(method, url).bearer_auth(TOKEN_A);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 /// A's stream carries its run from start to end with the approval between, numbered 1, 2,
 /// 3…; a reconnect from 0 replays exactly that; B's stream carries none of it.
 #[tokio::test]
@@ -105,6 +90,7 @@ async fn a_tenants_stream_carries_its_runs_and_approvals_and_replays_them() {
         &http,
         Method::POST,
         format!("{base}/v1/runs"),
+        TOKEN_A,
         Some(json!({"spec": "approvals", "labels": {"user": "ann"}})),
     )
     .await;
@@ -136,6 +122,7 @@ async fn a_tenants_stream_carries_its_runs_and_approvals_and_replays_them() {
         &http,
         Method::POST,
         format!("{base}/v1/sessions/{session}/approvals"),
+        TOKEN_A,
         Some(json!({"decisions": [{"id": approval, "verdict": "allow_once"}]})),
     )
     .await;
@@ -146,6 +133,7 @@ async fn a_tenants_stream_carries_its_runs_and_approvals_and_replays_them() {
         &http,
         Method::POST,
         format!("{base}/v1/runs/{root}/resume"),
+        TOKEN_A,
         None,
     )
     .await;

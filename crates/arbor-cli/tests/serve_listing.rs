@@ -9,24 +9,7 @@ use serde_json::{Value, json};
 #[allow(dead_code)]
 mod serve_support;
 use serve_support::tenants::{TOKEN_A, TOKEN_B, two_tenants};
-use serve_support::{client, status_becomes_as};
-
-/// A request as the tenant of `token`: status and body.
-async fn call_as(
-    http: &reqwest::Client,
-    method: Method,
-    url: String,
-    token: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = http.request(method, url).bearer_auth(token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
+use serve_support::{call_as, client, status_becomes_as};
 
 async fn start_labelled(http: &reqwest::Client, base: &str, token: &str, labels: Value) -> String {
     let (status, run) = call_as(

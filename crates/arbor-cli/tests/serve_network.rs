@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 #[allow(dead_code)]
 mod serve_support;
 use serve_support::tenants::{QUICK, TOKEN_A, TOKEN_B, TOKEN_OPS, start, two_tenants};
-use serve_support::{client, serve_env};
+use serve_support::{call_as, client, serve_env};
 
 /// One MCP request with `token` (and the session, if any); the status, the session id the
 /// answer carries, and the body.
@@ -203,22 +203,6 @@ tools = ["mcp:files/*"]
 text = "hello"
 "#;
 
-/// A request as tenant A: its status and JSON body.
-async fn as_a(
-    http: &reqwest::Client,
-    method: Method,
-    url: String,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = http.request(method, url).bearer_auth(TOKEN_A);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 /// Where the client did nothing wrong the server answered 500: a wait on a child deleted
 /// meanwhile (expected 200 with the cancelled state), a long poll cut by SIGTERM (503), an
 /// inline spec whose MCP server cannot start (400 naming the server).
@@ -237,10 +221,11 @@ async fn no_500_where_the_client_did_nothing_wrong() {
     let (http, base) = (client(), served.base.clone());
 
     // An inline spec whose MCP server cannot start: 400 naming the server.
-    let (status, e) = as_a(
+    let (status, e) = call_as(
         &http,
         Method::POST,
         format!("{base}/v1/runs"),
+        TOKEN_A,
         Some(json!({"spec_text": BROKEN_MCP})),
     )
     .await;
@@ -258,10 +243,11 @@ async fn no_500_where_the_client_did_nothing_wrong() {
     // A wait on a child deleted meanwhile: the cancelled state.
     let root = start(&http, &base, "holding").await;
     serve_support::status_becomes_as(&http, &base, &root, "running", TOKEN_A).await;
-    let (status, h) = as_a(
+    let (status, h) = call_as(
         &http,
         Method::POST,
         format!("{base}/v1/sessions/{root}/children"),
+        TOKEN_A,
         Some(json!({"child_id": "slow", "input": "take your time", "name": "s1", "mode": "async"})),
     )
     .await;
@@ -275,13 +261,14 @@ async fn no_500_where_the_client_did_nothing_wrong() {
             http.clone(),
             format!("{base}/v1/sessions/{root}/delegations/{delegation}?wait_ms=20000"),
         );
-        tokio::spawn(async move { as_a(&http, Method::GET, url, None).await })
+        tokio::spawn(async move { call_as(&http, Method::GET, url, TOKEN_A, None).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, e) = as_a(
+    let (status, e) = call_as(
         &http,
         Method::DELETE,
         format!("{base}/v1/sessions/{child}"),
+        TOKEN_A,
         None,
     )
     .await;
@@ -294,10 +281,11 @@ async fn no_500_where_the_client_did_nothing_wrong() {
         served.stderr.try_iter().collect::<Vec<_>>()
     );
     // And asked again afterwards: the same answer, or unknown (the handle is released).
-    let (status, w) = as_a(
+    let (status, w) = call_as(
         &http,
         Method::GET,
         format!("{base}/v1/sessions/{root}/delegations/{delegation}?wait_ms=0"),
+        TOKEN_A,
         None,
     )
     .await;
@@ -307,10 +295,11 @@ async fn no_500_where_the_client_did_nothing_wrong() {
     );
 
     // A long poll cut by SIGTERM: 503.
-    let (status, h) = as_a(
+    let (status, h) = call_as(
         &http,
         Method::POST,
         format!("{base}/v1/sessions/{root}/children"),
+        TOKEN_A,
         Some(json!({"child_id": "slow", "input": "take your time", "name": "s2", "mode": "async"})),
     )
     .await;
@@ -321,7 +310,7 @@ async fn no_500_where_the_client_did_nothing_wrong() {
             http.clone(),
             format!("{base}/v1/sessions/{root}/delegations/{delegation}?wait_ms=20000"),
         );
-        tokio::spawn(async move { as_a(&http, Method::GET, url, None).await })
+        tokio::spawn(async move { call_as(&http, Method::GET, url, TOKEN_A, None).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let term = std::process::Command::new("kill")

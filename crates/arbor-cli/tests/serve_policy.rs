@@ -36,15 +36,8 @@ text = "hello from an inline spec"
 
 /// POSTs a run as the tenant of `token`: status and body.
 async fn start_as(http: &reqwest::Client, base: &str, token: &str, body: Value) -> (u16, Value) {
-    let resp = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap())
+    let url = format!("{base}/v1/runs");
+    serve_support::call_as(http, reqwest::Method::POST, url, token, Some(body)).await
 }
 
 /// Opens an MCP session as `token` on `/mcp/quick` and calls `spawn_agent`: the answer's

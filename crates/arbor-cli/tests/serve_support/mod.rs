@@ -89,7 +89,21 @@ pub(crate) async fn call(
     url: String,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut req = http.request(method, url);
+    send(http.request(method, url), body).await
+}
+
+/// [`call`] as the tenant of `token`.
+pub(crate) async fn call_as(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    send(http.request(method, url).bearer_auth(token), body).await
+}
+
+async fn send(mut req: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value) {
     if let Some(b) = body {
         req = req.json(&b);
     }
