@@ -332,8 +332,9 @@ fn serve_load_check(runs: u64, json: bool) -> Result<ExitCode, String> {
     }
     eprintln!(
         "arbor-bench: the served load broke its bounds (no error, a start's p99 at most {} \
-         ms, peak RSS at most {} MB, shutdown within {} s): {}",
+         ms, a probe's at most {} ms, peak RSS at most {} MB, shutdown within {} s): {}",
         serve_load::MAX_START_P99_MS,
+        serve_load::MAX_PROBE_P99_MS,
         serve_load::MAX_RSS_MB,
         serve_load::MAX_SHUTDOWN_S,
         r.errors.join("; ")
