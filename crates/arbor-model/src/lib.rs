@@ -14,6 +14,7 @@
 //!   timeouts and preflights; why it is our own thin client is in `docs/PROVIDERS.md`.
 //! - `testing` (feature `testing`): a loopback server replaying recorded answers.
 
+mod controls;
 mod error;
 #[cfg(feature = "http")]
 pub mod http;
@@ -25,6 +26,7 @@ pub mod testing;
 mod thinking;
 pub mod wire;
 
+pub use controls::{Controls, MAX_STOP, RESERVED_EXTRA, ToolChoice, Wire};
 pub use error::{ModelError, ModelErrorKind};
 
 /// The `tracing` target of the events a metrics layer counts (`metric = "provider_retry"`,

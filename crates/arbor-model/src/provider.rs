@@ -38,6 +38,9 @@ pub struct ModelRequest<'a> {
     /// How much the model should reason: `None` leaves it to the provider's default; `off`
     /// asks for none (nothing is sent). Admission has checked the model supports it.
     pub thinking: Option<ThinkingLevel>,
+    /// Sampling, length and tool controls (none: the provider's defaults). Admission has
+    /// checked the wire can carry them ([`Controls::unsupported_by`](crate::Controls::unsupported_by)).
+    pub controls: Option<&'a crate::Controls>,
 }
 
 impl<'a> ModelRequest<'a> {
@@ -49,7 +52,15 @@ impl<'a> ModelRequest<'a> {
             messages,
             tools: &[],
             thinking: None,
+            controls: None,
         }
+    }
+
+    /// With these controls.
+    #[must_use]
+    pub fn controls(mut self, controls: Option<&'a crate::Controls>) -> Self {
+        self.controls = controls;
+        self
     }
 
     /// With this system prompt.

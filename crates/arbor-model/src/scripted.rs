@@ -379,6 +379,7 @@ mod tests {
             messages,
             tools: &[],
             thinking: None,
+            controls: None,
         }
     }
 

@@ -22,6 +22,10 @@ fn in_tool_loop(messages: &[Message]) -> bool {
 /// budget_tokens}` and raises `max_tokens` by the budget, except while a tool loop goes on
 /// (see `in_tool_loop`).
 pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
+    let max_tokens = request
+        .controls
+        .and_then(|c| c.max_output_tokens)
+        .unwrap_or(max_tokens);
     let mut messages: Vec<Value> = Vec::new();
     // Blocks of the user message being built: tool results first, then text.
     let mut user: Vec<Value> = Vec::new();
@@ -100,6 +104,9 @@ pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect();
+    }
+    if let Some(c) = request.controls {
+        super::controls::anthropic(&mut body, c, !request.tools.is_empty());
     }
     body
 }
@@ -500,6 +507,7 @@ mod tests {
                 messages: &messages,
                 tools: &tools,
                 thinking: None,
+                controls: None,
             },
             4096,
         );
@@ -535,6 +543,7 @@ mod tests {
                     messages,
                     tools: &[],
                     thinking,
+                    controls: None,
                 },
                 4096,
             )

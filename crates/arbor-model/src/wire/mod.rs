@@ -8,6 +8,7 @@
 //! - [`anthropic`]: the Messages API.
 
 pub mod anthropic;
+pub mod controls;
 pub mod openai;
 
 use crate::error::ModelError;

@@ -100,6 +100,9 @@ pub fn request_body(
             .collect();
         body["tool_choice"] = json!("auto");
     }
+    if let Some(c) = request.controls {
+        super::controls::openai(&mut body, c, !request.tools.is_empty());
+    }
     body
 }
 

@@ -245,6 +245,7 @@ fn messages_read_between_tool_results_wait_for_the_last_result() {
             messages: &messages,
             tools: &[],
             thinking: None,
+            controls: None,
         },
         false,
         None,
@@ -305,6 +306,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
         messages: &messages,
         tools: &tools,
         thinking: None,
+        controls: None,
     };
     let body = request_body(&req, true, Some(64));
     assert_eq!(body["max_tokens"], 64);
@@ -336,6 +338,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
             messages: &messages[..1],
             tools: &[],
             thinking: None,
+            controls: None,
         },
         false,
         None,
@@ -417,6 +420,7 @@ fn thinking_is_sent_as_reasoning_effort() {
                 messages: &messages,
                 tools: &[],
                 thinking,
+                controls: None,
             },
             true,
             None,

@@ -1,0 +1,173 @@
+//! A model call's controls ([`Controls`]): sampling (`temperature`, `top_p`, `seed`,
+//! `stop`), the answer's length (`max_output_tokens`), how the model uses its tools
+//! (`tool_choice`, `parallel_tool_calls`) and `extra`, fields passed through to the server
+//! as they are. Each wire format maps them ([`crate::wire`]); one a format cannot carry is
+//! named by [`Controls::unsupported_by`], so a caller refuses it rather than drop it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The most stop sequences a call carries (what both APIs accept).
+pub const MAX_STOP: usize = 4;
+
+/// The fields of a request body that `extra` may not set: the ones the wire format builds.
+pub const RESERVED_EXTRA: [&str; 10] = [
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "system",
+    "max_tokens",
+    "thinking",
+    "reasoning_effort",
+];
+
+/// How the model may use its tools on a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// As it sees fit (the default).
+    Auto,
+    /// It must call one.
+    Required,
+    /// It may call none.
+    None,
+    /// It must call this one.
+    Tool(String),
+}
+
+/// A model call's controls; each one left out is the provider's default. Set on an agent, a
+/// spawn or a request, the narrower one's fields win ([`Controls::over`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Controls {
+    /// Sampling temperature, 0 to 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling, above 0 and at most 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// A seed, for servers that sample reproducibly with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Where the answer stops (at most [`MAX_STOP`], none empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// The longest answer, in tokens (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    /// How the model may use its tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether it may call several tools in one turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// Fields passed through to the request body as they are (not those of
+    /// [`RESERVED_EXTRA`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// A wire format, for what it can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wire {
+    /// OpenAI's Chat Completions (and the servers that speak it).
+    OpenAi,
+    /// Anthropic's Messages.
+    Anthropic,
+    /// The scripted provider: it reads no control.
+    Scripted,
+}
+
+impl Controls {
+    /// Whether none is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// These controls, the fields they leave out taken from `base` (`extra` merged, these
+    /// winning).
+    #[must_use]
+    pub fn over(&self, base: &Self) -> Self {
+        let mut extra = base.extra.clone();
+        extra.extend(self.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Self {
+            temperature: self.temperature.or(base.temperature),
+            top_p: self.top_p.or(base.top_p),
+            seed: self.seed.or(base.seed),
+            stop: if self.stop.is_empty() {
+                base.stop.clone()
+            } else {
+                self.stop.clone()
+            },
+            max_output_tokens: self.max_output_tokens.or(base.max_output_tokens),
+            tool_choice: self
+                .tool_choice
+                .clone()
+                .or_else(|| base.tool_choice.clone()),
+            parallel_tool_calls: self.parallel_tool_calls.or(base.parallel_tool_calls),
+            extra,
+        }
+    }
+
+    /// The first value out of range: `(field, why)`.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if let Some(t) = self.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(("temperature", format!("temperature {t} is not 0 to 2")));
+        }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(("top_p", format!("top_p {p} is not above 0 and at most 1")));
+        }
+        if self.stop.len() > MAX_STOP {
+            return Err((
+                "stop",
+                format!("{} stop sequences; at most {MAX_STOP}", self.stop.len()),
+            ));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(("stop", "a stop sequence is empty".to_owned()));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err((
+                "max_output_tokens",
+                "max_output_tokens is at least 1".to_owned(),
+            ));
+        }
+        if let Some(ToolChoice::Tool(name)) = &self.tool_choice
+            && name.trim().is_empty()
+        {
+            return Err(("tool_choice", "tool_choice names no tool".to_owned()));
+        }
+        if let Some(key) = self
+            .extra
+            .keys()
+            .find(|k| RESERVED_EXTRA.contains(&k.as_str()))
+        {
+            return Err((
+                "extra",
+                format!("extra may not set {key:?}: arbor builds that field"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first control `wire` cannot carry, if any: a caller refuses it by name rather than
+    /// drop it.
+    pub fn unsupported_by(&self, wire: Wire) -> Option<&'static str> {
+        match wire {
+            Wire::OpenAi => None,
+            Wire::Anthropic => self.seed.is_some().then_some("seed"),
+            Wire::Scripted => None,
+        }
+    }
+}
