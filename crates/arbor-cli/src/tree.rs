@@ -87,7 +87,8 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
     let mut b = Agent::builder(name)
         .shared_provider(provider(spec))
         .model(model.unwrap_or(&spec.model).to_owned())
-        .limits(spec.run_limits);
+        .limits(spec.run_limits)
+        .controls(spec.controls.clone());
     if let Some(system) = &spec.system {
         b = b.system(system.clone());
     }

@@ -48,6 +48,7 @@ struct AgentInner {
     fail_on_truncation: bool,
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
+    controls: Option<arbor_model::Controls>,
 }
 
 impl fmt::Debug for Agent {
@@ -84,6 +85,7 @@ impl Agent {
             fail_on_truncation: false,
             effects: None,
             thinking: None,
+            controls: None,
         }
     }
 
@@ -105,6 +107,11 @@ impl Agent {
     /// How much its model is asked to reason (`None`: the provider's default).
     pub fn thinking(&self) -> Option<ThinkingLevel> {
         self.inner.thinking
+    }
+
+    /// Its model controls (sampling, length, tool use), sent with every provider call.
+    pub fn controls(&self) -> Option<&arbor_model::Controls> {
+        self.inner.controls.as_ref()
     }
 
     /// Its system prompt.
@@ -203,6 +210,7 @@ impl Agent {
             fail_on_truncation: i.fail_on_truncation,
             effects: i.effects.clone(),
             thinking: i.thinking,
+            controls: i.controls.clone(),
         }
     }
 }
@@ -227,6 +235,7 @@ pub struct AgentBuilder {
     fail_on_truncation: bool,
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
+    controls: Option<arbor_model::Controls>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -398,6 +407,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Model controls sent with every provider call: sampling, the answer's length, tool
+    /// use, fields passed through. Checked at build: a value out of range, or a control the
+    /// provider's wire cannot carry, is refused naming it.
+    pub fn controls(mut self, controls: arbor_model::Controls) -> Self {
+        self.controls = (!controls.is_empty()).then_some(controls);
+        self
+    }
+
     /// Validates and builds the agent.
     pub fn build(self) -> CoreResult<Agent> {
         validate_agent_name(&self.name)?;
@@ -428,6 +445,19 @@ impl AgentBuilder {
             )));
         }
         self.approval_caps.validate()?;
+        if let Some(c) = &self.controls {
+            c.check()
+                .map_err(|(field, message)| CoreError::invalid(field, message))?;
+            if let Some(field) = c.unsupported_by(provider.wire()) {
+                return Err(CoreError::invalid(
+                    field,
+                    format!(
+                        "the provider {:?} cannot carry {field}: leave it out",
+                        provider.name()
+                    ),
+                ));
+            }
+        }
         let tools = ToolSet::new(self.tools)?;
         Ok(Agent {
             inner: Arc::new(AgentInner {
@@ -448,6 +478,7 @@ impl AgentBuilder {
                 fail_on_truncation: self.fail_on_truncation,
                 effects: self.effects,
                 thinking: self.thinking,
+                controls: self.controls,
             }),
         })
     }

@@ -81,8 +81,8 @@ pub enum Wire {
     OpenAi,
     /// Anthropic's Messages.
     Anthropic,
-    /// The scripted provider: it reads no control.
-    Scripted,
+    /// A provider's own: it reads the controls itself (the scripted one reads none).
+    Own,
 }
 
 impl Controls {
@@ -167,7 +167,7 @@ impl Controls {
         match wire {
             Wire::OpenAi => None,
             Wire::Anthropic => self.seed.is_some().then_some("seed"),
-            Wire::Scripted => None,
+            Wire::Own => None,
         }
     }
 }

@@ -152,6 +152,13 @@ pub trait ModelProvider: fmt::Debug + Send + Sync {
         let _ = model;
         None
     }
+
+    /// The wire format it speaks, for the controls it can carry
+    /// ([`Controls::unsupported_by`](crate::Controls::unsupported_by)). Default
+    /// [`Wire::Own`](crate::Wire::Own): it reads [`ModelRequest::controls`] itself.
+    fn wire(&self) -> crate::Wire {
+        crate::Wire::Own
+    }
 }
 
 #[async_trait]
@@ -174,6 +181,10 @@ impl<T: ModelProvider + ?Sized> ModelProvider for std::sync::Arc<T> {
 
     fn thinking_levels(&self, model: &str) -> Option<Vec<ThinkingLevel>> {
         (**self).thinking_levels(model)
+    }
+
+    fn wire(&self) -> crate::Wire {
+        (**self).wire()
     }
 }
 

@@ -137,6 +137,10 @@ pub(crate) struct AgentSpec {
     /// Run limits as written (see [`crate::spec::limits`]).
     #[serde(default)]
     pub(crate) limits: crate::spec::limits::AgentLimits,
+    /// Model controls sent with every call (`temperature`, `top_p`, `seed`, `stop`,
+    /// `max_output_tokens`, `tool_choice`, `parallel_tool_calls`, `extra`).
+    #[serde(default)]
+    pub(crate) controls: arbor_model::Controls,
     /// The limits its runs get: its own over `[supervisor] limits` over the defaults.
     #[serde(skip)]
     pub(crate) run_limits: RunLimits,
@@ -235,6 +239,10 @@ impl Spec {
         }
         for (name, agent) in &self.agents {
             arbor_core::validate_agent_name(name).map_err(|e| SpecError::agent(name, e))?;
+            agent
+                .controls
+                .check()
+                .map_err(|(field, e)| SpecError::agent(name, format!("controls.{field}: {e}")))?;
             if !crate::providers::BUILT_IN.contains(&agent.provider.as_str())
                 && !self.providers.contains_key(&agent.provider)
             {

@@ -67,7 +67,8 @@ impl Session {
         let request = ModelRequest::new(self.agent.model(), &self.messages)
             .system(self.agent.system())
             .tools(self.agent.tools().specs())
-            .thinking(self.agent.thinking());
+            .thinking(self.agent.thinking())
+            .controls(self.agent.controls());
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = None;

@@ -3,6 +3,7 @@ mod admission;
 mod approvals;
 mod bounds;
 mod cancel;
+mod controls;
 mod detached;
 mod effects;
 mod events;

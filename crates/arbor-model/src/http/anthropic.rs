@@ -105,6 +105,10 @@ impl AnthropicProvider {
 
 #[async_trait]
 impl ModelProvider for AnthropicProvider {
+    fn wire(&self) -> crate::Wire {
+        crate::Wire::Anthropic
+    }
+
     fn name(&self) -> &str {
         &self.config.name
     }

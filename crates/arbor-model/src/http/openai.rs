@@ -140,6 +140,10 @@ impl OpenAiProvider {
 
 #[async_trait]
 impl ModelProvider for OpenAiProvider {
+    fn wire(&self) -> crate::Wire {
+        crate::Wire::OpenAi
+    }
+
     fn name(&self) -> &str {
         &self.config.name
     }
