@@ -196,16 +196,12 @@ async fn each_tenant_gets_what_its_policy_allows() {
     assert!(e["error"]["limit"]["observed"].as_u64().unwrap() > 1, "{e}");
 }
 
-/// A policy file that does not parse is refused at start, naming the file and the field.
-#[test]
-fn a_bad_policy_is_refused_naming_the_field() {
+/// `arbor serve --tenant-policy policy.toml` with `policy` in a fresh directory (no tokens,
+/// `ARBOR_TEST_HOOK_SECRET` unset): it must exit 2; the directory and what it said.
+fn refused_to_start(policy: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("specs")).unwrap();
-    std::fs::write(
-        dir.path().join("policy.toml"),
-        "[default]\nmax_runs_in_flite = 3\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_arbor"))
         .args([
             "serve",
@@ -218,10 +214,18 @@ fn a_bad_policy_is_refused_naming_the_field() {
         .args(["--tenant-policy", "policy.toml"])
         .current_dir(dir.path())
         .env_remove("ARBOR_TOKENS")
+        .env_remove("ARBOR_TEST_HOOK_SECRET")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (dir, err)
+}
+
+/// A policy file that does not parse is refused at start, naming the file and the field.
+#[test]
+fn a_bad_policy_is_refused_naming_the_field() {
+    let (_dir, err) = refused_to_start("[default]\nmax_runs_in_flite = 3\n");
     assert!(
         err.contains("policy.toml") && err.contains("max_runs_in_flite"),
         "{err}"
@@ -270,30 +274,9 @@ fn the_deployment_examples_files_start_a_server() {
 /// to start naming it; set, it starts.
 #[test]
 fn a_webhooks_secret_comes_from_its_variable() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("specs")).unwrap();
-    std::fs::write(
-        dir.path().join("policy.toml"),
+    let (dir, err) = refused_to_start(
         "[webhooks.local]\nurl = \"http://127.0.0.1:9/hook\"\nsecret_env = \"ARBOR_TEST_HOOK_SECRET\"\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arbor"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--specs",
-            "specs",
-            "--memory",
-        ])
-        .args(["--tenant-policy", "policy.toml"])
-        .current_dir(dir.path())
-        .env_remove("ARBOR_TOKENS")
-        .env_remove("ARBOR_TEST_HOOK_SECRET")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         err.contains("webhooks.local") && err.contains("ARBOR_TEST_HOOK_SECRET"),
         "{err}"
