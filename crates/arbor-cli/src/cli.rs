@@ -470,4 +470,13 @@ pub(crate) struct SpecOverrides {
     /// The root's model.
     #[arg(long)]
     pub(crate) model: Option<String>,
+    /// The root's model controls, as JSON over the spec's (`'{"temperature": 0, "seed": 7}'`;
+    /// the keys of `[agents.NAME.controls]`).
+    #[arg(long, value_name = "JSON", value_parser = parse_controls)]
+    pub(crate) controls: Option<arbor_model::Controls>,
+}
+
+/// `--controls`: a JSON object of model controls.
+fn parse_controls(text: &str) -> Result<arbor_model::Controls, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a JSON object of model controls: {e}"))
 }

@@ -92,6 +92,8 @@ pub(crate) struct Overrides {
     pub(crate) repository: Option<std::path::PathBuf>,
     pub(crate) provider: Option<String>,
     pub(crate) model: Option<String>,
+    /// Model controls for the root agent, over its spec's (`--controls`, a request's).
+    pub(crate) controls: Option<arbor_model::Controls>,
 }
 
 impl From<&crate::cli::SpecOverrides> for Overrides {
@@ -100,6 +102,7 @@ impl From<&crate::cli::SpecOverrides> for Overrides {
             repository: o.repository.clone(),
             provider: o.provider.clone(),
             model: o.model.clone(),
+            controls: o.controls.clone(),
         }
     }
 }
@@ -137,9 +140,13 @@ pub(crate) async fn prepare_with(
     if let Some(repository) = &overrides.repository {
         spec.set_repository(repository.clone());
     }
-    if overrides.provider.is_some() || overrides.model.is_some() {
-        spec.override_root(overrides.provider.as_deref(), overrides.model.as_deref())
-            .map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+    if overrides.provider.is_some() || overrides.model.is_some() || overrides.controls.is_some() {
+        spec.override_root(
+            overrides.provider.as_deref(),
+            overrides.model.as_deref(),
+            overrides.controls.as_ref(),
+        )
+        .map_err(|e| Fail::usage(format!("{path}: {e}")))?;
     }
     if preflight {
         preflight_root(&spec).await?;
@@ -207,6 +214,9 @@ pub(crate) async fn create_root(
         ),
         (overrides.provider.as_deref(), overrides.model.as_deref()),
     );
+    if let Some(c) = &overrides.controls {
+        meta["definition"]["root_controls"] = serde_json::to_value(c).unwrap_or_default();
+    }
     if let (Some(meta), serde_json::Value::Object(extra)) = (meta.as_object_mut(), extra) {
         meta.extend(extra);
     }
@@ -461,7 +471,7 @@ pub(crate) async fn drive_tree(
 /// Checks the root's model with its provider (an HTTP provider asks the server) before
 /// anything is stored: a refused key or an unknown model is a usage error, never a silent
 /// substitute.
-async fn preflight_root(spec: &spec::Spec) -> Result<(), Fail> {
+pub(crate) async fn preflight_root(spec: &spec::Spec) -> Result<(), Fail> {
     let root = spec.root_name().map_err(Fail::usage)?;
     if let Some(agent) = spec.agents.get(root)
         && let Some(p) = &agent.http

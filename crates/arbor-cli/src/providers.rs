@@ -66,6 +66,16 @@ fn timeouts(t: &ProviderSpec) -> Timeouts {
 /// Names a provider resolves without a table.
 pub(crate) const BUILT_IN: [&str; 3] = ["scripted", "openai", "anthropic"];
 
+/// The wire format of provider `name` (a built-in one, else one of `declared`), for the
+/// controls it can carry.
+pub(crate) fn wire(name: &str, declared: &BTreeMap<String, ProviderSpec>) -> arbor_model::Wire {
+    match (name, declared.get(name).map(|p| &p.kind)) {
+        (_, Some(Kind::Openai)) | ("openai", None) => arbor_model::Wire::OpenAi,
+        (_, Some(Kind::Anthropic)) | ("anthropic", None) => arbor_model::Wire::Anthropic,
+        _ => arbor_model::Wire::Own,
+    }
+}
+
 fn retry(max: Option<u32>) -> RetryPolicy {
     let mut r = RetryPolicy::default();
     if let Some(n) = max {

@@ -459,6 +459,18 @@ impl AgentBuilder {
             }
         }
         let tools = ToolSet::new(self.tools)?;
+        if let Some(arbor_model::ToolChoice::Tool(name)) =
+            self.controls.as_ref().and_then(|c| c.tool_choice.as_ref())
+            && tools.get(name).is_none()
+        {
+            return Err(CoreError::invalid(
+                "tool_choice",
+                format!(
+                    "tool_choice names the tool {name:?}, which agent {:?} does not have",
+                    self.name
+                ),
+            ));
+        }
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 name: self.name,

@@ -372,6 +372,41 @@ async fn a_spawn_with_a_blank_input_is_a_tool_error_naming_input() {
     c.cancel().await.unwrap();
 }
 
+/// An MCP client's spawn takes the child's model controls: one out of range is a tool error
+/// naming it; a good one is kept in the child's record (`meta.controls`).
+#[tokio::test]
+async fn a_spawn_takes_controls_and_refuses_a_bad_one_by_name() {
+    let t = tree(false).await;
+    let c = client(&t.root).await;
+    let r = call(
+        &c,
+        "spawn_agent",
+        json!({"child_id": "writer", "input": "x", "controls": {"top_p": 2}}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert!(text(&r).contains("controls.top_p"), "{}", text(&r));
+    let r = call(
+        &c,
+        "spawn_agent",
+        json!({"child_id": "writer", "input": "x", "mode": "async",
+               "controls": {"temperature": 0.2, "seed": 5}}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let kids = t
+        .store
+        .list_sessions(SessionQuery::Children(t.root.root().id))
+        .await
+        .unwrap();
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert_eq!(
+        kids[0].meta["controls"],
+        json!({"temperature": 0.2, "seed": 5})
+    );
+    c.cancel().await.unwrap();
+}
+
 /// One decision per call across surfaces: a call decided through MCP's `decide_approval`
 /// cannot be decided again through the library (the CLI's and `/v1`'s path), and the refusal
 /// names the MCP client's decision; a call decided elsewhere first is refused over MCP,

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use crate::error::ApiError;
 
 /// A request to start a root run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct StartRun {
     /// The tenant it runs for (the launcher records it on the root: `meta.tenant`).
@@ -28,6 +28,8 @@ pub struct StartRun {
     pub provider: Option<String>,
     /// Another model for the root agent.
     pub model: Option<String>,
+    /// Model controls for the root agent, over its spec's (checked in range).
+    pub controls: Option<arbor_model::Controls>,
     /// The id the root must have, when the server chose it (a request with an
     /// `Idempotency-Key`): creating a second root with it fails, so a key starts one run.
     pub root_id: Option<SessionId>,

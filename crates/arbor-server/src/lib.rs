@@ -53,6 +53,7 @@
 mod api;
 mod app;
 mod auth;
+mod controls;
 mod error;
 mod extract;
 mod feed;
@@ -90,6 +91,7 @@ pub use api::sessions::MAX_PAGE;
 pub use api::tree::{NodeView, TreeSnapshot};
 pub use api::{MAX_BODY_BYTES, REQUEST_TIMEOUT};
 pub use auth::{LOCAL_TENANT, Tenant, Tenants};
+pub use controls::{ControlsSchema, ToolChoiceSchema};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorKind, LimitBody};
 pub use feed::{FEED_KEEP, FEED_NAMESPACE, FeedEntry, FeedEvent};
 pub use launcher::{FnLauncher, Launcher, StartRun, launcher_fn};

@@ -55,7 +55,7 @@ pub struct TranscriptPage {
 }
 
 /// Starts a root run of a named spec.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartRunRequest {
     /// The spec's name (one of `GET /v1/specs`).
@@ -70,6 +70,11 @@ pub struct StartRunRequest {
     pub provider: Option<String>,
     /// Another model for the root agent.
     pub model: Option<String>,
+    /// Model controls for the root agent, over its spec's (kept with the run: a resumed run
+    /// keeps them). One out of range, or one the root's provider cannot carry, is refused
+    /// naming it.
+    #[schema(value_type = Option<crate::controls::ControlsSchema>)]
+    pub controls: Option<arbor_model::Controls>,
     /// The host's labels for the run, to find it again (`GET /v1/runs?label=user:ann`): at
     /// most 16, each key 1 to 64 of `a-z A-Z 0-9 _ -`, each value 1 to 256 bytes.
     #[serde(default)]

@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::drive::{Overrides, Start, create_root, drive_tree, end_tree, prepare};
+use crate::drive::{
+    Overrides, Start, create_root, drive_tree, end_tree, preflight_root, prepare, prepare_with,
+};
 use crate::fail::Fail;
 use crate::owner;
 
@@ -90,12 +92,26 @@ impl Launcher for SpecLauncher {
                 (shown, text)
             }
         };
-        let overrides = Overrides {
+        let mut overrides = Overrides {
             repository: None,
             provider: run.provider.clone(),
             model: run.model.clone(),
+            controls: None,
         };
-        let prepared = prepare(&shown, &text, &overrides)
+        let mut prepared = prepare_with(&shown, &text, &overrides, false)
+            .await
+            .map_err(|f| override_error(&run, f))?;
+        // The request's controls on the root, after its provider and model (so a refusal
+        // names `controls`) and before the provider is asked anything: one the root's
+        // provider cannot carry is refused.
+        if let Some(c) = &run.controls {
+            prepared
+                .spec
+                .override_root(None, None, Some(c))
+                .map_err(|e| ApiError::field("controls", format!("{shown}: {e}")))?;
+            overrides.controls = Some(c.clone());
+        }
+        preflight_root(&prepared.spec)
             .await
             .map_err(|f| override_error(&run, f))?;
         let task = run
@@ -460,6 +476,8 @@ fn override_error(run: &StartRun, fail: Fail) -> ApiError {
         "provider"
     } else if run.model.is_some() {
         "model"
+    } else if run.controls.is_some() {
+        "controls"
     } else {
         return ApiError::new(ErrorKind::Validation, fail.message);
     };

@@ -243,6 +243,18 @@ impl Spec {
                 .controls
                 .check()
                 .map_err(|(field, e)| SpecError::agent(name, format!("controls.{field}: {e}")))?;
+            if let Some(field) = agent
+                .controls
+                .unsupported_by(crate::providers::wire(&agent.provider, &self.providers))
+            {
+                return Err(SpecError::agent(
+                    name,
+                    format!(
+                        "controls.{field}: provider {:?} cannot carry {field}; leave it out",
+                        agent.provider
+                    ),
+                ));
+            }
             if !crate::providers::BUILT_IN.contains(&agent.provider.as_str())
                 && !self.providers.contains_key(&agent.provider)
             {
@@ -346,6 +358,7 @@ impl Spec {
         &mut self,
         provider: Option<&str>,
         model: Option<&str>,
+        controls: Option<&arbor_model::Controls>,
     ) -> Result<(), String> {
         let root = self.root_name()?.to_owned();
         let Some(agent) = self.agents.get_mut(&root) else {
@@ -356,6 +369,9 @@ impl Spec {
         }
         if let Some(m) = model {
             agent.model = m.to_owned();
+        }
+        if let Some(c) = controls {
+            agent.controls = c.over(&agent.controls);
         }
         self.validate().map_err(|e| e.message)?;
         self.resolve_providers().map_err(|e| e.message)
@@ -397,8 +413,15 @@ impl Spec {
             definition["root_provider"].as_str(),
             definition["root_model"].as_str(),
         );
-        if provider.is_some() || model.is_some() {
-            spec.override_root(provider, model)?;
+        let controls = match &definition["root_controls"] {
+            serde_json::Value::Null => None,
+            kept => Some(
+                serde_json::from_value::<arbor_model::Controls>(kept.clone())
+                    .map_err(|e| format!("the run's root_controls do not parse: {e}"))?,
+            ),
+        };
+        if provider.is_some() || model.is_some() || controls.is_some() {
+            spec.override_root(provider, model, controls.as_ref())?;
         }
         Ok(Some(spec))
     }

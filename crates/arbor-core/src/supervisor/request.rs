@@ -41,6 +41,11 @@ pub struct DelegationRequest {
     /// else admission refuses the spawn naming them. Kept in the child's record
     /// (`meta.thinking`) and forced onto every run of it; unset leaves the agent's own.
     pub thinking: Option<arbor_model::ThinkingLevel>,
+    /// Model controls for the child's calls (sampling, length, tool use), over its agent's
+    /// own: checked at admission (a value out of range, or one the child's provider cannot
+    /// carry, refuses the spawn naming it), kept in the child's record (`meta.controls`)
+    /// and forced onto every run of it.
+    pub controls: Option<arbor_model::Controls>,
 }
 
 impl DelegationRequest {
@@ -93,6 +98,12 @@ impl DelegationRequest {
     /// How much the child's model reasons.
     pub fn thinking(mut self, level: arbor_model::ThinkingLevel) -> Self {
         self.thinking = Some(level);
+        self
+    }
+
+    /// Model controls for the child's calls, over its agent's own.
+    pub fn controls(mut self, controls: arbor_model::Controls) -> Self {
+        self.controls = (!controls.is_empty()).then_some(controls);
         self
     }
 

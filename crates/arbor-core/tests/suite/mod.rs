@@ -29,6 +29,7 @@ mod remote;
 mod rename;
 mod run_once;
 mod selectors;
+mod spawn_controls;
 mod spawn_tool;
 mod stay_dead;
 mod stop;

@@ -111,7 +111,20 @@ fn the_generated_schema_checks_what_the_hand_written_one_did() {
                 "properties": {"every_turns": {"type": "integer", "minimum": 1, "maximum": 64}},
                 "additionalProperties": false
             },
-            "budget_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+            "budget_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "controls": {
+                "type": "object",
+                "properties": {
+                    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                    "seed": {"type": "integer", "minimum": 0},
+                    "stop": {"type": "array", "items": {"type": "string"}},
+                    "max_output_tokens": {"type": "integer", "minimum": 1},
+                    "tool_choice": {"type": "string"},
+                    "parallel_tool_calls": {"type": "boolean"}
+                },
+                "additionalProperties": false
+            }
         },
         "required": ["child_id", "input"],
         "additionalProperties": false
@@ -141,7 +154,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     assert_eq!(
         e,
         "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
-         array); accepted fields: budget_share, child_id, input, lifetime, milestone, mode, \
+         array); accepted fields: budget_share, child_id, controls, input, lifetime, milestone, mode, \
          model, name, report, thinking, thread_id"
     );
     let e = model_error(

@@ -35,7 +35,7 @@ fn async_mode() -> Mode {
 }
 
 /// A child to spawn under a session.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnRequest {
     /// The catalog entry (allow-listed by the tree's spec).
@@ -46,6 +46,11 @@ pub struct SpawnRequest {
     pub name: Option<String>,
     /// A model the entry allows; default its own.
     pub model: Option<String>,
+    /// Model controls for the child, over its agent's (kept in its record: every run of it
+    /// keeps them). One out of range, or one the child's provider cannot carry, is refused
+    /// naming it.
+    #[schema(value_type = Option<crate::controls::ControlsSchema>)]
+    pub controls: Option<arbor_model::Controls>,
     /// `sync`, `async` (default; `join` is read as `async`) or `message`.
     #[serde(default = "async_mode")]
     pub mode: Mode,
@@ -287,6 +292,7 @@ pub(crate) async fn spawn(
         .parent(SessionRef::from(&parent));
     request.name = req.name.clone();
     request.model = req.model.clone();
+    request.controls = crate::controls::checked(req.controls.clone())?;
     let handle = match req.mode {
         Mode::Message => sup.spawn(request).await,
         Mode::Sync | Mode::Async => sup.delegate_async(request).await,

@@ -72,6 +72,7 @@ pub(crate) async fn start(
         .ok_or_else(|| ApiError::not_found("spec"))?;
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
     let labels = check_labels(req.labels.take().unwrap_or_default())?;
+    let controls = crate::controls::checked(req.controls.take())?;
     // A spec the tenant may not start is unknown to it.
     if spec_text.is_none()
         && (!launcher.specs().contains(&spec) || !state.policies.may_start(&tenant.0, &spec))
@@ -95,6 +96,11 @@ pub(crate) async fn start(
                 req.provider.as_deref(),
                 req.model.as_deref(),
                 Some(serde_json::to_string(&labels).unwrap_or_default().as_str()),
+                Some(
+                    serde_json::to_string(&controls)
+                        .unwrap_or_default()
+                        .as_str(),
+                ),
             ]);
             match idempotency::claim(state.store.as_ref(), &tenant.0, k, &fingerprint).await? {
                 Claimed::Replay(root) if state.store.session(root).await?.is_some() => {
@@ -131,6 +137,7 @@ pub(crate) async fn start(
             task: req.task,
             provider: req.provider,
             model: req.model,
+            controls,
             root_id,
             labels,
         })

@@ -32,6 +32,9 @@ pub(crate) struct ChildMeta {
     pub(crate) spawn_call: Option<String>,
     pub(crate) supervisor_id: String,
     pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
+    /// Only a delegation that set controls has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) controls: Option<arbor_model::Controls>,
     pub(crate) thread_id: String,
 }
 

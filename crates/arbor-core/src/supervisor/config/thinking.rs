@@ -1,9 +1,11 @@
-//! The model and thinking level at admission: the requested model checked against what the
-//! entry allows, the requested level against what the resolved model supports
-//! ([`ChildEntry::supported_thinking`]), and the level a child's record keeps
-//! (`meta.thinking`), which every run of the child (a follow-up, a resume) is held to.
+//! The model, thinking level and controls at admission: the requested model checked against
+//! what the entry allows, the requested level against what the resolved model supports
+//! ([`ChildEntry::supported_thinking`]), the requested controls against their ranges and what
+//! the entry's provider can carry; and the level and controls a child's record keeps
+//! (`meta.thinking`, `meta.controls`), which every run of the child (a follow-up, a resume)
+//! is held to.
 
-use arbor_model::{ThinkingLevel, thinking_names};
+use arbor_model::{Controls, ThinkingLevel, thinking_names};
 
 use crate::error::{CoreError, CoreResult};
 use crate::supervisor::config::catalog::ChildEntry;
@@ -58,6 +60,71 @@ impl ChildEntry {
             thinking_names(&supported)
         )))
     }
+}
+
+impl ChildEntry {
+    /// The requested controls if each is in range and the entry's provider (when it has one
+    /// to ask) can carry it; the error names the control (`controls.seed`). An entry
+    /// without a provider has its agent checked when its factory builds it, before any call.
+    pub(crate) fn check_controls(
+        &self,
+        requested: Option<Controls>,
+    ) -> CoreResult<Option<Controls>> {
+        let Some(controls) = requested.filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        if let Err((field, message)) = controls.check() {
+            return Err(CoreError::invalid(
+                control_field(field),
+                format!("{}: {message}", control_field(field)),
+            ));
+        }
+        if let Some(provider) = &self.preflight
+            && let Some(field) = controls.unsupported_by(provider.wire())
+        {
+            return Err(CoreError::invalid(
+                control_field(field),
+                format!(
+                    "{}: child \"{}\" runs on provider \"{}\", which cannot carry {field}; \
+                     leave it out",
+                    control_field(field),
+                    self.id,
+                    provider.name()
+                ),
+            ));
+        }
+        Ok(Some(controls))
+    }
+}
+
+/// A control's name as a request's field.
+pub(crate) fn control_field(field: &str) -> &'static str {
+    match field {
+        "temperature" => "controls.temperature",
+        "top_p" => "controls.top_p",
+        "seed" => "controls.seed",
+        "stop" => "controls.stop",
+        "max_output_tokens" => "controls.max_output_tokens",
+        "tool_choice" => "controls.tool_choice",
+        "parallel_tool_calls" => "controls.parallel_tool_calls",
+        "extra" => "controls.extra",
+        _ => "controls",
+    }
+}
+
+/// The controls a child's record was admitted with, if any.
+pub(crate) fn recorded_controls(meta: &arbor_store::Meta) -> Option<Controls> {
+    if let Some(child) = meta.typed_as::<crate::supervisor::config::child_meta::ChildMeta>() {
+        return child.controls.clone();
+    }
+    let value = &meta["controls"];
+    if value.is_null() {
+        return None;
+    }
+    // A record kept by an older or foreign writer: what does not parse is not forced.
+    serde_json::from_value::<Controls>(value.clone())
+        .ok()
+        .filter(|c| c.check().is_ok())
 }
 
 /// The level a child's record was admitted with, if any.

@@ -63,6 +63,8 @@ pub(crate) struct Terms {
     pub(super) model: Option<String>,
     /// The checked thinking level the request asked for (a rerun reads its record's).
     pub(super) thinking: Option<arbor_model::ThinkingLevel>,
+    /// The checked controls the request asked for (a rerun reads its record's).
+    pub(super) controls: Option<arbor_model::Controls>,
     pub(super) mode: Mode,
     pub(super) parent: Option<SessionRef>,
     pub(super) spawned_by: Option<SpawnPoint>,

@@ -207,6 +207,7 @@ impl Supervisor {
         };
         let model = entry.resolve_model(request.model.as_deref())?;
         let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
+        let controls = entry.check_controls(request.controls)?;
         let slot = sup.live().slots().reserve(
             limits
                 .max_active_children
@@ -245,6 +246,7 @@ impl Supervisor {
                 thread,
                 model,
                 thinking,
+                controls,
                 mode,
                 parent: request.parent,
                 spawned_by: request.spawned_by,

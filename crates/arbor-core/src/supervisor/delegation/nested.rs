@@ -303,6 +303,7 @@ impl Supervisor {
                 model: (!record.model.is_empty()).then(|| record.model.clone()),
                 // Kept in the record's meta, which the run reads.
                 thinking: None,
+                controls: None,
                 mode,
                 parent,
                 spawned_by: None,

@@ -80,6 +80,7 @@ impl Supervisor {
             spawn_call: a.terms.spawn_call.clone(),
             supervisor_id: sup.settings().id().to_owned(),
             thinking: a.terms.thinking,
+            controls: a.terms.controls.clone(),
         });
         sup.live()
             .store()

@@ -114,6 +114,7 @@ impl Supervisor {
                 model: (!record.model.is_empty()).then(|| record.model.clone()),
                 // Kept in the record's meta, which the run reads.
                 thinking: None,
+                controls: None,
                 mode: terms.mode,
                 parent,
                 spawned_by: None,

@@ -243,6 +243,11 @@ impl Supervisor {
         {
             builder = builder.dyn_tools(self.delegator().reply_tools());
         }
+        // The controls admission checked, from the record, over the agent's own: every run
+        // of the child keeps them (build refuses one its provider cannot carry).
+        if let Some(c) = recorded_controls(a) {
+            builder = builder.controls(c.over(&agent.controls().cloned().unwrap_or_default()));
+        }
         let settings = self.settings();
         builder
             .permission(permission.and(agent.permission()))
@@ -389,6 +394,12 @@ impl Supervisor {
 }
 
 /// The thinking level admission checked, kept in the child's record.
+fn recorded_controls(a: &Admitted) -> Option<arbor_model::Controls> {
+    a.record
+        .as_ref()
+        .and_then(|r| thinking::recorded_controls(&r.meta))
+}
+
 fn recorded_thinking(a: &Admitted) -> Option<ThinkingLevel> {
     a.record.as_ref().and_then(|r| thinking::recorded(&r.meta))
 }

@@ -7,7 +7,7 @@
 //! against each tool's schema before parsing: an argument error names the field, the class
 //! of the value given and what is accepted.
 
-use arbor_model::{ThinkingLevel, ToolSpec};
+use arbor_model::{ThinkingLevel, ToolChoice, ToolSpec};
 use arbor_protocol::SpawnPoint;
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -33,6 +33,48 @@ struct Milestone {
     /// Offer only the events of every N-th turn.
     #[schemars(range(min = 1, max = HARD_MILESTONE_EVERY_TURNS))]
     every_turns: Option<u32>,
+}
+
+/// `controls`: the child's model controls (a host's `extra` fields are not the model's to set).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SpawnControls {
+    /// Sampling temperature.
+    #[schemars(range(min = 0, max = 2))]
+    temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1))]
+    top_p: Option<f64>,
+    /// A seed, for reproducible sampling.
+    seed: Option<u64>,
+    /// Where its answer stops.
+    stop: Option<Vec<String>>,
+    /// Its longest answer, in tokens.
+    #[schemars(range(min = 1))]
+    max_output_tokens: Option<u32>,
+    /// `auto`, `required`, `none`, or one tool's name.
+    tool_choice: Option<String>,
+    /// Whether it may call several tools at once.
+    parallel_tool_calls: Option<bool>,
+}
+
+impl From<SpawnControls> for arbor_model::Controls {
+    fn from(c: SpawnControls) -> Self {
+        let mut controls = Self::default();
+        controls.temperature = c.temperature;
+        controls.top_p = c.top_p;
+        controls.seed = c.seed;
+        controls.stop = c.stop.unwrap_or_default();
+        controls.max_output_tokens = c.max_output_tokens;
+        controls.tool_choice = c.tool_choice.map(|t| match t.trim() {
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            name => ToolChoice::Tool(name.to_owned()),
+        });
+        controls.parallel_tool_calls = c.parallel_tool_calls;
+        controls
+    }
 }
 
 /// The arguments of `spawn_agent`. The tool's parameter schema is generated from this type
@@ -69,6 +111,8 @@ pub(crate) struct SpawnArgs {
     /// The share of the remaining budget the child may use.
     #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1))]
     budget_share: Option<f64>,
+    /// The child's model controls; default its own.
+    controls: Option<SpawnControls>,
 }
 
 /// `thinking`: one of the levels arbor knows (a child's model may support fewer).
@@ -284,6 +328,7 @@ impl SpawnAgentTool {
             name: args.name,
             model: args.model,
             thinking: args.thinking,
+            controls: args.controls.map(Into::into),
             policy,
             cancel,
             parent: Some(parent),
