@@ -459,9 +459,11 @@ impl AgentBuilder {
             }
         }
         let tools = ToolSet::new(self.tools)?;
-        if let Some(arbor_model::ToolChoice::Tool(name)) =
-            self.controls.as_ref().and_then(|c| c.tool_choice.as_ref())
-            && tools.get(name).is_none()
+        if let Some(name) = self
+            .controls
+            .iter()
+            .flat_map(arbor_model::Controls::named_tools)
+            .find(|name| tools.get(name).is_none())
         {
             return Err(CoreError::invalid(
                 "tool_choice",

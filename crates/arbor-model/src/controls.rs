@@ -64,6 +64,13 @@ pub struct Controls {
     /// How the model may use its tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    /// The `tool_choice` of a run's turns after the model has called a tool in it (its
+    /// first turn is over and it asked for tools). Default: `auto` when `tool_choice`
+    /// forces a call (`required` or one tool), as the OpenAI Agents SDK's
+    /// `reset_tool_choice`, so a forced call cannot loop; `none` has the model answer in
+    /// text after its call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice_after_call: Option<ToolChoice>,
     /// Whether it may call several tools in one turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
@@ -111,9 +118,43 @@ impl Controls {
                 .tool_choice
                 .clone()
                 .or_else(|| base.tool_choice.clone()),
+            tool_choice_after_call: self
+                .tool_choice_after_call
+                .clone()
+                .or_else(|| base.tool_choice_after_call.clone()),
             parallel_tool_calls: self.parallel_tool_calls.or(base.parallel_tool_calls),
             extra,
         }
+    }
+
+    /// The controls of a turn: after the model has called a tool in the run, `tool_choice`
+    /// becomes `tool_choice_after_call` (default `auto` when it forced a call). `None` when
+    /// they are the same as these.
+    #[must_use]
+    pub fn after_call(&self) -> Option<Self> {
+        let forced = matches!(
+            self.tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Tool(_))
+        );
+        let then = match (&self.tool_choice_after_call, forced) {
+            (Some(t), _) => Some(t.clone()),
+            (None, true) => Some(ToolChoice::Auto),
+            (None, false) => return None,
+        };
+        (then != self.tool_choice).then(|| Self {
+            tool_choice: then,
+            ..self.clone()
+        })
+    }
+
+    /// The tools `tool_choice` and `tool_choice_after_call` name, if any.
+    pub fn named_tools(&self) -> impl Iterator<Item = &str> {
+        [&self.tool_choice, &self.tool_choice_after_call]
+            .into_iter()
+            .filter_map(|t| match t {
+                Some(ToolChoice::Tool(name)) => Some(name.as_str()),
+                _ => None,
+            })
     }
 
     /// The first value out of range: `(field, why)`.
@@ -147,6 +188,14 @@ impl Controls {
             && name.trim().is_empty()
         {
             return Err(("tool_choice", "tool_choice names no tool".to_owned()));
+        }
+        if let Some(ToolChoice::Tool(name)) = &self.tool_choice_after_call
+            && name.trim().is_empty()
+        {
+            return Err((
+                "tool_choice_after_call",
+                "tool_choice_after_call names no tool".to_owned(),
+            ));
         }
         if let Some(key) = self
             .extra

@@ -30,6 +30,9 @@ pub struct ControlsSchema {
     pub max_output_tokens: Option<u32>,
     /// `"auto"`, `"required"`, `"none"`, or `{"tool": NAME}`.
     pub tool_choice: Option<ToolChoiceSchema>,
+    /// The `tool_choice` after the model has called a tool in the run (default `auto` when
+    /// `tool_choice` forces a call).
+    pub tool_choice_after_call: Option<ToolChoiceSchema>,
     /// Whether the model may call several tools in one turn.
     pub parallel_tool_calls: Option<bool>,
     /// Fields passed through to the request body as they are (not `model`, `messages`,

@@ -64,11 +64,20 @@ impl Session {
                 model: self.agent.model().to_owned(),
             },
         );
+        // A turn after the first of a run follows the model's tool calls: a forced
+        // tool_choice gives way (Controls::after_call).
+        let after_call = (turn > 1)
+            .then(|| {
+                self.agent
+                    .controls()
+                    .and_then(arbor_model::Controls::after_call)
+            })
+            .flatten();
         let request = ModelRequest::new(self.agent.model(), &self.messages)
             .system(self.agent.system())
             .tools(self.agent.tools().specs())
             .thinking(self.agent.thinking())
-            .controls(self.agent.controls());
+            .controls(after_call.as_ref().or(self.agent.controls()));
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = None;

@@ -9,7 +9,7 @@ use arbor_model::{
     ScriptedTurn, Wire,
 };
 use async_trait::async_trait;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Plays a script on a wire, recording the controls of every call.
 #[derive(Debug, Clone)]
@@ -103,4 +103,88 @@ async fn controls_are_checked_at_build_and_sent_with_every_call() {
         .await
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), [None]);
+}
+
+/// A tool that answers `ok`.
+#[derive(Debug, Clone)]
+struct Look;
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct LookArgs {}
+
+#[async_trait]
+impl arbor_core::Tool for Look {
+    type Args = LookArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        "look"
+    }
+    fn description(&self) -> &str {
+        "looks"
+    }
+    async fn call(
+        &self,
+        _args: LookArgs,
+        _ctx: arbor_core::ToolContext,
+    ) -> Result<String, arbor_core::ToolError> {
+        Ok("ok".to_owned())
+    }
+}
+
+/// The tool_choice of each call of a run: forced on its first turn, then what
+/// `tool_choice_after_call` says (default `auto`), so a forced call cannot loop.
+async fn choices(c: Value) -> Vec<Option<arbor_model::ToolChoice>> {
+    let p = OnWire {
+        inner: ScriptedProvider::new(Script::new(vec![
+            ScriptedTurn::tool_call("look", json!({})),
+            ScriptedTurn::tool_call("look", json!({})),
+            ScriptedTurn::text("done"),
+        ])),
+        wire: Wire::OpenAi,
+        seen: Arc::default(),
+    };
+    let seen = p.seen.clone();
+    let agent = Agent::builder("a")
+        .provider(p)
+        .tool(Look)
+        .controls(controls(c))
+        .build()
+        .unwrap();
+    let mut session = agent.session().create().await.unwrap();
+    session.run("go", RunOptions::default()).await.unwrap();
+    let all = seen.lock().unwrap().clone();
+    all.into_iter()
+        .map(|c| c.and_then(|c| c.tool_choice))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_forced_tool_choice_gives_way_after_the_models_call() {
+    use arbor_model::ToolChoice::{Auto, None as Nothing, Required, Tool};
+    assert_eq!(
+        choices(json!({"tool_choice": "required"})).await,
+        [Some(Required), Some(Auto), Some(Auto)]
+    );
+    assert_eq!(
+        choices(json!({"tool_choice": {"tool": "look"}, "tool_choice_after_call": "none"})).await,
+        [Some(Tool("look".into())), Some(Nothing), Some(Nothing)]
+    );
+    // Not forced: nothing changes unless asked.
+    assert_eq!(
+        choices(json!({"tool_choice": "auto"})).await,
+        [Some(Auto), Some(Auto), Some(Auto)]
+    );
+    assert_eq!(
+        choices(json!({"temperature": 0.5, "tool_choice_after_call": "none"})).await,
+        [None, Some(Nothing), Some(Nothing)]
+    );
+    // A tool named after the call must be the agent's.
+    let e = Agent::builder("a")
+        .provider(provider(Wire::OpenAi))
+        .controls(controls(
+            json!({"tool_choice_after_call": {"tool": "grep"}}),
+        ))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), Some("tool_choice"));
 }

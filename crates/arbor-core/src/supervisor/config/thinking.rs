@@ -106,6 +106,7 @@ pub(crate) fn control_field(field: &str) -> &'static str {
         "stop" => "controls.stop",
         "max_output_tokens" => "controls.max_output_tokens",
         "tool_choice" => "controls.tool_choice",
+        "tool_choice_after_call" => "controls.tool_choice_after_call",
         "parallel_tool_calls" => "controls.parallel_tool_calls",
         "extra" => "controls.extra",
         _ => "controls",
