@@ -114,11 +114,11 @@ fn with_delegation(
     spec: &AgentSpec,
     delegator: &Delegator,
 ) -> CoreResult<AgentBuilder> {
-    // Every agent of a tree can message its family (a child replies this way).
-    if spec.children.is_empty() {
-        return Ok(b.dyn_tools(delegator.reply_tools()));
+    // The delegation tools it lists, or what its children's modes need (spec::delegation).
+    if spec.delegation.is_empty() {
+        return Ok(b);
     }
-    Ok(b.dyn_tools(delegator.tools_for(&spec.children)?))
+    Ok(b.dyn_tools(delegator.tools_named(&spec.children, &spec.delegation)?))
 }
 
 /// Builds a spec agent for each delegation, wiring its own children to the delegator the
@@ -359,7 +359,11 @@ pub(crate) fn check(spec: &Spec) -> Result<(), SpecError> {
     // The root's own definition first, so that its error names its table.
     let root_name = spec.root_name().map_err(SpecError::plain)?;
     if let Some(root) = spec.agents.get(root_name) {
-        base_in(root_name, root, None, None)
+        // Without its delegation tools yet: a tool_choice naming one is checked below.
+        let mut root = root.clone();
+        root.controls.tool_choice = None;
+        root.controls.tool_choice_after_call = None;
+        base_in(root_name, &root, None, None)
             .build()
             .map_err(|e| SpecError::agent(root_name, e))?;
     }

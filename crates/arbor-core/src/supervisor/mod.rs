@@ -62,6 +62,7 @@ pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;
 pub use summary::{ChildSummary, Outcome};
+pub use tools::DELEGATION_TOOLS;
 pub use tools::find_models::FindModelsTool;
 pub use tools::handle::{CancelAgentTool, WaitAgentTool};
 pub use tools::list_children::ListChildrenTool;

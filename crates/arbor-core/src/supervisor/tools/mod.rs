@@ -25,6 +25,17 @@ pub use spawn_agent::{HostSpawn, SpawnAgentTool};
 
 use std::sync::Arc;
 
+/// Every delegation tool, by name: what [`Delegator::tools_named`] chooses from.
+pub const DELEGATION_TOOLS: [&str; 7] = [
+    "send_message",
+    "spawn_agent",
+    "wait_agent",
+    "cancel_agent",
+    "list_children",
+    "rename_child",
+    "find_models",
+];
+
 use crate::error::CoreResult;
 use crate::supervisor::runtime::Delegator;
 use crate::tool::DynTool;
@@ -51,6 +62,56 @@ impl Delegator {
             )));
         }
         Ok(self.family(children))
+    }
+
+    /// A lean tool set: only the delegation tools `names` lists (each one of
+    /// [`DELEGATION_TOOLS`], else a validation error names it), offering `children`. The
+    /// tools that act on children need some; `spawn_agent` offers only the modes the set
+    /// can follow (`async` and `lifetime: session` need `wait_agent`) and only the options
+    /// its children can use (`model` when one may run another model, `thinking` when one
+    /// supports a level other than `off`), in shorter words.
+    pub fn tools_named(
+        &self,
+        children: &[String],
+        names: &[String],
+    ) -> CoreResult<Vec<Arc<dyn DynTool>>> {
+        if let Some(name) = names
+            .iter()
+            .find(|n| !DELEGATION_TOOLS.contains(&n.as_str()))
+        {
+            return Err(crate::CoreError::Validation(format!(
+                "unknown delegation tool {name:?} (known: {})",
+                DELEGATION_TOOLS.join(", ")
+            )));
+        }
+        if children.is_empty()
+            && let Some(name) = names.iter().find(|n| n.as_str() != "send_message")
+        {
+            return Err(crate::CoreError::Validation(format!(
+                "delegation tool {name:?} needs children to act on"
+            )));
+        }
+        let all = if children.is_empty() {
+            self.reply_tools()
+        } else {
+            self.tools_for(children)?
+        };
+        let can_wait = names.iter().any(|n| n == "wait_agent");
+        Ok(all
+            .into_iter()
+            .filter(|t| names.iter().any(|n| n == t.spec().name.as_str()))
+            .map(|t| {
+                if t.spec().name == "spawn_agent" {
+                    let lean: Arc<dyn DynTool> = Arc::new(
+                        SpawnAgentTool::build(self.clone(), "spawn_agent", children.to_vec())
+                            .lean(can_wait),
+                    );
+                    lean
+                } else {
+                    t
+                }
+            })
+            .collect())
     }
 
     /// The tools of a child that answers its parent but spawns nothing: `send_message`.

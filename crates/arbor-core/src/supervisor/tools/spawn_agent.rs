@@ -207,6 +207,70 @@ impl SpawnAgentTool {
     }
 }
 
+impl SpawnAgentTool {
+    /// The tool as a lean set offers it: `async` and `lifetime: session` only when the set
+    /// can wait (`can_wait`), `model` and `thinking` only when a child offered has a choice,
+    /// and a shorter description.
+    #[must_use]
+    pub(crate) fn lean(mut self, can_wait: bool) -> Self {
+        let sup = self.delegator.supervisor();
+        let entries: Vec<&crate::supervisor::ChildEntry> = self
+            .allowed
+            .iter()
+            .filter_map(|id| sup.catalog().get(id).map(|(_, e)| e))
+            .collect();
+        let models = entries.iter().any(|e| e.models().len() > 1);
+        let thinking = entries.iter().any(|e| {
+            let mut models: Vec<Option<&str>> = e.models().into_iter().map(Some).collect();
+            models.push(None);
+            models
+                .into_iter()
+                .any(|m| e.supported_thinking(m).len() > 1)
+        });
+        let params = &mut self.spec.parameters;
+        if let Some(props) = params["properties"].as_object_mut() {
+            if !models {
+                props.remove("model");
+            }
+            if !thinking {
+                props.remove("thinking");
+            }
+            if !can_wait {
+                props.remove("lifetime");
+                props.insert(
+                    "mode".to_owned(),
+                    json!({
+                        "type": "string",
+                        "enum": ["sync", "message"],
+                        "description": "`sync` (default) waits for the answer; `message` \
+                                        answers by message on a later turn."
+                    }),
+                );
+            }
+        }
+        let listed: Vec<String> = self
+            .allowed
+            .iter()
+            .map(|id| match sup.child_description(id) {
+                Some(d) => format!("{id} ({d})"),
+                None => id.clone(),
+            })
+            .collect();
+        self.spec.description = format!(
+            "Delegate a task to a child agent: {}. Name each child to address it later.{}",
+            listed.join(", "),
+            if can_wait {
+                " mode async returns a handle for wait_agent; message answers by message on a \
+                 later turn (end your turn to receive it)."
+            } else {
+                " mode message answers by message on a later turn (end your turn to receive \
+                 it)."
+            }
+        );
+        self
+    }
+}
+
 #[async_trait]
 impl ModelTool for SpawnAgentTool {
     type Args = SpawnArgs;
