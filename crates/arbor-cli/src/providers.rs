@@ -50,6 +50,9 @@ pub(crate) struct ProviderSpec {
     pub(crate) timeout_secs: Option<u64>,
     /// Seconds of silence allowed within a streamed answer (default 120).
     pub(crate) idle_timeout_secs: Option<u64>,
+    /// Prompt caching (Anthropic kind): `auto` (default) sets breakpoints on the tools,
+    /// the system prompt and the conversation; `off` sets none.
+    pub(crate) cache: Option<arbor_model::Cache>,
 }
 
 fn timeouts(t: &ProviderSpec) -> Timeouts {
@@ -129,6 +132,10 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
         None => ApiKey::from_env(default_env),
     };
     match kind {
+        Kind::Openai if table.is_some_and(|t| t.cache.is_some()) => Err(format!(
+            "provider {name:?}: cache applies to kind = \"anthropic\" (OpenAI-compatible \
+             servers cache on their own; what they report as cached is read either way)"
+        )),
         Kind::Openai => {
             let mut c = match table.and_then(|t| t.base_url.as_deref()) {
                 Some(url) => OpenAiConfig::new(url),
@@ -166,6 +173,9 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                     c.max_turn_bytes = n;
                 }
                 c.retry = retry(t.max_retries);
+                if let Some(cache) = t.cache {
+                    c.cache = cache;
+                }
             }
             AnthropicProvider::new(c)
                 .map(Http::Anthropic)

@@ -14,6 +14,7 @@
 //!   timeouts and preflights; why it is our own thin client is in `docs/PROVIDERS.md`.
 //! - `testing` (feature `testing`): a loopback server replaying recorded answers.
 
+mod cache;
 mod controls;
 mod error;
 #[cfg(feature = "http")]
@@ -26,6 +27,7 @@ pub mod testing;
 mod thinking;
 pub mod wire;
 
+pub use cache::Cache;
 pub use controls::{Controls, MAX_STOP, RESERVED_EXTRA, ToolChoice, Wire};
 pub use error::{ModelError, ModelErrorKind};
 

@@ -246,8 +246,12 @@ async fn anthropic_streams_tool_use_and_sends_its_headers() {
     assert_eq!(r.header("x-api-key"), Some(KEY));
     assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
     let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    // The system prompt goes as a text block with a cache breakpoint (tests/prompt_cache.rs).
     assert_eq!(
-        (body["system"].as_str(), body["max_tokens"].as_u64()),
+        (
+            body["system"][0]["text"].as_str(),
+            body["max_tokens"].as_u64()
+        ),
         (Some("be brief"), Some(4096))
     );
 }

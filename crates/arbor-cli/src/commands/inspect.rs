@@ -289,7 +289,11 @@ fn describe(e: &TranscriptEntry, spawned: &HashMap<String, arbor_protocol::Sessi
             "turn {turn}: the provider cut the answer off at its output cap ({finish_reason})"
         ),
         EntryKind::Usage { turn, usage, .. } => {
-            format!("turn {turn}: {} tokens", thousands(usage.total_tokens))
+            format!(
+                "turn {turn}: {} tokens ({})",
+                thousands(usage.total_tokens),
+                crate::render::report::usage_detail(usage)
+            )
         }
         EntryKind::UsageAttributed {
             from,

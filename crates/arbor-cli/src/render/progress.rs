@@ -138,11 +138,10 @@ impl RootProgress {
     fn turn_line(&mut self, turn: u32, usage: &arbor_protocol::Usage, tool_calls: u32) -> String {
         self.turns = self.turns.max(turn);
         let mut line = format!(
-            "{}: turn {turn}: {} (input {}, output {})",
+            "{}: turn {turn}: {} ({})",
             self.name,
             plural(usage.total_tokens, "token", "tokens"),
-            thousands(usage.input_tokens),
-            thousands(usage.output_tokens),
+            crate::render::report::usage_detail(usage),
         );
         if tool_calls > 0 {
             line.push_str(&format!(

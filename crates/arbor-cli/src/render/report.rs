@@ -22,6 +22,32 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// A turn's tokens in words: `input 6,145: 4,096 cache read, 1,200 cache write; output 47`
+/// (the cache parts only when the provider reported some).
+pub(crate) fn usage_detail(u: &arbor_protocol::Usage) -> String {
+    let mut cache = Vec::new();
+    if u.cache_read_tokens > 0 {
+        cache.push(format!("{} cache read", thousands(u.cache_read_tokens)));
+    }
+    if u.cache_write_tokens > 0 {
+        cache.push(format!("{} cache write", thousands(u.cache_write_tokens)));
+    }
+    if cache.is_empty() {
+        format!(
+            "input {}, output {}",
+            thousands(u.input_tokens),
+            thousands(u.output_tokens)
+        )
+    } else {
+        format!(
+            "input {}: {}; output {}",
+            thousands(u.input_tokens),
+            cache.join(", "),
+            thousands(u.output_tokens)
+        )
+    }
+}
+
 /// The JSON report.
 pub(crate) fn json_report(
     root: SessionId,

@@ -30,6 +30,9 @@ pub struct AnthropicConfig {
     pub retry: RetryPolicy,
     /// Timeouts.
     pub timeouts: Timeouts,
+    /// Prompt caching (default [`Cache::Auto`](crate::Cache::Auto): breakpoints on the
+    /// tools, the system prompt and the conversation).
+    pub cache: crate::Cache,
 }
 
 impl AnthropicConfig {
@@ -43,6 +46,7 @@ impl AnthropicConfig {
             max_turn_bytes: wire::DEFAULT_MAX_TURN_BYTES,
             retry: RetryPolicy::default(),
             timeouts: Timeouts::default(),
+            cache: crate::Cache::Auto,
         }
     }
 
@@ -115,7 +119,8 @@ impl ModelProvider for AnthropicProvider {
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let url = format!("{}/v1/messages", self.config.base_url);
-        let body = wire::anthropic::request_body(&request, self.config.max_tokens);
+        let body =
+            wire::anthropic::request_body_with(&request, self.config.max_tokens, self.config.cache);
         self.endpoint
             .post_events(&url, self.headers()?, &body, || {
                 wire::anthropic::EventDecoder::with_limit(self.config.max_turn_bytes)

@@ -3,6 +3,7 @@
 use arbor_protocol::{Message, ToolCall, Usage};
 use serde_json::{Value, json};
 
+use crate::cache::Cache;
 use crate::error::ModelError;
 use crate::provider::{FinishReason, ModelEvent, ModelRequest};
 
@@ -18,10 +19,27 @@ fn in_tool_loop(messages: &[Message]) -> bool {
 }
 
 /// The streaming request body for `request`, asking for at most `max_tokens` (required by
+/// the API), without cache breakpoints ([`request_body_with`]).
+pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
+    request_body_with(request, max_tokens, Cache::Off)
+}
+
+/// The breakpoint every cached block carries.
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// The streaming request body for `request`, asking for at most `max_tokens` (required by
 /// the API). A thinking level other than `off` adds `thinking: {type: enabled,
 /// budget_tokens}` and raises `max_tokens` by the budget, except while a tool loop goes on
 /// (see `in_tool_loop`).
-pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
+///
+/// With [`Cache::Auto`] it sets Anthropic's prompt-cache breakpoints
+/// (`cache_control: {type: ephemeral}`, at most three of the four allowed), in the order
+/// the cache reads a prompt: on the last tool (the tool list), on the system prompt (sent
+/// as one text block) and on the last block of the last message (the conversation so far,
+/// which the run's next turn extends).
+pub fn request_body_with(request: &ModelRequest<'_>, max_tokens: u32, cache: Cache) -> Value {
     let max_tokens = request
         .controls
         .and_then(|c| c.max_output_tokens)
@@ -108,7 +126,28 @@ pub fn request_body(request: &ModelRequest<'_>, max_tokens: u32) -> Value {
     if let Some(c) = request.controls {
         super::controls::anthropic(&mut body, c, !request.tools.is_empty());
     }
+    if cache == Cache::Auto {
+        breakpoints(&mut body);
+    }
     body
+}
+
+/// Sets the cache breakpoints of [`Cache::Auto`] on a built body.
+fn breakpoints(body: &mut Value) {
+    if let Some(last) = body["tools"].as_array_mut().and_then(|t| t.last_mut()) {
+        last["cache_control"] = ephemeral();
+    }
+    if let Some(system) = body["system"].as_str().map(str::to_owned) {
+        body["system"] = json!([{"type": "text", "text": system, "cache_control": ephemeral()}]);
+    }
+    if let Some(last) = body["messages"]
+        .as_array_mut()
+        .and_then(|m| m.last_mut())
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|c| c.last_mut())
+    {
+        last["cache_control"] = ephemeral();
+    }
 }
 
 #[derive(Debug, Default)]
