@@ -5,13 +5,16 @@ pending approval on top, clicks Approve, and sees the tree go to Done with the t
 reports; then stops the server, sees the view say it is reconnecting, starts the server again
 on the same port and store, and sees the view go live again without a reload. The decision
 taken in the view is in the child's transcript with who took it; a run whose answer the
-provider cut off says so; a run a SIGKILL interrupted is continued with the view's Resume.
+provider cut off says so; a run a SIGKILL interrupted is continued with the view's Resume; a
+model's thinking (from a fake Anthropic server) shows folded in the transcript and opens on a
+click.
 Saves screenshots under the artifacts directory.
 
 Usage: python view_test.py --arbor PATH --spec PATH --out DIR
 """
 
 import argparse
+import http.server
 import json
 import os
 import re
@@ -20,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -101,6 +105,67 @@ delay_ms = 600000
 """
 
 
+THOUGHT = "The user wants the weather; answer from memory."
+
+
+def thinking_server():
+    """A fake Anthropic Messages server: every answer thinks (a signed block), then says so."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+         "content": [], "model": "claude-test", "stop_reason": None,
+         "usage": {"input_tokens": 30, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": THOUGHT}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "signature_delta", "signature": "c2lnbmVk"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Sunny."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 12}},
+        {"type": "message_stop"},
+    ]
+    sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def answer(self, body, kind):
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            self.answer(json.dumps({"id": "claude-test", "type": "model"}).encode(), "application/json")
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.answer(sse, "text/event-stream")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def thinking_spec(port):
+    return f"""task = "What is the weather?"
+root = "root"
+
+[providers.claude]
+kind = "anthropic"
+base_url = "http://127.0.0.1:{port}"
+
+[agents.root]
+provider = "claude"
+model = "claude-test"
+"""
+
+
 def call(base, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
@@ -137,7 +202,9 @@ def main():
     shutil.copy(a.spec, os.path.join(work, "specs", "approvals.toml"))
     with open(os.path.join(work, "specs", "fanout.toml"), "w") as f:
         f.write(fan_out(50))
-    for name, text in (("cut", CUT_OFF), ("stuck", STUCK)):
+    thinker = thinking_server()
+    for name, text in (("cut", CUT_OFF), ("stuck", STUCK),
+                       ("thinking", thinking_spec(thinker.server_address[1]))):
         with open(os.path.join(work, "specs", f"{name}.toml"), "w") as f:
             f.write(text)
     server, base = start(a.arbor, work)
@@ -234,6 +301,22 @@ def main():
             assert done["result"]["text"] == "Recovered without the slow one.", done
             checks += 4
 
+            # A model's thinking: folded in the transcript, opened on a click.
+            thought = call(base, "POST", "/v1/runs", {"spec": "thinking"})["root_id"]
+            until("the thinking run to finish",
+                  lambda: call(base, "GET", f"/v1/runs/{thought}")["status"] == "succeeded")
+            page.goto(f"{base}/#run={thought}")
+            expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+            page.locator("[data-testid=node][data-name=root]").click()
+            folded = page.locator("#transcript li.reasoning details")
+            expect(folded).to_have_count(1)
+            expect(folded.locator("summary")).to_contain_text("thinking, turn 1")
+            expect(folded.locator("pre")).to_be_hidden()
+            folded.locator("summary").click()
+            expect(folded.locator("pre")).to_have_text(THOUGHT)
+            checks += 4
+            page.screenshot(path=os.path.join(a.out, "view-thinking.png"), full_page=True)
+
             # A tree of 50 children: every node listed, nothing overflowing sideways.
             big = call(base, "POST", "/v1/runs", {"spec": "fanout"})["root_id"]
             until("the fan-out to finish",
@@ -257,6 +340,7 @@ def main():
                 server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 server.kill()
+        thinker.shutdown()
         shutil.rmtree(work, ignore_errors=True)
     print(f"web view: {checks} checks passed; screenshots in {a.out}")
 

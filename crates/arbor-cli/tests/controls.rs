@@ -31,6 +31,28 @@ fn controls_are_checked_by_name_and_a_spec_with_valid_ones_runs() {
             "extra = { messages = [] }",
             "controls.extra: extra may not set \"messages\"",
         ),
+        (
+            "top_p = 0.0",
+            "controls.top_p: top_p 0 is not above 0 and at most 1",
+        ),
+        (
+            "max_output_tokens = 0",
+            "controls.max_output_tokens: max_output_tokens is at least 1",
+        ),
+        ("seed = -1", "invalid value: integer `-1`"),
+        (
+            "tool_choice = { tool = \" \" }",
+            "controls.tool_choice: tool_choice names no tool",
+        ),
+        (
+            "tool_choice_after_call = { tool = \"\" }",
+            "controls.tool_choice_after_call: tool_choice_after_call names no tool",
+        ),
+        ("tool_choice = \"sometimes\"", "unknown variant `sometimes`"),
+        (
+            "parallel_tool_calls = \"yes\"",
+            "invalid type: string \"yes\", expected a boolean",
+        ),
         ("temprature = 1.0", "unknown field `temprature`"),
     ] {
         let text = format!(
@@ -46,6 +68,7 @@ fn controls_are_checked_by_name_and_a_spec_with_valid_ones_runs() {
         );
     }
     let ok = "task = \"x\"\n[agents.root]\n[agents.root.controls]\ntemperature = 0.2\nstop = [\"END\"]\n\
+              top_p = 0.9\nseed = 7\nmax_output_tokens = 256\ntool_choice_after_call = \"none\"\n\
               tool_choice = \"required\"\nparallel_tool_calls = false\nextra = { min_p = 0.05 }\n\
               [[agents.root.turns]]\ntext = \"hi\"\n";
     std::fs::write(dir.path().join("ok.toml"), ok).unwrap();

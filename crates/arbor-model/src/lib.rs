@@ -34,6 +34,8 @@ pub use error::{ModelError, ModelErrorKind};
 /// The `tracing` target of the events a metrics layer counts (`metric = "provider_retry"`,
 /// with `provider` and `reason`, for each retried provider attempt).
 pub const METRICS_TARGET: &str = "arbor::metrics";
-pub use provider::{FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolSpec};
+pub use provider::{
+    FinishReason, ModelEvent, ModelProvider, ModelRequest, ModelStream, Reasonings, ToolSpec,
+};
 pub use scripted::{Script, ScriptedProvider, ScriptedToolCall, ScriptedTurn};
 pub use thinking::{ThinkingLevel, names as thinking_names};

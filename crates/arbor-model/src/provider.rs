@@ -41,7 +41,15 @@ pub struct ModelRequest<'a> {
     /// Sampling, length and tool controls (none: the provider's defaults). Admission has
     /// checked the wire can carry them ([`Controls::unsupported_by`](crate::Controls::unsupported_by)).
     pub controls: Option<&'a crate::Controls>,
+    /// The reasoning kept with the conversation's assistant messages, by the id of each
+    /// one's first tool call: a wire that requires it (Anthropic's, in a tool loop with
+    /// thinking) sends the signed blocks back with their message.
+    pub reasoning: Option<&'a Reasonings>,
 }
+
+/// Reasoning blocks by the id of the first tool call of the assistant message they
+/// preceded ([`ModelRequest::reasoning`]).
+pub type Reasonings = std::collections::BTreeMap<String, Vec<arbor_protocol::Reasoning>>;
 
 impl<'a> ModelRequest<'a> {
     /// A call of `model` on `messages`, without a system prompt, tools or a thinking level.
@@ -53,7 +61,15 @@ impl<'a> ModelRequest<'a> {
             tools: &[],
             thinking: None,
             controls: None,
+            reasoning: None,
         }
+    }
+
+    /// With the reasoning kept beside the conversation's assistant messages.
+    #[must_use]
+    pub fn reasoning(mut self, reasoning: Option<&'a Reasonings>) -> Self {
+        self.reasoning = reasoning;
+        self
     }
 
     /// With these controls.
@@ -108,6 +124,10 @@ pub enum ModelEvent {
     TextDelta(String),
     /// A complete tool call (providers that stream fragments assemble them first).
     ToolCall(ToolCall),
+    /// A complete block of the model's reasoning (a thinking block, its signature with it,
+    /// or a server's `reasoning_content`), sent when it ends, before the turn's text and
+    /// calls are over.
+    Reasoning(arbor_protocol::Reasoning),
     /// Usage of this turn. Providers may send it more than once; the last value counts.
     Usage(Usage),
     /// The model the provider says answered (OpenAI's `model`, Anthropic's

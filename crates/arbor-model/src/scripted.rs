@@ -380,6 +380,7 @@ mod tests {
             tools: &[],
             thinking: None,
             controls: None,
+            reasoning: None,
         }
     }
 

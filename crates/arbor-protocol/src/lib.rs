@@ -22,6 +22,7 @@ pub mod ids;
 pub mod inbox;
 pub mod limits;
 pub mod message;
+pub mod reasoning;
 pub mod run;
 pub mod session;
 pub mod supervisor;
@@ -34,6 +35,7 @@ pub use ids::{IdError, RunId, SessionId, Timestamp};
 pub use inbox::{InboxMessage, Notice, Relationship};
 pub use limits::{LimitKind, RunLimits};
 pub use message::{Message, Role, ToolCall, ToolResult};
+pub use reasoning::Reasoning;
 pub use run::{
     AxisUse, Consumed, RecentCall, RunAttribution, RunLimitBreach, RunStatus, StopReason,
 };

@@ -41,6 +41,14 @@ pub enum EntryKind {
         /// The session's context size after this turn: the prompt tokens of this turn.
         context_tokens: u64,
     },
+    /// The model's reasoning before the assistant message just before this entry (written
+    /// with its turn; a turn without reasoning has none).
+    Reasoning {
+        /// Turn number within the run.
+        turn: u32,
+        /// Its blocks, in the order the model produced them.
+        blocks: Vec<crate::Reasoning>,
+    },
     /// The provider cut this turn's answer off at its output cap (`finish_reason: length`):
     /// its text, or a tool call's arguments, may be incomplete. Written with the turn.
     Truncated {
@@ -161,6 +169,7 @@ impl EntryKind {
         match self {
             Self::Message { .. } => "message",
             Self::Usage { .. } => "usage",
+            Self::Reasoning { .. } => "reasoning",
             Self::Truncated { .. } => "truncated",
             Self::RunStarted { .. } => "run_started",
             Self::UsageAttributed { .. } => "usage_attributed",

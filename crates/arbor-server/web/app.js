@@ -293,6 +293,16 @@ async function loadTranscript(id) {
   if (state.drawer !== id) return;
   $("transcript").replaceChildren(...page.entries.map((e) => {
     let text = "";
+    if (e.kind === "reasoning") {
+      // Folded: the model's thinking opens on a click.
+      const thought = e.blocks.map((b) => b.thinking || b.text || "").filter(Boolean).join("\n\n");
+      const sealed = e.blocks.filter((b) => b.type === "redacted_thinking").length;
+      const summary = "thinking, turn " + e.turn + " (" + tokens(thought.length) + " chars"
+        + (sealed ? ", " + sealed + " encrypted by the provider" : "") + ")";
+      return el("li", { class: "reasoning" },
+        el("div", { class: "kind", text: "#" + e.seq + " reasoning" }),
+        el("details", {}, el("summary", { text: summary }), el("pre", { text: thought })));
+    }
     if (e.kind === "message") {
       const m = e.message;
       text = (m.role ? m.role + ": " : "") + (m.content || "");

@@ -252,6 +252,43 @@ fn call_line(c: &ToolCall, spawned: &HashMap<String, arbor_protocol::SessionId>)
 /// Characters of a call's arguments the text log shows.
 const ARGS_SHOWN: usize = 80;
 
+/// A turn's tokens, its cache reads and writes among them.
+fn usage_line(turn: u32, usage: &arbor_protocol::Usage) -> String {
+    format!(
+        "turn {turn}: {} tokens ({})",
+        thousands(usage.total_tokens),
+        crate::render::report::usage_detail(usage)
+    )
+}
+
+/// A turn's reasoning, folded to one line: its size and a preview (`arbor log --json` has
+/// it whole).
+fn thinking_line(turn: u32, blocks: &[arbor_protocol::Reasoning]) -> String {
+    let text: String = blocks
+        .iter()
+        .map(arbor_protocol::Reasoning::text)
+        .filter(|t| !t.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let sealed = blocks
+        .iter()
+        .filter(|b| matches!(b, arbor_protocol::Reasoning::RedactedThinking { .. }))
+        .count();
+    let mut line = format!(
+        "turn {turn}: thinking, folded ({} chars",
+        thousands(text.chars().count() as u64)
+    );
+    if sealed > 0 {
+        line.push_str(&format!(", {sealed} block(s) encrypted by the provider"));
+    }
+    line.push(')');
+    let text = output::one_line(&text);
+    if !text.is_empty() {
+        line.push_str(&format!(": {}", output::short(&text, 60)));
+    }
+    line
+}
+
 fn describe(e: &TranscriptEntry, spawned: &HashMap<String, arbor_protocol::SessionId>) -> String {
     let body = match &e.kind {
         EntryKind::Message {
@@ -282,19 +319,14 @@ fn describe(e: &TranscriptEntry, spawned: &HashMap<String, arbor_protocol::Sessi
             let role = format!("{:?}", message.role()).to_lowercase();
             format!("{role}: {}", preview(&text))
         }
+        EntryKind::Reasoning { turn, blocks } => thinking_line(*turn, blocks),
         EntryKind::Truncated {
             turn,
             finish_reason,
         } => format!(
             "turn {turn}: the provider cut the answer off at its output cap ({finish_reason})"
         ),
-        EntryKind::Usage { turn, usage, .. } => {
-            format!(
-                "turn {turn}: {} tokens ({})",
-                thousands(usage.total_tokens),
-                crate::render::report::usage_detail(usage)
-            )
-        }
+        EntryKind::Usage { turn, usage, .. } => usage_line(*turn, usage),
         EntryKind::UsageAttributed {
             from,
             child_usage,

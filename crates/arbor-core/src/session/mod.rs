@@ -36,6 +36,7 @@ pub mod events;
 pub(crate) mod finish;
 pub mod inbox;
 pub(crate) mod provider_turn;
+pub(crate) mod reasoning;
 pub(crate) mod recover;
 pub(crate) mod replay;
 pub(crate) mod resumer;
@@ -48,6 +49,9 @@ pub struct Session {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) record: SessionRecord,
     pub(crate) messages: Vec<Message>,
+    /// The reasoning of the current run's tool-calling turns, by each one's first call id:
+    /// sent back with its message where the API wants it (Anthropic's thinking).
+    pub(crate) reasoning: arbor_model::Reasonings,
     pub(crate) bus: EventBus,
     /// Its ancestors, nearest first, whom each of its provider turns' usage is attributed to.
     pub(crate) ancestors: Vec<AttributionTarget>,
@@ -195,8 +199,11 @@ impl Session {
     ) -> CoreResult<Session> {
         let entries = store.transcript(record.id, 0, None).await?;
         let inbox = Inbox::from_transcript(&entries);
+        let reasoning = crate::session::replay::replay_reasoning(&entries);
         let messages = crate::session::replay::replay_messages(entries);
-        Self::assemble(agent, store, record, messages, inbox).await
+        let mut session = Self::assemble(agent, store, record, messages, inbox).await?;
+        session.reasoning = reasoning;
+        Ok(session)
     }
 
     /// A session for a record written moments ago (by admission), with no transcript yet.
@@ -223,6 +230,7 @@ impl Session {
             store,
             record,
             messages,
+            reasoning: arbor_model::Reasonings::new(),
             ancestors,
             inbox: Arc::new(inbox),
             beside_suspension: None,

@@ -4,28 +4,31 @@
 //! told apart from a complete one), inside its telemetry span.
 
 use arbor_model::{ModelEvent, ModelRequest};
-use arbor_protocol::{AgentEvent, RunId, ToolCall, Usage};
+use arbor_protocol::{AgentEvent, Reasoning, RunId, ToolCall, Usage};
 use futures::StreamExt;
 use tracing::Instrument;
 
 use crate::process::telemetry;
 use crate::session::Session;
 
+/// What one provider call answered.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) text: String,
+    pub(crate) calls: Vec<ToolCall>,
+    /// The usage reported, if any.
+    pub(crate) usage: Option<Usage>,
+    /// The error that ended it, if any.
+    pub(crate) failure: Option<String>,
+    /// The provider's finish reason, if it gave one.
+    pub(crate) finish: Option<arbor_model::FinishReason>,
+    /// The model's reasoning blocks, in order.
+    pub(crate) reasoning: Vec<Reasoning>,
+}
+
 impl Session {
-    /// Streams one provider call. Returns the text, the tool calls, the usage reported (if
-    /// any), the error that ended it (if any) and the provider's finish reason (if it gave
-    /// one).
-    pub(crate) async fn provider_turn(
-        &self,
-        run_id: RunId,
-        turn: u32,
-    ) -> (
-        String,
-        Vec<ToolCall>,
-        Option<Usage>,
-        Option<String>,
-        Option<arbor_model::FinishReason>,
-    ) {
+    /// Streams one provider call.
+    pub(crate) async fn provider_turn(&self, run_id: RunId, turn: u32) -> Answer {
         let span = telemetry::chat_span(self.who(), turn);
         telemetry::record_chat_input(
             &span,
@@ -35,8 +38,9 @@ impl Session {
         );
         let mut finish = None;
         let mut answered_by = None;
+        let mut reasoning = Vec::new();
         let out = self
-            .stream_turn(run_id, turn, &mut finish, &mut answered_by)
+            .stream_turn(run_id, turn, &mut finish, &mut answered_by, &mut reasoning)
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
@@ -47,7 +51,14 @@ impl Session {
             telemetry::record_chat(&span, out.2.as_ref(), reason, out.3.as_deref());
             telemetry::record_chat_output(&span, self.who(), &out.0, &out.1);
         }
-        (out.0, out.1, out.2, out.3, finish)
+        Answer {
+            text: out.0,
+            calls: out.1,
+            usage: out.2,
+            failure: out.3,
+            finish,
+            reasoning,
+        }
     }
 
     async fn stream_turn(
@@ -56,6 +67,7 @@ impl Session {
         turn: u32,
         finish: &mut Option<arbor_model::FinishReason>,
         answered_by: &mut Option<String>,
+        reasoning: &mut Vec<Reasoning>,
     ) -> (String, Vec<ToolCall>, Option<Usage>, Option<String>) {
         self.bus.publish(
             run_id,
@@ -77,7 +89,8 @@ impl Session {
             .system(self.agent.system())
             .tools(self.agent.tools().specs())
             .thinking(self.agent.thinking())
-            .controls(after_call.as_ref().or(self.agent.controls()));
+            .controls(after_call.as_ref().or(self.agent.controls()))
+            .reasoning((!self.reasoning.is_empty()).then_some(&self.reasoning));
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = None;
@@ -113,6 +126,13 @@ impl Session {
                         return (text, Vec::new(), usage, Some(too_large()));
                     }
                     calls.push(call)
+                }
+                Ok(ModelEvent::Reasoning(r)) => {
+                    size = size.saturating_add(r.text().len());
+                    if size > cap {
+                        return (text, Vec::new(), usage, Some(too_large()));
+                    }
+                    reasoning.push(r);
                 }
                 Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
                 Ok(ModelEvent::ResponseModel(m)) => *answered_by = Some(m),

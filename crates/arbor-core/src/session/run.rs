@@ -7,8 +7,8 @@
 //! or tool in flight: its future is dropped and the run ends at once.
 
 use arbor_protocol::{
-    AgentEvent, EntryKind, LimitKind, Message, RunId, RunLimitBreach, RunLimits, SessionStatus,
-    ToolCall, Usage,
+    AgentEvent, EntryKind, LimitKind, Message, Reasoning, RunId, RunLimitBreach, RunLimits,
+    SessionStatus, ToolCall, Usage,
 };
 use arbor_store::SessionUpdate;
 use tokio_util::sync::CancellationToken;
@@ -339,13 +339,24 @@ impl Session {
                 }));
             }
             state.turns = turn;
+            if turn == 1 {
+                // A run's first turn begins a new tool loop: earlier loops' thinking is
+                // not sent again.
+                self.reasoning.clear();
+            }
             self.bus
                 .publish(state.run_id, AgentEvent::TurnStarted { turn });
             state
                 .trace
                 .request(self.agent.system(), self.messages.len());
-            let (text, calls, usage, failure, finish) =
-                self.provider_turn(state.run_id, turn).await;
+            let crate::session::provider_turn::Answer {
+                text,
+                calls,
+                usage,
+                failure,
+                finish,
+                reasoning,
+            } = self.provider_turn(state.run_id, turn).await;
             let truncated = matches!(finish, Some(arbor_model::FinishReason::Length));
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
             // The run's last turn: written with the run's end.
@@ -353,8 +364,7 @@ impl Session {
             self.record_turn(
                 state,
                 turn,
-                text.clone(),
-                calls.clone(),
+                (text.clone(), calls.clone(), reasoning),
                 usage,
                 (failure.is_none(), last, truncated),
             )
@@ -443,19 +453,28 @@ impl Session {
         &mut self,
         state: &mut RunState,
         turn: u32,
-        text: String,
-        calls: Vec<ToolCall>,
+        (text, calls, reasoning): (String, Vec<ToolCall>, Vec<Reasoning>),
         usage: Option<Usage>,
         (completed, last, truncated): (bool, bool, bool),
     ) -> CoreResult<()> {
-        let mut entries = Vec::with_capacity(3);
+        let mut entries = Vec::with_capacity(4);
         if completed {
+            let first_call = calls.first().map(|c| c.id.clone());
             entries.push(EntryKind::Message {
                 message: Message::Assistant {
                     content: text,
                     tool_calls: calls,
                 },
             });
+            if !reasoning.is_empty() {
+                entries.push(EntryKind::Reasoning {
+                    turn,
+                    blocks: crate::session::reasoning::stored(self.agent.redactor(), &reasoning),
+                });
+                if let Some(id) = first_call {
+                    self.reasoning.insert(id, reasoning);
+                }
+            }
             if truncated {
                 tracing::info!(session = %self.id(), turn, "the provider cut the answer off at its output cap");
                 entries.push(EntryKind::Truncated {

@@ -21,6 +21,7 @@ mod one_decision;
 mod permission;
 mod pump;
 mod quota;
+mod reasoning;
 mod reconcile;
 mod recover;
 mod redaction;

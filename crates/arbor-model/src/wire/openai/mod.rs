@@ -133,6 +133,8 @@ pub struct ChunkDecoder {
     model: Option<String>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
+    /// The `reasoning_content` (or `reasoning`) streamed so far.
+    reasoning: String,
     done: bool,
     size: super::TurnSize,
 }
@@ -188,6 +190,7 @@ impl ChunkDecoder {
             model: None,
             finish: None,
             usage: None,
+            reasoning: String::new(),
             done: false,
             size: super::TurnSize::new(max_turn_bytes),
         }
@@ -256,17 +259,25 @@ impl ChunkDecoder {
         let Some(finish) = self.finish.take() else {
             return Err(stream_error("the stream ended before the final chunk"));
         };
-        let mut out: Vec<ModelEvent> = std::mem::take(&mut self.calls)
+        let reasoning = std::mem::take(&mut self.reasoning);
+        let mut out: Vec<ModelEvent> = (!reasoning.trim().is_empty())
+            .then_some(ModelEvent::Reasoning(arbor_protocol::Reasoning::Text {
+                text: reasoning,
+            }))
             .into_iter()
-            .enumerate()
-            .map(|(i, p)| {
-                ModelEvent::ToolCall(ToolCall {
-                    id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
-                    name: p.name,
-                    arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
-                })
-            })
             .collect();
+        out.extend(
+            std::mem::take(&mut self.calls)
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    ModelEvent::ToolCall(ToolCall {
+                        id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                        name: p.name,
+                        arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
+                    })
+                }),
+        );
         if let Some(u) = self.usage.take() {
             out.push(ModelEvent::Usage(u));
         }
@@ -305,6 +316,16 @@ impl super::Decoder for ChunkDecoder {
             return Ok(out);
         };
         let delta = &choice["delta"];
+        // Reasoning models' thoughts: `reasoning_content` (DeepSeek, llama.cpp, vLLM) or
+        // `reasoning` (OpenRouter, Ollama), kept whole until the turn ends.
+        if let Some(part) = delta["reasoning_content"]
+            .as_str()
+            .or_else(|| delta["reasoning"].as_str())
+            && !part.is_empty()
+        {
+            self.size.add(part.len(), || "reasoning".to_owned())?;
+            self.reasoning.push_str(part);
+        }
         if let Some(text) = delta["content"].as_str()
             && !text.is_empty()
         {

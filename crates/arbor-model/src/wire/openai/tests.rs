@@ -246,6 +246,7 @@ fn messages_read_between_tool_results_wait_for_the_last_result() {
             tools: &[],
             thinking: None,
             controls: None,
+            reasoning: None,
         },
         false,
         None,
@@ -307,6 +308,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
         tools: &tools,
         thinking: None,
         controls: None,
+        reasoning: None,
     };
     let body = request_body(&req, true, Some(64));
     assert_eq!(body["max_tokens"], 64);
@@ -339,6 +341,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
             tools: &[],
             thinking: None,
             controls: None,
+            reasoning: None,
         },
         false,
         None,
@@ -421,6 +424,7 @@ fn thinking_is_sent_as_reasoning_effort() {
                 tools: &[],
                 thinking,
                 controls: None,
+                reasoning: None,
             },
             true,
             None,
@@ -494,5 +498,29 @@ fn the_answering_model_is_named_once_and_an_overlong_name_is_ignored() {
         !events
             .iter()
             .any(|e| matches!(e, ModelEvent::ResponseModel(_)))
+    );
+}
+
+#[test]
+fn reasoning_content_is_kept_whole_before_the_calls() {
+    let chunks = [
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"The user "}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"wants a haiku."}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning":" (OpenRouter's name)"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"Leaves fall."}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        "[DONE]",
+    ];
+    let sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    let events = decode(sse.as_bytes(), 0).unwrap();
+    assert_eq!(
+        events,
+        [
+            ModelEvent::TextDelta("Leaves fall.".into()),
+            ModelEvent::Reasoning(arbor_protocol::Reasoning::Text {
+                text: "The user wants a haiku. (OpenRouter's name)".into()
+            }),
+            ModelEvent::Finished(FinishReason::Stop),
+        ]
     );
 }
