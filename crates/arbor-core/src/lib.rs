@@ -49,6 +49,7 @@ mod error;
 pub mod identity;
 mod outcome;
 pub mod permission;
+pub mod pricing;
 pub mod process;
 pub mod redact;
 pub mod registry;
