@@ -53,6 +53,9 @@ pub(crate) struct ProviderSpec {
     /// Prompt caching (Anthropic kind): `auto` (default) sets breakpoints on the tools,
     /// the system prompt and the conversation; `off` sets none.
     pub(crate) cache: Option<arbor_model::Cache>,
+    /// Send a tool-calling turn's reasoning back as `reasoning_content` (OpenAI kind; for
+    /// DeepSeek's thinking models and the like; default off).
+    pub(crate) send_reasoning: Option<bool>,
 }
 
 fn timeouts(t: &ProviderSpec) -> Timeouts {
@@ -132,6 +135,10 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
         None => ApiKey::from_env(default_env),
     };
     match kind {
+        Kind::Anthropic if table.is_some_and(|t| t.send_reasoning.is_some()) => Err(format!(
+            "provider {name:?}: send_reasoning applies to kind = \"openai\" (Anthropic's \
+             thinking blocks always go back in a tool loop)"
+        )),
         Kind::Openai if table.is_some_and(|t| t.cache.is_some()) => Err(format!(
             "provider {name:?}: cache applies to kind = \"anthropic\" (OpenAI-compatible \
              servers cache on their own; what they report as cached is read either way)"
@@ -147,6 +154,7 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 c.timeouts = timeouts(t);
                 c.headers = t.headers.clone().into_iter().collect();
                 c.include_usage = t.include_usage.unwrap_or(true);
+                c.send_reasoning = t.send_reasoning.unwrap_or(false);
                 c.max_tokens = t.max_tokens;
                 if let Some(n) = t.max_turn_bytes {
                     c.max_turn_bytes = n;

@@ -69,7 +69,7 @@ fn controls_are_checked_by_name_and_a_spec_with_valid_ones_runs() {
     }
     let ok = "task = \"x\"\n[agents.root]\n[agents.root.controls]\ntemperature = 0.2\nstop = [\"END\"]\n\
               top_p = 0.9\nseed = 7\nmax_output_tokens = 256\ntool_choice_after_call = \"none\"\n\
-              tool_choice = \"required\"\nparallel_tool_calls = false\nextra = { min_p = 0.05 }\n\
+              tool_choice = \"auto\"\nparallel_tool_calls = false\nextra = { min_p = 0.05 }\n\
               [[agents.root.turns]]\ntext = \"hi\"\n";
     std::fs::write(dir.path().join("ok.toml"), ok).unwrap();
     assert!(arbor(dir.path(), &["validate", "ok.toml"]).status.success());

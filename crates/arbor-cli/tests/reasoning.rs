@@ -82,3 +82,52 @@ async fn a_thinking_block_is_kept_whole_and_shown_folded() {
     );
     assert_eq!(entries[at - 1]["message"]["content"], "Sunny.");
 }
+
+/// Chat Completions chunks: reasoning, then a call of `look` (a tool the agent lacks: the
+/// run answers it with an error and goes on).
+fn thinking_call() -> String {
+    [
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"Look first."}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_look","type":"function","function":{"name":"look","arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_reasoning_echoes_a_loops_reasoning_content_and_only_when_asked() {
+    let text = include_bytes!("../../arbor-model/tests/fixtures/openai/text.sse");
+    for (option, sent) in [("send_reasoning = true", true), ("", false)] {
+        let server = ReplayServer::start(vec![
+            Canned::json(200, r#"{"id":"m","object":"model"}"#),
+            Canned::sse(thinking_call().as_bytes()),
+            Canned::sse(text),
+        ])
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let spec = format!(
+            "task = \"go\"\n[providers.deep]\nkind = \"openai\"\nbase_url = \"{}/v1\"\n{option}\n\
+             [agents.root]\nprovider = \"deep\"\nmodel = \"m\"\n",
+            server.url
+        );
+        std::fs::write(dir.path().join("s.toml"), spec).unwrap();
+        let out = arbor(dir.path(), &["run", "--memory", "s.toml", "-q"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let second: serde_json::Value = serde_json::from_str(&server.requests()[2].body).unwrap();
+        let assistant = &second["messages"][1];
+        assert_eq!(assistant["tool_calls"][0]["id"], "call_look", "{second}");
+        assert_eq!(
+            assistant.get("reasoning_content").and_then(|r| r.as_str()),
+            sent.then_some("Look first."),
+            "{option}: {assistant}"
+        );
+    }
+}

@@ -448,17 +448,35 @@ impl AgentBuilder {
         if let Some(c) = &self.controls {
             c.check()
                 .map_err(|(field, message)| CoreError::invalid(field, message))?;
-            if let Some(field) = c.unsupported_by(provider.wire()) {
+            let thinks = self.thinking.and_then(|t| t.budget_tokens()).is_some();
+            if let Some((field, why)) = c.refused_by(provider.wire(), thinks) {
                 return Err(CoreError::invalid(
                     field,
                     format!(
-                        "the provider {:?} cannot carry {field}: leave it out",
+                        "the provider {:?} cannot carry {field}: {why}",
                         provider.name()
                     ),
                 ));
             }
         }
         let tools = ToolSet::new(self.tools)?;
+        if tools.specs().is_empty()
+            && let Some(c) = &self.controls
+            && let Some(field) = [
+                ("tool_choice", &c.tool_choice),
+                ("tool_choice_after_call", &c.tool_choice_after_call),
+            ]
+            .into_iter()
+            .find_map(|(f, t)| matches!(t, Some(arbor_model::ToolChoice::Required)).then_some(f))
+        {
+            return Err(CoreError::invalid(
+                field,
+                format!(
+                    "{field} \"required\" needs a tool to call, and agent {:?} has none",
+                    self.name
+                ),
+            ));
+        }
         if let Some(name) = self
             .controls
             .iter()

@@ -213,10 +213,55 @@ impl Controls {
     /// The first control `wire` cannot carry, if any: a caller refuses it by name rather than
     /// drop it.
     pub fn unsupported_by(&self, wire: Wire) -> Option<&'static str> {
-        match wire {
-            Wire::OpenAi => None,
-            Wire::Anthropic => self.seed.is_some().then_some("seed"),
-            Wire::Own => None,
+        self.refused_by(wire, false).map(|(field, _)| field)
+    }
+
+    /// The first control `wire` cannot carry, `(field, why)`; `thinking`: the model is asked
+    /// to think. Anthropic has no `seed` and takes a `temperature` of 0 to 1; while its model
+    /// thinks it refuses a forced tool choice, a `temperature` other than 1 and a `top_p`
+    /// under 0.95.
+    pub fn refused_by(&self, wire: Wire, thinking: bool) -> Option<(&'static str, String)> {
+        if wire != Wire::Anthropic {
+            return None;
         }
+        let forced =
+            |t: &Option<ToolChoice>| matches!(t, Some(ToolChoice::Required | ToolChoice::Tool(_)));
+        if self.seed.is_some() {
+            return Some(("seed", "the Anthropic API has no seed".to_owned()));
+        }
+        if let Some(t) = self.temperature.filter(|t| *t > 1.0) {
+            return Some((
+                "temperature",
+                format!("Anthropic's temperature is 0 to 1, not {t}"),
+            ));
+        }
+        if !thinking {
+            return None;
+        }
+        if forced(&self.tool_choice) {
+            return Some((
+                "tool_choice",
+                "Anthropic refuses a forced tool choice while the model thinks".to_owned(),
+            ));
+        }
+        if forced(&self.tool_choice_after_call) {
+            return Some((
+                "tool_choice_after_call",
+                "Anthropic refuses a forced tool choice while the model thinks".to_owned(),
+            ));
+        }
+        if let Some(t) = self.temperature.filter(|t| (*t - 1.0).abs() > f64::EPSILON) {
+            return Some((
+                "temperature",
+                format!("while the model thinks Anthropic takes only temperature 1, not {t}"),
+            ));
+        }
+        if let Some(p) = self.top_p.filter(|p| *p < 0.95) {
+            return Some((
+                "top_p",
+                format!("while the model thinks Anthropic takes top_p 0.95 to 1, not {p}"),
+            ));
+        }
+        None
     }
 }

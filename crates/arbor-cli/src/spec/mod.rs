@@ -251,14 +251,14 @@ impl Spec {
                 .controls
                 .check()
                 .map_err(|(field, e)| SpecError::agent(name, format!("controls.{field}: {e}")))?;
-            if let Some(field) = agent
-                .controls
-                .unsupported_by(crate::providers::wire(&agent.provider, &self.providers))
-            {
+            if let Some((field, why)) = agent.controls.refused_by(
+                crate::providers::wire(&agent.provider, &self.providers),
+                false,
+            ) {
                 return Err(SpecError::agent(
                     name,
                     format!(
-                        "controls.{field}: provider {:?} cannot carry {field}; leave it out",
+                        "controls.{field}: provider {:?} cannot carry {field} ({why})",
                         agent.provider
                     ),
                 ));

@@ -490,6 +490,8 @@ impl Session {
             checkpointed: true,
             trace: crate::session::attribution::Trace::default(),
             deferred: None,
+            new_loop: false,
+            forced: false,
         });
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;

@@ -28,7 +28,9 @@ pub(crate) struct Answer {
 
 impl Session {
     /// Streams one provider call.
-    pub(crate) async fn provider_turn(&self, run_id: RunId, turn: u32) -> Answer {
+    /// `after_call`: the model has called tools in this run already, or the run is not on
+    /// fresh input, so a forced `tool_choice` gives way (`Controls::after_call`).
+    pub(crate) async fn provider_turn(&self, run_id: RunId, turn: u32, after_call: bool) -> Answer {
         let span = telemetry::chat_span(self.who(), turn);
         telemetry::record_chat_input(
             &span,
@@ -40,7 +42,13 @@ impl Session {
         let mut answered_by = None;
         let mut reasoning = Vec::new();
         let out = self
-            .stream_turn(run_id, turn, &mut finish, &mut answered_by, &mut reasoning)
+            .stream_turn(
+                run_id,
+                (turn, after_call),
+                &mut finish,
+                &mut answered_by,
+                &mut reasoning,
+            )
             .instrument(span.clone())
             .await;
         if !span.is_disabled() {
@@ -64,7 +72,7 @@ impl Session {
     async fn stream_turn(
         &self,
         run_id: RunId,
-        turn: u32,
+        (turn, after_call): (u32, bool),
         finish: &mut Option<arbor_model::FinishReason>,
         answered_by: &mut Option<String>,
         reasoning: &mut Vec<Reasoning>,
@@ -76,9 +84,9 @@ impl Session {
                 model: self.agent.model().to_owned(),
             },
         );
-        // A turn after the first of a run follows the model's tool calls: a forced
+        // A turn after the model's calls (or of a run not on fresh input): a forced
         // tool_choice gives way (Controls::after_call).
-        let after_call = (turn > 1)
+        let after_call = after_call
             .then(|| {
                 self.agent
                     .controls()

@@ -1,7 +1,9 @@
 //! What a transcript keeps of a turn's reasoning: the blocks as the model produced them,
 //! redacted like every entry. A signed block that redaction changed could never be sent
-//! back (its signature would not match), so it is kept as plain text; an encrypted one it
-//! changed is dropped. The live session keeps the originals for the run's next turns.
+//! back (its signature would not match), and the API wants a turn's signed blocks back all
+//! or none: when redaction changed any of them, the turn's thinking blocks are kept as plain
+//! text and its encrypted ones dropped. The live session keeps the originals for the run's
+//! next turns.
 
 use std::sync::Arc;
 
@@ -14,15 +16,29 @@ pub(crate) fn stored(redactor: Option<&Arc<dyn Redactor>>, blocks: &[Reasoning])
     let Some(r) = redactor else {
         return blocks.to_vec();
     };
-    blocks
+    // Each block redacted, and whether redaction changed it; `None` where it failed (the
+    // block is dropped).
+    let redacted: Vec<Option<(bool, Reasoning)>> = blocks
         .iter()
-        .filter_map(|b| match redact_serde(r.as_ref(), b) {
-            Ok(None) => Some(b.clone()),
-            Ok(Some(Reasoning::Thinking { thinking, .. })) => {
+        .map(|b| match redact_serde(r.as_ref(), b) {
+            Ok(None) => Some((false, b.clone())),
+            Ok(Some(clean)) => Some((true, clean)),
+            Err(_) => None,
+        })
+        .collect();
+    let signed_changed = redacted
+        .iter()
+        .zip(blocks)
+        .any(|(r, b)| b.is_signed() && r.as_ref().is_none_or(|(changed, _)| *changed));
+    redacted
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, b)| match b {
+            Reasoning::Thinking { thinking, .. } if signed_changed => {
                 Some(Reasoning::Text { text: thinking })
             }
-            Ok(Some(Reasoning::RedactedThinking { .. })) | Err(_) => None,
-            Ok(Some(text @ Reasoning::Text { .. })) => Some(text),
+            Reasoning::RedactedThinking { .. } if signed_changed => None,
+            other => Some(other),
         })
         .collect()
 }
@@ -58,14 +74,23 @@ mod tests {
         let sealed = Reasoning::RedactedThinking {
             data: "xx sk-123".into(),
         };
+        // One changed: the turn's thinking all kept as text, its encrypted block dropped.
         assert_eq!(
             stored(Some(&r), &[clean.clone(), secret, sealed]),
             [
-                clean,
+                Reasoning::Text {
+                    text: "plan".into()
+                },
                 Reasoning::Text {
                     text: "the key is [REDACTED]".into()
                 }
             ]
+        );
+        // Nothing changed: every block kept as it is.
+        let untouched = Reasoning::RedactedThinking { data: "enc".into() };
+        assert_eq!(
+            stored(Some(&r), &[clean.clone(), untouched.clone()]),
+            [clean, untouched]
         );
     }
 }

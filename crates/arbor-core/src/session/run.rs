@@ -110,6 +110,12 @@ pub(crate) struct RunState {
     pub(crate) trace: crate::session::attribution::Trace,
     /// The run's last turn, written with its end in one store write (see [`Deferred`]).
     pub(crate) deferred: Option<Deferred>,
+    /// The run begins a new tool loop (it closes no earlier run's calls): its first turn
+    /// sends no earlier loop's reasoning.
+    pub(crate) new_loop: bool,
+    /// The run is on fresh input from its host (not an inbox, a resume or a continuation):
+    /// only its first turn may force a tool call (`Controls::after_call` for the rest).
+    pub(crate) forced: bool,
 }
 
 /// A run's last provider turn (no tool calls, or a failed call: the run ends right after
@@ -192,6 +198,8 @@ impl Session {
             checkpointed: false,
             trace: crate::session::attribution::Trace::default(),
             deferred: None,
+            new_loop: closing.is_empty(),
+            forced: input.is_some() && closing.is_empty(),
         });
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run
@@ -339,7 +347,7 @@ impl Session {
                 }));
             }
             state.turns = turn;
-            if turn == 1 {
+            if turn == 1 && state.new_loop {
                 // A run's first turn begins a new tool loop: earlier loops' thinking is
                 // not sent again.
                 self.reasoning.clear();
@@ -356,7 +364,9 @@ impl Session {
                 failure,
                 finish,
                 reasoning,
-            } = self.provider_turn(state.run_id, turn).await;
+            } = self
+                .provider_turn(state.run_id, turn, turn > 1 || !state.forced)
+                .await;
             let truncated = matches!(finish, Some(arbor_model::FinishReason::Length));
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
             // The run's last turn: written with the run's end.

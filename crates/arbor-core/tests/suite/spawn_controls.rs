@@ -171,7 +171,7 @@ async fn a_bad_or_uncarried_spawn_control_is_refused_by_name_before_anything_run
         (
             Some("controls.seed"),
             "controls.seed: child \"claude\" runs on provider \"on-wire\", which cannot carry \
-             seed; leave it out"
+             seed (the Anthropic API has no seed)"
         )
     );
     // Refused at admission: no record, no call.

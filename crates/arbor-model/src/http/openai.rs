@@ -36,6 +36,10 @@ pub struct OpenAiConfig {
     pub retry: RetryPolicy,
     /// Timeouts.
     pub timeouts: Timeouts,
+    /// Send a tool-calling turn's kept reasoning back with it as `reasoning_content` (off by
+    /// default): servers whose thinking models want it in a tool loop (DeepSeek's, llama.cpp
+    /// templates that preserve reasoning).
+    pub send_reasoning: bool,
 }
 
 impl OpenAiConfig {
@@ -49,6 +53,7 @@ impl OpenAiConfig {
             project: None,
             headers: Vec::new(),
             include_usage: true,
+            send_reasoning: false,
             max_tokens: None,
             max_turn_bytes: wire::DEFAULT_MAX_TURN_BYTES,
             retry: RetryPolicy::default(),
@@ -150,6 +155,12 @@ impl ModelProvider for OpenAiProvider {
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let url = format!("{}/chat/completions", self.config.base_url);
+        // Kept reasoning goes back only to a server that asked for it.
+        let request = if self.config.send_reasoning {
+            request
+        } else {
+            request.reasoning(None)
+        };
         let body =
             wire::openai::request_body(&request, self.config.include_usage, self.config.max_tokens);
         self.endpoint

@@ -69,6 +69,7 @@ impl ChildEntry {
     pub(crate) fn check_controls(
         &self,
         requested: Option<Controls>,
+        thinking: Option<ThinkingLevel>,
     ) -> CoreResult<Option<Controls>> {
         let Some(controls) = requested.filter(|c| !c.is_empty()) else {
             return Ok(None);
@@ -79,14 +80,15 @@ impl ChildEntry {
                 format!("{}: {message}", control_field(field)),
             ));
         }
+        let thinks = thinking.and_then(ThinkingLevel::budget_tokens).is_some();
         if let Some(provider) = &self.preflight
-            && let Some(field) = controls.unsupported_by(provider.wire())
+            && let Some((field, why)) = controls.refused_by(provider.wire(), thinks)
         {
             return Err(CoreError::invalid(
                 control_field(field),
                 format!(
-                    "{}: child \"{}\" runs on provider \"{}\", which cannot carry {field}; \
-                     leave it out",
+                    "{}: child \"{}\" runs on provider \"{}\", which cannot carry {field} \
+                     ({why})",
                     control_field(field),
                     self.id,
                     provider.name()

@@ -207,7 +207,7 @@ impl Supervisor {
         };
         let model = entry.resolve_model(request.model.as_deref())?;
         let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
-        let controls = entry.check_controls(request.controls)?;
+        let controls = entry.check_controls(request.controls, thinking)?;
         let slot = sup.live().slots().reserve(
             limits
                 .max_active_children

@@ -142,7 +142,8 @@ pub fn request_body_with(request: &ModelRequest<'_>, max_tokens: u32, cache: Cac
         "stream": true,
         "messages": messages,
     });
-    if let Some(system) = request.system {
+    // A blank system prompt is left out (an empty text block cannot carry a breakpoint).
+    if let Some(system) = request.system.filter(|s| !s.trim().is_empty()) {
         body["system"] = json!(system);
     }
     if let Some(budget) = budget {
@@ -327,9 +328,15 @@ impl EventDecoder {
         if let Some(pos) = self.blocks.iter().rposition(|(i, _)| *i == index) {
             let (_, block) = self.blocks.remove(pos);
             if let Some((thinking, signature)) = block.thinking {
-                out.push(ModelEvent::Reasoning(Reasoning::Thinking {
-                    thinking,
-                    signature,
+                // A block without a signature (some compatible servers) cannot be sent
+                // back: it is kept as text.
+                out.push(ModelEvent::Reasoning(if signature.is_empty() {
+                    Reasoning::Text { text: thinking }
+                } else {
+                    Reasoning::Thinking {
+                        thinking,
+                        signature,
+                    }
                 }));
             }
             if let Some(data) = block.redacted {

@@ -345,3 +345,15 @@ fn a_tool_loop_sends_its_kept_thinking_back_first_and_thinks_on() {
     assert_eq!(body["messages"][1]["content"][0]["type"], "tool_use");
     assert!(body.get("thinking").is_none());
 }
+
+#[test]
+fn a_blank_system_prompt_is_left_out_and_carries_no_breakpoint() {
+    let messages = vec![Message::user("hi")];
+    let request = ModelRequest::new("claude", &messages).system(Some("  "));
+    let body = request_body_with(&request, 1024, crate::Cache::Auto);
+    assert!(body.get("system").is_none(), "{body}");
+    assert_eq!(
+        body["messages"][0]["content"][0]["cache_control"]["type"],
+        "ephemeral"
+    );
+}

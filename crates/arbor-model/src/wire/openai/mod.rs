@@ -40,6 +40,21 @@ pub fn request_body(
                     Value::from(content.as_str())
                 };
                 let mut v = json!({"role": "assistant", "content": content});
+                // Its kept reasoning text, for servers that want it back in a tool loop
+                // (the provider passes none unless configured to).
+                let thought: Vec<&str> = tool_calls
+                    .first()
+                    .and_then(|c| request.reasoning.and_then(|r| r.get(&c.id)))
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| match b {
+                        arbor_protocol::Reasoning::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !thought.is_empty() {
+                    v["reasoning_content"] = Value::from(thought.join("\n"));
+                }
                 if !tool_calls.is_empty() {
                     v["tool_calls"] = tool_calls
                         .iter()
@@ -320,6 +335,7 @@ impl super::Decoder for ChunkDecoder {
         // `reasoning` (OpenRouter, Ollama), kept whole until the turn ends.
         if let Some(part) = delta["reasoning_content"]
             .as_str()
+            .filter(|p| !p.is_empty())
             .or_else(|| delta["reasoning"].as_str())
             && !part.is_empty()
         {

@@ -524,3 +524,43 @@ fn reasoning_content_is_kept_whole_before_the_calls() {
         ]
     );
 }
+
+#[test]
+fn kept_reasoning_text_goes_back_on_its_tool_calling_message() {
+    let messages = vec![
+        Message::user("haiku?"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "c1".into(),
+                name: "spawn_agent".into(),
+                arguments: json!({}),
+            }],
+        },
+        Message::Tool(arbor_protocol::ToolResult {
+            call_id: "c1".into(),
+            name: "spawn_agent".into(),
+            content: "Leaves fall.".into(),
+            is_error: false,
+        }),
+    ];
+    let mut kept = crate::Reasonings::new();
+    kept.insert(
+        "c1".into(),
+        vec![
+            arbor_protocol::Reasoning::Text {
+                text: "delegate it".into(),
+            },
+            arbor_protocol::Reasoning::Thinking {
+                thinking: "not for this wire".into(),
+                signature: "s".into(),
+            },
+        ],
+    );
+    let request = ModelRequest::new("m", &messages).reasoning(Some(&kept));
+    let body = request_body(&request, true, None);
+    assert_eq!(body["messages"][1]["reasoning_content"], "delegate it");
+    // Without kept reasoning, no field.
+    let body = request_body(&ModelRequest::new("m", &messages), true, None);
+    assert!(body["messages"][1].get("reasoning_content").is_none());
+}
