@@ -17,6 +17,7 @@
 mod cache;
 mod controls;
 mod error;
+mod estimate;
 #[cfg(feature = "http")]
 pub mod http;
 mod provider;
@@ -30,6 +31,7 @@ pub mod wire;
 pub use cache::Cache;
 pub use controls::{Controls, MAX_STOP, RESERVED_EXTRA, ToolChoice, Wire};
 pub use error::{ModelError, ModelErrorKind};
+pub use estimate::{BYTES_PER_TOKEN, TOKENS_PER_CALL, TOKENS_PER_MESSAGE, estimate_input_tokens};
 
 /// The `tracing` target of the events a metrics layer counts (`metric = "provider_retry"`,
 /// with `provider` and `reason`, for each retried provider attempt).

@@ -1,50 +1,16 @@
 //! An agent's model controls: checked at build (a value out of range, or one the provider's
 //! wire cannot carry, is refused naming it) and sent with every provider call.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arbor_core::{Agent, CoreErrorKind, RunOptions};
-use arbor_model::{
-    Controls, ModelError, ModelProvider, ModelRequest, ModelStream, Script, ScriptedProvider,
-    ScriptedTurn, Wire,
-};
-use async_trait::async_trait;
+use arbor_model::{Controls, Script, ScriptedProvider, ScriptedTurn, Wire};
 use serde_json::{Value, json};
 
-/// Plays a script on a wire, recording the controls of every call.
-#[derive(Debug, Clone)]
-struct OnWire {
-    inner: ScriptedProvider,
-    wire: Wire,
-    seen: Arc<Mutex<Vec<Option<Controls>>>>,
-}
-
-#[async_trait]
-impl ModelProvider for OnWire {
-    fn name(&self) -> &str {
-        "on-wire"
-    }
-
-    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
-        self.seen.lock().unwrap().push(request.controls.cloned());
-        self.inner.stream(request).await
-    }
-
-    fn wire(&self) -> Wire {
-        self.wire
-    }
-}
+use super::wire_support::{Look, OnWire, controls, on_wire};
 
 fn provider(wire: Wire) -> OnWire {
-    OnWire {
-        inner: ScriptedProvider::new(Script::new(vec![ScriptedTurn::text("ok")])),
-        wire,
-        seen: Arc::default(),
-    }
-}
-
-fn controls(value: serde_json::Value) -> Controls {
-    serde_json::from_value(value).unwrap()
+    on_wire(wire, vec![ScriptedTurn::text("ok")])
 }
 
 #[tokio::test]
@@ -104,32 +70,6 @@ async fn controls_are_checked_at_build_and_sent_with_every_call() {
         .await
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), [None]);
-}
-
-/// A tool that answers `ok`.
-#[derive(Debug, Clone)]
-struct Look;
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct LookArgs {}
-
-#[async_trait]
-impl arbor_core::Tool for Look {
-    type Args = LookArgs;
-    type Output = String;
-    fn name(&self) -> &str {
-        "look"
-    }
-    fn description(&self) -> &str {
-        "looks"
-    }
-    async fn call(
-        &self,
-        _args: LookArgs,
-        _ctx: arbor_core::ToolContext,
-    ) -> Result<String, arbor_core::ToolError> {
-        Ok("ok".to_owned())
-    }
 }
 
 /// The tool_choice of each call of a run: forced on its first turn, then what

@@ -40,3 +40,4 @@ mod tool_arguments;
 mod tools;
 mod traces;
 mod usage;
+mod wire_support;

@@ -16,6 +16,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::json;
 
+use super::wire_support::Look;
+
 /// Plays a script, putting a thinking block before every turn that calls tools, and keeps
 /// the reasoning each request carried.
 #[derive(Debug, Clone)]
@@ -52,32 +54,6 @@ impl ModelProvider for Thinker {
         }
         out.extend(events);
         Ok(Box::pin(futures::stream::iter(out)))
-    }
-}
-
-/// A tool that answers `ok`.
-#[derive(Debug, Clone)]
-struct Look;
-
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-struct LookArgs {}
-
-#[async_trait]
-impl arbor_core::Tool for Look {
-    type Args = LookArgs;
-    type Output = String;
-    fn name(&self) -> &str {
-        "look"
-    }
-    fn description(&self) -> &str {
-        "looks"
-    }
-    async fn call(
-        &self,
-        _args: LookArgs,
-        _ctx: arbor_core::ToolContext,
-    ) -> Result<String, arbor_core::ToolError> {
-        Ok("ok".to_owned())
     }
 }
 

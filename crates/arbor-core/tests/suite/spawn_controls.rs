@@ -3,58 +3,24 @@
 //! agent's own, kept in its record (`meta.controls`) and forced onto every run of it; and
 //! the model's `controls` argument of `spawn_agent`, whose schema leaves out `extra`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arbor_core::supervisor::{
     ChildEntry, DelegationRequest, Ownership, Sender, SpawnAgentTool, Supervisor,
 };
 use arbor_core::{Agent, CoreErrorKind, DynTool, SessionRef, ToolContext, ToolError};
-use arbor_model::{
-    Controls, ModelError, ModelProvider, ModelRequest, ModelStream, Script, ScriptedProvider,
-    ScriptedTurn, Wire,
-};
+use arbor_model::{ScriptedTurn, Wire};
 use arbor_protocol::RunId;
 use arbor_store::{MemoryStore, SessionQuery, SessionRecord, Store};
-use async_trait::async_trait;
 use serde_json::{Value, json};
 
-/// Plays a script on a wire, recording the controls of every call.
-#[derive(Debug, Clone)]
-struct OnWire {
-    inner: ScriptedProvider,
-    wire: Wire,
-    seen: Arc<Mutex<Vec<Option<Controls>>>>,
-}
-
-#[async_trait]
-impl ModelProvider for OnWire {
-    fn name(&self) -> &str {
-        "on-wire"
-    }
-
-    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
-        self.seen.lock().unwrap().push(request.controls.cloned());
-        self.inner.stream(request).await
-    }
-
-    fn wire(&self) -> Wire {
-        self.wire
-    }
-}
+use super::wire_support::{OnWire, controls, on_wire};
 
 fn on(wire: Wire) -> OnWire {
-    OnWire {
-        inner: ScriptedProvider::new(Script::new(vec![
-            ScriptedTurn::text("first"),
-            ScriptedTurn::text("second"),
-        ])),
+    on_wire(
         wire,
-        seen: Arc::default(),
-    }
-}
-
-fn controls(value: Value) -> Controls {
-    serde_json::from_value(value).unwrap()
+        vec![ScriptedTurn::text("first"), ScriptedTurn::text("second")],
+    )
 }
 
 /// `writer` runs on the Chat Completions wire with controls of its own; `claude` on the
