@@ -114,3 +114,23 @@ fn malformed_toml_is_one_line_with_its_line() {
     let spec = Spec::parse("s.toml", "[agents.root]\n[[agents.root.turns]]\n").unwrap();
     assert_eq!(spec.task, "");
 }
+
+#[test]
+fn a_runs_kept_root_controls_apply_again_over_the_specs() {
+    let text = "task = \"x\"\n[agents.root]\n[agents.root.controls]\ntemperature = 0.9\ntop_p = 0.5\n\
+                [[agents.root.turns]]\ntext = \"hi\"\n";
+    let definition = serde_json::json!({
+        "path": "s.toml",
+        "spec": text,
+        "root_controls": {"temperature": 0.1, "seed": 7},
+    });
+    let spec = Spec::from_definition(&definition).unwrap().unwrap();
+    let kept: arbor_model::Controls =
+        serde_json::from_value(serde_json::json!({"temperature": 0.1, "top_p": 0.5, "seed": 7}))
+            .unwrap();
+    assert_eq!(spec.agents["root"].controls, kept);
+    // Kept controls that no longer parse are an error, not dropped.
+    let bad = serde_json::json!({"path": "s.toml", "spec": text, "root_controls": {"tempo": 1}});
+    let e = Spec::from_definition(&bad).unwrap_err();
+    assert!(e.contains("root_controls"), "{e}");
+}

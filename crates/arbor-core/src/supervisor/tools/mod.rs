@@ -91,26 +91,15 @@ impl Delegator {
                 "delegation tool {name:?} needs children to act on"
             )));
         }
-        let all = if children.is_empty() {
-            self.reply_tools()
-        } else {
-            self.tools_for(children)?
-        };
+        if !children.is_empty() {
+            self.tools_for(children)?;
+        }
         let can_wait = names.iter().any(|n| n == "wait_agent");
-        Ok(all
-            .into_iter()
-            .filter(|t| names.iter().any(|n| n == t.spec().name.as_str()))
-            .map(|t| {
-                if t.spec().name == "spawn_agent" {
-                    let lean: Arc<dyn DynTool> = Arc::new(
-                        SpawnAgentTool::build(self.clone(), "spawn_agent", children.to_vec())
-                            .lean(can_wait),
-                    );
-                    lean
-                } else {
-                    t
-                }
-            })
+        // In the order of DELEGATION_TOOLS, each built once.
+        Ok(DELEGATION_TOOLS
+            .iter()
+            .filter(|t| names.iter().any(|n| n == *t))
+            .map(|t| self.tool(t, children, Some(can_wait)))
             .collect())
     }
 
@@ -120,19 +109,32 @@ impl Delegator {
     }
 
     fn family(&self, children: &[String]) -> Vec<Arc<dyn DynTool>> {
+        DELEGATION_TOOLS
+            .iter()
+            .map(|t| self.tool(t, children, None))
+            .collect()
+    }
+
+    /// The delegation tool `name` (one of [`DELEGATION_TOOLS`]) offering `children`
+    /// (allow-listed: the caller checked); `lean`: a lean set's `spawn_agent`, which can wait
+    /// or not.
+    fn tool(&self, name: &str, children: &[String], lean: Option<bool>) -> Arc<dyn DynTool> {
         let sup = self.supervisor().clone();
-        let mut tools = self.reply_tools();
-        // `children` are allow-listed (checked by the caller).
-        tools.push(Arc::new(SpawnAgentTool::build(
-            self.clone(),
-            "spawn_agent",
-            children.to_vec(),
-        )));
-        tools.push(Arc::new(WaitAgentTool::new(self.clone())));
-        tools.push(Arc::new(CancelAgentTool::new(self.clone())));
-        tools.push(Arc::new(ListChildrenTool::new(sup.clone())));
-        tools.push(Arc::new(RenameChildTool::new(sup.clone())));
-        tools.push(Arc::new(FindModelsTool::build(sup, children.to_vec())));
-        tools
+        match name {
+            "spawn_agent" => {
+                let spawn = SpawnAgentTool::build(self.clone(), "spawn_agent", children.to_vec());
+                match lean {
+                    Some(can_wait) => Arc::new(spawn.lean(can_wait)),
+                    None => Arc::new(spawn),
+                }
+            }
+            "wait_agent" => Arc::new(WaitAgentTool::new(self.clone())),
+            "cancel_agent" => Arc::new(CancelAgentTool::new(self.clone())),
+            "list_children" => Arc::new(ListChildrenTool::new(sup)),
+            "rename_child" => Arc::new(RenameChildTool::new(sup)),
+            "find_models" => Arc::new(FindModelsTool::build(sup, children.to_vec())),
+            // `send_message`, the last of DELEGATION_TOOLS not matched above.
+            _ => Arc::new(SendMessageTool::new(sup)),
+        }
     }
 }
