@@ -89,6 +89,9 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
         .model(model.unwrap_or(&spec.model).to_owned())
         .limits(spec.run_limits)
         .controls(spec.controls.clone());
+    if let Some(table) = &spec.pricing {
+        b = b.pricing(table.clone());
+    }
     if let Some(system) = &spec.system {
         b = b.system(system.clone());
     }
@@ -282,6 +285,9 @@ fn assemble(
         b = b.effect_store(arbor_core::StoreEffects::new(store_for_effects));
         if let Some(runner) = crate::workers::runner_for(&spec.fingerprint) {
             b = b.runner(runner);
+        }
+        if let Some(table) = spec.price_table() {
+            b = b.pricing(table);
         }
         if let Some(r) = &redactor {
             // Forced onto every child agent.

@@ -9,6 +9,7 @@ use arbor_protocol::RunLimits;
 use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
 use crate::permission::{Permission, PermissionPolicy};
+use crate::pricing::PriceTable;
 use crate::redact::Redactor;
 use crate::tool::{DynTool, Tool, ToolSet, Typed};
 
@@ -49,6 +50,7 @@ struct AgentInner {
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
     controls: Option<arbor_model::Controls>,
+    pricing: Option<Arc<PriceTable>>,
 }
 
 impl fmt::Debug for Agent {
@@ -86,6 +88,7 @@ impl Agent {
             effects: None,
             thinking: None,
             controls: None,
+            pricing: None,
         }
     }
 
@@ -132,6 +135,11 @@ impl Agent {
     /// The identity its runs act as, if any (policies and tools see it).
     pub fn identity(&self) -> Option<&Identity> {
         self.inner.identity.as_deref()
+    }
+
+    /// The prices its turns are costed with, if any.
+    pub fn pricing(&self) -> Option<&Arc<PriceTable>> {
+        self.inner.pricing.as_ref()
     }
 
     /// The redactor applied to its sessions' events and stored transcripts, if any.
@@ -211,6 +219,7 @@ impl Agent {
             effects: i.effects.clone(),
             thinking: i.thinking,
             controls: i.controls.clone(),
+            pricing: i.pricing.clone(),
         }
     }
 }
@@ -236,6 +245,7 @@ pub struct AgentBuilder {
     effects: Option<Arc<dyn crate::tool::effect::EffectStore>>,
     thinking: Option<ThinkingLevel>,
     controls: Option<arbor_model::Controls>,
+    pricing: Option<Arc<PriceTable>>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -415,6 +425,14 @@ impl AgentBuilder {
         self
     }
 
+    /// The prices its provider turns are costed with (each turn's cost is stored with its
+    /// usage and summed into its session's and every ancestor's cost). A supervisor's own
+    /// table, when it has one, replaces a child's.
+    pub fn pricing(mut self, table: impl Into<Arc<PriceTable>>) -> Self {
+        self.pricing = Some(table.into());
+        self
+    }
+
     /// Validates and builds the agent.
     pub fn build(self) -> CoreResult<Agent> {
         validate_agent_name(&self.name)?;
@@ -458,6 +476,9 @@ impl AgentBuilder {
                     ),
                 ));
             }
+        }
+        if let Some(table) = &self.pricing {
+            table.require(&model)?;
         }
         let tools = ToolSet::new(self.tools)?;
         if tools.specs().is_empty()
@@ -511,6 +532,7 @@ impl AgentBuilder {
                 effects: self.effects,
                 thinking: self.thinking,
                 controls: self.controls,
+                pricing: self.pricing,
             }),
         })
     }

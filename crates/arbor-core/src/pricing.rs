@@ -262,6 +262,15 @@ impl PriceTable {
             .map(|(_, p)| *p)
     }
 
+    /// Refuses `model` (naming the `pricing` field) when it has no price and a missing
+    /// price is an error: what a build or an admission checks before any call is made.
+    pub fn require(&self, model: &str) -> CoreResult<()> {
+        if self.missing == Missing::Error && self.price_of(model).is_none() {
+            return Err(missing_error(model));
+        }
+        Ok(())
+    }
+
     /// The cost of `usage` on `model`, in micro-units: `Some` with a price; for a model
     /// without one, per [`Missing`]: an error naming it, or `None` (counted as zero; with
     /// `Warn`, a warning names the model the first time).
@@ -270,10 +279,7 @@ impl PriceTable {
             return Ok(Some(price.cost(usage)));
         }
         match self.missing {
-            Missing::Error => Err(CoreError::invalid(
-                "pricing",
-                format!("model {model:?} has no price (pricing.missing = \"error\")"),
-            )),
+            Missing::Error => Err(missing_error(model)),
             Missing::Zero => Ok(None),
             Missing::Warn => {
                 let first = self
@@ -292,6 +298,13 @@ impl PriceTable {
             }
         }
     }
+}
+
+fn missing_error(model: &str) -> CoreError {
+    CoreError::invalid(
+        "pricing",
+        format!("model {model:?} has no price (pricing.missing = \"error\")"),
+    )
 }
 
 #[cfg(test)]

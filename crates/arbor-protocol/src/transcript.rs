@@ -84,6 +84,29 @@ pub enum EntryKind {
         /// This session's aggregate (own + attributed) after the attribution.
         aggregate: Usage,
     },
+    /// What the provider turn whose `usage` entry is just before this one cost: written in
+    /// the same write, only when the session's agent has prices and the turn cost something.
+    Cost {
+        /// Turn number within the run.
+        turn: u32,
+        /// The model it was priced as: the one the provider said served the turn, else the
+        /// agent's.
+        model: String,
+        /// The cost, in micro-units (millionths) of the price table's currency.
+        micros: u64,
+    },
+    /// What a descendant's turn cost, attributed to this session: written just after the
+    /// `usage_attributed` entry of the same turn, in the same write.
+    CostAttributed {
+        /// The descendant whose own provider turn it was.
+        from: SessionId,
+        /// This session's direct child the cost came through.
+        via: SessionId,
+        /// The cost attributed, in micro-units.
+        micros: u64,
+        /// This session's aggregate cost (own + attributed) after the attribution.
+        aggregate_micros: u64,
+    },
     /// A message was delivered into this session's inbox (it is pending until read).
     InboxReceived {
         /// The message.
@@ -173,6 +196,8 @@ impl EntryKind {
             Self::Truncated { .. } => "truncated",
             Self::RunStarted { .. } => "run_started",
             Self::UsageAttributed { .. } => "usage_attributed",
+            Self::Cost { .. } => "cost",
+            Self::CostAttributed { .. } => "cost_attributed",
             Self::InboxReceived { .. } => "inbox_received",
             Self::InboxRead { .. } => "inbox_read",
             Self::InboxDropped { .. } => "inbox_dropped",

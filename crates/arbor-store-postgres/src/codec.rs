@@ -67,7 +67,7 @@ pub(crate) fn insert_session(
     record: &SessionRecord,
 ) -> StoreResult<Query<'static, Postgres, PgArguments>> {
     let r = SessionRow::of(record)?;
-    let placeholders: Vec<String> = (1..=28).map(|i| format!("${i}")).collect();
+    let placeholders: Vec<String> = (1..=30).map(|i| format!("${i}")).collect();
     let sql = format!(
         "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({})",
         placeholders.join(", ")
@@ -94,7 +94,9 @@ pub(crate) fn insert_session(
         .bind(r.spawned_turn)
         .bind(r.replies)
         .bind(r.tombstone)
-        .bind(r.artifacts))
+        .bind(r.artifacts)
+        .bind(r.own_cost)
+        .bind(r.attributed_cost))
 }
 
 /// The `UPDATE` writing every mutable column of `record` to its existing row.
@@ -109,7 +111,8 @@ pub(crate) fn write_session(
          attributed_output_tokens = $10, attributed_total_tokens = $11, \
          attributed_cache_read_tokens = $12, attributed_cache_write_tokens = $13, \
          context_tokens = $14, updated_at = $15, meta = $16, version = $17, replies = $18, \
-         tombstone = $19, artifacts = $20 WHERE id = $1",
+         tombstone = $19, artifacts = $20, own_cost = $21, attributed_cost = $22 \
+         WHERE id = $1",
     )
     .bind(r.id)
     .bind(r.name)
@@ -124,7 +127,9 @@ pub(crate) fn write_session(
         .bind(r.version)
         .bind(r.replies)
         .bind(r.tombstone)
-        .bind(r.artifacts))
+        .bind(r.artifacts)
+        .bind(r.own_cost)
+        .bind(r.attributed_cost))
 }
 
 /// Decodes a row selected with [`ENTRY_COLUMNS`] (see [`arbor_store::row::read_entry`]).

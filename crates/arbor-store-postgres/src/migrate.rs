@@ -11,7 +11,7 @@ use sqlx::{PgPool, Row};
 use crate::error::{store_error, unavailable};
 
 /// The schema version this build writes: the number of the last migration.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "child_events",
         include_str!("../migrations/0004_child_events.sql"),
     ),
+    (5, "cost", include_str!("../migrations/0005_cost.sql")),
 ];
 
 /// The advisory lock held while migrating ("arbor" in ASCII).

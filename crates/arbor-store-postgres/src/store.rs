@@ -373,9 +373,9 @@ impl Store for PostgresStore {
                 let mut record = load(tx, target.session, true)
                     .await?
                     .ok_or_else(|| StoreError::session_not_found(target.session))?;
-                let entry = attribution.apply_to(target, &mut record);
+                let added = attribution.apply_to(target, &mut record);
                 write_session(&record)?.execute(&mut *tx).await?;
-                let body = encode(std::slice::from_ref(&entry))?;
+                let body = encode(&added)?;
                 append_in(
                     tx,
                     target.session,

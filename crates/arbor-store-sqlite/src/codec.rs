@@ -62,7 +62,7 @@ pub(crate) fn insert_session(
     let sql = format!(
         "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
          ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
-         ?27, ?28)"
+         ?27, ?28, ?29, ?30)"
     );
     let (own, attr) = (r.own_usage, r.attributed_usage);
     conn.prepare_cached(&sql)
@@ -96,6 +96,8 @@ pub(crate) fn insert_session(
                 r.replies,
                 r.tombstone,
                 r.artifacts,
+                r.own_cost,
+                r.attributed_cost,
             ])
         })
         .at(path)
@@ -142,8 +144,8 @@ impl Columns {
     pub(crate) fn of(update: &SessionUpdate) -> Self {
         Self {
             status: update.status.is_some(),
-            own_usage: update.own_usage.is_some(),
-            attributed_usage: update.attributed_usage.is_some(),
+            own_usage: update.own_usage.is_some() || update.own_cost.is_some(),
+            attributed_usage: update.attributed_usage.is_some() || update.attributed_cost.is_some(),
             context_tokens: update.context_tokens.is_some(),
             meta: update.meta.is_some(),
             replies: update.replies.is_some(),
@@ -174,15 +176,17 @@ pub(crate) fn write_session(
     if columns.status {
         set("status", Value::Text(record.status.as_str().to_owned()));
     }
-    for (on, prefix, usage) in [
-        (columns.own_usage, "own", &record.own_usage),
+    for (on, prefix, usage, cost) in [
+        (columns.own_usage, "own", &record.own_usage, record.own_cost),
         (
             columns.attributed_usage,
             "attributed",
             &record.attributed_usage,
+            record.attributed_cost,
         ),
     ] {
         if on {
+            set(&format!("{prefix}_cost"), int(cost));
             set(&format!("{prefix}_input_tokens"), int(usage.input_tokens));
             set(&format!("{prefix}_output_tokens"), int(usage.output_tokens));
             set(&format!("{prefix}_total_tokens"), int(usage.total_tokens));

@@ -53,10 +53,16 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0004_artifacts.sql"),
         prepare: None,
     },
+    Migration {
+        version: 5,
+        name: "0005_cost",
+        sql: include_str!("../migrations/0005_cost.sql"),
+        prepare: None,
+    },
 ];
 
 /// The schema version this build creates and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// `PRAGMA application_id` of an arbor store: "arbr" in ASCII.
 const APPLICATION_ID: i64 = 0x6172_6272;

@@ -361,9 +361,9 @@ impl Store for SqliteStore {
             for target in &attribution.targets {
                 let mut record = load(tx, path, target.session)?
                     .ok_or_else(|| StoreError::session_not_found(target.session))?;
-                let entry = attribution.apply_to(target, &mut record);
+                let added = attribution.apply_to(target, &mut record);
                 write_session(tx, path, &record, Columns::ATTRIBUTED_USAGE)?;
-                let body = encode(std::slice::from_ref(&entry))?;
+                let body = encode(&added)?;
                 append_in(
                     tx,
                     path,

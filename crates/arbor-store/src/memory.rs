@@ -236,8 +236,8 @@ impl Store for MemoryStore {
         let seq = inner.write(session, run, entries, update);
         for target in &attribution.targets {
             if let Some(record) = inner.sessions.get_mut(&target.session) {
-                let entry = attribution.apply_to(target, record);
-                inner.push(target.session, Attribution::run_for(target, run), &[entry]);
+                let added = attribution.apply_to(target, record);
+                inner.push(target.session, Attribution::run_for(target, run), &added);
             }
         }
         Ok(seq)

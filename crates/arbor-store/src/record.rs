@@ -28,6 +28,13 @@ pub struct SessionRecord {
     pub own_usage: Usage,
     /// Tokens attributed to it from its descendants.
     pub attributed_usage: Usage,
+    /// What its own provider turns cost, in micro-units of the price table's currency (0
+    /// without prices).
+    #[serde(default)]
+    pub own_cost: u64,
+    /// What its descendants' turns cost, attributed to it like their tokens.
+    #[serde(default)]
+    pub attributed_cost: u64,
     /// Prompt tokens of its last provider turn: how full its context is.
     pub context_tokens: u64,
     /// When it was created.
@@ -89,6 +96,8 @@ impl SessionRecord {
             status: SessionStatus::Idle,
             own_usage: Usage::default(),
             attributed_usage: Usage::default(),
+            own_cost: 0,
+            attributed_cost: 0,
             context_tokens: 0,
             created_at: now,
             updated_at: now,
@@ -120,6 +129,11 @@ impl SessionRecord {
         self.own_usage + self.attributed_usage
     }
 
+    /// Own plus attributed cost, in micro-units.
+    pub fn aggregate_cost(&self) -> u64 {
+        self.own_cost.saturating_add(self.attributed_cost)
+    }
+
     /// Fails with `Conflict` when `update` expects another version than this record's, and
     /// with `Deleted` when it requires a live session and this one has a tombstone.
     pub fn check_version(&self, update: &SessionUpdate) -> Result<(), crate::StoreError> {
@@ -147,6 +161,12 @@ impl SessionRecord {
         }
         if let Some(usage) = update.attributed_usage {
             self.attributed_usage = usage;
+        }
+        if let Some(cost) = update.own_cost {
+            self.own_cost = cost;
+        }
+        if let Some(cost) = update.attributed_cost {
+            self.attributed_cost = cost;
         }
         if let Some(tokens) = update.context_tokens {
             self.context_tokens = tokens;
@@ -183,6 +203,12 @@ pub struct SessionUpdate {
     pub own_usage: Option<Usage>,
     /// New attributed usage.
     pub attributed_usage: Option<Usage>,
+    /// New own cost, in micro-units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_cost: Option<u64>,
+    /// New attributed cost, in micro-units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributed_cost: Option<u64>,
     /// New context size.
     pub context_tokens: Option<u64>,
     /// New host data.
@@ -236,26 +262,45 @@ pub struct Attribution {
     pub from: SessionId,
     /// The usage.
     pub usage: Usage,
+    /// What it cost, in micro-units (0 without prices: no cost entry is written).
+    pub cost: u64,
     /// Each ancestor, nearest first.
     pub targets: Vec<AttributionTarget>,
 }
 
 impl Attribution {
-    /// Adds the usage to `target`'s record (version and time bumped) and returns the entry
-    /// to append to its transcript. Backends call it inside their atomic write.
-    pub fn apply_to(&self, target: &AttributionTarget, record: &mut SessionRecord) -> EntryKind {
+    /// Adds the usage (and cost) to `target`'s record (version and time bumped) and returns
+    /// the entries to append to its transcript: a `usage_attributed`, then a
+    /// `cost_attributed` when the turn cost something. Backends call it inside their atomic
+    /// write.
+    pub fn apply_to(
+        &self,
+        target: &AttributionTarget,
+        record: &mut SessionRecord,
+    ) -> Vec<EntryKind> {
         let attributed = record.attributed_usage + self.usage;
+        let cost = record.attributed_cost.saturating_add(self.cost);
         record.apply(&SessionUpdate {
             attributed_usage: Some(attributed),
+            attributed_cost: (self.cost > 0).then_some(cost),
             ..SessionUpdate::default()
         });
-        EntryKind::UsageAttributed {
+        let mut out = vec![EntryKind::UsageAttributed {
             from: self.from,
             via: target.via,
             target: target.target,
             child_usage: self.usage,
             aggregate: record.aggregate_usage(),
+        }];
+        if self.cost > 0 {
+            out.push(EntryKind::CostAttributed {
+                from: self.from,
+                via: target.via,
+                micros: self.cost,
+                aggregate_micros: record.aggregate_cost(),
+            });
         }
+        out
     }
 
     /// The run id the entry in `target`'s transcript is filed under: the run it applies to,

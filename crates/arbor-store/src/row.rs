@@ -19,7 +19,7 @@ pub const SESSION_COLUMNS: &str = "id, parent_id, root_id, name, agent, model, d
     own_cache_write_tokens, attributed_input_tokens, attributed_output_tokens, \
     attributed_total_tokens, attributed_cache_read_tokens, attributed_cache_write_tokens, \
     context_tokens, created_at, updated_at, meta, version, spawned_run, spawned_turn, replies, \
-    tombstone, artifacts";
+    tombstone, artifacts, own_cost, attributed_cost";
 
 /// A `WHERE` clause built from parts that number their own values `#1`, `#2`, …: each
 /// part's numbers follow the values bound before it, written `{prefix}N` (`?N` for SQLite,
@@ -98,6 +98,10 @@ pub struct SessionRow {
     pub replies: i64,
     pub tombstone: Option<String>,
     pub artifacts: i64,
+    /// Micro-units.
+    pub own_cost: i64,
+    /// Micro-units.
+    pub attributed_cost: i64,
 }
 
 /// A backend's row, read column by column: what [`SessionRow::read`] needs of it. Each method
@@ -220,6 +224,8 @@ impl SessionRow {
             replies: i64::from(record.replies),
             tombstone: tombstone_json(record)?,
             artifacts: i64::from(record.artifacts),
+            own_cost: to_sql(record.own_cost),
+            attributed_cost: to_sql(record.attributed_cost),
         })
     }
 
@@ -257,6 +263,8 @@ impl SessionRow {
             replies: row.int(25, "replies")?,
             tombstone: row.text_or_null(26, "tombstone")?,
             artifacts: row.int(27, "artifacts")?,
+            own_cost: row.int(28, "own_cost")?,
+            attributed_cost: row.int(29, "attributed_cost")?,
         })
     }
 
@@ -282,6 +290,8 @@ impl SessionRow {
                 .ok_or_else(|| corrupt(format_args!("column status: unknown status {status:?}")))?,
             own_usage: usage(self.own_usage),
             attributed_usage: usage(self.attributed_usage),
+            own_cost: from_sql(self.own_cost),
+            attributed_cost: from_sql(self.attributed_cost),
             context_tokens: from_sql(self.context_tokens),
             created_at: Timestamp(from_sql(self.created_at)),
             updated_at: Timestamp(from_sql(self.updated_at)),

@@ -28,6 +28,8 @@ struct Frame {
     kids: std::vec::IntoIter<SessionRecord>,
     /// The own usage of its descendants visited so far.
     below: Usage,
+    /// Own cost of its descendants found so far.
+    below_cost: u64,
 }
 
 /// One step of the walk.
@@ -35,7 +37,7 @@ enum Step {
     /// A session, before its children; with its parent's name.
     Enter(SessionRecord, Option<String>),
     /// A session after its children, with the own usage of all its descendants.
-    Leave(SessionRecord, Usage),
+    Leave(SessionRecord, Usage, u64),
 }
 
 /// A depth-first walk of the tree under a root.
@@ -88,6 +90,7 @@ impl<'a> Walk<'a> {
             node,
             kids: kids.into_iter(),
             below: Usage::default(),
+            below_cost: 0,
         });
         Ok(())
     }
@@ -111,8 +114,12 @@ impl<'a> Walk<'a> {
         if let Some(parent) = self.stack.last_mut() {
             parent.below += done.below;
             parent.below += done.node.own_usage;
+            parent.below_cost = parent
+                .below_cost
+                .saturating_add(done.below_cost)
+                .saturating_add(done.node.own_cost);
         }
-        Ok(Some(Step::Leave(done.node, done.below)))
+        Ok(Some(Step::Leave(done.node, done.below, done.below_cost)))
     }
 }
 
@@ -133,6 +140,8 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
         sessions: 0,
         own_total_tokens: 0,
         root_aggregate_tokens: root.aggregate_usage().total_tokens,
+        own_total_cost: 0,
+        root_aggregate_cost: root.aggregate_cost(),
         mismatches: Vec::new(),
     };
     let mut widths = HEADER.map(str::len);
@@ -153,6 +162,13 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
                         s.own_usage.total_tokens, replayed.own.total_tokens
                     ));
                 }
+                if (replayed.own_cost, replayed.attributed_cost) != (s.own_cost, s.attributed_cost)
+                {
+                    differs(format!(
+                        "own and attributed cost {} and {}, its transcript records {} and {}",
+                        s.own_cost, s.attributed_cost, replayed.own_cost, replayed.attributed_cost
+                    ));
+                }
                 if replayed.attributed != s.attributed_usage {
                     differs(format!(
                         "attributed {} tokens, its transcript records {}",
@@ -161,9 +177,19 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
                 }
                 rec.sessions += 1;
                 rec.own_total_tokens += s.own_usage.total_tokens;
+                rec.own_total_cost = rec.own_total_cost.saturating_add(s.own_cost);
                 report::widen(&mut widths, &report::cells(&s, parent.as_deref()));
             }
-            Step::Leave(s, below) => {
+            Step::Leave(s, below, below_cost) => {
+                if s.attributed_cost != below_cost {
+                    rec.mismatches.push(Mismatch {
+                        session: s.id,
+                        what: format!(
+                            "attributed cost {}, its descendants' own cost {below_cost}",
+                            s.attributed_cost
+                        ),
+                    });
+                }
                 if s.attributed_usage != below {
                     rec.mismatches.push(Mismatch {
                         session: s.id,
@@ -182,6 +208,15 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
             what: format!(
                 "the tree's own usage sums to {} tokens, the root's aggregate is {}",
                 rec.own_total_tokens, rec.root_aggregate_tokens
+            ),
+        });
+    }
+    if rec.own_total_cost != rec.root_aggregate_cost {
+        rec.mismatches.push(Mismatch {
+            session: root.id,
+            what: format!(
+                "the tree's own cost sums to {}, the root's aggregate is {}",
+                rec.own_total_cost, rec.root_aggregate_cost
             ),
         });
     }

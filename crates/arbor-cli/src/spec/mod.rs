@@ -16,6 +16,7 @@ use serde::Deserialize;
 mod delegation;
 mod error;
 pub(crate) mod limits;
+mod pricing;
 pub(crate) use error::{SpecError, at};
 
 /// Built-in tools a spec may name.
@@ -44,6 +45,9 @@ pub(crate) struct Spec {
     /// Named HTTP providers agents may use (`provider = "<name>"`).
     #[serde(default)]
     pub(crate) providers: BTreeMap<String, crate::providers::ProviderSpec>,
+    /// What models cost (see [`pricing`]).
+    #[serde(default = "pricing::PricingSpec::on")]
+    pub(crate) pricing: pricing::PricingSpec,
     /// MCP servers whose tools agents may be granted (`tools = ["mcp:NAME/*"]`).
     #[serde(default)]
     pub(crate) mcp_servers: BTreeMap<String, arbor_mcp::ServerConfig>,
@@ -160,6 +164,9 @@ pub(crate) struct AgentSpec {
     /// Its HTTP provider, once resolved (shared by every agent naming it).
     #[serde(skip)]
     pub(crate) http: Option<std::sync::Arc<dyn arbor_model::ModelProvider>>,
+    /// The spec's price table, once resolved (shared by every agent).
+    #[serde(skip)]
+    pub(crate) pricing: Option<std::sync::Arc<arbor_core::pricing::PriceTable>>,
 }
 
 fn scripted() -> String {
@@ -190,6 +197,7 @@ impl Spec {
         spec.fingerprint = fingerprint(text);
         delegation::resolve(&mut spec).map_err(|e| at(path, text, &e))?;
         spec.resolve_providers().map_err(|e| at(path, text, &e))?;
+        spec.resolve_pricing().map_err(|e| at(path, text, &e))?;
         Ok(spec)
     }
 
@@ -382,7 +390,8 @@ impl Spec {
             agent.controls = c.over(&agent.controls);
         }
         self.validate().map_err(|e| e.message)?;
-        self.resolve_providers().map_err(|e| e.message)
+        self.resolve_providers().map_err(|e| e.message)?;
+        self.resolve_pricing().map_err(|e| e.message)
     }
 
     /// Sets the folder worktrees are made under (absolute, as a run keeps it).

@@ -134,3 +134,71 @@ fn a_runs_kept_root_controls_apply_again_over_the_specs() {
     let e = Spec::from_definition(&bad).unwrap_err();
     assert!(e.contains("root_controls"), "{e}");
 }
+
+#[test]
+fn pricing_prices_models_by_pattern_over_the_builtin_table() {
+    let text = "task = \"x\"\n[pricing]\ncurrency = \"EUR\"\nmissing = \"error\"\n\
+                [pricing.\"claude-sonnet-4*\"]\ninput = 2.0\noutput = 10.0\ncache_read = 0.2\n\
+                [pricing.\"house-model\"]\ninput = 1.0\noutput = 2.0\n\
+                [agents.root]\n[[agents.root.turns]]\n";
+    let spec = Spec::parse("s.toml", text).unwrap();
+    let table = spec.price_table().unwrap();
+    assert_eq!(table.currency(), "EUR");
+    let sonnet = table.price_of("claude-sonnet-4-5").unwrap();
+    assert_eq!(
+        (
+            sonnet.input,
+            sonnet.output,
+            sonnet.cache_read,
+            sonnet.cache_write
+        ),
+        (2_000_000, 10_000_000, 200_000, 2_000_000)
+    );
+    assert_eq!(table.price_of("house-model").unwrap().output, 2_000_000);
+    // The built-in table is under it; the scripted agents' model is free.
+    assert_eq!(table.price_of("gpt-4o").unwrap().input, 2_500_000);
+    assert_eq!(
+        table.price_of("scripted").unwrap(),
+        arbor_core::pricing::Price::default()
+    );
+    let off = "task = \"x\"\n[pricing]\nbuiltin = false\n[agents.root]\n[[agents.root.turns]]\n";
+    let spec = Spec::parse("s.toml", off).unwrap();
+    assert!(spec.price_table().unwrap().price_of("gpt-4o").is_none());
+}
+
+#[test]
+fn bad_pricing_is_refused_naming_the_key() {
+    let tail = "[agents.root]\n[[agents.root.turns]]\n";
+    for (pricing, wanted) in [
+        (
+            "[pricing]\nmissing = \"maybe\"\n",
+            "pricing.missing must be \"error\", \"zero\" or \"warn\", not \"maybe\"",
+        ),
+        (
+            "[pricing.\"m\"]\ninput = -1.0\noutput = 1.0\n",
+            "s.toml:2: pricing.\"m\".input must be a price per million tokens from 0 to 999999, \
+             not -1",
+        ),
+        (
+            "[pricing.\"m\"]\ninput = 1.0\n",
+            "pricing.\"m\": missing field `output`",
+        ),
+        (
+            "[pricing.\"m\"]\ninput = 1.0\noutput = 1.0\ncahce_read = 1.0\n",
+            "unknown field `cahce_read`",
+        ),
+        (
+            "[pricing]\nbuiltin = \"yes\"\n",
+            "pricing.builtin has the wrong type",
+        ),
+        (
+            "[pricing]\ngpt = 3\n",
+            "pricing.\"gpt\" must be a table of prices",
+        ),
+    ] {
+        let text = format!("task = \"x\"\n{pricing}{tail}");
+        let err = Spec::parse("s.toml", &text).unwrap_err();
+        assert!(err.contains(wanted), "{err} does not say {wanted}");
+        assert!(!err.contains('\n'), "{err}");
+    }
+}

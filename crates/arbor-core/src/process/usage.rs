@@ -10,6 +10,10 @@
 //! equals the own usage of its descendants; and each record equals the replay of its own
 //! transcript (own = its `usage` entries, attributed = its `usage_attributed` entries), so a
 //! reload reapplies attribution without the children.
+//!
+//! Cost (micro-units, with prices) is kept, attributed and checked the same way: own and
+//! attributed cost beside own and attributed usage, `cost` and `cost_attributed` entries
+//! beside `usage` and `usage_attributed`, written by the same writes.
 
 use std::collections::HashMap;
 
@@ -25,6 +29,10 @@ pub struct Replayed {
     pub own: Usage,
     /// Sum of its `usage_attributed` entries.
     pub attributed: Usage,
+    /// Sum of its `cost` entries, in micro-units.
+    pub own_cost: u64,
+    /// Sum of its `cost_attributed` entries, in micro-units.
+    pub attributed_cost: u64,
 }
 
 /// Replays one session's transcript.
@@ -34,6 +42,10 @@ pub async fn replay(store: &dyn Store, session: SessionId) -> CoreResult<Replaye
         match entry.kind {
             EntryKind::Usage { usage, .. } => out.own += usage,
             EntryKind::UsageAttributed { child_usage, .. } => out.attributed += child_usage,
+            EntryKind::Cost { micros, .. } => out.own_cost = out.own_cost.saturating_add(micros),
+            EntryKind::CostAttributed { micros, .. } => {
+                out.attributed_cost = out.attributed_cost.saturating_add(micros);
+            }
             _ => {}
         }
     }
@@ -60,6 +72,10 @@ pub struct Reconciliation {
     pub own_total_tokens: u64,
     /// The root's aggregate total tokens.
     pub root_aggregate_tokens: u64,
+    /// Sum of own cost over the tree, in micro-units.
+    pub own_total_cost: u64,
+    /// The root's aggregate cost, in micro-units.
+    pub root_aggregate_cost: u64,
     /// Every identity that does not hold (empty when the tree reconciles).
     pub mismatches: Vec<Mismatch>,
 }
@@ -83,7 +99,16 @@ pub async fn reconcile(store: &dyn Store, root: SessionId) -> CoreResult<Reconci
     let mut mismatches = Vec::new();
     let below = descendants_own(&sessions);
     for s in &sessions {
-        let expected = below.get(&s.id).copied().unwrap_or_default();
+        let (expected, expected_cost) = below.get(&s.id).copied().unwrap_or_default();
+        if s.attributed_cost != expected_cost {
+            mismatches.push(Mismatch {
+                session: s.id,
+                what: format!(
+                    "attributed cost {}, its descendants' own cost {expected_cost}",
+                    s.attributed_cost
+                ),
+            });
+        }
         if s.attributed_usage != expected {
             mismatches.push(Mismatch {
                 session: s.id,
@@ -100,6 +125,15 @@ pub async fn reconcile(store: &dyn Store, root: SessionId) -> CoreResult<Reconci
                 what: format!(
                     "own {} tokens, its transcript records {}",
                     s.own_usage.total_tokens, replayed.own.total_tokens
+                ),
+            });
+        }
+        if (replayed.own_cost, replayed.attributed_cost) != (s.own_cost, s.attributed_cost) {
+            mismatches.push(Mismatch {
+                session: s.id,
+                what: format!(
+                    "own and attributed cost {} and {}, its transcript records {} and {}",
+                    s.own_cost, s.attributed_cost, replayed.own_cost, replayed.attributed_cost
                 ),
             });
         }
@@ -124,20 +158,35 @@ pub async fn reconcile(store: &dyn Store, root: SessionId) -> CoreResult<Reconci
             ),
         });
     }
+    let own_total_cost = sessions
+        .iter()
+        .fold(0u64, |sum, s| sum.saturating_add(s.own_cost));
+    let root_aggregate_cost = top.aggregate_cost();
+    if own_total_cost != root_aggregate_cost {
+        mismatches.push(Mismatch {
+            session: root,
+            what: format!(
+                "the tree's own cost sums to {own_total_cost}, the root's aggregate is \
+                 {root_aggregate_cost}"
+            ),
+        });
+    }
     Ok(Reconciliation {
         root,
         sessions: sessions.len(),
         own_total_tokens,
         root_aggregate_tokens,
+        own_total_cost,
+        root_aggregate_cost,
         mismatches,
     })
 }
 
-/// For every session, the own usage of all its strict descendants.
-fn descendants_own(sessions: &[SessionRecord]) -> HashMap<SessionId, Usage> {
+/// For every session, the own usage and cost of all its strict descendants.
+fn descendants_own(sessions: &[SessionRecord]) -> HashMap<SessionId, (Usage, u64)> {
     let parent: HashMap<SessionId, Option<SessionId>> =
         sessions.iter().map(|s| (s.id, s.parent_id)).collect();
-    let mut out: HashMap<SessionId, Usage> = HashMap::new();
+    let mut out: HashMap<SessionId, (Usage, u64)> = HashMap::new();
     for s in sessions {
         let mut up = s.parent_id;
         // Bounded by the tree size even if stored parents were to loop.
@@ -146,7 +195,9 @@ fn descendants_own(sessions: &[SessionRecord]) -> HashMap<SessionId, Usage> {
             if steps > sessions.len() {
                 break;
             }
-            *out.entry(p).or_default() += s.own_usage;
+            let below = out.entry(p).or_default();
+            below.0 += s.own_usage;
+            below.1 = below.1.saturating_add(s.own_cost);
             up = parent.get(&p).copied().flatten();
             steps += 1;
         }

@@ -492,6 +492,7 @@ impl Session {
             deferred: None,
             new_loop: false,
             forced: false,
+            cost: 0,
         });
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;

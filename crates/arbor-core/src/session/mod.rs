@@ -31,6 +31,7 @@ use crate::session::inbox::Inbox;
 pub(crate) mod approval_gate;
 pub(crate) mod attribution;
 pub(crate) mod compact;
+pub(crate) mod cost;
 pub(crate) mod dispatch;
 pub mod events;
 pub(crate) mod finish;
@@ -348,7 +349,7 @@ impl Session {
         run: RunId,
         entries: &[EntryKind],
         update: Option<SessionUpdate>,
-        attributed: Option<Usage>,
+        attributed: Option<(Usage, u64)>,
     ) -> CoreResult<()> {
         let redacted;
         let entries = match self.agent.redactor() {
@@ -372,10 +373,13 @@ impl Session {
         let unsure = std::mem::replace(&mut self.unsure, true);
         match attributed {
             // A turn that used nothing attributes nothing.
-            Some(usage) if !self.ancestors.is_empty() && usage != Usage::default() => {
+            Some((usage, cost))
+                if !self.ancestors.is_empty() && (usage != Usage::default() || cost > 0) =>
+            {
                 let attribution = Attribution {
                     from: self.record.id,
                     usage,
+                    cost,
                     targets: self.ancestors.clone(),
                 };
                 self.store

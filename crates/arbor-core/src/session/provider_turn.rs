@@ -24,6 +24,8 @@ pub(crate) struct Answer {
     pub(crate) finish: Option<arbor_model::FinishReason>,
     /// The model's reasoning blocks, in order.
     pub(crate) reasoning: Vec<Reasoning>,
+    /// The model the provider said served the call, if it said.
+    pub(crate) model: Option<String>,
 }
 
 impl Session {
@@ -66,6 +68,7 @@ impl Session {
             failure: out.3,
             finish,
             reasoning,
+            model: answered_by,
         }
     }
 

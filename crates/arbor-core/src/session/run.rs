@@ -116,6 +116,8 @@ pub(crate) struct RunState {
     /// The run is on fresh input from its host (not an inbox, a resume or a continuation):
     /// only its first turn may force a tool call (`Controls::after_call` for the rest).
     pub(crate) forced: bool,
+    /// What its provider turns cost so far, in micro-units.
+    pub(crate) cost: u64,
 }
 
 /// A run's last provider turn (no tool calls, or a failed call: the run ends right after
@@ -127,7 +129,7 @@ pub(crate) struct RunState {
 pub(crate) struct Deferred {
     pub(crate) entries: Vec<EntryKind>,
     pub(crate) update: Option<SessionUpdate>,
-    pub(crate) attributed: Option<Usage>,
+    pub(crate) attributed: Option<(Usage, u64)>,
     pub(crate) events: Vec<AgentEvent>,
 }
 
@@ -200,6 +202,7 @@ impl Session {
             deferred: None,
             new_loop: closing.is_empty(),
             forced: input.is_some() && closing.is_empty(),
+            cost: 0,
         });
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run
@@ -364,6 +367,7 @@ impl Session {
                 failure,
                 finish,
                 reasoning,
+                model,
             } = self
                 .provider_turn(state.run_id, turn, turn > 1 || !state.forced)
                 .await;
@@ -375,7 +379,7 @@ impl Session {
                 state,
                 turn,
                 (text.clone(), calls.clone(), reasoning),
-                usage,
+                usage.map(|u| (u, model)),
                 (failure.is_none(), last, truncated),
             )
             .await?;
@@ -457,14 +461,15 @@ impl Session {
         }
     }
 
-    /// Records a provider turn: its usage always, its message when the turn `completed`;
+    /// Records a provider turn: its usage (and, with prices, its cost: `usage` comes with
+    /// the model the provider said served it) always, its message when the turn `completed`;
     /// written now, or kept for the run's end when it is the `last` turn.
     async fn record_turn(
         &mut self,
         state: &mut RunState,
         turn: u32,
         (text, calls, reasoning): (String, Vec<ToolCall>, Vec<Reasoning>),
-        usage: Option<Usage>,
+        usage: Option<(Usage, Option<String>)>,
         (completed, last, truncated): (bool, bool, bool),
     ) -> CoreResult<()> {
         let mut entries = Vec::with_capacity(4);
@@ -494,8 +499,8 @@ impl Session {
             }
         }
         let mut update = None;
-        let attributed = usage;
-        if let Some(usage) = usage {
+        let mut attributed = None;
+        if let Some((usage, answered_by)) = usage {
             self.sync_record().await?;
             state.usage += usage;
             let own = self.record.own_usage + usage;
@@ -504,11 +509,22 @@ impl Session {
                 usage,
                 context_tokens: usage.input_tokens,
             });
+            let (model, cost) = crate::session::cost::of_turn(&self.agent, answered_by, &usage);
+            if cost > 0 {
+                entries.push(EntryKind::Cost {
+                    turn,
+                    model,
+                    micros: cost,
+                });
+            }
+            state.cost = state.cost.saturating_add(cost);
             update = Some(SessionUpdate {
                 own_usage: Some(own),
+                own_cost: (cost > 0).then(|| self.record.own_cost.saturating_add(cost)),
                 context_tokens: Some(usage.input_tokens),
                 ..SessionUpdate::default()
             });
+            attributed = Some((usage, cost));
         }
         if last {
             // The entries wait for the run's end; the history gets a copy now.

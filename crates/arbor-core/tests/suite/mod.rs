@@ -4,6 +4,7 @@ mod approvals;
 mod bounds;
 mod cancel;
 mod controls;
+mod cost;
 mod detached;
 mod effects;
 mod events;

@@ -95,6 +95,7 @@ fn chain(store_targets: &[(SessionId, SessionId)]) -> Vec<AttributionTarget> {
 /// A grandchild's usage lands in its own transcript and, in the same write, in the child's
 /// and the root's attributed usage, each with a `usage_attributed` entry naming where the
 /// path below was spawned and the resulting aggregate.
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub async fn attributions_reach_every_ancestor(store: &dyn Store) {
     const CHECK: &str = "attributions_reach_every_ancestor";
     let b = store.backend();
@@ -121,6 +122,7 @@ pub async fn attributions_reach_every_ancestor(store: &dyn Store) {
     let attribution = Attribution {
         from: leaf.id,
         usage,
+        cost: 700,
         targets: vec![
             AttributionTarget {
                 session: mid.id,
@@ -136,6 +138,7 @@ pub async fn attributions_reach_every_ancestor(store: &dyn Store) {
     };
     let update = SessionUpdate {
         own_usage: Some(usage),
+        own_cost: Some(700),
         ..SessionUpdate::default()
     };
     store
@@ -150,10 +153,16 @@ pub async fn attributions_reach_every_ancestor(store: &dyn Store) {
         .unwrap_or_else(|e| panic!("[{b}] {CHECK}: append_attributed failed: {e}"));
     let leaf_now = get(store, CHECK, leaf.id).await;
     assert_eq!(leaf_now.own_usage, usage, "[{b}] {CHECK}: leaf own");
+    assert_eq!(leaf_now.own_cost, 700, "[{b}] {CHECK}: leaf own cost");
     let mid_now = get(store, CHECK, mid.id).await;
     assert_eq!(
         mid_now.attributed_usage, usage,
         "[{b}] {CHECK}: mid attributed"
+    );
+    assert_eq!(
+        (mid_now.attributed_cost, mid_now.aggregate_cost()),
+        (700, 700),
+        "[{b}] {CHECK}: mid attributed cost"
     );
     assert_eq!(
         mid_now.version,
@@ -170,8 +179,27 @@ pub async fn attributions_reach_every_ancestor(store: &dyn Store) {
         Usage::new(50, 5),
         "[{b}] {CHECK}: root aggregate"
     );
+    assert_eq!(
+        top_now.aggregate_cost(),
+        700,
+        "[{b}] {CHECK}: root aggregate cost"
+    );
     let entries = store.transcript(top.id, 0, None).await.unwrap();
-    assert_eq!(entries.len(), 1, "[{b}] {CHECK}: root entries");
+    assert_eq!(entries.len(), 2, "[{b}] {CHECK}: root entries");
+    assert_eq!(
+        entries[1].kind,
+        EntryKind::CostAttributed {
+            from: leaf.id,
+            via: mid.id,
+            micros: 700,
+            aggregate_micros: 700,
+        },
+        "[{b}] {CHECK}: root cost entry"
+    );
+    assert_eq!(
+        entries[1].run_id, spawn.run_id,
+        "[{b}] {CHECK}: cost filed under"
+    );
     assert_eq!(
         entries[0].run_id, spawn.run_id,
         "[{b}] {CHECK}: filed under"
@@ -214,6 +242,7 @@ pub async fn append_attributed_is_atomic(store: &dyn Store) {
     let unknown = Attribution {
         from: kid.id,
         usage,
+        cost: 9,
         targets: chain(&[(top.id, kid.id), (SessionId::new(), top.id)]),
     };
     expect_err(
@@ -238,6 +267,7 @@ pub async fn append_attributed_is_atomic(store: &dyn Store) {
     let fine = Attribution {
         from: kid.id,
         usage,
+        cost: 9,
         targets: chain(&[(top.id, kid.id)]),
     };
     expect_err(
@@ -284,6 +314,7 @@ pub async fn concurrent_attributions_sum(store: &dyn Store) {
         let attribution = Attribution {
             from: kid.id,
             usage: Usage::new(1, 2),
+            cost: 5,
             targets: chain(&[(top_id, kid.id)]),
         };
         for i in 0..25u32 {
@@ -304,13 +335,15 @@ pub async fn concurrent_attributions_sum(store: &dyn Store) {
         Usage::new(200, 400),
         "[{b}] {CHECK}: sum"
     );
+    assert_eq!(top_now.attributed_cost, 1_000, "[{b}] {CHECK}: cost sum");
     let mut totals: Vec<u64> = store
         .transcript(top.id, 0, None)
         .await
         .unwrap()
         .into_iter()
-        .map(|e| match e.kind {
-            EntryKind::UsageAttributed { aggregate, .. } => aggregate.total_tokens,
+        .filter_map(|e| match e.kind {
+            EntryKind::UsageAttributed { aggregate, .. } => Some(aggregate.total_tokens),
+            EntryKind::CostAttributed { .. } => None,
             other => panic!("[{b}] {CHECK}: unexpected entry {other:?}"),
         })
         .collect();

@@ -28,6 +28,8 @@ pub async fn create_round_trips_every_field(store: &dyn Store) {
         cache_read_tokens: 4,
         cache_write_tokens: 1 << 40,
     };
+    top.own_cost = 4_380;
+    top.attributed_cost = u64::MAX;
     top.context_tokens = 12_345;
     top.created_at = Timestamp(1_700_000_000_001);
     top.updated_at = Timestamp(1_700_000_000_999);
@@ -174,6 +176,12 @@ fn expected_after(
     if let Some(usage) = update.attributed_usage {
         expected.attributed_usage = usage;
     }
+    if let Some(cost) = update.own_cost {
+        expected.own_cost = cost;
+    }
+    if let Some(cost) = update.attributed_cost {
+        expected.attributed_cost = cost;
+    }
     if let Some(tokens) = update.context_tokens {
         expected.context_tokens = tokens;
     }
@@ -196,6 +204,7 @@ fn expected_after(
 
 /// An update changes only the fields it sets, bumps the version by exactly 1, moves
 /// `updated_at` forward (never back) and returns the stored record.
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub async fn update_applies_only_set_fields(store: &dyn Store) {
     const CHECK: &str = "update_applies_only_set_fields";
     let b = store.backend();
@@ -224,6 +233,20 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
             },
         ),
         (
+            "own_cost",
+            SessionUpdate {
+                own_cost: Some(1_234),
+                ..SessionUpdate::default()
+            },
+        ),
+        (
+            "attributed_cost",
+            SessionUpdate {
+                attributed_cost: Some(u64::MAX - 1),
+                ..SessionUpdate::default()
+            },
+        ),
+        (
             "context_tokens",
             SessionUpdate {
                 context_tokens: Some(4321),
@@ -241,10 +264,12 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
         (
             "everything",
             SessionUpdate {
-                expected_version: Some(record.version + 6),
+                expected_version: Some(record.version + 8),
                 status: Some(SessionStatus::Aborted),
                 own_usage: Some(Usage::new(100, 50)),
                 attributed_usage: Some(Usage::new(200, 70)),
+                own_cost: Some(77),
+                attributed_cost: Some(88),
                 context_tokens: Some(99),
                 meta: Some(serde_json::Value::Null),
                 replies: Some(3),
@@ -287,7 +312,7 @@ pub async fn update_applies_only_set_fields(store: &dyn Store) {
     }
     assert_eq!(
         get(store, CHECK, record.id).await.version,
-        8,
+        10,
         "[{b}] {CHECK}: final version"
     );
 }

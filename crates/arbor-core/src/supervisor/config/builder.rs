@@ -50,6 +50,7 @@ impl Supervisor {
             store: None,
             revision: None,
             runner: None,
+            pricing: None,
         }
     }
 }
@@ -74,6 +75,7 @@ pub struct SupervisorBuilder {
     store: Option<Arc<dyn Store>>,
     revision: Option<String>,
     runner: Option<Arc<dyn ChildRunner>>,
+    pricing: Option<Arc<crate::pricing::PriceTable>>,
 }
 
 impl fmt::Debug for SupervisorBuilder {
@@ -139,6 +141,14 @@ impl SupervisorBuilder {
     /// The redactor applied to everything that leaves the supervisor.
     pub fn redactor(mut self, redactor: impl Redactor + 'static) -> Self {
         self.redactor = Some(Arc::new(redactor));
+        self
+    }
+
+    /// The prices every child's provider turns are costed with (over the child agent's own,
+    /// as the redactor is). With `missing = "error"`, a child whose model has no price is
+    /// refused at admission, naming `pricing`, before anything is created.
+    pub fn pricing(mut self, table: impl Into<Arc<crate::pricing::PriceTable>>) -> Self {
+        self.pricing = Some(table.into());
         self
     }
 
@@ -253,6 +263,7 @@ impl SupervisorBuilder {
             sink: self.sink,
             revision: self.revision,
             runner: self.runner,
+            pricing: self.pricing,
         };
         Ok(Supervisor::assemble(
             settings,

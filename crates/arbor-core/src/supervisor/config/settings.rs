@@ -32,6 +32,7 @@ pub(crate) struct Settings {
     pub(in crate::supervisor::config) sink: Option<Arc<dyn ChildEventSink>>,
     pub(in crate::supervisor::config) revision: Option<String>,
     pub(in crate::supervisor::config) runner: Option<Arc<dyn ChildRunner>>,
+    pub(in crate::supervisor::config) pricing: Option<Arc<crate::pricing::PriceTable>>,
 }
 
 impl Settings {
@@ -78,6 +79,11 @@ impl Settings {
     /// The redactor applied to everything that leaves the supervisor.
     pub(crate) fn redactor(&self) -> Option<&Arc<dyn Redactor>> {
         self.redactor.as_ref()
+    }
+
+    /// The prices child runs are costed with, over their agents' own.
+    pub(crate) fn pricing(&self) -> Option<&Arc<crate::pricing::PriceTable>> {
+        self.pricing.as_ref()
     }
 
     /// The effect store child runs record idempotent effects in.

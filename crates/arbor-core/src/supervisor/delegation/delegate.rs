@@ -208,6 +208,11 @@ impl Supervisor {
         let model = entry.resolve_model(request.model.as_deref())?;
         let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
         let controls = entry.check_controls(request.controls, thinking)?;
+        // A model without a price, where that is an error, is refused before anything is
+        // created (an entry without model choices is checked when its agent is built).
+        if let (Some(table), Some(model)) = (sup.settings().pricing(), model.as_deref()) {
+            table.require(model)?;
+        }
         let slot = sup.live().slots().reserve(
             limits
                 .max_active_children

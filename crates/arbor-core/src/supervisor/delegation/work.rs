@@ -249,6 +249,9 @@ impl Supervisor {
             builder = builder.controls(c.over(&agent.controls().cloned().unwrap_or_default()));
         }
         let settings = self.settings();
+        if let Some(table) = settings.pricing() {
+            builder = builder.pricing(table.clone());
+        }
         builder
             .permission(permission.and(agent.permission()))
             .overrides(

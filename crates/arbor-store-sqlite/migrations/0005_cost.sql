@@ -1,0 +1,6 @@
+-- 0005: what a session's own provider turns cost and what its descendants' cost, in
+-- micro-units (millionths) of the price table's currency, summed like its token usage (the
+-- same atomic write attributes both). Sessions stored before prices existed cost nothing.
+
+ALTER TABLE sessions ADD COLUMN own_cost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN attributed_cost INTEGER NOT NULL DEFAULT 0;
