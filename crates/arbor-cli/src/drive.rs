@@ -217,6 +217,10 @@ pub(crate) async fn create_root(
     if let Some(c) = &overrides.controls {
         meta["definition"]["root_controls"] = serde_json::to_value(c).unwrap_or_default();
     }
+    if let Some(table) = spec.price_table().filter(|t| t.currency() != "USD") {
+        // What the tree's costs are in, for every report of it (USD when not kept).
+        meta["definition"]["currency"] = serde_json::json!(table.currency());
+    }
     if let (Some(meta), serde_json::Value::Object(extra)) = (meta.as_object_mut(), extra) {
         meta.extend(extra);
     }

@@ -82,6 +82,8 @@ async fn old_json(store: &SqliteStore, root: &SessionRecord) -> String {
             "consistent": check.is_consistent(),
             "own_total_tokens": check.own_total_tokens,
             "root_aggregate_tokens": check.root_aggregate_tokens,
+            "own_total_cost_micros": check.own_total_cost,
+            "root_aggregate_cost_micros": check.root_aggregate_cost,
         },
     })
     .to_string()

@@ -45,6 +45,8 @@ pub struct RunResult {
     pub text: String,
     /// Tokens this run's provider turns used.
     pub usage: Usage,
+    /// What they cost, in micro-units of the price table's currency (0 without prices).
+    pub cost_micros: u64,
     /// The limit that fired, if one did.
     pub breach: Option<RunLimitBreach>,
     /// What went wrong, for runs that did not succeed.

@@ -26,6 +26,17 @@ pub struct Totals {
     pub aggregate: Usage,
 }
 
+/// A session's own and aggregate cost, in micro-units (millionths) of its price table's
+/// currency; both 0 without prices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct CostTotals {
+    /// Its own provider turns.
+    pub own_micros: u64,
+    /// Own plus its descendants'.
+    pub aggregate_micros: u64,
+}
+
 /// A session as every surface shows it: the one JSON shape of a session, the same in `arbor
 /// ls --json`, `tree --json`, `run --json`, the HTTP API and MCP (documented by
 /// `docs/schema/session.schema.json`). The registry's row of a child is one.
@@ -56,6 +67,8 @@ pub struct SessionView {
     pub lifetime: Option<String>,
     /// Its own and its aggregate usage.
     pub usage: Totals,
+    /// Its own and its aggregate cost.
+    pub cost: CostTotals,
     /// Prompt tokens of its last turn (how full its context is).
     pub context_tokens: u64,
     /// Messages it sent its parent.
@@ -130,6 +143,10 @@ impl SessionView {
             usage: Totals {
                 own: r.own_usage,
                 aggregate: r.aggregate_usage(),
+            },
+            cost: CostTotals {
+                own_micros: r.own_cost,
+                aggregate_micros: r.aggregate_cost(),
             },
             context_tokens: r.context_tokens,
             replies: r.replies,

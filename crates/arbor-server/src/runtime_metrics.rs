@@ -9,6 +9,7 @@
 //! |---|---|---|---|
 //! | `arbor_agent_runs_total` | counter | `role` (root, child), `status` | run attempts that ended |
 //! | `arbor_tokens_total` | counter | `kind` (input, output, cache_read, cache_write), `scope` (own, attributed) | tokens of provider turns; `attributed` is what children used, counted again into their ancestors' aggregates |
+//! | `arbor_cost_micros_total` | counter | `model` (the model that served the turn: the provider's name for it, else the requested one) | what provider turns cost, in micro-units of the price table's currency (with prices only) |
 //! | `arbor_tool_calls_total` | counter | `status` (ok, error) | tool calls executed |
 //! | `arbor_admission_refusals_total` | counter | `limit`, `kind` | delegations refused before anything was counted |
 //! | `arbor_provider_request_duration_seconds` | histogram | `provider`, `status` (ok, error) | provider turns, start to last event |
@@ -45,6 +46,11 @@ pub trait MetricSink: Send + Sync + 'static {
     fn run_ended(&self, role: &str, status: &str);
     /// Tokens of a run attempt (`scope`: own or attributed).
     fn tokens(&self, kind: &str, scope: &str, n: u64);
+    /// A provider turn cost `micros` (micro-units of the price table's currency) on `model`.
+    /// The default ignores it.
+    fn cost(&self, model: &str, micros: u64) {
+        let _ = (model, micros);
+    }
     /// A tool call ended.
     fn tool_call(&self, status: &str);
     /// A delegation was refused at admission.
@@ -74,6 +80,7 @@ struct Families {
     registry: Registry,
     runs: IntCounterVec,
     tokens: IntCounterVec,
+    cost: IntCounterVec,
     tool_calls: IntCounterVec,
     refusals: IntCounterVec,
     provider: HistogramVec,
@@ -117,6 +124,12 @@ impl RuntimeMetrics {
             "Tokens of provider turns, by kind; scope attributed counts children's tokens again, as their ancestors' aggregates do.",
             &["kind", "scope"],
         );
+        let cost = counter(
+            &registry,
+            "arbor_cost_micros_total",
+            "What provider turns cost, in micro-units (millionths) of the price table's currency, by the model that served each.",
+            &["model"],
+        );
         let tool_calls = counter(
             &registry,
             "arbor_tool_calls_total",
@@ -159,6 +172,7 @@ impl RuntimeMetrics {
                 registry,
                 runs,
                 tokens,
+                cost,
                 tool_calls,
                 refusals,
                 provider,
@@ -214,6 +228,8 @@ struct Seen {
     operation: Option<String>,
     status: Option<String>,
     provider: Option<String>,
+    model: Option<String>,
+    cost: u64,
     failed: bool,
     depth: u64,
     input: u64,
@@ -228,6 +244,9 @@ impl Visit for Seen {
             attr::OPERATION => self.operation = Some(value.to_owned()),
             attr::RUN_STATUS => self.status = Some(value.to_owned()),
             attr::PROVIDER => self.provider = Some(value.to_owned()),
+            // The response's model replaces the request's once it is known.
+            attr::REQUEST_MODEL if self.model.is_none() => self.model = Some(value.to_owned()),
+            attr::RESPONSE_MODEL => self.model = Some(value.to_owned()),
             attr::ERROR_TYPE => self.failed = true,
             _ => {}
         }
@@ -240,6 +259,7 @@ impl Visit for Seen {
             attr::OUTPUT_TOKENS => self.output = value,
             attr::CACHE_READ_TOKENS => self.cache_read = value,
             attr::CACHE_CREATION_TOKENS => self.cache_write = value,
+            attr::COST_MICROS => self.cost = value,
             _ => {}
         }
     }
@@ -301,6 +321,9 @@ impl MetricSink for Families {
     }
     fn tokens(&self, kind: &str, scope: &str, n: u64) {
         self.tokens.with_label_values(&[kind, scope]).inc_by(n);
+    }
+    fn cost(&self, model: &str, micros: u64) {
+        self.cost.with_label_values(&[model]).inc_by(micros);
     }
     fn tool_call(&self, status: &str) {
         self.tool_calls.with_label_values(&[status]).inc();
@@ -410,6 +433,10 @@ where
                     let provider = seen.provider.as_deref().unwrap_or("unknown");
                     let seconds = started.elapsed().as_secs_f64();
                     self.each(|s| s.provider_turn(provider, outcome, seconds));
+                }
+                if seen.cost > 0 {
+                    let model = seen.model.as_deref().unwrap_or("unknown");
+                    self.each(|s| s.cost(model, seen.cost));
                 }
             }
             Some("execute_tool") => self.each(|s| s.tool_call(outcome)),

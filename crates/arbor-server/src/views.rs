@@ -15,6 +15,10 @@ use utoipa::ToSchema;
 /// [`arbor_core::registry::Totals`]).
 pub use arbor_core::registry::Totals;
 
+/// A session's own and aggregate cost in micro-units (the library's
+/// [`arbor_core::registry::CostTotals`]).
+pub use arbor_core::registry::CostTotals;
+
 /// One session: the one JSON shape of a session everywhere, the library's type itself (as
 /// `arbor ls --json`, `tree --json` and `run --json` print it;
 /// `docs/schema/session.schema.json`), its schema derived on it (arbor-core's feature

@@ -44,6 +44,11 @@ function el(tag, attrs, ...children) {
 
 const fmt = new Intl.NumberFormat();
 function tokens(n) { return fmt.format(n || 0); }
+// Micro-units of the spec's currency as units: 188400 as "0.1884" (at least two decimals).
+function money(micros) {
+  const units = Math.floor(micros / 1e6), frac = String(micros % 1e6).padStart(6, "0");
+  return fmt.format(units) + "." + frac.replace(/0{1,4}$/, (z) => z.slice(0, Math.max(0, 2 - (6 - z.length))));
+}
 function elapsed(node) {
   const end = word(node) === "working" || word(node) === "needs-input" ? Date.now() : node.updated_at;
   const s = Math.max(0, Math.round((end - node.created_at) / 1000));
@@ -160,6 +165,9 @@ function render(snap) {
   $("run-resume").onclick = () => resumeRun(snap.root_id || root.id);
   $("root-tokens").textContent = tokens(root.usage.own.total_tokens);
   $("tree-tokens").textContent = tokens(root.usage.aggregate.total_tokens);
+  const cost = root.cost ? root.cost.aggregate_micros : 0;
+  $("tree-cost-row").hidden = cost === 0;
+  $("tree-cost").textContent = cost ? money(cost) : "";
   $("run-count").textContent = snap.nodes.length;
 
   const names = new Map(snap.nodes.map((n) => [n.id, n.name]));
@@ -183,7 +191,8 @@ function render(snap) {
     el("div", {}, el("div", { class: "name", text: n.name }),
       el("div", { class: "path", text: n.parent_id ? path(n) : (n.agent + " · root") })),
     el("span", { class: "what", text: n.headline }),
-    el("span", { class: "num", title: "own | subtree tokens",
+    el("span", { class: "num", title: "own | subtree tokens" + (n.cost && n.cost.aggregate_micros
+        ? " (subtree cost " + money(n.cost.aggregate_micros) + ")" : ""),
       text: tokens(n.usage.own.total_tokens) + " | " + tokens(n.usage.aggregate.total_tokens) }),
     el("span", { class: "model", text: n.model }),
     el("span", { class: "num elapsed", "data-created": n.created_at, "data-updated": n.updated_at,

@@ -91,36 +91,37 @@ fn roots_table(roots: &[arbor_store::SessionRecord]) -> String {
     let mut roots: Vec<&arbor_store::SessionRecord> = roots.iter().collect();
     roots.sort_by_key(|r| (r.created_at, r.id));
     let now = arbor_protocol::Timestamp::now();
+    // A cost column only when a run cost something (its spec priced its models).
+    let priced = roots.iter().any(|r| r.aggregate_cost() > 0);
     let rows: Vec<Vec<String>> = roots
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 resolve::short(r.id),
                 r.name.clone(),
                 r.status.to_string(),
                 thousands(r.own_usage.total_tokens),
                 thousands(r.aggregate_usage().total_tokens),
-                resolve::age(now, r.created_at),
+            ];
+            if priced {
+                row.push(crate::render::report::money(r.aggregate_cost()));
+            }
+            row.push(resolve::age(now, r.created_at));
+            row.push(
                 r.meta["definition"]["path"]
                     .as_str()
                     .unwrap_or("-")
                     .to_owned(),
-            ]
+            );
+            row
         })
         .collect();
-    let mut out = grid(
-        &[
-            "id",
-            "name",
-            "status",
-            "own",
-            "aggregate",
-            "started",
-            "spec",
-        ],
-        &rows,
-        &[3, 4],
-    );
+    let mut header = vec!["id", "name", "status", "own", "aggregate"];
+    if priced {
+        header.push("cost");
+    }
+    header.extend(["started", "spec"]);
+    let mut out = grid(&header, &rows, if priced { &[3, 4, 5] } else { &[3, 4] });
     if rows.is_empty() {
         out.push_str("\n(no runs)");
     }
@@ -289,6 +290,29 @@ fn thinking_line(turn: u32, blocks: &[arbor_protocol::Reasoning]) -> String {
     line
 }
 
+/// A `cost` or `cost_attributed` entry in words.
+fn cost_line(kind: &EntryKind) -> String {
+    use crate::render::report::money;
+    match kind {
+        EntryKind::Cost {
+            turn,
+            model,
+            micros,
+        } => format!("turn {turn}: cost {} ({model})", money(*micros)),
+        EntryKind::CostAttributed {
+            from,
+            micros,
+            aggregate_micros,
+            ..
+        } => format!(
+            "cost {} of {from} attributed; aggregate {}",
+            money(*micros),
+            money(*aggregate_micros)
+        ),
+        _ => String::new(),
+    }
+}
+
 fn describe(e: &TranscriptEntry, spawned: &HashMap<String, arbor_protocol::SessionId>) -> String {
     let body = match &e.kind {
         EntryKind::Message {
@@ -337,6 +361,7 @@ fn describe(e: &TranscriptEntry, spawned: &HashMap<String, arbor_protocol::Sessi
             thousands(child_usage.total_tokens),
             thousands(aggregate.total_tokens)
         ),
+        EntryKind::Cost { .. } | EntryKind::CostAttributed { .. } => cost_line(&e.kind),
         EntryKind::RunStarted { agent, model, .. } => {
             format!("run started (agent {agent}, model {model})")
         }

@@ -9,6 +9,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 pub(crate) struct OtelMetrics {
     runs: Counter<u64>,
     tokens: Counter<u64>,
+    cost: Counter<u64>,
     tool_calls: Counter<u64>,
     refusals: Counter<u64>,
     provider: Histogram<f64>,
@@ -37,6 +38,10 @@ impl OtelMetrics {
             tokens: counter(
                 "arbor.tokens",
                 "Tokens of provider turns, by kind and scope.",
+            ),
+            cost: counter(
+                "arbor.cost.micros",
+                "What provider turns cost, in micro-units of the price table's currency, by model.",
             ),
             tool_calls: counter("arbor.tool.calls", "Tool calls executed, by outcome."),
             refusals: counter(
@@ -69,6 +74,9 @@ impl arbor_server::MetricSink for OtelMetrics {
     }
     fn tokens(&self, kind: &str, scope: &str, n: u64) {
         self.tokens.add(n, &kv(&[("kind", kind), ("scope", scope)]));
+    }
+    fn cost(&self, model: &str, micros: u64) {
+        self.cost.add(micros, &kv(&[("model", model)]));
     }
     fn tool_call(&self, status: &str) {
         self.tool_calls.add(1, &kv(&[("status", status)]));

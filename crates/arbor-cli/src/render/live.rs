@@ -59,6 +59,8 @@ pub(crate) struct Node {
     pub(crate) elapsed_ms: u64,
     pub(crate) own: u64,
     pub(crate) subtree: u64,
+    /// The subtree's cost, in micro-units (0 without prices: not shown).
+    pub(crate) cost: u64,
     pub(crate) last_tool: Option<String>,
     /// Done children collapsed under it: how many, by status word.
     pub(crate) done: Vec<(String, usize)>,
@@ -102,6 +104,9 @@ pub(crate) fn render(nodes: &[Node], width: usize, colour: bool) -> Vec<String> 
             thousands(n.own),
             thousands(n.subtree),
         );
+        if n.cost > 0 {
+            line.push_str(&format!(" ({})", crate::render::report::money(n.cost)));
+        }
         match (&n.status, &n.last_tool) {
             (SessionStatus::Suspended, _) => line.push_str("  waiting for approval"),
             (_, Some(tool)) => line.push_str(&format!("  {tool}")),
@@ -214,6 +219,7 @@ pub(crate) fn nodes(
             elapsed_ms: until.0.saturating_sub(started.0),
             own: s.own_usage.total_tokens,
             subtree: s.aggregate_usage().total_tokens,
+            cost: s.aggregate_cost(),
             last_tool: tools.get(&s.id).cloned(),
             done,
         });

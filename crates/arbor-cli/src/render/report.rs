@@ -48,6 +48,20 @@ pub(crate) fn usage_detail(u: &arbor_protocol::Usage) -> String {
     }
 }
 
+/// `micros` (millionths of a currency unit) as units, with what decimals it needs (at least
+/// two): `188400` as `0.1884`, `1500000` as `1.50`.
+pub(crate) fn money(micros: u64) -> String {
+    let mut out = format!(
+        "{}.{:06}",
+        thousands(micros / arbor_core::pricing::MICROS),
+        micros % arbor_core::pricing::MICROS
+    );
+    while out.ends_with('0') && out.len() - out.find('.').unwrap_or(0) > 3 {
+        out.pop();
+    }
+    out
+}
+
 /// The JSON report.
 pub(crate) fn json_report(
     root: SessionId,
@@ -106,7 +120,10 @@ pub(crate) fn with_sessions(report: &Value, rows: String) -> String {
 }
 
 /// How many columns the table has.
-pub(crate) const COLS: usize = 8;
+pub(crate) const COLS: usize = 9;
+
+/// The cost column: shown only when the tree cost something (its width is then set).
+pub(crate) const COST: usize = 6;
 
 /// The table's header.
 pub(crate) const HEADER: [&str; COLS] = [
@@ -116,12 +133,13 @@ pub(crate) const HEADER: [&str; COLS] = [
     "status",
     "own tokens",
     "aggregate",
+    "cost",
     "context",
     "id",
 ];
 
-/// One session's cells: name (indented by depth), parent, depth, status, own, aggregate and
-/// context tokens, and its short id (see [`crate::resolve`]).
+/// One session's cells: name (indented by depth), parent, depth, status, own and aggregate
+/// tokens, aggregate cost, context tokens, and its short id (see [`crate::resolve`]).
 pub(crate) fn cells(s: &SessionRecord, parent: Option<&str>) -> [String; COLS] {
     [
         format!("{}{}", "  ".repeat(s.depth as usize), s.name),
@@ -130,6 +148,7 @@ pub(crate) fn cells(s: &SessionRecord, parent: Option<&str>) -> [String; COLS] {
         s.status.to_string(),
         thousands(s.own_usage.total_tokens),
         thousands(s.aggregate_usage().total_tokens),
+        money(s.aggregate_cost()),
         thousands(s.context_tokens),
         crate::resolve::short(s.id),
     ]
@@ -142,11 +161,15 @@ pub(crate) fn widen(widths: &mut [usize; COLS], row: &[String; COLS]) {
     }
 }
 
-/// One line of the table: text columns left-aligned, numbers right-aligned.
+/// One line of the table: text columns left-aligned, numbers right-aligned; a column of
+/// width 0 is left out.
 pub(crate) fn line(cells: [&str; COLS], widths: &[usize; COLS]) -> String {
     let mut out = String::new();
     for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-        if i < 2 || i == 3 || i == 7 {
+        if *w == 0 {
+            continue;
+        }
+        if i < 2 || i == 3 || i == COLS - 1 {
             out.push_str(&format!("{cell:<w$}  "));
         } else {
             out.push_str(&format!("{cell:>w$}  "));
@@ -211,6 +234,9 @@ mod tests {
         let mut widths = HEADER.map(str::len);
         for row in &rows {
             widen(&mut widths, row);
+        }
+        if sessions.iter().all(|s| s.aggregate_cost() == 0) {
+            widths[COST] = 0;
         }
         let mut out = line(HEADER, &widths);
         for row in &rows {

@@ -40,6 +40,8 @@ pub(crate) fn lines(
             "consistent": check.is_consistent(),
             "own_total_tokens": check.own_total_tokens,
             "root_aggregate_tokens": check.root_aggregate_tokens,
+            "own_total_cost_micros": check.own_total_cost,
+            "root_aggregate_cost_micros": check.root_aggregate_cost,
             "mismatches": check.mismatches.iter().map(|m| {
                 serde_json::json!({"session": m.session, "what": m.what})
             }).collect::<Vec<_>>(),
@@ -57,6 +59,13 @@ pub(crate) fn lines(
         lines.push(with_sessions(&report, tree.rows));
     } else {
         lines.push(tree.rows);
+        if check.root_aggregate_cost > 0 {
+            lines.push(format!(
+                "the tree cost {}{}",
+                crate::render::report::money(check.root_aggregate_cost),
+                tree.currency
+            ));
+        }
         let silent = tree.silent;
         if silent > 0 {
             lines.push(format!(

@@ -211,6 +211,10 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
             ),
         });
     }
+    if rec.root_aggregate_cost == 0 && rec.own_total_cost == 0 {
+        // A tree that cost nothing (no prices) shows no cost column.
+        widths[report::COST] = 0;
+    }
     if rec.own_total_cost != rec.root_aggregate_cost {
         rec.mismatches.push(Mismatch {
             session: root.id,
@@ -229,6 +233,17 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
     ))
 }
 
+/// ` USD`: the currency a run's costs are in, as its definition keeps it (USD, the price
+/// table's default, when it keeps none).
+pub(crate) fn currency(root: &SessionRecord) -> String {
+    format!(
+        " {}",
+        root.meta["definition"]["currency"]
+            .as_str()
+            .unwrap_or("USD")
+    )
+}
+
 /// The tree under a root as a run's report shows it, read in two walks (never held whole):
 /// its sessions, its reconciliation, its silent children and the root's name.
 pub(crate) struct Summary {
@@ -239,6 +254,8 @@ pub(crate) struct Summary {
     /// Children that finished without replying.
     pub(crate) silent: usize,
     pub(crate) root_name: String,
+    /// ` USD`, or empty (see [`currency`]).
+    pub(crate) currency: String,
 }
 
 /// Reads the tree under `root` for a run's report: as JSON rows or as the table.
@@ -256,6 +273,7 @@ pub(crate) async fn summarize(
     };
     let mut silent = 0usize;
     let root_name = root.name.clone();
+    let unit = currency(&root);
     let mut walk = walked.again(root);
     while let Some(step) = walk.next().await? {
         let Step::Enter(s, parent) = step else {
@@ -281,6 +299,7 @@ pub(crate) async fn summarize(
         reconciliation: check.reconciliation,
         silent,
         root_name,
+        currency: unit,
     })
 }
 
@@ -291,6 +310,7 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
         .await
         .map_err(Fail::core)?;
     let (check, walked) = check(store, &root).await?;
+    let unit = currency(&root);
     let mut out = Stream::stdout();
     if json {
         out.write(&format!(
@@ -299,6 +319,8 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
                 "consistent": check.reconciliation.is_consistent(),
                 "own_total_tokens": check.reconciliation.own_total_tokens,
                 "root_aggregate_tokens": check.reconciliation.root_aggregate_tokens,
+                "own_total_cost_micros": check.reconciliation.own_total_cost,
+                "root_aggregate_cost_micros": check.reconciliation.root_aggregate_cost,
             }),
             json!(root.id)
         ));
@@ -332,8 +354,14 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
     if json {
         out.write(&format!("],\"silent_children\":{silent}}}\n"));
     } else {
+        let r = &check.reconciliation;
+        let cost = if r.root_aggregate_cost > 0 {
+            format!(", costing {}{}", report::money(r.root_aggregate_cost), unit)
+        } else {
+            String::new()
+        };
         out.write(&format!(
-            "\ntree own total {} tokens, root aggregate {} tokens{}\n",
+            "\ntree own total {} tokens, root aggregate {} tokens{cost}{}\n",
             thousands(check.reconciliation.own_total_tokens),
             thousands(check.reconciliation.root_aggregate_tokens),
             if check.reconciliation.is_consistent() {

@@ -130,6 +130,11 @@ pub mod attr {
     pub const SUBTREE_OUTPUT_TOKENS: &str = "arbor.usage.subtree.output_tokens";
     /// See [`SUBTREE_INPUT_TOKENS`].
     pub const SUBTREE_TOTAL_TOKENS: &str = "arbor.usage.subtree.total_tokens";
+    /// What a `chat` span's turn, or an `invoke_agent` span's attempt, cost: micro-units of
+    /// the price table's currency (set only with prices).
+    pub const COST_MICROS: &str = "arbor.cost_micros";
+    /// The session's subtree cost (its own and its descendants') when the run ended.
+    pub const SUBTREE_COST_MICROS: &str = "arbor.cost.subtree_micros";
     /// The turn of the run a `chat` or `execute_tool` span belongs to.
     pub const TURN: &str = "arbor.turn";
     /// The call's child stopped for an approval: the call goes on in a resumed attempt.
@@ -248,6 +253,8 @@ fn agent_span(who: Who<'_>, run_id: RunId, limits: &RunLimits, resumed: bool) ->
         arbor.usage.subtree.input_tokens = Empty,
         arbor.usage.subtree.output_tokens = Empty,
         arbor.usage.subtree.total_tokens = Empty,
+        arbor.cost_micros = Empty,
+        arbor.cost.subtree_micros = Empty,
     );
     if let Some(parent) = who.parent {
         span.record(attr::PARENT_ID, tracing::field::display(parent));
@@ -287,8 +294,17 @@ fn record_error(span: &Span, kind: &str, message: Option<&str>) {
 
 /// Records how the attempt ended on its `invoke_agent` span: `own` is what the attempt
 /// used, `subtree` the session's total with its descendants'.
-pub(crate) fn record_run(span: &Span, result: &RunResult, own: &Usage, subtree: &Usage) {
+pub(crate) fn record_run(
+    span: &Span,
+    result: &RunResult,
+    (own, own_cost): (&Usage, u64),
+    (subtree, subtree_cost): (&Usage, u64),
+) {
     record_usage(span, own);
+    if subtree_cost > 0 {
+        span.record(attr::COST_MICROS, own_cost);
+        span.record(attr::SUBTREE_COST_MICROS, subtree_cost);
+    }
     let status = result.status.to_string();
     span.record(attr::RUN_STATUS, status.as_str());
     span.record(attr::RUN_TURNS, result.turns);
@@ -331,6 +347,7 @@ pub(crate) fn chat_span(who: Who<'_>, turn: u32) -> Span {
         gen_ai.output.messages = Empty,
         error.type = Empty,
         arbor.turn = turn,
+        arbor.cost_micros = Empty,
     )
 }
 

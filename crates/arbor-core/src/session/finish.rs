@@ -104,6 +104,7 @@ impl Session {
             stop_reason,
             text: state.text,
             usage: state.usage,
+            cost_micros: state.cost,
             breach,
             error,
             turns: state.turns,

@@ -24,8 +24,9 @@ pub(crate) struct Answer {
     pub(crate) finish: Option<arbor_model::FinishReason>,
     /// The model's reasoning blocks, in order.
     pub(crate) reasoning: Vec<Reasoning>,
-    /// The model the provider said served the call, if it said.
-    pub(crate) model: Option<String>,
+    /// With the usage: the model the turn is priced as and its cost, in micro-units (0
+    /// without prices; see [`crate::session::cost`]).
+    pub(crate) priced: (String, u64),
 }
 
 impl Session {
@@ -53,7 +54,13 @@ impl Session {
             )
             .instrument(span.clone())
             .await;
+        let priced = out.2.as_ref().map_or((String::new(), 0), |u| {
+            crate::session::cost::of_turn(&self.agent, answered_by.clone(), u)
+        });
         if !span.is_disabled() {
+            if priced.1 > 0 {
+                span.record(telemetry::attr::COST_MICROS, priced.1);
+            }
             if let Some(model) = &answered_by {
                 span.record(telemetry::attr::RESPONSE_MODEL, model.as_str());
             }
@@ -68,7 +75,7 @@ impl Session {
             failure: out.3,
             finish,
             reasoning,
-            model: answered_by,
+            priced,
         }
     }
 

@@ -276,7 +276,7 @@ impl Session {
         token: &CancellationToken,
         from: Turns,
     ) -> CoreResult<RunResult> {
-        let carried = state.usage;
+        let carried = (state.usage, state.cost);
         let result = self
             .drive_attempt(state, token, from)
             .instrument(span.clone())
@@ -288,8 +288,11 @@ impl Session {
             telemetry::record_run(
                 &span,
                 r,
-                &telemetry::attempt_usage(&r.usage, &carried),
-                &subtree,
+                (
+                    &telemetry::attempt_usage(&r.usage, &carried.0),
+                    r.cost_micros.saturating_sub(carried.1),
+                ),
+                (&subtree, self.record.aggregate_cost()),
             );
         }
         result
@@ -367,7 +370,7 @@ impl Session {
                 failure,
                 finish,
                 reasoning,
-                model,
+                priced,
             } = self
                 .provider_turn(state.run_id, turn, turn > 1 || !state.forced)
                 .await;
@@ -379,7 +382,7 @@ impl Session {
                 state,
                 turn,
                 (text.clone(), calls.clone(), reasoning),
-                usage.map(|u| (u, model)),
+                usage.map(|u| (u, priced)),
                 (failure.is_none(), last, truncated),
             )
             .await?;
@@ -462,14 +465,14 @@ impl Session {
     }
 
     /// Records a provider turn: its usage (and, with prices, its cost: `usage` comes with
-    /// the model the provider said served it) always, its message when the turn `completed`;
+    /// the model it was priced as and its cost) always, its message when the turn `completed`;
     /// written now, or kept for the run's end when it is the `last` turn.
     async fn record_turn(
         &mut self,
         state: &mut RunState,
         turn: u32,
         (text, calls, reasoning): (String, Vec<ToolCall>, Vec<Reasoning>),
-        usage: Option<(Usage, Option<String>)>,
+        usage: Option<(Usage, (String, u64))>,
         (completed, last, truncated): (bool, bool, bool),
     ) -> CoreResult<()> {
         let mut entries = Vec::with_capacity(4);
@@ -500,7 +503,7 @@ impl Session {
         }
         let mut update = None;
         let mut attributed = None;
-        if let Some((usage, answered_by)) = usage {
+        if let Some((usage, (model, cost))) = usage {
             self.sync_record().await?;
             state.usage += usage;
             let own = self.record.own_usage + usage;
@@ -509,7 +512,6 @@ impl Session {
                 usage,
                 context_tokens: usage.input_tokens,
             });
-            let (model, cost) = crate::session::cost::of_turn(&self.agent, answered_by, &usage);
             if cost > 0 {
                 entries.push(EntryKind::Cost {
                     turn,

@@ -317,6 +317,10 @@ async fn a_supervisors_prices_cost_its_children_and_reach_the_parent() {
         .await
         .unwrap();
     // 1,000 × 0.15 + 1,000 × 0.075 + 500 × 0.60 = 525 micro-dollars.
+    assert_eq!(
+        out.result.cost_micros, 525,
+        "the run's own cost, as its parent reads it"
+    );
     let child = store.session(out.session_id).await.unwrap().unwrap();
     assert_eq!(child.own_cost, 525);
     let parent = store.session(parent.id).await.unwrap().unwrap();

@@ -110,6 +110,10 @@ pub struct Waiting {
     pub pending: Vec<PendingDecision>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// How a remote run ended, as JSON both sides read: the run's result, or the error that
 /// ended the delegation without one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,6 +131,9 @@ pub enum RemoteOutcome {
         text: String,
         /// The tokens its turns used.
         usage: Usage,
+        /// What they cost, in micro-units.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        cost_micros: u64,
         /// The limit that fired.
         breach: Option<RunLimitBreach>,
         /// What went wrong.
@@ -158,6 +165,7 @@ impl RemoteOutcome {
                 stop_reason: r.stop_reason,
                 text: r.text.clone(),
                 usage: r.usage,
+                cost_micros: r.cost_micros,
                 breach: r.breach,
                 error: r.error.clone(),
                 turns: r.turns,
@@ -195,6 +203,7 @@ impl RemoteOutcome {
                 stop_reason,
                 text,
                 usage,
+                cost_micros,
                 breach,
                 error,
                 turns,
@@ -207,6 +216,7 @@ impl RemoteOutcome {
                 stop_reason,
                 text,
                 usage,
+                cost_micros,
                 breach,
                 error,
                 turns,

@@ -21,6 +21,10 @@ pub struct ChildAnswer {
     pub status: RunStatus,
     /// The tokens the child's run used.
     pub usage: Usage,
+    /// What they cost, in micro-units of the price table's currency (left out without
+    /// prices).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_micros: u64,
     /// The child's answer, redacted and cut to the parent's `max_result_bytes` (a marker
     /// says how much was left out and which transcript holds the whole of it).
     pub text: String,
@@ -28,6 +32,10 @@ pub struct ChildAnswer {
     /// incomplete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The text of a typed report, as the model reads it.
@@ -46,6 +54,7 @@ pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
         delegation_id: r.delegation_id.clone(),
         status: r.result.status,
         usage: r.result.usage,
+        cost_micros: r.result.cost_micros,
         text: cut(&answer, cap, r.session_id),
         truncated: r.result.stop_reason == arbor_protocol::StopReason::CompletedTruncated,
     })

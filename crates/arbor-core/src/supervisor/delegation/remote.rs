@@ -415,6 +415,10 @@ async fn finished_run(
         EntryKind::Message { message } => Some(message),
         _ => None,
     });
+    let cost_micros = of_run().fold(0u64, |sum, e| match &e.kind {
+        EntryKind::Cost { micros, .. } => sum.saturating_add(*micros),
+        _ => sum,
+    });
     let (mut text, mut turns, mut tool_calls) = (String::new(), 0u32, 0u32);
     for m in messages {
         if let Message::Assistant {
@@ -435,6 +439,7 @@ async fn finished_run(
         stop_reason: *stop_reason,
         text,
         usage: *usage,
+        cost_micros,
         breach: *breach,
         error: error.clone(),
         turns,
