@@ -45,6 +45,7 @@
 
 mod agent;
 pub mod approval;
+pub mod budget;
 mod error;
 pub mod identity;
 mod outcome;

@@ -63,6 +63,18 @@ pub enum AgentEvent {
         /// How many tool calls the model asked for.
         tool_calls: u32,
     },
+    /// A budget pool this session spends from passed its low mark (80 % of its limit,
+    /// spent plus reserved): once per pool and limit.
+    BudgetLow {
+        /// The session whose pool it is.
+        pool: crate::SessionId,
+        /// `max_tree_tokens` or `max_tree_cost` (micro-units).
+        limit_name: String,
+        /// The limit.
+        limit: u64,
+        /// What its subtree has spent, plus what work in flight holds.
+        used: u64,
+    },
     /// A tool call passed its permission check and began.
     ToolExecutionStarted {
         /// Turn number.
@@ -156,6 +168,7 @@ impl AgentEvent {
             Self::ProviderTurnStarted { .. } => "provider_turn_started",
             Self::MessageDelta { .. } => "message_delta",
             Self::ProviderTurnFinished { .. } => "provider_turn_finished",
+            Self::BudgetLow { .. } => "budget_low",
             Self::ToolExecutionStarted { .. } => "tool_execution_started",
             Self::ToolExecutionFinished { .. } => "tool_execution_finished",
             Self::ToolExecutionError { .. } => "tool_execution_error",

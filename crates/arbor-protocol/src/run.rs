@@ -68,6 +68,9 @@ pub enum StopReason {
     HostPolicy,
     /// A tool call waits for approval.
     ApprovalRequired,
+    /// A budget pool of the tree (`max_tree_tokens`, `max_tree_cost`) could not cover the
+    /// next model call: the call was not made.
+    BudgetExhausted,
 }
 
 impl StopReason {
@@ -97,6 +100,7 @@ impl StopReason {
             Self::ToolError => "tool_error",
             Self::HostPolicy => "host_policy",
             Self::ApprovalRequired => "approval_required",
+            Self::BudgetExhausted => "budget_exhausted",
         }
     }
 }

@@ -63,6 +63,7 @@ impl Session {
         };
         self.commit_usage(run_id, &entries, Some(update), deferred.attributed)
             .await?;
+        self.settle_call().await?;
         for event in deferred.events {
             self.bus.publish(run_id, event);
         }
@@ -153,6 +154,12 @@ impl Session {
                 (RunStatus::Failed, StopReason::ProviderError, None, Some(e))
             }
             Outcome::ToolFatal(e) => (RunStatus::Failed, StopReason::ToolError, None, Some(e)),
+            Outcome::BudgetExhausted(r) => (
+                RunStatus::Failed,
+                StopReason::BudgetExhausted,
+                None,
+                Some(r.message()),
+            ),
             Outcome::Denied(reason) => (
                 RunStatus::Denied,
                 StopReason::HostPolicy,

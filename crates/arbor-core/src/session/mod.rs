@@ -30,6 +30,7 @@ use crate::session::inbox::Inbox;
 
 pub(crate) mod approval_gate;
 pub(crate) mod attribution;
+pub(crate) mod budget_gate;
 pub(crate) mod compact;
 pub(crate) mod cost;
 pub(crate) mod dispatch;
@@ -79,6 +80,7 @@ impl Agent {
             spawned_by: None,
             meta: serde_json::Value::Null,
             id: None,
+            budget: None,
         }
     }
 
@@ -114,6 +116,7 @@ pub struct SessionBuilder {
     spawned_by: Option<SpawnPoint>,
     meta: serde_json::Value,
     id: Option<SessionId>,
+    budget: Option<crate::budget::Budget>,
 }
 
 impl SessionBuilder {
@@ -155,6 +158,14 @@ impl SessionBuilder {
         self
     }
 
+    /// A pool for the session's whole subtree (`max_tree_tokens`, `max_tree_cost`; see
+    /// [`crate::budget`]): every model call below it reserves its worst case first. A child's
+    /// pool is reserved from its parent's, clamped to what they have left.
+    pub fn budget(mut self, budget: crate::budget::Budget) -> Self {
+        self.budget = (!budget.is_empty()).then_some(budget);
+        self
+    }
+
     /// Writes the session record and returns the session.
     pub async fn create(self) -> CoreResult<Session> {
         let store = self
@@ -181,7 +192,32 @@ impl SessionBuilder {
             record.depth = stored.depth + 1;
         }
         record.spawned_by = self.spawned_by;
-        record.meta = self.meta.into();
+        let mut meta = self.meta;
+        if under_pool(store.as_ref(), &record).await? {
+            set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
+        }
+        if let Some(asked) = self.budget {
+            let above: Vec<SessionId> = ancestors(store.as_ref(), &record)
+                .await?
+                .into_iter()
+                .map(|t| t.session)
+                .collect();
+            let grant = crate::budget::open_pool(
+                store.as_ref(),
+                record.root_id,
+                record.id,
+                (&above, asked, crate::budget::BudgetPolicy::Clamp, false),
+            )
+            .await?
+            .map_err(|r| CoreError::limit_error(r.message(), None))?;
+            set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
+            set_meta(
+                &mut meta,
+                "budget",
+                serde_json::to_value(grant.budget).unwrap_or_default(),
+            )?;
+        }
+        record.meta = meta.into();
         store
             .create_session(&record)
             .await
@@ -425,7 +461,7 @@ pub fn validate_session_name(name: &str) -> CoreResult<()> {
 
 /// The ancestors of `record`, nearest first, each with the child it is reached through and
 /// where that child was spawned.
-async fn ancestors(
+pub(crate) async fn ancestors(
     store: &dyn Store,
     record: &SessionRecord,
 ) -> CoreResult<Vec<AttributionTarget>> {
@@ -454,6 +490,34 @@ async fn ancestors(
         via = parent;
     }
     Ok(out)
+}
+
+/// Sets `key` of a host's `meta`, which must then be an object (or nothing yet).
+fn set_meta(meta: &mut serde_json::Value, key: &str, value: serde_json::Value) -> CoreResult<()> {
+    if meta.is_null() {
+        *meta = serde_json::Value::Object(serde_json::Map::new());
+    }
+    match meta.as_object_mut() {
+        Some(map) => {
+            map.insert(key.to_owned(), value);
+            Ok(())
+        }
+        None => Err(CoreError::invalid(
+            "meta",
+            "meta must be a JSON object for a session under a budget pool",
+        )),
+    }
+}
+
+/// Whether `record`'s parent spends from a pool (then so does it).
+async fn under_pool(store: &dyn Store, record: &SessionRecord) -> CoreResult<bool> {
+    let Some(parent) = record.parent_id else {
+        return Ok(false);
+    };
+    Ok(store
+        .session(parent)
+        .await?
+        .is_some_and(|p| p.meta[crate::budget::BUDGETED].as_bool() == Some(true)))
 }
 
 /// The error for a name a sibling already has (other store errors pass through).

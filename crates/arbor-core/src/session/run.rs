@@ -74,6 +74,8 @@ pub(crate) enum Outcome {
     ToolFatal(String),
     Denied(String),
     Suspended(Suspension),
+    /// A budget pool could not cover the next call: it was not made.
+    BudgetExhausted(crate::budget::Refusal),
 }
 
 /// The status change that starts (or resumes) a run: refused when the session was deleted.
@@ -360,6 +362,11 @@ impl Session {
             }
             self.bus
                 .publish(state.run_id, AgentEvent::TurnStarted { turn });
+            if self.budgeted()
+                && let Err(refusal) = self.reserve_call(state.run_id).await?
+            {
+                return Ok(Outcome::BudgetExhausted(refusal));
+            }
             state
                 .trace
                 .request(self.agent.system(), self.messages.len());
@@ -386,6 +393,11 @@ impl Session {
                 (failure.is_none(), last, truncated),
             )
             .await?;
+            if !last {
+                // Its usage is stored: the reservation goes (the last turn's goes once the
+                // run's end, which carries its usage, is written).
+                self.settle_call().await?;
+            }
             self.publish_turn(
                 state,
                 AgentEvent::ProviderTurnFinished {

@@ -46,6 +46,11 @@ pub struct DelegationRequest {
     /// carry, refuses the spawn naming it), kept in the child's record (`meta.controls`)
     /// and forced onto every run of it.
     pub controls: Option<arbor_model::Controls>,
+    /// A pool for the child's whole subtree (`max_tree_tokens`, `max_tree_cost`), reserved
+    /// from its parent's pools at admission (clamped to what they have left, or refused, per
+    /// the supervisor's [`BudgetPolicy`](crate::budget::BudgetPolicy)); over its catalog
+    /// entry's.
+    pub budget: Option<crate::budget::Budget>,
 }
 
 impl DelegationRequest {
@@ -104,6 +109,12 @@ impl DelegationRequest {
     /// Model controls for the child's calls, over its agent's own.
     pub fn controls(mut self, controls: arbor_model::Controls) -> Self {
         self.controls = (!controls.is_empty()).then_some(controls);
+        self
+    }
+
+    /// A pool for the child's whole subtree (see [`crate::budget`]).
+    pub fn budget(mut self, budget: crate::budget::Budget) -> Self {
+        self.budget = (!budget.is_empty()).then_some(budget);
         self
     }
 

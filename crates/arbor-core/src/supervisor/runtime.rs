@@ -232,6 +232,8 @@ pub struct ChildEntry {
     pub(crate) milestone: Option<MilestoneFn>,
     /// The thinking levels each model supports, as the host declared them.
     pub(crate) thinking: BTreeMap<String, Vec<ThinkingLevel>>,
+    /// The pool a delegation of it gets when the request names none.
+    pub(crate) budget: Option<crate::budget::Budget>,
 }
 
 impl Supervisor {

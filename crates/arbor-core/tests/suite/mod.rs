@@ -2,6 +2,7 @@ mod abandon;
 mod admission;
 mod approvals;
 mod bounds;
+mod budget;
 mod cancel;
 mod controls;
 mod cost;

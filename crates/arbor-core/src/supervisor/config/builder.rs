@@ -51,6 +51,7 @@ impl Supervisor {
             revision: None,
             runner: None,
             pricing: None,
+            budget_policy: crate::budget::BudgetPolicy::default(),
         }
     }
 }
@@ -76,6 +77,7 @@ pub struct SupervisorBuilder {
     revision: Option<String>,
     runner: Option<Arc<dyn ChildRunner>>,
     pricing: Option<Arc<crate::pricing::PriceTable>>,
+    budget_policy: crate::budget::BudgetPolicy,
 }
 
 impl fmt::Debug for SupervisorBuilder {
@@ -149,6 +151,13 @@ impl SupervisorBuilder {
     /// refused at admission, naming `pricing`, before anything is created.
     pub fn pricing(mut self, table: impl Into<Arc<crate::pricing::PriceTable>>) -> Self {
         self.pricing = Some(table.into());
+        self
+    }
+
+    /// What a spawn asking for a larger pool than its parent's has left gets: what is left
+    /// (the default, and the tool result says it was clamped), or a refusal.
+    pub fn budget_policy(mut self, policy: crate::budget::BudgetPolicy) -> Self {
+        self.budget_policy = policy;
         self
     }
 
@@ -264,6 +273,7 @@ impl SupervisorBuilder {
             revision: self.revision,
             runner: self.runner,
             pricing: self.pricing,
+            budget_policy: self.budget_policy,
         };
         Ok(Supervisor::assemble(
             settings,

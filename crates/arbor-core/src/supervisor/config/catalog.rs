@@ -160,6 +160,7 @@ impl ChildEntry {
             agent_name: None,
             milestone: None,
             thinking: BTreeMap::new(),
+            budget: None,
         }
     }
 
@@ -283,6 +284,14 @@ impl ChildEntry {
     #[must_use]
     pub fn limits(mut self, limits: LimitsInput) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// The pool every delegation of this child gets for its subtree when its request names
+    /// none (see [`crate::budget`]).
+    #[must_use]
+    pub fn budget(mut self, budget: crate::budget::Budget) -> Self {
+        self.budget = (!budget.is_empty()).then_some(budget);
         self
     }
 

@@ -36,6 +36,15 @@ pub(crate) struct ChildMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) controls: Option<arbor_model::Controls>,
     pub(crate) thread_id: String,
+    /// It spends from a pool (its own or an ancestor's): its calls reserve first.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) budgeted: bool,
+    /// Its own pool, as granted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) budget: Option<crate::budget::Budget>,
+    /// Its pool was clamped to what its parent's had left.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) budget_clamped: bool,
 }
 
 /// A child's path from the root, shared with its delegation.

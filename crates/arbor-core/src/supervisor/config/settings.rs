@@ -33,6 +33,7 @@ pub(crate) struct Settings {
     pub(in crate::supervisor::config) revision: Option<String>,
     pub(in crate::supervisor::config) runner: Option<Arc<dyn ChildRunner>>,
     pub(in crate::supervisor::config) pricing: Option<Arc<crate::pricing::PriceTable>>,
+    pub(in crate::supervisor::config) budget_policy: crate::budget::BudgetPolicy,
 }
 
 impl Settings {
@@ -79,6 +80,11 @@ impl Settings {
     /// The redactor applied to everything that leaves the supervisor.
     pub(crate) fn redactor(&self) -> Option<&Arc<dyn Redactor>> {
         self.redactor.as_ref()
+    }
+
+    /// What a spawn asking for more than its parent's pool has left gets.
+    pub(crate) fn budget_policy(&self) -> crate::budget::BudgetPolicy {
+        self.budget_policy
     }
 
     /// The prices child runs are costed with, over their agents' own.

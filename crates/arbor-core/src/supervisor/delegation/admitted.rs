@@ -65,6 +65,9 @@ pub(crate) struct Terms {
     pub(super) thinking: Option<arbor_model::ThinkingLevel>,
     /// The checked controls the request asked for (a rerun reads its record's).
     pub(super) controls: Option<arbor_model::Controls>,
+    /// The pool the request (or its catalog entry) asked for, checked (a rerun's is in the
+    /// ledger already).
+    pub(super) budget: Option<crate::budget::Budget>,
     pub(super) mode: Mode,
     pub(super) parent: Option<SessionRef>,
     pub(super) spawned_by: Option<SpawnPoint>,

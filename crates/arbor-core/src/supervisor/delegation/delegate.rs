@@ -161,7 +161,7 @@ impl Supervisor {
     fn checks(
         &self,
         scope: Option<&Scope>,
-        request: DelegationRequest,
+        mut request: DelegationRequest,
         mode: Mode,
     ) -> CoreResult<Admitted> {
         let is_async = mode != Mode::Sync;
@@ -205,14 +205,7 @@ impl Supervisor {
             }
             None => None,
         };
-        let model = entry.resolve_model(request.model.as_deref())?;
-        let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
-        let controls = entry.check_controls(request.controls, thinking)?;
-        // A model without a price, where that is an error, is refused before anything is
-        // created (an entry without model choices is checked when its agent is built).
-        if let (Some(table), Some(model)) = (sup.settings().pricing(), model.as_deref()) {
-            table.require(model)?;
-        }
+        let (model, thinking, controls, budget) = self.model_terms(entry, &mut request)?;
         let slot = sup.live().slots().reserve(
             limits
                 .max_active_children
@@ -252,6 +245,7 @@ impl Supervisor {
                 model,
                 thinking,
                 controls,
+                budget,
                 mode,
                 parent: request.parent,
                 spawned_by: request.spawned_by,
@@ -359,4 +353,40 @@ where
 /// kilobytes).
 pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
     Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
+/// What admission settles about a child's model: the model, thinking level and controls,
+/// and the pool it asked for.
+type ModelTerms = (
+    Option<String>,
+    Option<arbor_model::ThinkingLevel>,
+    Option<arbor_model::Controls>,
+    Option<crate::budget::Budget>,
+);
+
+impl Supervisor {
+    /// The model, thinking level and controls the request may have, and its pool, checked;
+    /// a model without a price, where that is an error, is refused before anything is
+    /// created (an entry without model choices is checked when its agent is built).
+    fn model_terms(
+        &self,
+        entry: &crate::supervisor::ChildEntry,
+        request: &mut DelegationRequest,
+    ) -> CoreResult<ModelTerms> {
+        let model = entry.resolve_model(request.model.as_deref())?;
+        let thinking = entry.check_thinking(model.as_deref(), request.thinking)?;
+        let controls = entry.check_controls(request.controls.take(), thinking)?;
+        let budget = request
+            .budget
+            .take()
+            .or(entry.budget)
+            .filter(|b| !b.is_empty());
+        if let Some(b) = &budget {
+            b.check()?;
+        }
+        if let (Some(table), Some(model)) = (self.settings().pricing(), model.as_deref()) {
+            table.require(model)?;
+        }
+        Ok((model, thinking, controls, budget))
+    }
 }

@@ -15,6 +15,7 @@
 
 pub(crate) mod admitted;
 pub(crate) mod answer;
+pub(crate) mod budget;
 pub(crate) mod decide;
 pub(crate) mod delegate;
 pub(crate) mod depth;

@@ -304,6 +304,7 @@ impl Supervisor {
                 // Kept in the record's meta, which the run reads.
                 thinking: None,
                 controls: None,
+                budget: None,
                 mode,
                 parent,
                 spawned_by: None,

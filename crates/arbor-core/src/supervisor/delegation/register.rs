@@ -60,6 +60,9 @@ impl Supervisor {
             None => None,
         };
         record.spawned_by = a.terms.spawned_by;
+        // Its pool, reserved from its parent's before anything is written (a refusal leaves
+        // nothing behind).
+        let pool = self.child_budget(a, &record).await?;
         let (resource_id, thread_id) = resource_and_thread(sup, a);
         record.meta = Meta::typed(ChildMeta {
             child_id: a.terms.child_id.clone(),
@@ -81,6 +84,9 @@ impl Supervisor {
             supervisor_id: sup.settings().id().to_owned(),
             thinking: a.terms.thinking,
             controls: a.terms.controls.clone(),
+            budgeted: pool.budgeted,
+            budget: pool.grant.as_ref().map(|g| g.budget),
+            budget_clamped: pool.grant.as_ref().is_some_and(|g| g.clamped),
         });
         sup.live()
             .store()

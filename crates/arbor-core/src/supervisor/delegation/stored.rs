@@ -115,6 +115,7 @@ impl Supervisor {
                 // Kept in the record's meta, which the run reads.
                 thinking: None,
                 controls: None,
+                budget: None,
                 mode: terms.mode,
                 parent,
                 spawned_by: None,

@@ -1,0 +1,513 @@
+//! One tree's ledger of pools and reservations, kept as a checkpoint (namespace `budget`,
+//! key the root's id) and changed only by compare-and-swap, so every process sharing the
+//! store sees one count. What a pool has spent is never in the ledger: it is the pool owner's
+//! aggregate, read from its record.
+//!
+//! Tokens and money are two independent systems: a pool may limit either or both, and a pool
+//! that does not limit one is transparent to it. For one of them, a reservation (a call's
+//! worst case, or a child's pool) counts at the nearest *open* pool above it that limits it;
+//! a call is checked against every pool on its path up to and including that one.
+//!
+//! Reads take the ledger first and the records after, deepest first: a call settles by
+//! storing its usage and then releasing its reservation, and attribution raises a child and
+//! its ancestors in one write, so whatever interleaves, a reader can only over-count.
+
+use std::collections::{BTreeMap, HashMap};
+
+use arbor_protocol::{SessionId, SessionStatus};
+use arbor_store::{SessionRecord, Store, StoreError};
+use serde::{Deserialize, Serialize};
+
+use super::{Amount, Budget, BudgetPolicy, LOW_FRACTION, MIN_POOL_TOKENS};
+use crate::error::{CoreError, CoreResult};
+
+const NAMESPACE: &str = "budget";
+
+/// Compare-and-swap attempts before a reservation gives up (each conflict means another
+/// writer made progress).
+const ATTEMPTS: usize = 256;
+
+/// The ledger as stored.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Ledger {
+    #[serde(default)]
+    pools: BTreeMap<String, Pool>,
+    /// Reservations of calls in flight, by the session making the call (one at a time).
+    #[serde(default)]
+    holds: BTreeMap<String, Hold>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pool {
+    budget: Budget,
+    /// The pools above its owner, nearest first.
+    #[serde(default)]
+    above: Vec<String>,
+    /// Its unspent part returns to the pool above once its owner ends (a task child's);
+    /// else it holds while the owner's record lives.
+    #[serde(default)]
+    returns: bool,
+    /// `budget_low` fired for tokens, for money.
+    #[serde(default)]
+    low: [bool; 2],
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Hold {
+    /// The pools on the holder's path, nearest first (its own first, if it has one).
+    chain: Vec<String>,
+    amount: Amount,
+}
+
+/// Which of the two systems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dim {
+    Tokens,
+    Cost,
+}
+
+const DIMS: [Dim; 2] = [Dim::Tokens, Dim::Cost];
+
+impl Dim {
+    fn limit(self, b: &Budget) -> Option<u64> {
+        match self {
+            Dim::Tokens => b.max_tree_tokens,
+            Dim::Cost => b.max_tree_cost_micros,
+        }
+    }
+
+    fn of(self, a: &Amount) -> u64 {
+        match self {
+            Dim::Tokens => a.tokens,
+            Dim::Cost => a.cost,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Dim::Tokens => 0,
+            Dim::Cost => 1,
+        }
+    }
+
+    fn spent(self, r: &SessionRecord) -> u64 {
+        match self {
+            Dim::Tokens => r.aggregate_usage().total_tokens,
+            Dim::Cost => r.aggregate_cost(),
+        }
+    }
+
+    /// The limit's name, as errors and events say it.
+    fn name(self) -> &'static str {
+        match self {
+            Dim::Tokens => "max_tree_tokens",
+            Dim::Cost => "max_tree_cost",
+        }
+    }
+}
+
+/// A reservation or a child's pool that a pool could not cover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The session whose pool refused.
+    pub pool: SessionId,
+    /// `max_tree_tokens` or `max_tree_cost`.
+    pub limit_name: &'static str,
+    /// Its limit (tokens, or micro-units).
+    pub limit: u64,
+    /// What its subtree has spent.
+    pub spent: u64,
+    /// What calls in flight and children's pools hold of it.
+    pub reserved: u64,
+    /// What was asked for.
+    pub wanted: u64,
+}
+
+impl Refusal {
+    /// The error a run or a spawn reports.
+    pub fn message(&self) -> String {
+        let unit = |n: u64| match self.limit_name {
+            "max_tree_cost" => format!("{n} micro-units"),
+            _ => format!("{n} tokens"),
+        };
+        format!(
+            "budget exhausted: the pool of session {} ({} = {}) has spent {} and holds {} \
+             for work in flight; this needs {} more",
+            self.pool,
+            self.limit_name,
+            unit(self.limit),
+            unit(self.spent),
+            unit(self.reserved),
+            unit(self.wanted)
+        )
+    }
+}
+
+/// What a reservation or a child's pool got.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// For a child's pool: what it was granted, and whether that is less than it asked.
+    pub budget: Budget,
+    /// Whether the grant was clamped to what the pool above had left.
+    pub clamped: bool,
+    /// Pools whose use crossed [`LOW_FRACTION`] with this reservation: `(pool, limit name,
+    /// limit, spent + reserved)`.
+    pub low: Vec<(SessionId, &'static str, u64, u64)>,
+}
+
+/// What one read saw: the ledger, its version, and the records of its pools and holders.
+struct View {
+    ledger: Ledger,
+    version: u64,
+    records: HashMap<String, SessionRecord>,
+}
+
+fn key(id: SessionId) -> String {
+    id.to_string()
+}
+
+fn corrupt(what: impl std::fmt::Display) -> CoreError {
+    CoreError::Store(StoreError::Corrupt(format!("budget ledger: {what}")))
+}
+
+/// The ledger of `root`'s tree, if it has one.
+pub(crate) async fn ledger_of(store: &dyn Store, root: SessionId) -> CoreResult<Option<Ledger>> {
+    Ok(read(store, root).await?.map(|v| v.ledger))
+}
+
+async fn read(store: &dyn Store, root: SessionId) -> CoreResult<Option<View>> {
+    let Some(cp) = store.checkpoint(NAMESPACE, &key(root)).await? else {
+        return Ok(None);
+    };
+    let ledger: Ledger = serde_json::from_value(cp.value).map_err(corrupt)?;
+    // Deepest first (holders, then pools by depth): see the module docs.
+    let mut ids: Vec<(usize, String)> = ledger
+        .holds
+        .keys()
+        .map(|h| (usize::MAX, h.clone()))
+        .collect();
+    ids.extend(
+        ledger
+            .pools
+            .iter()
+            .map(|(id, p)| (p.above.len(), id.clone())),
+    );
+    ids.sort_by_key(|id| std::cmp::Reverse(id.0));
+    let mut records = HashMap::new();
+    for (_, id) in ids {
+        if records.contains_key(&id) {
+            continue;
+        }
+        let parsed: SessionId = id.parse().map_err(|_| corrupt(format!("id {id:?}")))?;
+        if let Some(r) = store.session(parsed).await? {
+            records.insert(id, r);
+        }
+    }
+    Ok(Some(View {
+        ledger,
+        version: cp.version,
+        records,
+    }))
+}
+
+impl View {
+    /// Whether pool `id` holds its reservation in the pool above (a root's always does).
+    fn open(&self, id: &str) -> bool {
+        let Some(pool) = self.ledger.pools.get(id) else {
+            return false;
+        };
+        if pool.above.is_empty() {
+            return true;
+        }
+        match self.records.get(id) {
+            Some(r) if r.tombstone.is_none() => {
+                !pool.returns
+                    || matches!(
+                        r.status,
+                        SessionStatus::Idle
+                            | SessionStatus::Running
+                            | SessionStatus::Suspended
+                            | SessionStatus::Interrupted
+                    )
+            }
+            _ => false,
+        }
+    }
+
+    fn limits(&self, id: &str, d: Dim) -> Option<u64> {
+        self.ledger.pools.get(id).and_then(|p| d.limit(&p.budget))
+    }
+
+    fn spent(&self, id: &str, d: Dim) -> u64 {
+        self.records.get(id).map_or(0, |r| d.spent(r))
+    }
+
+    /// Whether `x` is where something on `chain` (nearest first) counts for `d`: the first
+    /// open pool limiting `d` on it, or a pool before that.
+    fn counts_at(&self, chain: &[String], x: &str, d: Dim) -> bool {
+        for p in chain {
+            if p == x {
+                return true;
+            }
+            if self.limits(p, d).is_some() && self.open(p) {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// What pool `x` holds for `d`: its open children's pools' unspent parts and the calls
+    /// in flight below it that no open pool between covers.
+    fn reserved(&self, x: &str, d: Dim) -> u64 {
+        let mut sum = 0u64;
+        for (id, pool) in &self.ledger.pools {
+            if id == x || !self.open(id) {
+                continue;
+            }
+            if let Some(limit) = d.limit(&pool.budget)
+                && self.counts_at(&pool.above, x, d)
+            {
+                sum = sum.saturating_add(limit.saturating_sub(self.spent(id, d)));
+            }
+        }
+        for hold in self.ledger.holds.values() {
+            if self.counts_at(&hold.chain, x, d) {
+                sum = sum.saturating_add(d.of(&hold.amount));
+            }
+        }
+        sum
+    }
+
+    /// Whether `wanted` fits every pool on `chain` that checks it for `d` (up to the first
+    /// open one): `None` when it does, else the refusal of the first that cannot.
+    fn refuses(&self, chain: &[String], d: Dim, wanted: u64) -> Option<Refusal> {
+        self.left(chain, d)
+            .and_then(|(x, left, limit, spent, reserved)| {
+                (wanted > left).then(|| Refusal {
+                    pool: x.parse().unwrap_or_default(),
+                    limit_name: d.name(),
+                    limit,
+                    spent,
+                    reserved,
+                    wanted,
+                })
+            })
+    }
+
+    /// The least any pool on `chain` that checks `d` has left: `(pool, left, limit, spent,
+    /// reserved)`, or `None` when no pool on it limits `d`.
+    fn left(&self, chain: &[String], d: Dim) -> Option<(String, u64, u64, u64, u64)> {
+        let mut least: Option<(String, u64, u64, u64, u64)> = None;
+        for x in chain {
+            let Some(limit) = self.limits(x, d) else {
+                continue;
+            };
+            let spent = self.spent(x, d);
+            let reserved = self.reserved(x, d);
+            let left = limit.saturating_sub(spent.saturating_add(reserved));
+            if least.as_ref().is_none_or(|l| left < l.1) {
+                least = Some((x.clone(), left, limit, spent, reserved));
+            }
+            if self.open(x) {
+                break;
+            }
+        }
+        least
+    }
+
+    /// Drops the reservations of sessions no longer running (a crash, a run that ended
+    /// without settling): they can spend nothing more.
+    fn drop_lapsed(&mut self, keep: &str) {
+        let records = &self.records;
+        self.ledger.holds.retain(|holder, _| {
+            holder == keep
+                || records
+                    .get(holder)
+                    .is_some_and(|r| r.status == SessionStatus::Running)
+        });
+    }
+
+    /// Marks and returns the pools on `chain` whose use crossed [`LOW_FRACTION`].
+    fn mark_low(&mut self, chain: &[String]) -> Vec<(SessionId, &'static str, u64, u64)> {
+        let mut out = Vec::new();
+        for d in DIMS {
+            for x in chain {
+                let Some(limit) = self.limits(x, d) else {
+                    continue;
+                };
+                let used = self.spent(x, d).saturating_add(self.reserved(x, d));
+                let crossed = used as f64 >= limit as f64 * LOW_FRACTION;
+                if let Some(pool) = self.ledger.pools.get_mut(x)
+                    && crossed
+                    && !pool.low[d.index()]
+                {
+                    pool.low[d.index()] = true;
+                    if let Ok(id) = x.parse() {
+                        out.push((id, d.name(), limit, used));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Writes `view`'s ledger if no one wrote since it was read; `false` on a conflict.
+async fn write(store: &dyn Store, root: SessionId, view: &View) -> CoreResult<bool> {
+    let value = serde_json::to_value(&view.ledger).map_err(corrupt)?;
+    match store
+        .put_checkpoint(NAMESPACE, &key(root), &value, view.version)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(StoreError::Conflict { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn busy() -> CoreError {
+    CoreError::Supervisor(format!(
+        "the budget ledger stayed busy for {ATTEMPTS} attempts; try again"
+    ))
+}
+
+/// The pools on `path` (a session, then its ancestors nearest first) that the ledger holds.
+pub(crate) fn chain_of(ledger: &Ledger, path: &[SessionId]) -> Vec<String> {
+    path.iter()
+        .map(|id| key(*id))
+        .filter(|k| ledger.pools.contains_key(k))
+        .collect()
+}
+
+/// Reserves `amount` for `session`'s next call (replacing any reservation it left), if every
+/// pool on its `path` that checks it can cover it. `Ok(Err(_))` is the pool's refusal.
+pub(crate) async fn reserve_call(
+    store: &dyn Store,
+    root: SessionId,
+    session: SessionId,
+    path: &[SessionId],
+    amount: Amount,
+) -> CoreResult<Result<Grant, Refusal>> {
+    let me = key(session);
+    for _ in 0..ATTEMPTS {
+        let Some(mut view) = read(store, root).await? else {
+            return Ok(Ok(Grant::default()));
+        };
+        let chain = chain_of(&view.ledger, path);
+        view.drop_lapsed(&me);
+        view.ledger.holds.remove(&me);
+        for d in DIMS {
+            if let Some(refusal) = view.refuses(&chain, d, d.of(&amount)) {
+                return Ok(Err(refusal));
+            }
+        }
+        view.ledger.holds.insert(
+            me.clone(),
+            Hold {
+                chain: chain.clone(),
+                amount,
+            },
+        );
+        let low = view.mark_low(&chain);
+        if write(store, root, &view).await? {
+            return Ok(Ok(Grant {
+                low,
+                ..Grant::default()
+            }));
+        }
+        tokio::task::yield_now().await;
+    }
+    Err(busy())
+}
+
+/// Releases `session`'s reservation (its call's usage is stored by now).
+pub(crate) async fn settle_call(
+    store: &dyn Store,
+    root: SessionId,
+    session: SessionId,
+) -> CoreResult<()> {
+    let me = key(session);
+    for _ in 0..ATTEMPTS {
+        let Some(mut view) = read(store, root).await? else {
+            return Ok(());
+        };
+        if view.ledger.holds.remove(&me).is_none() {
+            return Ok(());
+        }
+        if write(store, root, &view).await? {
+            return Ok(());
+        }
+        tokio::task::yield_now().await;
+    }
+    Err(busy())
+}
+
+/// Opens `owner`'s pool of `asked` under the pools on `above` (its parent's path, nearest
+/// first; empty for a root), reserving it from them: clamped to what they have left, or
+/// refused, per `policy`. `returns`: its unspent part returns once `owner` ends.
+pub(crate) async fn open_pool(
+    store: &dyn Store,
+    root: SessionId,
+    owner: SessionId,
+    (above, asked, policy, returns): (&[SessionId], Budget, BudgetPolicy, bool),
+) -> CoreResult<Result<Grant, Refusal>> {
+    asked.check()?;
+    for _ in 0..ATTEMPTS {
+        let mut view = match read(store, root).await? {
+            Some(v) => v,
+            None => View {
+                ledger: Ledger::default(),
+                version: 0,
+                records: HashMap::new(),
+            },
+        };
+        let chain = chain_of(&view.ledger, above);
+        let mut granted = asked;
+        let mut clamped = false;
+        for d in DIMS {
+            let Some(want) = d.limit(&asked) else {
+                continue;
+            };
+            let Some((x, left, limit, spent, reserved)) = view.left(&chain, d) else {
+                continue;
+            };
+            let minimum = if d == Dim::Tokens { MIN_POOL_TOKENS } else { 1 };
+            let refusal = Refusal {
+                pool: x.parse().unwrap_or(root),
+                limit_name: d.name(),
+                limit,
+                spent,
+                reserved,
+                wanted: want,
+            };
+            if want > left && (policy == BudgetPolicy::Refuse || left < minimum) {
+                return Ok(Err(refusal));
+            }
+            if want > left {
+                clamped = true;
+                match d {
+                    Dim::Tokens => granted.max_tree_tokens = Some(left),
+                    Dim::Cost => granted.max_tree_cost_micros = Some(left),
+                }
+            }
+        }
+        view.ledger.pools.insert(
+            key(owner),
+            Pool {
+                budget: granted,
+                above: chain,
+                returns,
+                low: [false; 2],
+            },
+        );
+        if write(store, root, &view).await? {
+            return Ok(Ok(Grant {
+                budget: granted,
+                clamped,
+                low: Vec::new(),
+            }));
+        }
+        tokio::task::yield_now().await;
+    }
+    Err(busy())
+}

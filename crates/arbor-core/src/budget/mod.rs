@@ -1,0 +1,137 @@
+//! Budgets for whole trees: a **pool** of tokens and/or money (micro-units of the price
+//! table's currency) that a root or a spawned child carries for its whole subtree, at any
+//! depth. A pool refuses the *next* model call or spawn before it is made, instead of
+//! noticing the overspend afterwards.
+//!
+//! - **What a pool has spent** is its owner session's aggregate (own plus attributed usage
+//!   and cost): the same figures the attribution writes atomically up the tree.
+//! - **Reservations.** Before each model call, the call's worst case (its input, estimated
+//!   conservatively by [`arbor_model::estimate_input_tokens`], plus its output cap) is
+//!   reserved in the nearest pool on the session's path, if the pool can cover it; else the
+//!   call is not made and the run ends `budget_exhausted`, naming the pool, its limit and
+//!   what was spent. The reservation is released once the call's usage is stored. A child
+//!   spawned with a pool of its own reserves that pool, clamped to what its parent's pool has
+//!   left (or refused, per [`BudgetPolicy`]), from its parent's pool; what it leaves unspent
+//!   returns when it ends.
+//! - **The bound.** Sibling calls reserve before they spend, so a pool never overshoots
+//!   while calls stay within their reservation: the provider honours the output cap and the
+//!   input estimate holds (it over-counts every tokenizer we know of). A call that reports more
+//!   than it reserved overshoots by that excess, and the pool refuses every call after; so a
+//!   pool's spend is at most its limit plus the excess of the calls in flight when it ran out.
+//! - **Durable.** The pools and the reservations live in the store (checkpoint namespace
+//!   `budget`, one ledger per tree, written compare-and-swap), so they hold across `arbor
+//!   resume`, a crash and another worker taking a run over. A reservation belongs to the
+//!   session that made it and lapses when that session is no longer running.
+//!
+//! A tree without pools pays nothing: only sessions under a pool (their record's
+//! `meta.budgeted`) consult the ledger.
+
+mod ledger;
+
+use serde::{Deserialize, Serialize};
+
+pub use ledger::{Grant, Refusal};
+pub(crate) use ledger::{chain_of, ledger_of, open_pool, reserve_call, settle_call};
+
+/// The meta key that marks a session under a pool.
+pub(crate) const BUDGETED: &str = "budgeted";
+
+/// The least a child's pool may be granted: a spawn whose parent's pool has less left is
+/// refused (a pool that small could not pay for one call).
+pub const MIN_POOL_TOKENS: u64 = 1_000;
+
+/// The output a call reserves when neither its controls (`max_output_tokens`) nor its
+/// provider cap it.
+pub const DEFAULT_OUTPUT_RESERVE: u64 = 4_096;
+
+/// The fraction of a pool at which `budget_low` fires, once per pool.
+pub const LOW_FRACTION: f64 = 0.8;
+
+/// The limits of a subtree's pool: tokens (input plus output, as `total_tokens` counts
+/// them) and/or cost in micro-units. Both `None` is no pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Budget {
+    /// Tokens the whole subtree may spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tree_tokens: Option<u64>,
+    /// Micro-units (millionths of the price table's currency) the whole subtree may spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tree_cost_micros: Option<u64>,
+}
+
+impl Budget {
+    /// A pool of `tokens`.
+    pub fn tokens(tokens: u64) -> Self {
+        Self {
+            max_tree_tokens: Some(tokens),
+            max_tree_cost_micros: None,
+        }
+    }
+
+    /// A pool of `micros` micro-units of money.
+    pub fn cost_micros(micros: u64) -> Self {
+        Self {
+            max_tree_tokens: None,
+            max_tree_cost_micros: Some(micros),
+        }
+    }
+
+    /// The same pool, with a token limit too.
+    #[must_use]
+    pub fn and_tokens(mut self, tokens: u64) -> Self {
+        self.max_tree_tokens = Some(tokens);
+        self
+    }
+
+    /// The same pool, with a money limit too (micro-units).
+    #[must_use]
+    pub fn and_cost_micros(mut self, micros: u64) -> Self {
+        self.max_tree_cost_micros = Some(micros);
+        self
+    }
+
+    /// Whether it limits anything.
+    pub fn is_empty(&self) -> bool {
+        self.max_tree_tokens.is_none() && self.max_tree_cost_micros.is_none()
+    }
+
+    /// Checks it: a limit of 0 is refused naming it.
+    pub fn check(&self) -> crate::error::CoreResult<()> {
+        if self.max_tree_tokens == Some(0) {
+            return Err(crate::error::CoreError::invalid(
+                "budget.max_tree_tokens",
+                "max_tree_tokens must be a positive integer",
+            ));
+        }
+        if self.max_tree_cost_micros == Some(0) {
+            return Err(crate::error::CoreError::invalid(
+                "budget.max_tree_cost",
+                "max_tree_cost must be above 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a spawn asking for more than its parent's pool has left gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetPolicy {
+    /// What is left (the tool result says it was clamped); refused below
+    /// [`MIN_POOL_TOKENS`] (or nothing left of a money limit).
+    #[default]
+    Clamp,
+    /// Refused, as a tool error the model reads.
+    Refuse,
+}
+
+/// A call's worst case, as reserved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Amount {
+    /// Tokens.
+    pub tokens: u64,
+    /// Micro-units.
+    pub cost: u64,
+}

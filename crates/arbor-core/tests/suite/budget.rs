@@ -1,0 +1,338 @@
+//! Budgets for whole trees: a pool refuses the next model call (or spawn) it cannot cover,
+//! before it is made; sibling calls reserve before they spend, so a pool never overshoots
+//! while calls keep to their reservation; a child's pool is clamped to what its parent's has
+//! left and its unspent part returns when it ends; nothing stays reserved once runs end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbor_core::budget::{Budget, BudgetPolicy};
+use arbor_core::supervisor::{ChildEntry, Ownership, SpawnAgentTool, Supervisor, factory_fn};
+use arbor_core::{Agent, RunOptions, Session, SessionRef};
+use arbor_model::{Controls, Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{RunLimits, RunStatus, StopReason, Usage};
+use arbor_store::{MemoryStore, Store};
+use serde_json::json;
+
+/// A turn that answers, having read `input` tokens and written `output`.
+fn spend(input: u64, output: u64) -> ScriptedTurn {
+    ScriptedTurn::text("spent").with_usage(input, output)
+}
+
+fn spawn(child: &str) -> ScriptedTurn {
+    ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": child, "name": child, "input": "go"}),
+    )
+    .with_usage(10, 10)
+}
+
+/// Run limits that leave the spending to the pools.
+const ROOMY: RunLimits = RunLimits {
+    max_tokens: 1_000_000,
+    ..RunLimits::DEFAULT
+};
+
+/// Its answers are at most `cap` tokens long (the provider would cut them there).
+fn capped(cap: u32) -> Controls {
+    serde_json::from_value(json!({ "max_output_tokens": cap })).unwrap()
+}
+
+/// A supervisor whose entries run their scripts, with `spawn_agent`, answers capped at
+/// `cap`; each entry may carry a default pool.
+fn supervisor(
+    store: &Arc<dyn Store>,
+    cap: u32,
+    entries: Vec<(&'static str, Vec<ScriptedTurn>, Option<Budget>)>,
+    policy: BudgetPolicy,
+) -> Supervisor {
+    let mut b = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .budget_policy(policy);
+    for (id, turns, budget) in entries {
+        let script = Script::new(turns);
+        let mut entry = ChildEntry::new(
+            id,
+            factory_fn(move |ctx| {
+                let script = script.clone();
+                async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(script))
+                        .controls(capped(cap))
+                        .dyn_tool(Arc::new(SpawnAgentTool::new(ctx.delegator.clone())))
+                        .build()
+                }
+            }),
+        );
+        if let Some(b) = budget {
+            entry = entry.budget(b);
+        }
+        b = b.child(entry);
+    }
+    b.build().unwrap()
+}
+
+async fn root(
+    sup: &Supervisor,
+    store: &Arc<dyn Store>,
+    cap: u32,
+    turns: Vec<ScriptedTurn>,
+    budget: Budget,
+) -> Session {
+    Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .controls(capped(cap))
+        .limits(ROOMY)
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .budget(budget)
+        .create()
+        .await
+        .unwrap()
+}
+
+/// What the ledger still reserves for calls in flight.
+async fn holds(store: &Arc<dyn Store>, root: &Session) -> usize {
+    let cp = store
+        .checkpoint("budget", &root.id().to_string())
+        .await
+        .unwrap()
+        .expect("the tree has a ledger");
+    cp.value["holds"]
+        .as_object()
+        .map_or(0, serde_json::Map::len)
+}
+
+#[tokio::test]
+async fn a_three_deep_chain_never_spends_more_than_its_pool() {
+    // The reported leak: a 100,000-token pool, three generations that would each spend
+    // 90,000 (their answers capped at 90,000, as the provider enforces).
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        90_000,
+        vec![
+            ("child", vec![spawn("grandchild"), spend(10, 89_990)], None),
+            ("grandchild", vec![spend(10, 89_990)], None),
+        ],
+        BudgetPolicy::Clamp,
+    );
+    let mut top = root(
+        &sup,
+        &store,
+        90_000,
+        vec![spawn("child"), spend(10, 89_990)],
+        Budget::tokens(100_000),
+    )
+    .await;
+    let r = top
+        .run(
+            "go",
+            RunOptions::default().with_nested(Arc::new(sup.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, r.stop_reason),
+        (RunStatus::Failed, StopReason::BudgetExhausted)
+    );
+    let error = r.error.unwrap();
+    assert!(
+        error.starts_with(&format!(
+            "budget exhausted: the pool of session {} (max_tree_tokens = 100000 tokens) has \
+             spent",
+            top.id()
+        )),
+        "{error}"
+    );
+    let record = store.session(top.id()).await.unwrap().unwrap();
+    let spent = record.aggregate_usage().total_tokens;
+    // The grandchild's 90,000 and the two spawn turns; the child's and the root's second
+    // calls were refused before they were made.
+    assert_eq!(spent, 90_000 + 20 + 20, "spent {spent}");
+    assert!(spent <= 100_000);
+    assert_eq!(holds(&store, &top).await, 0, "nothing stays reserved");
+    let check = arbor_core::process::usage::reconcile(store.as_ref(), top.id())
+        .await
+        .unwrap();
+    assert!(check.is_consistent(), "{:#?}", check.mismatches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn siblings_spending_at_once_never_overshoot_their_pool() {
+    // Eight children of one pooled root start their one 30,000-token call at once: only
+    // three reservations fit in 100,000; the others are refused before their call.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let top = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([])))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .budget(Budget::tokens(100_000))
+        .create()
+        .await
+        .unwrap();
+    let mut kids = Vec::new();
+    for i in 0..8 {
+        let turn = spend(10, 29_990).with_delay(Duration::from_millis(200));
+        let kid = Agent::builder("kid")
+            .provider(ScriptedProvider::new(Script::new([turn])))
+            .controls(capped(30_000))
+            .limits(ROOMY)
+            .build()
+            .unwrap()
+            .session()
+            .store(store.clone())
+            .name(format!("kid-{i}"))
+            .parent(SessionRef::from(top.record()))
+            .create()
+            .await
+            .unwrap();
+        kids.push(kid);
+    }
+    let runs = kids.into_iter().map(|mut k| {
+        tokio::spawn(async move { k.run("go", RunOptions::default()).await.unwrap() })
+    });
+    let results: Vec<_> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let ran = results
+        .iter()
+        .filter(|r| r.status == RunStatus::Succeeded)
+        .count();
+    let refused = results
+        .iter()
+        .filter(|r| r.stop_reason == StopReason::BudgetExhausted)
+        .count();
+    assert_eq!((ran, refused), (3, 5));
+    let record = store.session(top.id()).await.unwrap().unwrap();
+    assert_eq!(record.aggregate_usage().total_tokens, 90_000);
+    assert_eq!(holds(&store, &top).await, 0);
+}
+
+#[tokio::test]
+async fn a_childs_pool_is_clamped_and_its_unspent_part_returns_when_it_ends() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // The child asks for 500,000 of a 100,000 pool: it gets what is left, and says so.
+    // It spends 10,000 and ends; the root's next call, which could not fit beside the
+    // child's reservation, fits once the unspent part is back.
+    let sup = supervisor(
+        &store,
+        60_000,
+        vec![(
+            "child",
+            vec![spend(10, 9_990)],
+            Some(Budget::tokens(500_000)),
+        )],
+        BudgetPolicy::Clamp,
+    );
+    let mut top = root(
+        &sup,
+        &store,
+        60_000,
+        vec![spawn("child"), spend(10, 59_990)],
+        Budget::tokens(100_000),
+    )
+    .await;
+    let r = top
+        .run(
+            "go",
+            RunOptions::default().with_nested(Arc::new(sup.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    let kids = store
+        .list_sessions(arbor_store::SessionQuery::Children(top.id()))
+        .await
+        .unwrap();
+    let kid = &kids[0];
+    assert_eq!(kid.meta["budget_clamped"], true);
+    // What the root had left when the child was admitted: its spawn turn was settled (its
+    // usage stored, its reservation released) before its tools ran.
+    assert_eq!(kid.meta["budget"]["max_tree_tokens"], 100_000 - 20);
+    let record = store.session(top.id()).await.unwrap().unwrap();
+    assert_eq!(record.aggregate_usage().total_tokens, 20 + 10_000 + 60_000);
+    assert_eq!(holds(&store, &top).await, 0);
+}
+
+#[tokio::test]
+async fn a_refuse_policy_or_a_pool_too_small_refuses_the_spawn_as_a_tool_error() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        1_000,
+        vec![("child", vec![spend(10, 10)], Some(Budget::tokens(500_000)))],
+        BudgetPolicy::Refuse,
+    );
+    let mut top = root(
+        &sup,
+        &store,
+        1_000,
+        vec![
+            spawn("child"),
+            ScriptedTurn::text("done").with_usage(10, 10),
+        ],
+        Budget::tokens(100_000),
+    )
+    .await;
+    let r = top
+        .run(
+            "go",
+            RunOptions::default().with_nested(Arc::new(sup.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    let results = super::support::tool_results(top.messages());
+    assert!(
+        results[0].contains("budget exhausted: the pool of session")
+            && results[0].contains("this needs 500000 tokens more"),
+        "{results:?}"
+    );
+    assert!(
+        store
+            .list_sessions(arbor_store::SessionQuery::Children(top.id()))
+            .await
+            .unwrap()
+            .is_empty(),
+        "a refused spawn leaves no record"
+    );
+}
+
+#[tokio::test]
+async fn a_pool_holds_across_a_reopened_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(arbor_store_sqlite::SqliteStore::open(dir.path().join("a.db")).unwrap());
+    let agent = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([
+            spend(10, 5_990),
+            spend(10, 5_990),
+        ])))
+        .controls(capped(6_000))
+        .build()
+        .unwrap();
+    let mut s = agent
+        .session()
+        .store(store.clone())
+        .budget(Budget::tokens(10_000))
+        .create()
+        .await
+        .unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded);
+    let id = s.id();
+    drop(s);
+    // Another process opens it: the pool is in the store, and refuses the next call.
+    let mut again = agent.open_session(store.clone(), id).await.unwrap();
+    let r = again.run("more", RunOptions::default()).await.unwrap();
+    assert_eq!(r.stop_reason, StopReason::BudgetExhausted, "{:?}", r.error);
+    assert_eq!(r.usage, Usage::default(), "the call was not made");
+}
