@@ -127,6 +127,36 @@ pub enum BudgetPolicy {
     Refuse,
 }
 
+/// A child's pool as its parent's model reads it in the spawn's result: what it was granted
+/// (money in currency units, as the model asked), and whether that is less than it asked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Granted {
+    /// Tokens its subtree may spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tree_tokens: Option<u64>,
+    /// Money its subtree may spend, in currency units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tree_cost: Option<f64>,
+    /// Clamped to what the parent's pool had left.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clamped: bool,
+}
+
+impl Granted {
+    /// What a child's record says it was granted (`meta.budget`, `meta.budget_clamped`).
+    pub fn of(record: &arbor_store::SessionRecord) -> Option<Self> {
+        let budget: Budget = serde_json::from_value(record.meta["budget"].clone()).ok()?;
+        (!budget.is_empty()).then(|| Self {
+            max_tree_tokens: budget.max_tree_tokens,
+            max_tree_cost: budget
+                .max_tree_cost_micros
+                .map(|m| m as f64 / crate::pricing::MICROS as f64),
+            clamped: record.meta["budget_clamped"].as_bool() == Some(true),
+        })
+    }
+}
+
 /// A call's worst case, as reserved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Amount {

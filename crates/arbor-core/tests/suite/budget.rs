@@ -336,3 +336,50 @@ async fn a_pool_holds_across_a_reopened_session() {
     assert_eq!(r.stop_reason, StopReason::BudgetExhausted, "{:?}", r.error);
     assert_eq!(r.usage, Usage::default(), "the call was not made");
 }
+
+#[tokio::test]
+async fn the_models_budget_argument_is_granted_and_the_result_says_it_was_clamped() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let sup = supervisor(
+        &store,
+        1_000,
+        vec![("child", vec![spend(10, 90)], None)],
+        BudgetPolicy::Clamp,
+    );
+    let ask = ScriptedTurn::tool_call(
+        "spawn_agent",
+        json!({"child_id": "child", "input": "go", "budget": {"max_tree_tokens": 500_000}}),
+    )
+    .with_usage(10, 10);
+    let mut top = root(
+        &sup,
+        &store,
+        1_000,
+        vec![ask, ScriptedTurn::text("done").with_usage(10, 10)],
+        Budget::tokens(100_000),
+    )
+    .await;
+    let r = top
+        .run(
+            "go",
+            RunOptions::default().with_nested(Arc::new(sup.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    let results = super::support::tool_results(top.messages());
+    let answer: serde_json::Value = serde_json::from_str(&results[0]).unwrap();
+    assert_eq!(
+        answer["budget"],
+        json!({"max_tree_tokens": 99_980, "clamped": true}),
+        "{answer}"
+    );
+    // A bad amount is the model's to fix, named.
+    let bad = SpawnAgentTool::new(sup.delegator())
+        .host_request(
+            json!({"child_id": "child", "input": "go", "budget": {"max_tree_tokens": 0}}),
+            SessionRef::from(top.record()),
+        )
+        .unwrap_err();
+    assert!(bad.to_string().contains("budget.max_tree_tokens"), "{bad}");
+}

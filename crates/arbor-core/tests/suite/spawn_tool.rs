@@ -124,6 +124,14 @@ fn the_generated_schema_checks_what_the_hand_written_one_did() {
                     "parallel_tool_calls": {"type": "boolean"}
                 },
                 "additionalProperties": false
+            },
+            "budget": {
+                "type": "object",
+                "properties": {
+                    "max_tree_tokens": {"type": "integer", "minimum": 1},
+                    "max_tree_cost": {"type": "number", "exclusiveMinimum": 0}
+                },
+                "additionalProperties": false
             }
         },
         "required": ["child_id", "input"],
@@ -154,7 +162,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     assert_eq!(
         e,
         "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
-         array); accepted fields: budget_share, child_id, controls, input, lifetime, milestone, mode, \
+         array); accepted fields: budget, budget_share, child_id, controls, input, lifetime, milestone, mode, \
          model, name, report, thinking, thread_id"
     );
     let e = model_error(

@@ -32,6 +32,9 @@ pub struct ChildAnswer {
     /// incomplete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The child's own pool, as granted (with `clamped` when it got less than it asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Granted>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -46,10 +49,15 @@ pub(crate) fn text<T: Serialize>(report: &T) -> String {
 
 /// A finished delegation as the parent's model reads it: redacted and cut to its cap.
 pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
+    text(&answer(delegator, r))
+}
+
+/// [`finished`], typed.
+pub(crate) fn answer(delegator: &Delegator, r: &DelegationResult) -> ChildAnswer {
     let sup = delegator.supervisor();
     let answer = sup.redact(&r.result.text);
     let cap = sup.result_cap(&r.child_id);
-    text(&ChildAnswer {
+    ChildAnswer {
         child_id: r.child_id.clone(),
         delegation_id: r.delegation_id.clone(),
         status: r.result.status,
@@ -57,7 +65,8 @@ pub(crate) fn finished(delegator: &Delegator, r: &DelegationResult) -> String {
         cost_micros: r.result.cost_micros,
         text: cut(&answer, cap, r.session_id),
         truncated: r.result.stop_reason == arbor_protocol::StopReason::CompletedTruncated,
-    })
+        budget: None,
+    }
 }
 
 impl Supervisor {

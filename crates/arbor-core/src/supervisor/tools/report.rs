@@ -8,7 +8,7 @@ use arbor_protocol::SessionId;
 use serde::{Deserialize, Serialize};
 
 pub use crate::supervisor::delegation::answer::ChildAnswer;
-pub(crate) use crate::supervisor::delegation::answer::{finished, text};
+pub(crate) use crate::supervisor::delegation::answer::{answer, finished, text};
 use crate::supervisor::request::AsyncHandle;
 
 /// A child started without waiting for it (`mode: async` or `message`).
@@ -30,6 +30,9 @@ pub struct ChildStarted {
     pub thinking: Option<ThinkingLevel>,
     /// Always [`HandleStatus::Running`].
     pub status: HandleStatus,
+    /// Its own pool, as granted (with `clamped` when it got less than it asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Granted>,
 }
 
 /// Where a delegation handle stands.
@@ -86,6 +89,7 @@ impl ChildStarted {
             model: handle.model,
             thinking,
             status: HandleStatus::Running,
+            budget: None,
         }
     }
 }

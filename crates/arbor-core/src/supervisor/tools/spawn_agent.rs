@@ -113,6 +113,41 @@ pub(crate) struct SpawnArgs {
     budget_share: Option<f64>,
     /// The child's model controls; default its own.
     controls: Option<SpawnControls>,
+    /// A pool for the child's whole subtree, taken from yours: it gets what yours has
+    /// left if you ask for more.
+    budget: Option<SpawnBudget>,
+}
+
+/// `budget`: a pool for the child's whole subtree.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SpawnBudget {
+    /// Tokens (input plus output) the child and its descendants may spend.
+    #[schemars(range(min = 1))]
+    max_tree_tokens: Option<u64>,
+    /// Money the child and its descendants may spend, in the price table's currency.
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    max_tree_cost: Option<f64>,
+}
+
+impl SpawnBudget {
+    fn budget(&self) -> Result<crate::budget::Budget, ToolError> {
+        let cost = match self.max_tree_cost {
+            None => None,
+            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
+                Some((c * crate::pricing::MICROS as f64).round() as u64)
+            }
+            Some(c) => {
+                return Err(ToolError::ToModel(format!(
+                    "budget.max_tree_cost must be a positive amount, not {c}"
+                )));
+            }
+        };
+        Ok(crate::budget::Budget {
+            max_tree_tokens: self.max_tree_tokens,
+            max_tree_cost_micros: cost,
+        })
+    }
 }
 
 /// `thinking`: one of the levels arbor knows (a child's model may support fewer).
@@ -303,14 +338,30 @@ impl ModelTool for SpawnAgentTool {
         };
         if let Some(handle) = handle {
             let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
-            return Ok(report::text(&ChildStarted::new(handle, thinking)));
+            let budget = self.granted(handle.session_id).await;
+            let mut started = ChildStarted::new(handle, thinking);
+            started.budget = budget;
+            return Ok(report::text(&started));
         }
         match self.delegator.delegate(request).await {
-            Ok(r) => Ok(finished(&self.delegator, &r)),
+            Ok(r) => {
+                let mut answer = report::answer(&self.delegator, &r);
+                answer.budget = self.granted(r.session_id).await;
+                Ok(report::text(&answer))
+            }
             // The child waits for approvals: this call (and its run) wait with it.
             Err(CoreError::Suspended(nested)) => Err(ToolError::Suspended(nested)),
             Err(e) => Err(self.delegator.supervisor().model_error(&e)),
         }
+    }
+}
+
+impl SpawnAgentTool {
+    /// The pool a child was granted, as its record keeps it.
+    async fn granted(&self, session: arbor_protocol::SessionId) -> Option<crate::budget::Granted> {
+        let store = self.delegator.supervisor().store();
+        let record = store.session(session).await.ok().flatten()?;
+        crate::budget::Granted::of(&record)
     }
 }
 
@@ -385,6 +436,7 @@ impl SpawnAgentTool {
             (Some(Mode::Async), _) | (_, Some(Lifetime::Session)) => Mode::Async,
             _ => Mode::Sync,
         };
+        let budget = args.budget.as_ref().map(SpawnBudget::budget).transpose()?;
         let request = DelegationRequest {
             child_id: args.child_id,
             input: args.input,
@@ -393,6 +445,7 @@ impl SpawnAgentTool {
             model: args.model,
             thinking: args.thinking,
             controls: args.controls.map(Into::into),
+            budget: budget.filter(|b| !b.is_empty()),
             policy,
             cancel,
             parent: Some(parent),
