@@ -474,6 +474,22 @@ pub(crate) struct SpecOverrides {
     /// the keys of `[agents.NAME.controls]`).
     #[arg(long, value_name = "JSON", value_parser = parse_controls)]
     pub(crate) controls: Option<arbor_model::Controls>,
+    /// A pool of tokens for the whole tree (over the root agent's `budget`): a model call it
+    /// cannot cover is refused before it is made.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_tree_tokens: Option<u64>,
+    /// A pool of money for the whole tree, in the spec's `[pricing] currency` (USD by
+    /// default), over the root agent's `budget`.
+    #[arg(long, value_name = "AMOUNT", value_parser = positive_amount)]
+    pub(crate) max_tree_cost: Option<f64>,
+}
+
+/// `--max-tree-cost`: a positive amount of money.
+fn positive_amount(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n < 1e12 => Ok(n),
+        _ => Err(format!("{text:?} is not a positive amount")),
+    }
 }
 
 /// `--controls`: a JSON object of model controls.

@@ -94,6 +94,9 @@ pub(crate) struct Overrides {
     pub(crate) model: Option<String>,
     /// Model controls for the root agent, over its spec's (`--controls`, a request's).
     pub(crate) controls: Option<arbor_model::Controls>,
+    /// The tree's pool, over the root agent's `budget` (`--max-tree-tokens`,
+    /// `--max-tree-cost`, a request's `budget`), checked.
+    pub(crate) budget: Option<arbor_core::budget::Budget>,
 }
 
 impl From<&crate::cli::SpecOverrides> for Overrides {
@@ -103,6 +106,10 @@ impl From<&crate::cli::SpecOverrides> for Overrides {
             provider: o.provider.clone(),
             model: o.model.clone(),
             controls: o.controls.clone(),
+            // Checked by clap (tokens) and when the run starts (cost).
+            budget: (o.max_tree_tokens.is_some() || o.max_tree_cost.is_some())
+                .then(|| crate::spec::BudgetSpec::new(o.max_tree_tokens, o.max_tree_cost))
+                .and_then(|b| b.budget().ok()),
         }
     }
 }
@@ -225,6 +232,9 @@ pub(crate) async fn create_root(
         meta.extend(extra);
     }
     let mut builder = built.root.session().store(store.clone()).meta(meta);
+    if let Some(budget) = root_budget(spec, overrides)? {
+        builder = builder.budget(budget);
+    }
     if let Some(id) = id {
         builder = builder.id(id);
     }
@@ -559,4 +569,21 @@ mod tests {
         assert_eq!(meta["definition"]["root_provider"], "openai");
         assert_eq!(meta["definition"]["root_model"], "gpt-4o-mini");
     }
+}
+
+/// The run's pool: the overrides' (flags, a request's) over the root agent's `budget`.
+fn root_budget(
+    spec: &spec::Spec,
+    overrides: &Overrides,
+) -> Result<Option<arbor_core::budget::Budget>, Fail> {
+    if overrides.budget.is_some() {
+        return Ok(overrides.budget);
+    }
+    let root = spec.root_name().map_err(Fail::usage)?;
+    spec.agents
+        .get(root)
+        .and_then(|a| a.budget)
+        .map(|b| b.budget())
+        .transpose()
+        .map_err(Fail::usage)
 }

@@ -275,6 +275,7 @@ fn assemble(
         let mut b = Supervisor::builder(local_ownership())
             .id("arbor")
             .limits(spec.supervisor.limits)
+            .budget_policy(spec.supervisor.budget_policy)
             .store(store)
             .session_token(token);
         if spec.supervisor.approvals {
@@ -327,6 +328,9 @@ fn assemble(
             }
             if let Some(d) = &agent.description {
                 entry = entry.description(d.clone());
+            }
+            if let Some(budget) = agent.budget.and_then(|b| b.budget().ok()) {
+                entry = entry.budget(budget);
             }
             b = b.child(entry);
         }

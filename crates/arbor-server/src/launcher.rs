@@ -35,6 +35,8 @@ pub struct StartRun {
     pub root_id: Option<SessionId>,
     /// The host's labels for the run (its user, its thread), checked.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// A pool for the whole tree, over the root agent's (checked).
+    pub budget: Option<arbor_core::budget::Budget>,
 }
 
 impl StartRun {

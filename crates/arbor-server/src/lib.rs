@@ -100,8 +100,8 @@ pub use openapi::ApiDoc;
 pub use policy::{TenantPolicies, TenantPolicy, USAGE_NAMESPACE, WebhookPolicy};
 pub use runtime_metrics::{MetricSink, RuntimeMetrics};
 pub use views::{
-    CancelView, ChildrenView, CostTotals, RunResultView, RunView, SessionView, SpecList,
-    StartRunRequest, Totals, TranscriptPage, TreeView,
+    BudgetRequest, CancelView, ChildrenView, CostTotals, RunResultView, RunView, SessionView,
+    SpecList, StartRunRequest, Totals, TranscriptPage, TreeView,
 };
 pub use webhook::{
     FIRST_BACKOFF, MAX_BACKOFF, SEND_TIMEOUT, WEBHOOK_NAMESPACE, WebhookTarget, signature,

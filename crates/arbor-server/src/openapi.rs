@@ -17,8 +17,8 @@ use crate::api::listing::{RunList, RunSummary};
 use crate::api::tree::{NodeView, TreeSnapshot};
 use crate::error::{ApiError, ErrorBody, ErrorKind, LimitBody};
 use crate::views::{
-    CancelView, ChildrenView, CostTotals, RunResultView, RunView, SessionView, SpecList,
-    StartRunRequest, Totals, TranscriptPage, TreeView,
+    BudgetRequest, CancelView, ChildrenView, CostTotals, RunResultView, RunView, SessionView,
+    SpecList, StartRunRequest, Totals, TranscriptPage, TreeView,
 };
 
 /// The document.
@@ -54,7 +54,7 @@ use crate::views::{
     ),
     components(schemas(
         ApiError, ErrorBody, ErrorKind, LimitBody, arbor_protocol::Usage, Totals, CostTotals, SessionView, TreeView,
-        ChildrenView, TranscriptPage, StartRunRequest, RunView, RunResultView, SpecList, CancelView,
+        ChildrenView, TranscriptPage, StartRunRequest, BudgetRequest, RunView, RunResultView, SpecList, CancelView,
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
         HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,

@@ -83,6 +83,56 @@ pub struct StartRunRequest {
     /// most 16, each key 1 to 64 of `a-z A-Z 0-9 _ -`, each value 1 to 256 bytes.
     #[serde(default)]
     pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// A pool for the whole tree (over the root agent's `budget`): a model call it cannot
+    /// cover is refused before it is made, and the run ends `budget_exhausted`.
+    pub budget: Option<BudgetRequest>,
+}
+
+/// A pool for a subtree: tokens and/or money (in the spec's `[pricing] currency`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetRequest {
+    /// Tokens (input plus output) the subtree may spend.
+    #[schema(minimum = 1)]
+    pub max_tree_tokens: Option<u64>,
+    /// Money the subtree may spend, in currency units (above 0).
+    pub max_tree_cost: Option<f64>,
+}
+
+impl BudgetRequest {
+    /// The pool, or a 400 naming the field that is out of range.
+    pub fn checked(self) -> crate::error::ApiResult<arbor_core::budget::Budget> {
+        use crate::error::ApiError;
+        if self.max_tree_tokens == Some(0) {
+            return Err(ApiError::field(
+                "budget.max_tree_tokens",
+                "max_tree_tokens must be a positive integer",
+            ));
+        }
+        let cost = match self.max_tree_cost {
+            None => None,
+            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
+                Some((c * arbor_core::pricing::MICROS as f64).round() as u64)
+            }
+            Some(_) => {
+                return Err(ApiError::field(
+                    "budget.max_tree_cost",
+                    "max_tree_cost must be a positive amount",
+                ));
+            }
+        };
+        let budget = arbor_core::budget::Budget {
+            max_tree_tokens: self.max_tree_tokens,
+            max_tree_cost_micros: cost,
+        };
+        if budget.is_empty() {
+            return Err(ApiError::field(
+                "budget",
+                "budget sets neither max_tree_tokens nor max_tree_cost",
+            ));
+        }
+        Ok(budget)
+    }
 }
 
 /// How a root's run ended, as its launcher kept it.

@@ -97,6 +97,7 @@ impl Launcher for SpecLauncher {
             provider: run.provider.clone(),
             model: run.model.clone(),
             controls: None,
+            budget: run.budget,
         };
         let mut prepared = prepare_with(&shown, &text, &overrides, false)
             .await

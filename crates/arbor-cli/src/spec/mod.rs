@@ -18,6 +18,7 @@ mod error;
 pub(crate) mod limits;
 mod pricing;
 pub(crate) use error::{SpecError, at};
+pub(crate) use pricing::BudgetSpec;
 
 /// Built-in tools a spec may name.
 pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep", "append_line"];
@@ -69,6 +70,10 @@ pub(crate) struct SupervisorSpec {
     /// decision at the root (`arbor approvals`, `approve`, `reject`, `resume`).
     #[serde(default)]
     pub(crate) approvals: bool,
+    /// What a spawn asking for a larger pool than its parent's has left gets: `clamp`
+    /// (the default: what is left) or `refuse`.
+    #[serde(default)]
+    pub(crate) budget_policy: arbor_core::budget::BudgetPolicy,
 }
 
 /// The repository children work on, each in its own linked worktree.
@@ -148,6 +153,9 @@ pub(crate) struct AgentSpec {
     /// Run limits as written (see [`crate::spec::limits`]).
     #[serde(default)]
     pub(crate) limits: crate::spec::limits::AgentLimits,
+    /// A pool for its whole subtree wherever it runs: the run's, for the root; each
+    /// delegation's (unless the parent's model asks for another), for a child.
+    pub(crate) budget: Option<pricing::BudgetSpec>,
     /// Model controls sent with every call (`temperature`, `top_p`, `seed`, `stop`,
     /// `max_output_tokens`, `tool_choice`, `parallel_tool_calls`, `extra`).
     #[serde(default)]
@@ -255,6 +263,9 @@ impl Spec {
         }
         for (name, agent) in &self.agents {
             arbor_core::validate_agent_name(name).map_err(|e| SpecError::agent(name, e))?;
+            if let Some(b) = &agent.budget {
+                b.budget().map_err(|e| SpecError::agent(name, e))?;
+            }
             agent
                 .controls
                 .check()

@@ -96,6 +96,52 @@ impl<'de> Deserialize<'de> for PricingSpec {
     }
 }
 
+/// `budget = { max_tree_tokens = N, max_tree_cost = X }`: a pool for a subtree, money in
+/// the price table's currency.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetSpec {
+    max_tree_tokens: Option<u64>,
+    max_tree_cost: Option<f64>,
+}
+
+impl BudgetSpec {
+    /// A pool of these limits (checked by [`BudgetSpec::budget`]).
+    pub(crate) fn new(max_tree_tokens: Option<u64>, max_tree_cost: Option<f64>) -> Self {
+        Self {
+            max_tree_tokens,
+            max_tree_cost,
+        }
+    }
+
+    /// The pool; a limit of 0, or an amount that is not a positive number, is refused
+    /// naming it.
+    pub(crate) fn budget(&self) -> Result<arbor_core::budget::Budget, String> {
+        let cost = match self.max_tree_cost {
+            None => None,
+            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
+                Some((c * arbor_core::pricing::MICROS as f64).round() as u64)
+            }
+            Some(c) => {
+                return Err(format!(
+                    "budget.max_tree_cost must be a positive amount, not {c}"
+                ));
+            }
+        };
+        if self.max_tree_tokens == Some(0) {
+            return Err("budget.max_tree_tokens must be a positive integer".to_owned());
+        }
+        let b = arbor_core::budget::Budget {
+            max_tree_tokens: self.max_tree_tokens,
+            max_tree_cost_micros: cost,
+        };
+        if b.is_empty() {
+            return Err("budget sets neither max_tree_tokens nor max_tree_cost".to_owned());
+        }
+        Ok(b)
+    }
+}
+
 impl PricingSpec {
     /// No `[pricing]` table: the built-in prices, a warning for a model without one.
     pub(super) fn on() -> Self {

@@ -51,6 +51,9 @@ pub struct SpawnRequest {
     /// naming it.
     #[schema(value_type = Option<crate::controls::ControlsSchema>)]
     pub controls: Option<arbor_model::Controls>,
+    /// A pool for the child's whole subtree, reserved from the run's pools (clamped to what
+    /// they have left, or refused, per the spec's `[supervisor] budget_policy`).
+    pub budget: Option<crate::views::BudgetRequest>,
     /// `sync`, `async` (default; `join` is read as `async`) or `message`.
     #[serde(default = "async_mode")]
     pub mode: Mode,
@@ -293,6 +296,10 @@ pub(crate) async fn spawn(
     request.name = req.name.clone();
     request.model = req.model.clone();
     request.controls = crate::controls::checked(req.controls.clone())?;
+    request.budget = req
+        .budget
+        .map(crate::views::BudgetRequest::checked)
+        .transpose()?;
     let handle = match req.mode {
         Mode::Message => sup.spawn(request).await,
         Mode::Sync | Mode::Async => sup.delegate_async(request).await,

@@ -73,6 +73,11 @@ pub(crate) async fn start(
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
     let labels = check_labels(req.labels.take().unwrap_or_default())?;
     let controls = crate::controls::checked(req.controls.take())?;
+    let budget = req
+        .budget
+        .take()
+        .map(crate::views::BudgetRequest::checked)
+        .transpose()?;
     // A spec the tenant may not start is unknown to it.
     if spec_text.is_none()
         && (!launcher.specs().contains(&spec) || !state.policies.may_start(&tenant.0, &spec))
@@ -101,6 +106,7 @@ pub(crate) async fn start(
                         .unwrap_or_default()
                         .as_str(),
                 ),
+                Some(serde_json::to_string(&budget).unwrap_or_default().as_str()),
             ]);
             match idempotency::claim(state.store.as_ref(), &tenant.0, k, &fingerprint).await? {
                 Claimed::Replay(root) if state.store.session(root).await?.is_some() => {
@@ -140,6 +146,7 @@ pub(crate) async fn start(
             controls,
             root_id,
             labels,
+            budget,
         })
         .await;
     let root = match (started, root_id) {
