@@ -100,6 +100,13 @@ pub struct BudgetRequest {
 }
 
 impl BudgetRequest {
+    /// [`BudgetRequest::checked`], of a request that may have none.
+    pub fn checked_or_none(
+        request: Option<Self>,
+    ) -> crate::error::ApiResult<Option<arbor_core::budget::Budget>> {
+        request.map(Self::checked).transpose()
+    }
+
     /// The pool, or a 400 naming the field that is out of range.
     pub fn checked(self) -> crate::error::ApiResult<arbor_core::budget::Budget> {
         use crate::error::ApiError;

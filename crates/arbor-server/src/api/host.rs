@@ -296,10 +296,7 @@ pub(crate) async fn spawn(
     request.name = req.name.clone();
     request.model = req.model.clone();
     request.controls = crate::controls::checked(req.controls.clone())?;
-    request.budget = req
-        .budget
-        .map(crate::views::BudgetRequest::checked)
-        .transpose()?;
+    request.budget = crate::views::BudgetRequest::checked_or_none(req.budget)?;
     let handle = match req.mode {
         Mode::Message => sup.spawn(request).await,
         Mode::Sync | Mode::Async => sup.delegate_async(request).await,

@@ -73,11 +73,7 @@ pub(crate) async fn start(
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
     let labels = check_labels(req.labels.take().unwrap_or_default())?;
     let controls = crate::controls::checked(req.controls.take())?;
-    let budget = req
-        .budget
-        .take()
-        .map(crate::views::BudgetRequest::checked)
-        .transpose()?;
+    let budget = crate::views::BudgetRequest::checked_or_none(req.budget.take())?;
     // A spec the tenant may not start is unknown to it.
     if spec_text.is_none()
         && (!launcher.specs().contains(&spec) || !state.policies.may_start(&tenant.0, &spec))
@@ -94,19 +90,15 @@ pub(crate) async fn start(
     // One run per key: the key names the root's id before anything starts.
     let root_id = match &key {
         Some(k) => {
+            let settings =
+                serde_json::to_string(&(&labels, &controls, &budget)).unwrap_or_default();
             let fingerprint = idempotency::fingerprint(&[
                 Some(spec.as_str()),
                 spec_text.as_deref(),
                 req.task.as_deref(),
                 req.provider.as_deref(),
                 req.model.as_deref(),
-                Some(serde_json::to_string(&labels).unwrap_or_default().as_str()),
-                Some(
-                    serde_json::to_string(&controls)
-                        .unwrap_or_default()
-                        .as_str(),
-                ),
-                Some(serde_json::to_string(&budget).unwrap_or_default().as_str()),
+                Some(settings.as_str()),
             ]);
             match idempotency::claim(state.store.as_ref(), &tenant.0, k, &fingerprint).await? {
                 Claimed::Replay(root) if state.store.session(root).await?.is_some() => {
