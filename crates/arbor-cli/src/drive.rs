@@ -534,6 +534,23 @@ async fn drain(followers: Vec<JoinHandle<()>>, finished: bool) {
     }
 }
 
+/// The run's pool: the overrides' (flags, a request's) over the root agent's `budget`.
+fn root_budget(
+    spec: &spec::Spec,
+    overrides: &Overrides,
+) -> Result<Option<arbor_core::budget::Budget>, Fail> {
+    if overrides.budget.is_some() {
+        return Ok(overrides.budget);
+    }
+    let root = spec.root_name().map_err(Fail::usage)?;
+    spec.agents
+        .get(root)
+        .and_then(|a| a.budget)
+        .map(|b| b.budget())
+        .transpose()
+        .map_err(Fail::usage)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -569,21 +586,4 @@ mod tests {
         assert_eq!(meta["definition"]["root_provider"], "openai");
         assert_eq!(meta["definition"]["root_model"], "gpt-4o-mini");
     }
-}
-
-/// The run's pool: the overrides' (flags, a request's) over the root agent's `budget`.
-fn root_budget(
-    spec: &spec::Spec,
-    overrides: &Overrides,
-) -> Result<Option<arbor_core::budget::Budget>, Fail> {
-    if overrides.budget.is_some() {
-        return Ok(overrides.budget);
-    }
-    let root = spec.root_name().map_err(Fail::usage)?;
-    spec.agents
-        .get(root)
-        .and_then(|a| a.budget)
-        .map(|b| b.budget())
-        .transpose()
-        .map_err(Fail::usage)
 }
