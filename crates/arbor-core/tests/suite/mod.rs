@@ -3,6 +3,7 @@ mod admission;
 mod approvals;
 mod bounds;
 mod budget;
+mod budget_trees;
 mod cancel;
 mod controls;
 mod cost;
