@@ -63,8 +63,9 @@ pub enum AgentEvent {
         /// How many tool calls the model asked for.
         tool_calls: u32,
     },
-    /// A budget pool this session spends from passed its low mark (80 % of its limit,
-    /// spent plus reserved): once per pool and limit.
+    /// A budget pool this session spends from passed its low mark (its subtree has spent
+    /// 80 % of its limit, or the pool's own `low_percent`): told once per pool and limit, by
+    /// the first call that reserves after it.
     BudgetLow {
         /// The session whose pool it is.
         pool: crate::SessionId,
@@ -72,7 +73,7 @@ pub enum AgentEvent {
         limit_name: String,
         /// The limit.
         limit: u64,
-        /// What its subtree has spent, plus what work in flight holds.
+        /// What its subtree has spent.
         used: u64,
     },
     /// A tool call passed its permission check and began.

@@ -58,7 +58,8 @@ use crate::views::{
         PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
         HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,
-        crate::feed::FeedEntry, crate::feed::FeedEvent,
+        crate::feed::FeedEntry, crate::feed::FeedEvent, arbor_core::budget::PoolView,
+        arbor_core::budget::Budget, arbor_core::budget::Amount,
     )),
     modifiers(&Bearer),
     tags(

@@ -131,6 +131,7 @@ impl BudgetRequest {
         let budget = arbor_core::budget::Budget {
             max_tree_tokens: self.max_tree_tokens,
             max_tree_cost_micros: cost,
+            low_percent: None,
         };
         if budget.is_empty() {
             return Err(ApiError::field(
@@ -167,6 +168,9 @@ pub struct RunView {
     pub result: Option<RunResultView>,
     /// The whole tree.
     pub tree: TreeView,
+    /// Its budget pools, root first: each one's limits, what its subtree spent and what it
+    /// holds for work in flight (empty without pools).
+    pub pools: Vec<arbor_core::budget::PoolView>,
 }
 
 /// A cancel under way.

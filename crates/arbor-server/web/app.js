@@ -168,6 +168,19 @@ function render(snap) {
   const cost = root.cost ? root.cost.aggregate_micros : 0;
   $("tree-cost-row").hidden = cost === 0;
   $("tree-cost").textContent = cost ? money(cost) : "";
+  // Each budget pool, root first: spent of its limit, and what work in flight holds.
+  const pools = snap.pools || [];
+  $("budget-row").hidden = pools.length === 0;
+  $("budget").replaceChildren(...pools.map((p) => {
+    const owner = snap.nodes.find((n) => n.id === p.session);
+    const parts = [];
+    if (p.budget.max_tree_tokens != null) parts.push(tokens(p.spent.tokens) + " / " +
+      tokens(p.budget.max_tree_tokens) + " tokens (" + tokens(p.reserved.tokens) + " reserved)");
+    if (p.budget.max_tree_cost_micros != null) parts.push(money(p.spent.cost) + " / " +
+      money(p.budget.max_tree_cost_micros) + " (" + money(p.reserved.cost) + " reserved)");
+    return el("div", { class: "pool", "data-testid": "pool",
+      text: (owner ? owner.name : p.session) + ": " + parts.join("; ") + (p.open ? "" : " · closed") });
+  }));
   $("run-count").textContent = snap.nodes.length;
 
   const names = new Map(snap.nodes.map((n) => [n.id, n.name]));

@@ -273,7 +273,17 @@ pub(crate) async fn follow(store: Arc<dyn Store>, root: SessionId, done: Cancell
             }
         }
         let nodes = nodes(&sessions, root, since, Timestamp::now(), &tools);
-        let lines = render(&nodes, width(), colour);
+        let mut lines = render(&nodes, width(), colour);
+        // Each budget pool: spent of its limit, and what calls in flight hold.
+        if let Ok(pools) = arbor_core::budget::pools(store.as_ref(), root).await {
+            let name = |id: SessionId| {
+                sessions
+                    .iter()
+                    .find(|s| s.id == id)
+                    .map_or_else(|| id.to_string(), |s| s.name.clone())
+            };
+            lines.extend(crate::render::report::pool_lines(&pools, &name, ""));
+        }
         if lines != last || !crate::render::output::frame_shown() {
             crate::render::output::draw_frame(&lines);
             last = lines;

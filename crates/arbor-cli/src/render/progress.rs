@@ -128,6 +128,17 @@ impl RootProgress {
                 "{name}: ({} not shown: the display fell behind)",
                 plural(*missed, "event", "events")
             ),
+            AgentEvent::BudgetLow {
+                pool,
+                limit_name,
+                limit,
+                used,
+            } => format!(
+                "{name}: budget low: the pool of {} has used {} of its {limit_name} {}",
+                crate::resolve::short(*pool),
+                thousands(*used),
+                thousands(*limit)
+            ),
             AgentEvent::TurnFinished { .. } | AgentEvent::ProviderTurnStarted { .. } => {
                 return None;
             }

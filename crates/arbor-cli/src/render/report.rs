@@ -62,6 +62,46 @@ pub(crate) fn money(micros: u64) -> String {
     out
 }
 
+/// Each budget pool of a tree in words: `budget of root: 90,040 of 100,000 tokens spent,
+/// 0 reserved` (and the same for money), `closed` once a task child's pool returned.
+pub(crate) fn pool_lines(
+    pools: &[arbor_core::budget::PoolView],
+    name: &dyn Fn(arbor_protocol::SessionId) -> String,
+    currency: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in pools {
+        let mut parts = Vec::new();
+        if let Some(max) = p.budget.max_tree_tokens {
+            parts.push(format!(
+                "{} of {} tokens spent, {} reserved",
+                thousands(p.spent.tokens),
+                thousands(max),
+                thousands(p.reserved.tokens)
+            ));
+        }
+        if let Some(max) = p.budget.max_tree_cost_micros {
+            parts.push(format!(
+                "{} of {}{currency} spent, {} reserved",
+                money(p.spent.cost),
+                money(max),
+                money(p.reserved.cost)
+            ));
+        }
+        out.push(format!(
+            "budget of {}: {}{}",
+            name(p.session),
+            parts.join("; "),
+            if p.open {
+                ""
+            } else {
+                " (closed: its unspent part returned)"
+            }
+        ));
+    }
+    out
+}
+
 /// The JSON report.
 pub(crate) fn json_report(
     root: SessionId,

@@ -36,6 +36,9 @@ pub(crate) fn lines(
     if json {
         let mut report = json_report(root_id, store_kind, check.own_total_tokens, result);
         report["silent_children"] = serde_json::json!(tree.silent);
+        if !tree.pools.is_empty() {
+            report["pools"] = serde_json::json!(tree.pools);
+        }
         report["reconciliation"] = serde_json::json!({
             "consistent": check.is_consistent(),
             "own_total_tokens": check.own_total_tokens,
@@ -66,6 +69,17 @@ pub(crate) fn lines(
                 tree.currency
             ));
         }
+        let name = |id| {
+            tree.pool_names
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| id.to_string())
+        };
+        lines.extend(crate::render::report::pool_lines(
+            &tree.pools,
+            &name,
+            &tree.currency,
+        ));
         let silent = tree.silent;
         if silent > 0 {
             lines.push(format!(

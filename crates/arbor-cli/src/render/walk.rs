@@ -233,6 +233,33 @@ async fn check<'a>(store: &'a dyn Store, root: &SessionRecord) -> Result<(Check,
     ))
 }
 
+/// The tree's budget pools and their sessions' names.
+pub(crate) async fn pools_of(
+    store: &dyn Store,
+    root: SessionId,
+) -> Result<
+    (
+        Vec<arbor_core::budget::PoolView>,
+        std::collections::HashMap<SessionId, String>,
+    ),
+    Fail,
+> {
+    let pools = arbor_core::budget::pools(store, root)
+        .await
+        .map_err(Fail::core)?;
+    let mut names = std::collections::HashMap::new();
+    for p in &pools {
+        if let Some(s) = store
+            .session(p.session)
+            .await
+            .map_err(|e| Fail::store(e.to_string()))?
+        {
+            names.insert(p.session, s.name);
+        }
+    }
+    Ok((pools, names))
+}
+
 /// ` USD`: the currency a run's costs are in, as its definition keeps it (USD, the price
 /// table's default, when it keeps none).
 pub(crate) fn currency(root: &SessionRecord) -> String {
@@ -256,6 +283,10 @@ pub(crate) struct Summary {
     pub(crate) root_name: String,
     /// ` USD`, or empty (see [`currency`]).
     pub(crate) currency: String,
+    /// The tree's budget pools, root first.
+    pub(crate) pools: Vec<arbor_core::budget::PoolView>,
+    /// Each pool's session name, by id.
+    pub(crate) pool_names: std::collections::HashMap<SessionId, String>,
 }
 
 /// Reads the tree under `root` for a run's report: as JSON rows or as the table.
@@ -274,6 +305,7 @@ pub(crate) async fn summarize(
     let mut silent = 0usize;
     let root_name = root.name.clone();
     let unit = currency(&root);
+    let (pools, pool_names) = pools_of(store, root.id).await?;
     let mut walk = walked.again(root);
     while let Some(step) = walk.next().await? {
         let Step::Enter(s, parent) = step else {
@@ -300,6 +332,8 @@ pub(crate) async fn summarize(
         silent,
         root_name,
         currency: unit,
+        pools,
+        pool_names,
     })
 }
 
@@ -311,6 +345,7 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
         .map_err(Fail::core)?;
     let (check, walked) = check(store, &root).await?;
     let unit = currency(&root);
+    let (pools, names) = pools_of(store, root.id).await?;
     let mut out = Stream::stdout();
     if json {
         out.write(&format!(
@@ -352,7 +387,13 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
         first = false;
     }
     if json {
-        out.write(&format!("],\"silent_children\":{silent}}}\n"));
+        // A tree without pools keeps its old shape.
+        let pools = if pools.is_empty() {
+            String::new()
+        } else {
+            format!(",\"pools\":{}", serde_json::json!(pools))
+        };
+        out.write(&format!("]{pools},\"silent_children\":{silent}}}\n"));
     } else {
         let r = &check.reconciliation;
         let cost = if r.root_aggregate_cost > 0 {
@@ -370,6 +411,10 @@ pub(crate) async fn tree(store: &dyn Store, id: SessionId, json: bool) -> Result
                 " (do not reconcile)"
             }
         ));
+        let name = |id| names.get(&id).cloned().unwrap_or_else(|| id.to_string());
+        for line in report::pool_lines(&pools, &name, &unit) {
+            out.write(&format!("{line}\n"));
+        }
     }
     out.flush();
     Ok(())

@@ -103,6 +103,8 @@ impl<'de> Deserialize<'de> for PricingSpec {
 pub(crate) struct BudgetSpec {
     max_tree_tokens: Option<u64>,
     max_tree_cost: Option<f64>,
+    /// The share spent (percent) at which `budget_low` fires (default 80).
+    low_percent: Option<u8>,
 }
 
 impl BudgetSpec {
@@ -111,6 +113,7 @@ impl BudgetSpec {
         Self {
             max_tree_tokens,
             max_tree_cost,
+            low_percent: None,
         }
     }
 
@@ -131,9 +134,13 @@ impl BudgetSpec {
         if self.max_tree_tokens == Some(0) {
             return Err("budget.max_tree_tokens must be a positive integer".to_owned());
         }
+        if self.low_percent.is_some_and(|p| p == 0 || p > 100) {
+            return Err("budget.low_percent must be 1 to 100".to_owned());
+        }
         let b = arbor_core::budget::Budget {
             max_tree_tokens: self.max_tree_tokens,
             max_tree_cost_micros: cost,
+            low_percent: self.low_percent,
         };
         if b.is_empty() {
             return Err("budget sets neither max_tree_tokens nor max_tree_cost".to_owned());

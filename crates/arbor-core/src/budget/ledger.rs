@@ -18,7 +18,7 @@ use arbor_protocol::{SessionId, SessionStatus};
 use arbor_store::{SessionRecord, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::{Amount, Budget, BudgetPolicy, LOW_FRACTION, MIN_POOL_TOKENS};
+use super::{Amount, Budget, BudgetPolicy, LOW_PERCENT, MIN_POOL_TOKENS};
 use crate::error::{CoreError, CoreResult};
 
 const NAMESPACE: &str = "budget";
@@ -150,8 +150,8 @@ pub struct Grant {
     pub budget: Budget,
     /// Whether the grant was clamped to what the pool above had left.
     pub clamped: bool,
-    /// Pools whose use crossed [`LOW_FRACTION`] with this reservation: `(pool, limit name,
-    /// limit, spent + reserved)`.
+    /// Pools whose spend has passed their low mark ([`LOW_PERCENT`] by default), told once:
+    /// `(pool, limit name, limit, spent)`.
     pub low: Vec<(SessionId, &'static str, u64, u64)>,
 }
 
@@ -327,7 +327,7 @@ impl View {
         });
     }
 
-    /// Marks and returns the pools on `chain` whose use crossed [`LOW_FRACTION`].
+    /// Marks and returns the pools on `chain` whose spend passed their low mark.
     fn mark_low(&mut self, chain: &[String]) -> Vec<(SessionId, &'static str, u64, u64)> {
         let mut out = Vec::new();
         for d in DIMS {
@@ -335,12 +335,13 @@ impl View {
                 let Some(limit) = self.limits(x, d) else {
                     continue;
                 };
-                let used = self.spent(x, d).saturating_add(self.reserved(x, d));
-                let crossed = used as f64 >= limit as f64 * LOW_FRACTION;
-                if let Some(pool) = self.ledger.pools.get_mut(x)
-                    && crossed
-                    && !pool.low[d.index()]
-                {
+                let used = self.spent(x, d);
+                let Some(pool) = self.ledger.pools.get_mut(x) else {
+                    continue;
+                };
+                let percent = u128::from(pool.budget.low_percent.unwrap_or(LOW_PERCENT));
+                let crossed = u128::from(used) * 100 >= u128::from(limit) * percent;
+                if crossed && !pool.low[d.index()] {
                     pool.low[d.index()] = true;
                     if let Ok(id) = x.parse() {
                         out.push((id, d.name(), limit, used));
@@ -510,4 +511,54 @@ pub(crate) async fn open_pool(
         tokio::task::yield_now().await;
     }
     Err(busy())
+}
+
+/// One pool as a report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PoolView {
+    /// The session whose subtree it covers.
+    #[cfg_attr(feature = "utoipa", schema(value_type = String))]
+    pub session: SessionId,
+    /// Its limits (as granted, for a child).
+    pub budget: Budget,
+    /// What its subtree has spent: tokens, and micro-units.
+    pub spent: Amount,
+    /// What it holds for calls in flight and for its open children's pools.
+    pub reserved: Amount,
+    /// Whether it still holds its place in the pool above (a task child's closes when it
+    /// ends, and its unspent part returns).
+    pub open: bool,
+}
+
+/// The pools of `root`'s tree, root first, then by depth: their limits, what their subtrees
+/// spent and what they hold. Empty for a tree without pools. Only reads.
+pub async fn pools(store: &dyn Store, root: SessionId) -> CoreResult<Vec<PoolView>> {
+    let Some(view) = read(store, root).await? else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<(usize, PoolView)> = view
+        .ledger
+        .pools
+        .iter()
+        .filter_map(|(id, pool)| {
+            let session: SessionId = id.parse().ok()?;
+            let amount = |f: &dyn Fn(Dim) -> u64| Amount {
+                tokens: f(Dim::Tokens),
+                cost: f(Dim::Cost),
+            };
+            Some((
+                pool.above.len(),
+                PoolView {
+                    session,
+                    budget: pool.budget,
+                    spent: amount(&|d| view.spent(id, d)),
+                    reserved: amount(&|d| view.reserved(id, d)),
+                    open: view.open(id),
+                },
+            ))
+        })
+        .collect();
+    out.sort_by_key(|(depth, p)| (*depth, p.session));
+    Ok(out.into_iter().map(|(_, p)| p).collect())
 }

@@ -30,7 +30,7 @@ mod ledger;
 
 use serde::{Deserialize, Serialize};
 
-pub use ledger::{Grant, Refusal};
+pub use ledger::{Grant, PoolView, Refusal, pools};
 pub(crate) use ledger::{chain_of, ledger_of, open_pool, reserve_call, settle_call};
 
 /// The meta key that marks a session under a pool.
@@ -44,8 +44,9 @@ pub const MIN_POOL_TOKENS: u64 = 1_000;
 /// provider cap it.
 pub const DEFAULT_OUTPUT_RESERVE: u64 = 4_096;
 
-/// The fraction of a pool at which `budget_low` fires, once per pool.
-pub const LOW_FRACTION: f64 = 0.8;
+/// The share of a pool (in percent) its subtree has spent when `budget_low` fires, once per
+/// pool and limit, unless the pool sets its own ([`Budget::low_percent`]).
+pub const LOW_PERCENT: u8 = 80;
 
 /// The limits of a subtree's pool: tokens (input plus output, as `total_tokens` counts
 /// them) and/or cost in micro-units. Both `None` is no pool.
@@ -59,6 +60,10 @@ pub struct Budget {
     /// Micro-units (millionths of the price table's currency) the whole subtree may spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tree_cost_micros: Option<u64>,
+    /// The share of the pool (1 to 100 percent) spent when `budget_low` fires (default
+    /// [`LOW_PERCENT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_percent: Option<u8>,
 }
 
 impl Budget {
@@ -66,15 +71,15 @@ impl Budget {
     pub fn tokens(tokens: u64) -> Self {
         Self {
             max_tree_tokens: Some(tokens),
-            max_tree_cost_micros: None,
+            ..Self::default()
         }
     }
 
     /// A pool of `micros` micro-units of money.
     pub fn cost_micros(micros: u64) -> Self {
         Self {
-            max_tree_tokens: None,
             max_tree_cost_micros: Some(micros),
+            ..Self::default()
         }
     }
 
@@ -92,6 +97,13 @@ impl Budget {
         self
     }
 
+    /// The same pool, `budget_low` firing at `percent` spent.
+    #[must_use]
+    pub fn low_at(mut self, percent: u8) -> Self {
+        self.low_percent = Some(percent);
+        self
+    }
+
     /// Whether it limits anything.
     pub fn is_empty(&self) -> bool {
         self.max_tree_tokens.is_none() && self.max_tree_cost_micros.is_none()
@@ -103,6 +115,12 @@ impl Budget {
             return Err(crate::error::CoreError::invalid(
                 "budget.max_tree_tokens",
                 "max_tree_tokens must be a positive integer",
+            ));
+        }
+        if self.low_percent.is_some_and(|p| p == 0 || p > 100) {
+            return Err(crate::error::CoreError::invalid(
+                "budget.low_percent",
+                "low_percent must be 1 to 100",
             ));
         }
         if self.max_tree_cost_micros == Some(0) {
@@ -157,8 +175,9 @@ impl Granted {
     }
 }
 
-/// A call's worst case, as reserved.
+/// Tokens and money (micro-units): a call's worst case, or what a pool spent or holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Amount {
     /// Tokens.
     pub tokens: u64,

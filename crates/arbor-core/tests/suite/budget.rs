@@ -155,6 +155,19 @@ async fn a_three_deep_chain_never_spends_more_than_its_pool() {
     assert_eq!(spent, 90_000 + 20 + 20, "spent {spent}");
     assert!(spent <= 100_000);
     assert_eq!(holds(&store, &top).await, 0, "nothing stays reserved");
+    let pools = arbor_core::budget::pools(store.as_ref(), top.id())
+        .await
+        .unwrap();
+    assert_eq!(pools.len(), 1);
+    assert_eq!(
+        (
+            pools[0].session,
+            pools[0].spent.tokens,
+            pools[0].reserved.tokens,
+            pools[0].budget.max_tree_tokens
+        ),
+        (top.id(), 90_040, 0, Some(100_000))
+    );
     let check = arbor_core::process::usage::reconcile(store.as_ref(), top.id())
         .await
         .unwrap();
@@ -382,4 +395,47 @@ async fn the_models_budget_argument_is_granted_and_the_result_says_it_was_clampe
         )
         .unwrap_err();
     assert!(bad.to_string().contains("budget.max_tree_tokens"), "{bad}");
+}
+
+#[tokio::test]
+async fn budget_low_fires_once_when_the_subtree_has_spent_its_low_mark() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // Ten runs of about 1,000 tokens each under a 10,000-token pool that warns at 50 %.
+    let turns: Vec<ScriptedTurn> = (0..10).map(|_| spend(5, 995)).collect();
+    let mut s = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .controls(capped(1_000))
+        .limits(ROOMY)
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .budget(Budget::tokens(10_000).low_at(50))
+        .create()
+        .await
+        .unwrap();
+    let mut lows = Vec::new();
+    for run in 0..10 {
+        let mut sub = s.subscribe();
+        let r = s.run("go", RunOptions::default()).await.unwrap();
+        for e in super::support::drain(&mut sub) {
+            if let arbor_protocol::AgentEvent::BudgetLow {
+                pool,
+                limit_name,
+                limit,
+                used,
+            } = &e.event
+            {
+                lows.push((run, *pool, limit_name.clone(), *limit, *used));
+            }
+        }
+        if r.stop_reason == StopReason::BudgetExhausted {
+            break;
+        }
+    }
+    // Told once, by the first call after 5,000 were spent (five runs of 1,000).
+    assert_eq!(
+        lows,
+        [(5, s.id(), "max_tree_tokens".to_owned(), 10_000, 5_000)]
+    );
 }

@@ -182,6 +182,7 @@ async fn run_tree(tree: Tree, store: Arc<dyn Store>) {
     let budget = Budget {
         max_tree_tokens: tokens,
         max_tree_cost_micros: micros,
+        low_percent: None,
     };
     let root_agent = agent("root".into(), script(&tree, 0), sup.delegator());
     let mut builder = root_agent.session().store(store.clone());

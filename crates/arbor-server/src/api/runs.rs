@@ -324,5 +324,8 @@ async fn run_view(state: &AppState, tenant: &Tenant, id: &str) -> ApiResult<RunV
             root_id: view.id.to_string(),
             sessions: sessions.iter().map(SessionView::of).collect(),
         },
+        pools: arbor_core::budget::pools(state.store.as_ref(), root.id)
+            .await
+            .map_err(|e| ApiError::internal(&e.to_string()))?,
     })
 }

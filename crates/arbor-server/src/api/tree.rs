@@ -55,6 +55,8 @@ pub struct TreeSnapshot {
     pub nodes: Vec<NodeView>,
     /// What waits for a decision at the root: its run and the runs below nobody awaits.
     pub approvals: Vec<SuspensionView>,
+    /// The tree's budget pools, root first (empty without pools).
+    pub pools: Vec<arbor_core::budget::PoolView>,
 }
 
 struct Watcher {
@@ -113,6 +115,9 @@ impl Watcher {
             fingerprint,
             nodes,
             approvals: waiting.iter().map(SuspensionView::from).collect(),
+            pools: arbor_core::budget::pools(self.store.as_ref(), self.root)
+                .await
+                .map_err(|e| ApiError::internal(&e.to_string()))?,
         })
     }
 

@@ -146,6 +146,7 @@ impl SpawnBudget {
         Ok(crate::budget::Budget {
             max_tree_tokens: self.max_tree_tokens,
             max_tree_cost_micros: cost,
+            low_percent: None,
         })
     }
 }
