@@ -179,6 +179,13 @@ pub trait ModelProvider: fmt::Debug + Send + Sync {
     fn wire(&self) -> crate::Wire {
         crate::Wire::Own
     }
+
+    /// The most tokens a turn may produce when the request's controls set no
+    /// `max_output_tokens`: what it sends as the cap (Anthropic's `max_tokens`), if it sends
+    /// one. A budget reserves it as a call's output. Default `None`: no cap it knows of.
+    fn max_output_tokens(&self) -> Option<u32> {
+        None
+    }
 }
 
 #[async_trait]
@@ -205,6 +212,10 @@ impl<T: ModelProvider + ?Sized> ModelProvider for std::sync::Arc<T> {
 
     fn wire(&self) -> crate::Wire {
         (**self).wire()
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        (**self).max_output_tokens()
     }
 }
 

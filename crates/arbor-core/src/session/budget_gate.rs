@@ -23,8 +23,8 @@ impl Session {
     }
 
     /// The next call's worst case: its prompt, estimated conservatively, plus its output cap
-    /// (the agent's `max_output_tokens`, else [`DEFAULT_OUTPUT_RESERVE`]) and its thinking
-    /// budget; priced (with prices) as if every prompt token were a cache write when that
+    /// (the agent's `max_output_tokens`, else the cap its provider sends, else
+    /// [`DEFAULT_OUTPUT_RESERVE`]) and its thinking budget; priced (with prices) as if every prompt token were a cache write when that
     /// costs more than plain input.
     fn worst_case(&self) -> Amount {
         let request = ModelRequest::new(self.agent.model(), &self.messages)
@@ -36,6 +36,7 @@ impl Session {
             .agent
             .controls()
             .and_then(|c| c.max_output_tokens)
+            .or_else(|| self.agent.provider().max_output_tokens())
             .map_or(DEFAULT_OUTPUT_RESERVE, u64::from);
         let thinking = self
             .agent

@@ -109,6 +109,10 @@ impl AnthropicProvider {
 
 #[async_trait]
 impl ModelProvider for AnthropicProvider {
+    fn max_output_tokens(&self) -> Option<u32> {
+        Some(self.config.max_tokens)
+    }
+
     fn wire(&self) -> crate::Wire {
         crate::Wire::Anthropic
     }

@@ -145,6 +145,10 @@ impl OpenAiProvider {
 
 #[async_trait]
 impl ModelProvider for OpenAiProvider {
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.config.max_tokens
+    }
+
     fn wire(&self) -> crate::Wire {
         crate::Wire::OpenAi
     }
