@@ -88,6 +88,24 @@ text = "Here is the summary, cut"
 truncated = true
 """
 
+# Priced in EUR, under a pool: 4,000 x 3 + 6,000 cache reads x 3 + 1,000 x 15 = 45,000
+# micro-euros (0.045).
+PRICED = """task = "Spend."
+root = "root"
+
+[pricing]
+currency = "EUR"
+[pricing."scripted"]
+input = 3.0
+output = 15.0
+
+[agents.root]
+budget = { max_tree_tokens = 100000 }
+[[agents.root.turns]]
+text = "spent"
+usage = { input_tokens = 10000, output_tokens = 1000, cache_read_tokens = 6000 }
+"""
+
 STUCK = """task = "Ask the slow one."
 root = "root"
 
@@ -203,7 +221,7 @@ def main():
     with open(os.path.join(work, "specs", "fanout.toml"), "w") as f:
         f.write(fan_out(50))
     thinker = thinking_server()
-    for name, text in (("cut", CUT_OFF), ("stuck", STUCK),
+    for name, text in (("cut", CUT_OFF), ("stuck", STUCK), ("priced", PRICED),
                        ("thinking", thinking_spec(thinker.server_address[1]))):
         with open(os.path.join(work, "specs", f"{name}.toml"), "w") as f:
             f.write(text)
@@ -280,6 +298,17 @@ def main():
             expect(page.get_by_test_id("run-status")).to_have_text("Done · answer cut off",
                                                                   timeout=20000)
             checks += 1
+
+            # A priced run under a pool: the tree's cost, and the pool's spend of its limit.
+            priced = call(base, "POST", "/v1/runs", {"spec": "priced"})["root_id"]
+            until("the priced run to finish",
+                  lambda: call(base, "GET", f"/v1/runs/{priced}")["status"] == "succeeded")
+            page.goto(f"{base}/#run={priced}")
+            expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+            expect(page.get_by_test_id("tree-cost")).to_have_text("0.045")
+            expect(page.get_by_test_id("pool")).to_have_text(
+                "root: 11,000 / 100,000 tokens (0 reserved)")
+            checks += 2
 
             # A run a SIGKILL interrupted goes on with Resume, its call in flight reported
             # interrupted.
