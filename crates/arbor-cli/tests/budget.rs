@@ -107,7 +107,9 @@ fn a_specs_root_budget_refuses_the_call_it_cannot_cover() {
     let (ok, _, err) = arbor(dir.path(), &["run", "bad.toml"]);
     assert!(!ok);
     assert!(
-        err.contains("agent \"root\": budget.max_tree_tokens must be a positive integer"),
+        err.contains(
+            "agent \"root\": budget.max_tree_tokens: max_tree_tokens must be a positive integer"
+        ),
         "{err}"
     );
 }

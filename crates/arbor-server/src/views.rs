@@ -109,37 +109,8 @@ impl BudgetRequest {
 
     /// The pool, or a 400 naming the field that is out of range.
     pub fn checked(self) -> crate::error::ApiResult<arbor_core::budget::Budget> {
-        use crate::error::ApiError;
-        if self.max_tree_tokens == Some(0) {
-            return Err(ApiError::field(
-                "budget.max_tree_tokens",
-                "max_tree_tokens must be a positive integer",
-            ));
-        }
-        let cost = match self.max_tree_cost {
-            None => None,
-            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
-                Some((c * arbor_core::pricing::MICROS as f64).round() as u64)
-            }
-            Some(_) => {
-                return Err(ApiError::field(
-                    "budget.max_tree_cost",
-                    "max_tree_cost must be a positive amount",
-                ));
-            }
-        };
-        let budget = arbor_core::budget::Budget {
-            max_tree_tokens: self.max_tree_tokens,
-            max_tree_cost_micros: cost,
-            low_percent: None,
-        };
-        if budget.is_empty() {
-            return Err(ApiError::field(
-                "budget",
-                "budget sets neither max_tree_tokens nor max_tree_cost",
-            ));
-        }
-        Ok(budget)
+        arbor_core::budget::Budget::from_units(self.max_tree_tokens, self.max_tree_cost, None)
+            .map_err(|(field, message)| crate::error::ApiError::field(field, message))
     }
 }
 

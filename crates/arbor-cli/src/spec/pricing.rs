@@ -120,32 +120,12 @@ impl BudgetSpec {
     /// The pool; a limit of 0, or an amount that is not a positive number, is refused
     /// naming it.
     pub(crate) fn budget(&self) -> Result<arbor_core::budget::Budget, String> {
-        let cost = match self.max_tree_cost {
-            None => None,
-            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
-                Some((c * arbor_core::pricing::MICROS as f64).round() as u64)
-            }
-            Some(c) => {
-                return Err(format!(
-                    "budget.max_tree_cost must be a positive amount, not {c}"
-                ));
-            }
-        };
-        if self.max_tree_tokens == Some(0) {
-            return Err("budget.max_tree_tokens must be a positive integer".to_owned());
-        }
-        if self.low_percent.is_some_and(|p| p == 0 || p > 100) {
-            return Err("budget.low_percent must be 1 to 100".to_owned());
-        }
-        let b = arbor_core::budget::Budget {
-            max_tree_tokens: self.max_tree_tokens,
-            max_tree_cost_micros: cost,
-            low_percent: self.low_percent,
-        };
-        if b.is_empty() {
-            return Err("budget sets neither max_tree_tokens nor max_tree_cost".to_owned());
-        }
-        Ok(b)
+        arbor_core::budget::Budget::from_units(
+            self.max_tree_tokens,
+            self.max_tree_cost,
+            self.low_percent,
+        )
+        .map_err(|(field, message)| format!("{field}: {message}"))
     }
 }
 

@@ -104,6 +104,58 @@ impl Budget {
         self
     }
 
+    /// A pool as a model, a spec or a request writes it: tokens, and money in currency units
+    /// (`0.5`). A limit of 0, an amount that is not a positive number, a low mark outside 1
+    /// to 100, or neither limit is refused: `(field, message)`, the field under `budget.`.
+    pub fn from_units(
+        max_tree_tokens: Option<u64>,
+        max_tree_cost: Option<f64>,
+        low_percent: Option<u8>,
+    ) -> Result<Self, (&'static str, String)> {
+        let cost = match max_tree_cost {
+            None => None,
+            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
+                Some((c * crate::pricing::MICROS as f64).round() as u64)
+            }
+            Some(c) => {
+                return Err((
+                    "budget.max_tree_cost",
+                    format!("max_tree_cost must be a positive amount, not {c}"),
+                ));
+            }
+        };
+        let budget = Self {
+            max_tree_tokens,
+            max_tree_cost_micros: cost,
+            low_percent,
+        };
+        if budget.is_empty() {
+            return Err((
+                "budget",
+                "budget sets neither max_tree_tokens nor max_tree_cost".to_owned(),
+            ));
+        }
+        if max_tree_tokens == Some(0) {
+            return Err((
+                "budget.max_tree_tokens",
+                "max_tree_tokens must be a positive integer".to_owned(),
+            ));
+        }
+        if low_percent.is_some_and(|p| p == 0 || p > 100) {
+            return Err((
+                "budget.low_percent",
+                "low_percent must be 1 to 100".to_owned(),
+            ));
+        }
+        if cost == Some(0) {
+            return Err((
+                "budget.max_tree_cost",
+                "max_tree_cost must be at least one micro-unit".to_owned(),
+            ));
+        }
+        Ok(budget)
+    }
+
     /// Whether it limits anything.
     pub fn is_empty(&self) -> bool {
         self.max_tree_tokens.is_none() && self.max_tree_cost_micros.is_none()

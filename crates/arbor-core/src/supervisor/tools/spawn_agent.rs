@@ -132,22 +132,8 @@ pub(crate) struct SpawnBudget {
 
 impl SpawnBudget {
     fn budget(&self) -> Result<crate::budget::Budget, ToolError> {
-        let cost = match self.max_tree_cost {
-            None => None,
-            Some(c) if c.is_finite() && c > 0.0 && c < 1e12 => {
-                Some((c * crate::pricing::MICROS as f64).round() as u64)
-            }
-            Some(c) => {
-                return Err(ToolError::ToModel(format!(
-                    "budget.max_tree_cost must be a positive amount, not {c}"
-                )));
-            }
-        };
-        Ok(crate::budget::Budget {
-            max_tree_tokens: self.max_tree_tokens,
-            max_tree_cost_micros: cost,
-            low_percent: None,
-        })
+        crate::budget::Budget::from_units(self.max_tree_tokens, self.max_tree_cost, None)
+            .map_err(|(field, message)| ToolError::ToModel(format!("{field}: {message}")))
     }
 }
 
