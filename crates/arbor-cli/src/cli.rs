@@ -487,8 +487,11 @@ pub(crate) struct SpecOverrides {
 /// `--max-tree-cost`: a positive amount of money.
 fn positive_amount(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(n) if n.is_finite() && n > 0.0 && n < 1e12 => Ok(n),
-        _ => Err(format!("{text:?} is not a positive amount")),
+        // At least one micro-unit: a smaller amount would round to nothing.
+        Ok(n) if n.is_finite() && (0.000_001..1e12).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a positive amount (at least 0.000001)"
+        )),
     }
 }
 

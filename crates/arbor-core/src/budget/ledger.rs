@@ -35,6 +35,10 @@ pub(crate) struct Ledger {
     /// Reservations of calls in flight, by the session making the call (one at a time).
     #[serde(default)]
     holds: BTreeMap<String, Hold>,
+    /// Calls cut off (cancelled, timed out) before their usage arrived: each is charged its
+    /// reservation, as spent by every pool on its path, since the provider may have billed it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    charged: Vec<Hold>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,6 +54,11 @@ struct Pool {
     /// `budget_low` fired for tokens, for money.
     #[serde(default)]
     low: [bool; 2],
+    /// It returned its unspent part (its owner ended); written by the ledger write that first
+    /// relied on it, so it never holds its place again, even if its owner runs once more (its
+    /// calls then reserve in the pool above too).
+    #[serde(default)]
+    closed: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,11 +130,21 @@ pub struct Refusal {
     pub reserved: u64,
     /// What was asked for.
     pub wanted: u64,
+    /// The pool limits money and the call's model has no price: its cost cannot be reserved.
+    pub unpriced_model: Option<String>,
 }
 
 impl Refusal {
     /// The error a run or a spawn reports.
     pub fn message(&self) -> String {
+        if let Some(model) = &self.unpriced_model {
+            return format!(
+                "budget exhausted: the pool of session {} limits max_tree_cost, and model \
+                 {model:?} has no price, so the call's cost cannot be reserved (price it in \
+                 the price table)",
+                self.pool
+            );
+        }
         let unit = |n: u64| match self.limit_name {
             "max_tree_cost" => format!("{n} micro-units"),
             _ => format!("{n} tokens"),
@@ -150,6 +169,8 @@ pub struct Grant {
     pub budget: Budget,
     /// Whether the grant was clamped to what the pool above had left.
     pub clamped: bool,
+    /// Whether this call opened the pool (else it was open already: a retried creation).
+    pub opened: bool,
     /// Pools whose spend has passed their low mark ([`LOW_PERCENT`] by default), told once:
     /// `(pool, limit name, limit, spent)`.
     pub low: Vec<(SessionId, &'static str, u64, u64)>,
@@ -211,7 +232,8 @@ async fn read(store: &dyn Store, root: SessionId) -> CoreResult<Option<View>> {
 }
 
 impl View {
-    /// Whether pool `id` holds its reservation in the pool above (a root's always does).
+    /// Whether pool `id` holds its reservation in the pool above (a root's always does; one
+    /// whose record is not written yet does, so a sibling admitted meanwhile sees it).
     fn open(&self, id: &str) -> bool {
         let Some(pool) = self.ledger.pools.get(id) else {
             return false;
@@ -219,18 +241,28 @@ impl View {
         if pool.above.is_empty() {
             return true;
         }
+        if pool.closed {
+            return false;
+        }
         match self.records.get(id) {
-            Some(r) if r.tombstone.is_none() => {
-                !pool.returns
-                    || matches!(
-                        r.status,
-                        SessionStatus::Idle
-                            | SessionStatus::Running
-                            | SessionStatus::Suspended
-                            | SessionStatus::Interrupted
-                    )
+            None => true,
+            Some(r) if r.tombstone.is_some() => false,
+            Some(r) => !pool.returns || !ended(r.status),
+        }
+    }
+
+    /// Closes the pools of task children that ended (see [`Pool::closed`]).
+    fn close_ended(&mut self) {
+        let records = &self.records;
+        for (id, pool) in &mut self.ledger.pools {
+            if pool.returns
+                && !pool.closed
+                && records
+                    .get(id)
+                    .is_some_and(|r| r.tombstone.is_some() || ended(r.status))
+            {
+                pool.closed = true;
             }
-            _ => false,
         }
     }
 
@@ -239,7 +271,16 @@ impl View {
     }
 
     fn spent(&self, id: &str, d: Dim) -> u64 {
-        self.records.get(id).map_or(0, |r| d.spent(r))
+        let charged = self
+            .ledger
+            .charged
+            .iter()
+            .filter(|c| c.chain.iter().any(|p| p == id))
+            .fold(0u64, |sum, c| sum.saturating_add(d.of(&c.amount)));
+        self.records
+            .get(id)
+            .map_or(0, |r| d.spent(r))
+            .saturating_add(charged)
     }
 
     /// Whether `x` is where something on `chain` (nearest first) counts for `d`: the first
@@ -283,13 +324,15 @@ impl View {
     fn refuses(&self, chain: &[String], d: Dim, wanted: u64) -> Option<Refusal> {
         self.left(chain, d)
             .and_then(|(x, left, limit, spent, reserved)| {
-                (wanted > left).then(|| Refusal {
+                // Nothing left refuses even a call priced at nothing.
+                (wanted > left || left == 0).then(|| Refusal {
                     pool: x.parse().unwrap_or_default(),
                     limit_name: d.name(),
                     limit,
                     spent,
                     reserved,
                     wanted,
+                    unpriced_model: None,
                 })
             })
     }
@@ -381,13 +424,14 @@ pub(crate) fn chain_of(ledger: &Ledger, path: &[SessionId]) -> Vec<String> {
 }
 
 /// Reserves `amount` for `session`'s next call (replacing any reservation it left), if every
-/// pool on its `path` that checks it can cover it. `Ok(Err(_))` is the pool's refusal.
+/// pool on its `path` that checks it can cover it. `unpriced`: the call's model, when it has
+/// no price (a pool limiting money then refuses it). `Ok(Err(_))` is the pool's refusal.
 pub(crate) async fn reserve_call(
     store: &dyn Store,
     root: SessionId,
-    session: SessionId,
-    path: &[SessionId],
+    (session, path): (SessionId, &[SessionId]),
     amount: Amount,
+    unpriced: Option<&str>,
 ) -> CoreResult<Result<Grant, Refusal>> {
     let me = key(session);
     for _ in 0..ATTEMPTS {
@@ -395,8 +439,22 @@ pub(crate) async fn reserve_call(
             return Ok(Ok(Grant::default()));
         };
         let chain = chain_of(&view.ledger, path);
+        view.close_ended();
         view.drop_lapsed(&me);
         view.ledger.holds.remove(&me);
+        if let Some(model) = unpriced
+            && let Some((x, _, limit, spent, reserved)) = view.left(&chain, Dim::Cost)
+        {
+            return Ok(Err(Refusal {
+                pool: x.parse().unwrap_or_default(),
+                limit_name: Dim::Cost.name(),
+                limit,
+                spent,
+                reserved,
+                wanted: 0,
+                unpriced_model: Some(model.to_owned()),
+            }));
+        }
         for d in DIMS {
             if let Some(refusal) = view.refuses(&chain, d, d.of(&amount)) {
                 return Ok(Err(refusal));
@@ -453,6 +511,7 @@ pub(crate) async fn open_pool(
     (above, asked, policy, returns): (&[SessionId], Budget, BudgetPolicy, bool),
 ) -> CoreResult<Result<Grant, Refusal>> {
     asked.check()?;
+    let me = key(owner);
     for _ in 0..ATTEMPTS {
         let mut view = match read(store, root).await? {
             Some(v) => v,
@@ -462,7 +521,16 @@ pub(crate) async fn open_pool(
                 records: HashMap::new(),
             },
         };
+        if let Some(pool) = view.ledger.pools.get(&me) {
+            // Opened already (a retried creation): it keeps what it was granted.
+            return Ok(Ok(Grant {
+                budget: pool.budget,
+                ..Grant::default()
+            }));
+        }
         let chain = chain_of(&view.ledger, above);
+        view.close_ended();
+        view.drop_lapsed("");
         let mut granted = asked;
         let mut clamped = false;
         for d in DIMS {
@@ -480,6 +548,7 @@ pub(crate) async fn open_pool(
                 spent,
                 reserved,
                 wanted: want,
+                unpriced_model: None,
             };
             if want > left && (policy == BudgetPolicy::Refuse || left < minimum) {
                 return Ok(Err(refusal));
@@ -499,18 +568,72 @@ pub(crate) async fn open_pool(
                 above: chain,
                 returns,
                 low: [false; 2],
+                closed: false,
             },
         );
         if write(store, root, &view).await? {
             return Ok(Ok(Grant {
                 budget: granted,
                 clamped,
+                opened: true,
                 low: Vec::new(),
             }));
         }
         tokio::task::yield_now().await;
     }
     Err(busy())
+}
+
+/// Charges `session`'s reservation, if it holds one, as spent: its call was cut off before
+/// its usage arrived.
+pub(crate) async fn charge_call(
+    store: &dyn Store,
+    root: SessionId,
+    session: SessionId,
+) -> CoreResult<()> {
+    let me = key(session);
+    for _ in 0..ATTEMPTS {
+        let Some(mut view) = read(store, root).await? else {
+            return Ok(());
+        };
+        let Some(hold) = view.ledger.holds.remove(&me) else {
+            return Ok(());
+        };
+        view.ledger.charged.push(hold);
+        if write(store, root, &view).await? {
+            return Ok(());
+        }
+        tokio::task::yield_now().await;
+    }
+    Err(busy())
+}
+
+/// Forgets `owner`'s pool: its session's record could not be written after all.
+pub(crate) async fn remove_pool(store: &dyn Store, root: SessionId, owner: SessionId) {
+    let me = key(owner);
+    for _ in 0..ATTEMPTS {
+        let Ok(Some(mut view)) = read(store, root).await else {
+            return;
+        };
+        if view.ledger.pools.remove(&me).is_none() {
+            return;
+        }
+        match write(store, root, &view).await {
+            Ok(true) | Err(_) => return,
+            Ok(false) => tokio::task::yield_now().await,
+        }
+    }
+}
+
+/// Whether a session in `status` has ended (a task child's pool then returns).
+fn ended(status: SessionStatus) -> bool {
+    !matches!(
+        status,
+        SessionStatus::Idle
+            | SessionStatus::Running
+            | SessionStatus::Suspended
+            | SessionStatus::Interrupted
+    )
 }
 
 /// One pool as a report shows it.

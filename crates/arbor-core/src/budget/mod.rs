@@ -18,6 +18,11 @@
 //!   input estimate holds (it over-counts every tokenizer we know of). A call that reports more
 //!   than it reserved overshoots by that excess, and the pool refuses every call after; so a
 //!   pool's spend is at most its limit plus the excess of the calls in flight when it ran out.
+//! - **What cannot be reserved is refused, never ignored.** A pool limiting money refuses a
+//!   call whose model has no price. A call cut off by a cancel or the run's timeout before
+//!   its usage arrived (the provider may have billed it) is charged its reservation as spent.
+//!   A task child's pool, once it returned its unspent part, never holds its place again:
+//!   if the child runs once more, its calls reserve in the pool above as well.
 //! - **Durable.** The pools and the reservations live in the store (checkpoint namespace
 //!   `budget`, one ledger per tree, written compare-and-swap), so they hold across `arbor
 //!   resume`, a crash and another worker taking a run over. A reservation belongs to the
@@ -31,7 +36,9 @@ mod ledger;
 use serde::{Deserialize, Serialize};
 
 pub use ledger::{Grant, PoolView, Refusal, pools};
-pub(crate) use ledger::{chain_of, ledger_of, open_pool, reserve_call, settle_call};
+pub(crate) use ledger::{
+    chain_of, charge_call, ledger_of, open_pool, remove_pool, reserve_call, settle_call,
+};
 
 /// The meta key that marks a session under a pool.
 pub(crate) const BUDGETED: &str = "budgeted";

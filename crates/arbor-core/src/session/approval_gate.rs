@@ -475,6 +475,9 @@ impl Session {
             Some(l) => checkpoint.limits.narrow(&l),
             None => checkpoint.limits,
         };
+        // What the run's turns cost before it suspended: its cost entries (the checkpoint
+        // keeps its usage, not its cost).
+        let cost = self.run_cost(run_id).await?;
         let state = Box::new(RunState {
             run_id,
             limits,
@@ -492,7 +495,7 @@ impl Session {
             deferred: None,
             new_loop: false,
             forced: false,
-            cost: 0,
+            cost,
         });
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;

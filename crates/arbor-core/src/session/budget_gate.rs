@@ -67,12 +67,18 @@ impl Session {
     /// past its low mark.
     pub(crate) async fn reserve_call(&self, run_id: RunId) -> CoreResult<Result<(), Refusal>> {
         let amount = self.worst_case();
+        // A pool limiting money cannot reserve a call whose model has no price.
+        let model = self.agent.model();
+        let unpriced = match self.agent.pricing() {
+            Some(t) if t.price_of(model).is_some() => None,
+            _ => Some(model),
+        };
         let grant = budget::reserve_call(
             self.store.as_ref(),
             self.record.root_id,
-            self.id(),
-            &self.path(),
+            (self.id(), &self.path()),
             amount,
+            unpriced,
         )
         .await?;
         match grant {
@@ -95,11 +101,37 @@ impl Session {
         }
     }
 
-    /// Releases the session's reservation, if it holds one (its usage is stored by now).
-    pub(crate) async fn settle_call(&self) -> CoreResult<()> {
+    /// Releases the session's reservation, if it holds one (its usage is stored by now); or,
+    /// when `cut` (the call was cancelled or timed out before its usage arrived), charges it
+    /// as spent. A ledger that cannot be written leaves the reservation to lapse once the
+    /// session stops running: logged, never the run's failure.
+    pub(crate) async fn settle_call(&self, cut: bool) {
         if !self.budgeted() {
-            return Ok(());
+            return;
         }
-        budget::settle_call(self.store.as_ref(), self.record.root_id, self.id()).await
+        let (store, root) = (self.store.as_ref(), self.record.root_id);
+        let done = if cut {
+            budget::charge_call(store, root, self.id()).await
+        } else {
+            budget::settle_call(store, root, self.id()).await
+        };
+        if let Err(e) = done {
+            tracing::warn!(session = %self.id(), error = %e, "a budget reservation was not released; it lapses when the session stops running");
+        }
+    }
+
+    /// What run `run_id` of this session has cost so far: the sum of its `cost` entries.
+    pub(crate) async fn run_cost(&self, run_id: RunId) -> CoreResult<u64> {
+        if self.agent.pricing().is_none() {
+            return Ok(0);
+        }
+        let entries = self.store.transcript(self.id(), 0, None).await?;
+        Ok(entries
+            .iter()
+            .filter(|e| e.run_id == run_id)
+            .fold(0u64, |sum, e| match &e.kind {
+                arbor_protocol::EntryKind::Cost { micros, .. } => sum.saturating_add(*micros),
+                _ => sum,
+            }))
     }
 }

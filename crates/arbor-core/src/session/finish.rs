@@ -4,7 +4,8 @@
 //! conversation stays valid for the next run.
 
 use arbor_protocol::{
-    AgentEvent, EntryKind, Message, RunStatus, SessionStatus, StopReason, ToolResult,
+    AgentEvent, EntryKind, LimitKind, Message, RunLimitBreach, RunStatus, SessionStatus,
+    StopReason, ToolResult,
 };
 use arbor_store::SessionUpdate;
 
@@ -31,6 +32,16 @@ impl Session {
     ) -> CoreResult<RunResult> {
         let run_id = state.run_id;
         let deferred = state.deferred.take().unwrap_or_default();
+        // A call cut off by a cancel or the timeout may have been billed: its reservation is
+        // charged, not released.
+        let cut = matches!(
+            &outcome,
+            Outcome::Cancelled
+                | Outcome::Breach(RunLimitBreach {
+                    limit: LimitKind::TimeoutMs,
+                    ..
+                })
+        );
         let Terminal {
             status,
             stop_reason,
@@ -63,7 +74,7 @@ impl Session {
         };
         self.commit_usage(run_id, &entries, Some(update), deferred.attributed)
             .await?;
-        self.settle_call().await?;
+        self.settle_call(cut).await;
         for event in deferred.events {
             self.bus.publish(run_id, event);
         }

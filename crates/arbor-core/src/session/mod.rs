@@ -196,7 +196,12 @@ impl SessionBuilder {
         if under_pool(store.as_ref(), &record).await? {
             set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
         }
+        let mut opened = false;
         if let Some(asked) = self.budget {
+            asked.check()?;
+            // Checked before the pool is opened: nothing is written for a meta that cannot
+            // carry it.
+            set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
             let above: Vec<SessionId> = ancestors(store.as_ref(), &record)
                 .await?
                 .into_iter()
@@ -210,18 +215,23 @@ impl SessionBuilder {
             )
             .await?
             .map_err(|r| CoreError::limit_error(r.message(), None))?;
-            set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
             set_meta(
                 &mut meta,
                 "budget",
                 serde_json::to_value(grant.budget).unwrap_or_default(),
             )?;
+            if grant.clamped {
+                set_meta(&mut meta, "budget_clamped", true.into())?;
+            }
+            opened = grant.opened;
         }
         record.meta = meta.into();
-        store
-            .create_session(&record)
-            .await
-            .map_err(|e| name_error(e, record.depth))?;
+        if let Err(e) = store.create_session(&record).await {
+            if opened {
+                crate::budget::remove_pool(store.as_ref(), record.root_id, record.id).await;
+            }
+            return Err(name_error(e, record.depth));
+        }
         Session::attach(self.agent, store, record).await
     }
 }

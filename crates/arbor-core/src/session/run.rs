@@ -317,7 +317,14 @@ impl Session {
                 maximum: limits.timeout_ms,
                 observed: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             }),
-            outcome = self.turns(&mut state, token, from) => outcome?,
+            outcome = self.turns(&mut state, token, from) => match outcome {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // The store failed: a reservation held goes now, not at the lapse.
+                    self.settle_call(false).await;
+                    return Err(e);
+                }
+            },
         };
         // Whatever is still running under this run stops now.
         token.cancel();
@@ -396,7 +403,7 @@ impl Session {
             if !last {
                 // Its usage is stored: the reservation goes (the last turn's goes once the
                 // run's end, which carries its usage, is written).
-                self.settle_call().await?;
+                self.settle_call(false).await;
             }
             self.publish_turn(
                 state,

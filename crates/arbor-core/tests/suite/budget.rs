@@ -439,3 +439,179 @@ async fn budget_low_fires_once_when_the_subtree_has_spent_its_low_mark() {
         [(5, s.id(), "max_tree_tokens".to_owned(), 10_000, 5_000)]
     );
 }
+
+/// A child's pool whose record is still being written counts in its parent's pool: a sibling
+/// admitted meanwhile gets what is left after it (the review's interleaving, forced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_record_is_being_written_already_holds_its_place() {
+    use arbor_store::testing::{Call, FaultStore};
+    let faults = FaultStore::new(Arc::new(MemoryStore::new()));
+    let store: Arc<dyn Store> = faults.clone();
+    let top = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([])))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .budget(Budget::tokens(100_000))
+        .create()
+        .await
+        .unwrap();
+    let kid = |name: &'static str| {
+        let store = store.clone();
+        let parent = SessionRef::from(top.record());
+        async move {
+            Agent::builder("kid")
+                .provider(ScriptedProvider::new(Script::new([])))
+                .build()
+                .unwrap()
+                .session()
+                .store(store)
+                .name(name)
+                .parent(parent)
+                .budget(Budget::tokens(80_000))
+                .create()
+                .await
+                .unwrap()
+        }
+    };
+    // The first child's record is held after its pool was opened.
+    let held = faults.arm(false, |c| matches!(c, Call::Create(r) if r.name == "a"));
+    let first = tokio::spawn(kid("a"));
+    held.reached.await.unwrap();
+    let b = kid("b").await;
+    held.release.send(()).unwrap();
+    let a = first.await.unwrap();
+    assert_eq!(a.record().meta["budget"]["max_tree_tokens"], 80_000);
+    assert_eq!(
+        (
+            b.record().meta["budget"]["max_tree_tokens"].as_u64(),
+            b.record().meta["budget_clamped"].as_bool()
+        ),
+        (Some(20_000), Some(true)),
+        "the second child got what the first left"
+    );
+}
+
+/// A task child's pool, once returned, never holds its place again: a child that runs again
+/// after it ended reserves in its parent's pool too.
+#[tokio::test]
+async fn a_returned_pool_does_not_reopen_when_its_child_runs_again() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // The child asks for 60,000 and spends 10,000; its 50,000 return. The root then spends
+    // 80,000 in two runs; the child, woken again, may not spend from its old 50,000.
+    let sup = supervisor(
+        &store,
+        40_000,
+        vec![(
+            "child",
+            vec![spend(10, 9_990), spend(10, 39_990)],
+            Some(Budget::tokens(60_000)),
+        )],
+        BudgetPolicy::Clamp,
+    );
+    let mut top = root(
+        &sup,
+        &store,
+        40_000,
+        vec![spawn("child"), spend(10, 39_990), spend(10, 39_990)],
+        Budget::tokens(100_000),
+    )
+    .await;
+    let opts = || RunOptions::default().with_nested(Arc::new(sup.clone()));
+    for input in ["go", "more"] {
+        let r = top.run(input, opts()).await.unwrap();
+        assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    }
+    let kid = store
+        .list_sessions(arbor_store::SessionQuery::Children(top.id()))
+        .await
+        .unwrap()
+        .remove(0);
+    // 20 + 10,000 + 80,000 spent: 9,980 left, less than the child's 40,000 call, which its
+    // old pool would have let through.
+    sup.send_message(arbor_core::supervisor::Sender::Host, kid.id, "again")
+        .await
+        .unwrap();
+    let ended = |store: Arc<dyn Store>, id| async move {
+        store
+            .transcript(id, 0, None)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind.kind_name() == "run_finished")
+            .count()
+    };
+    for _ in 0..200 {
+        if ended(store.clone(), kid.id).await == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let last = store.transcript(kid.id, 0, None).await.unwrap();
+    let stop = last.iter().rev().find_map(|e| match &e.kind {
+        arbor_protocol::EntryKind::RunFinished { stop_reason, .. } => Some(*stop_reason),
+        _ => None,
+    });
+    assert_eq!(stop, Some(StopReason::BudgetExhausted));
+    let record = store.session(top.id()).await.unwrap().unwrap();
+    assert_eq!(record.aggregate_usage().total_tokens, 20 + 10_000 + 80_000);
+}
+
+#[tokio::test]
+async fn a_money_pool_refuses_a_call_whose_model_has_no_price() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([spend(10, 10)])))
+        .model("unpriced-model")
+        .build()
+        .unwrap()
+        .session()
+        .store(store)
+        .budget(Budget::cost_micros(1_000_000))
+        .create()
+        .await
+        .unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.stop_reason, StopReason::BudgetExhausted);
+    assert!(
+        r.error
+            .unwrap()
+            .contains("model \"unpriced-model\" has no price"),
+    );
+    assert_eq!(r.usage, Usage::default());
+}
+
+/// A call cut off by the run's timeout is charged its reservation (the provider may have
+/// billed it): the pool counts it as spent, and holds nothing for it.
+#[tokio::test(start_paused = true)]
+async fn a_call_cut_off_by_the_timeout_is_charged_its_reservation() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let slow = spend(10, 10).with_delay(Duration::from_secs(120));
+    let mut s = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([slow])))
+        .controls(capped(1_000))
+        .limits(RunLimits {
+            timeout_ms: 1_000,
+            ..ROOMY
+        })
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .budget(Budget::tokens(100_000))
+        .create()
+        .await
+        .unwrap();
+    let r = s.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(r.stop_reason, StopReason::Timeout);
+    let pools = arbor_core::budget::pools(store.as_ref(), s.id())
+        .await
+        .unwrap();
+    assert_eq!(pools[0].reserved.tokens, 0);
+    assert!(
+        pools[0].spent.tokens > 1_000,
+        "charged its worst case: {:?}",
+        pools[0]
+    );
+}

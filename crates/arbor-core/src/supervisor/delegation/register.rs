@@ -88,11 +88,14 @@ impl Supervisor {
             budget: pool.grant.as_ref().map(|g| g.budget),
             budget_clamped: pool.grant.as_ref().is_some_and(|g| g.clamped),
         });
-        sup.live()
-            .store()
-            .create_session(&record)
-            .await
-            .map_err(|e| name_error(e, record.depth))?;
+        if let Err(e) = sup.live().store().create_session(&record).await {
+            if pool.grant.as_ref().is_some_and(|g| g.opened) {
+                // Its pool was reserved for a record that could not be written.
+                crate::budget::remove_pool(sup.live().store().as_ref(), record.root_id, record.id)
+                    .await;
+            }
+            return Err(name_error(e, record.depth));
+        }
         drop(reserved);
         a.name = record.name.clone();
         // Known to the hub from admission on: messages can be delivered to it at once, and
