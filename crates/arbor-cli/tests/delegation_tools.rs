@@ -111,7 +111,8 @@ fn listed_delegation_tools_are_checked_by_name() {
         (
             "children = [\"kid\"]\ndelegation_tools = [\"spawn_agent\", \"fork\"]",
             "agent \"root\": delegation_tools: unknown tool \"fork\" (known: send_message, \
-             spawn_agent, wait_agent, cancel_agent, list_children, rename_child, find_models)",
+             spawn_agent, wait_agent, cancel_agent, list_children, rename_child, find_models, \
+             read_child)",
         ),
         (
             "children = [\"kid\"]\ndelegation_tools = [\"wait_agent\"]",

@@ -251,6 +251,36 @@ pub async fn find_child(
     }
 }
 
+/// The descendant of `parent` that `selector` names: a direct child by its name or session
+/// id (deleted too: its transcript stays), or a deeper descendant by its session id. Anything
+/// else (unknown, or another family's) is not found, as every unknown child is.
+pub async fn find_descendant(
+    store: &dyn Store,
+    parent: SessionId,
+    selector: &str,
+) -> CoreResult<SessionRecord> {
+    let kids = store.list_sessions(SessionQuery::Children(parent)).await?;
+    if let Some(r) = select(&kids, selector)? {
+        return Ok(r.clone());
+    }
+    let Ok(id) = selector.trim().parse::<SessionId>() else {
+        return Err(no_such_child(selector));
+    };
+    let Some(found) = store.session(id).await? else {
+        return Err(no_such_child(selector));
+    };
+    // Up its parents to `parent`, never further than its depth.
+    let mut up = found.parent_id;
+    for _ in 0..found.depth {
+        match up {
+            Some(p) if p == parent => return Ok(found),
+            Some(p) => up = store.session(p).await?.and_then(|r| r.parent_id),
+            None => break,
+        }
+    }
+    Err(no_such_child(selector))
+}
+
 /// Every session of the tree under `root` (deleted ones included), oldest first.
 pub async fn tree(store: &dyn Store, root: SessionId) -> CoreResult<Vec<SessionRecord>> {
     let top = session(store, root).await?;

@@ -14,11 +14,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use arbor_protocol::{SessionId, SessionStatus};
+use arbor_protocol::SessionId;
 use arbor_store::{SessionRecord, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::{Amount, Budget, BudgetPolicy, LOW_PERCENT, MIN_POOL_TOKENS};
+use super::{Amount, Budget, BudgetPolicy, MIN_POOL_TOKENS};
 use crate::error::{CoreError, CoreResult};
 
 const NAMESPACE: &str = "budget";
@@ -31,75 +31,75 @@ const ATTEMPTS: usize = 256;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Ledger {
     #[serde(default)]
-    pools: BTreeMap<String, Pool>,
+    pub(super) pools: BTreeMap<String, Pool>,
     /// Reservations of calls in flight, by the session making the call (one at a time).
     #[serde(default)]
-    holds: BTreeMap<String, Hold>,
+    pub(super) holds: BTreeMap<String, Hold>,
     /// Calls cut off (cancelled, timed out) before their usage arrived: each is charged its
     /// reservation, as spent by every pool on its path, since the provider may have billed it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    charged: Vec<Hold>,
+    pub(super) charged: Vec<Hold>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Pool {
-    budget: Budget,
+pub(super) struct Pool {
+    pub(super) budget: Budget,
     /// The pools above its owner, nearest first.
     #[serde(default)]
-    above: Vec<String>,
+    pub(super) above: Vec<String>,
     /// Its unspent part returns to the pool above once its owner ends (a task child's);
     /// else it holds while the owner's record lives.
     #[serde(default)]
-    returns: bool,
+    pub(super) returns: bool,
     /// `budget_low` fired for tokens, for money.
     #[serde(default)]
-    low: [bool; 2],
+    pub(super) low: [bool; 2],
     /// It returned its unspent part (its owner ended); written by the ledger write that first
     /// relied on it, so it never holds its place again, even if its owner runs once more (its
     /// calls then reserve in the pool above too).
     #[serde(default)]
-    closed: bool,
+    pub(super) closed: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Hold {
+pub(super) struct Hold {
     /// The pools on the holder's path, nearest first (its own first, if it has one).
-    chain: Vec<String>,
-    amount: Amount,
+    pub(super) chain: Vec<String>,
+    pub(super) amount: Amount,
 }
 
 /// Which of the two systems.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dim {
+pub(super) enum Dim {
     Tokens,
     Cost,
 }
 
-const DIMS: [Dim; 2] = [Dim::Tokens, Dim::Cost];
+pub(super) const DIMS: [Dim; 2] = [Dim::Tokens, Dim::Cost];
 
 impl Dim {
-    fn limit(self, b: &Budget) -> Option<u64> {
+    pub(super) fn limit(self, b: &Budget) -> Option<u64> {
         match self {
             Dim::Tokens => b.max_tree_tokens,
             Dim::Cost => b.max_tree_cost_micros,
         }
     }
 
-    fn of(self, a: &Amount) -> u64 {
+    pub(super) fn of(self, a: &Amount) -> u64 {
         match self {
             Dim::Tokens => a.tokens,
             Dim::Cost => a.cost,
         }
     }
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         match self {
             Dim::Tokens => 0,
             Dim::Cost => 1,
         }
     }
 
-    fn spent(self, r: &SessionRecord) -> u64 {
+    pub(super) fn spent(self, r: &SessionRecord) -> u64 {
         match self {
             Dim::Tokens => r.aggregate_usage().total_tokens,
             Dim::Cost => r.aggregate_cost(),
@@ -107,7 +107,7 @@ impl Dim {
     }
 
     /// The limit's name, as errors and events say it.
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Dim::Tokens => "max_tree_tokens",
             Dim::Cost => "max_tree_cost",
@@ -177,10 +177,10 @@ pub struct Grant {
 }
 
 /// What one read saw: the ledger, its version, and the records of its pools and holders.
-struct View {
-    ledger: Ledger,
-    version: u64,
-    records: HashMap<String, SessionRecord>,
+pub(super) struct View {
+    pub(super) ledger: Ledger,
+    pub(super) version: u64,
+    pub(super) records: HashMap<String, SessionRecord>,
 }
 
 fn key(id: SessionId) -> String {
@@ -229,171 +229,6 @@ async fn read(store: &dyn Store, root: SessionId) -> CoreResult<Option<View>> {
         version: cp.version,
         records,
     }))
-}
-
-impl View {
-    /// Whether pool `id` holds its reservation in the pool above (a root's always does; one
-    /// whose record is not written yet does, so a sibling admitted meanwhile sees it).
-    fn open(&self, id: &str) -> bool {
-        let Some(pool) = self.ledger.pools.get(id) else {
-            return false;
-        };
-        if pool.above.is_empty() {
-            return true;
-        }
-        if pool.closed {
-            return false;
-        }
-        match self.records.get(id) {
-            None => true,
-            Some(r) if r.tombstone.is_some() => false,
-            Some(r) => !pool.returns || !ended(r.status),
-        }
-    }
-
-    /// Closes the pools of task children that ended (see [`Pool::closed`]).
-    fn close_ended(&mut self) {
-        let records = &self.records;
-        for (id, pool) in &mut self.ledger.pools {
-            if pool.returns
-                && !pool.closed
-                && records
-                    .get(id)
-                    .is_some_and(|r| r.tombstone.is_some() || ended(r.status))
-            {
-                pool.closed = true;
-            }
-        }
-    }
-
-    fn limits(&self, id: &str, d: Dim) -> Option<u64> {
-        self.ledger.pools.get(id).and_then(|p| d.limit(&p.budget))
-    }
-
-    fn spent(&self, id: &str, d: Dim) -> u64 {
-        let charged = self
-            .ledger
-            .charged
-            .iter()
-            .filter(|c| c.chain.iter().any(|p| p == id))
-            .fold(0u64, |sum, c| sum.saturating_add(d.of(&c.amount)));
-        self.records
-            .get(id)
-            .map_or(0, |r| d.spent(r))
-            .saturating_add(charged)
-    }
-
-    /// Whether `x` is where something on `chain` (nearest first) counts for `d`: the first
-    /// open pool limiting `d` on it, or a pool before that.
-    fn counts_at(&self, chain: &[String], x: &str, d: Dim) -> bool {
-        for p in chain {
-            if p == x {
-                return true;
-            }
-            if self.limits(p, d).is_some() && self.open(p) {
-                return false;
-            }
-        }
-        false
-    }
-
-    /// What pool `x` holds for `d`: its open children's pools' unspent parts and the calls
-    /// in flight below it that no open pool between covers.
-    fn reserved(&self, x: &str, d: Dim) -> u64 {
-        let mut sum = 0u64;
-        for (id, pool) in &self.ledger.pools {
-            if id == x || !self.open(id) {
-                continue;
-            }
-            if let Some(limit) = d.limit(&pool.budget)
-                && self.counts_at(&pool.above, x, d)
-            {
-                sum = sum.saturating_add(limit.saturating_sub(self.spent(id, d)));
-            }
-        }
-        for hold in self.ledger.holds.values() {
-            if self.counts_at(&hold.chain, x, d) {
-                sum = sum.saturating_add(d.of(&hold.amount));
-            }
-        }
-        sum
-    }
-
-    /// Whether `wanted` fits every pool on `chain` that checks it for `d` (up to the first
-    /// open one): `None` when it does, else the refusal of the first that cannot.
-    fn refuses(&self, chain: &[String], d: Dim, wanted: u64) -> Option<Refusal> {
-        self.left(chain, d)
-            .and_then(|(x, left, limit, spent, reserved)| {
-                // Nothing left refuses even a call priced at nothing.
-                (wanted > left || left == 0).then(|| Refusal {
-                    pool: x.parse().unwrap_or_default(),
-                    limit_name: d.name(),
-                    limit,
-                    spent,
-                    reserved,
-                    wanted,
-                    unpriced_model: None,
-                })
-            })
-    }
-
-    /// The least any pool on `chain` that checks `d` has left: `(pool, left, limit, spent,
-    /// reserved)`, or `None` when no pool on it limits `d`.
-    fn left(&self, chain: &[String], d: Dim) -> Option<(String, u64, u64, u64, u64)> {
-        let mut least: Option<(String, u64, u64, u64, u64)> = None;
-        for x in chain {
-            let Some(limit) = self.limits(x, d) else {
-                continue;
-            };
-            let spent = self.spent(x, d);
-            let reserved = self.reserved(x, d);
-            let left = limit.saturating_sub(spent.saturating_add(reserved));
-            if least.as_ref().is_none_or(|l| left < l.1) {
-                least = Some((x.clone(), left, limit, spent, reserved));
-            }
-            if self.open(x) {
-                break;
-            }
-        }
-        least
-    }
-
-    /// Drops the reservations of sessions no longer running (a crash, a run that ended
-    /// without settling): they can spend nothing more.
-    fn drop_lapsed(&mut self, keep: &str) {
-        let records = &self.records;
-        self.ledger.holds.retain(|holder, _| {
-            holder == keep
-                || records
-                    .get(holder)
-                    .is_some_and(|r| r.status == SessionStatus::Running)
-        });
-    }
-
-    /// Marks and returns the pools on `chain` whose spend passed their low mark.
-    fn mark_low(&mut self, chain: &[String]) -> Vec<(SessionId, &'static str, u64, u64)> {
-        let mut out = Vec::new();
-        for d in DIMS {
-            for x in chain {
-                let Some(limit) = self.limits(x, d) else {
-                    continue;
-                };
-                let used = self.spent(x, d);
-                let Some(pool) = self.ledger.pools.get_mut(x) else {
-                    continue;
-                };
-                let percent = u128::from(pool.budget.low_percent.unwrap_or(LOW_PERCENT));
-                let crossed = u128::from(used) * 100 >= u128::from(limit) * percent;
-                if crossed && !pool.low[d.index()] {
-                    pool.low[d.index()] = true;
-                    if let Ok(id) = x.parse() {
-                        out.push((id, d.name(), limit, used));
-                    }
-                }
-            }
-        }
-        out
-    }
 }
 
 /// Writes `view`'s ledger if no one wrote since it was read; `false` on a conflict.
@@ -623,17 +458,6 @@ pub(crate) async fn remove_pool(store: &dyn Store, root: SessionId, owner: Sessi
             Ok(false) => tokio::task::yield_now().await,
         }
     }
-}
-
-/// Whether a session in `status` has ended (a task child's pool then returns).
-fn ended(status: SessionStatus) -> bool {
-    !matches!(
-        status,
-        SessionStatus::Idle
-            | SessionStatus::Running
-            | SessionStatus::Suspended
-            | SessionStatus::Interrupted
-    )
 }
 
 /// One pool as a report shows it.

@@ -32,6 +32,7 @@
 //! `meta.budgeted`) consult the ledger.
 
 mod ledger;
+mod view;
 
 use serde::{Deserialize, Serialize};
 

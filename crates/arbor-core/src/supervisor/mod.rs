@@ -66,6 +66,7 @@ pub use tools::DELEGATION_TOOLS;
 pub use tools::find_models::FindModelsTool;
 pub use tools::handle::{CancelAgentTool, WaitAgentTool};
 pub use tools::list_children::ListChildrenTool;
+pub use tools::read_child::{ChildPage, ReadChild, ReadChildTool};
 pub use tools::rename_child::RenameChildTool;
 pub use tools::send_message::SendMessageTool;
 pub use tools::spawn_agent::{HostSpawn, SpawnAgentTool};

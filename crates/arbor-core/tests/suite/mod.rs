@@ -24,6 +24,7 @@ mod one_decision;
 mod permission;
 mod pump;
 mod quota;
+mod read_child;
 mod reasoning;
 mod reconcile;
 mod recover;

@@ -10,6 +10,7 @@ pub(crate) mod find_models;
 pub(crate) mod handle;
 pub(crate) mod list_children;
 pub(crate) mod model_tool;
+pub(crate) mod read_child;
 pub(crate) mod rename_child;
 pub mod report;
 pub(crate) mod send_message;
@@ -18,6 +19,7 @@ pub(crate) mod spawn_agent;
 pub use find_models::FindModelsTool;
 pub use handle::{CancelAgentTool, WaitAgentTool};
 pub use list_children::ListChildrenTool;
+pub use read_child::{ChildPage, ReadChild, ReadChildTool};
 pub use rename_child::RenameChildTool;
 pub use report::{ChildAnswer, ChildStarted, HandleStatus, HandleUpdate, ToolReport};
 pub use send_message::SendMessageTool;
@@ -26,7 +28,20 @@ pub use spawn_agent::{HostSpawn, SpawnAgentTool};
 use std::sync::Arc;
 
 /// Every delegation tool, by name: what [`Delegator::tools_named`] chooses from.
-pub const DELEGATION_TOOLS: [&str; 7] = [
+pub const DELEGATION_TOOLS: [&str; 8] = [
+    "send_message",
+    "spawn_agent",
+    "wait_agent",
+    "cancel_agent",
+    "list_children",
+    "rename_child",
+    "find_models",
+    "read_child",
+];
+
+/// The tools of [`Delegator::tools`]: every delegation tool but `read_child`, which a host
+/// names when it wants a parent to read its descendants' transcripts.
+const FAMILY: [&str; 7] = [
     "send_message",
     "spawn_agent",
     "wait_agent",
@@ -109,7 +124,7 @@ impl Delegator {
     }
 
     fn family(&self, children: &[String]) -> Vec<Arc<dyn DynTool>> {
-        DELEGATION_TOOLS
+        FAMILY
             .iter()
             .map(|t| self.tool(t, children, None))
             .collect()
@@ -132,6 +147,7 @@ impl Delegator {
             "cancel_agent" => Arc::new(CancelAgentTool::new(self.clone())),
             "list_children" => Arc::new(ListChildrenTool::new(sup)),
             "rename_child" => Arc::new(RenameChildTool::new(sup)),
+            "read_child" => Arc::new(ReadChildTool::new(sup)),
             "find_models" => Arc::new(FindModelsTool::build(sup, children.to_vec())),
             // `send_message`, the last of DELEGATION_TOOLS not matched above.
             _ => Arc::new(SendMessageTool::new(sup)),
