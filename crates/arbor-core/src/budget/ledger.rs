@@ -171,7 +171,7 @@ pub struct Grant {
     pub clamped: bool,
     /// Whether this call opened the pool (else it was open already: a retried creation).
     pub opened: bool,
-    /// Pools whose spend has passed their low mark ([`LOW_PERCENT`] by default), told once:
+    /// Pools whose spend has passed their low mark ([`LOW_PERCENT`](super::LOW_PERCENT) by default), told once:
     /// `(pool, limit name, limit, spent)`.
     pub low: Vec<(SessionId, &'static str, u64, u64)>,
 }
