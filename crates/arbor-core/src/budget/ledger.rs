@@ -191,11 +191,6 @@ fn corrupt(what: impl std::fmt::Display) -> CoreError {
     CoreError::Store(StoreError::Corrupt(format!("budget ledger: {what}")))
 }
 
-/// The ledger of `root`'s tree, if it has one.
-pub(crate) async fn ledger_of(store: &dyn Store, root: SessionId) -> CoreResult<Option<Ledger>> {
-    Ok(read(store, root).await?.map(|v| v.ledger))
-}
-
 async fn read(store: &dyn Store, root: SessionId) -> CoreResult<Option<View>> {
     let Some(cp) = store.checkpoint(NAMESPACE, &key(root)).await? else {
         return Ok(None);
@@ -251,7 +246,7 @@ fn busy() -> CoreError {
 }
 
 /// The pools on `path` (a session, then its ancestors nearest first) that the ledger holds.
-pub(crate) fn chain_of(ledger: &Ledger, path: &[SessionId]) -> Vec<String> {
+fn chain_of(ledger: &Ledger, path: &[SessionId]) -> Vec<String> {
     path.iter()
         .map(|id| key(*id))
         .filter(|k| ledger.pools.contains_key(k))
@@ -308,28 +303,6 @@ pub(crate) async fn reserve_call(
                 low,
                 ..Grant::default()
             }));
-        }
-        tokio::task::yield_now().await;
-    }
-    Err(busy())
-}
-
-/// Releases `session`'s reservation (its call's usage is stored by now).
-pub(crate) async fn settle_call(
-    store: &dyn Store,
-    root: SessionId,
-    session: SessionId,
-) -> CoreResult<()> {
-    let me = key(session);
-    for _ in 0..ATTEMPTS {
-        let Some(mut view) = read(store, root).await? else {
-            return Ok(());
-        };
-        if view.ledger.holds.remove(&me).is_none() {
-            return Ok(());
-        }
-        if write(store, root, &view).await? {
-            return Ok(());
         }
         tokio::task::yield_now().await;
     }
@@ -419,12 +392,13 @@ pub(crate) async fn open_pool(
     Err(busy())
 }
 
-/// Charges `session`'s reservation, if it holds one, as spent: its call was cut off before
-/// its usage arrived.
-pub(crate) async fn charge_call(
+/// Releases `session`'s reservation, if it holds one (its call's usage is stored by now);
+/// with `charge`, keeps it as spent instead: its call was cut off before its usage arrived.
+pub(crate) async fn settle_call(
     store: &dyn Store,
     root: SessionId,
     session: SessionId,
+    charge: bool,
 ) -> CoreResult<()> {
     let me = key(session);
     for _ in 0..ATTEMPTS {
@@ -434,7 +408,9 @@ pub(crate) async fn charge_call(
         let Some(hold) = view.ledger.holds.remove(&me) else {
             return Ok(());
         };
-        view.ledger.charged.push(hold);
+        if charge {
+            view.ledger.charged.push(hold);
+        }
         if write(store, root, &view).await? {
             return Ok(());
         }

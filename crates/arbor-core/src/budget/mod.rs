@@ -37,9 +37,7 @@ mod view;
 use serde::{Deserialize, Serialize};
 
 pub use ledger::{Grant, PoolView, Refusal, pools};
-pub(crate) use ledger::{
-    chain_of, charge_call, ledger_of, open_pool, remove_pool, reserve_call, settle_call,
-};
+pub(crate) use ledger::{open_pool, remove_pool, reserve_call, settle_call};
 
 /// The meta key that marks a session under a pool.
 pub(crate) const BUDGETED: &str = "budgeted";

@@ -109,13 +109,9 @@ impl Session {
         if !self.budgeted() {
             return;
         }
-        let (store, root) = (self.store.as_ref(), self.record.root_id);
-        let done = if cut {
-            budget::charge_call(store, root, self.id()).await
-        } else {
-            budget::settle_call(store, root, self.id()).await
-        };
-        if let Err(e) = done {
+        let settled =
+            budget::settle_call(self.store.as_ref(), self.record.root_id, self.id(), cut).await;
+        if let Err(e) = settled {
             tracing::warn!(session = %self.id(), error = %e, "a budget reservation was not released; it lapses when the session stops running");
         }
     }

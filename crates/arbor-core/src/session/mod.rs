@@ -178,6 +178,7 @@ impl SessionBuilder {
             record.id = id;
             record.root_id = id;
         }
+        let mut under_pool = false;
         if let Some(parent) = self.parent {
             // The stored parent is the authority on the tree and the depth.
             let stored = store
@@ -190,10 +191,11 @@ impl SessionBuilder {
             record.parent_id = Some(stored.id);
             record.root_id = stored.root_id;
             record.depth = stored.depth + 1;
+            under_pool = stored.meta[crate::budget::BUDGETED].as_bool() == Some(true);
         }
         record.spawned_by = self.spawned_by;
         let mut meta = self.meta;
-        if under_pool(store.as_ref(), &record).await? {
+        if under_pool {
             set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
         }
         let mut opened = false;
@@ -517,17 +519,6 @@ fn set_meta(meta: &mut serde_json::Value, key: &str, value: serde_json::Value) -
             "meta must be a JSON object for a session under a budget pool",
         )),
     }
-}
-
-/// Whether `record`'s parent spends from a pool (then so does it).
-async fn under_pool(store: &dyn Store, record: &SessionRecord) -> CoreResult<bool> {
-    let Some(parent) = record.parent_id else {
-        return Ok(false);
-    };
-    Ok(store
-        .session(parent)
-        .await?
-        .is_some_and(|p| p.meta[crate::budget::BUDGETED].as_bool() == Some(true)))
 }
 
 /// The error for a name a sibling already has (other store errors pass through).

@@ -21,34 +21,31 @@ pub(crate) struct ChildPool {
 
 impl Supervisor {
     /// Reserves the pool the delegation asked for (clamped or refused as a tool error, per
-    /// the supervisor's policy), and tells whether the child spends from a pool at all.
+    /// the supervisor's policy), and tells whether the child spends from a pool at all: it
+    /// does when its `parent` (the record admission read) does. A spawn that asks for no
+    /// pool under a parent outside every pool reads nothing more.
     pub(crate) async fn child_budget(
         &self,
         a: &Admitted,
         record: &SessionRecord,
+        parent: Option<&SessionRecord>,
     ) -> CoreResult<ChildPool> {
-        let store = self.live().store();
-        if record.parent_id.is_none() {
+        let Some(parent) = parent else {
             return Ok(ChildPool::default());
-        }
-        let ledger = budget::ledger_of(store.as_ref(), record.root_id).await?;
-        if ledger.is_none() && a.terms.budget.is_none() {
-            return Ok(ChildPool::default());
-        }
-        let above: Vec<_> = crate::session::ancestors(store.as_ref(), record)
-            .await?
-            .into_iter()
-            .map(|t| t.session)
-            .collect();
-        let under_pool = ledger
-            .as_ref()
-            .is_some_and(|l| !budget::chain_of(l, &above).is_empty());
+        };
+        let under_pool = parent.meta[budget::BUDGETED].as_bool() == Some(true);
         let Some(asked) = a.terms.budget else {
             return Ok(ChildPool {
                 budgeted: under_pool,
                 grant: None,
             });
         };
+        let store = self.live().store();
+        let above: Vec<_> = crate::session::ancestors(store.as_ref(), record)
+            .await?
+            .into_iter()
+            .map(|t| t.session)
+            .collect();
         // A task child's unspent part returns when it ends; a kept child (session lifetime,
         // message mode) may run again, so its pool holds while its record lives.
         let returns = a.terms.mode != Mode::Message

@@ -55,14 +55,17 @@ impl Supervisor {
             Some(name) => name.name().to_owned(),
             None => names::default_name(&a.terms.input, record.id),
         };
-        let inherited_depth = match a.terms.parent {
-            Some(parent) => self.place_under(parent, &mut record).await?,
+        let parent = match a.terms.parent {
+            Some(parent) => Some(self.place_under(parent, &mut record).await?),
             None => None,
         };
+        let inherited_depth = parent
+            .as_ref()
+            .and_then(crate::supervisor::delegation::depth::stored);
         record.spawned_by = a.terms.spawned_by;
         // Its pool, reserved from its parent's before anything is written (a refusal leaves
         // nothing behind).
-        let pool = self.child_budget(a, &record).await?;
+        let pool = self.child_budget(a, &record, parent.as_ref()).await?;
         let (resource_id, thread_id) = resource_and_thread(sup, a);
         record.meta = Meta::typed(ChildMeta {
             child_id: a.terms.child_id.clone(),
@@ -125,13 +128,14 @@ impl Supervisor {
     }
 
     /// Places `record` under its parent, checked open and stored here: the parent's id, root
-    /// and depth + 1. Returns the parent's own maximum depth, if its host lowered it (checked
-    /// before anything is written; the child inherits it).
+    /// and depth + 1, and within the parent's own maximum depth if its host lowered it
+    /// (checked before anything is written; the child inherits it). Returns the parent's
+    /// record.
     async fn place_under(
         &self,
         parent: SessionRef,
         record: &mut SessionRecord,
-    ) -> CoreResult<Option<u32>> {
+    ) -> CoreResult<SessionRecord> {
         if self.live().hub().is_closed(parent.id) {
             return Err(CoreError::denied(
                 crate::error::DenyReason::ParentClosed,
@@ -159,11 +163,10 @@ impl Supervisor {
         record.parent_id = Some(stored.id);
         record.root_id = stored.root_id;
         record.depth = stored.depth + 1;
-        let inherited = crate::supervisor::delegation::depth::stored(&stored);
-        if let Some(max) = inherited {
+        if let Some(max) = crate::supervisor::delegation::depth::stored(&stored) {
             crate::supervisor::delegation::depth::check(record.depth, max)?;
         }
-        Ok(inherited)
+        Ok(stored)
     }
 }
 

@@ -39,17 +39,9 @@ pub const DELEGATION_TOOLS: [&str; 8] = [
     "read_child",
 ];
 
-/// The tools of [`Delegator::tools`]: every delegation tool but `read_child`, which a host
-/// names when it wants a parent to read its descendants' transcripts.
-const FAMILY: [&str; 7] = [
-    "send_message",
-    "spawn_agent",
-    "wait_agent",
-    "cancel_agent",
-    "list_children",
-    "rename_child",
-    "find_models",
-];
+/// The tools of [`Delegator::tools`]: every delegation tool but the last, `read_child`, which
+/// a host names when it wants a parent to read its descendants' transcripts.
+const FAMILY: &[&str] = DELEGATION_TOOLS.split_at(DELEGATION_TOOLS.len() - 1).0;
 
 use crate::error::CoreResult;
 use crate::supervisor::runtime::Delegator;
