@@ -68,8 +68,12 @@ msrv() {
         fi
     fi
     # Its own target folder: another compiler's artifacts never evict the main build's.
-    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}/msrv" \
-        cargo "+$version" check --workspace --all-targets --locked --quiet
+    # Removed afterwards: nothing reuses it, and it is about a gigabyte.
+    local out="${CARGO_TARGET_DIR:-$root/target}/msrv" status=0
+    CARGO_TARGET_DIR="$out" cargo "+$version" check --workspace --all-targets --locked --quiet ||
+        status=1
+    rm -rf "$out"
+    return $status
 }
 
 api() {

@@ -26,6 +26,17 @@ fi
 # build was about 8 of CI's 22 minutes).
 cache="${ARBOR_CI_CACHE:-${XDG_CACHE_HOME:-${HOME:-$root/.ci}/.cache}/arbor}"
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$cache/fuzz-target}"
+# Each checkout path builds arbor's crates anew beside the old ones, so the cache only grows
+# (15 GB was seen on a development machine): past FUZZ_CACHE_MAX_GB (default 4) it is
+# dropped and rebuilt once.
+max_gb=${FUZZ_CACHE_MAX_GB:-4}
+if [ -d "$CARGO_TARGET_DIR" ]; then
+    used_gb=$(( $(du -sk "$CARGO_TARGET_DIR" | cut -f1) / 1024 / 1024 ))
+    if [ "$used_gb" -ge "$max_gb" ]; then
+        echo "fuzz smoke: its build cache holds ${used_gb} GB (over ${max_gb}); dropping it"
+        rm -rf "$CARGO_TARGET_DIR"
+    fi
+fi
 
 # Release with debug assertions (so integer overflow panics), without AddressSanitizer:
 # the code is safe Rust, and the build is minutes shorter. The long campaign adds ASan.
