@@ -9,8 +9,8 @@ Each transport and mode runs the same checks:
 - tools/list: exactly the root's tools, spawn_agent's child_id closed to the root's children;
 - a sync spawn answers the child's text, with progress notifications;
 - bad arguments and an unknown child are tool errors naming the field;
-- an async spawn returns a handle at once; cancel_agent cancels it (and its own child);
-  wait_agent says cancelled;
+- an async spawn returns a handle at once; cancel_agent cancels it (and its own child,
+  which its result lists as stopped); wait_agent says cancelled;
 - list_children shows own and aggregate tokens;
 - a message-mode child's answer is read with read_messages; send_message gets another;
 - durable approvals: a sync spawn whose child waits for approval answers `suspended` with
@@ -109,6 +109,10 @@ async def tree_checks(c, label, mode):
     r = await c.call_tool("cancel_agent", {"delegation_id": handle.get("delegation_id", "")})
     check(f"{label}: cancel_agent on a running child says cancelling",
           (r.structured_content or {}).get("status") == "cancelling", r)
+    stopped = [(s.get("name"), s.get("depth"), s.get("was"))
+               for s in (r.structured_content or {}).get("stopped", [])]
+    check(f"{label}: cancel_agent says it stopped the child's own child",
+          stopped == [("lookout", 2, "running")], r)
     r = await c.call_tool("wait_agent", {"delegation_id": handle.get("delegation_id", "")})
     check(f"{label}: wait_agent on it says cancelled",
           (r.structured_content or {}).get("status") == "cancelled", r)

@@ -322,7 +322,7 @@ pub(crate) async fn delete_stored(
     selector: &str,
     by: &str,
     reason: &str,
-) -> Result<(SessionId, arbor_store::Tombstone, bool), Fail> {
+) -> Result<arbor_core::supervisor::Deleted, Fail> {
     // What the selector names is read first: a refused delete (no such child, the root
     // itself) or one of a child deleted already takes no lease and writes nothing.
     if let arbor_core::registry::DeleteTarget::Deleted(id, t) =
@@ -338,7 +338,7 @@ pub(crate) async fn delete_stored(
             .iter()
             .any(|s| s.status == arbor_protocol::SessionStatus::Suspended);
         if !waiting {
-            return Ok((id, t, true));
+            return Ok(deleted(id, t, true, Vec::new()));
         }
     }
     let _lease = take_over(store, root, &tokio_util::sync::CancellationToken::new()).await?;
@@ -347,18 +347,42 @@ pub(crate) async fn delete_stored(
         .await
         .map_err(Fail::core)?
     {
-        arbor_core::registry::DeleteTarget::Deleted(id, t) => (id, t, true),
+        arbor_core::registry::DeleteTarget::Deleted(id, t) => deleted(id, t, true, Vec::new()),
         arbor_core::registry::DeleteTarget::Live(child) => {
+            // Nothing of the tree runs (the lease is ours): what it stops is the waits for
+            // a decision under the child, closed below.
+            let tree = store
+                .list_sessions(arbor_store::SessionQuery::Tree(root.id))
+                .await
+                .map_err(|e| Fail::store(e.to_string()))?;
+            let waiting = arbor_core::supervisor::waiting_under(&tree, child.id);
             let t = arbor_core::registry::write_tombstone(store.as_ref(), &child, by, reason)
                 .await
                 .map_err(Fail::core)?;
-            (child.id, t, false)
+            deleted(child.id, t, false, waiting)
         }
     };
     arbor_core::process::close_dead_suspensions(store.as_ref(), root.id)
         .await
         .map_err(Fail::core)?;
     Ok(deleted)
+}
+
+/// What a delete of the stored tree did (nothing of it ran here: no run was cancelled).
+fn deleted(
+    session_id: SessionId,
+    tombstone: arbor_store::Tombstone,
+    already: bool,
+    stopped: Vec<arbor_core::supervisor::Stopped>,
+) -> arbor_core::supervisor::Deleted {
+    arbor_core::supervisor::Deleted {
+        session_id,
+        tombstone,
+        run_cancelled: false,
+        cancelled: Vec::new(),
+        stopped,
+        already,
+    }
 }
 
 #[cfg(test)]

@@ -705,3 +705,121 @@ fn a_refused_or_repeated_rm_writes_nothing() {
         "a refused or repeated rm wrote to the store"
     );
 }
+
+/// Three levels under approvals: the root's child `mid` hands the release to `publisher`,
+/// whose `echo` waits for a decision at the root.
+const WAITING_GRANDCHILD: &str = r#"
+task = "Publish the release notes."
+root = "root"
+
+[supervisor]
+approvals = true
+
+[agents.root]
+children = ["mid"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "mid", name = "mid", input = "Get it published." } }]
+[[agents.root.turns]]
+text = "Done."
+
+[agents.mid]
+children = ["publisher"]
+[[agents.mid.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "publisher", name = "publisher", input = "Publish the notes." } }]
+[[agents.mid.turns]]
+text = "Handed over."
+
+[agents.publisher]
+tools = ["echo"]
+[[agents.publisher.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "published" } }]
+[[agents.publisher.turns]]
+text = "Published."
+"#;
+
+/// Runs the waiting-grandchild spec to where `publisher` waits: `mid`'s own spawn waits
+/// for a decision first (every child's call does), approved and resumed. Returns the root.
+fn run_to_waiting_publisher(dir: &Path, spec: &Path) -> String {
+    let out = arbor(dir, &["run", spec.to_str().unwrap(), "--json", "-q"]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = run["root_session_id"].as_str().unwrap().to_owned();
+    let id = run["suspension"]["pending"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no pending call: {run}"))
+        .to_owned();
+    json(dir, &["approve", &root, &id, "--json"]);
+    let out = arbor(dir, &["resume", &root, "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    root
+}
+
+/// The status of the session named `name` in `arbor tree --json`.
+fn status_in_tree(dir: &Path, root: &str, name: &str) -> Value {
+    let tree = json(dir, &["tree", root, "--json"]);
+    tree["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {tree}"))["status"]
+        .clone()
+}
+
+/// `arbor rm` says which descendants it stopped: a grandchild waiting for a decision never
+/// runs again, and is listed with the state it was in.
+#[test]
+fn rm_lists_the_waiting_descendants_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("waiting.toml");
+    std::fs::write(&spec, WAITING_GRANDCHILD).unwrap();
+    let root = run_to_waiting_publisher(dir.path(), &spec);
+    assert_eq!(status_in_tree(dir.path(), &root, "publisher"), "suspended");
+
+    let rm = json(dir.path(), &["rm", &root, "mid", "--json"]);
+    assert_eq!(rm["already_deleted"], false, "{rm}");
+    let stopped = rm["stopped"].as_array().unwrap();
+    assert_eq!(stopped.len(), 1, "{rm}");
+    assert_eq!(
+        (
+            &stopped[0]["name"],
+            &stopped[0]["depth"],
+            &stopped[0]["was"]
+        ),
+        (
+            &serde_json::json!("publisher"),
+            &serde_json::json!(2),
+            &serde_json::json!("suspended")
+        ),
+        "{rm}"
+    );
+    // Nothing of it runs again: the root's run, which carries its wait, settles it
+    // aborted when it goes on (its call never ran).
+    let out = arbor(dir.path(), &["resume", &root, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(status_in_tree(dir.path(), &root, "publisher"), "aborted");
+
+    // Said in words too, without --json.
+    let root = run_to_waiting_publisher(dir.path(), &spec);
+    let out = arbor(dir.path(), &["rm", &root, "mid"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("stopped") && text.contains("publisher") && text.contains("was suspended"),
+        "{text}"
+    );
+}

@@ -173,3 +173,148 @@ async fn a_stopped_child_is_kept_and_takes_messages_a_cancelled_one_is_released(
     .await;
     assert_eq!(status, 404);
 }
+
+/// A root that holds its tree open, a `mid` child that starts two slow `leaf` children at
+/// once and waits for them.
+const NESTED: &str = r#"
+task = "hold the tree open"
+root = "root"
+
+[agents.root]
+children = ["mid"]
+repeat_last = true
+[[agents.root.turns]]
+delay_ms = 8000
+text = "done"
+
+[agents.mid]
+children = ["leaf"]
+[[agents.mid.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "leaf", name = "leaf-a", input = "work" } },
+  { name = "spawn_agent", arguments = { child_id = "leaf", name = "leaf-b", input = "work" } },
+]
+[[agents.mid.turns]]
+text = "mid done"
+
+[agents.leaf]
+repeat_last = true
+[[agents.leaf.turns]]
+delay_ms = 10000
+text = "late"
+"#;
+
+/// Waits until `n` children of `session` run.
+async fn children_running(http: &reqwest::Client, base: &str, session: &str, n: usize) {
+    let started = Instant::now();
+    loop {
+        let (status, c) = call(
+            http,
+            Method::GET,
+            format!("{base}/v1/sessions/{session}/children"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{c}");
+        let running = c["children"]
+            .as_array()
+            .map_or(0, |a| a.iter().filter(|c| c["status"] == "running").count());
+        if running >= n {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{c}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The names and states of a `stopped` list, sorted.
+fn stopped_of(v: &Value) -> Vec<(String, u64, String)> {
+    let mut out: Vec<_> = v["stopped"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stopped list: {v}"))
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_owned(),
+                s["depth"].as_u64().unwrap(),
+                s["was"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_cancel_and_a_delete_over_http_say_which_descendants_they_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/nested.toml"), NESTED).unwrap();
+    let served = serve_env(dir.path(), &[], &[]);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "nested").await;
+    status_becomes(&http, &base, &root, "running").await;
+    let leaves = [
+        ("leaf-a".to_owned(), 2, "running".to_owned()),
+        ("leaf-b".to_owned(), 2, "running".to_owned()),
+    ];
+
+    // A cancel by handle lists the two leaves whose runs ended with `mid`.
+    let (status, h) = post(
+        &http,
+        format!("{base}/v1/sessions/{root}/children"),
+        Some(json!({"child_id": "mid", "input": "go", "name": "first", "mode": "async"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{h}");
+    let (did, mid) = (
+        h["delegation_id"].as_str().unwrap().to_owned(),
+        h["session_id"].as_str().unwrap().to_owned(),
+    );
+    children_running(&http, &base, &mid, 2).await;
+    let (status, s) = post(
+        &http,
+        format!("{base}/v1/sessions/{root}/delegations/{did}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &s["status"]), (200, &json!("cancelling")), "{s}");
+    assert_eq!(stopped_of(&s), leaves, "{s}");
+    for stopped in s["stopped"].as_array().unwrap() {
+        let id = stopped["session_id"].as_str().unwrap();
+        let leaf = ended(&http, &base, id).await;
+        assert_eq!(leaf["status"], "aborted", "{leaf}");
+        assert_eq!(leaf["parent_id"], json!(mid), "{leaf}");
+    }
+
+    // A delete does too.
+    let (status, h) = post(
+        &http,
+        format!("{base}/v1/sessions/{root}/children"),
+        Some(json!({"child_id": "mid", "input": "go", "name": "second", "mode": "async"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{h}");
+    let mid = h["session_id"].as_str().unwrap().to_owned();
+    children_running(&http, &base, &mid, 2).await;
+    let (status, d) = call(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{mid}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["already_deleted"], false, "{d}");
+    assert_eq!(stopped_of(&d), leaves, "{d}");
+    // Deleted again: nothing more to stop.
+    let (status, d) = call(
+        &http,
+        Method::DELETE,
+        format!("{base}/v1/sessions/{mid}"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &d["already_deleted"]), (200, &json!(true)), "{d}");
+    assert_eq!(d["stopped"], json!([]), "{d}");
+}

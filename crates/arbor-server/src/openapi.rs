@@ -59,7 +59,7 @@ use crate::views::{
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
         HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,
         crate::feed::FeedEntry, crate::feed::FeedEvent, arbor_core::budget::PoolView,
-        arbor_core::budget::Budget, arbor_core::budget::Amount,
+        arbor_core::budget::Budget, arbor_core::budget::Amount, arbor_core::supervisor::Stopped,
     )),
     modifiers(&Bearer),
     tags(

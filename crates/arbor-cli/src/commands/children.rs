@@ -302,20 +302,27 @@ pub(crate) async fn rm(args: RmArgs) -> Result<u8, Fail> {
         .await
         .map_err(Fail::core)?;
     let selector = resolve::child(store.as_ref(), parent, &args.name, true).await?;
-    let (id, tombstone, already) =
-        delete_stored(&store, &root, parent, &selector, &by, &args.reason).await?;
+    let deleted = delete_stored(&store, &root, parent, &selector, &by, &args.reason).await?;
+    let (id, tombstone) = (deleted.session_id, &deleted.tombstone);
     if args.store.json {
         output::out(
-            &json!({"session_id": id, "tombstone": tombstone, "already_deleted": already})
-                .to_string(),
+            &json!({"session_id": id, "tombstone": tombstone, "already_deleted": deleted.already,
+                "stopped": deleted.stopped})
+            .to_string(),
         );
-    } else if already {
+    } else if deleted.already {
         output::out(&format!("{id} was already deleted ({})", tombstone.reason));
     } else {
         output::out(&format!(
             "deleted {id} ({}, {} tokens); its transcript stays: arbor log {id}",
             tombstone.final_status, tombstone.usage.total_tokens
         ));
+        for s in &deleted.stopped {
+            output::out(&format!(
+                "  stopped {} {} (depth {}, was {})",
+                s.session_id, s.name, s.depth, s.was
+            ));
+        }
     }
     Ok(0)
 }

@@ -273,7 +273,7 @@ impl Launcher for SpecLauncher {
             .ok_or_else(|| conflict("The run is going on: try again"))?;
         let root_record = arbor_core::registry::session(self.store.as_ref(), root).await?;
         // Never under a live run of another process: it would finish the child anyway.
-        let (session_id, tombstone, already) = crate::owner::delete_stored(
+        crate::owner::delete_stored(
             &self.store,
             &root_record,
             parent,
@@ -285,13 +285,6 @@ impl Launcher for SpecLauncher {
         .map_err(|f| match f.code {
             crate::fail::EXIT_STORE => ApiError::internal(&f.message),
             _ => conflict(f.message),
-        })?;
-        Ok(arbor_core::supervisor::Deleted {
-            session_id,
-            tombstone,
-            run_cancelled: false,
-            cancelled: Vec::new(),
-            already,
         })
     }
 }

@@ -2,7 +2,7 @@
 //! replies and notices reach its inbox, waiting until the tree is quiet, deleting a child
 //! (tombstone) and closing a session (teardown of its live descendants).
 
-use arbor_protocol::SessionId;
+use arbor_protocol::{SessionId, SessionStatus};
 use arbor_store::Tombstone;
 
 use crate::error::CoreResult;
@@ -23,6 +23,10 @@ pub struct Deleted {
     pub run_cancelled: bool,
     /// Live descendants whose runs were cancelled with it.
     pub cancelled: Vec<SessionId>,
+    /// Every descendant it stopped, with its name and the state it was in: runs cancelled
+    /// (`running`), retained children closed (`idle`), waits for a decision closed
+    /// (`suspended`). Shallowest first.
+    pub stopped: Vec<crate::supervisor::stopped::Stopped>,
     /// It was deleted before: nothing changed.
     pub already: bool,
 }
@@ -110,10 +114,17 @@ impl Supervisor {
                     tombstone,
                     run_cancelled: false,
                     cancelled: Vec::new(),
+                    stopped: Vec::new(),
                     already: true,
                 });
             }
         };
+        // Read before anything changes: which descendants wait for a decision (the delete
+        // closes their waits).
+        let waiting = crate::supervisor::stopped::waiting_under(
+            &registry::tree(store.as_ref(), child.root_id).await?,
+            child.id,
+        );
         let closed = self.live().hub().close(child.id);
         let reason = self.redact(&reason);
         let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await {
@@ -134,11 +145,30 @@ impl Supervisor {
         tracing::info!(child = %child.id, parent = %parent, by, "child deleted");
         // What of it waited for approval nobody can resume now.
         self.close_dead(child.id).await;
+        let mut stopped = self
+            .describe_stopped(
+                closed
+                    .running
+                    .iter()
+                    .map(|id| (*id, Some(SessionStatus::Running)))
+                    .chain(
+                        closed
+                            .idle
+                            .iter()
+                            .map(|id| (*id, Some(SessionStatus::Idle))),
+                    )
+                    .filter(|(id, _)| !waiting.iter().any(|w| w.session_id == *id))
+                    .collect(),
+            )
+            .await;
+        stopped.extend(waiting);
+        stopped.sort_by(|a, b| (a.depth, &a.name).cmp(&(b.depth, &b.name)));
         Ok(Deleted {
             session_id: child.id,
             tombstone,
             run_cancelled: closed.own_run,
             cancelled: closed.descendants,
+            stopped,
             already: false,
         })
     }

@@ -31,6 +31,7 @@ pub(crate) mod delegation;
 pub(crate) mod lifecycle;
 pub(crate) mod request;
 mod runtime;
+pub(crate) mod stopped;
 pub mod tools;
 pub(crate) mod tree;
 
@@ -61,6 +62,7 @@ pub use request::{
 pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;
 pub use runtime::Supervisor;
+pub use stopped::{Cancelled, Stopped, waiting_under};
 pub use summary::{ChildSummary, Outcome};
 pub use tools::DELEGATION_TOOLS;
 pub use tools::find_models::FindModelsTool;

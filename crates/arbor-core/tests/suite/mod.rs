@@ -38,6 +38,7 @@ mod spawn_controls;
 mod spawn_tool;
 mod stay_dead;
 mod stop;
+mod stop_report;
 mod supervisor;
 mod support;
 mod tool_arguments;

@@ -108,6 +108,10 @@ pub struct DelegationState {
     /// Why it ended, when it `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A cancel or a stop: the child's descendants whose runs ended with it, shallowest
+    /// first (absent when none did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<arbor_core::supervisor::Stopped>,
 }
 
 /// What a finished wait answers: the child's answer, or how it ended without one.
@@ -150,6 +154,10 @@ pub struct DeletedView {
     /// Who, when, why, its final status and usage.
     #[schema(value_type = Object)]
     pub tombstone: serde_json::Value,
+    /// The descendants the delete stopped, each with the state it was in (`running`: its
+    /// run cancelled; `idle`: a retained child closed; `suspended`: it waited for a
+    /// decision and never runs again), shallowest first.
+    pub stopped: Vec<arbor_core::supervisor::Stopped>,
 }
 
 fn answer(r: &DelegationResult, text: String) -> AnswerView {
@@ -252,6 +260,7 @@ fn ended(delegation: &str, status: &str, error: Option<String>) -> Response {
             delegation_id: delegation.to_owned(),
             status: status.to_owned(),
             error,
+            stopped: Vec::new(),
         }),
     )
         .into_response()
@@ -352,6 +361,7 @@ pub(crate) async fn wait(
             delegation_id: delegation.clone(),
             status: "running".to_owned(),
             error: None,
+            stopped: Vec::new(),
         }),
     )
         .into_response();
@@ -372,10 +382,10 @@ pub(crate) async fn cancel(
     State(state): State<AppState>,
     Path((id, delegation)): Path<(String, String)>,
 ) -> ApiResult<Json<DelegationState>> {
-    end_run(&state, &tenant, &id, delegation, "cancelling", |sup, d| {
-        sup.cancel(d)
-    })
-    .await
+    let record = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &record).await?;
+    let ended = sup.cancel_reported(&delegation, None).await?;
+    Ok(Json(ended_state(delegation, "cancelling", ended)))
 }
 
 /// Stops a child's run by its handle and keeps the child: its session stays (`aborted`, not
@@ -393,30 +403,27 @@ pub(crate) async fn stop(
     State(state): State<AppState>,
     Path((id, delegation)): Path<(String, String)>,
 ) -> ApiResult<Json<DelegationState>> {
-    end_run(&state, &tenant, &id, delegation, "stopping", |sup, d| {
-        sup.stop(d, Some("stopped by the host"))
-    })
-    .await
+    let record = state.visible(&tenant, &id).await?;
+    let sup = live(&state, &record).await?;
+    let ended = sup
+        .stop_reported(&delegation, Some("stopped by the host"))
+        .await?;
+    Ok(Json(ended_state(delegation, "stopping", ended)))
 }
 
-/// Ends the run of `delegation` in the tree of session `id` with `end` (a cancel or a
-/// stop): `doing` while it ends, `terminal` when it had ended.
-async fn end_run(
-    state: &AppState,
-    tenant: &Tenant,
-    id: &str,
+/// What a cancel or a stop of `delegation` did: `doing` while it ends, `terminal` when it
+/// had ended, with the descendants it stopped.
+fn ended_state(
     delegation: String,
     doing: &str,
-    end: impl FnOnce(&arbor_core::supervisor::Supervisor, &str) -> arbor_core::CoreResult<bool>,
-) -> ApiResult<Json<DelegationState>> {
-    let record = state.visible(tenant, id).await?;
-    let sup = live(state, &record).await?;
-    let running = end(&sup, &delegation)?;
-    Ok(Json(DelegationState {
+    ended: arbor_core::supervisor::Cancelled,
+) -> DelegationState {
+    DelegationState {
         delegation_id: delegation,
-        status: if running { doing } else { "terminal" }.to_owned(),
+        status: if ended.running { doing } else { "terminal" }.to_owned(),
         error: None,
-    }))
+        stopped: ended.stopped,
+    }
 }
 
 /// Sends a session a message from the host.
@@ -518,6 +525,7 @@ pub(crate) async fn delete(
         session_id: deleted.session_id.to_string(),
         already_deleted: deleted.already,
         tombstone: serde_json::to_value(&deleted.tombstone).unwrap_or_default(),
+        stopped: deleted.stopped,
     }))
 }
 

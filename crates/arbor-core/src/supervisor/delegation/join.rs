@@ -56,6 +56,7 @@ impl Supervisor {
             handle.delegation_id.clone(),
             Entry {
                 child_id: handle.child_id.clone(),
+                session: record.id,
                 root: admitted.terms.parent.map(|p| p.root_id),
                 token: admitted.control.token.clone(),
                 reason: admitted.control.reason.clone(),
@@ -167,17 +168,34 @@ impl Supervisor {
         self.cancel_as(reach, delegation_id, None, false)
     }
 
-    fn cancel_as(
+    pub(crate) fn cancel_as(
         &self,
         reach: Reach,
         delegation_id: &str,
         detail: Option<&str>,
         keep: bool,
     ) -> CoreResult<bool> {
+        let marked = self.mark_cancelled(reach, delegation_id, detail, keep)?;
+        if let Some(token) = &marked {
+            token.cancel();
+        }
+        Ok(marked.is_some())
+    }
+
+    /// Marks a running handle cancelled (or stopped, `keep`) with its reason and returns
+    /// the token that ends its run, for the caller to cancel; `None` when it had already
+    /// finished.
+    pub(crate) fn mark_cancelled(
+        &self,
+        reach: Reach,
+        delegation_id: &str,
+        detail: Option<&str>,
+        keep: bool,
+    ) -> CoreResult<Option<CancellationToken>> {
         let mut state = self.state();
         let entry = state.handles.get_mut(delegation_id, reach)?;
         if entry.terminal || entry.rx.borrow().is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         entry.cancelled = true;
         let reason = if keep {
@@ -189,8 +207,7 @@ impl Supervisor {
             Some(d) => entry.reason.set_with(reason, d.to_owned()),
             None => entry.reason.set(reason),
         }
-        entry.token.cancel();
-        Ok(true)
+        Ok(Some(entry.token.clone()))
     }
 
     /// The child id of a handle.

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::supervisor::delegation::join::{WaitOptions, WaitOutcome};
 use crate::supervisor::runtime::{Delegator, Supervisor};
 use crate::supervisor::tools::model_tool::ModelTool;
-use crate::supervisor::tools::report::{self, HandleStatus, HandleUpdate, finished};
+use crate::supervisor::tools::report::{self, CancelReport, HandleStatus, HandleUpdate, finished};
 use crate::supervisor::tree::handles::Reach;
 use crate::tool::{ToolContext, ToolError};
 
@@ -146,11 +146,17 @@ impl ModelTool for CancelAgentTool {
             .0
             .delegator
             .supervisor()
-            .cancel_from(reach, &args.delegation_id)
+            .end_reported(reach, &args.delegation_id, None, false)
+            .await
         {
-            Ok(running) => Ok(report::text(&HandleUpdate {
+            Ok(ended) if !ended.stopped.is_empty() => Ok(report::text(&CancelReport {
                 delegation_id: args.delegation_id,
-                status: if running {
+                status: HandleStatus::Cancelling,
+                stopped: ended.stopped,
+            })),
+            Ok(ended) => Ok(report::text(&HandleUpdate {
+                delegation_id: args.delegation_id,
+                status: if ended.running {
                     HandleStatus::Cancelling
                 } else {
                     HandleStatus::Terminal

@@ -60,6 +60,20 @@ pub struct HandleUpdate {
     pub status: HandleStatus,
 }
 
+/// What `cancel_agent` did when the cancel stopped descendants of the child too: the
+/// handle's update and each descendant whose run ended with it. (A cancel that stopped
+/// only the child reads as a [`HandleUpdate`].)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelReport {
+    /// The delegation.
+    pub delegation_id: String,
+    /// [`HandleStatus::Cancelling`].
+    pub status: HandleStatus,
+    /// The child's descendants whose runs ended with it, shallowest first.
+    pub stopped: Vec<crate::supervisor::stopped::Stopped>,
+}
+
 /// Any of the delegation tools' results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -68,6 +82,9 @@ pub enum ToolReport {
     Answer(ChildAnswer),
     /// A child started.
     Started(ChildStarted),
+    /// A cancel that stopped descendants too (before [`Handle`](Self::Handle): it is the
+    /// one with `stopped`).
+    Cancel(CancelReport),
     /// A handle's state.
     Handle(HandleUpdate),
 }

@@ -18,6 +18,8 @@ pub(crate) type Outcome = Arc<CoreResult<DelegationResult>>;
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) child_id: String,
+    /// The child's session.
+    pub(crate) session: arbor_protocol::SessionId,
     /// The tree of the session that started it (`None`: the host did). A model-facing
     /// tool reaches only its own tree's handles.
     pub(crate) root: Option<arbor_protocol::SessionId>,

@@ -52,6 +52,10 @@ pub(crate) struct Closed {
     pub(crate) own_run: bool,
     /// Live descendants closed with it (their runs cancelled).
     pub(crate) descendants: Vec<SessionId>,
+    /// Those of them (closed by this close) whose run was in flight and is cancelled by it.
+    pub(crate) running: Vec<SessionId>,
+    /// Those of them (closed by this close) live without a run: retained children.
+    pub(crate) idle: Vec<SessionId>,
 }
 
 /// A bucket idle this long is full again: forgetting it changes nothing.
@@ -344,24 +348,36 @@ impl Hub {
         let host_root = state.live.get(&id).is_some_and(|l| l.host_owned);
         let mut closing = vec![id];
         let mut out = Vec::new();
+        let mut newly = Vec::new();
         while let Some(next) = closing.pop() {
             if !state.closed.insert(next) && next != id {
                 continue;
             }
-            let children: Vec<SessionId> = state
-                .live
-                .iter()
-                .filter(|(_, l)| l.parent == Some(next))
-                .map(|(c, _)| *c)
-                .collect();
-            if let Some(live) = state.live.get_mut(&next)
+            newly.push(next);
+            for (child, _) in state.live.iter().filter(|(_, l)| l.parent == Some(next)) {
+                out.push(*child);
+                closing.push(*child);
+            }
+        }
+        // Read before any token is cancelled (a cancel reaches a task-lifetime child's run
+        // through its caller's token): a run whose token a racing cancel reached first is
+        // that cancel's to report.
+        let (mut running, mut idle) = (Vec::new(), Vec::new());
+        let fresh: Set<SessionId> = newly.iter().copied().collect();
+        for child in out.iter().filter(|c| fresh.contains(c)) {
+            match state.live.get(child) {
+                Some(l) if !l.running => idle.push(*child),
+                Some(l) if l.token.as_ref().is_none_or(|t| !t.is_cancelled()) => {
+                    running.push(*child);
+                }
+                _ => {}
+            }
+        }
+        for next in &newly {
+            if let Some(live) = state.live.get_mut(next)
                 && let Some(token) = live.token.take()
             {
                 token.cancel();
-            }
-            for child in children {
-                out.push(child);
-                closing.push(child);
             }
         }
         if host_root {
@@ -373,7 +389,37 @@ impl Hub {
         Closed {
             own_run,
             descendants: out,
+            running,
+            idle,
         }
+    }
+
+    /// Cancels `token`, the run of `id`, under the hub's lock, and returns the runs in
+    /// flight under `id` the cancel stopped: those whose token it cancelled (a task-lifetime
+    /// child's token is a child of its caller's, so the cancel reaches it before it
+    /// returns). Under the lock, a close or another cancel racing it reports each run once.
+    pub(crate) fn cancel_under(&self, id: SessionId, token: &CancellationToken) -> Vec<SessionId> {
+        let state = self.lock();
+        let mut before = Vec::new();
+        let mut next = vec![id];
+        while let Some(parent) = next.pop() {
+            for (child, live) in state.live.iter().filter(|(_, l)| l.parent == Some(parent)) {
+                next.push(*child);
+                if let Some(t) = live
+                    .token
+                    .as_ref()
+                    .filter(|t| live.running && !t.is_cancelled())
+                {
+                    before.push((*child, t.clone()));
+                }
+            }
+        }
+        token.cancel();
+        before
+            .into_iter()
+            .filter(|(_, t)| t.is_cancelled())
+            .map(|(c, _)| c)
+            .collect()
     }
 
     /// Lets go of the host's roots whose session the host dropped (nothing but the hub
@@ -464,56 +510,5 @@ impl Hub {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_ended_idle_session_leaves_unless_its_inbox_is_held_or_has_mail() {
-        let hub = Hub::default();
-        let (a, b, c) = (SessionId::new(), SessionId::new(), SessionId::new());
-        for id in [a, b, c] {
-            hub.register(id, None, Arc::new(Inbox::new()), false);
-            assert!(hub.claim_idle(id));
-        }
-        let held = hub.inbox(b).unwrap();
-        hub.inbox(c).unwrap().push(arbor_protocol::InboxMessage {
-            id: "m".into(),
-            from: None,
-            from_name: "host".into(),
-            relationship: arbor_protocol::Relationship::Host,
-            text: "hi".into(),
-            notice: None,
-            at: arbor_protocol::Timestamp(1),
-        });
-        assert!(!hub.end_run(a));
-        assert!(!hub.end_run(b));
-        assert!(hub.end_run(c));
-        assert_eq!(hub.len(), 2, "a left; b is held by a sender, c has mail");
-        drop(held);
-        assert!(!hub.end_run(b));
-        assert_eq!(hub.len(), 1);
-    }
-
-    #[test]
-    fn a_run_started_after_its_close_is_cancelled_at_once() {
-        let hub = Hub::default();
-        let id = SessionId::new();
-        hub.register(id, None, Arc::new(Inbox::new()), false);
-        hub.close(id);
-        let token = CancellationToken::new();
-        assert!(!hub.start_run(id, &token));
-        assert!(token.is_cancelled());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn refilled_rate_buckets_are_swept() {
-        let hub = Hub::default();
-        for _ in 0..BUCKET_SWEEP_AT {
-            hub.take_token(None, SessionId::new()).unwrap();
-        }
-        assert_eq!(hub.buckets(), BUCKET_SWEEP_AT);
-        tokio::time::advance(BUCKET_REFILL).await;
-        hub.take_token(None, SessionId::new()).unwrap();
-        assert_eq!(hub.buckets(), 1);
-    }
-}
+#[path = "hub_tests.rs"]
+mod tests;
