@@ -235,6 +235,9 @@ pub(crate) async fn create_root(
     if let Some(budget) = root_budget(spec, overrides)? {
         builder = builder.budget(budget);
     }
+    if let Some(output) = spec.root_output().map_err(Fail::usage)? {
+        builder = builder.output_schema(output);
+    }
     if let Some(id) = id {
         builder = builder.id(id);
     }

@@ -332,6 +332,9 @@ fn assemble(
             if let Some(budget) = agent.budget.and_then(|b| b.budget().ok()) {
                 entry = entry.budget(budget);
             }
+            if let Ok(Some(output)) = agent.output() {
+                entry = entry.output_schema(output);
+            }
             b = b.child(entry);
         }
         Some(b.build()?)

@@ -49,6 +49,7 @@ pub mod budget;
 mod error;
 pub mod identity;
 mod outcome;
+pub mod output;
 pub mod permission;
 pub mod pricing;
 pub mod process;

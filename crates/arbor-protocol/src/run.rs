@@ -71,6 +71,9 @@ pub enum StopReason {
     /// A budget pool of the tree (`max_tree_tokens`, `max_tree_cost`) could not cover the
     /// next model call: the call was not made.
     BudgetExhausted,
+    /// The session has an output schema and the model's answer did not match it, after
+    /// every correction it was allowed.
+    InvalidOutput,
 }
 
 impl StopReason {
@@ -101,6 +104,7 @@ impl StopReason {
             Self::HostPolicy => "host_policy",
             Self::ApprovalRequired => "approval_required",
             Self::BudgetExhausted => "budget_exhausted",
+            Self::InvalidOutput => "invalid_output",
         }
     }
 }

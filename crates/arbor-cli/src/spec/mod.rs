@@ -16,6 +16,7 @@ use serde::Deserialize;
 mod delegation;
 mod error;
 pub(crate) mod limits;
+mod output;
 mod pricing;
 pub(crate) use error::{SpecError, at};
 pub(crate) use pricing::BudgetSpec;
@@ -156,6 +157,12 @@ pub(crate) struct AgentSpec {
     /// A pool for its whole subtree wherever it runs: the run's, for the root; each
     /// delegation's (unless the parent's model asks for another), for a child.
     pub(crate) budget: Option<pricing::BudgetSpec>,
+    /// A JSON Schema its answers must match (a TOML table, as JSON Schema's keys): a
+    /// mismatch is sent back to its model, then its run fails `invalid_output`; a parent gets
+    /// the value. A spawn may not name another.
+    pub(crate) output_schema: Option<serde_json::Value>,
+    /// How many times a mismatching answer is sent back (0 to 5, default 1).
+    pub(crate) output_retries: Option<u32>,
     /// Model controls sent with every call (`temperature`, `top_p`, `seed`, `stop`,
     /// `max_output_tokens`, `tool_choice`, `parallel_tool_calls`, `extra`).
     #[serde(default)]
@@ -266,6 +273,7 @@ impl Spec {
             if let Some(b) = &agent.budget {
                 b.budget().map_err(|e| SpecError::agent(name, e))?;
             }
+            agent.output().map_err(|e| SpecError::agent(name, e))?;
             agent
                 .controls
                 .check()

@@ -496,6 +496,7 @@ impl Session {
             new_loop: false,
             forced: false,
             cost,
+            corrections: 0,
         });
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;

@@ -165,6 +165,12 @@ impl Session {
                 (RunStatus::Failed, StopReason::ProviderError, None, Some(e))
             }
             Outcome::ToolFatal(e) => (RunStatus::Failed, StopReason::ToolError, None, Some(e)),
+            Outcome::InvalidOutput(m) => (
+                RunStatus::Failed,
+                StopReason::InvalidOutput,
+                None,
+                Some(format!("invalid_output: {m}")),
+            ),
             Outcome::BudgetExhausted(r) => (
                 RunStatus::Failed,
                 StopReason::BudgetExhausted,

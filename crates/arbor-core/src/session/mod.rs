@@ -37,6 +37,7 @@ pub(crate) mod dispatch;
 pub mod events;
 pub(crate) mod finish;
 pub mod inbox;
+pub(crate) mod output_gate;
 pub(crate) mod provider_turn;
 pub(crate) mod reasoning;
 pub(crate) mod recover;
@@ -81,6 +82,7 @@ impl Agent {
             meta: serde_json::Value::Null,
             id: None,
             budget: None,
+            output: None,
         }
     }
 
@@ -117,6 +119,7 @@ pub struct SessionBuilder {
     meta: serde_json::Value,
     id: Option<SessionId>,
     budget: Option<crate::budget::Budget>,
+    output: Option<crate::output::OutputSchema>,
 }
 
 impl SessionBuilder {
@@ -166,6 +169,15 @@ impl SessionBuilder {
         self
     }
 
+    /// The JSON Schema the session's answers must match ([`crate::output`]): each run's
+    /// final answer is checked, a mismatch sent back to the model (at most the schema's
+    /// retries), and the run ends `invalid_output` past them. Kept in the record, so a run
+    /// resumed after a restart checks it too.
+    pub fn output_schema(mut self, output: crate::output::OutputSchema) -> Self {
+        self.output = Some(output);
+        self
+    }
+
     /// Writes the session record and returns the session.
     pub async fn create(self) -> CoreResult<Session> {
         let store = self
@@ -195,6 +207,13 @@ impl SessionBuilder {
         }
         record.spawned_by = self.spawned_by;
         let mut meta = self.meta;
+        if let Some(output) = &self.output {
+            set_meta(
+                &mut meta,
+                crate::output::OUTPUT_SCHEMA,
+                serde_json::to_value(output).unwrap_or_default(),
+            )?;
+        }
         if under_pool {
             set_meta(&mut meta, crate::budget::BUDGETED, true.into())?;
         }
@@ -516,7 +535,7 @@ fn set_meta(meta: &mut serde_json::Value, key: &str, value: serde_json::Value) -
         }
         None => Err(CoreError::invalid(
             "meta",
-            "meta must be a JSON object for a session under a budget pool",
+            format!("meta must be a JSON object to carry {key}"),
         )),
     }
 }

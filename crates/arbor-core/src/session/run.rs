@@ -76,6 +76,22 @@ pub(crate) enum Outcome {
     Suspended(Suspension),
     /// A budget pool could not cover the next call: it was not made.
     BudgetExhausted(crate::budget::Refusal),
+    /// The answer did not match the session's output schema, corrections spent.
+    InvalidOutput(crate::output::Mismatch),
+}
+
+/// Counts a turn's `calls` against `max_tool_calls`: the breach when they would pass it.
+fn take_tool_calls(state: &mut RunState, calls: u32) -> Option<RunLimitBreach> {
+    let wanted = state.tool_calls.saturating_add(calls);
+    if wanted > state.limits.max_tool_calls {
+        return Some(RunLimitBreach {
+            limit: LimitKind::MaxToolCalls,
+            maximum: u64::from(state.limits.max_tool_calls),
+            observed: u64::from(wanted),
+        });
+    }
+    state.tool_calls = wanted;
+    None
 }
 
 /// The status change that starts (or resumes) a run: refused when the session was deleted.
@@ -120,6 +136,8 @@ pub(crate) struct RunState {
     pub(crate) forced: bool,
     /// What its provider turns cost so far, in micro-units.
     pub(crate) cost: u64,
+    /// Answers sent back for not matching the session's output schema.
+    pub(crate) corrections: u32,
 }
 
 /// A run's last provider turn (no tool calls, or a failed call: the run ends right after
@@ -205,6 +223,7 @@ impl Session {
             new_loop: closing.is_empty(),
             forced: input.is_some() && closing.is_empty(),
             cost: 0,
+            corrections: 0,
         });
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run
@@ -390,8 +409,12 @@ impl Session {
                 .await;
             let truncated = matches!(finish, Some(arbor_model::FinishReason::Length));
             let call_count = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+            // An answer checked against the session's output schema; a mismatch with
+            // corrections left is sent back, so this turn is not the run's last.
+            let (checked, correct) =
+                self.check_answer(state, &text, calls.is_empty() && failure.is_none());
             // The run's last turn: written with the run's end.
-            let last = calls.is_empty() || failure.is_some();
+            let last = (calls.is_empty() && !correct) || failure.is_some();
             self.record_turn(
                 state,
                 turn,
@@ -426,17 +449,14 @@ impl Session {
             }
             if calls.is_empty() {
                 self.publish_turn(state, AgentEvent::TurnFinished { turn });
-                return Ok(Outcome::Completed { truncated });
+                match self.answered(state, checked, correct, truncated).await? {
+                    Some(outcome) => return Ok(outcome),
+                    None => continue,
+                }
             }
-            let wanted = state.tool_calls.saturating_add(call_count);
-            if wanted > state.limits.max_tool_calls {
-                return Ok(Outcome::Breach(RunLimitBreach {
-                    limit: LimitKind::MaxToolCalls,
-                    maximum: u64::from(state.limits.max_tool_calls),
-                    observed: u64::from(wanted),
-                }));
+            if let Some(breach) = take_tool_calls(state, call_count) {
+                return Ok(Outcome::Breach(breach));
             }
-            state.tool_calls = wanted;
             if let Some(outcome) = self.tool_turn(state, turn, calls, token).await? {
                 return Ok(outcome);
             }

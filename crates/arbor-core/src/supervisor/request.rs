@@ -51,6 +51,9 @@ pub struct DelegationRequest {
     /// the supervisor's [`BudgetPolicy`](crate::budget::BudgetPolicy)); over its catalog
     /// entry's.
     pub budget: Option<crate::budget::Budget>,
+    /// The JSON Schema the child's answer must match (see [`crate::output`]); its
+    /// catalog entry's when none.
+    pub output_schema: Option<crate::output::OutputSchema>,
 }
 
 impl DelegationRequest {
@@ -118,6 +121,13 @@ impl DelegationRequest {
         self
     }
 
+    /// The JSON Schema the child's answer must match (see [`crate::output`]): refused when
+    /// its catalog entry fixes another.
+    pub fn output_schema(mut self, output: crate::output::OutputSchema) -> Self {
+        self.output_schema = Some(output);
+        self
+    }
+
     /// The caller's cancellation: cancelling it cancels a task-lifetime child.
     pub fn cancel(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
@@ -138,6 +148,9 @@ pub struct DelegationResult {
     pub name: String,
     /// The child run's result.
     pub result: RunResult,
+    /// The child's answer as the value its output schema asked for (when it had one and
+    /// its run succeeded: `result.text` is this value's JSON).
+    pub output: Option<serde_json::Value>,
 }
 
 /// How the caller takes a child's result: the one mode of every surface (the `spawn_agent`

@@ -234,6 +234,8 @@ pub struct ChildEntry {
     pub(crate) thinking: BTreeMap<String, Vec<ThinkingLevel>>,
     /// The pool a delegation of it gets when the request names none.
     pub(crate) budget: Option<crate::budget::Budget>,
+    /// The JSON Schema its answers must match (a request may not name another).
+    pub(crate) output: Option<crate::output::OutputSchema>,
 }
 
 impl Supervisor {

@@ -44,5 +44,6 @@ mod support;
 mod tool_arguments;
 mod tools;
 mod traces;
+mod typed_output;
 mod usage;
 mod wire_support;

@@ -132,7 +132,9 @@ fn the_generated_schema_checks_what_the_hand_written_one_did() {
                     "max_tree_cost": {"type": "number", "exclusiveMinimum": 0}
                 },
                 "additionalProperties": false
-            }
+            },
+            "output_schema": {"type": "object", "additionalProperties": true},
+            "output_retries": {"type": "integer", "minimum": 0, "maximum": 5}
         },
         "required": ["child_id", "input"],
         "additionalProperties": false
@@ -163,7 +165,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
         e,
         "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
          array); accepted fields: budget, budget_share, child_id, controls, input, lifetime, milestone, mode, \
-         model, name, report, thinking, thread_id"
+         model, name, output_retries, output_schema, report, thinking, thread_id"
     );
     let e = model_error(
         tool.call_json(

@@ -54,6 +54,13 @@ pub struct SpawnRequest {
     /// A pool for the child's whole subtree, reserved from the run's pools (clamped to what
     /// they have left, or refused, per the spec's `[supervisor] budget_policy`).
     pub budget: Option<crate::views::BudgetRequest>,
+    /// A JSON Schema the child's answer must match: a mismatch is sent back to its model
+    /// (`output_retries` times, default 1), then it fails `invalid_output`; its answer's
+    /// `value` is the checked value. Refused when its catalog entry fixes another.
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<serde_json::Value>,
+    /// With `output_schema`: how many times a mismatch is sent back (0 to 5).
+    pub output_retries: Option<u32>,
     /// `sync`, `async` (default; `join` is read as `async`) or `message`.
     #[serde(default = "async_mode")]
     pub mode: Mode,
@@ -89,6 +96,10 @@ pub struct AnswerView {
     pub session_id: String,
     /// Its name.
     pub name: String,
+    /// The checked value of its answer, when it had an output schema (redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub value: Option<serde_json::Value>,
     /// How its run ended (`succeeded`, `failed`, …).
     pub status: String,
     /// Its answer, redacted.
@@ -160,8 +171,13 @@ pub struct DeletedView {
     pub stopped: Vec<arbor_core::supervisor::Stopped>,
 }
 
-fn answer(r: &DelegationResult, text: String) -> AnswerView {
+fn answer(
+    sup: &arbor_core::supervisor::Supervisor,
+    r: &DelegationResult,
+    text: String,
+) -> AnswerView {
     AnswerView {
+        value: r.output.as_ref().map(|v| sup.redact_json(v)),
         delegation_id: r.delegation_id.clone(),
         child_id: r.child_id.clone(),
         session_id: r.session_id.to_string(),
@@ -226,7 +242,7 @@ async fn waited(
         Err(_) => Ok(still_running),
         Ok(Ok(WaitOutcome::Finished(r))) => {
             let text = sup.redact(&r.result.text);
-            Ok((StatusCode::OK, Json(answer(&r, text))).into_response())
+            Ok((StatusCode::OK, Json(answer(sup, &r, text))).into_response())
         }
         // The server shuts down: the child was stopped with it, not cancelled for good.
         Ok(Ok(WaitOutcome::Cancelled { .. }) | Err(_)) if state.draining() => Err(shutting_down()),
@@ -306,6 +322,19 @@ pub(crate) async fn spawn(
     request.model = req.model.clone();
     request.controls = crate::controls::checked(req.controls.clone())?;
     request.budget = crate::views::BudgetRequest::checked_or_none(req.budget)?;
+    request.output_schema = match (req.output_schema.clone(), req.output_retries) {
+        (Some(schema), retries) => Some(
+            arbor_core::output::OutputSchema::new(schema)?
+                .retries(retries.unwrap_or(arbor_core::output::DEFAULT_OUTPUT_RETRIES))?,
+        ),
+        (None, Some(_)) => {
+            return Err(ApiError::field(
+                "output_retries",
+                "output_retries: only with output_schema",
+            ));
+        }
+        (None, None) => None,
+    };
     let handle = match req.mode {
         Mode::Message => sup.spawn(request).await,
         Mode::Sync | Mode::Async => sup.delegate_async(request).await,

@@ -161,6 +161,7 @@ impl ChildEntry {
             milestone: None,
             thinking: BTreeMap::new(),
             budget: None,
+            output: None,
         }
     }
 
@@ -292,6 +293,15 @@ impl ChildEntry {
     #[must_use]
     pub fn budget(mut self, budget: crate::budget::Budget) -> Self {
         self.budget = (!budget.is_empty()).then_some(budget);
+        self
+    }
+
+    /// The JSON Schema every delegation of this child must answer in (see
+    /// [`crate::output`]): its answer reaches the parent as the value, and a request may not
+    /// name another schema.
+    #[must_use]
+    pub fn output_schema(mut self, output: crate::output::OutputSchema) -> Self {
+        self.output = Some(output);
         self
     }
 

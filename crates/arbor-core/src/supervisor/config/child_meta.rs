@@ -23,6 +23,9 @@ pub(crate) struct ChildMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_depth: Option<u32>,
     pub(crate) mode: &'static str,
+    /// The schema its answers must match (see [`crate::output`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output_schema: Option<crate::output::OutputSchema>,
     pub(crate) path: Path,
     pub(crate) policy: EffectivePolicy,
     pub(crate) resource_id: String,

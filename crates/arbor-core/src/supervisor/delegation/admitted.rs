@@ -68,6 +68,9 @@ pub(crate) struct Terms {
     /// The pool the request (or its catalog entry) asked for, checked (a rerun's is in the
     /// ledger already).
     pub(super) budget: Option<crate::budget::Budget>,
+    /// The output schema the request (or its catalog entry) set, checked (a rerun's is in
+    /// its record's meta, which the run reads).
+    pub(super) output: Option<crate::output::OutputSchema>,
     pub(super) mode: Mode,
     pub(super) parent: Option<SessionRef>,
     pub(super) spawned_by: Option<SpawnPoint>,

@@ -35,6 +35,10 @@ pub struct ChildAnswer {
     /// The child's own pool, as granted (with `clamped` when it got less than it asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::Granted>,
+    /// The child's answer as the value its output schema asked for (it had one, and its
+    /// run succeeded): structured, never cut (`text` is its JSON, cut to the cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<serde_json::Value>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -66,10 +70,25 @@ pub(crate) fn answer(delegator: &Delegator, r: &DelegationResult) -> ChildAnswer
         text: cut(&answer, cap, r.session_id),
         truncated: r.result.stop_reason == arbor_protocol::StopReason::CompletedTruncated,
         budget: None,
+        value: r.output.as_ref().map(|v| sup.redact_json(v)),
     }
 }
 
 impl Supervisor {
+    /// `value` with every string in it (keys too) redacted: a child's structured answer
+    /// leaves the supervisor as its text does.
+    pub fn redact_json(&self, value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::String(s) => serde_json::Value::String(self.redact(s)),
+            serde_json::Value::Array(a) => a.iter().map(|v| self.redact_json(v)).collect(),
+            serde_json::Value::Object(o) => o
+                .iter()
+                .map(|(k, v)| (self.redact(k), self.redact_json(v)))
+                .collect(),
+            other => other.clone(),
+        }
+    }
+
     /// The most of `child_id`'s answer its parent's context gets (`max_result_bytes`, the
     /// supervisor's narrowed by the child's catalog entry).
     pub(crate) fn result_cap(&self, child_id: &str) -> usize {

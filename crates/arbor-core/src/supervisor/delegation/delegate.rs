@@ -205,7 +205,7 @@ impl Supervisor {
             }
             None => None,
         };
-        let (model, thinking, controls, budget) = self.model_terms(entry, &mut request)?;
+        let (model, thinking, controls, budget, output) = self.model_terms(entry, &mut request)?;
         let slot = sup.live().slots().reserve(
             limits
                 .max_active_children
@@ -246,6 +246,7 @@ impl Supervisor {
                 thinking,
                 controls,
                 budget,
+                output,
                 mode,
                 parent: request.parent,
                 spawned_by: request.spawned_by,
@@ -362,6 +363,7 @@ type ModelTerms = (
     Option<arbor_model::ThinkingLevel>,
     Option<arbor_model::Controls>,
     Option<crate::budget::Budget>,
+    Option<crate::output::OutputSchema>,
 );
 
 impl Supervisor {
@@ -387,6 +389,18 @@ impl Supervisor {
         if let (Some(table), Some(model)) = (self.settings().pricing(), model.as_deref()) {
             table.require(model)?;
         }
-        Ok((model, thinking, controls, budget))
+        let output = match (request.output_schema.take(), &entry.output) {
+            (Some(asked), Some(fixed)) if &asked != fixed => {
+                return Err(crate::CoreError::invalid(
+                    "output_schema",
+                    format!(
+                        "output_schema: the catalog entry of {} fixes its output schema",
+                        entry.id
+                    ),
+                ));
+            }
+            (asked, fixed) => asked.or_else(|| fixed.clone()),
+        };
+        Ok((model, thinking, controls, budget, output))
     }
 }

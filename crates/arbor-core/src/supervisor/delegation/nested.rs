@@ -305,6 +305,7 @@ impl Supervisor {
                 thinking: None,
                 controls: None,
                 budget: None,
+                output: None,
                 mode,
                 parent,
                 spawned_by: None,

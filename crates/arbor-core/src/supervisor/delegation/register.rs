@@ -74,6 +74,7 @@ impl Supervisor {
             limits: a.terms.limits,
             max_depth: inherited_depth,
             mode: a.terms.mode.as_str(),
+            output_schema: a.terms.output.clone(),
             path: Path(a.terms.path.clone()),
             policy: a.terms.policy,
             thread_id,

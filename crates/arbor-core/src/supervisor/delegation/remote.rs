@@ -385,6 +385,7 @@ fn delegation_result(
             .to_owned(),
         session_id: child.id,
         name: child.name.clone(),
+        output: crate::output::value_of(&child.meta, &result),
         result,
     }
 }

@@ -116,6 +116,7 @@ impl Supervisor {
                 thinking: None,
                 controls: None,
                 budget: None,
+                output: None,
                 mode: terms.mode,
                 parent,
                 spawned_by: None,

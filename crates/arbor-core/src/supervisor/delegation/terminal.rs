@@ -105,11 +105,16 @@ impl Supervisor {
                     origin,
                 )
                 .await;
+                let output = a
+                    .record
+                    .as_ref()
+                    .and_then(|r| crate::output::value_of(&r.meta, &result));
                 Ok(DelegationResult {
                     delegation_id: a.terms.delegation_id.clone(),
                     child_id: a.terms.child_id.clone(),
                     session_id,
                     name,
+                    output,
                     result: *result,
                 })
             }

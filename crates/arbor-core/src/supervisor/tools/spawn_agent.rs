@@ -116,6 +116,12 @@ pub(crate) struct SpawnArgs {
     /// A pool for the child's whole subtree, taken from yours: it gets what yours has
     /// left if you ask for more.
     budget: Option<SpawnBudget>,
+    /// A JSON Schema the child's answer must match: you get the value, checked.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
+    output_schema: Option<serde_json::Value>,
+    /// How many times a mismatching answer is sent back to the child (default 1).
+    #[schemars(range(max = 5))]
+    output_retries: Option<u32>,
 }
 
 /// `budget`: a pool for the child's whole subtree.
@@ -424,6 +430,24 @@ impl SpawnAgentTool {
             _ => Mode::Sync,
         };
         let budget = args.budget.as_ref().map(SpawnBudget::budget).transpose()?;
+        let output_schema = match args.output_schema {
+            Some(schema) => Some(
+                crate::output::OutputSchema::new(schema)
+                    .and_then(|o| {
+                        o.retries(
+                            args.output_retries
+                                .unwrap_or(crate::output::DEFAULT_OUTPUT_RETRIES),
+                        )
+                    })
+                    .map_err(|e| ToolError::ToModel(e.to_string()))?,
+            ),
+            None if args.output_retries.is_some() => {
+                return Err(ToolError::ToModel(
+                    "output_retries: only with output_schema".to_owned(),
+                ));
+            }
+            None => None,
+        };
         let request = DelegationRequest {
             child_id: args.child_id,
             input: args.input,
@@ -433,6 +457,7 @@ impl SpawnAgentTool {
             thinking: args.thinking,
             controls: args.controls.map(Into::into),
             budget: budget.filter(|b| !b.is_empty()),
+            output_schema,
             policy,
             cancel,
             parent: Some(parent),

@@ -1,0 +1,89 @@
+//! A run's answer against its session's output schema ([`crate::output`]): checked when the
+//! model answers without tool calls; a mismatch is sent back as a user message (written to
+//! the transcript like any other) while corrections are left, and ends the run
+//! `invalid_output` once they are spent.
+
+use arbor_protocol::{EntryKind, Message, RunId};
+use serde_json::Value;
+
+use crate::error::CoreResult;
+use crate::output::{Mismatch, OutputSchema, correction};
+use crate::session::Session;
+use crate::session::run::{Outcome, RunState};
+
+/// An answer checked against the output schema: the value or why not (`None`: no schema).
+pub(crate) type Checked = Option<Result<Value, Mismatch>>;
+
+impl Session {
+    /// `text`, the turn's answer when `answer` (no tool calls, no failure), checked; and
+    /// whether a mismatch is sent back (corrections are left).
+    pub(crate) fn check_answer(
+        &self,
+        state: &RunState,
+        text: &str,
+        answer: bool,
+    ) -> (Checked, bool) {
+        match answer.then(|| self.check_output(text)).flatten() {
+            Some((checked, retries)) => {
+                let correct = checked.is_err() && state.corrections < retries;
+                (Some(checked), correct)
+            }
+            None => (None, false),
+        }
+    }
+
+    /// What the run does after its answer was `checked`: sends a mismatch back (`None`: the
+    /// loop goes on), ends `invalid_output`, or completes with the value's JSON as its text.
+    pub(crate) async fn answered(
+        &mut self,
+        state: &mut RunState,
+        checked: Checked,
+        correct: bool,
+        truncated: bool,
+    ) -> CoreResult<Option<Outcome>> {
+        match checked {
+            Some(Err(mismatch)) if correct => {
+                state.corrections += 1;
+                self.send_back(state.run_id, &mismatch).await?;
+                Ok(None)
+            }
+            Some(Err(mismatch)) => Ok(Some(Outcome::InvalidOutput(mismatch))),
+            Some(Ok(value)) => {
+                state.text = value.to_string();
+                Ok(Some(Outcome::Completed { truncated }))
+            }
+            None => Ok(Some(Outcome::Completed { truncated })),
+        }
+    }
+
+    /// `text` checked against the session's output schema, with how many corrections the
+    /// schema allows; `None` when the session has none. A stored schema that no longer
+    /// reads is a mismatch no correction can fix.
+    pub(crate) fn check_output(&self, text: &str) -> Option<(Result<Value, Mismatch>, u32)> {
+        let unusable = |e: crate::CoreError| Some((Err(Mismatch(vec![format!("/: {e}")])), 0));
+        match OutputSchema::of_meta(&self.record.meta) {
+            Ok(None) => None,
+            Ok(Some(schema)) => match schema.checker() {
+                Ok(checker) => Some((checker.check(text), checker.retries)),
+                Err(e) => unusable(e),
+            },
+            Err(e) => unusable(e),
+        }
+    }
+
+    /// Sends `mismatch` back to the model: a user message, written before the next turn.
+    pub(crate) async fn send_back(&mut self, run_id: RunId, mismatch: &Mismatch) -> CoreResult<()> {
+        tracing::info!(session = %self.id(), run = %run_id, errors = %mismatch, "the answer did not match the output schema; sent back");
+        let message = Message::user(correction(mismatch));
+        self.commit(
+            run_id,
+            &[EntryKind::Message {
+                message: message.clone(),
+            }],
+            None,
+        )
+        .await?;
+        self.messages.push(message);
+        Ok(())
+    }
+}
