@@ -254,6 +254,30 @@ pub(crate) async fn build(
 }
 
 /// The tree of `spec`, its root given `root_tools` besides its own (nothing is started).
+/// The rest of a child's catalog entry from its agent: thinking levels, description, pool,
+/// output schema and context policy (each checked when the spec was read).
+fn entry_terms(mut entry: ChildEntry, agent: &crate::spec::AgentSpec) -> ChildEntry {
+    if !agent.thinking_levels.is_empty() {
+        let models: Vec<String> = entry.models().into_iter().map(str::to_owned).collect();
+        for model in models {
+            entry = entry.thinking_levels(model, agent.thinking_levels.iter().copied());
+        }
+    }
+    if let Some(d) = &agent.description {
+        entry = entry.description(d.clone());
+    }
+    if let Some(budget) = agent.budget.and_then(|b| b.budget().ok()) {
+        entry = entry.budget(budget);
+    }
+    if let Ok(Some(output)) = agent.output() {
+        entry = entry.output_schema(output);
+    }
+    if let Some(context) = agent.context {
+        entry = entry.context(context.0);
+    }
+    entry
+}
+
 fn assemble(
     spec: &Spec,
     store: Arc<dyn Store>,
@@ -314,28 +338,13 @@ fn assemble(
                 ),
                 _ => ChildEntry::new(name.clone(), factory),
             };
-            let mut entry = entry
+            let entry = entry
                 .policy(agent.policy)
                 .agent_name(name.clone())
                 .model(agent.model.clone())
                 .allow_models(agent.allow_models.iter().cloned())
                 .preflight_with(provider(agent));
-            if !agent.thinking_levels.is_empty() {
-                let models: Vec<String> = entry.models().into_iter().map(str::to_owned).collect();
-                for model in models {
-                    entry = entry.thinking_levels(model, agent.thinking_levels.iter().copied());
-                }
-            }
-            if let Some(d) = &agent.description {
-                entry = entry.description(d.clone());
-            }
-            if let Some(budget) = agent.budget.and_then(|b| b.budget().ok()) {
-                entry = entry.budget(budget);
-            }
-            if let Ok(Some(output)) = agent.output() {
-                entry = entry.output_schema(output);
-            }
-            b = b.child(entry);
+            b = b.child(entry_terms(entry, agent));
         }
         Some(b.build()?)
     } else {

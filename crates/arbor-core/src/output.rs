@@ -26,13 +26,34 @@ pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 const MAX_ERRORS: usize = 8;
 
 /// A JSON Schema a final answer must match, and how many times a mismatch is sent back.
+/// Read from JSON through the same checks as [`OutputSchema::new`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "Stored")]
 pub struct OutputSchema {
+    schema: Value,
+    retries: u32,
+}
+
+/// [`OutputSchema`] as stored, before its checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Stored {
     schema: Value,
     #[serde(default = "default_retries")]
     retries: u32,
 }
+
+impl TryFrom<Stored> for OutputSchema {
+    type Error = CoreError;
+
+    fn try_from(s: Stored) -> CoreResult<Self> {
+        Self::new(s.schema)?.retries(s.retries)
+    }
+}
+
+/// The longest one validation error is told, in bytes (jsonschema's messages quote the
+/// failing value whole).
+const MAX_ERROR_BYTES: usize = 200;
 
 fn default_retries() -> u32 {
     DEFAULT_OUTPUT_RETRIES
@@ -87,11 +108,9 @@ impl OutputSchema {
     pub fn of_meta(meta: &Value) -> CoreResult<Option<Self>> {
         match meta.get(OUTPUT_SCHEMA) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => {
-                let stored: Self = serde_json::from_value(v.clone())
-                    .map_err(|e| invalid(&format!("stored in the session is unreadable: {e}")))?;
-                Self::new(stored.schema)?.retries(stored.retries).map(Some)
-            }
+            Some(v) => serde_json::from_value(v.clone())
+                .map(Some)
+                .map_err(|e| invalid(&format!("stored in the session is unreadable: {e}"))),
         }
     }
 
@@ -150,7 +169,7 @@ impl Checker {
                 } else {
                     path
                 };
-                format!("{path}: {e}")
+                format!("{path}: {}", cut(&e.to_string()))
             })
             .collect();
         if errors.is_empty() {
@@ -159,6 +178,18 @@ impl Checker {
             Err(Mismatch(errors))
         }
     }
+}
+
+/// `text` cut to [`MAX_ERROR_BYTES`] on a character boundary, marked when cut.
+fn cut(text: &str) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// The text inside one fenced block (```json … ```), or the text itself.
@@ -180,7 +211,9 @@ fn unfenced(text: &str) -> &str {
 /// The value a finished run of a session with `meta` answered: its text read as JSON when
 /// the session has an output schema and the run succeeded (the run checked it).
 pub(crate) fn value_of(meta: &Value, result: &crate::RunResult) -> Option<Value> {
-    if result.status != arbor_protocol::RunStatus::Succeeded || meta.get(OUTPUT_SCHEMA).is_none() {
+    if result.status != arbor_protocol::RunStatus::Succeeded
+        || meta.get(OUTPUT_SCHEMA).is_none_or(Value::is_null)
+    {
         return None;
     }
     serde_json::from_str(unfenced(&result.text)).ok()

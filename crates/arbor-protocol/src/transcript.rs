@@ -107,6 +107,18 @@ pub enum EntryKind {
         /// This session's aggregate cost (own + attributed) after the attribution.
         aggregate_micros: u64,
     },
+    /// The session's conversation begins with its parent's, forked at its spawn: the
+    /// messages the parent's model saw up to entry `through` of `from`'s transcript (its
+    /// pending tool call left out), read from there, not copied here. Written with the
+    /// session's first run.
+    Forked {
+        /// The session forked from (the parent).
+        from: SessionId,
+        /// The last entry of `from`'s transcript the fork holds.
+        through: u64,
+        /// The messages the fork gave the session.
+        messages: u32,
+    },
     /// A message was delivered into this session's inbox (it is pending until read).
     InboxReceived {
         /// The message.
@@ -198,6 +210,7 @@ impl EntryKind {
             Self::UsageAttributed { .. } => "usage_attributed",
             Self::Cost { .. } => "cost",
             Self::CostAttributed { .. } => "cost_attributed",
+            Self::Forked { .. } => "forked",
             Self::InboxReceived { .. } => "inbox_received",
             Self::InboxRead { .. } => "inbox_read",
             Self::InboxDropped { .. } => "inbox_dropped",

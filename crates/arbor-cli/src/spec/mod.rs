@@ -13,6 +13,7 @@ use arbor_model::ScriptedTurn;
 use arbor_protocol::RunLimits;
 use serde::Deserialize;
 
+pub(crate) mod context;
 mod delegation;
 mod error;
 pub(crate) mod limits;
@@ -163,6 +164,9 @@ pub(crate) struct AgentSpec {
     pub(crate) output_schema: Option<serde_json::Value>,
     /// How many times a mismatching answer is sent back (0 to 5, default 1).
     pub(crate) output_retries: Option<u32>,
+    /// Whether a spawn of it may (`allow`, the default), must not (`forbid`) or must
+    /// (`all`, `{ last_turns = N }`) fork its parent's conversation into it.
+    pub(crate) context: Option<context::ContextSpec>,
     /// Model controls sent with every call (`temperature`, `top_p`, `seed`, `stop`,
     /// `max_output_tokens`, `tool_choice`, `parallel_tool_calls`, `extra`).
     #[serde(default)]

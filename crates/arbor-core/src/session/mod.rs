@@ -36,6 +36,7 @@ pub(crate) mod cost;
 pub(crate) mod dispatch;
 pub mod events;
 pub(crate) mod finish;
+pub mod fork;
 pub mod inbox;
 pub(crate) mod output_gate;
 pub(crate) mod provider_turn;
@@ -44,6 +45,7 @@ pub(crate) mod recover;
 pub(crate) mod replay;
 pub(crate) mod resumer;
 pub(crate) mod run;
+pub(crate) mod steps;
 
 /// A live session. Runs take `&mut self`, so one session runs one input at a time.
 #[derive(Debug)]
@@ -68,6 +70,9 @@ pub struct Session {
     /// have landed without `record` hearing of it, so `record` is read again before a value
     /// is computed from it ([`Session::sync_record`]).
     pub(crate) unsure: bool,
+    /// Its fork of its parent's conversation, recorded with its first run
+    /// ([`fork`]): written then, and never again.
+    pub(crate) fork_entry: Option<EntryKind>,
 }
 
 impl Agent {
@@ -268,9 +273,12 @@ impl Session {
         let entries = store.transcript(record.id, 0, None).await?;
         let inbox = Inbox::from_transcript(&entries);
         let reasoning = crate::session::replay::replay_reasoning(&entries);
-        let messages = crate::session::replay::replay_messages(entries);
+        let (prefix, fork_entry) =
+            fork::of_session(store.as_ref(), &record, &entries, agent.redactor()).await?;
+        let messages = crate::session::replay::replay_messages(prefix, entries);
         let mut session = Self::assemble(agent, store, record, messages, inbox).await?;
         session.reasoning = reasoning;
+        session.fork_entry = fork_entry;
         Ok(session)
     }
 
@@ -280,7 +288,11 @@ impl Session {
         store: Arc<dyn Store>,
         record: SessionRecord,
     ) -> CoreResult<Session> {
-        Self::assemble(agent, store, record, Vec::new(), Inbox::new()).await
+        let (prefix, fork_entry) =
+            fork::of_session(store.as_ref(), &record, &[], agent.redactor()).await?;
+        let mut session = Self::assemble(agent, store, record, prefix, Inbox::new()).await?;
+        session.fork_entry = fork_entry;
+        Ok(session)
     }
 
     async fn assemble(
@@ -303,6 +315,7 @@ impl Session {
             inbox: Arc::new(inbox),
             beside_suspension: None,
             unsure: false,
+            fork_entry: None,
         })
     }
 

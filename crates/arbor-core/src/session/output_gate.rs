@@ -32,6 +32,17 @@ impl Session {
         }
     }
 
+    /// The run's last answer (a crash left it, or a resumed run had it) checked as a fresh
+    /// one: `None` when a mismatch was sent back and the loop goes on.
+    pub(crate) async fn recheck_answer(
+        &mut self,
+        state: &mut RunState,
+    ) -> CoreResult<Option<Outcome>> {
+        let text = state.text.clone();
+        let (checked, correct) = self.check_answer(state, &text, true);
+        self.answered(state, checked, correct, false).await
+    }
+
     /// What the run does after its answer was `checked`: sends a mismatch back (`None`: the
     /// loop goes on), ends `invalid_output`, or completes with the value's JSON as its text.
     pub(crate) async fn answered(
@@ -73,7 +84,12 @@ impl Session {
 
     /// Sends `mismatch` back to the model: a user message, written before the next turn.
     pub(crate) async fn send_back(&mut self, run_id: RunId, mismatch: &Mismatch) -> CoreResult<()> {
-        tracing::info!(session = %self.id(), run = %run_id, errors = %mismatch, "the answer did not match the output schema; sent back");
+        let errors = mismatch.to_string();
+        let errors = match self.agent.redactor() {
+            Some(r) => r.redact(&errors).into_owned(),
+            None => errors,
+        };
+        tracing::info!(session = %self.id(), run = %run_id, %errors, "the answer did not match the output schema; sent back");
         let message = Message::user(correction(mismatch));
         self.commit(
             run_id,

@@ -39,10 +39,13 @@ pub(crate) fn replay_reasoning(entries: &[TranscriptEntry]) -> arbor_model::Reas
     kept
 }
 
-/// The messages a transcript shows its model: every message entry, with each compaction
-/// applied where it was written.
-pub(crate) fn replay_messages(entries: impl IntoIterator<Item = TranscriptEntry>) -> Vec<Message> {
-    let mut messages: Vec<Message> = Vec::new();
+/// The messages a transcript shows its model: `start` (a forked session's prefix), then
+/// every message entry, with each compaction applied where it was written.
+pub(crate) fn replay_messages(
+    start: Vec<Message>,
+    entries: impl IntoIterator<Item = TranscriptEntry>,
+) -> Vec<Message> {
+    let mut messages = start;
     for entry in entries {
         match entry.kind {
             EntryKind::Message { message } => messages.push(message),

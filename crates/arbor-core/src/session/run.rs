@@ -80,20 +80,6 @@ pub(crate) enum Outcome {
     InvalidOutput(crate::output::Mismatch),
 }
 
-/// Counts a turn's `calls` against `max_tool_calls`: the breach when they would pass it.
-fn take_tool_calls(state: &mut RunState, calls: u32) -> Option<RunLimitBreach> {
-    let wanted = state.tool_calls.saturating_add(calls);
-    if wanted > state.limits.max_tool_calls {
-        return Some(RunLimitBreach {
-            limit: LimitKind::MaxToolCalls,
-            maximum: u64::from(state.limits.max_tool_calls),
-            observed: u64::from(wanted),
-        });
-    }
-    state.tool_calls = wanted;
-    None
-}
-
 /// The status change that starts (or resumes) a run: refused when the session was deleted.
 pub(crate) fn running_update() -> SessionUpdate {
     SessionUpdate {
@@ -236,11 +222,13 @@ impl Session {
             before.as_deref(),
         );
         let user = input.map(Message::user);
-        let mut entries = vec![EntryKind::RunStarted {
+        // A forked session's first run records its fork first.
+        let mut entries: Vec<EntryKind> = self.fork_entry.iter().cloned().collect();
+        entries.push(EntryKind::RunStarted {
             agent: self.agent.name().to_owned(),
             model: self.agent.model().to_owned(),
             trace: telemetry::traceparent_of(&span),
-        }];
+        });
         for message in &closing {
             entries.push(EntryKind::Message {
                 message: message.clone(),
@@ -254,6 +242,7 @@ impl Session {
         // The tombstone is checked atomically with the start: a deleted session never runs.
         self.commit(run_id, &entries, Some(running_update()))
             .await?;
+        self.fork_entry = None;
         self.messages.extend(closing);
         self.messages.extend(user);
         self.bus.publish(
@@ -362,7 +351,12 @@ impl Session {
                     return Ok(outcome);
                 }
             }
-            Turns::Answered => return Ok(Outcome::Completed { truncated: false }),
+            // The answer a crash left last is checked as a fresh one would be.
+            Turns::Answered => {
+                if let Some(outcome) = self.recheck_answer(state).await? {
+                    return Ok(outcome);
+                }
+            }
             Turns::Next => {}
         }
         loop {
@@ -372,22 +366,10 @@ impl Session {
                 return Ok(Outcome::Cancelled);
             }
             self.read_inbox(state.run_id).await?;
-            let turn = state.turns + 1;
-            if turn > state.limits.max_steps {
-                return Ok(Outcome::Breach(RunLimitBreach {
-                    limit: LimitKind::MaxSteps,
-                    maximum: u64::from(state.limits.max_steps),
-                    observed: u64::from(turn),
-                }));
-            }
-            state.turns = turn;
-            if turn == 1 && state.new_loop {
-                // A run's first turn begins a new tool loop: earlier loops' thinking is
-                // not sent again.
-                self.reasoning.clear();
-            }
-            self.bus
-                .publish(state.run_id, AgentEvent::TurnStarted { turn });
+            let turn = match self.begin_turn(state) {
+                Ok(turn) => turn,
+                Err(breach) => return Ok(Outcome::Breach(breach)),
+            };
             if self.budgeted()
                 && let Err(refusal) = self.reserve_call(state.run_id).await?
             {
@@ -454,7 +436,7 @@ impl Session {
                     None => continue,
                 }
             }
-            if let Some(breach) = take_tool_calls(state, call_count) {
+            if let Some(breach) = self.take_tool_calls(state, call_count) {
                 return Ok(Outcome::Breach(breach));
             }
             if let Some(outcome) = self.tool_turn(state, turn, calls, token).await? {

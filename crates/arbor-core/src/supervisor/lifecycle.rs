@@ -121,10 +121,15 @@ impl Supervisor {
         };
         // Read before anything changes: which descendants wait for a decision (the delete
         // closes their waits).
-        let waiting = crate::supervisor::stopped::waiting_under(
-            &registry::tree(store.as_ref(), child.root_id).await?,
-            child.id,
-        );
+        // A tree that cannot be read only leaves them out of the report: the delete goes on.
+        let tree = store
+            .list_sessions(arbor_store::SessionQuery::Tree(child.root_id))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(child = %child.id, error = %e, "could not read the tree to report what the delete stops");
+                Vec::new()
+            });
+        let waiting = crate::supervisor::stopped::waiting_under(&tree, child.id);
         let closed = self.live().hub().close(child.id);
         let reason = self.redact(&reason);
         let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await {

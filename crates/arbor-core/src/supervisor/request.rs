@@ -54,6 +54,9 @@ pub struct DelegationRequest {
     /// The JSON Schema the child's answer must match (see [`crate::output`]); its
     /// catalog entry's when none.
     pub output_schema: Option<crate::output::OutputSchema>,
+    /// How much of the parent's conversation the child starts with (see
+    /// [`crate::session::fork`]); its catalog entry's policy decides when none.
+    pub context: Option<crate::session::fork::ForkContext>,
 }
 
 impl DelegationRequest {
@@ -125,6 +128,13 @@ impl DelegationRequest {
     /// its catalog entry fixes another.
     pub fn output_schema(mut self, output: crate::output::OutputSchema) -> Self {
         self.output_schema = Some(output);
+        self
+    }
+
+    /// How much of the parent's conversation the child starts with: `All` or its
+    /// `LastTurns(n)` (refused when its catalog entry forbids it, and without a parent).
+    pub fn context(mut self, context: crate::session::fork::ForkContext) -> Self {
+        self.context = Some(context);
         self
     }
 

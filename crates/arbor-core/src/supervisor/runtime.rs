@@ -236,6 +236,8 @@ pub struct ChildEntry {
     pub(crate) budget: Option<crate::budget::Budget>,
     /// The JSON Schema its answers must match (a request may not name another).
     pub(crate) output: Option<crate::output::OutputSchema>,
+    /// Whether its spawns may, must or must not fork the parent's conversation.
+    pub(crate) context: crate::session::fork::ContextPolicy,
 }
 
 impl Supervisor {

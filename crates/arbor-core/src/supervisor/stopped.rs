@@ -44,8 +44,9 @@ pub struct Cancelled {
 impl Supervisor {
     /// [`cancel_with`](Self::cancel_with) (or [`cancel`](Self::cancel) without a reason)
     /// that says what it stopped: the descendants whose runs were in flight under the child
-    /// and end with it (its task-lifetime children and theirs; a message-mode child of it
-    /// runs on, bound to the tree, not to its parent's run).
+    /// and end with it (its task-lifetime children and theirs). A message-mode descendant's
+    /// run is bound to the tree, not to its parent's: a hosted child's release, once its run
+    /// has ended, closes them too, after this report.
     pub async fn cancel_reported(
         &self,
         delegation_id: &str,
@@ -129,7 +130,9 @@ pub fn waiting_under(tree: &[arbor_store::SessionRecord], child: SessionId) -> V
     let mut under = std::collections::HashSet::from([child]);
     let mut out = Vec::new();
     for record in tree {
-        if !record.parent_id.is_some_and(|p| under.contains(&p)) {
+        // Under `child`, and not under a descendant deleted before (whose own delete
+        // stopped what waits there).
+        if record.tombstone.is_some() || !record.parent_id.is_some_and(|p| under.contains(&p)) {
             continue;
         }
         under.insert(record.id);

@@ -10,6 +10,7 @@ mod cost;
 mod detached;
 mod effects;
 mod events;
+mod fork;
 mod fuzz_inputs;
 mod host_api;
 mod identity;

@@ -134,7 +134,18 @@ fn the_generated_schema_checks_what_the_hand_written_one_did() {
                 "additionalProperties": false
             },
             "output_schema": {"type": "object", "additionalProperties": true},
-            "output_retries": {"type": "integer", "minimum": 0, "maximum": 5}
+            "output_retries": {"type": "integer", "minimum": 0, "maximum": 5},
+            "context": {
+                "anyOf": [
+                    {"type": "string", "enum": ["none", "all"]},
+                    {
+                        "type": "object",
+                        "properties": {"last_turns": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                        "required": ["last_turns"],
+                        "additionalProperties": false
+                    }
+                ]
+            }
         },
         "required": ["child_id", "input"],
         "additionalProperties": false
@@ -164,7 +175,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     assert_eq!(
         e,
         "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
-         array); accepted fields: budget, budget_share, child_id, controls, input, lifetime, milestone, mode, \
+         array); accepted fields: budget, budget_share, child_id, context, controls, input, lifetime, milestone, mode, \
          model, name, output_retries, output_schema, report, thinking, thread_id"
     );
     let e = model_error(

@@ -289,3 +289,29 @@ async fn a_sessions_schema_is_kept_in_its_record_and_checked_after_a_reopen() {
         r.error
     );
 }
+
+#[tokio::test]
+async fn a_value_over_the_parents_cap_is_left_to_the_cut_text() {
+    let numbers: Vec<u32> = (0..40).collect();
+    let entry = ChildEntry::agent(
+        "clerk",
+        answering(&[&serde_json::to_string(&numbers).unwrap()]),
+    )
+    .output_schema(OutputSchema::new(json!({"type": "array"})).unwrap())
+    .limits(arbor_core::supervisor::LimitsInput {
+        max_result_bytes: Some(64),
+        ..Default::default()
+    });
+    let sup = supervisor(entry);
+    let ctx = parent_ctx(&sup).await;
+    let out = SpawnAgentTool::new(sup.delegator())
+        .call_json(json!({"child_id": "clerk", "input": "count"}), ctx)
+        .await
+        .unwrap();
+    let Some(ToolReport::Answer(answer)) = ToolReport::parse(&out) else {
+        panic!("expected an answer: {out}");
+    };
+    assert_eq!(answer.status, RunStatus::Succeeded);
+    assert_eq!(answer.value, None, "{out}");
+    assert!(answer.text.contains("[truncated:"), "{out}");
+}

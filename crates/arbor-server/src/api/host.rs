@@ -61,6 +61,10 @@ pub struct SpawnRequest {
     pub output_schema: Option<serde_json::Value>,
     /// With `output_schema`: how many times a mismatch is sent back (0 to 5).
     pub output_retries: Option<u32>,
+    /// How much of the parent's conversation the child starts with: `none` (default),
+    /// `all` or `{"last_turns": N}`; refused when its catalog entry forbids it.
+    #[schema(value_type = Option<Object>)]
+    pub context: Option<arbor_core::session::fork::ForkContext>,
     /// `sync`, `async` (default; `join` is read as `async`) or `message`.
     #[serde(default = "async_mode")]
     pub mode: Mode,
@@ -335,6 +339,7 @@ pub(crate) async fn spawn(
         }
         (None, None) => None,
     };
+    request.context = req.context;
     let handle = match req.mode {
         Mode::Message => sup.spawn(request).await,
         Mode::Sync | Mode::Async => sup.delegate_async(request).await,

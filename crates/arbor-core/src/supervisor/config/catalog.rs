@@ -162,6 +162,7 @@ impl ChildEntry {
             thinking: BTreeMap::new(),
             budget: None,
             output: None,
+            context: crate::session::fork::ContextPolicy::default(),
         }
     }
 
@@ -302,6 +303,15 @@ impl ChildEntry {
     #[must_use]
     pub fn output_schema(mut self, output: crate::output::OutputSchema) -> Self {
         self.output = Some(output);
+        self
+    }
+
+    /// Whether a spawn of this child may fork its parent's conversation into it (the
+    /// default: it chooses, none unless it asks), must not, or must (see
+    /// [`crate::session::fork`]).
+    #[must_use]
+    pub fn context(mut self, policy: crate::session::fork::ContextPolicy) -> Self {
+        self.context = policy;
         self
     }
 

@@ -16,6 +16,9 @@ use crate::supervisor::config::policy::EffectivePolicy;
 pub(crate) struct ChildMeta {
     pub(crate) child_id: String,
     pub(crate) delegation_id: String,
+    /// Where its conversation forks from its parent's (see [`crate::session::fork`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fork: Option<crate::session::fork::ForkPoint>,
     pub(crate) lifetime: &'static str,
     /// What admission narrowed (request limits, budget share, policy).
     pub(crate) limits: SupervisorLimits,

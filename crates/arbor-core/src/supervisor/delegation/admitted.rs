@@ -71,6 +71,8 @@ pub(crate) struct Terms {
     /// The output schema the request (or its catalog entry) set, checked (a rerun's is in
     /// its record's meta, which the run reads).
     pub(super) output: Option<crate::output::OutputSchema>,
+    /// How much of the parent's conversation it forks (a rerun's fork is in its record).
+    pub(super) fork: crate::session::fork::ForkContext,
     pub(super) mode: Mode,
     pub(super) parent: Option<SessionRef>,
     pub(super) spawned_by: Option<SpawnPoint>,

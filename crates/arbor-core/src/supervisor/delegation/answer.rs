@@ -36,7 +36,8 @@ pub struct ChildAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::Granted>,
     /// The child's answer as the value its output schema asked for (it had one, and its
-    /// run succeeded): structured, never cut (`text` is its JSON, cut to the cap).
+    /// run succeeded): structured, whole, and left out when its JSON is over the parent's
+    /// `max_result_bytes` (then `text`, its JSON cut to the cap, says where the whole is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<serde_json::Value>,
 }
@@ -70,7 +71,13 @@ pub(crate) fn answer(delegator: &Delegator, r: &DelegationResult) -> ChildAnswer
         text: cut(&answer, cap, r.session_id),
         truncated: r.result.stop_reason == arbor_protocol::StopReason::CompletedTruncated,
         budget: None,
-        value: r.output.as_ref().map(|v| sup.redact_json(v)),
+        // Never past the cap: a value too big to give whole is left to `text` (cut, with
+        // where the whole of it is).
+        value: r
+            .output
+            .as_ref()
+            .map(|v| sup.redact_json(v))
+            .filter(|v| v.to_string().len() <= cap),
     }
 }
 

@@ -205,7 +205,8 @@ impl Supervisor {
             }
             None => None,
         };
-        let (model, thinking, controls, budget, output) = self.model_terms(entry, &mut request)?;
+        let (model, thinking, controls, budget, output, fork) =
+            self.model_terms(entry, &mut request)?;
         let slot = sup.live().slots().reserve(
             limits
                 .max_active_children
@@ -247,6 +248,7 @@ impl Supervisor {
                 controls,
                 budget,
                 output,
+                fork,
                 mode,
                 parent: request.parent,
                 spawned_by: request.spawned_by,
@@ -364,6 +366,7 @@ type ModelTerms = (
     Option<arbor_model::Controls>,
     Option<crate::budget::Budget>,
     Option<crate::output::OutputSchema>,
+    crate::session::fork::ForkContext,
 );
 
 impl Supervisor {
@@ -390,7 +393,7 @@ impl Supervisor {
             table.require(model)?;
         }
         let output = match (request.output_schema.take(), &entry.output) {
-            (Some(asked), Some(fixed)) if &asked != fixed => {
+            (Some(asked), Some(fixed)) if asked.schema() != fixed.schema() => {
                 return Err(crate::CoreError::invalid(
                     "output_schema",
                     format!(
@@ -399,8 +402,16 @@ impl Supervisor {
                     ),
                 ));
             }
-            (asked, fixed) => asked.or_else(|| fixed.clone()),
+            // The entry's own (its retries too) when it fixes one.
+            (asked, fixed) => fixed.clone().or(asked),
         };
-        Ok((model, thinking, controls, budget, output))
+        let fork = entry.context.resolve(&entry.id, request.context)?;
+        if fork.forks() && request.parent.is_none() {
+            return Err(crate::CoreError::invalid(
+                "context",
+                "context: a fork needs a parent session".to_owned(),
+            ));
+        }
+        Ok((model, thinking, controls, budget, output, fork))
     }
 }

@@ -306,6 +306,7 @@ impl Supervisor {
                 controls: None,
                 budget: None,
                 output: None,
+                fork: crate::session::fork::ForkContext::None,
                 mode,
                 parent,
                 spawned_by: None,

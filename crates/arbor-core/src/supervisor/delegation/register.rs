@@ -63,6 +63,8 @@ impl Supervisor {
             .as_ref()
             .and_then(crate::supervisor::delegation::depth::stored);
         record.spawned_by = a.terms.spawned_by;
+        // Where its conversation forks, read before anything is written.
+        let fork = self.fork_point(a, parent.as_ref()).await?;
         // Its pool, reserved from its parent's before anything is written (a refusal leaves
         // nothing behind).
         let pool = self.child_budget(a, &record, parent.as_ref()).await?;
@@ -70,6 +72,7 @@ impl Supervisor {
         record.meta = Meta::typed(ChildMeta {
             child_id: a.terms.child_id.clone(),
             delegation_id: a.terms.delegation_id.clone(),
+            fork,
             lifetime: a.terms.policy.lifetime.as_str(),
             limits: a.terms.limits,
             max_depth: inherited_depth,
@@ -126,6 +129,27 @@ impl Supervisor {
         });
         a.record = Some(record);
         Ok(())
+    }
+
+    /// Where a forking delegation's conversation forks from its parent's (`None` when it
+    /// does not fork, or has no parent).
+    async fn fork_point(
+        &self,
+        a: &Admitted,
+        parent: Option<&SessionRecord>,
+    ) -> CoreResult<Option<crate::session::fork::ForkPoint>> {
+        match parent {
+            Some(p) => {
+                crate::session::fork::ForkPoint::at(
+                    self.live().store().as_ref(),
+                    p.id,
+                    a.terms.spawn_call.as_deref(),
+                    a.terms.fork,
+                )
+                .await
+            }
+            None => Ok(None),
+        }
     }
 
     /// Places `record` under its parent, checked open and stored here: the parent's id, root

@@ -117,6 +117,7 @@ impl Supervisor {
                 controls: None,
                 budget: None,
                 output: None,
+                fork: crate::session::fork::ForkContext::None,
                 mode: terms.mode,
                 parent,
                 spawned_by: None,

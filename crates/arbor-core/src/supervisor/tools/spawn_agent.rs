@@ -122,6 +122,9 @@ pub(crate) struct SpawnArgs {
     /// How many times a mismatching answer is sent back to the child (default 1).
     #[schemars(range(max = 5))]
     output_retries: Option<u32>,
+    /// How much of your conversation the child starts with: `none` (default), `all`, or
+    /// `{"last_turns": N}`.
+    context: Option<crate::session::fork::ForkContext>,
 }
 
 /// `budget`: a pool for the child's whole subtree.
@@ -458,6 +461,7 @@ impl SpawnAgentTool {
             controls: args.controls.map(Into::into),
             budget: budget.filter(|b| !b.is_empty()),
             output_schema,
+            context: args.context,
             policy,
             cancel,
             parent: Some(parent),
