@@ -785,6 +785,11 @@ fn rm_lists_the_waiting_descendants_it_stopped() {
     std::fs::write(&spec, WAITING_GRANDCHILD).unwrap();
     let root = run_to_waiting_publisher(dir.path(), &spec);
     assert_eq!(status_in_tree(dir.path(), &root, "publisher"), "suspended");
+    let listed = json(dir.path(), &["approvals", &root, "--json"]);
+    let waiting = listed["suspensions"][0]["pending"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("nothing waits: {listed}"))
+        .to_owned();
 
     let rm = json(dir.path(), &["rm", &root, "mid", "--json"]);
     assert_eq!(rm["already_deleted"], false, "{rm}");
@@ -802,6 +807,23 @@ fn rm_lists_the_waiting_descendants_it_stopped() {
             &serde_json::json!("suspended")
         ),
         "{rm}"
+    );
+    // Its call is no longer listed at the root, and deciding it is refused as an unknown
+    // id would be.
+    let listed = json(dir.path(), &["approvals", &root, "--json"]);
+    assert!(!listed.to_string().contains(&waiting), "{listed}");
+    let decided = arbor(dir.path(), &["approve", &root, &waiting]);
+    let forged = arbor(dir.path(), &["approve", &root, "sub_0000"]);
+    assert!(!decided.status.success());
+    assert_eq!(
+        (
+            decided.status.code(),
+            String::from_utf8_lossy(&decided.stderr)
+        ),
+        (
+            forged.status.code(),
+            String::from_utf8_lossy(&forged.stderr)
+        )
     );
     // Nothing of it runs again: the root's run, which carries its wait, settles it
     // aborted when it goes on (its call never ran).

@@ -148,8 +148,67 @@ pub(crate) async fn as_routed(store: &dyn Store, suspension: Suspension) -> Core
 
 /// What waits for a decision at `id`: its own suspended run, then the suspended runs below it
 /// that nobody awaits (message-mode children that stopped on a call), each decided on its
-/// own run; their calls' paths are made relative to `id`, like those a run carries up.
+/// own run; their calls' paths are made relative to `id`, like those a run carries up. A
+/// call made by a session that was deleted, or sits under a deleted one, is not listed:
+/// nothing of it runs again, and deciding it is refused as unknown.
 pub async fn waiting_at(
+    store: &dyn arbor_store::Store,
+    id: SessionId,
+) -> CoreResult<Vec<Suspension>> {
+    let mut all = waiting_with_dead(store, id).await?;
+    let mut dead = Dead::default();
+    for s in &mut all {
+        let mut live = Vec::with_capacity(s.pending.len());
+        for p in std::mem::take(&mut s.pending) {
+            if !dead.made_by_dead(store, &p).await? {
+                live.push(p);
+            }
+        }
+        s.pending = live;
+    }
+    Ok(all)
+}
+
+/// Which sessions were deleted or sit under a deleted one, remembered for one listing.
+#[derive(Default)]
+struct Dead(std::collections::HashMap<SessionId, bool>);
+
+impl Dead {
+    /// Whether the session that made `p` was deleted or sits under a deleted one (a call of
+    /// a record from before sessions were kept with calls is taken as live).
+    async fn made_by_dead(&mut self, store: &dyn Store, p: &PendingDecision) -> CoreResult<bool> {
+        let Some(start) = p.session_id else {
+            return Ok(false);
+        };
+        let mut chain = Vec::new();
+        let mut next = Some(start);
+        let mut verdict = false;
+        // A tree is at most as deep as its depth cap; the bound only guards a damaged store.
+        for _ in 0..=crate::supervisor::SupervisorLimits::HARD.max_depth {
+            let Some(id) = next else { break };
+            if let Some(known) = self.0.get(&id) {
+                verdict = *known;
+                break;
+            }
+            chain.push(id);
+            match store.session(id).await? {
+                Some(r) if r.tombstone.is_some() => {
+                    verdict = true;
+                    break;
+                }
+                Some(r) => next = r.parent_id,
+                None => break,
+            }
+        }
+        for id in chain {
+            self.0.insert(id, verdict);
+        }
+        Ok(verdict)
+    }
+}
+
+/// [`waiting_at`] before the calls of deleted sessions are left out.
+async fn waiting_with_dead(
     store: &dyn arbor_store::Store,
     id: SessionId,
 ) -> CoreResult<Vec<Suspension>> {
@@ -285,6 +344,16 @@ async fn try_decide(
             } else {
                 approval::unknown_approval()
             });
+        }
+    }
+    // A call of a deleted session (or one under it) never runs: unknown, as it is unlisted.
+    let mut dead = Dead::default();
+    let pending = held[index].checkpoint.pending();
+    for d in decisions {
+        if let Some(p) = pending.iter().find(|p| p.id == d.id)
+            && dead.made_by_dead(store, p).await?
+        {
+            return Err(approval::unknown_approval());
         }
     }
     let holder = held
