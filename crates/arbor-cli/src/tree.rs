@@ -275,6 +275,9 @@ fn entry_terms(mut entry: ChildEntry, agent: &crate::spec::AgentSpec) -> ChildEn
     if let Some(context) = agent.context {
         entry = entry.context(context.0);
     }
+    if let Some(layer) = &agent.standing {
+        entry = entry.standing(layer.clone());
+    }
     entry
 }
 
@@ -302,6 +305,9 @@ fn assemble(
             .budget_policy(spec.supervisor.budget_policy)
             .store(store)
             .session_token(token);
+        if let Some(layer) = &spec.supervisor.standing {
+            b = b.standing(layer.clone());
+        }
         if spec.supervisor.approvals {
             b = b.durable_approvals(spec.fingerprint.clone());
         }

@@ -221,7 +221,7 @@ impl PriceTableBuilder {
 }
 
 /// Whether `name` matches `pattern`, where `*` stands for any run of characters.
-fn glob(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob(pattern: &str, name: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = name.strip_prefix(first) else {

@@ -76,6 +76,10 @@ pub(crate) struct SupervisorSpec {
     /// (the default: what is left) or `refuse`.
     #[serde(default)]
     pub(crate) budget_policy: arbor_core::budget::BudgetPolicy,
+    /// Standing decisions for the whole tree: `{ allow = [{ tool = "read_*" }, { tool =
+    /// "write", arguments = { file = "notes/*" } }], reject = [...] }`. A call that would wait
+    /// and matches one runs (or is rejected) at once, written down as decided by `standing`.
+    pub(crate) standing: Option<arbor_core::approval::standing::StandingLayer>,
 }
 
 /// The repository children work on, each in its own linked worktree.
@@ -167,6 +171,9 @@ pub(crate) struct AgentSpec {
     /// Whether a spawn of it may (`allow`, the default), must not (`forbid`) or must
     /// (`all`, `{ last_turns = N }`) fork its parent's conversation into it.
     pub(crate) context: Option<context::ContextSpec>,
+    /// Narrows the standing decisions its sessions inherit (as `[supervisor] standing`; its
+    /// allows keep only what every layer above allows too).
+    pub(crate) standing: Option<arbor_core::approval::standing::StandingLayer>,
     /// Model controls sent with every call (`temperature`, `top_p`, `seed`, `stop`,
     /// `max_output_tokens`, `tool_choice`, `parallel_tool_calls`, `extra`).
     #[serde(default)]

@@ -18,6 +18,7 @@
 
 pub use crate::outcome::Suspension;
 
+pub mod standing;
 mod stored;
 
 use std::collections::HashSet;

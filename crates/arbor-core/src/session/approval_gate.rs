@@ -76,6 +76,12 @@ impl Session {
                 })
                 .collect();
             checkpoint.apply_sticky();
+            // What the host decided once and for all runs (or is rejected) without asking.
+            let standing = crate::approval::standing::Standing::of_meta(&self.record.meta);
+            let written = checkpoint.apply_standing(&standing);
+            if !written.is_empty() {
+                self.commit(state.run_id, &written, None).await?;
+            }
             return self.settle_turn(state, checkpoint, token).await;
         }
         let outcomes = self.dispatch(state.run_id, turn, &calls, token).await;

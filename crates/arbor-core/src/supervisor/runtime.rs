@@ -238,6 +238,8 @@ pub struct ChildEntry {
     pub(crate) output: Option<crate::output::OutputSchema>,
     /// Whether its spawns may, must or must not fork the parent's conversation.
     pub(crate) context: crate::session::fork::ContextPolicy,
+    /// How it narrows the standing decisions it inherits.
+    pub(crate) standing: Option<crate::approval::standing::StandingLayer>,
 }
 
 impl Supervisor {

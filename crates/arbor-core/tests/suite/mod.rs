@@ -37,6 +37,7 @@ mod run_once;
 mod selectors;
 mod spawn_controls;
 mod spawn_tool;
+mod standing;
 mod stay_dead;
 mod stop;
 mod stop_report;

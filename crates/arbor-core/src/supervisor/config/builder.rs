@@ -51,6 +51,7 @@ impl Supervisor {
             revision: None,
             runner: None,
             pricing: None,
+            standing: crate::approval::standing::Standing::default(),
             budget_policy: crate::budget::BudgetPolicy::default(),
         }
     }
@@ -77,6 +78,7 @@ pub struct SupervisorBuilder {
     revision: Option<String>,
     runner: Option<Arc<dyn ChildRunner>>,
     pricing: Option<Arc<crate::pricing::PriceTable>>,
+    standing: crate::approval::standing::Standing,
     budget_policy: crate::budget::BudgetPolicy,
 }
 
@@ -151,6 +153,15 @@ impl SupervisorBuilder {
     /// refused at admission, naming `pricing`, before anything is created.
     pub fn pricing(mut self, table: impl Into<Arc<crate::pricing::PriceTable>>) -> Self {
         self.pricing = Some(table.into());
+        self
+    }
+
+    /// Standing decisions for the whole tree (see [`crate::approval::standing`]): a call
+    /// that would wait for a decision and matches one is allowed or rejected at once,
+    /// written down as decided by `standing`. Every child inherits them; its catalog entry
+    /// (`ChildEntry::standing`) can only narrow them.
+    pub fn standing(mut self, layer: crate::approval::standing::StandingLayer) -> Self {
+        self.standing = crate::approval::standing::Standing::new(layer);
         self
     }
 
@@ -273,6 +284,7 @@ impl SupervisorBuilder {
             revision: self.revision,
             runner: self.runner,
             pricing: self.pricing,
+            standing: self.standing,
             budget_policy: self.budget_policy,
         };
         Ok(Supervisor::assemble(

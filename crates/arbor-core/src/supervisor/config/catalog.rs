@@ -163,6 +163,7 @@ impl ChildEntry {
             budget: None,
             output: None,
             context: crate::session::fork::ContextPolicy::default(),
+            standing: None,
         }
     }
 
@@ -312,6 +313,15 @@ impl ChildEntry {
     #[must_use]
     pub fn context(mut self, policy: crate::session::fork::ContextPolicy) -> Self {
         self.context = policy;
+        self
+    }
+
+    /// Narrows the standing decisions its sessions inherit (see
+    /// [`crate::approval::standing`]): its allows keep only what every layer above allows
+    /// too, and its rejects add to theirs.
+    #[must_use]
+    pub fn standing(mut self, layer: crate::approval::standing::StandingLayer) -> Self {
+        self.standing = Some(layer);
         self
     }
 

@@ -36,6 +36,9 @@ pub(crate) struct ChildMeta {
     /// Only a model's call names one (a host's delegation has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) spawn_call: Option<String>,
+    /// Its standing decisions: its parent's (or the supervisor's), narrowed by its entry.
+    #[serde(skip_serializing_if = "crate::approval::standing::Standing::is_empty")]
+    pub(crate) standing: crate::approval::standing::Standing,
     pub(crate) supervisor_id: String,
     pub(crate) thinking: Option<arbor_model::ThinkingLevel>,
     /// Only a delegation that set controls has them.

@@ -33,6 +33,7 @@ pub(crate) struct Settings {
     pub(in crate::supervisor::config) revision: Option<String>,
     pub(in crate::supervisor::config) runner: Option<Arc<dyn ChildRunner>>,
     pub(in crate::supervisor::config) pricing: Option<Arc<crate::pricing::PriceTable>>,
+    pub(in crate::supervisor::config) standing: crate::approval::standing::Standing,
     pub(in crate::supervisor::config) budget_policy: crate::budget::BudgetPolicy,
 }
 
@@ -88,6 +89,10 @@ impl Settings {
     }
 
     /// The prices child runs are costed with, over their agents' own.
+    pub(crate) fn standing(&self) -> &crate::approval::standing::Standing {
+        &self.standing
+    }
+
     pub(crate) fn pricing(&self) -> Option<&Arc<crate::pricing::PriceTable>> {
         self.pricing.as_ref()
     }

@@ -88,6 +88,7 @@ impl Supervisor {
                 .as_ref()
                 .map(|i| i.scopes().iter().cloned().collect()),
             spawn_call: a.terms.spawn_call.clone(),
+            standing: self.standing_of(a, parent.as_ref()),
             supervisor_id: sup.settings().id().to_owned(),
             thinking: a.terms.thinking,
             controls: a.terms.controls.clone(),
@@ -129,6 +130,31 @@ impl Supervisor {
         });
         a.record = Some(record);
         Ok(())
+    }
+
+    /// A child's standing decisions: its parent's (a host's root without any takes the
+    /// supervisor's), narrowed by its catalog entry's layer.
+    fn standing_of(
+        &self,
+        a: &Admitted,
+        parent: Option<&SessionRecord>,
+    ) -> crate::approval::standing::Standing {
+        let inherited = match parent {
+            // A child's own: never the supervisor's again (that could widen what its entry
+            // narrowed).
+            Some(p) if p.parent_id.is_some() => {
+                crate::approval::standing::Standing::of_meta(&p.meta)
+            }
+            Some(p) => Some(crate::approval::standing::Standing::of_meta(&p.meta))
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| self.settings().standing().clone()),
+            None => self.settings().standing().clone(),
+        };
+        let layer = self
+            .catalog()
+            .get(&a.terms.child_id)
+            .and_then(|(_, e)| e.standing.as_ref());
+        inherited.narrowed(layer)
     }
 
     /// Where a forking delegation's conversation forks from its parent's (`None` when it
