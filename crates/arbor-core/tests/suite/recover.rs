@@ -443,3 +443,99 @@ async fn wait_agent_on_a_handle_that_died_rejoins_the_child_from_the_store() {
         "the probe in flight never ran again"
     );
 }
+
+/// A sync child cut off by the same crash as its caller (issue 39, item 7): continuing the
+/// caller's run rejoins the child, which goes on in this process from its transcript (its
+/// call in flight reported interrupted, never run again); the caller reads its answer
+/// instead of an interruption.
+#[tokio::test]
+async fn a_continued_caller_rejoins_its_interrupted_sync_child_here() {
+    use arbor_core::supervisor::SpawnAgentTool;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tool = Probe::default();
+    let tree = |tool: Probe| {
+        let script = Script::new([probe(10_000), ScriptedTurn::text("child done")]);
+        let sup = Supervisor::builder(Ownership::user("t", "u"))
+            .store(store.clone())
+            .child(ChildEntry::new(
+                "worker",
+                factory_fn(move |ctx| {
+                    let (script, tool) = (script.clone(), tool.clone());
+                    async move {
+                        Agent::builder(ctx.child_id.clone())
+                            .provider(ScriptedProvider::new(script))
+                            .tool(tool)
+                            .build()
+                    }
+                }),
+            ))
+            .build()
+            .unwrap();
+        let root = Agent::builder("root")
+            .provider(ScriptedProvider::new(Script::new([
+                ScriptedTurn::tool_call(
+                    "spawn_agent",
+                    json!({"child_id": "worker", "name": "w", "input": "work"}),
+                ),
+                ScriptedTurn::text("root done"),
+            ])))
+            .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+            .build()
+            .unwrap();
+        (sup, root)
+    };
+    let root_id = {
+        let (sup, root_agent) = tree(tool.clone());
+        let store = store.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(200), async move {
+            let mut root = root_agent.session().store(store).create().await.unwrap();
+            tx.send(root.id()).unwrap();
+            let _ = root
+                .run("go", RunOptions::default().with_nested(Arc::new(sup)))
+                .await;
+        });
+        rx.recv().unwrap()
+    };
+    assert_eq!(
+        tool.calls.load(Ordering::SeqCst),
+        1,
+        "the child's call was in flight"
+    );
+    let interrupted = store.mark_interrupted().await.unwrap();
+    assert_eq!(
+        interrupted.len(),
+        2,
+        "the root and its child: {interrupted:?}"
+    );
+    // A new process.
+    let (sup, root_agent) = tree(tool.clone());
+    let mut root = root_agent
+        .open_session(store.clone(), root_id)
+        .await
+        .unwrap();
+    let (continued, r) = root
+        .continue_interrupted(RunOptions::default().with_nested(Arc::new(sup)))
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    assert_eq!(r.text, "root done");
+    assert_eq!(continued.rejoined_calls.len(), 1, "{continued:?}");
+    assert!(continued.interrupted_calls.is_empty(), "{continued:?}");
+    let answer = root
+        .messages()
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(answer.contains("child done"), "{answer}");
+    assert_eq!(tool.calls.load(Ordering::SeqCst), 1, "never run again");
+    let child = store
+        .list_sessions(arbor_store::SessionQuery::Children(root_id))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(child.status, SessionStatus::Succeeded);
+}

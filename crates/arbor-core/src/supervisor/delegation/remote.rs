@@ -310,8 +310,9 @@ impl Supervisor {
 
 impl Supervisor {
     /// The run of `child`, whose caller's process died: waited for again through the runner
-    /// when it was handed to a worker, or read from its transcript when it had ended. `None`
-    /// when neither can say.
+    /// when it was handed to a worker, read from its transcript when it had ended, or (its
+    /// own run cut off by the same crash, `interrupted`) continued here and waited for.
+    /// `None` when none of these can say (it runs in another process, say).
     async fn wait_again(
         &self,
         child: &arbor_store::SessionRecord,
@@ -332,8 +333,36 @@ impl Supervisor {
                     .await?
                     .map(Ok)
             }
+            None if child.status == arbor_protocol::SessionStatus::Interrupted => {
+                self.continue_for_caller(child).await
+            }
             None => None,
         })
+    }
+
+    /// Continues `child`'s interrupted run here for the caller that waits for it again: its
+    /// result, or `None` when it cannot be continued here (it was continued or deleted
+    /// meanwhile, or runs elsewhere).
+    async fn continue_for_caller(
+        &self,
+        child: &arbor_store::SessionRecord,
+    ) -> Option<CoreResult<RunResult>> {
+        tracing::info!(child = %child.id, "continuing an interrupted child for its caller");
+        // Boxed: the child's continuation may rejoin a child of its own the same way.
+        match Box::pin(self.continue_child(child.id)).await {
+            Ok(r) => Some(Ok(r.result)),
+            Err(CoreError::Run { result, .. }) => Some(Ok(*result)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    crate::CoreErrorKind::Validation | crate::CoreErrorKind::Denied
+                ) =>
+            {
+                tracing::info!(child = %child.id, error = %e, "an interrupted child could not be continued here");
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// `wait_agent` on a handle that died with the process that held it (its caller's run

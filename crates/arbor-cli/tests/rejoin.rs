@@ -1,0 +1,126 @@
+//! A sync child continues after a crash in one process too (issue 39, item 7): SIGKILL
+//! `arbor run` while the root waits for its sync child, then `arbor resume`: the root's
+//! continued run rejoins the child, which goes on here from its transcript, and reads its
+//! answer, where before the call was reported interrupted.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SPEC: &str = r#"
+task = "ask the helper"
+
+[agents.root]
+children = ["helper"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "helper", name = "helper", input = "take your time" } }]
+[[agents.root.turns]]
+text = "done"
+
+[agents.helper]
+[[agents.helper.turns]]
+delay_ms = 1500
+text = "the helper's answer"
+"#;
+
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbor"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("ARBOR_BUSY_TIMEOUT_MS", "2000")
+        .env_remove("ARBOR_LOG");
+    cmd
+}
+
+fn arbor(dir: &Path, args: &[&str]) -> Output {
+    command(dir, args).output().unwrap()
+}
+
+fn json(dir: &Path, args: &[&str]) -> Value {
+    let out = arbor(dir, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The session named `name` in `arbor tree ROOT --json`, once it is there.
+fn session(dir: &Path, root: &str, name: &str) -> Option<Value> {
+    let out = arbor(dir, &["tree", root, "--json"]);
+    let tree: Value = serde_json::from_slice(&out.stdout).ok()?;
+    tree["sessions"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name)
+        .cloned()
+}
+
+#[test]
+fn a_resumed_root_rejoins_its_sync_child_cut_off_by_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.toml"), SPEC).unwrap();
+    let mut run = command(dir.path(), &["run", "s.toml", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed while the helper's turn is under way.
+    let started = Instant::now();
+    let root = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the helper never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let Ok(out) = command(dir.path(), &["ls", "--json"]).output() else {
+            continue;
+        };
+        let Ok(roots) = serde_json::from_slice::<Value>(&out.stdout) else {
+            continue;
+        };
+        let Some(root) = roots["roots"][0]["id"].as_str().map(str::to_owned) else {
+            continue;
+        };
+        if session(dir.path(), &root, "helper").is_some_and(|h| h["status"] == "running") {
+            break root;
+        }
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let helper = session(dir.path(), &root, "helper").unwrap();
+    // Cut off mid-run (a reader that finds its owner dead says so).
+    assert!(
+        helper["status"] == "running" || helper["status"] == "interrupted",
+        "{helper}"
+    );
+
+    let out = arbor(dir.path(), &["resume", &root]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The helper went on here and answered; the root read its answer, not an interruption.
+    let helper = session(dir.path(), &root, "helper").unwrap();
+    assert_eq!(helper["status"], "succeeded", "{helper}");
+    let log = arbor(dir.path(), &["log", &root, "--json"]);
+    let results: Vec<String> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].contains("the helper's answer"), "{results:?}");
+    let root_row = session(dir.path(), &root, "root").unwrap();
+    assert_eq!(root_row["status"], "succeeded", "{root_row}");
+    let tree = json(dir.path(), &["tree", &root, "--json"]);
+    assert_eq!(tree["reconciliation"]["consistent"], true, "{tree}");
+}
