@@ -49,13 +49,15 @@ impl CallPattern {
         self
     }
 
-    /// Whether a call of `tool` with `arguments` is one.
-    pub fn matches(&self, tool: &str, arguments: &Value) -> bool {
+    /// Whether a call of `tool` with `arguments` is one. With `strict` (an allow), a
+    /// string argument that walks a path (a `.` or `..` segment, or `//`) matches nothing:
+    /// `notes/../etc/passwd` is not under `notes/*`, and such a call waits for a person.
+    pub fn matches(&self, tool: &str, arguments: &Value, strict: bool) -> bool {
         crate::pricing::glob(&self.tool, tool)
             && self
                 .arguments
                 .as_ref()
-                .is_none_or(|want| contains(arguments, want))
+                .is_none_or(|want| contains(arguments, want, strict))
     }
 
     fn shown(&self) -> String {
@@ -67,18 +69,26 @@ impl CallPattern {
 }
 
 /// Whether `have` contains `want`: objects by key, arrays element by element, strings as
-/// globs, anything else equal.
-fn contains(have: &Value, want: &Value) -> bool {
+/// globs (with `strict`, never a string that walks a path), anything else equal.
+fn contains(have: &Value, want: &Value, strict: bool) -> bool {
     match (have, want) {
         (Value::Object(h), Value::Object(w)) => w
             .iter()
-            .all(|(k, wv)| h.get(k).is_some_and(|hv| contains(hv, wv))),
+            .all(|(k, wv)| h.get(k).is_some_and(|hv| contains(hv, wv, strict))),
         (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| contains(hv, wv))
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| contains(hv, wv, strict))
         }
-        (Value::String(h), Value::String(w)) => crate::pricing::glob(w, h),
+        (Value::String(h), Value::String(w)) => !(strict && walks(h)) && crate::pricing::glob(w, h),
         (h, w) => h == w,
     }
+}
+
+/// Whether `text`, read as a path, has a `.` or `..` segment or an empty one (`//`).
+fn walks(text: &str) -> bool {
+    text.contains("//")
+        || text
+            .split(['/', '\\'])
+            .any(|segment| segment == "." || segment == "..")
 }
 
 /// One layer of standing decisions.
@@ -165,14 +175,18 @@ impl Standing {
     /// it (shown as `reject write {"file":"/etc/*"}`); `None`: it waits for a person.
     pub fn decide(&self, tool: &str, arguments: &Value) -> Option<(Verdict, String)> {
         for layer in &self.layers {
-            if let Some(p) = layer.reject.iter().find(|p| p.matches(tool, arguments)) {
+            if let Some(p) = layer
+                .reject
+                .iter()
+                .find(|p| p.matches(tool, arguments, false))
+            {
                 return Some((Verdict::RejectOnce, format!("reject {}", p.shown())));
             }
         }
         let mut allowed_by = None;
         for layer in &self.layers {
             let Some(allow) = &layer.allow else { continue };
-            match allow.iter().find(|p| p.matches(tool, arguments)) {
+            match allow.iter().find(|p| p.matches(tool, arguments, true)) {
                 Some(p) => {
                     allowed_by.get_or_insert_with(|| p.shown());
                 }
@@ -322,10 +336,34 @@ mod tests {
         let p = CallPattern::tool("t").with_arguments(json!({"a": [1, "x*"], "b": {"c": true}}));
         assert!(p.matches(
             "t",
-            &json!({"a": [1, "xyz"], "b": {"c": true, "d": 0}, "e": 1})
+            &json!({"a": [1, "xyz"], "b": {"c": true, "d": 0}, "e": 1}),
+            true
         ));
-        assert!(!p.matches("t", &json!({"a": [1, "y"], "b": {"c": true}})));
-        assert!(!p.matches("t", &json!({"a": [1, "x", 2], "b": {"c": true}})));
-        assert!(!p.matches("u", &json!({"a": [1, "x"], "b": {"c": true}})));
+        assert!(!p.matches("t", &json!({"a": [1, "y"], "b": {"c": true}}), true));
+        assert!(!p.matches("t", &json!({"a": [1, "x", 2], "b": {"c": true}}), true));
+        assert!(!p.matches("u", &json!({"a": [1, "x"], "b": {"c": true}}), true));
+    }
+
+    #[test]
+    fn an_allow_never_matches_a_path_that_walks_out() {
+        let s = Standing::new(top());
+        for file in [
+            "notes/../etc/passwd",
+            "notes/./secret.md",
+            "notes//x",
+            "notes/a/../../b",
+        ] {
+            assert_eq!(s.decide("write", &json!({ "file": file })), None, "{file}");
+        }
+        // A reject still matches it.
+        let s =
+            Standing::new(StandingLayer::default().reject_always(
+                CallPattern::tool("write").with_arguments(json!({"file": "notes/*"})),
+            ));
+        assert_eq!(
+            s.decide("write", &json!({"file": "notes/../x"}))
+                .map(|d| d.0),
+            Some(Verdict::RejectOnce)
+        );
     }
 }

@@ -59,14 +59,6 @@ impl Session {
             trace: None,
         };
         if state.gated {
-            let max = state.caps.max_pending;
-            if calls.len() > max {
-                // More than a person can review at once: the run fails, nothing ran.
-                return Ok(Some(Outcome::ToolFatal(format!(
-                    "a turn may wait on at most {max} approvals (it asked for {})",
-                    calls.len()
-                ))));
-            }
             checkpoint.calls = calls
                 .into_iter()
                 .map(|call| CallSlot {
@@ -79,6 +71,18 @@ impl Session {
             // What the host decided once and for all runs (or is rejected) without asking.
             let standing = crate::approval::standing::Standing::of_meta(&self.record.meta);
             let written = checkpoint.apply_standing(&standing);
+            let max = state.caps.max_pending;
+            let waiting = checkpoint
+                .calls
+                .iter()
+                .filter(|s| s.state == CallState::Pending)
+                .count();
+            if waiting > max {
+                // More than a person can review at once: the run fails, nothing ran.
+                return Ok(Some(Outcome::ToolFatal(format!(
+                    "a turn may wait on at most {max} approvals (it asked for {waiting})"
+                ))));
+            }
             if !written.is_empty() {
                 self.commit(state.run_id, &written, None).await?;
             }

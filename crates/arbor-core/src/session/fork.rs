@@ -170,12 +170,12 @@ pub struct ForkPoint {
 
 impl ForkPoint {
     /// Where a fork of `context` from `parent` is now: before the assistant message that
-    /// made `call` (the spawn's call id), else at the transcript's end. `None` for
-    /// [`ForkContext::None`].
+    /// made `call` (the spawn's call id, in the parent's run `run`: ids repeat across
+    /// turns), else at the transcript's end. `None` for [`ForkContext::None`].
     pub(crate) async fn at(
         store: &dyn Store,
         parent: SessionId,
-        call: Option<&str>,
+        call: Option<(&str, Option<arbor_protocol::RunId>)>,
         context: ForkContext,
     ) -> CoreResult<Option<Self>> {
         let last_turns = match context {
@@ -184,9 +184,11 @@ impl ForkPoint {
             ForkContext::LastTurns(n) => Some(n),
         };
         let entries = store.transcript(parent, 0, None).await?;
-        let calling = call.and_then(|id| {
-            entries.iter().find(|e| {
-                matches!(&e.kind, EntryKind::Message { message: Message::Assistant { tool_calls, .. } }
+        // The latest such message: a call id can repeat in earlier turns.
+        let calling = call.and_then(|(id, run)| {
+            entries.iter().rev().find(|e| {
+                run.is_none_or(|r| e.run_id == r)
+                    && matches!(&e.kind, EntryKind::Message { message: Message::Assistant { tool_calls, .. } }
                     if tool_calls.iter().any(|c| c.id == id))
             })
         });
@@ -211,19 +213,22 @@ impl ForkPoint {
         }
     }
 
-    /// The messages the fork gives the child, read from the parent's transcript.
+    /// The messages the fork gives the child, read from the parent's transcript (after the
+    /// parent's own fork, when it was forked too: what its model saw).
     pub(crate) async fn prefix(
         &self,
         store: &dyn Store,
         redactor: Option<&Arc<dyn Redactor>>,
     ) -> CoreResult<Vec<Message>> {
+        let start = self.parents_prefix(store).await?;
+        let limit = usize::try_from(self.through).unwrap_or(usize::MAX);
         let entries: Vec<TranscriptEntry> = store
-            .transcript(self.from, 0, None)
+            .transcript(self.from, 0, Some(limit))
             .await?
             .into_iter()
             .take_while(|e| e.seq <= self.through)
             .collect();
-        let mut messages = crate::session::replay::replay_messages(Vec::new(), entries);
+        let mut messages = crate::session::replay::replay_messages(start, entries);
         drop_dangling(&mut messages);
         if let Some(n) = self.last_turns {
             keep_last_turns(&mut messages, n);
@@ -237,6 +242,30 @@ impl ForkPoint {
     }
 }
 
+impl ForkPoint {
+    /// The prefix the parent itself was forked with (none when it was not), unredacted:
+    /// the whole prefix is redacted once, by the caller. Boxed: it recurses up the forks, at
+    /// most as deep as the tree.
+    fn parents_prefix<'a>(
+        &'a self,
+        store: &'a dyn Store,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CoreResult<Vec<Message>>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let Some(parent) = store.session(self.from).await? else {
+                return Ok(Vec::new());
+            };
+            if parent.parent_id.is_none() {
+                return Ok(Vec::new());
+            }
+            match ForkPoint::of_meta(&parent.meta)? {
+                Some(above) => above.prefix(store, None).await,
+                None => Ok(Vec::new()),
+            }
+        })
+    }
+}
+
 /// The fork of the session with `record`, as its agent sees it: the prefix, and the
 /// `forked` entry its first run writes when its transcript (`entries`) has none yet.
 pub(crate) async fn of_session(
@@ -245,6 +274,10 @@ pub(crate) async fn of_session(
     entries: &[TranscriptEntry],
     redactor: Option<&Arc<dyn Redactor>>,
 ) -> CoreResult<(Vec<Message>, Option<EntryKind>)> {
+    // Only a child forks (a root's meta is its host's to fill).
+    if record.parent_id.is_none() {
+        return Ok((Vec::new(), None));
+    }
     let Some(point) = ForkPoint::of_meta(&record.meta)? else {
         return Ok((Vec::new(), None));
     };

@@ -156,7 +156,8 @@ impl SupervisorBuilder {
         self
     }
 
-    /// Standing decisions for the whole tree (see [`crate::approval::standing`]): a call
+    /// Standing decisions for the supervisor's children at every depth (see
+    /// [`crate::approval::standing`]; the root's own calls are its host's to gate): a call
     /// that would wait for a decision and matches one is allowed or rejected at once,
     /// written down as decided by `standing`. Every child inherits them; its catalog entry
     /// (`ChildEntry::standing`) can only narrow them.

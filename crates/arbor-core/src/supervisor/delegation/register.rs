@@ -132,7 +132,7 @@ impl Supervisor {
         Ok(())
     }
 
-    /// A child's standing decisions: its parent's (a host's root without any takes the
+    /// A child's standing decisions: its parent's (a root's children take the
     /// supervisor's), narrowed by its catalog entry's layer.
     fn standing_of(
         &self,
@@ -145,10 +145,9 @@ impl Supervisor {
             Some(p) if p.parent_id.is_some() => {
                 crate::approval::standing::Standing::of_meta(&p.meta)
             }
-            Some(p) => Some(crate::approval::standing::Standing::of_meta(&p.meta))
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| self.settings().standing().clone()),
-            None => self.settings().standing().clone(),
+            // A root's children take the supervisor's (a root's meta is its host's to fill:
+            // never a way around the supervisor's).
+            Some(_) | None => self.settings().standing().clone(),
         };
         let layer = self
             .catalog()
@@ -169,7 +168,10 @@ impl Supervisor {
                 crate::session::fork::ForkPoint::at(
                     self.live().store().as_ref(),
                     p.id,
-                    a.terms.spawn_call.as_deref(),
+                    a.terms
+                        .spawn_call
+                        .as_deref()
+                        .map(|c| (c, a.terms.spawned_by.map(|s| s.run_id))),
                     a.terms.fork,
                 )
                 .await
