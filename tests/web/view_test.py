@@ -114,12 +114,12 @@ children = ["slow"]
 [[agents.root.turns]]
 tool_calls = [{ name = "spawn_agent", arguments = { child_id = "slow", name = "slow", input = "Take your time." } }]
 [[agents.root.turns]]
-text = "Recovered without the slow one."
+text = "Recovered with the slow one's answer."
 
 [agents.slow]
 [[agents.slow.turns]]
 text = "Finally."
-delay_ms = 600000
+delay_ms = 3000
 """
 
 
@@ -310,8 +310,8 @@ def main():
                 "root: 11,000 / 100,000 tokens (0 reserved)")
             checks += 2
 
-            # A run a SIGKILL interrupted goes on with Resume, its call in flight reported
-            # interrupted.
+            # A run a SIGKILL interrupted goes on with Resume: its call in flight rejoins the
+            # slow child, which goes on from its transcript and answers.
             stuck = call(base, "POST", "/v1/runs", {"spec": "stuck"})["root_id"]
             until("the slow child to run",
                   lambda: any(s["name"] == "slow" and s["status"] == "running"
@@ -327,7 +327,7 @@ def main():
             expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
             expect(page.get_by_test_id("resume")).to_be_hidden()
             done = call(base, "GET", f"/v1/runs/{stuck}")
-            assert done["result"]["text"] == "Recovered without the slow one.", done
+            assert done["result"]["text"] == "Recovered with the slow one's answer.", done
             checks += 4
 
             # A model's thinking: folded in the transcript, opened on a click.

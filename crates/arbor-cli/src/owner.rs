@@ -250,9 +250,10 @@ fn lease_held(owner: &Value, now: u64) -> bool {
 }
 
 /// Whether a session of a tree whose owner is gone was cut off: running, or created and
-/// never started. Suspended sessions are resumable and finished ones keep their outcome.
+/// never started (waiting for a slot included). Suspended sessions are resumable and finished
+/// ones keep their outcome.
 fn cut_off(status: SessionStatus) -> bool {
-    status.is_live() || status == SessionStatus::Idle
+    status.is_live() || matches!(status, SessionStatus::Idle | SessionStatus::Queued)
 }
 
 /// Marks `interrupted` every session of a tree whose owner process is gone that was running or
@@ -267,7 +268,11 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
     let mut marked = 0;
     let mut by_root: std::collections::BTreeMap<SessionId, Vec<arbor_store::SessionRecord>> =
         std::collections::BTreeMap::new();
-    for status in [SessionStatus::Running, SessionStatus::Idle] {
+    for status in [
+        SessionStatus::Running,
+        SessionStatus::Idle,
+        SessionStatus::Queued,
+    ] {
         debug_assert!(cut_off(status));
         for s in store
             .list_sessions(SessionQuery::Status(status))

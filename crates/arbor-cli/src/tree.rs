@@ -308,6 +308,9 @@ fn assemble(
         if let Some(layer) = &spec.supervisor.standing {
             b = b.standing(layer.clone());
         }
+        if let Some(n) = spec.supervisor.max_queued {
+            b = b.max_queued(n);
+        }
         if spec.supervisor.approvals {
             b = b.durable_approvals(spec.fingerprint.clone());
         }

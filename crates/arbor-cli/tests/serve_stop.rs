@@ -69,7 +69,7 @@ async fn ended(http: &reqwest::Client, base: &str, session: &str) -> Value {
         )
         .await;
         assert_eq!(status, 200, "{s}");
-        if s["status"] != "running" && s["status"] != "idle" {
+        if s["status"] != "running" && s["status"] != "idle" && s["status"] != "queued" {
             return s;
         }
         assert!(started.elapsed() < Duration::from_secs(10), "{s}");
@@ -317,4 +317,74 @@ async fn a_cancel_and_a_delete_over_http_say_which_descendants_they_stopped() {
     .await;
     assert_eq!((status, &d["already_deleted"]), (200, &json!(true)), "{d}");
     assert_eq!(d["stopped"], json!([]), "{d}");
+}
+
+/// A root that holds its tree open, one slot, a queue of one, and a child that takes a
+/// while.
+const QUEUED: &str = r#"
+task = "hold the tree open"
+root = "root"
+
+[supervisor]
+limits = { max_active_children = 1 }
+max_queued = 1
+
+[agents.root]
+children = ["slow"]
+repeat_last = true
+[[agents.root.turns]]
+delay_ms = 8000
+text = "done"
+
+[agents.slow]
+repeat_last = true
+[[agents.slow.turns]]
+delay_ms = 700
+text = "late"
+"#;
+
+#[tokio::test]
+async fn a_spawn_over_http_waits_queued_and_a_full_queue_names_both_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("specs")).unwrap();
+    std::fs::write(dir.path().join("specs/queued.toml"), QUEUED).unwrap();
+    let served = serve_env(dir.path(), &[], &[]);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "queued").await;
+    status_becomes(&http, &base, &root, "running").await;
+    let url = format!("{base}/v1/sessions/{root}/children");
+    let body = |name: &str| {
+        Some(
+            json!({"child_id": "slow", "input": "go", "name": name, "mode": "async", "on_full": "queue"}),
+        )
+    };
+    let (status, first) = post(&http, url.clone(), body("first")).await;
+    assert_eq!(
+        (status, &first["status"]),
+        (201, &json!("running")),
+        "{first}"
+    );
+    let (status, second) = post(&http, url.clone(), body("second")).await;
+    assert_eq!(
+        (status, &second["status"]),
+        (201, &json!("queued")),
+        "{second}"
+    );
+    let id = second["session_id"].as_str().unwrap().to_owned();
+    let (_, s) = call(&http, Method::GET, format!("{base}/v1/sessions/{id}"), None).await;
+    assert_eq!(s["status"], "queued", "listed as queued: {s}");
+    // The queue holds one: the next is refused, naming both limits.
+    let (status, e) = post(&http, url.clone(), body("third")).await;
+    assert_eq!(status, 429, "{e}");
+    assert_eq!(e["error"]["limit"]["name"], "max_queued", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_active_children"),
+        "{e}"
+    );
+    // The queued one starts once the first is done, and answers.
+    let child = ended(&http, &base, &id).await;
+    assert_eq!(child["status"], "succeeded", "{child}");
 }

@@ -38,6 +38,8 @@ pub enum LimitKind {
     MaxStickyDecisions,
     /// The length of an approval's attribution path.
     MaxAttributionPath,
+    /// Children waiting for a free slot across a supervisor's tree (`on_full = "queue"`).
+    MaxQueued,
 }
 
 impl LimitKind {
@@ -50,7 +52,7 @@ impl LimitKind {
     ];
 
     /// Every limit, run limits first.
-    pub const ALL: [LimitKind; 13] = [
+    pub const ALL: [LimitKind; 14] = [
         Self::MaxSteps,
         Self::MaxToolCalls,
         Self::MaxTokens,
@@ -64,6 +66,7 @@ impl LimitKind {
         Self::MaxReasonBytes,
         Self::MaxStickyDecisions,
         Self::MaxAttributionPath,
+        Self::MaxQueued,
     ];
 
     /// The configuration key of this limit.
@@ -82,6 +85,7 @@ impl LimitKind {
             Self::MaxReasonBytes => "max_reason_bytes",
             Self::MaxStickyDecisions => "max_sticky_decisions",
             Self::MaxAttributionPath => "max_attribution_path",
+            Self::MaxQueued => "max_queued",
         }
     }
 

@@ -27,6 +27,9 @@ pub enum SessionStatus {
     Denied,
     /// The process that ran it stopped while the run was live.
     Interrupted,
+    /// Admitted and registered, waiting for a free slot (`max_active_children` was reached
+    /// and its spawn asked to queue): it starts, in the order it came, when one frees.
+    Queued,
 }
 
 impl SessionStatus {
@@ -41,6 +44,7 @@ impl SessionStatus {
             Self::Suspended => "suspended",
             Self::Denied => "denied",
             Self::Interrupted => "interrupted",
+            Self::Queued => "queued",
         }
     }
 
@@ -55,6 +59,7 @@ impl SessionStatus {
             "suspended" => Self::Suspended,
             "denied" => Self::Denied,
             "interrupted" => Self::Interrupted,
+            "queued" => Self::Queued,
             _ => return None,
         })
     }
@@ -98,6 +103,7 @@ mod tests {
             SessionStatus::Suspended,
             SessionStatus::Denied,
             SessionStatus::Interrupted,
+            SessionStatus::Queued,
         ] {
             assert_eq!(SessionStatus::parse(s.as_str()), Some(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());

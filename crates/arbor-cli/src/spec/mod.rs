@@ -80,6 +80,8 @@ pub(crate) struct SupervisorSpec {
     /// "write", arguments = { file = "notes/*" } }], reject = [...] }`. A call that would wait
     /// and matches one runs (or is rejected) at once, written down as decided by `standing`.
     pub(crate) standing: Option<arbor_core::approval::standing::StandingLayer>,
+    /// How many spawns may wait for a slot at once (`on_full = "queue"`; default 16).
+    pub(crate) max_queued: Option<u32>,
 }
 
 /// The repository children work on, each in its own linked worktree.

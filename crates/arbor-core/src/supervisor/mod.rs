@@ -42,7 +42,7 @@ pub use catalog::{
     AgentFactory, ChildContext, ChildEntry, ChildFactory, FnFactory, MilestoneContext, MilestoneFn,
     Product, erased_factory, factory_fn,
 };
-pub use config::builder::{DEFAULT_AFTER_TIMEOUT, SupervisorBuilder};
+pub use config::builder::{DEFAULT_AFTER_TIMEOUT, DEFAULT_MAX_QUEUED, SupervisorBuilder};
 pub use config::ownership::Ownership;
 pub use config::sink::{ChildEventSink, FnSink, sink_fn};
 pub use delegation::decide::{decide_at, waiting_at};
@@ -57,7 +57,7 @@ pub use limits::{LimitsInput, SupervisorLimits};
 pub use messages::{MAX_MESSAGE_BYTES, MAX_PENDING, Receipt, Sender};
 pub use policy::{EffectivePolicy, Lifetime, PolicyInput, Report};
 pub use request::{
-    AsyncHandle, DelegationRequest, DelegationResult, DeleteChild, Mode, RenameChild,
+    AsyncHandle, DelegationRequest, DelegationResult, DeleteChild, Mode, OnFull, RenameChild,
 };
 pub use runner::{ChildRunner, RemoteChild, RemoteOutcome, Waiting};
 pub use runtime::Delegator;

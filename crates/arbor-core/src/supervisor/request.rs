@@ -57,6 +57,8 @@ pub struct DelegationRequest {
     /// How much of the parent's conversation the child starts with (see
     /// [`crate::session::fork`]); its catalog entry's policy decides when none.
     pub context: Option<crate::session::fork::ForkContext>,
+    /// Past `max_active_children`: refuse (the default) or wait in the queue.
+    pub on_full: Option<OnFull>,
 }
 
 impl DelegationRequest {
@@ -138,6 +140,13 @@ impl DelegationRequest {
         self
     }
 
+    /// Past `max_active_children`: wait in the tree's queue ([`OnFull::Queue`]) rather than
+    /// be refused.
+    pub fn on_full(mut self, on_full: OnFull) -> Self {
+        self.on_full = Some(on_full);
+        self
+    }
+
     /// The caller's cancellation: cancelling it cancels a task-lifetime child.
     pub fn cancel(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
@@ -161,6 +170,31 @@ pub struct DelegationResult {
     /// The child's answer as the value its output schema asked for (when it had one and
     /// its run succeeded: `result.text` is this value's JSON).
     pub output: Option<serde_json::Value>,
+}
+
+/// What a spawn does when `max_active_children` are live: fail at once (the default), or
+/// wait in the tree's queue (at most the supervisor's `max_queued`) and start, in the order
+/// it came, when a slot frees. A queued child is registered at once with status `queued`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OnFull {
+    /// Refused at once, naming `max_active_children`.
+    #[default]
+    Refuse,
+    /// Queued until a slot frees.
+    Queue,
 }
 
 /// How the caller takes a child's result: the one mode of every surface (the `spawn_agent`

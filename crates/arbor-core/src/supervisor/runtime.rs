@@ -284,6 +284,11 @@ impl Supervisor {
         self.live().slots().active()
     }
 
+    /// Spawns waiting for a slot across the tree (`on_full: queue`).
+    pub fn queued_children(&self) -> usize {
+        self.live().slots().queued()
+    }
+
     /// The most sessions these limits permit at once (root included).
     pub(crate) fn worst_case_sessions(&self) -> u64 {
         self.settings().limits().worst_case_sessions()

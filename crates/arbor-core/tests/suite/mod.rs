@@ -24,6 +24,7 @@ mod nested_support;
 mod one_decision;
 mod permission;
 mod pump;
+mod queue;
 mod quota;
 mod read_child;
 mod reasoning;

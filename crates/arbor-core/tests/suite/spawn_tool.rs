@@ -145,7 +145,8 @@ fn the_generated_schema_checks_what_the_hand_written_one_did() {
                         "additionalProperties": false
                     }
                 ]
-            }
+            },
+            "on_full": {"type": "string", "enum": ["refuse", "queue"]}
         },
         "required": ["child_id", "input"],
         "additionalProperties": false
@@ -176,7 +177,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
         e,
         "invalid arguments for spawn_agent: \"tools\" is not a field of spawn_agent (got an \
          array); accepted fields: budget, budget_share, child_id, context, controls, input, lifetime, milestone, mode, \
-         model, name, output_retries, output_schema, report, thinking, thread_id"
+         model, name, on_full, output_retries, output_schema, report, thinking, thread_id"
     );
     let e = model_error(
         tool.call_json(

@@ -61,7 +61,7 @@ async fn spawn_agent_errors_name_the_field_the_value_and_what_is_accepted() {
             json!({"child_id": "research", "input": "x", "temperature": 0.2}),
             "\"temperature\" is not a field of spawn_agent (got the number 0.2); accepted \
              fields: budget, budget_share, child_id, context, controls, input, lifetime, milestone, mode, model, \
-             name, output_retries, output_schema, report, thinking, thread_id",
+             name, on_full, output_retries, output_schema, report, thinking, thread_id",
         ),
         (
             json!({"child_id": "research"}),
@@ -79,7 +79,7 @@ async fn spawn_agent_errors_name_the_field_the_value_and_what_is_accepted() {
         (
             json!(["research", "x"]),
             "the arguments must be an object with the fields budget, budget_share, child_id, context, controls, input, \
-             lifetime, milestone, mode, model, name, output_retries, output_schema, report, thinking, \
+             lifetime, milestone, mode, model, name, on_full, output_retries, output_schema, report, thinking, \
              thread_id (got an array)",
         ),
         // A quoted value is redacted like every other text the model reads.

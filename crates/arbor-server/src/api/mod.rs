@@ -9,6 +9,7 @@ pub(crate) mod feed;
 pub(crate) mod headline;
 pub(crate) mod health;
 pub(crate) mod host;
+pub(crate) mod host_views;
 pub(crate) mod listing;
 pub(crate) mod runs;
 pub(crate) mod sessions;

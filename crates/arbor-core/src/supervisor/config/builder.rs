@@ -27,6 +27,9 @@ use crate::tool::effect::EffectStore;
 
 /// How long an `after` hook may run by default.
 pub const DEFAULT_AFTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many spawns may wait for a slot at once across a tree, unless the host says.
+pub const DEFAULT_MAX_QUEUED: u32 = 16;
 const MAX_AFTER_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Supervisor {
@@ -52,6 +55,7 @@ impl Supervisor {
             runner: None,
             pricing: None,
             standing: crate::approval::standing::Standing::default(),
+            max_queued: DEFAULT_MAX_QUEUED,
             budget_policy: crate::budget::BudgetPolicy::default(),
         }
     }
@@ -79,6 +83,7 @@ pub struct SupervisorBuilder {
     runner: Option<Arc<dyn ChildRunner>>,
     pricing: Option<Arc<crate::pricing::PriceTable>>,
     standing: crate::approval::standing::Standing,
+    max_queued: u32,
     budget_policy: crate::budget::BudgetPolicy,
 }
 
@@ -163,6 +168,13 @@ impl SupervisorBuilder {
     /// (`ChildEntry::standing`) can only narrow them.
     pub fn standing(mut self, layer: crate::approval::standing::StandingLayer) -> Self {
         self.standing = crate::approval::standing::Standing::new(layer);
+        self
+    }
+
+    /// How many spawns may wait for a slot at once across the tree (`on_full = "queue"`;
+    /// default [`DEFAULT_MAX_QUEUED`]; 0 refuses every queued spawn as the queue full).
+    pub fn max_queued(mut self, max_queued: u32) -> Self {
+        self.max_queued = max_queued;
         self
     }
 
@@ -286,6 +298,7 @@ impl SupervisorBuilder {
             runner: self.runner,
             pricing: self.pricing,
             standing: self.standing,
+            max_queued: self.max_queued,
             budget_policy: self.budget_policy,
         };
         Ok(Supervisor::assemble(

@@ -34,6 +34,7 @@ pub(crate) struct Settings {
     pub(in crate::supervisor::config) runner: Option<Arc<dyn ChildRunner>>,
     pub(in crate::supervisor::config) pricing: Option<Arc<crate::pricing::PriceTable>>,
     pub(in crate::supervisor::config) standing: crate::approval::standing::Standing,
+    pub(in crate::supervisor::config) max_queued: u32,
     pub(in crate::supervisor::config) budget_policy: crate::budget::BudgetPolicy,
 }
 
@@ -89,6 +90,10 @@ impl Settings {
     }
 
     /// The prices child runs are costed with, over their agents' own.
+    pub(crate) fn max_queued(&self) -> u32 {
+        self.max_queued
+    }
+
     pub(crate) fn standing(&self) -> &crate::approval::standing::Standing {
         &self.standing
     }

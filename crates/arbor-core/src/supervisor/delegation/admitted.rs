@@ -17,7 +17,7 @@ use crate::supervisor::config::names;
 use crate::supervisor::config::policy::EffectivePolicy;
 use crate::supervisor::request::Mode;
 use crate::supervisor::tree::handles::CancelReason;
-use crate::supervisor::tree::slots::SlotGuard;
+use crate::supervisor::tree::slots::SlotCell;
 
 /// The reason of a delegation cancelled through its handle (its child is then revoked).
 pub(crate) const HANDLE_CANCELLED: &str = "Async delegation cancelled";
@@ -90,7 +90,7 @@ pub(crate) struct Control {
     pub(super) reason: CancelReason,
     /// The caller's own token, for a caller that waits (its cancel reaches the child).
     pub(super) caller: Option<CancellationToken>,
-    pub(super) slot: SlotGuard,
+    pub(super) slot: SlotCell,
     /// What kind of run this is: a first task, a follow-up, a resume, a recovery.
     pub(super) start: Start,
     /// Nobody awaits this run's outcome (a message-mode child, a follow-up): if it suspends,

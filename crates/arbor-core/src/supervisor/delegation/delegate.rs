@@ -20,6 +20,7 @@ use crate::supervisor::delegation::admitted::{
 use crate::supervisor::request::{AsyncHandle, DelegationRequest, DelegationResult, Mode};
 use crate::supervisor::runtime::{ChildEntry, Delegator, Scope, Supervisor};
 use crate::supervisor::tree::handles::CancelReason;
+use crate::supervisor::tree::slots::SlotCell;
 
 impl Delegator {
     /// The supervisor it delegates through.
@@ -207,11 +208,7 @@ impl Supervisor {
         };
         let (model, thinking, controls, budget, output, fork) =
             self.model_terms(entry, &mut request)?;
-        let slot = sup.live().slots().reserve(
-            limits
-                .max_active_children
-                .min(sup.settings().limits().max_active_children),
-        )?;
+        let slot = self.slot_for(&limits, request.on_full.unwrap_or_default())?;
 
         let delegation_id = format!("{}-{}", sup.settings().id(), uuid_like());
         let mut path: Vec<String> = above.to_vec();
@@ -373,6 +370,25 @@ impl Supervisor {
     /// The model, thinking level and controls the request may have, and its pool, checked;
     /// a model without a price, where that is an error, is refused before anything is
     /// created (an entry without model choices is checked when its agent is built).
+    /// A slot under the tighter of the request's and the supervisor's
+    /// `max_active_children`: at once, or (`on_full: queue`) a place in the queue.
+    fn slot_for(
+        &self,
+        limits: &SupervisorLimits,
+        on_full: crate::supervisor::request::OnFull,
+    ) -> CoreResult<SlotCell> {
+        let max = limits
+            .max_active_children
+            .min(self.settings().limits().max_active_children);
+        let slots = self.live().slots();
+        Ok(match on_full {
+            crate::supervisor::request::OnFull::Refuse => SlotCell::held(slots.reserve(max)?),
+            crate::supervisor::request::OnFull::Queue => {
+                SlotCell::of(slots.reserve_or_wait(max, self.settings().max_queued())?)
+            }
+        })
+    }
+
     fn model_terms(
         &self,
         entry: &crate::supervisor::ChildEntry,

@@ -326,7 +326,7 @@ impl Supervisor {
                 token: sup.live().session_token().child_token(),
                 reason: CancelReason::default(),
                 caller: None,
-                slot,
+                slot: crate::supervisor::tree::slots::SlotCell::held(slot),
                 start: Start::Resume {
                     run: run_id,
                     follow_up: detached && mapping.follow_up,

@@ -68,34 +68,12 @@ impl Supervisor {
         // Its pool, reserved from its parent's before anything is written (a refusal leaves
         // nothing behind).
         let pool = self.child_budget(a, &record, parent.as_ref()).await?;
-        let (resource_id, thread_id) = resource_and_thread(sup, a);
-        record.meta = Meta::typed(ChildMeta {
-            child_id: a.terms.child_id.clone(),
-            delegation_id: a.terms.delegation_id.clone(),
-            fork,
-            lifetime: a.terms.policy.lifetime.as_str(),
-            limits: a.terms.limits,
-            max_depth: inherited_depth,
-            mode: a.terms.mode.as_str(),
-            output_schema: a.terms.output.clone(),
-            path: Path(a.terms.path.clone()),
-            policy: a.terms.policy,
-            thread_id,
-            resource_id,
-            scopes: a
-                .terms
-                .identity
-                .as_ref()
-                .map(|i| i.scopes().iter().cloned().collect()),
-            spawn_call: a.terms.spawn_call.clone(),
-            standing: self.standing_of(a, parent.as_ref()),
-            supervisor_id: sup.settings().id().to_owned(),
-            thinking: a.terms.thinking,
-            controls: a.terms.controls.clone(),
-            budgeted: pool.budgeted,
-            budget: pool.grant.as_ref().map(|g| g.budget),
-            budget_clamped: pool.grant.as_ref().is_some_and(|g| g.clamped),
-        });
+        record.meta =
+            Meta::typed(self.child_meta(a, parent.as_ref(), inherited_depth, fork, &pool));
+        // Waiting for a slot: listed as such until its run starts.
+        if a.control.slot.is_queued() {
+            record.status = arbor_protocol::SessionStatus::Queued;
+        }
         if let Err(e) = sup.live().store().create_session(&record).await {
             if pool.grant.as_ref().is_some_and(|g| g.opened) {
                 // Its pool was reserved for a record that could not be written.
@@ -130,6 +108,45 @@ impl Supervisor {
         });
         a.record = Some(record);
         Ok(())
+    }
+
+    /// What a child's record keeps of its admission ([`ChildMeta`]).
+    fn child_meta(
+        &self,
+        a: &Admitted,
+        parent: Option<&SessionRecord>,
+        max_depth: Option<u32>,
+        fork: Option<crate::session::fork::ForkPoint>,
+        pool: &crate::supervisor::delegation::budget::ChildPool,
+    ) -> ChildMeta {
+        let (resource_id, thread_id) = resource_and_thread(self, a);
+        ChildMeta {
+            child_id: a.terms.child_id.clone(),
+            delegation_id: a.terms.delegation_id.clone(),
+            fork,
+            lifetime: a.terms.policy.lifetime.as_str(),
+            limits: a.terms.limits,
+            max_depth,
+            mode: a.terms.mode.as_str(),
+            output_schema: a.terms.output.clone(),
+            path: Path(a.terms.path.clone()),
+            policy: a.terms.policy,
+            thread_id,
+            resource_id,
+            scopes: a
+                .terms
+                .identity
+                .as_ref()
+                .map(|i| i.scopes().iter().cloned().collect()),
+            spawn_call: a.terms.spawn_call.clone(),
+            standing: self.standing_of(a, parent),
+            supervisor_id: self.settings().id().to_owned(),
+            thinking: a.terms.thinking,
+            controls: a.terms.controls.clone(),
+            budgeted: pool.budgeted,
+            budget: pool.grant.as_ref().map(|g| g.budget),
+            budget_clamped: pool.grant.as_ref().is_some_and(|g| g.clamped),
+        }
     }
 
     /// A child's standing decisions: its parent's (a root's children take the

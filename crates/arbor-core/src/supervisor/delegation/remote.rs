@@ -119,6 +119,7 @@ impl Supervisor {
         if a.control.token.is_cancelled() {
             return Worked::Error(self.cancel_error(a));
         }
+        self.mark_queued(a).await;
         let ran = if a.terms.policy.report == Report::OnComplete {
             runner.run(child).await
         } else {
@@ -309,6 +310,25 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// A new child handed to the workers' queue is listed `queued` until a worker starts
+    /// its run, as one waiting for a slot here is: only over the record as admission wrote
+    /// it (a worker that started it already moved it on, and wins).
+    async fn mark_queued(&self, a: &Admitted) {
+        let Some(record) = a.record.as_ref().filter(|r| {
+            a.control.start == Start::Fresh && r.status == arbor_protocol::SessionStatus::Idle
+        }) else {
+            return;
+        };
+        let update = arbor_store::SessionUpdate {
+            expected_version: Some(record.version),
+            live_only: true,
+            ..arbor_store::SessionUpdate::status(arbor_protocol::SessionStatus::Queued)
+        };
+        if let Err(e) = self.live().store().update_session(record.id, &update).await {
+            tracing::debug!(child = %record.id, error = %e, "not marked queued (it moved on)");
+        }
+    }
+
     /// The run of `child`, whose caller's process died: waited for again through the runner
     /// when it was handed to a worker, read from its transcript when it had ended, or (its
     /// own run cut off by the same crash, `interrupted`) continued here and waited for.

@@ -132,7 +132,7 @@ impl Supervisor {
                 token: self.live().session_token().child_token(),
                 reason: CancelReason::default(),
                 caller: None,
-                slot,
+                slot: crate::supervisor::tree::slots::SlotCell::held(slot),
                 start: Start::Fresh,
                 detached: false,
                 claimed: None,

@@ -71,6 +71,7 @@ impl Supervisor {
         if a.control.token.is_cancelled() {
             return Err(Worked::Error(self.cancel_error(a)));
         }
+        self.wait_for_slot(a, deadline).await?;
         let hooked = self.before_hook(a, deadline).await?;
         // The hook's decision is applied: the slot counts as live from here on, and a cap
         // the hook lowered is checked against the children already live (atomically).
@@ -109,6 +110,33 @@ impl Supervisor {
         Ok(self
             .run_child(a, session, origin, limits, hooked.input)
             .await)
+    }
+
+    /// A queued delegation's wait for its slot (at once for one that holds it): its timeout
+    /// counts from when the slot came, not while it waited; a cancel or a delete while it
+    /// waits gives up its place.
+    async fn wait_for_slot(
+        &self,
+        a: &Admitted,
+        deadline: &tokio::sync::watch::Sender<tokio::time::Instant>,
+    ) -> Result<(), Worked> {
+        if !a.control.slot.is_queued() {
+            return Ok(());
+        }
+        // A day: no delegation waits that long, and the real one is set once the slot comes.
+        let far = tokio::time::Instant::now() + std::time::Duration::from_secs(86_400);
+        deadline.send_replace(far);
+        match a.control.slot.acquire(&a.control.token).await {
+            Some(_) => {
+                tracing::debug!(delegation = %a.terms.delegation_id, "a queued delegation got its slot");
+                deadline.send_replace(
+                    tokio::time::Instant::now()
+                        + std::time::Duration::from_millis(a.terms.limits.timeout_ms),
+                );
+                Ok(())
+            }
+            None => Err(Worked::Error(self.cancel_error(a))),
+        }
     }
 
     /// The `before` hook, when the settings have one and the run was not claimed (a claimed

@@ -125,6 +125,9 @@ pub(crate) struct SpawnArgs {
     /// How much of your conversation the child starts with: `none` (default), `all`, or
     /// `{"last_turns": N}`.
     context: Option<crate::session::fork::ForkContext>,
+    /// When too many children run already: `refuse` (default) fails at once; `queue` waits
+    /// for a free slot (the child is listed as `queued` until it starts).
+    on_full: Option<crate::supervisor::request::OnFull>,
 }
 
 /// `budget`: a pool for the child's whole subtree.
@@ -462,6 +465,7 @@ impl SpawnAgentTool {
             budget: budget.filter(|b| !b.is_empty()),
             output_schema,
             context: args.context,
+            on_full: args.on_full,
             policy,
             cancel,
             parent: Some(parent),

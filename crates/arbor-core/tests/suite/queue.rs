@@ -1,0 +1,277 @@
+//! A queue instead of a refusal (issue 39, item 5): past `max_active_children`, a spawn with
+//! `on_full: queue` is registered at once as `queued`, listed so, and started in the order it
+//! came as slots free; it can be cancelled or deleted while it waits; a full queue is
+//! refused naming both limits; the count of live children never passes its cap.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arbor_core::supervisor::{
+    AsyncHandle, ChildEntry, DelegationRequest, DeleteChild, LimitsInput, OnFull, Ownership,
+    Supervisor, factory_fn,
+};
+use arbor_core::{Agent, CoreErrorKind, Session, Tool, ToolContext, ToolError};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{LimitKind, SessionStatus};
+use arbor_store::SessionQuery;
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+/// Records which child started when, and how many run at once.
+#[derive(Debug, Clone, Default)]
+struct Mark {
+    order: Arc<Mutex<Vec<String>>>,
+    live: Arc<AtomicU32>,
+    peak: Arc<AtomicU32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct MarkArgs {
+    ms: u64,
+}
+
+#[async_trait]
+impl Tool for Mark {
+    type Args = MarkArgs;
+    type Output = String;
+
+    fn name(&self) -> &str {
+        "mark"
+    }
+
+    fn description(&self) -> &str {
+        "marks the start, works a while"
+    }
+
+    async fn call(&self, args: MarkArgs, ctx: ToolContext) -> Result<String, ToolError> {
+        self.order.lock().unwrap().push(ctx.session.id.to_string());
+        let now = self.live.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(args.ms)).await;
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        Ok("marked".to_owned())
+    }
+}
+
+fn supervisor(mark: &Mark, max_queued: u32, ms: u64) -> Supervisor {
+    let mark = mark.clone();
+    Supervisor::builder(Ownership::user("t", "u"))
+        .limits(LimitsInput {
+            max_active_children: Some(1),
+            ..LimitsInput::default()
+        })
+        .max_queued(max_queued)
+        .child(ChildEntry::new(
+            "worker",
+            factory_fn(move |ctx| {
+                let mark = mark.clone();
+                async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(Script::new([
+                            ScriptedTurn::tool_call("mark", json!({ "ms": ms })),
+                            ScriptedTurn::text("done"),
+                        ])))
+                        .tool(mark)
+                        .build()
+                }
+            }),
+        ))
+        .build()
+        .unwrap()
+}
+
+async fn root(sup: &Supervisor) -> Session {
+    let lead = Agent::builder("lead")
+        .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+            "ok",
+        )])))
+        .build()
+        .unwrap();
+    sup.root_session(&lead, |b| b).await.unwrap()
+}
+
+async fn queue(sup: &Supervisor, root: &Session, name: &str) -> AsyncHandle {
+    sup.delegate_async(
+        DelegationRequest::new("worker", "work")
+            .name(name)
+            .parent(root.as_ref())
+            .on_full(OnFull::Queue),
+    )
+    .await
+    .unwrap()
+}
+
+async fn status(sup: &Supervisor, h: &AsyncHandle) -> SessionStatus {
+    sup.store()
+        .session(h.session_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+}
+
+#[tokio::test]
+async fn queued_children_are_listed_and_start_in_the_order_they_came() {
+    let mark = Mark::default();
+    let sup = supervisor(&mark, 4, 150);
+    let root = root(&sup).await;
+    let mut handles = Vec::new();
+    for name in ["q0", "q1", "q2", "q3"] {
+        handles.push(queue(&sup, &root, name).await);
+    }
+    // One runs; the others are registered and listed as queued.
+    for h in &handles[1..] {
+        assert_eq!(status(&sup, h).await, SessionStatus::Queued, "{}", h.name);
+    }
+    let listed = sup
+        .store()
+        .list_sessions(SessionQuery::Children(root.id()))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|r| r.status == SessionStatus::Queued)
+            .count(),
+        3
+    );
+    for h in &handles {
+        sup.wait(&h.delegation_id, Default::default())
+            .await
+            .unwrap();
+    }
+    let order = mark.order.lock().unwrap().clone();
+    let expected: Vec<String> = handles.iter().map(|h| h.session_id.to_string()).collect();
+    assert_eq!(order, expected, "first come, first served");
+    assert_eq!(mark.peak.load(Ordering::SeqCst), 1, "never two at once");
+    for h in &handles {
+        assert_eq!(status(&sup, h).await, SessionStatus::Succeeded);
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_is_refused_naming_both_limits_before_anything_is_written() {
+    let mark = Mark::default();
+    let sup = supervisor(&mark, 1, 300);
+    let root = root(&sup).await;
+    queue(&sup, &root, "running").await;
+    queue(&sup, &root, "waiting").await;
+    let e = sup
+        .delegate_async(
+            DelegationRequest::new("worker", "work")
+                .name("refused")
+                .parent(root.as_ref())
+                .on_full(OnFull::Queue),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), CoreErrorKind::Limit);
+    let info = e.limit().unwrap();
+    assert_eq!(
+        (info.limit, info.maximum, info.observed),
+        (LimitKind::MaxQueued, 1, 2)
+    );
+    assert!(
+        e.to_string()
+            .contains("max_active_children: maximum 1, observed 2"),
+        "{e}"
+    );
+    // Without asking to queue, the plain refusal.
+    let e = sup
+        .delegate_async(DelegationRequest::new("worker", "work").parent(root.as_ref()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.limit().unwrap().limit, LimitKind::MaxActiveChildren);
+    let names: Vec<String> = sup
+        .store()
+        .list_sessions(SessionQuery::Children(root.id()))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[tokio::test]
+async fn a_queued_child_can_be_cancelled_or_deleted_and_never_runs() {
+    let mark = Mark::default();
+    let sup = supervisor(&mark, 4, 200);
+    let root = root(&sup).await;
+    let first = queue(&sup, &root, "first").await;
+    let cancelled = queue(&sup, &root, "cancelled").await;
+    let deleted = queue(&sup, &root, "deleted").await;
+    let last = queue(&sup, &root, "last").await;
+    assert!(
+        sup.cancel_reported(&cancelled.delegation_id, None)
+            .await
+            .unwrap()
+            .running
+    );
+    sup.delete_child(
+        DeleteChild::new(root.id(), "deleted")
+            .by("host")
+            .reason("not needed"),
+    )
+    .await
+    .unwrap();
+    for h in [&first, &last] {
+        sup.wait(&h.delegation_id, Default::default())
+            .await
+            .unwrap();
+    }
+    let order = mark.order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        [first.session_id.to_string(), last.session_id.to_string()],
+        "the two that gave up never ran"
+    );
+    assert_eq!(status(&sup, &last).await, SessionStatus::Succeeded);
+    let gone = sup
+        .store()
+        .session(deleted.session_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(gone.tombstone.is_some());
+    let c = status(&sup, &cancelled).await;
+    assert!(
+        c != SessionStatus::Queued && c != SessionStatus::Succeeded,
+        "{c}"
+    );
+    assert_eq!(sup.active_children(), 0);
+}
+
+/// Many spawns asking to queue at once, on two threads: each runs exactly once, never two
+/// at a time, and every slot and place is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_queued_spawns_each_run_once_and_never_overshoot() {
+    let mark = Mark::default();
+    let sup = supervisor(&mark, 64, 5);
+    let root = Arc::new(root(&sup).await);
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let (sup, root) = (sup.clone(), root.clone());
+            tokio::spawn(async move {
+                let h = queue(&sup, &root, &format!("c{i}")).await;
+                sup.wait(&h.delegation_id, Default::default())
+                    .await
+                    .unwrap();
+                h.session_id
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap().to_string());
+    }
+    let mut order = mark.order.lock().unwrap().clone();
+    assert_eq!(mark.peak.load(Ordering::SeqCst), 1);
+    order.sort();
+    ids.sort();
+    assert_eq!(order, ids, "each ran exactly once");
+    assert_eq!(sup.active_children(), 0);
+}
