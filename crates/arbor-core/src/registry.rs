@@ -341,7 +341,8 @@ pub async fn write_tombstone(
         at: Timestamp::now(),
         by: by.to_owned(),
         reason: reason.to_owned(),
-        final_status: if child.status.is_live() {
+        // A run cut by the delete, or one that never started for want of a slot.
+        final_status: if child.status.is_live() || child.status == SessionStatus::Queued {
             SessionStatus::Aborted
         } else {
             child.status

@@ -61,7 +61,7 @@ function elapsed(node) {
 function word(node) {
   switch (node.status) {
     case "suspended": return "needs-input";
-    case "running": case "idle": return "working";
+    case "running": case "idle": case "queued": return "working";
     case "succeeded": return "done";
     default: return "failed";
   }

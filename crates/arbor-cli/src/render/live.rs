@@ -69,7 +69,10 @@ pub(crate) struct Node {
 fn live(s: SessionStatus) -> bool {
     matches!(
         s,
-        SessionStatus::Running | SessionStatus::Suspended | SessionStatus::Idle
+        SessionStatus::Running
+            | SessionStatus::Suspended
+            | SessionStatus::Idle
+            | SessionStatus::Queued
     )
 }
 
@@ -90,7 +93,7 @@ pub(crate) fn render(nodes: &[Node], width: usize, colour: bool) -> Vec<String> 
                 SessionStatus::Running => "36",
                 SessionStatus::Suspended => "33",
                 SessionStatus::Succeeded => "32",
-                SessionStatus::Idle => "2",
+                SessionStatus::Idle | SessionStatus::Queued => "2",
                 _ => "31",
             };
             format!("\x1b[{code}m{status:<10}\x1b[0m")

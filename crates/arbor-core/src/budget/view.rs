@@ -181,6 +181,7 @@ pub(super) fn ended(status: SessionStatus) -> bool {
     !matches!(
         status,
         SessionStatus::Idle
+            | SessionStatus::Queued
             | SessionStatus::Running
             | SessionStatus::Suspended
             | SessionStatus::Interrupted

@@ -236,7 +236,8 @@ async fn a_queued_child_can_be_cancelled_or_deleted_and_never_runs() {
         .await
         .unwrap()
         .unwrap();
-    assert!(gone.tombstone.is_some());
+    // It never ran: its tombstone says aborted, not queued.
+    assert_eq!(gone.tombstone.unwrap().final_status, SessionStatus::Aborted);
     let c = status(&sup, &cancelled).await;
     assert!(
         c != SessionStatus::Queued && c != SessionStatus::Succeeded,

@@ -16,11 +16,14 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// Whether a session with this status has nothing more to say until something starts it
 /// again (a message, a resume): its run ended. A suspended run waits for decisions and
-/// goes on; an idle session has not run yet.
+/// goes on; an idle or queued session has not run yet.
 pub(crate) fn ended(status: SessionStatus) -> bool {
     !matches!(
         status,
-        SessionStatus::Idle | SessionStatus::Running | SessionStatus::Suspended
+        SessionStatus::Idle
+            | SessionStatus::Queued
+            | SessionStatus::Running
+            | SessionStatus::Suspended
     )
 }
 

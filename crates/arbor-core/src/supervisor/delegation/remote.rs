@@ -367,15 +367,32 @@ impl Supervisor {
         &self,
         child: &arbor_store::SessionRecord,
     ) -> Option<CoreResult<RunResult>> {
+        // One that never started (queued, or cut before its first run) holds no task to go
+        // on from: its caller's call is reported interrupted, as before.
+        let started = self
+            .live()
+            .store()
+            .transcript(child.id, 0, Some(4))
+            .await
+            .ok()?
+            .iter()
+            .any(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
+        if !started {
+            return None;
+        }
         tracing::info!(child = %child.id, "continuing an interrupted child for its caller");
         // Boxed: the child's continuation may rejoin a child of its own the same way.
         match Box::pin(self.continue_child(child.id)).await {
             Ok(r) => Some(Ok(r.result)),
             Err(CoreError::Run { result, .. }) => Some(Ok(*result)),
+            // Not here (continued or deleted meanwhile, running elsewhere), or no slot for it
+            // now: it stays resumable, and the call is reported interrupted.
             Err(e)
                 if matches!(
                     e.kind(),
-                    crate::CoreErrorKind::Validation | crate::CoreErrorKind::Denied
+                    crate::CoreErrorKind::Validation
+                        | crate::CoreErrorKind::Denied
+                        | crate::CoreErrorKind::Limit
                 ) =>
             {
                 tracing::info!(child = %child.id, error = %e, "an interrupted child could not be continued here");

@@ -246,9 +246,12 @@ impl Supervisor {
     ) -> CoreResult<Option<arbor_store::SessionRecord>> {
         for _ in 0..16 {
             // Running elsewhere, or suspended (its resume runs it, then reads what waits).
+            // Queued: its first run waits for a slot here, and starts it.
             if matches!(
                 record.status,
-                arbor_protocol::SessionStatus::Running | arbor_protocol::SessionStatus::Suspended
+                arbor_protocol::SessionStatus::Running
+                    | arbor_protocol::SessionStatus::Suspended
+                    | arbor_protocol::SessionStatus::Queued
             ) {
                 return Ok(None);
             }

@@ -147,10 +147,10 @@ impl Slots {
     /// counted free.
     fn release(self: &Arc<Self>) {
         let mut queue = self.lock_queue();
-        let active = self.active.load(Ordering::Acquire);
+        // Read again for each waiter: a plain reservation may have taken a slot meanwhile.
         while let Some(at) = queue
             .iter()
-            .position(|w| active <= w.max && !w.tx.is_closed())
+            .position(|w| self.active.load(Ordering::Acquire) <= w.max && !w.tx.is_closed())
         {
             let Some(waiter) = queue.remove(at) else {
                 break;
