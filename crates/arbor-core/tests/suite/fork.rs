@@ -320,3 +320,74 @@ async fn a_catalog_entry_forbids_or_requires_a_fork() {
         ]
     );
 }
+
+/// A child forked from a forked child sees what its parent's model saw: the root's
+/// conversation its parent was forked with, then the parent's own, to the spawn.
+#[tokio::test]
+async fn a_fork_of_a_forked_child_carries_both_conversations() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sub = Agent::builder("sub")
+        .provider(Recording {
+            inner: ScriptedProvider::new(
+                Script::new([ScriptedTurn::text("sub done")]).repeat_last(true),
+            ),
+            seen: seen.clone(),
+        })
+        .build()
+        .unwrap();
+    let mid_script = Script::new([
+        ScriptedTurn {
+            tool_calls: vec![arbor_model::ScriptedToolCall {
+                id: None,
+                name: "spawn_agent".to_owned(),
+                arguments: json!({"child_id": "sub", "input": "go deeper", "context": "all"}),
+            }],
+            ..ScriptedTurn::default()
+        },
+        ScriptedTurn::text("mid done"),
+    ]);
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("sub", sub))
+        .child(ChildEntry::new(
+            "mid",
+            arbor_core::supervisor::factory_fn(move |ctx| {
+                let script = mid_script.clone();
+                async move {
+                    Agent::builder("mid")
+                        .provider(ScriptedProvider::new(script))
+                        .dyn_tool(Arc::new(SpawnAgentTool::new(ctx.delegator.clone())))
+                        .build()
+                }
+            }),
+        ))
+        .build()
+        .unwrap();
+    let lead = Agent::builder("lead")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn {
+                tool_calls: vec![arbor_model::ScriptedToolCall {
+                    id: None,
+                    name: "spawn_agent".to_owned(),
+                    arguments: json!({"child_id": "mid", "input": "plan", "context": "all"}),
+                }],
+                ..ScriptedTurn::default()
+            },
+            ScriptedTurn::text("lead done"),
+        ])))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .build()
+        .unwrap();
+    let mut session = sup.root_session(&lead, |b| b).await.unwrap();
+    let r = session
+        .run("the root's own task", RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.error);
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "sub never ran");
+    assert_eq!(
+        texts(&seen[0]),
+        ["user: the root's own task", "user: plan", "user: go deeper"],
+        "the root's conversation, then mid's (to its spawn), then sub's task"
+    );
+}

@@ -276,3 +276,41 @@ async fn concurrent_queued_spawns_each_run_once_and_never_overshoot() {
     assert_eq!(order, ids, "each ran exactly once");
     assert_eq!(sup.active_children(), 0);
 }
+
+/// A model's `spawn_agent` with `on_full: queue` past the cap: its handle says `queued`, and
+/// `wait_agent` later gives the child's answer.
+#[tokio::test]
+async fn a_models_queued_spawn_says_queued_and_answers_later() {
+    use arbor_core::supervisor::tools::{HandleStatus, ToolReport};
+    use arbor_core::DynTool;
+    use arbor_core::supervisor::{SpawnAgentTool, WaitAgentTool};
+    let mark = Mark::default();
+    let sup = supervisor(&mark, 4, 100);
+    let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
+    sup.store().create_session(&record).await.unwrap();
+    let ctx = arbor_core::ToolContext::new(
+        "parent",
+        arbor_core::SessionRef::from(&record),
+        arbor_protocol::RunId::new(),
+        "c1",
+    );
+    let spawn = SpawnAgentTool::new(sup.delegator());
+    let args = json!({"child_id": "worker", "input": "work", "mode": "async", "on_full": "queue"});
+    let first = spawn.call_json(args.clone(), ctx.clone()).await.unwrap();
+    let second = spawn.call_json(args, ctx.clone()).await.unwrap();
+    let (Some(ToolReport::Started(a)), Some(ToolReport::Started(b))) =
+        (ToolReport::parse(&first), ToolReport::parse(&second))
+    else {
+        panic!("expected two handles: {first} {second}");
+    };
+    assert_eq!(
+        (a.status, b.status),
+        (HandleStatus::Running, HandleStatus::Queued)
+    );
+    let wait = WaitAgentTool::new(sup.delegator());
+    let done = wait
+        .call_json(json!({"delegation_id": b.delegation_id}), ctx)
+        .await
+        .unwrap();
+    assert!(done.contains("\"status\":\"succeeded\""), "{done}");
+}

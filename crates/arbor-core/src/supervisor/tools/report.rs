@@ -28,7 +28,7 @@ pub struct ChildStarted {
     /// The thinking level asked for, if one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingLevel>,
-    /// Always [`HandleStatus::Running`].
+    /// [`HandleStatus::Running`], or [`HandleStatus::Queued`] while it waits for a slot.
     pub status: HandleStatus,
     /// Its own pool, as granted (with `clamped` when it got less than it asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +48,8 @@ pub enum HandleStatus {
     Cancelling,
     /// `cancel_agent`: the child had already ended; nothing was cancelled.
     Terminal,
+    /// The child waits for a free slot (`on_full: queue`); it starts when one frees.
+    Queued,
 }
 
 /// What `cancel_agent` did, or what `wait_agent` found on a cancelled child.

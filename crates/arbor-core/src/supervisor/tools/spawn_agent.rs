@@ -337,9 +337,13 @@ impl ModelTool for SpawnAgentTool {
         };
         if let Some(handle) = handle {
             let handle = handle.map_err(|e| self.delegator.supervisor().model_error(&e))?;
-            let budget = self.granted(handle.session_id).await;
+            let record = self.record_of(handle.session_id).await;
             let mut started = ChildStarted::new(handle, thinking);
-            started.budget = budget;
+            started.budget = record.as_ref().and_then(crate::budget::Granted::of);
+            // Waiting for a slot (`on_full: queue`): said so until it starts.
+            if record.is_some_and(|r| r.status == arbor_protocol::SessionStatus::Queued) {
+                started.status = report::HandleStatus::Queued;
+            }
             return Ok(report::text(&started));
         }
         match self.delegator.delegate(request).await {
@@ -358,9 +362,16 @@ impl ModelTool for SpawnAgentTool {
 impl SpawnAgentTool {
     /// The pool a child was granted, as its record keeps it.
     async fn granted(&self, session: arbor_protocol::SessionId) -> Option<crate::budget::Granted> {
+        crate::budget::Granted::of(&self.record_of(session).await?)
+    }
+
+    /// A child's record, as the store has it now.
+    async fn record_of(
+        &self,
+        session: arbor_protocol::SessionId,
+    ) -> Option<arbor_store::SessionRecord> {
         let store = self.delegator.supervisor().store();
-        let record = store.session(session).await.ok().flatten()?;
-        crate::budget::Granted::of(&record)
+        store.session(session).await.ok().flatten()
     }
 }
 
