@@ -281,8 +281,8 @@ async fn concurrent_queued_spawns_each_run_once_and_never_overshoot() {
 /// `wait_agent` later gives the child's answer.
 #[tokio::test]
 async fn a_models_queued_spawn_says_queued_and_answers_later() {
-    use arbor_core::supervisor::tools::{HandleStatus, ToolReport};
     use arbor_core::DynTool;
+    use arbor_core::supervisor::tools::{HandleStatus, ToolReport};
     use arbor_core::supervisor::{SpawnAgentTool, WaitAgentTool};
     let mark = Mark::default();
     let sup = supervisor(&mark, 4, 100);
