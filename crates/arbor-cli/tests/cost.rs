@@ -211,6 +211,8 @@ async fn v1_and_metrics_show_what_the_tree_cost() {
     for (line, wanted) in [
         ("arbor_cost_micros_total{model=\"scripted\"}", "52500"),
         ("arbor_cost_micros_total{model=\"cheap\"}", "4800"),
+        // The tenant's spend from the store: both models' turns, each once.
+        ("arbor_cost_micros{tenant=\"local\"}", "57300"),
     ] {
         let got = text
             .lines()

@@ -1,7 +1,8 @@
 //! `/metrics` in Prometheus' text format, for whom may read it ([`Scope`]).
 //!
 //! - **From the store**, by tenant: runs and delegations by status, live children, calls
-//!   waiting for a decision. They count every process's work. One query counts them
+//!   waiting for a decision, what the tenant's sessions spent (`arbor_cost_micros`, each
+//!   turn once: the sum of every session's own cost). They count every process's work. One query counts them
 //!   ([`Store::census`]); the result is kept [`CENSUS_TTL`], and one scrape at a time
 //!   refreshes it, so a flood of scrapes costs the store one query per period and no memory
 //!   that grows with the store's history.
@@ -41,6 +42,7 @@ struct TenantCounts {
     delegations: BTreeMap<&'static str, u64>,
     live_children: u64,
     approvals_pending: u64,
+    cost_micros: u64,
 }
 
 /// The store's counts, by tenant.
@@ -159,6 +161,18 @@ impl Metrics {
                 c.approvals_pending
             );
         }
+        gauge(
+            &mut out,
+            "arbor_cost_micros",
+            "What the tenant's sessions in the store spent, by tenant: micro-units of the price table's currency, each turn once.",
+        );
+        for (tenant, c) in &shown {
+            let _ = writeln!(
+                out,
+                "arbor_cost_micros{{tenant=\"{tenant}\"}} {}",
+                c.cost_micros
+            );
+        }
         if *scope == Scope::All {
             self.render_process(&mut out);
         }
@@ -213,6 +227,7 @@ async fn read_census(store: &dyn Store) -> Result<Census, arbor_store::StoreErro
             &mut counts.delegations
         };
         *by_status.entry(row.status.as_str()).or_default() += row.sessions;
+        counts.cost_micros = counts.cost_micros.saturating_add(row.own_cost_micros);
         if !row.root && row.status == SessionStatus::Running {
             counts.live_children += row.sessions;
         }

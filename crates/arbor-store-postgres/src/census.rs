@@ -18,12 +18,14 @@ impl PostgresStore {
                 "census key {key:?}: 1 to 64 of a-z A-Z 0-9 _"
             )));
         }
-        let rows: Vec<(Option<String>, bool, String, i64)> = retrying!(self, async {
+        let rows: Vec<(Option<String>, bool, String, i64, i64)> = retrying!(self, async {
             Ok(sqlx::query_as(
-                "SELECT grp, is_root, status, sum(n)::bigint FROM ( \
+                "SELECT grp, is_root, status, sum(n)::bigint, \
+                        LEAST(sum(cost), 9223372036854775807)::bigint FROM ( \
                    SELECT CASE WHEN jsonb_typeof(m.j -> $1) = 'string' THEN m.j ->> $1 END AS grp, \
-                          t.is_root, t.status, t.n \
-                   FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
+                          t.is_root, t.status, t.n, t.cost \
+                   FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n, \
+                                sum(own_cost) AS cost \
                          FROM sessions GROUP BY root_id, parent_id IS NULL, status) t \
                    JOIN sessions r ON r.id = t.root_id \
                    CROSS JOIN LATERAL (SELECT r.meta::jsonb AS j) m) g \
@@ -35,18 +37,22 @@ impl PostgresStore {
         })?;
         // One row per tree and status: summed per group.
         let mut counts: HashMap<(Option<String>, bool, &'static str), StatusCount> = HashMap::new();
-        for (group, root, word, n) in rows {
+        for (group, root, word, n, cost) in rows {
             let status = SessionStatus::parse(&word)
                 .ok_or_else(|| StoreError::Corrupt(format!("session status {word:?}")))?;
-            counts
+            let at = counts
                 .entry((group.clone(), root, status.as_str()))
                 .or_insert(StatusCount {
                     group,
                     root,
                     status,
                     sessions: 0,
-                })
-                .sessions += u64::try_from(n).unwrap_or(0);
+                    own_cost_micros: 0,
+                });
+            at.sessions += u64::try_from(n).unwrap_or(0);
+            at.own_cost_micros = at
+                .own_cost_micros
+                .saturating_add(u64::try_from(cost).unwrap_or(0));
         }
         Ok(counts.into_values().collect())
     }

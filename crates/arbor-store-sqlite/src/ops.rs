@@ -178,11 +178,12 @@ pub(crate) fn census(
 ) -> StoreResult<Vec<arbor_store::StatusCount>> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT grp, is_root, status, sum(n) FROM ( \
+            "SELECT grp, is_root, status, sum(n), sum(cost) FROM ( \
                SELECT CASE WHEN json_type(r.meta, ?1) = 'text' \
                       THEN json_extract(r.meta, ?1) END AS grp, \
-                      t.is_root AS is_root, t.status AS status, t.n AS n \
-               FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n \
+                      t.is_root AS is_root, t.status AS status, t.n AS n, t.cost AS cost \
+               FROM (SELECT root_id, parent_id IS NULL AS is_root, status, count(*) AS n, \
+                            sum(own_cost) AS cost \
                      FROM sessions GROUP BY root_id, is_root, status) t \
                JOIN sessions r ON r.id = t.root_id) \
              GROUP BY grp, is_root, status",
@@ -199,17 +200,22 @@ pub(crate) fn census(
         let root: bool = row.get(1).at(path)?;
         let word: String = row.get(2).at(path)?;
         let n: i64 = row.get(3).at(path)?;
+        let cost: i64 = row.get(4).at(path)?;
         let status = arbor_protocol::SessionStatus::parse(&word)
             .ok_or_else(|| StoreError::Corrupt(format!("session status {word:?}")))?;
-        counts
+        let at = counts
             .entry((group.clone(), root, status.as_str()))
             .or_insert(arbor_store::StatusCount {
                 group,
                 root,
                 status,
                 sessions: 0,
-            })
-            .sessions += u64::try_from(n).unwrap_or(0);
+                own_cost_micros: 0,
+            });
+        at.sessions += u64::try_from(n).unwrap_or(0);
+        at.own_cost_micros = at
+            .own_cost_micros
+            .saturating_add(u64::try_from(cost).unwrap_or(0));
     }
     Ok(counts.into_values().collect())
 }

@@ -334,6 +334,10 @@ pub struct StatusCount {
     pub status: SessionStatus,
     /// How many.
     pub sessions: u64,
+    /// What they spent themselves (the sum of their `own_cost`, micro-units of the price
+    /// table's currency): summed over every row of a group, the group's whole spend, each
+    /// turn counted once.
+    pub own_cost_micros: u64,
 }
 
 /// Whether `key` may name a census' group: 1 to 64 of `a-z A-Z 0-9 _` (it becomes part of a

@@ -126,23 +126,28 @@ pub trait Store: fmt::Debug + Send + Sync {
         }
         let mut counts: std::collections::BTreeMap<
             (Option<String>, bool, &'static str),
-            (SessionStatus, u64),
+            (SessionStatus, u64, u64),
         > = std::collections::BTreeMap::new();
         for root in self.list_sessions(SessionQuery::Roots).await? {
             let group = root.meta[key].as_str().map(str::to_owned);
             for s in self.list_sessions(SessionQuery::Tree(root.id)).await? {
                 let at = (group.clone(), s.parent_id.is_none(), s.status.as_str());
-                counts.entry(at).or_insert((s.status, 0)).1 += 1;
+                let row = counts.entry(at).or_insert((s.status, 0, 0));
+                row.1 += 1;
+                row.2 = row.2.saturating_add(s.own_cost);
             }
         }
         Ok(counts
             .into_iter()
-            .map(|((group, root, _), (status, sessions))| StatusCount {
-                group,
-                root,
-                status,
-                sessions,
-            })
+            .map(
+                |((group, root, _), (status, sessions, own_cost_micros))| StatusCount {
+                    group,
+                    root,
+                    status,
+                    sessions,
+                    own_cost_micros,
+                },
+            )
             .collect())
     }
 

@@ -188,7 +188,8 @@ pub async fn list_sessions_orders_and_scopes(store: &dyn Store) {
 }
 
 /// `census` counts sessions by the group their root's `meta[key]` names, root or not, and
-/// status; a tree whose root names none is in the `None` group; a bad key is `Invalid`.
+/// status, with the sum of their own cost; a tree whose root names none is in the `None`
+/// group; a bad key is `Invalid`.
 pub async fn census_counts_by_group_root_and_status(store: &dyn Store) {
     let backend = store.backend();
     let check = "census_counts_by_group_root_and_status";
@@ -196,6 +197,7 @@ pub async fn census_counts_by_group_root_and_status(store: &dyn Store) {
     let group = format!("g{}", SessionId::new().to_string().replace('-', ""));
     let mut a = root("census-a");
     a.meta = serde_json::json!({"tenant": group, "other": 1}).into();
+    a.own_cost = 100;
     let mut b = root("census-b");
     b.meta = serde_json::json!({"tenant": group}).into();
     b.status = SessionStatus::Succeeded;
@@ -203,10 +205,13 @@ pub async fn census_counts_by_group_root_and_status(store: &dyn Store) {
     create(store, check, &b).await;
     let mut c1 = child(&a, "c1");
     c1.status = SessionStatus::Running;
-    let c2 = child(&a, "c2");
+    c1.own_cost = 20;
+    let mut c2 = child(&a, "c2");
+    c2.own_cost = 3;
     create(store, check, &c1).await;
     create(store, check, &c2).await;
-    let g = child(&c1, "g");
+    let mut g = child(&c1, "g");
+    g.own_cost = 4;
     create(store, check, &g).await;
     let mut d = child(&b, "d");
     d.status = SessionStatus::Failed;
@@ -219,20 +224,20 @@ pub async fn census_counts_by_group_root_and_status(store: &dyn Store) {
         Ok(rows) => rows,
         Err(e) => panic!("[{backend}] {check}: census failed: {e}"),
     };
-    let mut mine: Vec<(bool, &str, u64)> = rows
+    let mut mine: Vec<(bool, &str, u64, u64)> = rows
         .iter()
         .filter(|r| r.group.as_deref() == Some(group.as_str()))
-        .map(|r| (r.root, r.status.as_str(), r.sessions))
+        .map(|r| (r.root, r.status.as_str(), r.sessions, r.own_cost_micros))
         .collect();
     mine.sort_unstable();
     assert_eq!(
         mine,
         [
-            (false, "failed", 1),
-            (false, "idle", 2),
-            (false, "running", 1),
-            (true, "idle", 1),
-            (true, "succeeded", 1),
+            (false, "failed", 1, 0),
+            (false, "idle", 2, 7),
+            (false, "running", 1, 20),
+            (true, "idle", 1, 100),
+            (true, "succeeded", 1, 0),
         ],
         "[{backend}] {check}: the group's rows"
     );
