@@ -106,6 +106,7 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
             "echo" => b.tool(Echo),
             "sleep" => b.tool(Sleep),
             "append_line" => b.tool(crate::append::AppendLine),
+            "ask_human" => b.dyn_tool(std::sync::Arc::new(arbor_core::tool::ask::AskHuman::new())),
             _ => b,
         };
     }
@@ -311,9 +312,13 @@ fn assemble(
         if let Some(n) = spec.supervisor.max_queued {
             b = b.max_queued(n);
         }
-        if spec.supervisor.approvals {
-            b = b.durable_approvals(spec.fingerprint.clone());
-        }
+        // Children are rebuilt from this definition when they suspend: for approvals (every
+        // call gated) or on their own, to ask a person a question.
+        b = if spec.supervisor.approvals {
+            b.durable_approvals(spec.fingerprint.clone())
+        } else {
+            b.definition_revision(spec.fingerprint.clone())
+        };
         // Tools that declare an idempotent effect record it done in the store: a run
         // continued after a crash (or taken over by another worker) never repeats one.
         b = b.effect_store(arbor_core::StoreEffects::new(store_for_effects));

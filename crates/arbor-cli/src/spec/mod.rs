@@ -23,7 +23,7 @@ pub(crate) use error::{SpecError, at};
 pub(crate) use pricing::BudgetSpec;
 
 /// Built-in tools a spec may name.
-pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep", "append_line"];
+pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep", "append_line", "ask_human"];
 
 /// Coding tools, for agents that work in a worktree (`workspace = true`).
 pub(crate) const CODING_TOOLS: [&str; 5] = arbor_coding::CODING_TOOL_NAMES;

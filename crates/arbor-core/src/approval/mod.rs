@@ -18,6 +18,7 @@
 
 pub use crate::outcome::Suspension;
 
+pub mod question;
 pub mod standing;
 mod stored;
 
@@ -300,6 +301,10 @@ impl RunCheckpoint {
             if slot.state != CallState::Pending {
                 continue;
             }
+            // A question is answered by a person, never by a rule.
+            if slot.call.name == crate::approval::question::ASK_HUMAN {
+                continue;
+            }
             if let Some(s) = self
                 .sticky
                 .iter()
@@ -360,31 +365,15 @@ impl RunCheckpoint {
         if self.claimed(arbor_protocol::Timestamp::now().0) {
             return Err(being_resumed());
         }
-        let mut seen = HashSet::new();
-        for d in decisions {
-            if !seen.insert(d.id.as_str()) {
-                return Err(CoreError::validation("a batch decides one approval twice"));
-            }
-            if d.reason
-                .as_ref()
-                .is_some_and(|r| r.len() > MAX_REASON_BYTES)
-            {
-                return Err(CoreError::limit_error(
-                    format!("a decision's reason exceeds {MAX_REASON_BYTES} bytes"),
-                    Some(LimitInfo {
-                        limit: arbor_protocol::LimitKind::MaxReasonBytes,
-                        maximum: MAX_REASON_BYTES as u64,
-                        observed: d.reason.as_ref().map_or(0, |r| r.len() as u64),
-                    }),
-                ));
-            }
-        }
+        check_batch(decisions)?;
         let mut sticky = self.sticky.clone();
         for d in decisions {
             let p = pending
                 .iter()
                 .find(|p| p.id == d.id)
                 .ok_or_else(unknown_approval)?;
+            // A question takes an answer (or a decline), once.
+            question::check_decision(p, d)?;
             if d.verdict.for_run() {
                 let rule = Sticky {
                     tool: p.tool.clone(),
@@ -478,6 +467,30 @@ impl RunCheckpoint {
             _ => None,
         })
     }
+}
+
+/// Each call once in a batch, each reason within [`MAX_REASON_BYTES`].
+fn check_batch(decisions: &[ApprovalDecision]) -> CoreResult<()> {
+    let mut seen = HashSet::new();
+    for d in decisions {
+        if !seen.insert(d.id.as_str()) {
+            return Err(CoreError::validation("a batch decides one approval twice"));
+        }
+        if d.reason
+            .as_ref()
+            .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+        {
+            return Err(CoreError::limit_error(
+                format!("a decision's reason exceeds {MAX_REASON_BYTES} bytes"),
+                Some(LimitInfo {
+                    limit: arbor_protocol::LimitKind::MaxReasonBytes,
+                    maximum: MAX_REASON_BYTES as u64,
+                    observed: d.reason.as_ref().map_or(0, |r| r.len() as u64),
+                }),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The refusal of a second decision on a call: it names the first (what, who, when, why).

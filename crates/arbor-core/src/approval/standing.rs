@@ -218,7 +218,10 @@ impl crate::approval::RunCheckpoint {
         }
         let mut written = Vec::new();
         for slot in &mut self.calls {
-            if slot.state != crate::approval::CallState::Pending {
+            // A question is answered by a person, never by a standing rule.
+            if slot.state != crate::approval::CallState::Pending
+                || slot.call.name == crate::approval::question::ASK_HUMAN
+            {
                 continue;
             }
             let Some((verdict, rule)) = standing.decide(&slot.call.name, &slot.call.arguments)

@@ -61,10 +61,19 @@ impl Session {
         if state.gated {
             checkpoint.calls = calls
                 .into_iter()
-                .map(|call| CallSlot {
-                    approval_id: approval::own_id(state.run_id, &call.id),
-                    call,
-                    state: CallState::Pending,
+                .map(|call| {
+                    // A question that may not wait (refused, malformed) is answered now.
+                    let state_now = match self.check_question(state.run_id, turn, &call) {
+                        Some(refused) => CallState::Done {
+                            result: refused.result,
+                        },
+                        None => CallState::Pending,
+                    };
+                    CallSlot {
+                        approval_id: approval::own_id(state.run_id, &call.id),
+                        call,
+                        state: state_now,
+                    }
                 })
                 .collect();
             checkpoint.apply_sticky();
@@ -92,6 +101,8 @@ impl Session {
         let mut stop = None;
         for (call, outcome) in calls.into_iter().zip(outcomes) {
             let slot_state = match outcome.stop {
+                // A question waits for the person at the root.
+                Some(CallStop::Ask) => CallState::Pending,
                 Some(CallStop::Suspended(nested)) => CallState::Nested {
                     run_id: nested.run_id,
                     session_id: nested.session_id,
@@ -144,6 +155,14 @@ impl Session {
         for i in 0..checkpoint.calls.len() {
             let slot = checkpoint.calls[i].clone();
             let next = match slot.state {
+                // A question answered or declined: nothing runs, the answer is the result.
+                CallState::Decided {
+                    verdict,
+                    ref reason,
+                    ..
+                } if self.is_question(&slot.call) => {
+                    self.question_result(state.run_id, turn, &slot.call, verdict, reason.as_deref())
+                }
                 CallState::Decided { verdict, .. } if verdict.allows() => {
                     expected = self
                         .mark_in_flight(state, &mut checkpoint, i, expected)

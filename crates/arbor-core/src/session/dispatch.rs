@@ -27,6 +27,9 @@ pub(crate) enum CallStop {
     Halt(String),
     /// The call's child suspended: the run suspends too.
     Suspended(Box<NestedSuspension>),
+    /// The call asks the person at the root (`ask_human`): it waits for the answer, and the
+    /// run suspends.
+    Ask,
 }
 
 #[derive(Debug)]
@@ -123,6 +126,9 @@ impl Session {
         let Some(tool) = self.agent.tools().get(&call.name) else {
             return self.unknown_tool(run_id, turn, call);
         };
+        if tool.asks_human() {
+            return self.hold_question(run_id, turn, call);
+        }
         let key = (tool.effect() == ToolEffect::Idempotent)
             .then(|| effect_key(self.id(), run_id, &call.id));
         let effects = self.agent.effect_store().cloned();
@@ -204,6 +210,88 @@ impl Session {
             }
         };
         self.failed(run_id, turn, call, error, stop)
+    }
+
+    /// A question (`ask_human`): checked, then held for the person at the root; a bad one is
+    /// an error result naming the field, and nobody is asked.
+    fn hold_question(&self, run_id: RunId, turn: u32, call: &ToolCall) -> CallOutcome {
+        match crate::approval::question::Question::parse(&call.arguments) {
+            Ok(_) => CallOutcome {
+                result: call_result(call, "waiting for a person's answer".to_owned(), false),
+                stop: Some(CallStop::Ask),
+            },
+            Err(e) => self.failed(
+                run_id,
+                turn,
+                call,
+                format!("invalid arguments for ask_human: {e}"),
+                None,
+            ),
+        }
+    }
+
+    /// What becomes of a question in a gated turn, before it waits: `None` when the call is
+    /// not a question, or is one that may wait (permitted, well formed); else its error.
+    pub(crate) fn check_question(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        call: &ToolCall,
+    ) -> Option<CallOutcome> {
+        let tool = self.agent.tools().get(&call.name)?;
+        if !tool.asks_human() {
+            return None;
+        }
+        if let Some(refused) = self.check_permission(run_id, turn, call) {
+            return Some(refused);
+        }
+        let held = self.hold_question(run_id, turn, call);
+        (!matches!(held.stop, Some(CallStop::Ask))).then_some(held)
+    }
+
+    /// Whether `call` is a question (`ask_human`) of this agent's.
+    pub(crate) fn is_question(&self, call: &ToolCall) -> bool {
+        self.agent
+            .tools()
+            .get(&call.name)
+            .is_some_and(|t| t.asks_human())
+    }
+
+    /// The result of a question the person answered (`allow_once`, the answer its reason)
+    /// or declined.
+    pub(crate) fn question_result(
+        &self,
+        run_id: RunId,
+        turn: u32,
+        call: &ToolCall,
+        verdict: arbor_protocol::Verdict,
+        reason: Option<&str>,
+    ) -> crate::approval::CallState {
+        let (answer, why) = if verdict.allows() {
+            (reason, None)
+        } else {
+            (None, reason)
+        };
+        let (content, is_error) = crate::approval::question::result_text(answer, why);
+        let event = if is_error {
+            AgentEvent::ToolExecutionBlocked {
+                turn,
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                reason: content.clone(),
+            }
+        } else {
+            AgentEvent::ToolExecutionFinished {
+                turn,
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                output_bytes: content.len() as u64,
+            }
+        };
+        self.bus.publish(run_id, event);
+        crate::approval::CallState::Done {
+            result: call_result(call, content, is_error),
+        }
     }
 
     /// The agent's permission on `call`: `None` when it may run, else the refusal (blocked,

@@ -25,6 +25,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::identity::Identity;
 use crate::outcome::SessionRef;
 
+pub mod ask;
 pub mod builtin;
 pub mod effect;
 
@@ -185,6 +186,12 @@ pub trait DynTool: fmt::Debug + Send + Sync {
         crate::tool::effect::ToolEffect::None
     }
 
+    /// Whether a call waits for a person instead of running: only [`ask::AskHuman`]'s (the
+    /// run suspends with the question; the answer is the call's result).
+    fn asks_human(&self) -> bool {
+        false
+    }
+
     /// Validates `arguments` and runs the call; returns the text the model reads.
     async fn call_json(
         &self,
@@ -326,6 +333,12 @@ impl ToolSet {
         for (i, tool) in tools.iter().enumerate() {
             let name = &tool.spec().name;
             validate_tool_name(name)?;
+            if name == ask::ASK_HUMAN && !tool.asks_human() {
+                return Err(CoreError::validation(format!(
+                    "the tool name {name:?} is reserved for arbor's own question tool \
+                     (arbor_core::tool::ask::AskHuman)"
+                )));
+            }
             if index.insert(name.clone(), i).is_some() {
                 return Err(CoreError::validation(format!(
                     "duplicate tool name {name:?}"

@@ -1,6 +1,7 @@
 mod abandon;
 mod admission;
 mod approvals;
+mod ask_human;
 mod bounds;
 mod budget;
 mod budget_trees;

@@ -52,6 +52,7 @@ impl Supervisor {
             session_token: CancellationToken::new(),
             store: None,
             revision: None,
+            gate_children: false,
             runner: None,
             pricing: None,
             standing: crate::approval::standing::Standing::default(),
@@ -80,6 +81,7 @@ pub struct SupervisorBuilder {
     session_token: CancellationToken,
     store: Option<Arc<dyn Store>>,
     revision: Option<String>,
+    gate_children: bool,
     runner: Option<Arc<dyn ChildRunner>>,
     pricing: Option<Arc<crate::pricing::PriceTable>>,
     standing: crate::approval::standing::Standing,
@@ -227,6 +229,17 @@ impl SupervisorBuilder {
     /// child suspended under another revision is not resumed.
     pub fn durable_approvals(mut self, revision: impl Into<String>) -> Self {
         self.revision = Some(revision.into());
+        self.gate_children = true;
+        self
+    }
+
+    /// The definition children are built from, without gating their calls: a child that
+    /// suspends on its own (a question for a person, `ask_human`) is resumed from the store,
+    /// also by another process, under this revision only. [`durable_approvals`] sets it too.
+    ///
+    /// [`durable_approvals`]: SupervisorBuilder::durable_approvals
+    pub fn definition_revision(mut self, revision: impl Into<String>) -> Self {
+        self.revision = Some(revision.into());
         self
     }
 
@@ -295,6 +308,7 @@ impl SupervisorBuilder {
             child_events: self.child_events,
             sink: self.sink,
             revision: self.revision,
+            gate_children: self.gate_children,
             runner: self.runner,
             pricing: self.pricing,
             standing: self.standing,

@@ -31,6 +31,7 @@ pub(crate) struct Settings {
     pub(in crate::supervisor::config) child_events: bool,
     pub(in crate::supervisor::config) sink: Option<Arc<dyn ChildEventSink>>,
     pub(in crate::supervisor::config) revision: Option<String>,
+    pub(in crate::supervisor::config) gate_children: bool,
     pub(in crate::supervisor::config) runner: Option<Arc<dyn ChildRunner>>,
     pub(in crate::supervisor::config) pricing: Option<Arc<crate::pricing::PriceTable>>,
     pub(in crate::supervisor::config) standing: crate::approval::standing::Standing,
@@ -117,9 +118,15 @@ impl Settings {
         self.sink.as_ref()
     }
 
-    /// With durable approvals: the definition revision children are built from.
+    /// The definition revision children are built from (durable approvals, or a
+    /// definition revision alone): a suspended child resumes only under it.
     pub(crate) fn revision(&self) -> Option<&str> {
         self.revision.as_deref()
+    }
+
+    /// Durable approvals: every call of every child waits for a decision.
+    pub(crate) fn gates_children(&self) -> bool {
+        self.gate_children
     }
 
     /// Where children run when not here (`None`: every child runs in this process).

@@ -115,7 +115,8 @@ impl Supervisor {
     ) -> CoreError {
         if self.settings().revision().is_none() {
             return CoreError::Supervisor(
-                "a child suspended, but durable approvals are not configured on its supervisor"
+                "a child suspended, but its supervisor has no definition revision to resume it \
+                 under (durable_approvals or definition_revision)"
                     .to_owned(),
             );
         }

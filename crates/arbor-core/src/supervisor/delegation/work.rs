@@ -362,7 +362,7 @@ impl Supervisor {
         let mut options = RunOptions::default()
             .with_cancel(a.control.token.clone())
             .with_nested(Arc::new(self.clone()));
-        if self.settings().revision().is_some() {
+        if self.settings().gates_children() {
             // Durable approvals: every call of every child waits for a decision, its own
             // delegations included, so delegating and side effects are approved apart.
             options = options.with_approvals();

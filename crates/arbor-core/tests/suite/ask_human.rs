@@ -1,0 +1,356 @@
+//! A question from any depth (issue 39, item 4): a child given `ask_human` asks the person at
+//! the root; its run suspends through the approvals checkpoint (no call of the tree is gated);
+//! the question waits at the root beside approvals; it is answered once (compare-and-swap),
+//! with a choice when it offers some, or declined; on resume (in this process or a rebuilt
+//! one) the answer is the call's result. Rules never answer it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arbor_core::approval::standing::{CallPattern, StandingLayer};
+use arbor_core::supervisor::{
+    ChildEntry, Ownership, SpawnAgentTool, Supervisor, decide_at, waiting_at,
+};
+use arbor_core::tool::ask::{ASK_HUMAN, AskHuman, answer};
+use arbor_core::{Agent, DenyReason, RunOptions, Session};
+use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_protocol::{ApprovalDecision, Message, RunStatus, SessionId, Verdict};
+use arbor_store::{MemoryStore, Store};
+use serde_json::json;
+
+use super::nested_support::{Write, spawn, write};
+
+fn ask(args: serde_json::Value) -> ScriptedTurn {
+    ScriptedTurn::tool_call(ASK_HUMAN, args)
+}
+
+/// A tree whose `asker` runs `turns` with `ask_human` and a counted `write`; no call is gated
+/// (a definition revision only), unless `configure` says otherwise.
+fn tree(
+    store: Arc<dyn Store>,
+    turns: Vec<ScriptedTurn>,
+    configure: impl FnOnce(
+        arbor_core::supervisor::SupervisorBuilder,
+    ) -> arbor_core::supervisor::SupervisorBuilder,
+) -> (Supervisor, Write) {
+    let writes = Write::default();
+    let asker = Agent::builder("asker")
+        .provider(ScriptedProvider::new(Script::new(turns)))
+        .tool(writes.clone())
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .build()
+        .unwrap();
+    let b = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store)
+        .definition_revision("rev-1")
+        .child(ChildEntry::agent("asker", asker));
+    (configure(b).build().unwrap(), writes)
+}
+
+async fn root(sup: &Supervisor, store: &Arc<dyn Store>) -> Session {
+    root_agent(sup)
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap()
+}
+
+fn root_agent(sup: &Supervisor) -> Agent {
+    Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([
+            spawn("asker"),
+            ScriptedTurn::text("root done"),
+        ])))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .build()
+        .unwrap()
+}
+
+fn opts(sup: &Supervisor) -> RunOptions {
+    RunOptions::default().with_nested(Arc::new(sup.clone()))
+}
+
+/// The asker's session and the tool results its transcript holds for `ask_human`.
+async fn answers_read(store: &Arc<dyn Store>, root: SessionId) -> Vec<(String, bool)> {
+    let asker = arbor_core::registry::find_child(store.as_ref(), root, "asker")
+        .await
+        .unwrap();
+    store
+        .transcript(asker.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            arbor_protocol::EntryKind::Message {
+                message: Message::Tool(r),
+            } if r.name == ASK_HUMAN => Some((r.content, r.is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn colour() -> Vec<ScriptedTurn> {
+    vec![
+        ask(json!({"question": "Which colour?", "choices": ["blue", "green"]})),
+        ScriptedTurn::text("painted"),
+    ]
+}
+
+#[tokio::test]
+async fn a_childs_question_waits_at_the_root_and_its_answer_is_the_calls_result() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (sup, _) = tree(store.clone(), colour(), |b| b);
+    let mut r = root(&sup, &store).await;
+    let first = r.run("go", opts(&sup)).await.unwrap();
+    assert_eq!(first.status, RunStatus::Suspended, "{:?}", first.error);
+    let waiting = waiting_at(store.as_ref(), r.id()).await.unwrap();
+    let pending: Vec<_> = waiting.iter().flat_map(|s| s.pending.clone()).collect();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let q = &pending[0];
+    assert_eq!(q.tool, ASK_HUMAN);
+    assert_eq!(q.path, ["asker"]);
+    assert_eq!(q.arguments["question"], "Which colour?");
+    // Only an answer among the choices, or a decline, decides it.
+    for (bad, field) in [
+        (answer(&q.id, "red"), "answer"),
+        (ApprovalDecision::new(&q.id, Verdict::AllowOnce), "answer"),
+        (
+            ApprovalDecision::new(&q.id, Verdict::AllowForRun),
+            "verdict",
+        ),
+    ] {
+        let e = decide_at(store.as_ref(), r.id(), &[bad]).await.unwrap_err();
+        assert_eq!(e.field(), Some(field), "{e}");
+    }
+    decide_at(store.as_ref(), r.id(), &[answer(&q.id, "green")])
+        .await
+        .unwrap();
+    // Answered once: a second answer is refused naming the first.
+    let e = decide_at(store.as_ref(), r.id(), &[answer(&q.id, "blue")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.deny_reason(), Some(DenyReason::Decided), "{e}");
+    assert!(e.to_string().contains("(green)"), "{e}");
+    let done = r.resume(first.run_id, opts(&sup)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.text, "root done");
+    assert_eq!(
+        answers_read(&store, r.id()).await,
+        [("green".to_owned(), false)]
+    );
+}
+
+#[tokio::test]
+async fn a_declined_question_is_an_error_the_model_reads_and_the_turns_other_calls_ran() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut both = write("a");
+    both.tool_calls
+        .extend(ask(json!({"question": "Ship it?"})).tool_calls);
+    let (sup, writes) = tree(store.clone(), vec![both, ScriptedTurn::text("ok")], |b| b);
+    let mut r = root(&sup, &store).await;
+    let first = r.run("go", opts(&sup)).await.unwrap();
+    assert_eq!(first.status, RunStatus::Suspended, "{:?}", first.error);
+    // Nothing is gated: the write ran; only the question waits.
+    assert_eq!(writes.0.load(Ordering::SeqCst), 1);
+    let pending = first.suspension.unwrap().pending;
+    assert_eq!(pending.len(), 1);
+    decide_at(
+        store.as_ref(),
+        r.id(),
+        &[ApprovalDecision::new(&pending[0].id, Verdict::RejectOnce).with_reason("not yet")],
+    )
+    .await
+    .unwrap();
+    let done = r.resume(first.run_id, opts(&sup)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(
+        writes.0.load(Ordering::SeqCst),
+        1,
+        "the write did not run again"
+    );
+    assert_eq!(
+        answers_read(&store, r.id()).await,
+        [("the person declined to answer: not yet".to_owned(), true)]
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_question_is_an_error_naming_the_field_and_nobody_is_asked() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turns = vec![
+        ask(json!({"question": "Pick", "choices": ["a", "a"]})),
+        ScriptedTurn::text("gave up"),
+    ];
+    let (sup, _) = tree(store.clone(), turns, |b| b);
+    let mut r = root(&sup, &store).await;
+    let done = r.run("go", opts(&sup)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(
+        answers_read(&store, r.id()).await,
+        [(
+            "invalid arguments for ask_human: choices[1] repeats \"a\"".to_owned(),
+            true
+        )]
+    );
+}
+
+#[tokio::test]
+async fn no_standing_decision_and_no_run_wide_verdict_answers_a_question() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turns = vec![
+        ask(json!({"question": "First?"})),
+        ask(json!({"question": "Second?"})),
+        ScriptedTurn::text("asked twice"),
+    ];
+    // Durable approvals gate every call, and a standing rule allows every tool.
+    let (sup, _) = tree(store.clone(), turns, |b| {
+        b.durable_approvals("rev-1")
+            .standing(StandingLayer::default().allow_always(CallPattern::tool("*")))
+    });
+    let mut r = root(&sup, &store).await;
+    let first = r.run("go", opts(&sup)).await.unwrap();
+    // The spawn ran by the standing rule; the question waits.
+    assert_eq!(first.status, RunStatus::Suspended, "{:?}", first.error);
+    let s = first.suspension.unwrap();
+    assert_eq!(s.pending.len(), 1);
+    assert_eq!(s.pending[0].tool, ASK_HUMAN);
+    decide_at(store.as_ref(), r.id(), &[answer(&s.pending[0].id, "one")])
+        .await
+        .unwrap();
+    let second = r.resume(first.run_id, opts(&sup)).await.unwrap();
+    assert_eq!(
+        second.status,
+        RunStatus::Suspended,
+        "the second question waits too"
+    );
+    let s = second.suspension.unwrap();
+    assert_eq!(s.pending[0].arguments["question"], "Second?");
+    decide_at(store.as_ref(), r.id(), &[answer(&s.pending[0].id, "two")])
+        .await
+        .unwrap();
+    let done = r.resume(first.run_id, opts(&sup)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(
+        answers_read(&store, r.id()).await,
+        [("one".to_owned(), false), ("two".to_owned(), false)]
+    );
+}
+
+#[tokio::test]
+async fn the_answer_reaches_the_child_after_a_restart_as_before_one() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (run, root_id) = {
+        let (sup, _) = tree(store.clone(), colour(), |b| b);
+        let mut r = root(&sup, &store).await;
+        let first = r.run("go", opts(&sup)).await.unwrap();
+        assert_eq!(first.status, RunStatus::Suspended);
+        (first.run_id, r.id())
+        // The process ends here: its supervisor and sessions are dropped.
+    };
+    // Another process answers, and a third rebuilds the tree from the store and resumes.
+    let pending = waiting_at(store.as_ref(), root_id).await.unwrap()[0].pending[0].clone();
+    decide_at(store.as_ref(), root_id, &[answer(&pending.id, "blue")])
+        .await
+        .unwrap();
+    let (sup, _) = tree(store.clone(), colour(), |b| b);
+    let mut r = root_agent(&sup)
+        .open_session(store.clone(), root_id)
+        .await
+        .unwrap();
+    let done = r.resume(run, opts(&sup)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(
+        answers_read(&store, root_id).await,
+        [("blue".to_owned(), false)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_people_answering_at_once_one_answer_stands() {
+    for round in 0..10 {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let (sup, _) = tree(store.clone(), colour(), |b| b);
+        let mut r = root(&sup, &store).await;
+        let first = r.run("go", opts(&sup)).await.unwrap();
+        let id = first.suspension.unwrap().pending[0].id.clone();
+        let person = |said: &'static str| {
+            let (store, id, root) = (store.clone(), id.clone(), r.id());
+            tokio::spawn(async move { decide_at(store.as_ref(), root, &[answer(&id, said)]).await })
+        };
+        let (a, b) = (person("blue"), person("green"));
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let won = match (&a, &b) {
+            (Ok(_), Err(_)) => "blue",
+            (Err(_), Ok(_)) => "green",
+            other => panic!("round {round}: exactly one answer stands: {other:?}"),
+        };
+        let done = r.resume(first.run_id, opts(&sup)).await.unwrap();
+        assert_eq!(done.status, RunStatus::Succeeded);
+        assert_eq!(
+            answers_read(&store, r.id()).await,
+            [(won.to_owned(), false)]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_root_asks_its_own_question() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut r = Agent::builder("solo")
+        .provider(ScriptedProvider::new(Script::new([
+            ask(json!({"question": "Name?"})),
+            ScriptedTurn::text("hello"),
+        ])))
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let first = r.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(first.status, RunStatus::Suspended);
+    let s = first.suspension.unwrap();
+    assert_eq!(s.pending[0].path, Vec::<String>::new());
+    decide_at(store.as_ref(), r.id(), &[answer(&s.pending[0].id, "Ada")])
+        .await
+        .unwrap();
+    let done = r.resume(first.run_id, RunOptions::default()).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{:?}", done.error);
+    let said = r.messages().iter().any(|m| {
+        matches!(m, Message::Tool(t) if t.name == ASK_HUMAN && t.content == "Ada" && !t.is_error)
+    });
+    assert!(said, "{:?}", r.messages());
+}
+
+#[test]
+fn only_arbors_question_tool_may_be_called_ask_human() {
+    #[derive(Debug, Clone)]
+    struct Impostor;
+    #[async_trait::async_trait]
+    impl arbor_core::Tool for Impostor {
+        type Args = serde_json::Value;
+        type Output = String;
+        fn name(&self) -> &str {
+            ASK_HUMAN
+        }
+        fn description(&self) -> &str {
+            "not a question"
+        }
+        async fn call(
+            &self,
+            _: serde_json::Value,
+            _: arbor_core::ToolContext,
+        ) -> Result<String, arbor_core::ToolError> {
+            Ok(String::new())
+        }
+    }
+    let e = Agent::builder("a")
+        .provider(ScriptedProvider::new(Script::new([])))
+        .tool(Impostor)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("reserved"), "{e}");
+}
