@@ -1,7 +1,8 @@
 //! Approvals where the person is: when `arbor run` (or `arbor resume`) stops on calls
 //! waiting for approval and its standard input and error are a terminal, it asks there, call by call (the path, the
 //! tool and its arguments; approve once, for the run, reject with a reason, or leave it for
-//! later), records the decisions as `arbor approve` / `reject` would, and the caller resumes
+//! later) and the questions agents asked (`ask_human`: type the answer, or a choice's
+//! number), records the decisions as `arbor approve` / `reject` / `answer` would, and the caller resumes
 //! the tree in the same process. `--no-input`, or no terminal, keeps the exit 4 and the
 //! separate commands.
 
@@ -108,8 +109,13 @@ pub(crate) async fn decide_waiting(
         let mut decisions = Vec::new();
         for p in &s.pending {
             asked += 1;
-            output::err(&describe(asked, total, p));
-            match ask_one().await? {
+            let question = arbor_core::tool::ask::Question::of(p);
+            output::err(&describe(asked, total, p, question.as_ref()));
+            let choice = match &question {
+                Some(q) => ask_question(q).await?,
+                None => ask_one().await?,
+            };
+            match choice {
                 Choice::Decide(verdict, reason) => decisions.push(ApprovalDecision {
                     id: p.id.clone(),
                     verdict,
@@ -132,13 +138,29 @@ pub(crate) async fn decide_waiting(
     })
 }
 
-/// The question about one call.
-fn describe(n: usize, total: usize, p: &PendingDecision) -> String {
+/// The question about one call (or the agent's own question).
+fn describe(
+    n: usize,
+    total: usize,
+    p: &PendingDecision,
+    question: Option<&arbor_core::tool::ask::Question>,
+) -> String {
     let path = if p.path.is_empty() {
         "root".to_owned()
     } else {
         p.path.join(" > ")
     };
+    if let Some(q) = question {
+        let mut text = format!("[{n}/{total}] {path} asks: {}", q.question);
+        for (i, c) in q.choices.iter().enumerate() {
+            text.push_str(&format!("\n  {}. {c}", i + 1));
+        }
+        text.push_str(
+            "\n  type the answer (or a choice's number), !decline to decline, or Enter to \
+             decide later",
+        );
+        return text;
+    }
     let arguments = output::short(&output::one_line(&p.arguments.to_string()), 400);
     format!(
         "[{n}/{total}] {path}: {} {arguments}\n  approve [o]nce, approve for the [r]un, re[j]ect, \
@@ -178,6 +200,35 @@ async fn ask_one() -> Result<Choice, Fail> {
             return Ok(Choice::Decide(verdict, reason));
         }
         return Ok(Choice::Decide(verdict, None));
+    }
+}
+
+/// Reads the answer to a question (asking again on one that does not fit it).
+async fn ask_question(q: &arbor_core::tool::ask::Question) -> Result<Choice, Fail> {
+    loop {
+        prompt("> ");
+        let Some(line) = read_line().await? else {
+            return Ok(Choice::Closed);
+        };
+        let line = line.trim_end_matches(['\r', '\n']).trim();
+        if line.is_empty() {
+            return Ok(Choice::Skip);
+        }
+        if line == "!decline" {
+            return Ok(Choice::Decide(Verdict::RejectOnce, None));
+        }
+        // A choice by its number.
+        let answer = line
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| q.choices.get(i))
+            .cloned()
+            .unwrap_or_else(|| line.to_owned());
+        match q.check_answer(&answer) {
+            Ok(()) => return Ok(Choice::Decide(Verdict::AllowOnce, Some(answer))),
+            Err(e) => output::err(&format!("  {e}")),
+        }
     }
 }
 

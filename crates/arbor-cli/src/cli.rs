@@ -86,9 +86,14 @@ pub(crate) enum Command {
     /// Allow pending calls (nothing runs until `arbor resume`).
     #[command(after_help = INSPECT_AFTER_HELP)]
     Approve(DecideArgs),
-    /// Reject pending calls (the model reads the rejection when the run resumes).
+    /// Reject pending calls (the model reads the rejection when the run resumes); a question
+    /// rejected is declined.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Reject(DecideArgs),
+    /// Answer a question an agent asked with ask_human (its answer is the call's result when
+    /// the run resumes: arbor resume).
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Answer(AnswerArgs),
     /// Let SESSION's suspended run go on with its decisions.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Resume(ResumeArgs),
@@ -297,6 +302,22 @@ pub(crate) struct DecideArgs {
     /// Why (the model reads it for a rejection; at most 2048 bytes).
     #[arg(long)]
     pub(crate) reason: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// Arguments of `arbor answer`.
+#[derive(Debug, Args)]
+pub(crate) struct AnswerArgs {
+    /// The root session (its id, a unique piece of it, or @latest).
+    #[arg(value_name = "SESSION")]
+    pub(crate) session: String,
+    /// The question's pending id, or a unique prefix of it (see `arbor approvals`).
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+    /// The answer (one of the question's choices when it offers some; at most 2048 bytes).
+    #[arg(value_name = "ANSWER")]
+    pub(crate) answer: String,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

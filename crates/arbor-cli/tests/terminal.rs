@@ -12,6 +12,7 @@ use pty_support::OnTerminal;
 use serde_json::Value;
 
 const APPROVALS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+const QUESTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/question.toml");
 
 fn arbor(dir: &Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
@@ -76,6 +77,24 @@ fn a_run_asks_on_the_terminal_and_goes_on_once_approved() {
             .contains("published v1.2 release notes"),
         "{results:?}"
     );
+}
+
+#[test]
+fn a_childs_question_is_asked_on_the_terminal_and_its_answer_reaches_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = OnTerminal::start(dir.path(), &["run", QUESTION], 100, &[]);
+    term.wait_for("[1/1] painter asks: Which colour for the fence?", 1);
+    term.wait_for("2. green", 1);
+    term.wait_for("> ", 1);
+    // Not a choice: asked again; then the second choice by its number.
+    term.type_line("red");
+    term.wait_for("the answer must be one of the question's choices", 1);
+    term.type_line("2");
+    let (code, out, screen) = term.finish();
+    assert_eq!(code, Some(0), "{screen}\n{out}");
+    let results = tool_results(dir.path(), "painter");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["message"]["content"], "green", "{results:?}");
 }
 
 #[test]

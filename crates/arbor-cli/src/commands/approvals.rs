@@ -1,15 +1,16 @@
-//! `arbor approvals`, `approve` and `reject`: the human side of durable approvals, each in its
-//! own process. Deciding only records the decision (nothing runs); `arbor resume`
+//! `arbor approvals`, `approve`, `reject` and `answer`: the human side of durable approvals
+//! and of agents' questions (`ask_human`), each in its own process. Deciding only records the decision (nothing runs); `arbor resume`
 //! ([`crate::resume`]) rebuilds the tree from the definition kept in the root record and lets
 //! the suspended runs go on, the approved calls running exactly once.
 
 use arbor_core::DenyReason;
 use arbor_core::registry;
+use arbor_core::tool::ask::MAX_ANSWER_BYTES;
 use arbor_protocol::{ApprovalDecision, Verdict};
 use serde_json::{Value, json};
 
 use crate::answers::waiting_at;
-use crate::cli::{DecideArgs, SessionArgs};
+use crate::cli::{AnswerArgs, DecideArgs, SessionArgs};
 use crate::fail::Fail;
 use crate::render::report::{suspension_json, suspension_text};
 use crate::store::open;
@@ -39,37 +40,69 @@ pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
 /// `arbor approve` / `arbor reject`: records decisions on the session's suspended run.
 pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
     answers::check_reason(args.reason.as_deref())?;
-    let store = open(&args.store).await?;
-    let id = resolve::session(store.as_ref(), &args.session).await?;
-    registry::session(store.as_ref(), id)
-        .await
-        .map_err(Fail::core)?;
     let verdict = match (allow, args.for_run) {
         (true, false) => Verdict::AllowOnce,
         (true, true) => Verdict::AllowForRun,
         (false, false) => Verdict::RejectOnce,
         (false, true) => Verdict::RejectForRun,
     };
+    let reason = args.reason.clone();
+    record(&args.store, &args.session, &args.ids, |id| {
+        ApprovalDecision {
+            id,
+            verdict,
+            reason: reason.clone(),
+            decided_by: Some(crate::tree::local_decider()),
+        }
+    })
+    .await
+}
+
+/// `arbor answer SESSION ID ANSWER`: answers a question (`ask_human`) waiting under the
+/// session; the answer is the call's result when the run resumes.
+pub(crate) async fn answer(args: AnswerArgs) -> Result<u8, Fail> {
+    if args.answer.trim().is_empty() || args.answer.len() > MAX_ANSWER_BYTES {
+        return Err(Fail::usage(format!(
+            "ANSWER is {} bytes; an answer is 1 to {MAX_ANSWER_BYTES} bytes, not blank",
+            args.answer.len()
+        )));
+    }
+    let text = args.answer.clone();
+    record(
+        &args.store,
+        &args.session,
+        std::slice::from_ref(&args.id),
+        |id| ApprovalDecision {
+            decided_by: Some(crate::tree::local_decider()),
+            ..arbor_core::tool::ask::answer(id, text.clone())
+        },
+    )
+    .await
+}
+
+/// Records the decisions `decision` makes for each of `ids` (unique prefixes of waiting ids)
+/// on the session's suspended run, and prints what still waits.
+async fn record(
+    store_args: &crate::cli::StoreArgs,
+    session: &str,
+    ids: &[String],
+    decision: impl Fn(String) -> ApprovalDecision,
+) -> Result<u8, Fail> {
+    let store = open(store_args).await?;
+    let id = resolve::session(store.as_ref(), session).await?;
+    registry::session(store.as_ref(), id)
+        .await
+        .map_err(Fail::core)?;
     let all = waiting_at(store.as_ref(), id).await?;
     // Each id may be a unique prefix of a waiting one.
     let waiting_ids: Vec<&str> = all
         .iter()
         .flat_map(|s| s.pending.iter().map(|p| p.id.as_str()))
         .collect();
-    let ids: Vec<String> = args
-        .ids
-        .iter()
-        .map(|a| resolve::approval(waiting_ids.iter().copied(), a))
-        .collect::<Result<_, _>>()?;
     let decisions: Vec<ApprovalDecision> = ids
         .iter()
-        .map(|a| ApprovalDecision {
-            id: a.clone(),
-            verdict,
-            reason: args.reason.clone(),
-            decided_by: Some(crate::tree::local_decider()),
-        })
-        .collect();
+        .map(|a| resolve::approval(waiting_ids.iter().copied(), a).map(&decision))
+        .collect::<Result<_, _>>()?;
     // One record per call, whichever id names it: a call decided already is refused naming
     // the decision; a forged id gets the one unknown-approval error.
     let left = arbor_core::supervisor::decide_at(store.as_ref(), id, &decisions)
@@ -83,14 +116,18 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
                     "{id} waits for no decision (its run is over or never suspended)"
                 ))
             }
-            // An unknown or decided id, or an argument over a limit, is bad input, like an
-            // unknown session.
-            arbor_core::CoreErrorKind::Denied | arbor_core::CoreErrorKind::Limit => {
-                Fail::usage(e.to_string())
-            }
+            // A question takes an answer: say how to give one.
+            arbor_core::CoreErrorKind::Validation if e.field() == Some("answer") => Fail::usage(
+                format!("{e}; a question is answered with: arbor answer {id} ID ANSWER"),
+            ),
+            // An unknown or decided id, an argument over a limit, or a decision that does
+            // not fit the call, is bad input, like an unknown session.
+            arbor_core::CoreErrorKind::Denied
+            | arbor_core::CoreErrorKind::Limit
+            | arbor_core::CoreErrorKind::Validation => Fail::usage(e.to_string()),
             _ => Fail::core(e),
         })?;
-    if args.store.json {
+    if store_args.json {
         output::out(&suspension_json(&left).to_string());
     } else if left.pending.is_empty() {
         output::out(&format!(

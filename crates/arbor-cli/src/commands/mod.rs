@@ -46,6 +46,7 @@ pub(crate) fn run(
         Command::Approvals(args) => runtime.block_on(approvals::list(args)),
         Command::Approve(args) => runtime.block_on(approvals::decide(args, true)),
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
+        Command::Answer(args) => runtime.block_on(approvals::answer(args)),
         Command::Resume(args) => runtime.block_on(resume::resume(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
         Command::Serve(args) => runtime.block_on(serve::serve(args, metrics)),

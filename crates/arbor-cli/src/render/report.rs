@@ -236,23 +236,44 @@ pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
         s.run_id,
         s.version
     );
+    let mut questions = false;
     for p in &s.pending {
         let path = if p.path.is_empty() {
             "root".to_owned()
         } else {
             p.path.join(" > ")
         };
-        out.push_str(&format!(
-            "\n  {}  {path}: {} {}",
-            p.id,
-            p.tool,
-            crate::render::output::one_line(&p.arguments.to_string())
-        ));
+        let what = match arbor_core::tool::ask::Question::of(p) {
+            Some(q) => {
+                questions = true;
+                question_line(&q)
+            }
+            None => format!(
+                "{} {}",
+                p.tool,
+                crate::render::output::one_line(&p.arguments.to_string())
+            ),
+        };
+        out.push_str(&format!("\n  {}  {path}: {what}", p.id));
     }
     out.push_str(&format!(
         "\ndecide with: arbor approve {session} ID... (or arbor reject), then: arbor resume {session}"
     ));
+    if questions {
+        out.push_str(&format!(
+            "\nanswer a question with: arbor answer {session} ID ANSWER (arbor reject declines it)"
+        ));
+    }
     out
+}
+
+/// A question as one line: `asks "…" [a | b]`.
+pub(crate) fn question_line(q: &arbor_core::tool::ask::Question) -> String {
+    let mut line = format!("asks {:?}", crate::render::output::one_line(&q.question));
+    if !q.choices.is_empty() {
+        line.push_str(&format!(" [{}]", q.choices.join(" | ")));
+    }
+    line
 }
 
 #[cfg(test)]
