@@ -6,8 +6,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::api;
 use crate::api::approvals::{
-    ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
-    VerdictInput,
+    ApprovalsView, DecideRequest, DecisionInput, PendingView, QuestionView, ResumeView,
+    SuspensionView, VerdictInput,
 };
 use crate::api::host::{
     AnswerView, DelegationState, DeletedView, HandleView, MessageRequest, ReceiptView,
@@ -55,7 +55,7 @@ use crate::views::{
     components(schemas(
         ApiError, ErrorBody, ErrorKind, LimitBody, arbor_protocol::Usage, Totals, CostTotals, SessionView, TreeView,
         ChildrenView, TranscriptPage, StartRunRequest, BudgetRequest, RunView, RunResultView, SpecList, CancelView,
-        PendingView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
+        PendingView, QuestionView, SuspensionView, ApprovalsView, VerdictInput, DecisionInput, DecideRequest,
         ResumeView, NodeView, TreeSnapshot, RunSummary, RunList, arbor_core::supervisor::Mode, SpawnRequest,
         HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,
         crate::feed::FeedEntry, crate::feed::FeedEvent, arbor_core::budget::PoolView,

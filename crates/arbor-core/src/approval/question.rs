@@ -203,9 +203,11 @@ pub(crate) fn check_decision(pending: &PendingDecision, d: &ApprovalDecision) ->
     if pending.tool != ASK_HUMAN {
         return Ok(());
     }
-    let question = Question::parse(&pending.arguments)?;
     match d.verdict {
-        Verdict::AllowOnce => question.check_answer(d.reason.as_deref().unwrap_or("")),
+        // A malformed question can still be declined; only an answer needs one to fit.
+        Verdict::AllowOnce => {
+            Question::parse(&pending.arguments)?.check_answer(d.reason.as_deref().unwrap_or(""))
+        }
         Verdict::RejectOnce => Ok(()),
         Verdict::AllowForRun | Verdict::RejectForRun => Err(CoreError::invalid(
             "verdict",

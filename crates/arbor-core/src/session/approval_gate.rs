@@ -59,23 +59,28 @@ impl Session {
             trace: None,
         };
         if state.gated {
-            checkpoint.calls = calls
-                .into_iter()
-                .map(|call| {
-                    // A question that may not wait (refused, malformed) is answered now.
-                    let state_now = match self.check_question(state.run_id, turn, &call) {
-                        Some(refused) => CallState::Done {
+            let mut halted = None;
+            for call in calls {
+                // A question that may not wait (refused, malformed) is answered now; a policy
+                // that halts on it stops the run.
+                let state_now = match self.check_question(state.run_id, turn, &call) {
+                    Some(refused) => {
+                        halted = halted.or(refused.stop);
+                        CallState::Done {
                             result: refused.result,
-                        },
-                        None => CallState::Pending,
-                    };
-                    CallSlot {
-                        approval_id: approval::own_id(state.run_id, &call.id),
-                        call,
-                        state: state_now,
+                        }
                     }
-                })
-                .collect();
+                    None => CallState::Pending,
+                };
+                checkpoint.calls.push(CallSlot {
+                    approval_id: approval::own_id(state.run_id, &call.id),
+                    call,
+                    state: state_now,
+                });
+            }
+            if let Some(stop) = halted {
+                return self.stop_turn(state, checkpoint, stop).await;
+            }
             checkpoint.apply_sticky();
             // What the host decided once and for all runs (or is rejected) without asking.
             let standing = crate::approval::standing::Standing::of_meta(&self.record.meta);
@@ -127,6 +132,10 @@ impl Session {
         }
         if checkpoint.settled() {
             return self.complete_turn(state, checkpoint, stop).await;
+        }
+        // A call that failed the run or halted it ends it: nothing of the turn waits.
+        if let Some(stop) = stop {
+            return self.stop_turn(state, checkpoint, stop).await;
         }
         for slot in &mut checkpoint.calls {
             slot.approval_id = approval::own_id(state.run_id, &slot.call.id);
@@ -368,7 +377,7 @@ impl Session {
     }
 
     /// Writes the turn's results in call order and ends the turn.
-    async fn complete_turn(
+    pub(super) async fn complete_turn(
         &mut self,
         state: &mut RunState,
         checkpoint: RunCheckpoint,

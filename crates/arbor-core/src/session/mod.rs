@@ -46,6 +46,7 @@ pub(crate) mod replay;
 pub(crate) mod resumer;
 pub(crate) mod run;
 pub(crate) mod steps;
+pub(crate) mod turn_stop;
 
 /// A live session. Runs take `&mut self`, so one session runs one input at a time.
 #[derive(Debug)]

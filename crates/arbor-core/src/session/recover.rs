@@ -79,10 +79,18 @@ impl Session {
         let (last_run, last_turn, before) = self.cut_off_run().await?;
         let mut closing = Vec::new();
         let cancel = options.cancel.clone().unwrap_or_default();
+        // A crash between a suspension's checkpoint and its record's `suspended`: the calls
+        // the checkpoint holds done ran (a turn that waited only on a question, say); their
+        // results stand.
+        let mut done = self.done_in_stale_suspensions().await?;
         for interrupted in self.unanswered_calls() {
-            let answer = self
-                .rejoin_or_reissue(&interrupted, last_run, last_turn, &options, &cancel)
-                .await?;
+            let answer = match done.remove(&interrupted.call_id) {
+                Some(result) => Some((result.content, result.is_error)),
+                None => {
+                    self.rejoin_or_reissue(&interrupted, last_run, last_turn, &options, &cancel)
+                        .await?
+                }
+            };
             // Else, its effect was recorded done: that is its result, nothing is repeated.
             let answer = match (answer, last_run) {
                 (Some(answer), _) => Some(answer),
@@ -117,8 +125,9 @@ impl Session {
             }));
         }
         // A crash between a suspension's checkpoint and its record's `suspended` leaves the
-        // checkpoint of a run that goes on here instead: its calls are the ones reported
-        // interrupted above (never run), so it is closed, and nothing lists it as waiting.
+        // checkpoint of a run that goes on here instead: its calls are answered above (what
+        // it held done, else interrupted: never run), so it is closed, and nothing lists it
+        // as waiting.
         for stale in crate::approval::suspensions(self.store.as_ref(), self.id()).await? {
             match self
                 .store
@@ -140,6 +149,26 @@ impl Session {
         };
         let result = self.start_run(None, closing, from, options, before).await?;
         Ok((state, result))
+    }
+
+    /// The results of the calls the stale suspensions of this session hold done, by call id.
+    async fn done_in_stale_suspensions(
+        &self,
+    ) -> CoreResult<std::collections::HashMap<String, arbor_protocol::ToolResult>> {
+        let mut done = std::collections::HashMap::new();
+        for stale in crate::approval::suspensions(self.store.as_ref(), self.id()).await? {
+            let Some((_, checkpoint)) =
+                crate::approval::load(self.store.as_ref(), stale.run_id).await?
+            else {
+                continue;
+            };
+            for slot in checkpoint.calls {
+                if let crate::approval::CallState::Done { result } = slot.state {
+                    done.insert(slot.call.id, result);
+                }
+            }
+        }
+        Ok(done)
     }
 
     /// The cut-off run (whose calls' idempotency keys name it), the turn its calls in flight

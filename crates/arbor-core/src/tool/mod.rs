@@ -333,10 +333,12 @@ impl ToolSet {
         for (i, tool) in tools.iter().enumerate() {
             let name = &tool.spec().name;
             validate_tool_name(name)?;
-            if name == ask::ASK_HUMAN && !tool.asks_human() {
+            // The name is what the checkpoint knows a question by: one goes with the other.
+            if (name == ask::ASK_HUMAN) != tool.asks_human() {
                 return Err(CoreError::validation(format!(
-                    "the tool name {name:?} is reserved for arbor's own question tool \
-                     (arbor_core::tool::ask::AskHuman)"
+                    "tool {name:?}: the name {:?} is reserved for arbor's own question tool \
+                     (arbor_core::tool::ask::AskHuman), and only that tool asks a person",
+                    ask::ASK_HUMAN
                 )));
             }
             if index.insert(name.clone(), i).is_some() {

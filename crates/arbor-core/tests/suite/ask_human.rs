@@ -354,3 +354,188 @@ fn only_arbors_question_tool_may_be_called_ask_human() {
         .unwrap_err();
     assert!(e.to_string().contains("reserved"), "{e}");
 }
+
+/// A model's async child that asks: its caller goes on (`wait_agent` reads that it waits
+/// for a person), the question is listed at the root, and once answered the child is resumed
+/// on its own and reads the answer.
+#[tokio::test]
+async fn an_async_childs_question_is_listed_at_the_root_and_resumed_on_its_own() {
+    use arbor_core::DynTool;
+    use arbor_core::supervisor::WaitAgentTool;
+    use arbor_core::supervisor::tools::ToolReport;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (sup, _) = tree(store.clone(), colour(), |b| b);
+    let record = arbor_store::SessionRecord::new_root("parent", "parent", "scripted");
+    store.create_session(&record).await.unwrap();
+    let ctx = arbor_core::ToolContext::new(
+        "parent",
+        arbor_core::SessionRef::from(&record),
+        arbor_protocol::RunId::new(),
+        "c1",
+    );
+    let started = SpawnAgentTool::new(sup.delegator())
+        .call_json(
+            json!({"child_id": "asker", "name": "asker", "input": "paint", "mode": "async"}),
+            ctx.clone(),
+        )
+        .await
+        .unwrap();
+    let Some(ToolReport::Started(handle)) = ToolReport::parse(&started) else {
+        panic!("a handle: {started}");
+    };
+    let e = WaitAgentTool::new(sup.delegator())
+        .call_json(json!({"delegation_id": handle.delegation_id}), ctx)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("the child waits for a person at the root"),
+        "{e}"
+    );
+    let waiting = waiting_at(store.as_ref(), record.id).await.unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let q = waiting[0].pending[0].clone();
+    assert_eq!(q.tool, ASK_HUMAN);
+    decide_at(store.as_ref(), record.id, &[answer(&q.id, "blue")])
+        .await
+        .unwrap();
+    let done = sup.resume_child(waiting[0].session_id).await.unwrap();
+    assert_eq!(done.result.text, "painted");
+    assert_eq!(
+        answers_read(&store, record.id).await,
+        [("blue".to_owned(), false)]
+    );
+}
+
+#[tokio::test]
+async fn a_child_that_may_ask_needs_a_definition_revision_to_be_resumed_under() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let asker = Agent::builder("asker")
+        .provider(ScriptedProvider::new(Script::new(colour())))
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::agent("asker", asker))
+        .build()
+        .unwrap();
+    let mut r = root(&sup, &store).await;
+    let done = r.run("go", opts(&sup)).await.unwrap();
+    // Loud, not a question nobody could ever answer.
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.unwrap_or_default();
+    assert!(
+        error.contains("has the tool \"ask_human\", but its supervisor has no definition revision"),
+        "{error}"
+    );
+    assert!(waiting_at(store.as_ref(), r.id()).await.unwrap().is_empty());
+}
+
+/// A tool that fails its run.
+#[derive(Debug, Clone)]
+struct Boom;
+
+#[async_trait::async_trait]
+impl arbor_core::Tool for Boom {
+    type Args = serde_json::Value;
+    type Output = String;
+    fn name(&self) -> &str {
+        "boom"
+    }
+    fn description(&self) -> &str {
+        "fails the run"
+    }
+    async fn call(
+        &self,
+        _: serde_json::Value,
+        _: arbor_core::ToolContext,
+    ) -> Result<String, arbor_core::ToolError> {
+        Err(arbor_core::ToolError::Fatal("the disk is gone".into()))
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_fails_the_run_beside_a_question_ends_it_and_nothing_waits() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut turn = ScriptedTurn::tool_call("boom", json!({}));
+    turn.tool_calls
+        .extend(ask(json!({"question": "Go on?"})).tool_calls);
+    let mut r = Agent::builder("solo")
+        .provider(ScriptedProvider::new(Script::new([
+            turn,
+            ScriptedTurn::text("went on"),
+        ])))
+        .tool(Boom)
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let done = r.run("go", RunOptions::default()).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed, "{:?}", done.suspension);
+    assert!(
+        done.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("the disk is gone"),
+        "{:?}",
+        done.error
+    );
+    assert!(waiting_at(store.as_ref(), r.id()).await.unwrap().is_empty());
+    let not_asked = r.messages().iter().any(|m| {
+        matches!(m, Message::Tool(t) if t.name == ASK_HUMAN && t.is_error
+            && t.content.starts_with("not run: the run stopped"))
+    });
+    assert!(not_asked, "{:?}", r.messages());
+}
+
+#[tokio::test]
+async fn a_policy_that_halts_on_a_question_stops_a_gated_run() {
+    use arbor_core::permission::{Decision, PermissionRequest, policy_fn};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut turn = write("a");
+    turn.tool_calls
+        .extend(ask(json!({"question": "May I?"})).tool_calls);
+    let mut r = Agent::builder("solo")
+        .provider(ScriptedProvider::new(Script::new([
+            turn,
+            ScriptedTurn::text("went on"),
+        ])))
+        .tool(Write::default())
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .policy(policy_fn(|req: &PermissionRequest<'_>| {
+            if req.tool == ASK_HUMAN {
+                Decision::Halt {
+                    reason: "no questions in batch mode".into(),
+                }
+            } else {
+                Decision::Allow
+            }
+        }))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .create()
+        .await
+        .unwrap();
+    let done = r
+        .run("go", RunOptions::default().with_approvals())
+        .await
+        .unwrap();
+    assert_ne!(done.status, RunStatus::Suspended, "{:?}", done.suspension);
+    assert!(
+        done.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no questions in batch mode"),
+        "{:?} {:?}",
+        done.status,
+        done.error
+    );
+    assert!(waiting_at(store.as_ref(), r.id()).await.unwrap().is_empty());
+}

@@ -1,11 +1,13 @@
 //! Approvals at a session: what waits for a decision there (`GET
 //! /v1/sessions/{id}/approvals`: its own suspended run and the runs below it that nobody
 //! awaits, each call with its id, path, tool and arguments), deciding (`POST
-//! /v1/sessions/{id}/approvals`: allow or reject, once or for the run, with a reason), and
+//! /v1/sessions/{id}/approvals`: allow or reject, once or for the run, with a reason; a
+//! question an agent asked with `ask_human` is answered with `answer`), and
 //! letting the tree go on (`POST /v1/runs/{id}/resume`). Deciding records the decisions
 //! only; nothing runs until the resume, and an approved call runs exactly once.
 
 use arbor_core::approval::MAX_REASON_BYTES;
+use arbor_core::tool::ask::MAX_ANSWER_BYTES;
 use arbor_protocol::{ApprovalDecision, DecidedBy, RunId, Verdict};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -35,6 +37,19 @@ pub struct PendingView {
     /// The session whose run made the call (its transcript records the decision).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// When the call is a question for a person (`ask_human`): what it asks. Answer it with
+    /// a decision's `answer`; `reject_once` declines it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<QuestionView>,
+}
+
+/// A question an agent asked the person at the root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct QuestionView {
+    /// The question.
+    pub question: String,
+    /// The answers to choose from (empty: free text).
+    pub choices: Vec<String>,
 }
 
 /// One suspended run and what it waits on.
@@ -66,6 +81,10 @@ impl From<&arbor_core::Suspension> for SuspensionView {
                     call_id: p.call_id.clone(),
                     path: p.path.clone(),
                     session_id: p.session_id.map(|s| s.to_string()),
+                    question: arbor_core::tool::ask::Question::of(p).map(|q| QuestionView {
+                        question: q.question,
+                        choices: q.choices,
+                    }),
                 })
                 .collect(),
         }
@@ -103,10 +122,14 @@ pub enum VerdictInput {
 pub struct DecisionInput {
     /// The pending call's id.
     pub id: String,
-    /// What to do with it.
-    pub verdict: VerdictInput,
+    /// What to do with it (required, unless `answer` is given: then `allow_once`, the only
+    /// verdict an answer goes with).
+    pub verdict: Option<VerdictInput>,
     /// Why (the model reads it for a rejection; at most 2048 bytes).
     pub reason: Option<String>,
+    /// The answer to a question (`ask_human`): 1 to 2048 bytes, one of its choices when it
+    /// offers some. The model reads it as the call's result.
+    pub answer: Option<String>,
 }
 
 /// Decisions on calls waiting at a session.
@@ -210,16 +233,9 @@ pub(crate) async fn decide(
             "decisions must hold at least one decision",
         ));
     }
+    let mut verdicts = Vec::with_capacity(req.decisions.len());
     for (i, d) in req.decisions.iter().enumerate() {
-        if d.reason
-            .as_ref()
-            .is_some_and(|r| r.len() > MAX_REASON_BYTES)
-        {
-            return Err(ApiError::field(
-                format!("decisions[{i}].reason"),
-                format!("a decision's reason is at most {MAX_REASON_BYTES} bytes"),
-            ));
-        }
+        verdicts.push(checked(i, d)?);
     }
     if let Some(by) = &req.by
         && (by.is_empty() || by.len() > MAX_BY_BYTES)
@@ -236,15 +252,12 @@ pub(crate) async fn decide(
     let decisions: Vec<ApprovalDecision> = req
         .decisions
         .iter()
-        .map(|d| ApprovalDecision {
+        .zip(verdicts)
+        .map(|(d, verdict)| ApprovalDecision {
             id: d.id.clone(),
-            verdict: match d.verdict {
-                VerdictInput::AllowOnce => Verdict::AllowOnce,
-                VerdictInput::AllowForRun => Verdict::AllowForRun,
-                VerdictInput::RejectOnce => Verdict::RejectOnce,
-                VerdictInput::RejectForRun => Verdict::RejectForRun,
-            },
-            reason: d.reason.clone(),
+            verdict,
+            // An answer is the decision's reason: what the model reads as the call's result.
+            reason: d.answer.clone().or_else(|| d.reason.clone()),
             decided_by: Some(decided_by.clone()),
         })
         .collect();
@@ -253,6 +266,51 @@ pub(crate) async fn decide(
     let left =
         arbor_core::supervisor::decide_at(state.store.as_ref(), record.id, &decisions).await?;
     Ok(Json(SuspensionView::from(&left)))
+}
+
+/// The verdict of decision `i`, its reason and answer checked (each error names the field).
+fn checked(i: usize, d: &DecisionInput) -> ApiResult<Verdict> {
+    if d.reason
+        .as_ref()
+        .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+    {
+        return Err(ApiError::field(
+            format!("decisions[{i}].reason"),
+            format!("a decision's reason is at most {MAX_REASON_BYTES} bytes"),
+        ));
+    }
+    if let Some(answer) = &d.answer {
+        if answer.trim().is_empty() || answer.len() > MAX_ANSWER_BYTES {
+            return Err(ApiError::field(
+                format!("decisions[{i}].answer"),
+                format!("an answer is 1 to {MAX_ANSWER_BYTES} bytes, not blank"),
+            ));
+        }
+        if d.reason.is_some() {
+            return Err(ApiError::field(
+                format!("decisions[{i}].reason"),
+                "an answer is its own reason: give answer or reason, not both",
+            ));
+        }
+        return match d.verdict {
+            None | Some(VerdictInput::AllowOnce) => Ok(Verdict::AllowOnce),
+            Some(_) => Err(ApiError::field(
+                format!("decisions[{i}].verdict"),
+                "an answer goes with allow_once (or no verdict); reject_once declines a question",
+            )),
+        };
+    }
+    match d.verdict {
+        Some(VerdictInput::AllowOnce) => Ok(Verdict::AllowOnce),
+        Some(VerdictInput::AllowForRun) => Ok(Verdict::AllowForRun),
+        Some(VerdictInput::RejectOnce) => Ok(Verdict::RejectOnce),
+        Some(VerdictInput::RejectForRun) => Ok(Verdict::RejectForRun),
+        None => Err(ApiError::field(
+            format!("decisions[{i}].verdict"),
+            "verdict is required (allow_once, allow_for_run, reject_once, reject_for_run), \
+             unless the decision gives an answer",
+        )),
+    }
 }
 
 /// A resume was started.

@@ -227,7 +227,6 @@ impl Supervisor {
             _ => None,
         };
         let thread = request.thread_id.as_deref().unwrap_or("default").to_owned();
-        let host_join = scope.is_none() && request.spawned_by.is_none();
         Ok(Admitted {
             terms: Terms {
                 entry: entry_index,
@@ -263,11 +262,11 @@ impl Supervisor {
                 caller,
                 slot,
                 start: Start::Fresh,
-                // Nobody's run carries the approvals of a message-mode child, nor those of a
-                // child the host itself started to join (no calling run spawned it): when either
-                // stops on a call, it is listed at the root and resumed on its own
-                // (`resume_child`).
-                detached: mode == Mode::Message || (mode == Mode::Async && host_join),
+                // Nobody's run carries the approvals (or questions) of a message-mode child,
+                // nor those of an async one (its caller went on; `wait_agent` reads that it
+                // waits): when either stops on a call, it is listed at the root and resumed on
+                // its own (`resume_child`).
+                detached: matches!(mode, Mode::Message | Mode::Async),
                 claimed: None,
             },
         })

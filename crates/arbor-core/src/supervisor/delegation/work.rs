@@ -263,6 +263,23 @@ impl Supervisor {
                 ))));
             }
         };
+        // A child that may ask a person suspends on its own: it must be rebuilt under a
+        // definition revision, else its question could never be answered.
+        if self.settings().revision().is_none()
+            && let Some(tool) = agent.tools().specs().iter().find(|spec| {
+                agent
+                    .tools()
+                    .get(&spec.name)
+                    .is_some_and(|t| t.asks_human())
+            })
+        {
+            return Err(Worked::Error(CoreError::Config(format!(
+                "child \"{}\" has the tool {:?}, but its supervisor has no definition revision \
+                 to resume it under once the question is answered: set \
+                 SupervisorBuilder::definition_revision (or durable_approvals)",
+                a.terms.child_id, tool.name
+            ))));
+        }
         let mut builder = agent.to_builder();
         // A message-mode child answers with `send_message`: the runtime gives it the tool
         // when its factory did not, so no factory has to remember it.

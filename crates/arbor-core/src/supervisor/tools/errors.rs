@@ -22,6 +22,15 @@ impl Supervisor {
         if e.kind() == crate::CoreErrorKind::Config {
             return ToolError::Fatal(self.redact(&e.to_string()));
         }
+        if e.kind() == crate::CoreErrorKind::Suspended {
+            // An async child stopped on a question or a call waiting for approval: it is
+            // listed at the root and goes on once that is decided.
+            return self.tool_error(
+                "the child waits for a person at the root (a question it asked, or a call \
+                 waiting for approval); it goes on once that is decided, and its answer is then \
+                 in its transcript",
+            );
+        }
         match e.limit() {
             Some(info) => self.tool_error(&format!("{e}: {info}")),
             None => self.tool_error(&e.to_string()),

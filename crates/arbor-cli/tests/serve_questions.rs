@@ -1,0 +1,109 @@
+//! A question from any depth over HTTP against a live `arbor serve` (issue 39, item 4): the
+//! child of `examples/question.toml` asks; the run suspends with the question listed at the
+//! root (`question`, `choices`); an answer outside the choices is refused naming
+//! `answer`, a verdict that cannot carry one names `verdict`; one answer is recorded, a
+//! second is refused (409) naming the first; the resume delivers it as the call's result.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+#[allow(dead_code)]
+mod serve_support;
+use serve_support::{call, client, node, serving, start_run, status_becomes, tool_results};
+
+const QUESTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/question.toml");
+
+async fn decide(http: &reqwest::Client, base: &str, session: &str, body: Value) -> (u16, Value) {
+    call(
+        http,
+        Method::POST,
+        format!("{base}/v1/sessions/{session}/approvals"),
+        Some(body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_question_is_listed_answered_once_and_read_by_the_child() {
+    let (_dir, served) = serving("question", &std::fs::read_to_string(QUESTION).unwrap());
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "question").await;
+    let run = status_becomes(&http, &base, &root, "suspended").await;
+    let painter = node(&run, "painter")["id"].as_str().unwrap().to_owned();
+
+    let (status, listed) = call(
+        &http,
+        Method::GET,
+        format!("{base}/v1/sessions/{root}/approvals"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    let pending = &listed["suspensions"][0]["pending"];
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{listed}");
+    let p = &pending[0];
+    assert_eq!(p["tool"], "ask_human");
+    assert_eq!(
+        p["question"],
+        json!({"question": "Which colour for the fence?", "choices": ["blue", "green"]})
+    );
+    let id = p["id"].as_str().unwrap().to_owned();
+
+    for (body, field) in [
+        (
+            json!({"decisions": [{"id": id, "answer": "red"}]}),
+            "answer",
+        ),
+        (
+            json!({"decisions": [{"id": id, "answer": " "}]}),
+            "decisions[0].answer",
+        ),
+        (
+            json!({"decisions": [{"id": id, "answer": "blue", "verdict": "allow_for_run"}]}),
+            "decisions[0].verdict",
+        ),
+        (
+            json!({"decisions": [{"id": id, "verdict": "allow_once"}]}),
+            "answer",
+        ),
+        (json!({"decisions": [{"id": id}]}), "decisions[0].verdict"),
+    ] {
+        let (status, e) = decide(&http, &base, &root, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {e}");
+        assert_eq!(e["error"]["field"], field, "{body}: {e}");
+    }
+    let (status, left) = decide(
+        &http,
+        &base,
+        &root,
+        json!({"decisions": [{"id": id, "answer": "green"}], "by": "carol"}),
+    )
+    .await;
+    assert_eq!((status, &left["pending"]), (200, &json!([])), "{left}");
+    let (status, e) = decide(
+        &http,
+        &base,
+        &root,
+        json!({"decisions": [{"id": id, "answer": "blue"}]}),
+    )
+    .await;
+    assert_eq!(status, 409, "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("This call was already decided: allow_once by carol")
+            && message.contains("(green)"),
+        "{message}"
+    );
+
+    let (status, resumed) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "{resumed}");
+    status_becomes(&http, &base, &root, "succeeded").await;
+    assert_eq!(tool_results(&http, &base, &painter).await, ["green"]);
+}
