@@ -16,6 +16,10 @@ Each transport and mode runs the same checks:
 - durable approvals: a sync spawn whose child waits for approval answers `suspended` with
   the pending call; list_approvals lists it; decide_approval allows it and resumes the child;
   wait_agent gives its answer; the approved call ran exactly once; deciding again is refused.
+- a question (ask_human): over stdio with a client that takes elicitations (2025-11-25), the
+  child's question is put to the client, its choices as an enum, and the sync spawn returns
+  the child's answer; with the 2026-07-28 revision (no server-to-client requests) the spawn
+  answers `suspended` with the question, and decide_approval's `answer` goes on.
 Over HTTP, two stateless clients see the same tree, and a bad token is refused.
 Afterwards `arbor tree` shows each client's root with its children.
 
@@ -35,6 +39,7 @@ import time
 import urllib.request
 
 import httpx2
+import mcp.types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -44,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MCP_SPEC = os.path.join(ROOT, "examples", "mcp.toml")
 APPROVALS_SPEC = os.path.join(ROOT, "examples", "approvals.toml")
+QUESTION_SPEC = os.path.join(ROOT, "examples", "question.toml")
 
 EXPECTED_TOOLS = {
     "spawn_agent", "wait_agent", "cancel_agent", "list_children", "send_message",
@@ -181,6 +187,66 @@ async def approval_checks(c, label):
     return [k["session_id"] for k in kids if k["name"] == "publisher"]
 
 
+async def question_checks(arbor, tmp):
+    store = os.path.join(tmp, "question.db")
+    asked = []
+
+    async def elicit(context, params):
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"answer": "green"})
+
+    params = StdioServerParameters(command=arbor, args=["mcp", "--store", store, QUESTION_SPEC])
+    async with Client(params, mode="legacy", elicitation_callback=elicit) as c:
+        r = await c.call_tool("spawn_agent", {"child_id": "painter", "input": "Paint.",
+                                              "name": "painter"})
+        check("question/legacy: the child's question is put to the client as an elicitation",
+              len(asked) == 1 and asked[0].message == "painter asks: Which colour for the fence?"
+              and asked[0].requested_schema["properties"]["answer"].get("enum") == ["blue", "green"],
+              asked)
+        sc = r.structured_content or {}
+        check("question/legacy: the spawn returns the child's answer once it read the answer",
+              not r.is_error and sc.get("status") == "succeeded" and sc.get("text") == "Painted.",
+              r)
+    async with Client(params, mode="auto", elicitation_callback=elicit) as c:
+        r = await c.call_tool("spawn_agent", {"child_id": "painter", "input": "Paint.",
+                                              "name": "painter"})
+        sc = r.structured_content or {}
+        pending = sc.get("pending", [])
+        check("question/auto: without server-to-client requests the spawn answers suspended",
+              sc.get("status") == "suspended" and len(pending) == 1
+              and pending[0].get("question", {}).get("choices") == ["blue", "green"], r)
+        delegation = sc.get("delegation_id", "")
+        r = await c.call_tool("list_approvals", {})
+        ids = [p["id"] for s in (r.structured_content or {}).get("suspensions", [])
+               for p in s["pending"]]
+        r = await c.call_tool("decide_approval", {"decisions": [{"id": ids[0] if ids else "",
+                                                                 "answer": "red"}]})
+        check("question/auto: an answer outside the choices is refused naming them",
+              r.is_error and "one of the question's choices" in text_of(r), text_of(r))
+        r = await c.call_tool("decide_approval", {"decisions": [{"id": ids[0] if ids else "",
+                                                                 "answer": "blue"}]})
+        check("question/auto: decide_approval's answer resumes the child",
+              not r.is_error and (r.structured_content or {}).get("pending") == [], r)
+        r = await c.call_tool("wait_agent", {"delegation_id": delegation})
+        sc = r.structured_content or {}
+        check("question/auto: wait_agent gives the child's answer",
+              sc.get("status") == "succeeded" and sc.get("text") == "Painted.", r)
+    answers = []
+    for root in arbor_json(arbor, "ls", "--store", store)["roots"]:
+        tree = arbor_json(arbor, "tree", root["id"], "--store", store)
+        for row in tree.get("sessions", []):
+            if row["name"] != "painter":
+                continue
+            out = subprocess.run([arbor, "log", row["id"], "--store", store, "--json"],
+                                 capture_output=True, text=True, timeout=60)
+            for line in out.stdout.splitlines():
+                m = json.loads(line).get("message") or {}
+                if m.get("role") == "tool" and m.get("name") == "ask_human":
+                    answers.append(m.get("content"))
+    check("question: each child read its answer as the call's result, once",
+          sorted(answers) == ["blue", "green"], answers)
+
+
 def arbor_json(arbor, *args):
     out = subprocess.run([arbor, *args, "--json"], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
@@ -312,6 +378,7 @@ async def main():
     arbor = os.path.abspath(args.arbor)
     with tempfile.TemporaryDirectory() as tmp:
         await stdio(arbor, tmp)
+        await question_checks(arbor, tmp)
         await http(arbor, tmp)
     return check.summary()
 

@@ -7,7 +7,8 @@ on the same port and store, and sees the view go live again without a reload. Th
 taken in the view is in the child's transcript with who took it; a run whose answer the
 provider cut off says so; a run a SIGKILL interrupted is continued with the view's Resume; a
 model's thinking (from a fake Anthropic server) shows folded in the transcript and opens on a
-click.
+click; a child's question (ask_human) asked before a SIGKILL of the server shows after the
+restart with its choices, and a click answers it.
 Saves screenshots under the artifacts directory.
 
 Usage: python view_test.py --arbor PATH --spec PATH --out DIR
@@ -218,6 +219,8 @@ def main():
     work = tempfile.mkdtemp(prefix="arbor-web-")
     os.makedirs(os.path.join(work, "specs"))
     shutil.copy(a.spec, os.path.join(work, "specs", "approvals.toml"))
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(a.spec)), "question.toml"),
+                os.path.join(work, "specs", "question.toml"))
     with open(os.path.join(work, "specs", "fanout.toml"), "w") as f:
         f.write(fan_out(50))
     thinker = thinking_server()
@@ -329,6 +332,30 @@ def main():
             done = call(base, "GET", f"/v1/runs/{stuck}")
             assert done["result"]["text"] == "Recovered with the slow one's answer.", done
             checks += 4
+
+            # A question from a child, asked before a SIGKILL of the server: after the restart
+            # the view shows it with its choices; a click answers it, once, and the child
+            # reads the answer as its call's result.
+            asked = call(base, "POST", "/v1/runs", {"spec": "question"})["root_id"]
+            until("the painter to ask",
+                  lambda: call(base, "GET", f"/v1/runs/{asked}")["status"] == "suspended")
+            server.kill()
+            server.wait(timeout=20)
+            server, base = start(a.arbor, work, port)
+            page.goto(f"{base}/#run={asked}")
+            question = page.get_by_test_id("question")
+            expect(question).to_have_count(1, timeout=20000)
+            expect(question.get_by_test_id("question-text")).to_have_text(
+                "Which colour for the fence?")
+            expect(question.get_by_test_id("choice")).to_have_text(["blue", "green"])
+            checks += 3
+            page.screenshot(path=os.path.join(a.out, "view-question.png"), full_page=True)
+            question.get_by_test_id("choice").filter(has_text="green").click()
+            expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+            expect(page.get_by_test_id("question")).to_have_count(0)
+            page.locator("[data-testid=node][data-name=painter]").click()
+            expect(page.locator("#transcript li", has_text="tool: green")).to_have_count(1)
+            checks += 3
 
             # A model's thinking: folded in the transcript, opened on a click.
             thought = call(base, "POST", "/v1/runs", {"spec": "thinking"})["root_id"]

@@ -78,8 +78,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use arbor_store::Store;
 
 pub use api::approvals::{
-    ApprovalsView, DecideRequest, DecisionInput, PendingView, ResumeView, SuspensionView,
-    VerdictInput,
+    ApprovalsView, DecideRequest, DecisionInput, PendingView, QuestionView, ResumeView,
+    SuspensionView, VerdictInput,
 };
 pub use api::host::{
     AnswerView, DelegationState, DeletedView, HandleView, MAX_WAIT_MS, MessageRequest, ReceiptView,

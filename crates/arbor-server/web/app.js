@@ -258,7 +258,46 @@ function tick() {
   }
 }
 
+// A question an agent asked (ask_human): its choices as buttons, or a box for the answer;
+// Decline rejects it. The answer is recorded once, then the tree goes on.
+function questionCard(snap, s, p, names) {
+  const busy = state.busy.has(p.id);
+  const send = async (decision, btn) => {
+    state.busy.add(p.id);
+    btn.disabled = true;
+    const body = { decisions: [Object.assign({ id: p.id }, decision)], by: "web view" };
+    try {
+      const left = await api("POST", "/v1/sessions/" + snap.root_id + "/approvals", body);
+      if (left.pending.length === 0) {
+        await api("POST", "/v1/runs/" + snap.root_id + "/resume").catch(() => {});
+      }
+    } catch (e) {
+      alert("The answer was not recorded: " + e.message);
+      btn.disabled = false;
+    } finally {
+      state.busy.delete(p.id);
+    }
+  };
+  const q = p.question;
+  const answerBox = el("input", { type: "text", "data-testid": "answer-input", placeholder: "Your answer" });
+  const answers = q.choices.length
+    ? q.choices.map((c) => el("button", { type: "button", "data-testid": "choice", disabled: busy, text: c,
+        onclick: (e) => send({ answer: c }, e.target) }))
+    : [answerBox, el("button", { type: "button", "data-testid": "answer", disabled: busy, text: "Answer",
+        onclick: (e) => { if (answerBox.value.trim()) send({ answer: answerBox.value.trim() }, e.target); } })];
+  return el("div", { class: "approval question", "data-testid": "question", "data-tool": p.tool },
+    el("div", { class: "ask" },
+      el("span", {}, el("span", { class: "tool", text: "question" }),
+        el("span", { class: "who", text: "  from " + (p.path.length ? p.path.join(" › ") : names.get(s.session_id) || "root") })),
+      el("code", { class: "who", text: p.id.slice(0, 16) + "…" })),
+    el("p", { class: "question-text", "data-testid": "question-text", text: q.question }),
+    el("div", { class: "actions" }, ...answers,
+      el("button", { type: "button", class: "danger", "data-testid": "decline", disabled: busy, text: "Decline",
+        onclick: (e) => send({ verdict: "reject_once" }, e.target) })));
+}
+
 function approvalCard(snap, s, p, names) {
+  if (p.question) return questionCard(snap, s, p, names);
   const reason = el("input", { type: "text", placeholder: "Reason (optional; the model reads it on reject)" });
   const forRun = el("input", { type: "checkbox", title: "Also later calls of this tool on this path, for the run" });
   const busy = state.busy.has(p.id);

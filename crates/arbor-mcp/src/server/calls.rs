@@ -5,7 +5,9 @@
 //!   joins and waits on it (with progress), so a child that stops for an approval is listed
 //!   at the root and resumed on its own once decided.
 //! - `wait_agent` waits on a handle, or on the run a decision resumed; a child waiting for
-//!   approval answers `suspended` with what it waits on.
+//!   approval answers `suspended` with what it waits on. A child that waits only on
+//!   questions (`ask_human`) is asked at the client first when it supports elicitation
+//!   ([`super::elicit`]), then resumed and waited on again.
 //! - `list_approvals` / `decide_approval` read and decide what waits at the root; a run with
 //!   nothing left undecided is resumed here, its approved calls running exactly once.
 //! - `read_messages` drains the root's inbox.
@@ -26,6 +28,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::elicit::Asker;
 use super::out::Out;
 use super::progress::Progress;
 use super::schemas;
@@ -47,19 +50,26 @@ pub(crate) fn known(root: &HostedRoot, name: &str) -> bool {
     HOST_TOOLS.contains(&name) || root.tools().iter().any(|t| t.spec().name == name)
 }
 
-/// Runs one call. `cancel` fires when the client cancels the request; `tenant` is the one
-/// the HTTP layer authenticated (none over stdio).
+/// How one call reaches its client: cancelling it, telling it the progress, asking it
+/// questions; the tenant the HTTP layer authenticated (none over stdio).
+pub(crate) struct Client<'a> {
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) progress: &'a Progress,
+    pub(crate) asker: Asker,
+    pub(crate) tenant: Option<String>,
+}
+
+/// Runs one call.
 pub(crate) async fn call(
     root: &HostedRoot,
     name: &str,
     arguments: Value,
-    cancel: &CancellationToken,
-    progress: &Progress,
-    tenant: Option<String>,
+    client: &Client<'_>,
 ) -> Out {
+    let (cancel, tenant) = (client.cancel, client.tenant.clone());
     let out = match name {
-        "spawn_agent" => spawn(root, arguments, cancel, progress).await,
-        "wait_agent" => wait(root, arguments, cancel, progress).await,
+        "spawn_agent" => spawn(root, arguments, client).await,
+        "wait_agent" => wait(root, arguments, client).await,
         "list_approvals" => list_approvals(root, arguments).await,
         "decide_approval" => decide(root, arguments, tenant).await,
         "read_messages" => read_messages(root, arguments, cancel).await,
@@ -123,12 +133,8 @@ fn core_error(e: &CoreError) -> String {
     }
 }
 
-async fn spawn(
-    root: &HostedRoot,
-    arguments: Value,
-    cancel: &CancellationToken,
-    progress: &Progress,
-) -> Result<Out, String> {
+async fn spawn(root: &HostedRoot, arguments: Value, client: &Client<'_>) -> Result<Out, String> {
+    let (cancel, progress) = (client.cancel, client.progress);
     let spawn = root.spawn_tool();
     let host = spawn
         .host_request(arguments, root.root())
@@ -166,7 +172,7 @@ async fn spawn(
                 }
             };
             forwarder.flush().await;
-            answer(root, &id, waited)
+            settled(root, &id, waited, client).await
         }
     }
 }
@@ -185,42 +191,84 @@ fn parse<T: serde::de::DeserializeOwned>(tool: &str, arguments: Value) -> Result
     serde_json::from_value(arguments).map_err(|e| format!("invalid arguments for {tool}: {e}"))
 }
 
-async fn wait(
-    root: &HostedRoot,
-    arguments: Value,
-    cancel: &CancellationToken,
-    progress: &Progress,
-) -> Result<Out, String> {
+async fn wait(root: &HostedRoot, arguments: Value, client: &Client<'_>) -> Result<Out, String> {
     let args: HandleArgs = parse("wait_agent", arguments)?;
-    let sup = root.supervisor();
     let id = args.delegation_id;
-    let mut forwarder = progress.forwarder(sup.subscribe(), id.clone());
-    if let Some(mut resumed) = root.resumed(&id) {
-        let outcome = tokio::select! {
-            r = resumed.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
-            never = forwarder.run() => match never {},
-            () = cancel.cancelled() => return Err("Wait cancelled by the client".to_owned()),
-        };
-        forwarder.flush().await;
-        let Some(outcome) = outcome else {
-            return Err("The resumed run ended without a result".to_owned());
-        };
-        let waited = match &*outcome {
-            Ok(r) => Ok(WaitOutcome::Finished(Box::new(r.clone()))),
-            Err(e) => Err(e.clone()),
-        };
-        return answer(root, &id, waited);
+    if let Some(waited) = wait_resumed(root, &id, client).await {
+        return settled(root, &id, waited?, client).await;
     }
+    let sup = root.supervisor();
+    let mut forwarder = client.progress.forwarder(sup.subscribe(), id.clone());
     let options = WaitOptions {
         timeout: None,
-        cancel: Some(cancel.clone()),
+        cancel: Some(client.cancel.clone()),
     };
     let waited = tokio::select! {
         r = sup.wait(&id, options) => r,
         never = forwarder.run() => match never {},
     };
     forwarder.flush().await;
-    answer(root, &id, waited)
+    settled(root, &id, waited, client).await
+}
+
+/// Waits on the run a decision resumed for delegation `id`; `None` when none was.
+async fn wait_resumed(
+    root: &HostedRoot,
+    id: &str,
+    client: &Client<'_>,
+) -> Option<Result<arbor_core::CoreResult<WaitOutcome>, String>> {
+    let mut resumed = root.resumed(id)?;
+    let mut forwarder = client
+        .progress
+        .forwarder(root.supervisor().subscribe(), id.to_owned());
+    let outcome = tokio::select! {
+        r = resumed.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
+        never = forwarder.run() => match never {},
+        () = client.cancel.cancelled() => return Some(Err("Wait cancelled by the client".to_owned())),
+    };
+    forwarder.flush().await;
+    let Some(outcome) = outcome else {
+        return Some(Err("The resumed run ended without a result".to_owned()));
+    };
+    Some(Ok(match &*outcome {
+        Ok(r) => Ok(WaitOutcome::Finished(Box::new(r.clone()))),
+        Err(e) => Err(e.clone()),
+    }))
+}
+
+/// Questions put to the client in a row before the call answers `suspended` anyway.
+const MAX_ASKED_ROUNDS: usize = 8;
+
+/// A waited delegation as the client reads it, once the questions it stopped on were put to
+/// the client (when it takes them), answered, and the child resumed and waited on again.
+async fn settled(
+    root: &HostedRoot,
+    id: &str,
+    mut waited: arbor_core::CoreResult<WaitOutcome>,
+    client: &Client<'_>,
+) -> Result<Out, String> {
+    for _ in 0..MAX_ASKED_ROUNDS {
+        let Err(CoreError::Suspended(nested)) = &waited else {
+            break;
+        };
+        let decisions = client.asker.ask(nested, client.tenant.clone()).await;
+        if decisions.is_empty() {
+            break;
+        }
+        let store = root.supervisor().store();
+        let left = arbor_core::supervisor::decide_at(store.as_ref(), root.root().id, &decisions)
+            .await
+            .map_err(|e| core_error(&e))?;
+        if !left.pending.is_empty() {
+            break;
+        }
+        resume(root, &left).await?;
+        match wait_resumed(root, id, client).await {
+            Some(again) => waited = again?,
+            None => break,
+        }
+    }
+    answer(root, id, waited)
 }
 
 /// What a client reads for a waited delegation.
@@ -250,13 +298,18 @@ fn suspended(delegation_id: &str, nested: &NestedSuspension) -> Value {
 }
 
 fn pending_json(p: &arbor_protocol::PendingDecision) -> Value {
-    json!({
+    let mut out = json!({
         "id": p.id,
         "tool": p.tool,
         "arguments": p.arguments,
         "call_id": p.call_id,
         "path": p.path,
-    })
+    });
+    // A question (`ask_human`): what it asks; decide_approval answers it with `answer`.
+    if let Some(q) = arbor_core::tool::ask::Question::of(p) {
+        out["question"] = json!({"question": q.question, "choices": q.choices});
+    }
+    out
 }
 
 fn suspension_json(s: &arbor_core::Suspension) -> Value {
@@ -294,8 +347,27 @@ struct DecideArgs {
 #[serde(deny_unknown_fields)]
 struct DecisionArg {
     id: String,
-    verdict: Verdict,
+    verdict: Option<Verdict>,
     reason: Option<String>,
+    /// The answer to a question (`ask_human`): `allow_once` with the answer as its reason.
+    answer: Option<String>,
+}
+
+/// Decision `i`'s verdict and reason: an answer is `allow_once` with the answer as reason.
+fn verdict_of(i: usize, d: &DecisionArg) -> Result<(Verdict, Option<String>), String> {
+    match (&d.answer, d.verdict) {
+        (Some(_), Some(v)) if v != Verdict::AllowOnce => Err(format!(
+            "decisions[{i}].verdict: an answer goes with allow_once (or no verdict)"
+        )),
+        (Some(_), _) if d.reason.is_some() => Err(format!(
+            "decisions[{i}].reason: an answer is its own reason: give answer or reason"
+        )),
+        (Some(a), _) => Ok((Verdict::AllowOnce, Some(a.clone()))),
+        (None, Some(v)) => Ok((v, d.reason.clone())),
+        (None, None) => Err(format!(
+            "decisions[{i}].verdict is required, unless the decision gives an answer"
+        )),
+    }
 }
 
 async fn decide(
@@ -307,15 +379,18 @@ async fn decide(
     if args.decisions.is_empty() {
         return Err("decisions must hold at least one decision".to_owned());
     }
+    let mut verdicts = Vec::with_capacity(args.decisions.len());
     for (i, d) in args.decisions.iter().enumerate() {
         if d.reason
             .as_ref()
+            .or(d.answer.as_ref())
             .is_some_and(|r| r.len() > MAX_REASON_BYTES)
         {
             return Err(format!(
-                "decisions[{i}].reason: a decision's reason is at most {MAX_REASON_BYTES} bytes"
+                "decisions[{i}]: a decision's reason (or answer) is at most {MAX_REASON_BYTES} bytes"
             ));
         }
+        verdicts.push(verdict_of(i, d)?);
     }
     let sup = root.supervisor();
     let store = sup.store();
@@ -323,10 +398,11 @@ async fn decide(
     let decisions: Vec<ApprovalDecision> = args
         .decisions
         .iter()
-        .map(|d| ApprovalDecision {
+        .zip(verdicts)
+        .map(|(d, (verdict, reason))| ApprovalDecision {
             id: d.id.clone(),
-            verdict: d.verdict,
-            reason: d.reason.clone(),
+            verdict,
+            reason,
             decided_by: Some(decided_by.clone()),
         })
         .collect();

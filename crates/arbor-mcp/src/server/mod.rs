@@ -14,6 +14,7 @@
 //! negotiated by rmcp.
 
 pub(crate) mod calls;
+mod elicit;
 mod out;
 mod progress;
 mod schemas;
@@ -163,8 +164,13 @@ impl ServerHandler for ArborMcp {
             .arguments
             .map_or(serde_json::Value::Null, serde_json::Value::Object);
         let progress = progress::Progress::of(&cx);
-        let tenant = caller(&cx).tenant;
-        let out = calls::call(&root, &name, arguments, &cx.ct, &progress, tenant).await;
+        let client = calls::Client {
+            cancel: &cx.ct,
+            progress: &progress,
+            asker: elicit::Asker::of(&cx),
+            tenant: caller(&cx).tenant,
+        };
+        let out = calls::call(&root, &name, arguments, &client).await;
         Ok(out.into_result().into())
     }
 }

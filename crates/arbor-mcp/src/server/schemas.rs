@@ -39,9 +39,10 @@ pub(crate) fn decide_approval() -> ToolSpec {
                                 "enum": ["allow_once", "allow_for_run", "reject_once", "reject_for_run"],
                                 "description": "allow or reject, this call or every call of the same tool and path in that run."
                             },
-                            "reason": {"type": "string", "description": "Why (the child reads it for a rejection; at most 2048 bytes)."}
+                            "reason": {"type": "string", "description": "Why (the child reads it for a rejection; at most 2048 bytes)."},
+                            "answer": {"type": "string", "description": "The answer to a question a child asked (ask_human; pending calls with a `question`): one of its choices when it has some, at most 2048 bytes. The verdict is then allow_once (reject_once declines the question)."}
                         },
-                        "required": ["id", "verdict"],
+                        "required": ["id"],
                         "additionalProperties": false
                     }
                 }
