@@ -56,6 +56,9 @@ pub(crate) struct ProviderSpec {
     /// Send a tool-calling turn's reasoning back as `reasoning_content` (OpenAI kind; for
     /// DeepSeek's thinking models and the like; default off).
     pub(crate) send_reasoning: Option<bool>,
+    /// Send a child's output schema as `response_format: json_schema` (OpenAI kind; default
+    /// on; off for a server that refuses it).
+    pub(crate) structured_output: Option<bool>,
 }
 
 fn timeouts(t: &ProviderSpec) -> Timeouts {
@@ -139,6 +142,10 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
             "provider {name:?}: send_reasoning applies to kind = \"openai\" (Anthropic's \
              thinking blocks always go back in a tool loop)"
         )),
+        Kind::Anthropic if table.is_some_and(|t| t.structured_output.is_some()) => Err(format!(
+            "provider {name:?}: structured_output applies to kind = \"openai\" (an Anthropic \
+             child's answer is checked against its output_schema, not constrained)"
+        )),
         Kind::Openai if table.is_some_and(|t| t.cache.is_some()) => Err(format!(
             "provider {name:?}: cache applies to kind = \"anthropic\" (OpenAI-compatible \
              servers cache on their own; what they report as cached is read either way)"
@@ -155,6 +162,7 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 c.headers = t.headers.clone().into_iter().collect();
                 c.include_usage = t.include_usage.unwrap_or(true);
                 c.send_reasoning = t.send_reasoning.unwrap_or(false);
+                c.structured_output = t.structured_output.unwrap_or(true);
                 c.max_tokens = t.max_tokens;
                 if let Some(n) = t.max_turn_bytes {
                     c.max_turn_bytes = n;

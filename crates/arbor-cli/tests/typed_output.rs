@@ -200,3 +200,81 @@ async fn a_spawn_over_http_names_its_schema_and_gets_the_value() {
         "{e}"
     );
 }
+
+/// One streamed Chat Completions answer whose text is `text`.
+fn sse_answer(text: &str) -> Vec<u8> {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        chunk(json!({"content": text}), Value::Null),
+        chunk(json!({}), json!("stop"))
+    )
+    .into_bytes()
+}
+
+/// An agent with an output schema on an OpenAI-compatible server: the schema goes to the
+/// server as `response_format` (it constrains the answer), unless the provider turns it off;
+/// an Anthropic provider refuses the option by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_schema_reaches_an_openai_server_as_its_response_format() {
+    use arbor_model::testing::{Canned, ReplayServer};
+    for structured in [None, Some(false)] {
+        let answer = sse_answer(r#"{"name": "Ada"}"#);
+        let server = ReplayServer::start(vec![
+            Canned::json(200, r#"{"id":"m","object":"model"}"#),
+            Canned::sse(&answer),
+        ])
+        .await
+        .unwrap();
+        let option = structured.map_or(String::new(), |s| format!("structured_output = {s}\n"));
+        let spec = format!(
+            "task = \"who?\"\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}/v1\"\n\
+             api_key_env = \"FAKE_KEY\"\n{option}[agents.root]\nprovider = \"fake\"\nmodel = \"m\"\n\
+             output_schema = {{ type = \"object\", required = [\"name\"], properties = {{ name = \
+             {{ type = \"string\" }} }} }}\n",
+            server.url
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.toml"), spec).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_arbor"))
+            .args(["run", "--memory", "s.toml", "-q", "--json"])
+            .current_dir(dir.path())
+            .env_remove("ARBOR_LOG")
+            .env("FAKE_KEY", "k")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let sent = server.requests();
+        assert_eq!(sent.len(), 2);
+        let body: Value = serde_json::from_str(&sent[1].body).unwrap();
+        if structured.is_none() {
+            assert_eq!(
+                body["response_format"],
+                json!({"type": "json_schema", "json_schema": {"name": "answer", "strict": false,
+                    "schema": {"type": "object", "required": ["name"],
+                               "properties": {"name": {"type": "string"}}}}}),
+                "{body}"
+            );
+        } else {
+            assert!(body.get("response_format").is_none(), "{body}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let anthropic = "task = \"x\"\n[providers.a]\nkind = \"anthropic\"\nstructured_output = true\n\
+                     [agents.root]\nprovider = \"a\"\nmodel = \"m\"\n";
+    std::fs::write(dir.path().join("a.toml"), anthropic).unwrap();
+    let out = arbor(dir.path(), &["validate", "a.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("structured_output applies to kind = \"openai\""),
+        "{err}"
+    );
+}

@@ -52,6 +52,9 @@ pub fn estimate_input_tokens(request: &ModelRequest<'_>) -> u64 {
             .saturating_add(len(t.name.len() + t.description.len()))
             .saturating_add(len(t.parameters.to_string().len()));
     }
+    if let Some(schema) = request.output_schema {
+        bytes = bytes.saturating_add(len(schema.to_string().len()));
+    }
     bytes
         .div_ceil(BYTES_PER_TOKEN)
         .saturating_add(TOKENS_PER_MESSAGE.saturating_mul(len(request.messages.len())))
@@ -79,6 +82,11 @@ mod tests {
         let full = bare.system(Some(&system)).tools(&tools);
         // + 30 system bytes + 1 + 8 + 2 tool bytes = 341 bytes, rounded up.
         assert_eq!(estimate_input_tokens(&full), 114 + 8 + 16);
+        // An output schema is sent too: its 12 bytes count.
+        let schema = json!({"type": "x"});
+        assert_eq!(schema.to_string().len(), 12);
+        let typed = full.output_schema(Some(&schema));
+        assert_eq!(estimate_input_tokens(&typed), 118 + 8 + 16);
     }
 
     #[test]

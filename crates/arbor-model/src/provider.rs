@@ -45,6 +45,10 @@ pub struct ModelRequest<'a> {
     /// one's first tool call: a wire that requires it (Anthropic's, in a tool loop with
     /// thinking) sends the signed blocks back with their message.
     pub reasoning: Option<&'a Reasonings>,
+    /// The JSON Schema the final answer must match (a child's `output_schema`): a wire that
+    /// can constrain the answer to it sends it (OpenAI's `response_format`); the runtime
+    /// checks the answer either way.
+    pub output_schema: Option<&'a serde_json::Value>,
 }
 
 /// Reasoning blocks by the id of the first tool call of the assistant message they
@@ -62,7 +66,15 @@ impl<'a> ModelRequest<'a> {
             thinking: None,
             controls: None,
             reasoning: None,
+            output_schema: None,
         }
+    }
+
+    /// With the JSON Schema the final answer must match.
+    #[must_use]
+    pub fn output_schema(mut self, schema: Option<&'a serde_json::Value>) -> Self {
+        self.output_schema = schema;
+        self
     }
 
     /// With the reasoning kept beside the conversation's assistant messages.

@@ -381,6 +381,7 @@ mod tests {
             thinking: None,
             controls: None,
             reasoning: None,
+            output_schema: None,
         }
     }
 

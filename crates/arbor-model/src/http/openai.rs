@@ -40,6 +40,9 @@ pub struct OpenAiConfig {
     /// default): servers whose thinking models want it in a tool loop (DeepSeek's, llama.cpp
     /// templates that preserve reasoning).
     pub send_reasoning: bool,
+    /// Send a child's output schema as `response_format: json_schema` (default on): the
+    /// server constrains the answer to it. Off for servers that refuse the field.
+    pub structured_output: bool,
 }
 
 impl OpenAiConfig {
@@ -54,6 +57,7 @@ impl OpenAiConfig {
             headers: Vec::new(),
             include_usage: true,
             send_reasoning: false,
+            structured_output: true,
             max_tokens: None,
             max_turn_bytes: wire::DEFAULT_MAX_TURN_BYTES,
             retry: RetryPolicy::default(),
@@ -164,6 +168,11 @@ impl ModelProvider for OpenAiProvider {
             request
         } else {
             request.reasoning(None)
+        };
+        let request = if self.config.structured_output {
+            request
+        } else {
+            request.output_schema(None)
         };
         let body =
             wire::openai::request_body(&request, self.config.include_usage, self.config.max_tokens);

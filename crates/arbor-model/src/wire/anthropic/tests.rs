@@ -182,6 +182,7 @@ fn request_bodies_group_tool_results_before_the_inbox_text() {
             thinking: None,
             controls: None,
             reasoning: None,
+            output_schema: None,
         },
         4096,
     );
@@ -219,6 +220,7 @@ fn thinking_is_a_budget_outside_tool_loops() {
                 thinking,
                 controls: None,
                 reasoning: None,
+                output_schema: None,
             },
             4096,
         )

@@ -102,6 +102,20 @@ pub fn request_body(
     if let Some(effort) = request.thinking.and_then(|t| t.reasoning_effort()) {
         body["reasoning_effort"] = json!(effort);
     }
+    // The answer constrained to the schema the runtime checks it against (not strict: a
+    // strict schema must close every object and require every property).
+    if let Some(schema) = request.output_schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema, "strict": false},
+        });
+    }
+    tools_and_controls(&mut body, request);
+    body
+}
+
+/// The tools on offer and the controls.
+fn tools_and_controls(body: &mut Value, request: &ModelRequest<'_>) {
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools
@@ -116,9 +130,8 @@ pub fn request_body(
         body["tool_choice"] = json!("auto");
     }
     if let Some(c) = request.controls {
-        super::controls::openai(&mut body, c, !request.tools.is_empty());
+        super::controls::openai(body, c, !request.tools.is_empty());
     }
-    body
 }
 
 /// Arguments as the string the API wants. Text that was not JSON goes back as `{}` (servers

@@ -247,6 +247,7 @@ fn messages_read_between_tool_results_wait_for_the_last_result() {
             thinking: None,
             controls: None,
             reasoning: None,
+            output_schema: None,
         },
         false,
         None,
@@ -309,6 +310,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
         thinking: None,
         controls: None,
         reasoning: None,
+        output_schema: None,
     };
     let body = request_body(&req, true, Some(64));
     assert_eq!(body["max_tokens"], 64);
@@ -342,6 +344,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
             thinking: None,
             controls: None,
             reasoning: None,
+            output_schema: None,
         },
         false,
         None,
@@ -425,6 +428,7 @@ fn thinking_is_sent_as_reasoning_effort() {
                 thinking,
                 controls: None,
                 reasoning: None,
+                output_schema: None,
             },
             true,
             None,
@@ -563,4 +567,22 @@ fn kept_reasoning_text_goes_back_on_its_tool_calling_message() {
     // Without kept reasoning, no field.
     let body = request_body(&ModelRequest::new("m", &messages), true, None);
     assert!(body["messages"][1].get("reasoning_content").is_none());
+}
+
+#[test]
+fn an_output_schema_is_sent_as_the_response_format() {
+    let messages = [Message::user("who?")];
+    let schema = serde_json::json!({"type": "object"});
+    let bare = request_body(&ModelRequest::new("m", &messages), true, None);
+    assert!(bare.get("response_format").is_none(), "{bare}");
+    let typed = request_body(
+        &ModelRequest::new("m", &messages).output_schema(Some(&schema)),
+        true,
+        None,
+    );
+    assert_eq!(
+        typed["response_format"],
+        serde_json::json!({"type": "json_schema",
+            "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": false}})
+    );
 }
