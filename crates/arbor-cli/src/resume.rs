@@ -150,7 +150,8 @@ pub(crate) async fn resume_children(
     let mut runs = Vec::new();
     for s in ready {
         output::err(&format!(
-            "resuming {}: its answer goes to its parent by message",
+            "resuming {}: its answer is in its transcript (a message-mode child's goes to its \
+             parent by message)",
             name(s.session_id).await
         ));
         let (sup, child) = (sup.clone(), s.session_id);

@@ -145,3 +145,30 @@ fn a_declined_question_reads_as_declined() {
         )]
     );
 }
+
+#[test]
+fn an_answer_never_approves_a_call_waiting_for_approval() {
+    let approvals = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/approvals.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let run = arbor(dir.path(), &["run", approvals, "--json", "-q"]);
+    assert_eq!(run.status.code(), Some(4));
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let root = report["root_session_id"].as_str().unwrap().to_owned();
+    let json: Value =
+        serde_json::from_slice(&arbor(dir.path(), &["approvals", &root, "--json"]).stdout).unwrap();
+    let id = json["suspensions"][0]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = arbor(dir.path(), &["answer", &root, &id, "yes"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("this is a call of \"echo\" waiting for approval: approve or reject it"),
+        "{err}"
+    );
+    // Nothing was decided: it still waits.
+    let json: Value =
+        serde_json::from_slice(&arbor(dir.path(), &["approvals", &root, "--json"]).stdout).unwrap();
+    assert_eq!(json["suspensions"][0]["pending"][0]["id"], Value::from(id));
+}

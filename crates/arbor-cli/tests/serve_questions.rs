@@ -1,7 +1,7 @@
 //! A question from any depth over HTTP against a live `arbor serve` (issue 39, item 4): the
 //! child of `examples/question.toml` asks; the run suspends with the question listed at the
 //! root (`question`, `choices`); an answer outside the choices is refused naming
-//! `answer`, a verdict that cannot carry one names `verdict`; one answer is recorded, a
+//! `decisions[0].answer`, a verdict that cannot carry one names `decisions[0].verdict`; one answer is recorded, a
 //! second is refused (409) naming the first; the resume delivers it as the call's result.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -53,7 +53,7 @@ async fn a_question_is_listed_answered_once_and_read_by_the_child() {
     for (body, field) in [
         (
             json!({"decisions": [{"id": id, "answer": "red"}]}),
-            "answer",
+            "decisions[0].answer",
         ),
         (
             json!({"decisions": [{"id": id, "answer": " "}]}),
@@ -65,7 +65,7 @@ async fn a_question_is_listed_answered_once_and_read_by_the_child() {
         ),
         (
             json!({"decisions": [{"id": id, "verdict": "allow_once"}]}),
-            "answer",
+            "decisions[0].answer",
         ),
         (json!({"decisions": [{"id": id}]}), "decisions[0].verdict"),
     ] {

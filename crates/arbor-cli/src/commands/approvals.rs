@@ -47,7 +47,7 @@ pub(crate) async fn decide(args: DecideArgs, allow: bool) -> Result<u8, Fail> {
         (false, true) => Verdict::RejectForRun,
     };
     let reason = args.reason.clone();
-    record(&args.store, &args.session, &args.ids, |id| {
+    record(&args.store, &args.session, &args.ids, false, |id| {
         ApprovalDecision {
             id,
             verdict,
@@ -72,6 +72,7 @@ pub(crate) async fn answer(args: AnswerArgs) -> Result<u8, Fail> {
         &args.store,
         &args.session,
         std::slice::from_ref(&args.id),
+        true,
         |id| ApprovalDecision {
             decided_by: Some(crate::tree::local_decider()),
             ..arbor_core::tool::ask::answer(id, text.clone())
@@ -86,6 +87,7 @@ async fn record(
     store_args: &crate::cli::StoreArgs,
     session: &str,
     ids: &[String],
+    answers: bool,
     decision: impl Fn(String) -> ApprovalDecision,
 ) -> Result<u8, Fail> {
     let store = open(store_args).await?;
@@ -105,28 +107,31 @@ async fn record(
         .collect::<Result<_, _>>()?;
     // One record per call, whichever id names it: a call decided already is refused naming
     // the decision; a forged id gets the one unknown-approval error.
-    let left = arbor_core::supervisor::decide_at(store.as_ref(), id, &decisions)
-        .await
-        .map_err(|e| match e.kind() {
-            // Nothing waits there at all: say so rather than that the id is unknown.
-            arbor_core::CoreErrorKind::Denied
-                if all.is_empty() && e.deny_reason() == Some(DenyReason::Unknown) =>
-            {
-                Fail::usage(format!(
-                    "{id} waits for no decision (its run is over or never suspended)"
-                ))
-            }
-            // A question takes an answer: say how to give one.
-            arbor_core::CoreErrorKind::Validation if e.field() == Some("answer") => Fail::usage(
-                format!("{e}; a question is answered with: arbor answer {id} ID ANSWER"),
-            ),
-            // An unknown or decided id, an argument over a limit, or a decision that does
-            // not fit the call, is bad input, like an unknown session.
-            arbor_core::CoreErrorKind::Denied
-            | arbor_core::CoreErrorKind::Limit
-            | arbor_core::CoreErrorKind::Validation => Fail::usage(e.to_string()),
-            _ => Fail::core(e),
-        })?;
+    let recorded = if answers {
+        arbor_core::supervisor::answer_at(store.as_ref(), id, &decisions).await
+    } else {
+        arbor_core::supervisor::decide_at(store.as_ref(), id, &decisions).await
+    };
+    let left = recorded.map_err(|e| match e.kind() {
+        // Nothing waits there at all: say so rather than that the id is unknown.
+        arbor_core::CoreErrorKind::Denied
+            if all.is_empty() && e.deny_reason() == Some(DenyReason::Unknown) =>
+        {
+            Fail::usage(format!(
+                "{id} waits for no decision (its run is over or never suspended)"
+            ))
+        }
+        // A question takes an answer: say how to give one.
+        arbor_core::CoreErrorKind::Validation if e.field() == Some("answer") => Fail::usage(
+            format!("{e}; a question is answered with: arbor answer {id} ID ANSWER"),
+        ),
+        // An unknown or decided id, an argument over a limit, or a decision that does
+        // not fit the call, is bad input, like an unknown session.
+        arbor_core::CoreErrorKind::Denied
+        | arbor_core::CoreErrorKind::Limit
+        | arbor_core::CoreErrorKind::Validation => Fail::usage(e.to_string()),
+        _ => Fail::core(e),
+    })?;
     if store_args.json {
         output::out(&suspension_json(&left).to_string());
     } else if left.pending.is_empty() {

@@ -22,7 +22,7 @@ fn references_are_checked() {
     assert_eq!(
         err,
         "s.toml:2: agent \"root\": unknown tool \"rm\" (known: echo, sleep, append_line, \
-         read_file, write_file, list_dir, edit_file, run_command, mcp:SERVER/*, \
+         ask_human, read_file, write_file, list_dir, edit_file, run_command, mcp:SERVER/*, \
          mcp:SERVER/TOOL)"
     );
     let text = "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n[[agents.root.turns]]\n";

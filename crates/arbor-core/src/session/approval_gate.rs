@@ -242,18 +242,13 @@ impl Session {
             checkpoint.calls[i].state = next;
         }
         state.sticky = checkpoint.sticky.clone();
+        // A call that failed or halted the run ends it: nothing of the turn waits.
+        if let Some(stop) = &stop {
+            self.close_waiting(state, &mut checkpoint, stop).await;
+        }
         if checkpoint.settled() {
             if expected > 0 {
-                self.store
-                    .delete_checkpoint(approval::RUN_NAMESPACE, &state.run_id.to_string(), expected)
-                    .await
-                    .map_err(|e| match e {
-                        arbor_store::StoreError::Conflict { .. } => CoreError::Conflict(
-                            "the run's approvals changed while it resumed".to_owned(),
-                        ),
-                        other => CoreError::Store(other),
-                    })?;
-                state.checkpointed = false;
+                self.drop_checkpoint(state, expected).await?;
             }
             return self.complete_turn(state, checkpoint, stop).await;
         }

@@ -1,12 +1,13 @@
 //! A turn that stops the run (a call failed it, or a policy halted it) while others of its
 //! calls would wait: nothing of it waits. A question is not asked, a call waiting for
 //! approval is not run, a child suspended under it is closed (nothing will resume it); each
-//! gets an error result saying so, and the run ends with the stop.
+//! gets an error result saying so, and the run ends with the stop. Also where a settled
+//! turn's checkpoint is dropped.
 
 use arbor_protocol::ToolCall;
 
 use crate::approval::{CallState, RunCheckpoint};
-use crate::error::CoreResult;
+use crate::error::{CoreError, CoreResult};
 use crate::session::Session;
 use crate::session::dispatch::{CallStop, call_result};
 use crate::session::run::{Outcome, RunState};
@@ -31,6 +32,18 @@ impl Session {
         mut checkpoint: RunCheckpoint,
         stop: CallStop,
     ) -> CoreResult<Option<Outcome>> {
+        self.close_waiting(state, &mut checkpoint, &stop).await;
+        self.complete_turn(state, checkpoint, Some(stop)).await
+    }
+
+    /// Closes what of the turn would wait, since the run stops with `stop`: each such call
+    /// gets its error result (a child suspended under one is closed).
+    pub(crate) async fn close_waiting(
+        &self,
+        state: &RunState,
+        checkpoint: &mut RunCheckpoint,
+        stop: &CallStop,
+    ) {
         for slot in &mut checkpoint.calls {
             match &slot.state {
                 CallState::Pending => {}
@@ -44,9 +57,31 @@ impl Session {
                 _ => continue,
             }
             slot.state = CallState::Done {
-                result: call_result(&slot.call, not_run(&slot.call, &stop), true),
+                result: call_result(&slot.call, not_run(&slot.call, stop), true),
             };
         }
-        self.complete_turn(state, checkpoint, Some(stop)).await
+    }
+
+    /// Deletes the settled turn's checkpoint (stored at `expected`): nothing of it waits.
+    pub(crate) async fn drop_checkpoint(
+        &self,
+        state: &mut RunState,
+        expected: u64,
+    ) -> CoreResult<()> {
+        self.store
+            .delete_checkpoint(
+                crate::approval::RUN_NAMESPACE,
+                &state.run_id.to_string(),
+                expected,
+            )
+            .await
+            .map_err(|e| match e {
+                arbor_store::StoreError::Conflict { .. } => {
+                    CoreError::Conflict("the run's approvals changed while it resumed".to_owned())
+                }
+                other => CoreError::Store(other),
+            })?;
+        state.checkpointed = false;
+        Ok(())
     }
 }

@@ -45,7 +45,7 @@ pub use catalog::{
 pub use config::builder::{DEFAULT_AFTER_TIMEOUT, DEFAULT_MAX_QUEUED, SupervisorBuilder};
 pub use config::ownership::Ownership;
 pub use config::sink::{ChildEventSink, FnSink, sink_fn};
-pub use delegation::decide::{decide_at, waiting_at};
+pub use delegation::decide::{answer_at, decide_at, waiting_at};
 pub use delegation::join::{WaitOptions, WaitOutcome};
 pub use delegation::suspended::SuspendedDelegation;
 pub use hooks::{

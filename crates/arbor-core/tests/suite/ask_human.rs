@@ -401,6 +401,20 @@ async fn an_async_childs_question_is_listed_at_the_root_and_resumed_on_its_own()
         .unwrap();
     let done = sup.resume_child(waiting[0].session_id).await.unwrap();
     assert_eq!(done.result.text, "painted");
+    // Its caller waiting again reads the answer, not the suspension.
+    let again = WaitAgentTool::new(sup.delegator())
+        .call_json(
+            json!({"delegation_id": handle.delegation_id}),
+            arbor_core::ToolContext::new(
+                "parent",
+                arbor_core::SessionRef::from(&record),
+                arbor_protocol::RunId::new(),
+                "c2",
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(again.contains("painted"), "{again}");
     assert_eq!(
         answers_read(&store, record.id).await,
         [("blue".to_owned(), false)]
@@ -538,4 +552,77 @@ async fn a_policy_that_halts_on_a_question_stops_a_gated_run() {
         done.error
     );
     assert!(waiting_at(store.as_ref(), r.id()).await.unwrap().is_empty());
+}
+
+/// An answer names a question: given for a call waiting for approval, it is refused and
+/// decides nothing (an answer never approves a tool call).
+#[tokio::test]
+async fn an_answer_to_a_call_waiting_for_approval_is_refused() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (sup, writes) = tree(
+        store.clone(),
+        vec![write("a"), ScriptedTurn::text("written")],
+        |b| b.durable_approvals("rev-1"),
+    );
+    let mut r = root(&sup, &store).await;
+    let first = r.run("go", opts(&sup)).await.unwrap();
+    let id = first.suspension.unwrap().pending[0].id.clone();
+    let e = arbor_core::supervisor::answer_at(store.as_ref(), r.id(), &[answer(&id, "no")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.field(), Some("answer"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("a call of \"write\" waiting for approval"),
+        "{e}"
+    );
+    // Still waiting, undecided: a rejection is still possible.
+    let waiting = waiting_at(store.as_ref(), r.id()).await.unwrap();
+    assert_eq!(waiting[0].pending.len(), 1);
+    decide_at(
+        store.as_ref(),
+        r.id(),
+        &[ApprovalDecision::new(&id, Verdict::RejectOnce)],
+    )
+    .await
+    .unwrap();
+    let done = r.resume(first.run_id, opts(&sup)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    assert_eq!(writes.0.load(Ordering::SeqCst), 0, "the write never ran");
+}
+
+/// In a gated turn, a call a standing rule runs at once fails the run: the question beside it
+/// is not asked, and nothing of the turn waits.
+#[tokio::test]
+async fn a_gated_call_that_fails_the_run_beside_a_question_ends_it_without_asking() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut turn = ScriptedTurn::tool_call("boom", json!({}));
+    turn.tool_calls
+        .extend(ask(json!({"question": "Go on?"})).tool_calls);
+    let asker = Agent::builder("asker")
+        .provider(ScriptedProvider::new(Script::new([
+            turn,
+            ScriptedTurn::text("went on"),
+        ])))
+        .tool(Boom)
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .durable_approvals("rev-1")
+        .standing(StandingLayer::default().allow_always(CallPattern::tool("boom")))
+        .child(ChildEntry::agent("asker", asker))
+        .build()
+        .unwrap();
+    let mut r = root(&sup, &store).await;
+    let done = r.run("go", opts(&sup)).await.unwrap();
+    assert_ne!(done.status, RunStatus::Suspended, "{:?}", done.suspension);
+    assert!(waiting_at(store.as_ref(), r.id()).await.unwrap().is_empty());
+    let read = answers_read(&store, r.id()).await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert!(
+        read[0].0.starts_with("not run: the run stopped"),
+        "{read:?}"
+    );
 }

@@ -256,13 +256,17 @@ async fn settled(
             break;
         }
         let store = root.supervisor().store();
-        let left = arbor_core::supervisor::decide_at(store.as_ref(), root.root().id, &decisions)
-            .await
-            .map_err(|e| core_error(&e))?;
-        if !left.pending.is_empty() {
-            break;
+        let recorded =
+            arbor_core::supervisor::answer_at(store.as_ref(), root.root().id, &decisions).await;
+        match recorded {
+            Ok(left) if left.pending.is_empty() => {
+                resume(root, &left).await?;
+            }
+            Ok(_) => break,
+            // Answered meanwhile by another client: it goes on (or waits) as that one left it.
+            Err(e) if e.deny_reason() == Some(arbor_core::DenyReason::Decided) => {}
+            Err(e) => return Err(core_error(&e)),
         }
-        resume(root, &left).await?;
         match wait_resumed(root, id, client).await {
             Some(again) => waited = again?,
             None => break,
@@ -408,9 +412,13 @@ async fn decide(
         .collect();
     // One record per call, whichever id names it: a second decision is refused naming the
     // first; an unknown, forged or foreign id gets one answer.
-    let left = arbor_core::supervisor::decide_at(store.as_ref(), root.root().id, &decisions)
-        .await
-        .map_err(|e| core_error(&e))?;
+    // With an answer, every id must name a question: an answer never approves a tool call.
+    let left = if args.decisions.iter().any(|d| d.answer.is_some()) {
+        arbor_core::supervisor::answer_at(store.as_ref(), root.root().id, &decisions).await
+    } else {
+        arbor_core::supervisor::decide_at(store.as_ref(), root.root().id, &decisions).await
+    }
+    .map_err(|e| core_error(&e))?;
     let mut out = suspension_json(&left);
     if left.pending.is_empty() {
         out["resumed"] = resume(root, &left).await?;

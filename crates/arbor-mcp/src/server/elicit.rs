@@ -75,7 +75,8 @@ async fn put(
     q: &Question,
 ) -> Option<ApprovalDecision> {
     let who = p.path.last().map_or("the root", String::as_str);
-    let mut field = json!({"type": "string", "title": "Answer", "maxLength": MAX_ANSWER_BYTES});
+    // Characters, as a client may count them: a quarter of the bytes an answer may hold.
+    let mut field = json!({"type": "string", "title": "Answer", "maxLength": MAX_ANSWER_BYTES / 4});
     if !q.choices.is_empty() {
         field = json!({"type": "string", "title": "Answer", "enum": q.choices});
     }

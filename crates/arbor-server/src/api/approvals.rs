@@ -263,8 +263,19 @@ pub(crate) async fn decide(
         .collect();
     // One record per call, whichever of its ids names it: the first decision wins, a second
     // is refused (409) naming it; an unknown, foreign or forged id is the one 404.
-    let left =
-        arbor_core::supervisor::decide_at(state.store.as_ref(), record.id, &decisions).await?;
+    // With an answer, every id must name a question: an answer never approves a tool call.
+    let recorded = if req.decisions.iter().any(|d| d.answer.is_some()) {
+        arbor_core::supervisor::answer_at(state.store.as_ref(), record.id, &decisions).await
+    } else {
+        arbor_core::supervisor::decide_at(state.store.as_ref(), record.id, &decisions).await
+    };
+    let left = recorded.map_err(|e| match (e.field(), req.decisions.len()) {
+        // A single decision's answer or verdict that does not fit its call: named in full.
+        (Some(field @ ("answer" | "verdict")), 1) => {
+            ApiError::field(format!("decisions[0].{field}"), e.to_string())
+        }
+        _ => ApiError::from(e),
+    })?;
     Ok(Json(SuspensionView::from(&left)))
 }
 

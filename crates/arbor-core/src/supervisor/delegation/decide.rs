@@ -294,12 +294,33 @@ pub async fn decide_at(
     at: SessionId,
     decisions: &[ApprovalDecision],
 ) -> CoreResult<Suspension> {
+    decide_checked(store, at, decisions, false).await
+}
+
+/// [`decide_at`] for answers to questions (`ask_human`), each built with
+/// [`answer`](crate::tool::ask::answer): an id that names a call waiting for approval rather
+/// than a question is refused (`Validation`, field `answer`) before anything is recorded, so
+/// an answer never approves a tool call.
+pub async fn answer_at(
+    store: &dyn Store,
+    at: SessionId,
+    answers: &[ApprovalDecision],
+) -> CoreResult<Suspension> {
+    decide_checked(store, at, answers, true).await
+}
+
+async fn decide_checked(
+    store: &dyn Store,
+    at: SessionId,
+    decisions: &[ApprovalDecision],
+    answers: bool,
+) -> CoreResult<Suspension> {
     let Some(first) = decisions.first() else {
         return Err(CoreError::validation("no decisions given"));
     };
     let mut last = None;
     for _ in 0..TRIES {
-        match try_decide(store, at, first, decisions).await {
+        match try_decide(store, at, first, decisions, answers).await {
             Err(CoreError::Store(StoreError::Conflict { expected, actual })) => {
                 // Another decision on the run landed between the read and the write: read
                 // again (a decision on the same call is then refused naming it).
@@ -323,6 +344,7 @@ async fn try_decide(
     at: SessionId,
     first: &ApprovalDecision,
     decisions: &[ApprovalDecision],
+    answers: bool,
 ) -> CoreResult<Suspension> {
     let held = decidable_at(store, at).await?;
     let names = |h: &Held, id: &str| {
@@ -350,10 +372,20 @@ async fn try_decide(
     let mut dead = Dead::default();
     let pending = held[index].checkpoint.pending();
     for d in decisions {
-        if let Some(p) = pending.iter().find(|p| p.id == d.id)
-            && dead.made_by_dead(store, p).await?
-        {
-            return Err(approval::unknown_approval());
+        if let Some(p) = pending.iter().find(|p| p.id == d.id) {
+            if dead.made_by_dead(store, p).await? {
+                return Err(approval::unknown_approval());
+            }
+            if answers && p.tool != crate::approval::question::ASK_HUMAN {
+                return Err(CoreError::invalid(
+                    "answer",
+                    format!(
+                        "an answer is for a question (ask_human); this is a call of {:?} \
+                         waiting for approval: approve or reject it",
+                        p.tool
+                    ),
+                ));
+            }
         }
     }
     let holder = held

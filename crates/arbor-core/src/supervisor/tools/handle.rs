@@ -95,8 +95,12 @@ impl ModelTool for WaitAgentTool {
                 status: HandleStatus::Cancelled,
             })),
             // The handle died with the process that held it (this run was continued in
-            // another one): the child is rejoined from the store.
-            Err(e) if e.deny_reason() == Some(crate::error::DenyReason::Unknown) => {
+            // another one), or its run suspended (a question, an approval) and was resumed on
+            // its own since: the child is rejoined from the store (read once it ended).
+            Err(e)
+                if e.deny_reason() == Some(crate::error::DenyReason::Unknown)
+                    || e.kind() == crate::CoreErrorKind::Suspended =>
+            {
                 let sup = self.0.delegator.supervisor();
                 match sup
                     .rejoin_handle(ctx.session.id, &args.delegation_id, &ctx.cancel)

@@ -104,7 +104,8 @@ pub fn request_body(
     }
     // The answer constrained to the schema the runtime checks it against (not strict: a
     // strict schema must close every object and require every property).
-    if let Some(schema) = request.output_schema {
+    // A boolean schema (`true`) constrains nothing and is no object the API takes.
+    if let Some(schema) = request.output_schema.filter(|s| s.is_object()) {
         body["response_format"] = json!({
             "type": "json_schema",
             "json_schema": {"name": "answer", "schema": schema, "strict": false},
