@@ -57,8 +57,23 @@ impl Tool for Mark {
 }
 
 fn supervisor(mark: &Mark, max_queued: u32, ms: u64) -> Supervisor {
+    supervisor_on(
+        mark,
+        max_queued,
+        ms,
+        Arc::new(arbor_store::MemoryStore::new()),
+    )
+}
+
+fn supervisor_on(
+    mark: &Mark,
+    max_queued: u32,
+    ms: u64,
+    store: Arc<dyn arbor_store::Store>,
+) -> Supervisor {
     let mark = mark.clone();
     Supervisor::builder(Ownership::user("t", "u"))
+        .store(store)
         .limits(LimitsInput {
             max_active_children: Some(1),
             ..LimitsInput::default()
@@ -313,4 +328,75 @@ async fn a_models_queued_spawn_says_queued_and_answers_later() {
         .await
         .unwrap();
     assert!(done.contains("\"status\":\"succeeded\""), "{done}");
+}
+
+/// A queued child a crash caught before it started is not lost: continued in another
+/// process, it starts on the task it was queued with (it was kept in its record), and its
+/// answer is its own.
+#[tokio::test]
+async fn a_queued_child_a_crash_caught_starts_on_its_task_when_continued() {
+    let store: Arc<dyn arbor_store::Store> = Arc::new(arbor_store::MemoryStore::new());
+    let mark = Mark::default();
+    let (first, second) = {
+        let (store, mark) = (store.clone(), mark.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let ids = rt.block_on(async {
+                let sup = supervisor_on(&mark, 4, 60_000, store);
+                let root = root(&sup).await;
+                let a = queue(&sup, &root, "first").await;
+                let b = queue(&sup, &root, "second").await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                (a.session_id, b.session_id)
+            });
+            // The process dies: its runs stop where they are.
+            drop(rt);
+            ids
+        })
+        .join()
+        .unwrap()
+    };
+    let status = |id| {
+        let store = store.clone();
+        async move { store.session(id).await.unwrap().unwrap().status }
+    };
+    assert_eq!(status(first).await, SessionStatus::Running);
+    assert_eq!(status(second).await, SessionStatus::Queued);
+    // The sweep of a restart: both interrupted.
+    store.mark_interrupted().await.unwrap();
+    store
+        .update_session(
+            second,
+            &arbor_store::SessionUpdate::status(SessionStatus::Interrupted),
+        )
+        .await
+        .unwrap();
+    let mark = Mark::default();
+    let sup = supervisor_on(&mark, 4, 10, store.clone());
+    let done = sup.continue_child(second).await.unwrap();
+    assert_eq!(done.result.text, "done");
+    assert_eq!(status(second).await, SessionStatus::Succeeded);
+    assert_eq!(
+        mark.order.lock().unwrap().clone(),
+        [second.to_string()],
+        "it ran, once, on its own task"
+    );
+    let task = store
+        .transcript(second, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.kind {
+            arbor_protocol::EntryKind::Message {
+                message: arbor_protocol::Message::User { content },
+            } => Some(content),
+            _ => None,
+        });
+    assert_eq!(task.as_deref(), Some("work"));
+    // The one that ran goes on from its transcript, as before.
+    let recovered = sup.continue_child(first).await.unwrap();
+    assert_eq!(recovered.result.text, "done");
 }

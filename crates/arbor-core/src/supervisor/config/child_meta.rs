@@ -31,6 +31,10 @@ pub(crate) struct ChildMeta {
     pub(crate) output_schema: Option<crate::output::OutputSchema>,
     pub(crate) path: Path,
     pub(crate) policy: EffectivePolicy,
+    /// The task of a child registered queued (waiting for a slot): a crash before it started
+    /// leaves it something to start on ([`QUEUED_INPUT`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) queued_input: Option<String>,
     pub(crate) resource_id: String,
     pub(crate) scopes: Option<Vec<String>>,
     /// Only a model's call names one (a host's delegation has none).
@@ -55,6 +59,9 @@ pub(crate) struct ChildMeta {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) budget_clamped: bool,
 }
+
+/// The meta key of a queued child's task.
+pub(crate) const QUEUED_INPUT: &str = "queued_input";
 
 /// A child's path from the root, shared with its delegation.
 #[derive(Debug)]

@@ -131,6 +131,7 @@ impl Supervisor {
             output_schema: a.terms.output.clone(),
             path: Path(a.terms.path.clone()),
             policy: a.terms.policy,
+            queued_input: a.control.slot.is_queued().then(|| a.terms.input.clone()),
             thread_id,
             resource_id,
             scopes: a

@@ -367,8 +367,8 @@ impl Supervisor {
         &self,
         child: &arbor_store::SessionRecord,
     ) -> Option<CoreResult<RunResult>> {
-        // One that never started (queued, or cut before its first run) holds no task to go
-        // on from: its caller's call is reported interrupted, as before.
+        // One that never started holds no task to go on from (its caller's call is reported
+        // interrupted, as before), unless it was queued: it starts on the task it kept.
         let started = self
             .live()
             .store()
@@ -377,7 +377,8 @@ impl Supervisor {
             .ok()?
             .iter()
             .any(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
-        if !started {
+        let queued = child.meta[crate::supervisor::config::child_meta::QUEUED_INPUT].is_string();
+        if !started && !queued {
             return None;
         }
         tracing::info!(child = %child.id, "continuing an interrupted child for its caller");

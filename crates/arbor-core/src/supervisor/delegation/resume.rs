@@ -189,20 +189,47 @@ impl Supervisor {
         let Some(record) = self.take_lease(record).await? else {
             return Ok(Rerun::RunningElsewhere);
         };
-        let mut admitted = self
-            .rebuilt(terms, record, limits, slot, String::new())
-            .await?;
-        admitted.control.start = if recover {
-            Start::Recover
+        // A child a crash caught queued never started: it starts now, on its task.
+        let queued = if recover {
+            self.queued_task(&record).await?
         } else {
-            Start::FollowUp
+            None
         };
+        let start = match (&queued, recover) {
+            (Some(_), _) => Start::Fresh,
+            (None, true) => Start::Recover,
+            (None, false) => Start::FollowUp,
+        };
+        let mut admitted = self
+            .rebuilt(terms, record, limits, slot, queued.unwrap_or_default())
+            .await?;
+        admitted.control.start = start;
         // A follow-up or a continued run: nobody awaits it.
         admitted.control.detached = true;
         let registered = Registered::resumed(self, admitted);
         registered.begin();
         // Drive inline: this is already the background task (or the host's call).
         Ok(Rerun::Ran(Box::new(registered.drive().await)))
+    }
+
+    /// The task of a child registered queued that never started (no run of it began): what
+    /// a continuation starts it on. `None` for one that ran, or that kept no task.
+    pub(crate) async fn queued_task(
+        &self,
+        record: &arbor_store::SessionRecord,
+    ) -> CoreResult<Option<String>> {
+        let Some(task) = record.meta[crate::supervisor::config::child_meta::QUEUED_INPUT].as_str()
+        else {
+            return Ok(None);
+        };
+        let started = self
+            .live()
+            .store()
+            .transcript(record.id, 0, Some(4))
+            .await?
+            .iter()
+            .any(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
+        Ok((!started).then(|| task.to_owned()))
     }
 
     /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even
