@@ -42,6 +42,9 @@ pub(crate) struct Scope {
     pub(crate) token: CancellationToken,
     /// The identity the delegating child acts as.
     pub(crate) identity: Option<Arc<Identity>>,
+    /// Slots that cannot free while the delegating child waits on a sync spawn: its own and
+    /// its sync callers' (see [`crate::supervisor::delegation`]'s admission).
+    pub(crate) sync_chain: u32,
 }
 
 /// What a child factory receives.

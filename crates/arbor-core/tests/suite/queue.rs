@@ -400,3 +400,77 @@ async fn a_queued_child_a_crash_caught_starts_on_its_task_when_continued() {
     let recovered = sup.continue_child(first).await.unwrap();
     assert_eq!(recovered.result.text, "done");
 }
+
+/// A sync spawn that would queue behind slots only its own waiting callers hold can never
+/// start: it is refused at once (a limit the model reads), where with one slot more it runs.
+#[tokio::test]
+async fn a_sync_spawn_that_would_wait_on_its_own_callers_slots_is_refused() {
+    use arbor_core::supervisor::SpawnAgentTool;
+    for max in [1u32, 2] {
+        let outer = ChildEntry::new(
+            "outer",
+            factory_fn(|ctx| async move {
+                Agent::builder(ctx.child_id.clone())
+                    .provider(ScriptedProvider::new(Script::new([
+                        ScriptedTurn::tool_call(
+                            "spawn_agent",
+                            json!({"child_id": "inner", "input": "go", "on_full": "queue"}),
+                        ),
+                        ScriptedTurn::text("outer done"),
+                    ])))
+                    .dyn_tool(Arc::new(SpawnAgentTool::new(ctx.delegator.clone())))
+                    .build()
+            }),
+        );
+        let inner = ChildEntry::agent(
+            "inner",
+            Agent::builder("inner")
+                .provider(ScriptedProvider::new(Script::new([ScriptedTurn::text(
+                    "inner done",
+                )])))
+                .build()
+                .unwrap(),
+        );
+        let sup = Supervisor::builder(Ownership::user("t", "u"))
+            .limits(LimitsInput {
+                max_active_children: Some(max),
+                ..LimitsInput::default()
+            })
+            .child(outer)
+            .child(inner)
+            .build()
+            .unwrap();
+        let root = root(&sup).await;
+        let done = tokio::time::timeout(
+            Duration::from_secs(10),
+            sup.delegate(DelegationRequest::new("outer", "work").parent(root.as_ref())),
+        )
+        .await
+        .expect("never waits forever")
+        .unwrap();
+        assert_eq!(done.result.text, "outer done");
+        let outer_id = done.session_id;
+        let said: Vec<String> = sup
+            .store()
+            .transcript(outer_id, 0, None)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                arbor_protocol::EntryKind::Message {
+                    message: arbor_protocol::Message::Tool(r),
+                } => Some(r.content),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        if max == 1 {
+            assert!(
+                said[0].contains("queueing would wait forever: all 1 slot(s)"),
+                "{said:?}"
+            );
+        } else {
+            assert!(said[0].contains("inner done"), "{said:?}");
+        }
+    }
+}

@@ -56,6 +56,9 @@ pub(crate) struct Terms {
     pub(super) path: Arc<[String]>,
     /// The delegations above this one.
     pub(super) parents: Arc<[String]>,
+    /// Slots that cannot free while this child waits on a sync spawn of its own: its own and
+    /// those of the callers above that wait on it synchronously (1 when not known).
+    pub(super) sync_chain: u32,
     pub(super) input: String,
     pub(super) limits: SupervisorLimits,
     pub(super) policy: EffectivePolicy,

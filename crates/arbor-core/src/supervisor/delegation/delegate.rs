@@ -208,7 +208,10 @@ impl Supervisor {
         };
         let (model, thinking, controls, budget, output, fork) =
             self.model_terms(entry, &mut request)?;
-        let slot = self.slot_for(&limits, request.on_full.unwrap_or_default())?;
+        // The slots its caller's chain holds: a sync spawn waits with all of them.
+        let caller_chain = scope.map_or(0, |s| s.sync_chain);
+        let waits_with = (mode == Mode::Sync).then_some(caller_chain);
+        let slot = self.slot_for(&limits, request.on_full.unwrap_or_default(), waits_with)?;
 
         let delegation_id = format!("{}-{}", sup.settings().id(), uuid_like());
         let mut path: Vec<String> = above.to_vec();
@@ -235,6 +238,8 @@ impl Supervisor {
                 depth,
                 path: Arc::from(path),
                 parents: Arc::from(parents),
+                // Its own slot, and its caller's chain when its caller waits on it.
+                sync_chain: 1 + if mode == Mode::Sync { caller_chain } else { 0 },
                 input,
                 limits,
                 policy,
@@ -271,6 +276,22 @@ impl Supervisor {
             },
         })
     }
+}
+
+/// The refusal of a sync spawn that would queue behind slots only its own callers hold.
+fn would_wait_forever(max: u32, chain: u32) -> CoreError {
+    CoreError::limit_error(
+        format!(
+            "Active child limit exceeded, and queueing would wait forever: all {max} slot(s) \
+             of max_active_children are held by this spawn's caller and the callers waiting on \
+             it ({chain}); spawn it async, or raise max_active_children"
+        ),
+        Some(crate::error::LimitInfo {
+            limit: arbor_protocol::LimitKind::MaxActiveChildren,
+            maximum: u64::from(max),
+            observed: u64::from(max).saturating_add(1),
+        }),
+    )
 }
 
 /// A fresh, time-ordered, never reused id suffix.
@@ -371,10 +392,15 @@ impl Supervisor {
     /// created (an entry without model choices is checked when its agent is built).
     /// A slot under the tighter of the request's and the supervisor's
     /// `max_active_children`: at once, or (`on_full: queue`) a place in the queue.
+    ///
+    /// `waits_with`: for a sync spawn, the slots its caller's chain holds (the caller's own
+    /// and those of its sync callers above). When they are every slot there is, nothing can
+    /// free one while the spawn waits: it is refused rather than queued forever.
     fn slot_for(
         &self,
         limits: &SupervisorLimits,
         on_full: crate::supervisor::request::OnFull,
+        waits_with: Option<u32>,
     ) -> CoreResult<SlotCell> {
         let max = limits
             .max_active_children
@@ -382,9 +408,13 @@ impl Supervisor {
         let slots = self.live().slots();
         Ok(match on_full {
             crate::supervisor::request::OnFull::Refuse => SlotCell::held(slots.reserve(max)?),
-            crate::supervisor::request::OnFull::Queue => {
-                SlotCell::of(slots.reserve_or_wait(max, self.settings().max_queued())?)
-            }
+            crate::supervisor::request::OnFull::Queue => match waits_with {
+                Some(chain) if chain >= max => match slots.reserve(max) {
+                    Ok(guard) => SlotCell::held(guard),
+                    Err(_) => return Err(would_wait_forever(max, chain)),
+                },
+                _ => SlotCell::of(slots.reserve_or_wait(max, self.settings().max_queued())?),
+            },
         })
     }
 

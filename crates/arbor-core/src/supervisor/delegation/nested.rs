@@ -205,6 +205,15 @@ fn resumed_terms(
     Ok((limits, policy))
 }
 
+/// The scopes a child's record keeps (its identity's, as admission narrowed them).
+fn scopes_of(record: &SessionRecord) -> Option<std::collections::BTreeSet<String>> {
+    record.meta["scopes"].as_array().map(|a| {
+        a.iter()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    })
+}
+
 /// How a resumed run answers: a detached run the way its mode says (a message-mode child by
 /// message); a nested one answers its caller's resumed call.
 fn resumed_mode(detached: bool, record: &SessionRecord) -> Mode {
@@ -263,13 +272,10 @@ impl Supervisor {
             return Ok(Rebuilt::Deleted(deleted_text(&record.name)));
         }
         let (limits, policy) = resumed_terms(sup, entry, &record, &mapping)?;
-        let scopes: Option<std::collections::BTreeSet<String>> =
-            record.meta["scopes"].as_array().map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            });
-        let identity = child_identity(sup.settings().identity().cloned(), scopes.as_ref())?;
+        let identity = child_identity(
+            sup.settings().identity().cloned(),
+            scopes_of(&record).as_ref(),
+        )?;
         let slot = sup.live().slots().reserve(limits.max_active_children)?;
         let parent = match record.parent_id {
             Some(p) => store.session(p).await?.map(|r| (&r).into()),
@@ -297,13 +303,13 @@ impl Supervisor {
                 depth: mapping.depth,
                 path: Arc::from(mapping.path.clone()),
                 parents: Arc::from(mapping.parents.clone()),
+                sync_chain: 1, // its callers are not known here: its own slot only
                 input: mapping.input.clone(),
                 limits,
                 policy,
                 thread: mapping.thread.clone(),
                 model: (!record.model.is_empty()).then(|| record.model.clone()),
-                // Kept in the record's meta, which the run reads.
-                thinking: None,
+                thinking: None, // kept in the record's meta, which the run reads
                 controls: None,
                 budget: None,
                 output: None,

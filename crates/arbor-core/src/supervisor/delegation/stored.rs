@@ -107,6 +107,8 @@ impl Supervisor {
                 depth: record.depth.max(1),
                 path: Arc::from(terms.path),
                 parents: Arc::from(Vec::new()),
+                // A rebuilt run's callers are not known here: its own slot only.
+                sync_chain: 1,
                 input,
                 limits,
                 policy: terms.policy,

@@ -233,6 +233,7 @@ impl Supervisor {
                     parents: Arc::from(parents),
                     token: a.control.token.clone(),
                     identity: a.terms.identity.clone(),
+                    sync_chain: a.terms.sync_chain,
                 })),
             },
         }
