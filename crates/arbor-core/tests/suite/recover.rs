@@ -539,3 +539,98 @@ async fn a_continued_caller_rejoins_its_interrupted_sync_child_here() {
         .remove(0);
     assert_eq!(child.status, SessionStatus::Succeeded);
 }
+
+/// A child its continued caller rejoins runs under that caller: cancelling the caller's
+/// continued run cancels the child's too, rather than leaving it to run on alone.
+#[tokio::test]
+async fn cancelling_a_continued_caller_cancels_the_child_it_continued() {
+    use arbor_core::supervisor::SpawnAgentTool;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let tool = Probe::default();
+    let tree = |tool: Probe| {
+        // After the crash its next turn is slow: the cancel comes first.
+        let script = Script::new([
+            probe(10_000),
+            ScriptedTurn::text("child done").with_delay(Duration::from_secs(30)),
+        ]);
+        let sup = Supervisor::builder(Ownership::user("t", "u"))
+            .store(store.clone())
+            .child(ChildEntry::new(
+                "worker",
+                factory_fn(move |ctx| {
+                    let (script, tool) = (script.clone(), tool.clone());
+                    async move {
+                        Agent::builder(ctx.child_id.clone())
+                            .provider(ScriptedProvider::new(script))
+                            .tool(tool)
+                            .build()
+                    }
+                }),
+            ))
+            .build()
+            .unwrap();
+        let root = Agent::builder("root")
+            .provider(ScriptedProvider::new(Script::new([
+                ScriptedTurn::tool_call(
+                    "spawn_agent",
+                    json!({"child_id": "worker", "name": "w", "input": "work"}),
+                ),
+                ScriptedTurn::text("root done"),
+            ])))
+            .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+            .build()
+            .unwrap();
+        (sup, root)
+    };
+    let root_id = {
+        let (sup, root_agent) = tree(tool.clone());
+        let store = store.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        crash_after(Duration::from_millis(200), async move {
+            let mut root = root_agent.session().store(store).create().await.unwrap();
+            tx.send(root.id()).unwrap();
+            let _ = root
+                .run("go", RunOptions::default().with_nested(Arc::new(sup)))
+                .await;
+        });
+        rx.recv().unwrap()
+    };
+    store.mark_interrupted().await.unwrap();
+    let (sup, root_agent) = tree(tool.clone());
+    let mut root = root_agent
+        .open_session(store.clone(), root_id)
+        .await
+        .unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let later = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        later.cancel();
+    });
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        root.continue_interrupted(
+            RunOptions::default()
+                .with_nested(Arc::new(sup))
+                .with_cancel(cancel),
+        ),
+    )
+    .await
+    .expect("the cancel ended the continued run");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    if let Ok((_, r)) = r {
+        assert_ne!(r.status, RunStatus::Succeeded, "{:?}", r.text);
+    }
+    let child = store
+        .list_sessions(arbor_store::SessionQuery::Children(root_id))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_ne!(
+        child.status,
+        SessionStatus::Running,
+        "the child stopped too"
+    );
+    assert_ne!(child.status, SessionStatus::Succeeded, "it did not run on");
+}

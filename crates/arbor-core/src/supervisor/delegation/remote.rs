@@ -354,7 +354,7 @@ impl Supervisor {
                     .map(Ok)
             }
             None if child.status == arbor_protocol::SessionStatus::Interrupted => {
-                self.continue_for_caller(child).await
+                self.continue_for_caller(child, cancel).await
             }
             None => None,
         })
@@ -366,6 +366,7 @@ impl Supervisor {
     async fn continue_for_caller(
         &self,
         child: &arbor_store::SessionRecord,
+        cancel: &CancellationToken,
     ) -> Option<CoreResult<RunResult>> {
         // One that never started holds no task to go on from (its caller's call is reported
         // interrupted, as before), unless it was queued: it starts on the task it kept.
@@ -383,7 +384,8 @@ impl Supervisor {
         }
         tracing::info!(child = %child.id, "continuing an interrupted child for its caller");
         // Boxed: the child's continuation may rejoin a child of its own the same way.
-        match Box::pin(self.continue_child(child.id)).await {
+        // The caller's cancel reaches it.
+        match Box::pin(self.continue_child_for(child.id, Some(cancel.clone()))).await {
             Ok(r) => Some(Ok(r.result)),
             Err(CoreError::Run { result, .. }) => Some(Ok(*result)),
             // Not here (continued or deleted meanwhile, running elsewhere), or no slot for it

@@ -104,7 +104,7 @@ impl Supervisor {
     /// Runs `id` on its pending messages, unless it is not a child of this supervisor or a
     /// run of it is live in another process.
     async fn resume(&self, id: SessionId) -> CoreResult<FollowUp> {
-        Ok(match self.rerun(id, false).await? {
+        Ok(match self.rerun(id, false, None).await? {
             Rerun::Ran(_) => FollowUp::Ran,
             Rerun::NotOurs => FollowUp::NotOurs,
             Rerun::RunningElsewhere => FollowUp::RunningElsewhere,
@@ -119,6 +119,16 @@ impl Supervisor {
     ///
     /// [`Session::continue_interrupted`]: crate::Session::continue_interrupted
     pub async fn continue_child(&self, id: SessionId) -> CoreResult<DelegationResult> {
+        self.continue_child_for(id, None).await
+    }
+
+    /// [`continue_child`](Self::continue_child) for a caller that waits on it (its continued
+    /// call rejoining it): cancelling `caller` cancels the child's run too.
+    pub(crate) async fn continue_child_for(
+        &self,
+        id: SessionId,
+        caller: Option<tokio_util::sync::CancellationToken>,
+    ) -> CoreResult<DelegationResult> {
         let unknown = || {
             CoreError::denied(
                 crate::error::DenyReason::Unknown,
@@ -138,7 +148,7 @@ impl Supervisor {
                 "session {id} is running in this process"
             )));
         }
-        match self.rerun(id, true).await {
+        match self.rerun(id, true, caller).await {
             Ok(Rerun::Ran(outcome)) => *outcome,
             Ok(Rerun::NotOurs) => {
                 self.live().hub().end_run(id);
@@ -173,7 +183,12 @@ impl Supervisor {
 
     /// Runs the child `id` again: on its pending messages, or (`recover`) continuing its
     /// interrupted run. The caller has claimed it in the hub.
-    async fn rerun(&self, id: SessionId, recover: bool) -> CoreResult<Rerun> {
+    async fn rerun(
+        &self,
+        id: SessionId,
+        recover: bool,
+        caller: Option<tokio_util::sync::CancellationToken>,
+    ) -> CoreResult<Rerun> {
         let sup = self;
         let record = self.live_child(id).await?;
         let Some(terms) = self.stored_terms(&record)? else {
@@ -206,10 +221,23 @@ impl Supervisor {
         admitted.control.start = start;
         // A follow-up or a continued run: nobody awaits it.
         admitted.control.detached = true;
+        // A caller waiting on it: its cancel reaches the run (which stays under the
+        // supervisor's session token too), for as long as the run goes.
+        let link = caller.map(|caller| {
+            let run = admitted.control.token.clone();
+            tokio::spawn(async move {
+                caller.cancelled().await;
+                run.cancel();
+            })
+        });
         let registered = Registered::resumed(self, admitted);
         registered.begin();
         // Drive inline: this is already the background task (or the host's call).
-        Ok(Rerun::Ran(Box::new(registered.drive().await)))
+        let outcome = registered.drive().await;
+        if let Some(link) = link {
+            link.abort();
+        }
+        Ok(Rerun::Ran(Box::new(outcome)))
     }
 
     /// The task of a child registered queued that never started (no run of it began): what
