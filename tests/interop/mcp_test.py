@@ -20,6 +20,8 @@ Each transport and mode runs the same checks:
   child's question is put to the client, its choices as an enum, and the sync spawn returns
   the child's answer; with the 2026-07-28 revision (no server-to-client requests) the spawn
   answers `suspended` with the question, and decide_approval's `answer` goes on.
+- read_child, when the spec names it: the root reads the rest of a child's capped answer;
+  another family's id answers as an unknown one.
 Over HTTP, two stateless clients see the same tree, and a bad token is refused.
 Afterwards `arbor tree` shows each client's root with its children.
 
@@ -247,6 +249,59 @@ async def question_checks(arbor, tmp):
           sorted(answers) == ["blue", "green"], answers)
 
 
+READ_SPEC = """
+task = "read"
+
+[supervisor]
+limits = { max_result_bytes = 256 }
+
+[agents.root]
+children = ["writer"]
+delegation_tools = ["spawn_agent", "read_child"]
+[[agents.root.turns]]
+text = "unused: the MCP client is the root"
+
+[agents.writer]
+[[agents.writer.turns]]
+text = "START %s END"
+""" % ("." * 400)
+
+
+async def read_child_checks(arbor, tmp):
+    spec = os.path.join(tmp, "read.toml")
+    with open(spec, "w") as f:
+        f.write(READ_SPEC)
+    params = StdioServerParameters(command=arbor, args=["mcp", "--store",
+                                                       os.path.join(tmp, "read.db"), spec])
+    async with Client(params, mode="auto") as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        check("read_child: offered when the spec names it", "read_child" in names, names)
+        r = await c.call_tool("spawn_agent", {"child_id": "writer", "input": "write",
+                                              "name": "writer"})
+        check("read_child: the spawn's answer is capped", not r.is_error
+              and "END" not in text_of(r), text_of(r)[:300])
+        # Its answer is larger than a page: read a part at a time (next_after, next_offset).
+        args = {"child": "writer", "kinds": ["message"], "limit": 5}
+        parts, errors = [], []
+        for _ in range(100):
+            r = await c.call_tool("read_child", args)
+            if r.is_error:
+                errors.append(text_of(r))
+                break
+            page = json.loads(text_of(r))
+            parts.extend(e.get("text", json.dumps(e)) for e in page["entries"])
+            if page.get("next_after") is None or not page["entries"]:
+                break
+            args = {**args, "after": page["next_after"], "offset": page.get("next_offset", 0)}
+        text = "".join(parts)
+        check("read_child: the root reads the rest of its child's answer, a part at a time",
+              not errors and "START" in text and "END" in text and len(parts) > 1,
+              (errors, len(parts), text[:200]))
+        r = await c.call_tool("read_child", {"child": "01a238b5-0000-7000-8000-000000000001"})
+        check("read_child: another family's id answers as an unknown one", r.is_error,
+              text_of(r))
+
+
 def arbor_json(arbor, *args):
     out = subprocess.run([arbor, *args, "--json"], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
@@ -379,6 +434,7 @@ async def main():
     with tempfile.TemporaryDirectory() as tmp:
         await stdio(arbor, tmp)
         await question_checks(arbor, tmp)
+        await read_child_checks(arbor, tmp)
         await http(arbor, tmp)
     return check.summary()
 

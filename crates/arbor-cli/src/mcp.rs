@@ -43,11 +43,18 @@ pub(crate) async fn open_root(
     supervisor.attach(&mut session);
     // A live host drives it: `running` until the client goes away.
     set_status(store, session.id(), SessionStatus::Running).await;
-    let root = HostedRoot::new(
+    // Beyond the family every root has: what the root's spec names (`read_child`).
+    let extra: Vec<String> = prepared
+        .spec
+        .agents
+        .get(&root_name)
+        .map(|a| a.delegation.clone())
+        .unwrap_or_default();
+    let root = HostedRoot::offering(
         supervisor,
         SessionRef::from(session.record()),
         root_name,
-        &children,
+        (&children, &extra),
         session.inbox().clone(),
         token.clone(),
     )

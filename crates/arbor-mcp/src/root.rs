@@ -65,8 +65,32 @@ impl HostedRoot {
         inbox: Arc<Inbox>,
         token: CancellationToken,
     ) -> McpResult<Self> {
+        Self::offering(supervisor, root, agent, (children, &[]), inbox, token)
+    }
+
+    /// [`new`](Self::new), also offering the delegation tools `extra` names beyond the
+    /// family every root has (`read_child`, which a spec names in the root's
+    /// `delegation_tools`); each must be one of
+    /// [`DELEGATION_TOOLS`](arbor_core::supervisor::DELEGATION_TOOLS).
+    pub fn offering(
+        supervisor: Supervisor,
+        root: SessionRef,
+        agent: impl Into<String>,
+        (children, extra): (&[String], &[String]),
+        inbox: Arc<Inbox>,
+        token: CancellationToken,
+    ) -> McpResult<Self> {
         let delegator = supervisor.delegator();
-        let tools = delegator.tools_for(children)?;
+        let mut tools = delegator.tools_for(children)?;
+        let have: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
+        let more: Vec<String> = extra
+            .iter()
+            .filter(|n| !have.contains(n))
+            .cloned()
+            .collect();
+        if !more.is_empty() {
+            tools.extend(delegator.tools_named(children, &more)?);
+        }
         let spawn = SpawnAgentTool::for_children(delegator, children)?;
         Ok(Self {
             inner: Arc::new(Inner {

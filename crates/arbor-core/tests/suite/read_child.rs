@@ -80,6 +80,7 @@ async fn a_parent_reads_its_descendants_by_pages_and_nothing_else() {
         after,
         kinds: kinds.into_iter().map(str::to_owned).collect(),
         limit: Some(limit),
+        offset: 0,
     };
     let first = sup
         .read_child(top.id, &ask("lead".into(), vec!["message"], 2, 0))

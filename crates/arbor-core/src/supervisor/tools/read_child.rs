@@ -49,6 +49,10 @@ pub struct ReadChild {
     pub kinds: Vec<String>,
     /// Entries at most (1 to 100, default 20).
     pub limit: Option<usize>,
+    /// Bytes of the first entry after `after` read already: a page cut inside an entry too
+    /// large for one says where to read on (`next_offset`). Default 0.
+    #[serde(default)]
+    pub offset: u64,
 }
 
 /// A page of a descendant's transcript.
@@ -168,6 +172,7 @@ impl ReadChildTool {
                     "after": {"type": "integer", "minimum": 0, "description": "Entries after this sequence number (next_after of the last page)."},
                     "kinds": {"type": "array", "items": {"type": "string", "enum": ENTRY_KINDS}, "description": "Only entries of these kinds."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_ENTRIES, "description": "Entries at most (default 20)."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "Bytes of the first entry read already (next_offset of a page cut inside an entry)."},
                 },
                 "required": ["child"],
                 "additionalProperties": false
@@ -196,13 +201,15 @@ impl ModelTool for ReadChildTool {
             .await
             .map_err(|e| sup.model_error(&e))?;
         let cap = usize::try_from(sup.settings().limits().max_result_bytes).unwrap_or(usize::MAX);
-        Ok(capped(&page, cap))
+        Ok(capped(&page, cap, (args.after, args.offset)))
     }
 }
 
 /// The page as JSON of at most `cap` bytes: whole entries while they fit, then `next_after`
-/// pointing at the first one left out (a single entry larger than the cap is cut, marked).
-fn capped(page: &ChildPage, cap: usize) -> String {
+/// pointing at the first one left out. An entry too large for a page alone (or the rest of
+/// one, from `offset`) is given a part at a time: its text (the entry's JSON) from `offset`,
+/// cut to fit, with `next_after` and `next_offset` saying where the next part starts.
+fn capped(page: &ChildPage, cap: usize, (after, offset): (u64, u64)) -> String {
     let head = |entries: &[serde_json::Value], next: Option<u64>, cut: bool| {
         let mut v = json!({
             "session_id": page.session_id,
@@ -215,6 +222,10 @@ fn capped(page: &ChildPage, cap: usize) -> String {
         }
         v.to_string()
     };
+    let first = page.entries.first();
+    if let (Some(e), true) = (first, offset > 0) {
+        return part_of(page, e, cap, after, offset);
+    }
     let whole = head(
         &page
             .entries
@@ -235,16 +246,8 @@ fn capped(page: &ChildPage, cap: usize) -> String {
         if head(&kept, next, true).len() > cap {
             kept.pop();
             if kept.is_empty() {
-                // One entry alone is too large: its text, cut.
-                let text = value_text(e);
-                let room = cap.saturating_sub(head(&[], None, true).len() + 160);
-                kept.push(json!({
-                    "seq": e.seq,
-                    "kind": e.kind.kind_name(),
-                    "text": crate::tool::prefix_within(&text, room),
-                    "cut": true,
-                }));
-                return head(&kept, Some(e.seq), true);
+                // One entry alone is too large: its first part.
+                return part_of(page, e, cap, after, 0);
             }
             let at = kept
                 .last()
@@ -256,6 +259,107 @@ fn capped(page: &ChildPage, cap: usize) -> String {
     head(&kept, page.next_after, false)
 }
 
+/// The part of entry `e` (the first after `after`) from byte `offset` that fits in `cap`:
+/// `next_offset` says where the next part starts, or `next_after` moves past the entry once
+/// its last part is given.
+fn part_of(page: &ChildPage, e: &TranscriptEntry, cap: usize, after: u64, offset: u64) -> String {
+    let text = value_text(e);
+    let from = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(text.len());
+    let mut from = from;
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let rest = &text[from..];
+    let render = |part: &str, more: bool| {
+        let mut v = json!({
+            "session_id": page.session_id,
+            "name": page.name,
+            "entries": [{"seq": e.seq, "kind": e.kind.kind_name(), "offset": from, "text": part}],
+        });
+        if more {
+            v["next_after"] = json!(after);
+            v["next_offset"] = json!(from + part.len());
+        } else {
+            v["next_after"] = json!(e.seq);
+        }
+        v.to_string()
+    };
+    if render(rest, false).len() <= cap {
+        return render(rest, false);
+    }
+    // The most of it that fits, escaping included (at least one character, so reading on
+    // always moves).
+    let mut room = cap.saturating_sub(render("", true).len());
+    loop {
+        let part = crate::tool::prefix_within(rest, room.max(1));
+        let part = if part.is_empty() {
+            rest.chars().next().map_or("", |c| &rest[..c.len_utf8()])
+        } else {
+            part
+        };
+        let out = render(part, true);
+        if out.len() <= cap || part.len() <= 1 || room <= 1 {
+            return out;
+        }
+        room = room.saturating_sub((out.len() - cap).max(1));
+    }
+}
+
 fn value_text(e: &TranscriptEntry) -> String {
     serde_json::to_string(&e.kind).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page_of(text: &str) -> ChildPage {
+        ChildPage {
+            session_id: SessionId::new(),
+            name: "writer".into(),
+            entries: vec![TranscriptEntry {
+                seq: 7,
+                run_id: arbor_protocol::RunId::new(),
+                at: arbor_protocol::Timestamp(1),
+                kind: EntryKind::Message {
+                    message: arbor_protocol::Message::assistant(text),
+                },
+            }],
+            next_after: None,
+        }
+    }
+
+    /// An entry larger than a page is read a part at a time, every part within the cap, and
+    /// the parts put together are the whole entry, quotes and all.
+    #[test]
+    fn an_entry_larger_than_a_page_is_read_in_parts_that_make_it_whole() {
+        let text = format!("START \"quoted\" {} END ü", ".".repeat(700));
+        let whole = value_text(&page_of(&text).entries[0]);
+        for cap in [256usize, 300, 500] {
+            let (mut offset, mut got, mut calls) = (0u64, String::new(), 0);
+            loop {
+                calls += 1;
+                assert!(calls < 200, "cap {cap}: reading never ends");
+                let out = capped(&page_of(&text), cap, (6, offset));
+                assert!(out.len() <= cap, "cap {cap}: {} bytes: {out}", out.len());
+                let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+                let part = v["entries"][0]["text"].as_str().unwrap();
+                assert_eq!(v["entries"][0]["offset"], json!(offset));
+                got.push_str(part);
+                match v["next_offset"].as_u64() {
+                    Some(next) => {
+                        assert_eq!(v["next_after"], json!(6), "the same entry comes next");
+                        offset = next;
+                    }
+                    None => {
+                        assert_eq!(v["next_after"], json!(7), "past the entry at its end");
+                        break;
+                    }
+                }
+            }
+            assert_eq!(got, whole, "cap {cap}");
+        }
+    }
 }
