@@ -107,3 +107,84 @@ async fn a_question_is_listed_answered_once_and_read_by_the_child() {
     status_becomes(&http, &base, &root, "succeeded").await;
     assert_eq!(tool_results(&http, &base, &painter).await, ["green"]);
 }
+
+const ASYNC_ASKER: &str = r#"
+task = "paint while I plan"
+root = "root"
+
+[agents.root]
+children = ["painter"]
+delegation_tools = ["spawn_agent", "wait_agent"]
+[[agents.root.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "painter", name = "painter", input = "Paint the fence.", mode = "async" } }]
+[[agents.root.turns]]
+delay_ms = 6000
+text = "planned"
+
+[agents.painter]
+tools = ["ask_human"]
+[[agents.painter.turns]]
+tool_calls = [{ name = "ask_human", arguments = { question = "Which colour?", choices = ["blue", "green"] } }]
+[[agents.painter.turns]]
+text = "Painted."
+"#;
+
+/// An async child asks while its root's run goes on: the question is listed at the root,
+/// answered, and the resume lets the child go on at once, inside the run still going.
+#[tokio::test]
+async fn an_async_childs_question_answered_mid_run_goes_on_at_once() {
+    let (_dir, served) = serving("asker", ASYNC_ASKER);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "asker").await;
+    let started = std::time::Instant::now();
+    let mut listed = Value::Null;
+    while started.elapsed() < std::time::Duration::from_secs(5) {
+        let (_, l) = call(
+            &http,
+            Method::GET,
+            format!("{base}/v1/sessions/{root}/approvals"),
+            None,
+        )
+        .await;
+        if l["suspensions"][0]["pending"][0]["question"].is_object() {
+            listed = l;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let id = listed["suspensions"][0]["pending"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the question was never listed: {listed}"))
+        .to_owned();
+    let (status, _) = decide(
+        &http,
+        &base,
+        &root,
+        json!({"decisions": [{"id": id, "answer": "blue"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, resumed) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "{resumed}");
+    // The child answers while the root's slow turn still goes on.
+    let run = loop {
+        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        if node(&run, "painter")["status"] == "succeeded" {
+            break run;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "the painter never went on: {run}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(run["status"], "running", "{run}");
+    let painter = node(&run, "painter")["id"].as_str().unwrap().to_owned();
+    assert_eq!(tool_results(&http, &base, &painter).await, ["blue"]);
+}

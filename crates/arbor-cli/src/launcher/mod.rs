@@ -290,18 +290,51 @@ impl Launcher for SpecLauncher {
 }
 
 impl SpecLauncher {
+    /// While the tree's run goes on here: resumes, in the background, the children below it
+    /// nobody awaits whose suspended runs have everything decided (an async child whose
+    /// question was answered, say). Whether there was any.
+    async fn resume_detached_live(&self, root: SessionId) -> Result<bool, ApiError> {
+        let Some(sup) = self.supervisor(root) else {
+            return Ok(false);
+        };
+        let ready: Vec<SessionId> =
+            arbor_core::process::detached_suspensions(self.store.as_ref(), root)
+                .await?
+                .into_iter()
+                .filter(|s| s.pending.is_empty())
+                .map(|s| s.session_id)
+                .collect();
+        for child in &ready {
+            let (sup, child) = (sup.clone(), *child);
+            tokio::spawn(async move {
+                if let Err(e) = sup.resume_child(child).await {
+                    tracing::info!(session = %child, "a decided child did not go on: {e}");
+                }
+            });
+        }
+        Ok(!ready.is_empty())
+    }
+
     async fn resume_tree(&self, id: SessionId) -> Result<(), ApiError> {
         let store = &self.store;
-        let claim = Running::claim_when_released(&self.running, id)
-            .await
-            .map_err(|busy| match busy {
-                Busy::Hosted => conflict(format!(
-                    "The tree is hosted for the host's calls until {} s after its last child \
-                     ended: resume it then",
-                    host_idle().as_secs()
-                )),
-                Busy::Running => conflict("The run is still going: nothing to resume yet"),
-            })?;
+        let claim = match Running::claim_when_released(&self.running, id).await {
+            Ok(claim) => claim,
+            // The run goes on: the decided children nobody awaits go on in it now.
+            Err(Busy::Running) if self.resume_detached_live(id).await? => return Ok(()),
+            Err(busy) => {
+                return Err(match busy {
+                    Busy::Hosted => conflict(format!(
+                        "The tree is hosted for the host's calls until {} s after its last \
+                         child ended: resume it then",
+                        host_idle().as_secs()
+                    )),
+                    Busy::Running => conflict(
+                        "The run is still going: nothing to resume yet (no child of it waits \
+                         with everything decided)",
+                    ),
+                });
+            }
+        };
         let root = arbor_core::registry::session(store.as_ref(), id).await?;
         let spec = crate::spec::Spec::from_definition(&root.meta["definition"])
             .map_err(|e| ApiError::internal(&e))?
