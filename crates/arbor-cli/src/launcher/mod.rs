@@ -315,25 +315,29 @@ impl SpecLauncher {
         Ok(!ready.is_empty())
     }
 
+    /// The tree claimed for a resume; `None` when its run goes on here and the decided
+    /// children nobody awaits were resumed in it instead.
+    async fn claim_for_resume(&self, id: SessionId) -> Result<Option<Running>, ApiError> {
+        match Running::claim_when_released(&self.running, id).await {
+            Ok(claim) => Ok(Some(claim)),
+            // The run goes on: the decided children nobody awaits go on in it now.
+            Err(Busy::Running) if self.resume_detached_live(id).await? => Ok(None),
+            Err(Busy::Hosted) => Err(conflict(format!(
+                "The tree is hosted for the host's calls until {} s after its last child \
+                 ended: resume it then",
+                host_idle().as_secs()
+            ))),
+            Err(Busy::Running) => Err(conflict(
+                "The run is still going: nothing to resume yet (no child of it waits with \
+                 everything decided)",
+            )),
+        }
+    }
+
     async fn resume_tree(&self, id: SessionId) -> Result<(), ApiError> {
         let store = &self.store;
-        let claim = match Running::claim_when_released(&self.running, id).await {
-            Ok(claim) => claim,
-            // The run goes on: the decided children nobody awaits go on in it now.
-            Err(Busy::Running) if self.resume_detached_live(id).await? => return Ok(()),
-            Err(busy) => {
-                return Err(match busy {
-                    Busy::Hosted => conflict(format!(
-                        "The tree is hosted for the host's calls until {} s after its last \
-                         child ended: resume it then",
-                        host_idle().as_secs()
-                    )),
-                    Busy::Running => conflict(
-                        "The run is still going: nothing to resume yet (no child of it waits \
-                         with everything decided)",
-                    ),
-                });
-            }
+        let Some(claim) = self.claim_for_resume(id).await? else {
+            return Ok(());
         };
         let root = arbor_core::registry::session(store.as_ref(), id).await?;
         let spec = crate::spec::Spec::from_definition(&root.meta["definition"])
