@@ -129,6 +129,16 @@ impl Running {
         }
     }
 
+    /// The supervisor of `root`'s run going on now (not closing), the tree then held past
+    /// the run's end until idle, as for a host's call: what a child resumed in it needs.
+    pub(super) fn live_held(set: &Trees, root: SessionId) -> Option<Supervisor> {
+        let mut map = trees(set);
+        let t = map.get_mut(&root).filter(|t| !t.closing)?;
+        let sup = t.supervisor.clone()?;
+        t.host_wanted = true;
+        Some(sup)
+    }
+
     /// Records what a cancel needs.
     pub(super) fn live(&self, token: &CancellationToken, built: &crate::tree::Built) {
         if let Some(t) = trees(&self.set).get_mut(&self.root) {

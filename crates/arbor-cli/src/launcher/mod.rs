@@ -294,9 +294,6 @@ impl SpecLauncher {
     /// nobody awaits whose suspended runs have everything decided (an async child whose
     /// question was answered, say). Whether there was any.
     async fn resume_detached_live(&self, root: SessionId) -> Result<bool, ApiError> {
-        let Some(sup) = self.supervisor(root) else {
-            return Ok(false);
-        };
         let ready: Vec<SessionId> =
             arbor_core::process::detached_suspensions(self.store.as_ref(), root)
                 .await?
@@ -304,9 +301,16 @@ impl SpecLauncher {
                 .filter(|s| s.pending.is_empty())
                 .map(|s| s.session_id)
                 .collect();
+        if ready.is_empty() {
+            return Ok(false);
+        }
+        // Held past the run's end until idle: its end must not shut the resumed ones down.
+        let Some(sup) = Running::live_held(&self.running, root) else {
+            return Ok(false);
+        };
         for child in &ready {
             let (sup, child) = (sup.clone(), *child);
-            tokio::spawn(async move {
+            self.tracker.spawn(async move {
                 if let Err(e) = sup.resume_child(child).await {
                     tracing::info!(session = %child, "a decided child did not go on: {e}");
                 }

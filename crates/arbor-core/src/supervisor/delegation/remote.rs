@@ -370,22 +370,24 @@ impl Supervisor {
     ) -> Option<CoreResult<RunResult>> {
         // One that never started holds no task to go on from (its caller's call is reported
         // interrupted, as before), unless it was queued: it starts on the task it kept.
-        let started = self
-            .live()
-            .store()
-            .transcript(child.id, 0, Some(4))
-            .await
-            .ok()?
-            .iter()
-            .any(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
+        let started = self.ever_started(child.id).await.ok()?;
         let queued = child.meta[crate::supervisor::config::child_meta::QUEUED_INPUT].is_string();
         if !started && !queued {
             return None;
         }
         tracing::info!(child = %child.id, "continuing an interrupted child for its caller");
-        // Boxed: the child's continuation may rejoin a child of its own the same way.
-        // The caller's cancel reaches it.
-        match Box::pin(self.continue_child_for(child.id, Some(cancel.clone()))).await {
+        // In a task of its own (its continuation may rejoin a child of its own the same way),
+        // so a caller dropped mid-wait (its run cancelled) does not drop the child's run with
+        // it: the caller's cancel reaches the run, which ends as runs do.
+        let (sup, id, caller) = (self.clone(), child.id, cancel.clone());
+        let continued =
+            tokio::spawn(async move { sup.continue_child_for(id, Some(caller)).await }).await;
+        let continued = continued.unwrap_or_else(|e| {
+            Err(CoreError::Supervisor(format!(
+                "the continuation of child {id} panicked: {e}"
+            )))
+        });
+        match continued {
             Ok(r) => Some(Ok(r.result)),
             Err(CoreError::Run { result, .. }) => Some(Ok(*result)),
             // Not here (continued or deleted meanwhile, running elsewhere), or no slot for it

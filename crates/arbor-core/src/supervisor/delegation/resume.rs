@@ -204,12 +204,18 @@ impl Supervisor {
         let Some(record) = self.take_lease(record).await? else {
             return Ok(Rerun::RunningElsewhere);
         };
-        // A child a crash caught queued never started: it starts now, on its task.
+        // A child a crash caught queued never started: it starts now, on its task. One that
+        // never started and kept no task has nothing to go on from.
         let queued = if recover {
             self.queued_task(&record).await?
         } else {
             None
         };
+        if recover && queued.is_none() && !self.ever_started(record.id).await? {
+            return Err(CoreError::validation(format!(
+                "session {id} never started and keeps no task to go on from: nothing to continue"
+            )));
+        }
         let start = match (&queued, recover) {
             (Some(_), _) => Start::Fresh,
             (None, true) => Start::Recover,
@@ -250,14 +256,19 @@ impl Supervisor {
         else {
             return Ok(None);
         };
-        let started = self
+        Ok((!self.ever_started(record.id).await?).then(|| task.to_owned()))
+    }
+
+    /// Whether a run of `session` ever began (its transcript holds a `run_started`, after
+    /// however many messages or renames reached it first).
+    pub(crate) async fn ever_started(&self, session: SessionId) -> CoreResult<bool> {
+        Ok(self
             .live()
             .store()
-            .transcript(record.id, 0, Some(4))
+            .transcript(session, 0, None)
             .await?
             .iter()
-            .any(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. }));
-        Ok((!started).then(|| task.to_owned()))
+            .any(|e| matches!(e.kind, arbor_protocol::EntryKind::RunStarted { .. })))
     }
 
     /// Refuses a follow-up under a closed or deleted ancestor (its teardown reached it even

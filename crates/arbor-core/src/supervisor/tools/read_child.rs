@@ -272,6 +272,7 @@ fn part_of(page: &ChildPage, e: &TranscriptEntry, cap: usize, after: u64, offset
         from -= 1;
     }
     let rest = &text[from..];
+    let done = |v: &mut serde_json::Value| v["next_after"] = json!(e.seq);
     let render = |part: &str, more: bool| {
         let mut v = json!({
             "session_id": page.session_id,
@@ -282,11 +283,12 @@ fn part_of(page: &ChildPage, e: &TranscriptEntry, cap: usize, after: u64, offset
             v["next_after"] = json!(after);
             v["next_offset"] = json!(from + part.len());
         } else {
-            v["next_after"] = json!(e.seq);
+            done(&mut v);
         }
         v.to_string()
     };
-    if render(rest, false).len() <= cap {
+    // Nothing left of it (an offset at or past its end): past it, whatever the cap.
+    if rest.is_empty() || render(rest, false).len() <= cap {
         return render(rest, false);
     }
     // The most of it that fits, escaping included (at least one character, so reading on
