@@ -450,53 +450,16 @@ async fn wait_agent_on_a_handle_that_died_rejoins_the_child_from_the_store() {
 /// instead of an interruption.
 #[tokio::test]
 async fn a_continued_caller_rejoins_its_interrupted_sync_child_here() {
-    use arbor_core::supervisor::SpawnAgentTool;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let tool = Probe::default();
     let tree = |tool: Probe| {
-        let script = Script::new([probe(10_000), ScriptedTurn::text("child done")]);
-        let sup = Supervisor::builder(Ownership::user("t", "u"))
-            .store(store.clone())
-            .child(ChildEntry::new(
-                "worker",
-                factory_fn(move |ctx| {
-                    let (script, tool) = (script.clone(), tool.clone());
-                    async move {
-                        Agent::builder(ctx.child_id.clone())
-                            .provider(ScriptedProvider::new(script))
-                            .tool(tool)
-                            .build()
-                    }
-                }),
-            ))
-            .build()
-            .unwrap();
-        let root = Agent::builder("root")
-            .provider(ScriptedProvider::new(Script::new([
-                ScriptedTurn::tool_call(
-                    "spawn_agent",
-                    json!({"child_id": "worker", "name": "w", "input": "work"}),
-                ),
-                ScriptedTurn::text("root done"),
-            ])))
-            .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
-            .build()
-            .unwrap();
-        (sup, root)
+        rejoin_tree(
+            &store,
+            tool,
+            Script::new([probe(10_000), ScriptedTurn::text("child done")]),
+        )
     };
-    let root_id = {
-        let (sup, root_agent) = tree(tool.clone());
-        let store = store.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        crash_after(Duration::from_millis(200), async move {
-            let mut root = root_agent.session().store(store).create().await.unwrap();
-            tx.send(root.id()).unwrap();
-            let _ = root
-                .run("go", RunOptions::default().with_nested(Arc::new(sup)))
-                .await;
-        });
-        rx.recv().unwrap()
-    };
+    let root_id = crashed_with_its_child_in_flight(&store, tree(tool.clone()));
     assert_eq!(
         tool.calls.load(Ordering::SeqCst),
         1,
@@ -544,57 +507,15 @@ async fn a_continued_caller_rejoins_its_interrupted_sync_child_here() {
 /// continued run cancels the child's too, rather than leaving it to run on alone.
 #[tokio::test]
 async fn cancelling_a_continued_caller_cancels_the_child_it_continued() {
-    use arbor_core::supervisor::SpawnAgentTool;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let tool = Probe::default();
-    let tree = |tool: Probe| {
-        // After the crash its next turn is slow: the cancel comes first.
-        let script = Script::new([
-            probe(10_000),
-            ScriptedTurn::text("child done").with_delay(Duration::from_secs(30)),
-        ]);
-        let sup = Supervisor::builder(Ownership::user("t", "u"))
-            .store(store.clone())
-            .child(ChildEntry::new(
-                "worker",
-                factory_fn(move |ctx| {
-                    let (script, tool) = (script.clone(), tool.clone());
-                    async move {
-                        Agent::builder(ctx.child_id.clone())
-                            .provider(ScriptedProvider::new(script))
-                            .tool(tool)
-                            .build()
-                    }
-                }),
-            ))
-            .build()
-            .unwrap();
-        let root = Agent::builder("root")
-            .provider(ScriptedProvider::new(Script::new([
-                ScriptedTurn::tool_call(
-                    "spawn_agent",
-                    json!({"child_id": "worker", "name": "w", "input": "work"}),
-                ),
-                ScriptedTurn::text("root done"),
-            ])))
-            .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
-            .build()
-            .unwrap();
-        (sup, root)
-    };
-    let root_id = {
-        let (sup, root_agent) = tree(tool.clone());
-        let store = store.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        crash_after(Duration::from_millis(200), async move {
-            let mut root = root_agent.session().store(store).create().await.unwrap();
-            tx.send(root.id()).unwrap();
-            let _ = root
-                .run("go", RunOptions::default().with_nested(Arc::new(sup)))
-                .await;
-        });
-        rx.recv().unwrap()
-    };
+    // After the crash its next turn is slow: the cancel comes first.
+    let script = Script::new([
+        probe(10_000),
+        ScriptedTurn::text("child done").with_delay(Duration::from_secs(30)),
+    ]);
+    let tree = |tool: Probe| rejoin_tree(&store, tool, script.clone());
+    let root_id = crashed_with_its_child_in_flight(&store, tree(tool.clone()));
     store.mark_interrupted().await.unwrap();
     let (sup, root_agent) = tree(tool.clone());
     let mut root = root_agent
@@ -633,4 +554,56 @@ async fn cancelling_a_continued_caller_cancels_the_child_it_continued() {
         "the child stopped too"
     );
     assert_ne!(child.status, SessionStatus::Succeeded, "it did not run on");
+}
+
+/// A durable tree whose root spawns one sync `worker` child (named `w`) playing `script`
+/// with the probe `tool`.
+fn rejoin_tree(store: &Arc<dyn Store>, tool: Probe, script: Script) -> (Supervisor, Agent) {
+    use arbor_core::supervisor::SpawnAgentTool;
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .store(store.clone())
+        .child(ChildEntry::new(
+            "worker",
+            factory_fn(move |ctx| {
+                let (script, tool) = (script.clone(), tool.clone());
+                async move {
+                    Agent::builder(ctx.child_id.clone())
+                        .provider(ScriptedProvider::new(script))
+                        .tool(tool)
+                        .build()
+                }
+            }),
+        ))
+        .build()
+        .unwrap();
+    let root = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn::tool_call(
+                "spawn_agent",
+                json!({"child_id": "worker", "name": "w", "input": "work"}),
+            ),
+            ScriptedTurn::text("root done"),
+        ])))
+        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
+        .build()
+        .unwrap();
+    (sup, root)
+}
+
+/// Runs the root of `(sup, root_agent)` on `store` until a crash 200 ms in (its child's call
+/// in flight); the root's id.
+fn crashed_with_its_child_in_flight(
+    store: &Arc<dyn Store>,
+    (sup, root_agent): (Supervisor, Agent),
+) -> arbor_protocol::SessionId {
+    let store = store.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    crash_after(Duration::from_millis(200), async move {
+        let mut root = root_agent.session().store(store).create().await.unwrap();
+        tx.send(root.id()).unwrap();
+        let _ = root
+            .run("go", RunOptions::default().with_nested(Arc::new(sup)))
+            .await;
+    });
+    rx.recv().unwrap()
 }
