@@ -222,10 +222,13 @@ pub(crate) fn value_of(meta: &Value, result: &crate::RunResult) -> Option<Value>
 /// What the model reads when its answer did not match.
 pub(crate) fn correction(mismatch: &Mismatch) -> String {
     format!(
-        "Your answer does not match the required output schema: {mismatch}. Answer again with \
-         only a JSON value that matches the schema, and nothing else."
+        "{CORRECTION_PREFIX} {mismatch}. Answer again with only a JSON value that matches the \
+         schema, and nothing else."
     )
 }
+
+/// How a correction sent back begins: what a resumed run counts its corrections by.
+pub(crate) const CORRECTION_PREFIX: &str = "Your answer does not match the required output schema:";
 
 #[cfg(test)]
 mod tests {

@@ -511,6 +511,7 @@ impl Session {
         // What the run's turns cost before it suspended: its cost entries (the checkpoint
         // keeps its usage, not its cost).
         let cost = self.run_cost(run_id).await?;
+        let corrections = self.run_corrections(run_id).await?;
         let state = Box::new(RunState {
             run_id,
             limits,
@@ -529,7 +530,7 @@ impl Session {
             new_loop: false,
             forced: false,
             cost,
-            corrections: 0,
+            corrections,
         });
         self.commit(run_id, &[], Some(crate::session::run::running_update()))
             .await?;

@@ -82,6 +82,24 @@ impl Session {
         }
     }
 
+    /// The corrections run `run_id` sent back already (its transcript's correction
+    /// messages): a resumed run counts on from them rather than from none.
+    pub(crate) async fn run_corrections(&self, run_id: RunId) -> CoreResult<u32> {
+        if !matches!(OutputSchema::of_meta(&self.record.meta), Ok(Some(_))) {
+            return Ok(0);
+        }
+        let entries = self.store.transcript(self.id(), 0, None).await?;
+        let sent = entries
+            .iter()
+            .filter(|e| e.run_id == run_id)
+            .filter(|e| {
+                matches!(&e.kind, EntryKind::Message { message: Message::User { content } }
+                    if content.starts_with(crate::output::CORRECTION_PREFIX))
+            })
+            .count();
+        Ok(u32::try_from(sent).unwrap_or(u32::MAX))
+    }
+
     /// Sends `mismatch` back to the model: a user message, written before the next turn.
     pub(crate) async fn send_back(&mut self, run_id: RunId, mismatch: &Mismatch) -> CoreResult<()> {
         let errors = mismatch.to_string();

@@ -315,3 +315,37 @@ async fn a_value_over_the_parents_cap_is_left_to_the_cut_text() {
     assert_eq!(answer.value, None, "{out}");
     assert!(answer.text.contains("[truncated:"), "{out}");
 }
+
+/// The corrections a run sent back hold across its suspension: resumed (here after a
+/// question it asked), it does not get its corrections again.
+#[tokio::test]
+async fn a_resumed_run_counts_on_from_the_corrections_it_sent_back() {
+    use arbor_core::tool::ask::{ASK_HUMAN, AskHuman, answer};
+    let store: Arc<dyn arbor_store::Store> = Arc::new(arbor_store::MemoryStore::new());
+    let mut s = Agent::builder("clerk")
+        .provider(ScriptedProvider::new(Script::new([
+            ScriptedTurn::text("Ada, 36"),
+            ScriptedTurn::tool_call(ASK_HUMAN, json!({"question": "Her age?"})),
+            ScriptedTurn::text("still not JSON"),
+            ScriptedTurn::text(r#"{"name": "Ada", "age": 36}"#),
+        ])))
+        .dyn_tool(Arc::new(AskHuman::new()))
+        .build()
+        .unwrap()
+        .session()
+        .store(store.clone())
+        .output_schema(OutputSchema::new(person()).unwrap())
+        .create()
+        .await
+        .unwrap();
+    let first = s.run("who?", RunOptions::default()).await.unwrap();
+    assert_eq!(first.status, RunStatus::Suspended, "{:?}", first.error);
+    let id = first.suspension.unwrap().pending[0].id.clone();
+    arbor_core::supervisor::answer_at(store.as_ref(), s.id(), &[answer(&id, "36")])
+        .await
+        .unwrap();
+    let done = s.resume(first.run_id, RunOptions::default()).await.unwrap();
+    // Its one correction was spent before the suspension: the next mismatch ends it.
+    assert_eq!(done.status, RunStatus::Failed, "{:?}", done.text);
+    assert_eq!(done.stop_reason, StopReason::InvalidOutput);
+}
