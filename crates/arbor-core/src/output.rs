@@ -114,6 +114,12 @@ impl OutputSchema {
         }
     }
 
+    /// The schema a session's meta keeps, as stored, without reading it into a checked
+    /// value: what a provider turn sends the wire (the answer's check reads it whole).
+    pub(crate) fn raw_in(meta: &Value) -> Option<&Value> {
+        meta.get(OUTPUT_SCHEMA)?.get("schema")
+    }
+
     /// The checker of this schema.
     pub(crate) fn checker(&self) -> CoreResult<Checker> {
         let validator = jsonschema::validator_for(&self.schema)

@@ -197,6 +197,57 @@ pub fn answer(id: impl Into<String>, answer: impl Into<String>) -> ApprovalDecis
     ApprovalDecision::new(id, Verdict::AllowOnce).with_reason(answer)
 }
 
+/// The verdict and reason of one decision as a surface received it (`verdict`, `reason`,
+/// `answer`): an answer is `allow_once` with the answer as its reason, and stands alone (no
+/// other verdict, no reason). The error names the field (`verdict`, `reason` or `answer`)
+/// and says why; what the call itself accepts is checked when the decision is recorded.
+pub fn decision_parts(
+    verdict: Option<Verdict>,
+    reason: Option<&str>,
+    answer: Option<&str>,
+) -> Result<(Verdict, Option<String>), (&'static str, String)> {
+    if reason.is_some_and(|r| r.len() > super::MAX_REASON_BYTES) {
+        return Err((
+            "reason",
+            format!(
+                "a decision's reason is at most {} bytes",
+                super::MAX_REASON_BYTES
+            ),
+        ));
+    }
+    let Some(answer) = answer else {
+        return match verdict {
+            Some(v) => Ok((v, reason.map(str::to_owned))),
+            None => Err((
+                "verdict",
+                "verdict is required (allow_once, allow_for_run, reject_once, reject_for_run), \
+                 unless the decision gives an answer"
+                    .to_owned(),
+            )),
+        };
+    };
+    if answer.trim().is_empty() || answer.len() > MAX_ANSWER_BYTES {
+        return Err((
+            "answer",
+            format!("an answer is 1 to {MAX_ANSWER_BYTES} bytes, not blank"),
+        ));
+    }
+    if reason.is_some() {
+        return Err((
+            "reason",
+            "an answer is its own reason: give answer or reason, not both".to_owned(),
+        ));
+    }
+    match verdict {
+        None | Some(Verdict::AllowOnce) => Ok((Verdict::AllowOnce, Some(answer.to_owned()))),
+        Some(_) => Err((
+            "verdict",
+            "an answer goes with allow_once (or no verdict); reject_once declines a question"
+                .to_owned(),
+        )),
+    }
+}
+
 /// Checks a decision on a question: only `allow_once` with an answer, or `reject_once` (a
 /// decline). Nothing to check for another call.
 pub(crate) fn check_decision(pending: &PendingDecision, d: &ApprovalDecision) -> CoreResult<()> {
@@ -275,6 +326,30 @@ mod tests {
             free.check_answer(&"x".repeat(MAX_ANSWER_BYTES + 1))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_surfaces_verdict_reason_and_answer_make_one_decision_or_name_the_field() {
+        assert_eq!(
+            decision_parts(None, None, Some("blue")),
+            Ok((Verdict::AllowOnce, Some("blue".to_owned())))
+        );
+        assert_eq!(
+            decision_parts(Some(Verdict::RejectOnce), Some("no"), None),
+            Ok((Verdict::RejectOnce, Some("no".to_owned())))
+        );
+        let long = "x".repeat(MAX_ANSWER_BYTES + 1);
+        for (verdict, reason, answer, field) in [
+            (None, None, None, "verdict"),
+            (Some(Verdict::AllowForRun), None, Some("blue"), "verdict"),
+            (None, Some("why"), Some("blue"), "reason"),
+            (None, Some(long.as_str()), None, "reason"),
+            (None, None, Some(" "), "answer"),
+            (None, None, Some(long.as_str()), "answer"),
+        ] {
+            let got = decision_parts(verdict, reason, answer).map_err(|(f, _)| f);
+            assert_eq!(got, Err(field), "{verdict:?} {reason:?} {answer:?}");
+        }
     }
 
     #[test]

@@ -27,14 +27,14 @@ impl Session {
     /// [`DEFAULT_OUTPUT_RESERVE`]) and its thinking budget; priced (with prices) as if every prompt token were a cache write when that
     /// costs more than plain input.
     fn worst_case(&self) -> Amount {
-        let schema = crate::output::OutputSchema::of_meta(&self.record.meta)
-            .ok()
-            .flatten();
+        // The schema the answer is checked against, for a wire that can constrain it (as
+        // stored: nothing is compiled on a turn).
+        let schema = crate::output::OutputSchema::raw_in(&self.record.meta);
         let request = ModelRequest::new(self.agent.model(), &self.messages)
             .system(self.agent.system())
             .tools(self.agent.tools().specs())
             .reasoning((!self.reasoning.is_empty()).then_some(&self.reasoning))
-            .output_schema(schema.as_ref().map(crate::output::OutputSchema::schema));
+            .output_schema(schema);
         let input = arbor_model::estimate_input_tokens(&request);
         let cap = self
             .agent

@@ -103,17 +103,16 @@ impl Session {
                     .and_then(arbor_model::Controls::after_call)
             })
             .flatten();
-        // The schema the answer is checked against, for a wire that can constrain it.
-        let schema = crate::output::OutputSchema::of_meta(&self.record.meta)
-            .ok()
-            .flatten();
+        // The schema the answer is checked against, for a wire that can constrain it (as
+        // stored: nothing is compiled on a turn).
+        let schema = crate::output::OutputSchema::raw_in(&self.record.meta);
         let request = ModelRequest::new(self.agent.model(), &self.messages)
             .system(self.agent.system())
             .tools(self.agent.tools().specs())
             .thinking(self.agent.thinking())
             .controls(after_call.as_ref().or(self.agent.controls()))
             .reasoning((!self.reasoning.is_empty()).then_some(&self.reasoning))
-            .output_schema(schema.as_ref().map(crate::output::OutputSchema::schema));
+            .output_schema(schema);
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = None;

@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbor_core::approval::MAX_REASON_BYTES;
 use arbor_core::supervisor::{Mode, WaitOptions, WaitOutcome};
 use arbor_core::{CoreError, NestedSuspension, ToolContext, ToolError};
 use arbor_model::ToolSpec;
@@ -357,23 +356,6 @@ struct DecisionArg {
     answer: Option<String>,
 }
 
-/// Decision `i`'s verdict and reason: an answer is `allow_once` with the answer as reason.
-fn verdict_of(i: usize, d: &DecisionArg) -> Result<(Verdict, Option<String>), String> {
-    match (&d.answer, d.verdict) {
-        (Some(_), Some(v)) if v != Verdict::AllowOnce => Err(format!(
-            "decisions[{i}].verdict: an answer goes with allow_once (or no verdict)"
-        )),
-        (Some(_), _) if d.reason.is_some() => Err(format!(
-            "decisions[{i}].reason: an answer is its own reason: give answer or reason"
-        )),
-        (Some(a), _) => Ok((Verdict::AllowOnce, Some(a.clone()))),
-        (None, Some(v)) => Ok((v, d.reason.clone())),
-        (None, None) => Err(format!(
-            "decisions[{i}].verdict is required, unless the decision gives an answer"
-        )),
-    }
-}
-
 async fn decide(
     root: &HostedRoot,
     arguments: Value,
@@ -385,16 +367,14 @@ async fn decide(
     }
     let mut verdicts = Vec::with_capacity(args.decisions.len());
     for (i, d) in args.decisions.iter().enumerate() {
-        if d.reason
-            .as_ref()
-            .or(d.answer.as_ref())
-            .is_some_and(|r| r.len() > MAX_REASON_BYTES)
-        {
-            return Err(format!(
-                "decisions[{i}]: a decision's reason (or answer) is at most {MAX_REASON_BYTES} bytes"
-            ));
-        }
-        verdicts.push(verdict_of(i, d)?);
+        // An answer is `allow_once` with the answer as its reason.
+        let parts = arbor_core::approval::question::decision_parts(
+            d.verdict,
+            d.reason.as_deref(),
+            d.answer.as_deref(),
+        )
+        .map_err(|(field, why)| format!("decisions[{i}].{field}: {why}"))?;
+        verdicts.push(parts);
     }
     let sup = root.supervisor();
     let store = sup.store();

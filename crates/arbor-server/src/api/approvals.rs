@@ -6,8 +6,6 @@
 //! letting the tree go on (`POST /v1/runs/{id}/resume`). Deciding records the decisions
 //! only; nothing runs until the resume, and an approved call runs exactly once.
 
-use arbor_core::approval::MAX_REASON_BYTES;
-use arbor_core::tool::ask::MAX_ANSWER_BYTES;
 use arbor_protocol::{ApprovalDecision, DecidedBy, RunId, Verdict};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -253,11 +251,11 @@ pub(crate) async fn decide(
         .decisions
         .iter()
         .zip(verdicts)
-        .map(|(d, verdict)| ApprovalDecision {
+        .map(|(d, (verdict, reason))| ApprovalDecision {
             id: d.id.clone(),
             verdict,
             // An answer is the decision's reason: what the model reads as the call's result.
-            reason: d.answer.clone().or_else(|| d.reason.clone()),
+            reason,
             decided_by: Some(decided_by.clone()),
         })
         .collect();
@@ -279,49 +277,21 @@ pub(crate) async fn decide(
     Ok(Json(SuspensionView::from(&left)))
 }
 
-/// The verdict of decision `i`, its reason and answer checked (each error names the field).
-fn checked(i: usize, d: &DecisionInput) -> ApiResult<Verdict> {
-    if d.reason
-        .as_ref()
-        .is_some_and(|r| r.len() > MAX_REASON_BYTES)
-    {
-        return Err(ApiError::field(
-            format!("decisions[{i}].reason"),
-            format!("a decision's reason is at most {MAX_REASON_BYTES} bytes"),
-        ));
-    }
-    if let Some(answer) = &d.answer {
-        if answer.trim().is_empty() || answer.len() > MAX_ANSWER_BYTES {
-            return Err(ApiError::field(
-                format!("decisions[{i}].answer"),
-                format!("an answer is 1 to {MAX_ANSWER_BYTES} bytes, not blank"),
-            ));
-        }
-        if d.reason.is_some() {
-            return Err(ApiError::field(
-                format!("decisions[{i}].reason"),
-                "an answer is its own reason: give answer or reason, not both",
-            ));
-        }
-        return match d.verdict {
-            None | Some(VerdictInput::AllowOnce) => Ok(Verdict::AllowOnce),
-            Some(_) => Err(ApiError::field(
-                format!("decisions[{i}].verdict"),
-                "an answer goes with allow_once (or no verdict); reject_once declines a question",
-            )),
-        };
-    }
-    match d.verdict {
-        Some(VerdictInput::AllowOnce) => Ok(Verdict::AllowOnce),
-        Some(VerdictInput::AllowForRun) => Ok(Verdict::AllowForRun),
-        Some(VerdictInput::RejectOnce) => Ok(Verdict::RejectOnce),
-        Some(VerdictInput::RejectForRun) => Ok(Verdict::RejectForRun),
-        None => Err(ApiError::field(
-            format!("decisions[{i}].verdict"),
-            "verdict is required (allow_once, allow_for_run, reject_once, reject_for_run), \
-             unless the decision gives an answer",
-        )),
-    }
+/// The verdict and reason of decision `i` (an answer is its reason), each error naming the
+/// field.
+fn checked(i: usize, d: &DecisionInput) -> ApiResult<(Verdict, Option<String>)> {
+    let verdict = d.verdict.map(|v| match v {
+        VerdictInput::AllowOnce => Verdict::AllowOnce,
+        VerdictInput::AllowForRun => Verdict::AllowForRun,
+        VerdictInput::RejectOnce => Verdict::RejectOnce,
+        VerdictInput::RejectForRun => Verdict::RejectForRun,
+    });
+    arbor_core::approval::question::decision_parts(
+        verdict,
+        d.reason.as_deref(),
+        d.answer.as_deref(),
+    )
+    .map_err(|(field, why)| ApiError::field(format!("decisions[{i}].{field}"), why))
 }
 
 /// A resume was started.
