@@ -6,10 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+#[allow(dead_code)]
+mod kill_support;
+use kill_support::{arbor, named, run_until, sessions};
 
 const SPEC: &str = r#"
 task = "two at once"
@@ -35,31 +37,8 @@ delay_ms = 1500
 text = "the helper's answer"
 "#;
 
-fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbor"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env("ARBOR_BUSY_TIMEOUT_MS", "2000")
-        .env_remove("ARBOR_LOG");
-    cmd
-}
-
-fn arbor(dir: &Path, args: &[&str]) -> Output {
-    command(dir, args).output().unwrap()
-}
-
-/// The sessions of `arbor tree ROOT --json` by name.
-fn sessions(dir: &Path, root: &str) -> Vec<Value> {
-    let out = arbor(dir, &["tree", root, "--json"]);
-    serde_json::from_slice::<Value>(&out.stdout)
-        .ok()
-        .and_then(|t| t["sessions"].as_array().cloned())
-        .unwrap_or_default()
-}
-
 fn status_of(rows: &[Value], name: &str) -> Option<String> {
-    rows.iter()
-        .find(|s| s["name"] == name)
+    named(rows, name)
         .and_then(|s| s["status"].as_str())
         .map(str::to_owned)
 }
@@ -79,35 +58,15 @@ fn results(dir: &Path, session: &str) -> Vec<String> {
 fn a_queued_child_cut_off_by_a_sigkill_starts_on_its_task_after_arbor_resume() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("s.toml"), SPEC).unwrap();
-    let mut run = command(dir.path(), &["run", "s.toml", "-q"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
     // Killed while the first runs and the second waits in the queue.
-    let started = Instant::now();
-    let root = loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the first child never ran with the second queued"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-        let Ok(out) = command(dir.path(), &["ls", "--json"]).output() else {
-            continue;
-        };
-        let Ok(roots) = serde_json::from_slice::<Value>(&out.stdout) else {
-            continue;
-        };
-        let Some(root) = roots["roots"][0]["id"].as_str().map(str::to_owned) else {
-            continue;
-        };
-        let rows = sessions(dir.path(), &root);
-        if status_of(&rows, "first").as_deref() == Some("running")
-            && status_of(&rows, "second").as_deref() == Some("queued")
-        {
-            break root;
-        }
-    };
+    let (mut run, root) = run_until(
+        dir.path(),
+        "the first child never ran with the second queued",
+        |rows| {
+            status_of(rows, "first").as_deref() == Some("running")
+                && status_of(rows, "second").as_deref() == Some("queued")
+        },
+    );
     run.kill().unwrap();
     run.wait().unwrap();
 

@@ -5,10 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+
+#[allow(dead_code)]
+mod kill_support;
+use kill_support::{arbor, named, run_until, sessions};
 
 const SPEC: &str = r#"
 task = "ask the helper"
@@ -26,19 +29,6 @@ delay_ms = 1500
 text = "the helper's answer"
 "#;
 
-fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbor"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env("ARBOR_BUSY_TIMEOUT_MS", "2000")
-        .env_remove("ARBOR_LOG");
-    cmd
-}
-
-fn arbor(dir: &Path, args: &[&str]) -> Output {
-    command(dir, args).output().unwrap()
-}
-
 fn json(dir: &Path, args: &[&str]) -> Value {
     let out = arbor(dir, args);
     assert!(
@@ -51,45 +41,17 @@ fn json(dir: &Path, args: &[&str]) -> Value {
 
 /// The session named `name` in `arbor tree ROOT --json`, once it is there.
 fn session(dir: &Path, root: &str, name: &str) -> Option<Value> {
-    let out = arbor(dir, &["tree", root, "--json"]);
-    let tree: Value = serde_json::from_slice(&out.stdout).ok()?;
-    tree["sessions"]
-        .as_array()?
-        .iter()
-        .find(|s| s["name"] == name)
-        .cloned()
+    named(&sessions(dir, root), name).cloned()
 }
 
 #[test]
 fn a_resumed_root_rejoins_its_sync_child_cut_off_by_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("s.toml"), SPEC).unwrap();
-    let mut run = command(dir.path(), &["run", "s.toml", "-q"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
     // Killed while the helper's turn is under way.
-    let started = Instant::now();
-    let root = loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the helper never ran"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-        let Ok(out) = command(dir.path(), &["ls", "--json"]).output() else {
-            continue;
-        };
-        let Ok(roots) = serde_json::from_slice::<Value>(&out.stdout) else {
-            continue;
-        };
-        let Some(root) = roots["roots"][0]["id"].as_str().map(str::to_owned) else {
-            continue;
-        };
-        if session(dir.path(), &root, "helper").is_some_and(|h| h["status"] == "running") {
-            break root;
-        }
-    };
+    let (mut run, root) = run_until(dir.path(), "the helper never ran", |rows| {
+        named(rows, "helper").is_some_and(|h| h["status"] == "running")
+    });
     std::thread::sleep(Duration::from_millis(300));
     run.kill().unwrap();
     run.wait().unwrap();
