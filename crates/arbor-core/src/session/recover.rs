@@ -13,6 +13,14 @@ use crate::session::Session;
 use crate::session::resumer::Turns;
 use crate::session::run::RunOptions;
 
+/// What a continuation found for a call the crash cut off.
+enum Rejoin {
+    /// Its result (and whether it is an error).
+    Answer(String, bool),
+    /// It waits for its child, which suspended.
+    Waits(Box<crate::outcome::NestedSuspension>),
+}
+
 /// What a continued run closed before it went on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Continued {
@@ -77,52 +85,57 @@ impl Session {
     ) -> CoreResult<(Continued, RunResult)> {
         let mut state = self.interrupted_state();
         let (last_run, last_turn, before) = self.cut_off_run().await?;
-        let mut closing = Vec::new();
         let cancel = options.cancel.clone().unwrap_or_default();
         // A crash between a suspension's checkpoint and its record's `suspended`: the calls
         // the checkpoint holds done ran (a turn that waited only on a question, say); their
         // results stand.
         let mut done = self.done_in_stale_suspensions().await?;
-        for interrupted in self.unanswered_calls() {
-            let answer = match done.remove(&interrupted.call_id) {
-                Some(result) => Some((result.content, result.is_error)),
+        let mut slots = Vec::new();
+        for call in self.unanswered_tool_calls() {
+            let interrupted = crate::approval::interrupted(&call);
+            let found = match done.remove(&interrupted.call_id) {
+                Some(result) => Some(Rejoin::Answer(result.content, result.is_error)),
                 None => {
                     self.rejoin_or_reissue(&interrupted, last_run, last_turn, &options, &cancel)
                         .await?
                 }
             };
             // Else, its effect was recorded done: that is its result, nothing is repeated.
-            let answer = match (answer, last_run) {
-                (Some(answer), _) => Some(answer),
-                (None, Some(run)) => {
-                    let call = arbor_protocol::ToolCall {
-                        id: interrupted.call_id.clone(),
-                        name: interrupted.name.clone(),
-                        arguments: serde_json::Value::Null,
-                    };
-                    self.recorded_effect(run, &call)
-                        .await
-                        .map(|content| (content, false))
-                }
+            let found = match (found, last_run) {
+                (Some(found), _) => Some(found),
+                (None, Some(run)) => self
+                    .recorded_effect(run, &call)
+                    .await
+                    .map(|content| Rejoin::Answer(content, false)),
                 (None, None) => None,
             };
-            let Some((content, is_error)) = answer else {
-                closing.push(Message::Tool(interrupted));
-                continue;
+            let slot = match found {
+                None => crate::approval::CallState::Done {
+                    result: interrupted,
+                },
+                Some(found) => {
+                    if let Some(i) = state.interrupted_calls.iter().position(|n| *n == call.name) {
+                        state.interrupted_calls.remove(i);
+                    }
+                    state.rejoined_calls.push(call.name.clone());
+                    match found {
+                        Rejoin::Answer(content, is_error) => crate::approval::CallState::Done {
+                            result: ToolResult {
+                                content,
+                                is_error,
+                                ..interrupted
+                            },
+                        },
+                        Rejoin::Waits(child) => crate::approval::CallState::Nested {
+                            run_id: child.run_id,
+                            session_id: child.session_id,
+                            pending: child.pending,
+                            decisions: Vec::new(),
+                        },
+                    }
+                }
             };
-            if let Some(i) = state
-                .interrupted_calls
-                .iter()
-                .position(|n| *n == interrupted.name)
-            {
-                state.interrupted_calls.remove(i);
-            }
-            state.rejoined_calls.push(interrupted.name.clone());
-            closing.push(Message::Tool(ToolResult {
-                content,
-                is_error,
-                ..interrupted
-            }));
+            slots.push((call, slot));
         }
         // A crash between a suspension's checkpoint and its record's `suspended` leaves the
         // checkpoint of a run that goes on here instead: its calls are answered above (what
@@ -142,10 +155,27 @@ impl Session {
                 Err(e) => return Err(e.into()),
             }
         }
-        let from = if state.already_answered {
-            Turns::Answered
+        // A rejoined child that suspended (it asked a question, or waits for approval) keeps
+        // the cut-off turn waiting with it, as the turn would have before the crash: the run
+        // suspends at once, and the child's answer is its call's result on resume. Else the
+        // cut-off calls' results close the turn and the run goes on.
+        let waits = slots
+            .iter()
+            .any(|(_, s)| matches!(s, crate::approval::CallState::Nested { .. }));
+        let (closing, from) = if waits {
+            let turn = last_turn;
+            (Vec::new(), Turns::Rejoined { turn, calls: slots })
+        } else if state.already_answered {
+            (Vec::new(), Turns::Answered)
         } else {
-            Turns::Next
+            let closing = slots
+                .into_iter()
+                .filter_map(|(_, s)| match s {
+                    crate::approval::CallState::Done { result } => Some(Message::Tool(result)),
+                    _ => None,
+                })
+                .collect();
+            (closing, Turns::Next)
         };
         let result = self.start_run(None, closing, from, options, before).await?;
         Ok((state, result))
@@ -200,8 +230,9 @@ impl Session {
     }
 
     /// The answer of a call the crash left without one, when it can have one: the child it
-    /// started elsewhere (a worker) finished, or it was a spawn cut off before its child was
-    /// registered, issued again now.
+    /// started (here or on a worker) finished or was continued, or it was a spawn cut off
+    /// before its child was registered, issued again now. A child that suspended meanwhile
+    /// is waited with.
     async fn rejoin_or_reissue(
         &mut self,
         interrupted: &ToolResult,
@@ -209,7 +240,7 @@ impl Session {
         last_turn: u32,
         options: &RunOptions,
         cancel: &tokio_util::sync::CancellationToken,
-    ) -> CoreResult<Option<(String, bool)>> {
+    ) -> CoreResult<Option<Rejoin>> {
         let (Some(run), Some(nested)) = (last_run, &options.nested) else {
             return Ok(None);
         };
@@ -222,15 +253,18 @@ impl Session {
                 &interrupted.name,
                 cancel,
             )
-            .await?;
+            .await;
         match rejoined {
-            Some(crate::session::resumer::NestedOutcome::Completed(text)) => {
-                return Ok(Some((text, false)));
+            Ok(Some(crate::session::resumer::NestedOutcome::Completed(text))) => {
+                return Ok(Some(Rejoin::Answer(text, false)));
             }
-            Some(crate::session::resumer::NestedOutcome::Failed(text)) => {
-                return Ok(Some((text, true)));
+            Ok(Some(crate::session::resumer::NestedOutcome::Failed(text))) => {
+                return Ok(Some(Rejoin::Answer(text, true)));
             }
-            Some(crate::session::resumer::NestedOutcome::Suspended(_)) | None => {}
+            // Continued here, it suspended (a question, an approval): the call waits for it.
+            Err(CoreError::Suspended(child)) => return Ok(Some(Rejoin::Waits(child))),
+            Err(e) => return Err(e),
+            Ok(Some(crate::session::resumer::NestedOutcome::Suspended(_)) | None) => {}
         }
         // A spawn cut off before its child was registered (the crash came between the
         // model's call and the child's record) started nothing: it is issued again, under its
@@ -245,14 +279,15 @@ impl Session {
         match outcome.stop {
             None => {
                 tracing::info!(session = %self.id(), call = %call.id, "a spawn cut off before its child registered was issued again");
-                Ok(Some((outcome.result.content, outcome.result.is_error)))
+                Ok(Some(Rejoin::Answer(
+                    outcome.result.content,
+                    outcome.result.is_error,
+                )))
             }
-            // Its child stopped on a call waiting for approval: a continuation cannot wait
-            // here, so the child's suspension is closed (nothing of it ran past its gate) and
-            // the call is reported interrupted, as before.
+            // Its child stopped on a call waiting for approval (or a question): the call
+            // waits for it.
             Some(crate::session::dispatch::CallStop::Suspended(child)) => {
-                nested.abandon_nested(child.run_id, child.session_id).await;
-                Ok(None)
+                Ok(Some(Rejoin::Waits(child)))
             }
             Some(_) => Ok(None),
         }
@@ -290,6 +325,14 @@ impl Session {
     /// The calls of the last assistant message that have no result, each with an
     /// interruption as its result.
     fn unanswered_calls(&self) -> Vec<ToolResult> {
+        self.unanswered_tool_calls()
+            .iter()
+            .map(crate::approval::interrupted)
+            .collect()
+    }
+
+    /// The calls of the last assistant message that have no result.
+    fn unanswered_tool_calls(&self) -> Vec<arbor_protocol::ToolCall> {
         let messages = self.messages();
         let Some(pos) = messages
             .iter()
@@ -310,8 +353,42 @@ impl Session {
         tool_calls
             .iter()
             .filter(|c| !answered.contains(&c.id.as_str()))
-            .map(crate::approval::interrupted)
+            .cloned()
             .collect()
+    }
+
+    /// The checkpoint of a continued run whose cut-off turn `turn` waits for a rejoined
+    /// child: `calls` as the continuation found them, named as a suspended turn's are.
+    pub(crate) fn rejoined_checkpoint(
+        &self,
+        state: &crate::session::run::RunState,
+        turn: u32,
+        calls: Vec<(arbor_protocol::ToolCall, crate::approval::CallState)>,
+    ) -> crate::approval::RunCheckpoint {
+        crate::approval::RunCheckpoint {
+            session_id: self.id(),
+            run_id: state.run_id,
+            turn,
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            usage: state.usage,
+            text: state.text.clone(),
+            limits: state.limits,
+            started_ms: state.started_ms,
+            calls: calls
+                .into_iter()
+                .map(|(call, state_now)| crate::approval::CallSlot {
+                    approval_id: crate::approval::own_id(state.run_id, &call.id),
+                    call,
+                    state: state_now,
+                })
+                .collect(),
+            sticky: state.sticky.clone(),
+            claimed_at_ms: None,
+            claimed_by: None,
+            caps: state.caps,
+            trace: None,
+        }
     }
 
     /// The text of the last message when it is the model's answer.

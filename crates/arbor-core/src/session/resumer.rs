@@ -20,6 +20,15 @@ pub(crate) enum Turns {
     /// Nowhere: the conversation already ends with the model's answer (an interrupted run
     /// that had finished its last turn but not recorded its end).
     Answered,
+    /// With the calls a crash cut off in turn `turn`, settled as a continuation found them
+    /// (answered, interrupted, or waiting on a child that suspended when it was rejoined):
+    /// the run waits with that child, as its suspended turn would have.
+    Rejoined {
+        /// The cut-off turn.
+        turn: u32,
+        /// Its calls that had no result, in order, and where each stands.
+        calls: Vec<(arbor_protocol::ToolCall, crate::approval::CallState)>,
+    },
 }
 
 /// How a child's resumed run ended, for the parent call that waits on it.
@@ -59,7 +68,9 @@ pub trait NestedResumer: fmt::Debug + Send + Sync {
     /// A run of `session` is continued after its process died, and its call `call_id` (of
     /// tool `tool`, in run `run`) has no result: if that call started a child that ran (or
     /// runs) elsewhere, wait for it and say how it ended, so the call is answered rather than
-    /// reported interrupted. `None` (the default) when there is no such child.
+    /// reported interrupted. `None` (the default) when there is no such child. A child that
+    /// suspended meanwhile (continued here, it asked a question) is
+    /// [`CoreError::Suspended`](crate::CoreError::Suspended): the call waits with it.
     async fn rejoin(
         &self,
         session: SessionId,

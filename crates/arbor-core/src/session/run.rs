@@ -206,7 +206,7 @@ impl Session {
             checkpointed: false,
             trace: crate::session::attribution::Trace::default(),
             deferred: None,
-            new_loop: closing.is_empty(),
+            new_loop: closing.is_empty() && !matches!(from, Turns::Rejoined { .. }),
             forced: input.is_some() && closing.is_empty(),
             cost: 0,
             corrections: 0,
@@ -348,6 +348,13 @@ impl Session {
         match from {
             Turns::Resume(checkpoint) => {
                 if let Some(outcome) = self.settle_turn(state, *checkpoint, token).await? {
+                    return Ok(outcome);
+                }
+            }
+            // A continuation whose rejoined child waits: the cut-off turn waits with it.
+            Turns::Rejoined { turn, calls } => {
+                let checkpoint = self.rejoined_checkpoint(state, turn, calls);
+                if let Some(outcome) = self.settle_turn(state, checkpoint, token).await? {
                     return Ok(outcome);
                 }
             }

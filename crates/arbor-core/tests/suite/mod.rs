@@ -31,6 +31,7 @@ mod read_child;
 mod reasoning;
 mod reconcile;
 mod recover;
+mod recover_question;
 mod redaction;
 mod registry;
 mod remote;

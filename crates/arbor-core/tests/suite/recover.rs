@@ -21,7 +21,10 @@ fn probe(ms: u64) -> ScriptedTurn {
 
 /// Runs `f` on a runtime of its own and drops that runtime after `after`: every task on it
 /// stops where it stands, as in a crash (nothing finishes, nothing cleans up).
-fn crash_after<F: std::future::Future<Output = ()> + Send + 'static>(after: Duration, f: F) {
+pub(super) fn crash_after<F: std::future::Future<Output = ()> + Send + 'static>(
+    after: Duration,
+    f: F,
+) {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -592,7 +595,7 @@ fn rejoin_tree(store: &Arc<dyn Store>, tool: Probe, script: Script) -> (Supervis
 
 /// Runs the root of `(sup, root_agent)` on `store` until a crash 200 ms in (its child's call
 /// in flight); the root's id.
-fn crashed_with_its_child_in_flight(
+pub(super) fn crashed_with_its_child_in_flight(
     store: &Arc<dyn Store>,
     (sup, root_agent): (Supervisor, Agent),
 ) -> arbor_protocol::SessionId {

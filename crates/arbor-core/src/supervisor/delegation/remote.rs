@@ -302,6 +302,9 @@ impl Supervisor {
                         .unwrap_or("the delegated run did not succeed"),
                 ),
             ),
+            // Continued here, it suspended (it asked, or waits for approval): the caller's
+            // call waits with it, as it would have before the crash.
+            Err(CoreError::Suspended(waits)) => return Err(CoreError::Suspended(waits)),
             Err(e) => crate::session::resumer::NestedOutcome::Failed(self.redact(&e.to_string())),
         };
         tracing::info!(parent = %session, child = %child.id, "a cut-off call rejoined its child");

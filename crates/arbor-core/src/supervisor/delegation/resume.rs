@@ -221,12 +221,15 @@ impl Supervisor {
             (None, true) => Start::Recover,
             (None, false) => Start::FollowUp,
         };
+        // A sync child continued for the call that waits on it is carried by that call: a
+        // suspension of it waits with the caller's run, as before the crash.
+        let carried = caller.is_some() && record.meta["mode"] == "sync";
         let mut admitted = self
             .rebuilt(terms, record, limits, slot, queued.unwrap_or_default())
             .await?;
         admitted.control.start = start;
-        // A follow-up or a continued run: nobody awaits it.
-        admitted.control.detached = true;
+        // A follow-up or a continued run nobody awaits answers the way its mode says.
+        admitted.control.detached = !carried;
         // A caller waiting on it: its cancel reaches the run (which stays under the
         // supervisor's session token too), for as long as the run goes.
         let link = caller.map(|caller| {
