@@ -38,10 +38,17 @@ pub(crate) fn connect(
     if options.read_only {
         return connect_read_only(path, display, options);
     }
-    perms::create_private(path);
+    // A `file:` URI (a shared in-memory database, say) names no file to create or check:
+    // creating one would leave an empty file of that name in the working directory.
+    let uri = path.to_str().is_some_and(|p| p.starts_with("file:"));
+    if !uri {
+        perms::create_private(path);
+    }
     let conn = Connection::open(path).map_err(|e| open_error(display, e))?;
     let conn = setup(conn, display, options)?;
-    perms::warn_if_shared(path, display);
+    if !uri {
+        perms::warn_if_shared(path, display);
+    }
     Ok(conn)
 }
 
