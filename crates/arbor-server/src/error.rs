@@ -116,6 +116,13 @@ impl ApiError {
         Self::new(ErrorKind::NotFound, format!("Unknown {what}"))
     }
 
+    /// This error, naming the request `field` at fault (an unknown `spec`, say).
+    #[must_use]
+    pub fn at(mut self, field: impl Into<String>) -> Self {
+        self.error.field = Some(field.into());
+        self
+    }
+
     /// A fault of the store or the server (logged; the caller sees only that it failed).
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!("request failed: {cause}");

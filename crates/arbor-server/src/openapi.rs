@@ -99,6 +99,46 @@ pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
 mod tests {
     use super::*;
 
+    /// The document the typed clients are generated from (`clients/openapi.json`) is this
+    /// one: a change to the API fails here until the document is written again
+    /// (`OPENAPI=bless cargo test -p arbor-server --lib openapi`) and the clients are
+    /// regenerated from it (`bash clients/generate.sh`, which CI checks).
+    #[test]
+    fn the_clients_document_is_current() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/openapi.json");
+        let mut now = serde_json::to_string_pretty(&ApiDoc::openapi()).unwrap();
+        now.push('\n');
+        if std::env::var("OPENAPI").as_deref() == Ok("bless") {
+            std::fs::write(&path, &now).unwrap();
+            return;
+        }
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            kept == now,
+            "clients/openapi.json is not the served document: run \
+             `OPENAPI=bless cargo test -p arbor-server --lib openapi`, then \
+             `bash clients/generate.sh`"
+        );
+    }
+
+    /// Every operation has an id of its own (generated clients key their functions and
+    /// types by it: two `get`s made one overwrite the other's types).
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let id = op["operationId"].as_str().unwrap().to_owned();
+                if let Some(first) = seen.insert(id.clone(), format!("{method} {path}")) {
+                    panic!("operationId {id} names both {first} and {method} {path}");
+                }
+            }
+        }
+        assert!(seen.len() > 20, "{seen:?}");
+    }
+
     /// Ids are named one way in every schema of the document: a view of a session (a schema
     /// with the session's `parent_id` and `root_id`) names its own id `id`, never
     /// `session_id`; `session_id` only ever names the session another object is about.

@@ -50,8 +50,8 @@ pub struct ChildrenView {
 pub struct TranscriptPage {
     /// The session.
     pub session_id: String,
-    /// The entries after `after`, oldest first: each has `seq`, `at`, `run_id` and `type`
-    /// with that type's fields.
+    /// The entries after `after`, oldest first: each has `seq`, `at`, `run_id` and `kind`
+    /// with that kind's fields.
     #[schema(value_type = Vec<Object>)]
     pub entries: Vec<TranscriptEntry>,
     /// Pass as `after` for the next page; absent at the end.

@@ -220,6 +220,7 @@ async fn bad_requests_name_the_field_in_one_error_shape() {
     let (status, e) = live.post("/v1/runs", None, json!({"spec": "nope"})).await;
     assert_eq!((status, kind(&e)), (404, "not_found"));
     assert_eq!(e["error"]["message"], "Unknown spec");
+    assert_eq!(e["error"]["field"], "spec", "{e}");
     // A body over the cap.
     let big = "x".repeat(arbor_server::MAX_BODY_BYTES + 1);
     let (status, e) = live

@@ -159,7 +159,7 @@ pub(crate) struct ApprovalsQuery {
 /// session's own run first, then those below it nobody awaits, oldest run first. The list is
 /// live: a run that suspends while a client pages through may sort before its cursor (runs
 /// are ordered by when they started); `GET /v1/events` tells of each as it comes.
-#[utoipa::path(get, path = "/v1/sessions/{id}/approvals", tag = "approvals",
+#[utoipa::path(get, path = "/v1/sessions/{id}/approvals", operation_id = "list_approvals", tag = "approvals",
     params(("id" = String, Path, description = "The session (a root, usually)"), ApprovalsQuery),
     responses(
         (status = 200, body = ApprovalsView),

@@ -132,7 +132,7 @@ impl Cursor {
 }
 
 /// A session's transcript entries and status changes, live, resumable.
-#[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions",
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", operation_id = "session_events", tag = "sessions",
     params(("id" = String, Path, description = "The session"), SinceQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this entry")),
     responses(

@@ -98,7 +98,7 @@ impl Follower {
 }
 
 /// The tenant's runs' status changes and approvals, live, replayable.
-#[utoipa::path(get, path = "/v1/events", tag = "runs",
+#[utoipa::path(get, path = "/v1/events", operation_id = "feed_events", tag = "runs",
     params(FeedQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Replay the events after this one")),
     responses(

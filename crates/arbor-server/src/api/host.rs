@@ -272,7 +272,7 @@ pub(crate) async fn wait(
 }
 
 /// Cancels a child by its handle.
-#[utoipa::path(post, path = "/v1/sessions/{id}/delegations/{delegation}/cancel", tag = "host",
+#[utoipa::path(post, path = "/v1/sessions/{id}/delegations/{delegation}/cancel", operation_id = "cancel_delegation", tag = "host",
     params(("id" = String, Path, description = "A session of the tree"),
         ("delegation" = String, Path, description = "The delegation")),
     responses(

@@ -168,7 +168,7 @@ fn page_of(tenant: &Tenant, q: &RunsQuery, limit: u32) -> ApiResult<RootPage> {
 }
 
 /// This tenant's runs, newest first, a page at a time.
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(RunsQuery),
+#[utoipa::path(get, path = "/v1/runs", operation_id = "list_runs", tag = "runs", params(RunsQuery),
     responses(
         (status = 200, body = RunList),
         (status = 400, description = "A bad filter, limit or cursor (named)", body = ApiError),

@@ -69,7 +69,7 @@ pub(crate) async fn start(
     let launcher = state
         .launcher
         .as_ref()
-        .ok_or_else(|| ApiError::not_found("spec"))?;
+        .ok_or_else(|| ApiError::not_found("spec").at("spec"))?;
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
     let labels = check_labels(req.labels.take().unwrap_or_default())?;
     let controls = crate::controls::checked(req.controls.take())?;
@@ -78,7 +78,7 @@ pub(crate) async fn start(
     if spec_text.is_none()
         && (!launcher.specs().contains(&spec) || !state.policies.may_start(&tenant.0, &spec))
     {
-        return Err(ApiError::not_found("spec"));
+        return Err(ApiError::not_found("spec").at("spec"));
     }
     state.policies.check_start(
         &tenant.0,
@@ -291,7 +291,7 @@ fn check_labels(labels: BTreeMap<String, String>) -> ApiResult<BTreeMap<String, 
 }
 
 /// A run: where its root stands and its whole tree.
-#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
+#[utoipa::path(get, path = "/v1/runs/{id}", operation_id = "get_run", tag = "runs",
     params(("id" = String, Path, description = "The root session")),
     responses(
         (status = 200, body = RunView),

@@ -19,7 +19,7 @@ pub const MAX_PAGE: u32 = 500;
 const DEFAULT_PAGE: u32 = 100;
 
 /// One session.
-#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions",
+#[utoipa::path(get, path = "/v1/sessions/{id}", operation_id = "get_session", tag = "sessions",
     params(("id" = String, Path, description = "The session")),
     responses(
         (status = 200, body = SessionView),
@@ -141,7 +141,7 @@ pub(crate) async fn transcript(
 
 /// Cancels the run of a session going on in this server: a root's run ends with its whole
 /// tree; a child's ends with its task-lifetime descendants. The session stays.
-#[utoipa::path(post, path = "/v1/sessions/{id}/cancel", tag = "sessions",
+#[utoipa::path(post, path = "/v1/sessions/{id}/cancel", operation_id = "cancel_session", tag = "sessions",
     params(("id" = String, Path, description = "The session")),
     responses(
         (status = 202, description = "Cancelling", body = CancelView),

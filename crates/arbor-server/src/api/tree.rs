@@ -162,7 +162,7 @@ impl Watcher {
 }
 
 /// Whole-tree snapshots of a run, at once and on every change.
-#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
+#[utoipa::path(get, path = "/v1/runs/{id}/events", operation_id = "run_events", tag = "runs",
     params(("id" = String, Path, description = "The root session"),
         ("Last-Event-ID" = Option<String>, Header, description = "The fingerprint last seen")),
     responses(

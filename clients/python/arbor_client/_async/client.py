@@ -1,0 +1,389 @@
+"""The client of ``arbor serve``, over httpx.
+
+This file is the asynchronous client's source; the synchronous client (``_sync/client.py``)
+is generated from it by ``unasync`` (``bash clients/generate.sh``): edit this one only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from time import monotonic
+from typing import Any
+
+import httpx
+
+from .. import _ops as ops
+from .. import models as m
+from .._sse import Event, Parser
+from ..errors import ArborError, StreamError, raise_for
+
+#: How many times a broken event stream is resumed (``Last-Event-ID``) before it fails.
+RECONNECTS = 5
+
+
+class AsyncArborClient:
+    """A client of one ``arbor serve``. Each method is one request and returns the model the
+    OpenAPI document names for its answer; a failure raises an
+    :class:`~arbor_client.errors.ArborError` carrying ``kind``, ``field`` and ``limit``.
+
+    ``iter_*`` methods page through a listing; ``events``, ``tree_events`` and ``feed``
+    follow event streams, resuming with ``Last-Event-ID`` when a connection breaks;
+    ``wait_run`` waits for a run to stop. (``AsyncArborClient``: the same, awaited, its
+    iterators async; ``ArborClient``: the same, blocking.)
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:7700",
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = http or httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncArborClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _send(self, call: ops.Call) -> Any:
+        response = await self._http.request(
+            call.method,
+            call.path,
+            params=dict(call.params),
+            json=call.json,
+            headers=dict(call.headers),
+        )
+        raise_for(response)
+        return call.parse(response.status_code, response.json())
+
+    # Runs.
+
+    async def specs(self) -> list[str]:
+        """The names of the specs the server can start."""
+        return await self._send(ops.specs())
+
+    async def start_run(
+        self,
+        spec: str | None = None,
+        task: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        budget: m.BudgetRequest | Mapping[str, Any] | None = None,
+        controls: m.ControlsSchema | Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **extra: Any,
+    ) -> m.RunView:
+        """Starts a root run of the named ``spec`` (on ``task``, else the spec's own)."""
+        return await self._send(
+            ops.start_run(spec, task, labels, budget, controls, idempotency_key, extra)
+        )
+
+    async def run(self, run_id: str) -> m.RunView:
+        """A run: its root's status, its tree, its result once it has one."""
+        return await self._send(ops.run(run_id))
+
+    async def runs(
+        self,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        status: str | None = None,
+        spec: str | None = None,
+        label: str | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+    ) -> m.RunList:
+        """One page of this tenant's runs, newest first."""
+        return await self._send(
+            ops.runs(
+                limit=limit,
+                cursor=cursor,
+                status=status,
+                spec=spec,
+                label=label,
+                created_after=created_after,
+                created_before=created_before,
+            )
+        )
+
+    async def iter_runs(
+        self, *, page_size: int | None = None, **filters: Any
+    ) -> AsyncIterator[m.RunSummary]:
+        """Every run the filters of :meth:`runs` select, page after page."""
+        cursor: str | None = None
+        while True:
+            page = await self.runs(limit=page_size, cursor=cursor, **filters)
+            for r in page.runs:
+                yield r
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def wait_run(
+        self, run_id: str, *, timeout: float = 60.0, poll: float = 0.05
+    ) -> m.RunView:
+        """Waits until the run stops (it answered, failed, or waits for a decision) and
+        returns it; ``TimeoutError`` past ``timeout`` seconds."""
+        deadline = monotonic() + timeout
+        while True:
+            view = await self.run(run_id)
+            if view.status in ops.SETTLED and view.result is not None:
+                return view
+            if monotonic() >= deadline:
+                raise TimeoutError(
+                    f"run {run_id} still {view.status} after {timeout} s"
+                )
+            await asyncio.sleep(poll)
+
+    async def resume(self, run_id: str) -> m.ResumeView:
+        """Resumes a run whose waiting calls are all decided (or one a crash interrupted)."""
+        return await self._send(ops.resume(run_id))
+
+    # Sessions.
+
+    async def session(self, session_id: str) -> m.SessionView:
+        return await self._send(ops.session(session_id))
+
+    async def children(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        status: str | None = None,
+    ) -> m.ChildrenView:
+        return await self._send(
+            ops.children(session_id, limit=limit, cursor=cursor, status=status)
+        )
+
+    async def iter_children(
+        self,
+        session_id: str,
+        *,
+        page_size: int | None = None,
+        status: str | None = None,
+    ) -> AsyncIterator[m.SessionView]:
+        cursor: str | None = None
+        while True:
+            page = await self.children(
+                session_id, limit=page_size, cursor=cursor, status=status
+            )
+            for c in page.children:
+                yield c
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def transcript(
+        self, session_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> m.TranscriptPage:
+        return await self._send(ops.transcript(session_id, after, limit))
+
+    async def iter_transcript(
+        self, session_id: str, *, after: int | None = None, page_size: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every transcript entry after ``after``, oldest first."""
+        while True:
+            page = await self.transcript(session_id, after=after, limit=page_size)
+            for e in page.entries:
+                yield e
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    async def cancel(self, session_id: str) -> m.CancelView:
+        return await self._send(ops.cancel(session_id))
+
+    async def delete(
+        self, session_id: str, *, reason: str | None = None
+    ) -> m.DeletedView:
+        return await self._send(ops.delete(session_id, reason))
+
+    # Approvals and questions.
+
+    async def approvals(
+        self, session_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> m.ApprovalsView:
+        return await self._send(ops.approvals(session_id, limit, cursor))
+
+    async def pending(self, session_id: str) -> list[m.PendingView]:
+        """Every call waiting for a decision at the session, over every page."""
+        out: list[m.PendingView] = []
+        cursor: str | None = None
+        while True:
+            page = await self.approvals(session_id, cursor=cursor)
+            for s in page.suspensions:
+                out.extend(s.pending)
+            if not page.next_cursor:
+                return out
+            cursor = page.next_cursor
+
+    async def decide(
+        self,
+        session_id: str,
+        decisions: Sequence[m.DecisionInput | Mapping[str, Any]],
+        *,
+        by: str | None = None,
+    ) -> m.SuspensionView:
+        """Records decisions (all on calls of one suspended run); returns what still waits."""
+        return await self._send(ops.decide(session_id, decisions, by))
+
+    async def approve(
+        self,
+        session_id: str,
+        pending_id: str,
+        *,
+        reason: str | None = None,
+        for_run: bool = False,
+        by: str | None = None,
+    ) -> m.SuspensionView:
+        verdict = "allow_for_run" if for_run else "allow_once"
+        return await self.decide(
+            session_id, [ops.verdict(pending_id, verdict, reason)], by=by
+        )
+
+    async def reject(
+        self,
+        session_id: str,
+        pending_id: str,
+        *,
+        reason: str | None = None,
+        for_run: bool = False,
+        by: str | None = None,
+    ) -> m.SuspensionView:
+        verdict = "reject_for_run" if for_run else "reject_once"
+        return await self.decide(
+            session_id, [ops.verdict(pending_id, verdict, reason)], by=by
+        )
+
+    async def answer(
+        self, session_id: str, pending_id: str, text: str, *, by: str | None = None
+    ) -> m.SuspensionView:
+        """Answers a question an agent asked (``ask_human``)."""
+        return await self.decide(
+            session_id, [{"id": pending_id, "answer": text}], by=by
+        )
+
+    # A host acting as a parent.
+
+    async def spawn(
+        self, session_id: str, request: m.SpawnRequest | Mapping[str, Any]
+    ) -> m.HandleView | m.AnswerView | m.DelegationState:
+        return await self._send(ops.spawn(session_id, request))
+
+    async def delegation(
+        self, session_id: str, delegation_id: str, *, wait_ms: int | None = None
+    ) -> m.AnswerView | m.DelegationState:
+        return await self._send(ops.delegation(session_id, delegation_id, wait_ms))
+
+    async def cancel_delegation(
+        self, session_id: str, delegation_id: str
+    ) -> m.DelegationState:
+        return await self._send(ops.end_delegation(session_id, delegation_id, "cancel"))
+
+    async def stop_delegation(
+        self, session_id: str, delegation_id: str
+    ) -> m.DelegationState:
+        return await self._send(ops.end_delegation(session_id, delegation_id, "stop"))
+
+    async def message(
+        self, session_id: str, request: m.MessageRequest | Mapping[str, Any]
+    ) -> m.ReceiptView:
+        return await self._send(ops.message(session_id, request))
+
+    # Event streams.
+
+    async def events(
+        self,
+        session_id: str,
+        *,
+        since: int | None = None,
+        last_event_id: str | None = None,
+    ) -> AsyncIterator[Event]:
+        """A session's transcript entries (``event`` = the entry's type, ``id`` = its
+        sequence number) and status changes (``status``), until ``end``, which is the last
+        event yielded. A broken connection is resumed with the last id seen."""
+        params = ops._params(since=since)
+        async for event in self._follow(
+            f"/v1/sessions/{ops._seg(session_id)}/events", params, last_event_id
+        ):
+            yield event
+
+    async def tree_events(
+        self, run_id: str, *, last_event_id: str | None = None
+    ) -> AsyncIterator[m.TreeSnapshot]:
+        """Whole-tree snapshots of a run, at once and on every change, until the tree ends."""
+        async for event in self._follow(
+            f"/v1/runs/{ops._seg(run_id)}/events", {}, last_event_id
+        ):
+            if event.event == "tree":
+                yield m.TreeSnapshot.model_validate(event.data)
+
+    async def feed(
+        self, *, since: int | None = None, last_event_id: str | None = None
+    ) -> AsyncIterator[m.FeedEntry]:
+        """The tenant's event feed (runs started and ended, approvals waiting), live."""
+        params = ops._params(since=since)
+        async for event in self._follow("/v1/events", params, last_event_id):
+            if event.id is not None:
+                yield m.FeedEntry.model_validate(event.data)
+
+    async def _follow(
+        self, path: str, params: Mapping[str, Any], last_event_id: str | None
+    ) -> AsyncIterator[Event]:
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+            try:
+                async with self._http.stream(
+                    "GET",
+                    path,
+                    params=dict(params),
+                    headers=headers,
+                    timeout=httpx.Timeout(30.0, read=None),
+                ) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        raise_for(response)
+                    parser = Parser()
+                    async for line in response.aiter_lines():
+                        event = parser.feed(line)
+                        if event is None:
+                            continue
+                        failures = 0
+                        if event.id is not None:
+                            last_event_id = event.id
+                        yield event
+                        if event.event == "end":
+                            return
+            except ArborError:
+                raise
+            except httpx.TransportError as e:
+                failures += 1
+                if failures > RECONNECTS:
+                    raise StreamError(
+                        f"the event stream {path} broke {failures} times: {e}",
+                        kind="unavailable",
+                        status=0,
+                    ) from e
+                await asyncio.sleep(min(0.1 * 2**failures, 2.0))
+                continue
+            # The server closed the stream without `end` (a restart): resume from the last id.
+            failures += 1
+            if failures > RECONNECTS:
+                raise StreamError(
+                    f"the event stream {path} closed {failures} times without its end",
+                    kind="unavailable",
+                    status=0,
+                )
+            await asyncio.sleep(min(0.1 * 2**failures, 2.0))
