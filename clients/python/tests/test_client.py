@@ -221,3 +221,32 @@ def test_the_async_client_runs_the_same_flow(server: str) -> None:
                 await arbor.session(str(uuid.uuid4()))
 
     asyncio.run(flow())
+
+
+def test_a_broken_stream_resumes_with_the_last_id_and_loses_nothing(
+    server: str, arbor: ArborClient
+) -> None:
+    from cutting_proxy import CuttingProxy
+
+    run = arbor.start_run("approvals")
+    root = run.root_id
+    arbor.wait_run(root, timeout=20)
+    [call] = arbor.pending(root)
+    arbor.approve(root, call.id)
+    arbor.resume(root)
+    _wait_for(arbor, root, "succeeded")
+    whole = [e for e in arbor.events(root, since=0) if e.id is not None]
+
+    port = int(server.rsplit(":", 1)[1])
+    proxy = CuttingProxy(port, cuts=2, after=900)
+    try:
+        with ArborClient(f"http://127.0.0.1:{proxy.port}", token=TOKEN) as cut:
+            got = list(cut.events(root, since=0))
+    finally:
+        proxy.close()
+    assert proxy.cut == 2, "both cuts happened"
+    assert len(proxy.resumed_with) == 2, proxy.resumed_with
+    numbered = [e for e in got if e.id is not None]
+    assert [e.id for e in numbered] == [e.id for e in whole], "no event lost or repeated"
+    assert [e.data for e in numbered] == [e.data for e in whole]
+    assert got[-1].event == "end"
