@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The service's clients, as real users run them: the web view in Debian's chromium driven by
-# Playwright (tests/web/view_test.py), and Schemathesis against /v1/openapi.json
+# Playwright (tests/web/view_test.py: approvals, questions, reconnects, resume; and
+# tests/web/tree_test.py: the tree, the timeline, the transcript, the controls, the run list
+# and an axe-core accessibility check), and Schemathesis against /v1/openapi.json
 # (tests/web/schema_test.sh). Installs what they need, idempotently: chromium by apt (once
 # per machine), Playwright and Schemathesis by pip into a venv under the CI cache (kept
-# between runs). Expects `cargo test` to have built target/debug/arbor.
+# between runs), axe-core by npm into tests/web/node_modules (from its package-lock.json).
+# Expects `cargo test` to have built target/debug/arbor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,11 @@ if ! "$venv/bin/python" -m pip freeze 2>/dev/null | grep -qx "playwright==$playw
     # shellcheck disable=SC2086
     "$venv/bin/python" -m pip install -q $want
 fi
+if ! cmp -s tests/web/package-lock.json tests/web/node_modules/.arbor-lock 2>/dev/null; then
+    echo "web: installing axe-core into tests/web/node_modules"
+    (cd tests/web && npm ci --silent --no-audit --no-fund >/dev/null)
+    cp tests/web/package-lock.json tests/web/node_modules/.arbor-lock
+fi
 echo "web: tools ready in $((SECONDS - t0)) s"
 
 if [ ! -x target/debug/arbor ]; then
@@ -38,5 +46,6 @@ artifacts=target/web-artifacts
 mkdir -p "$artifacts"
 timeout 180 "$venv/bin/python" tests/web/view_test.py \
     --arbor target/debug/arbor --spec examples/approvals.toml --out "$artifacts"
+timeout 240 "$venv/bin/python" tests/web/tree_test.py --arbor target/debug/arbor --out "$artifacts"
 timeout 300 bash tests/web/schema_test.sh "$venv" target/debug/arbor
 echo "web: done in $((SECONDS - t0)) s"

@@ -274,8 +274,11 @@ def main():
             publisher.click()
             drawer = page.locator("#transcript")
             expect(drawer).to_contain_text("published v1.2 release notes")
-            results = page.locator("#transcript li", has_text="tool: published v1.2 release notes")
+            # As a card: the call, its status and its result, found by its call id.
+            results = page.locator("#transcript [data-testid=tool-card][data-tool=echo]",
+                                   has_text="published v1.2 release notes")
             expect(results).to_have_count(1)
+            expect(results).to_have_attribute("data-status", "ok")
             # The decision taken in the view, once, with who took it.
             decided = page.locator("#transcript li", has_text="allow_once echo by web view (tenant local)")
             expect(decided).to_have_count(1)
@@ -354,7 +357,9 @@ def main():
             expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
             expect(page.get_by_test_id("question")).to_have_count(0)
             page.locator("[data-testid=node][data-name=painter]").click()
-            expect(page.locator("#transcript li", has_text="tool: green")).to_have_count(1)
+            answered = page.locator("#transcript [data-testid=tool-card][data-tool=ask_human]")
+            expect(answered).to_have_count(1)
+            expect(answered.locator("pre.result")).to_have_text("green")
             checks += 3
 
             # A model's thinking: folded in the transcript, opened on a click.

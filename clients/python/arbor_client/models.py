@@ -1182,6 +1182,11 @@ class NodeView(SessionView):
     """
     Its task, in one line.
     """
+    running_tools: list[str] | None = None
+    """
+    The tools it runs now (the calls its model asked for that have no result yet; empty
+    when it runs none).
+    """
 
 
 class RunSummary(SessionView):

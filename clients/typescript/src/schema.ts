@@ -695,6 +695,11 @@ export interface components {
         NodeView: components["schemas"]["SessionView"] & {
             /** @description Its task, in one line. */
             headline: string;
+            /**
+             * @description The tools it runs now (the calls its model asked for that have no result yet; empty
+             *     when it runs none).
+             */
+            running_tools?: string[];
         };
         /**
          * @description What a spawn does when `max_active_children` are live: fail at once (the default), or

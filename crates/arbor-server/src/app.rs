@@ -18,8 +18,11 @@ use crate::state::AppState;
 
 /// Every route, with the body cap, the timeout and the request counters.
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(crate::web::index))
+    let mut web = Router::new();
+    for (path, source) in crate::web::MODULES {
+        web = web.route(path, get(move || async move { crate::web::module(source) }));
+    }
+    web.route("/", get(crate::web::index))
         .route("/app.js", get(crate::web::script))
         .route("/app.css", get(crate::web::style))
         .route("/healthz", get(health::healthz))

@@ -1,8 +1,10 @@
-//! The web view at `/`: one page, its script and its stylesheet, built into the binary (no
-//! build step at install time). It is a thin client of the `/v1` API: the runs, one run's
-//! live tree grouped Needs input / Working / Done (over `/v1/runs/{id}/events`, resumed
-//! after a drop), Approve and Reject on what waits, Cancel on what runs, a transcript
-//! drawer. Served with a content security policy that allows only its own files.
+//! The web view at `/`: one page, its script modules and its stylesheet, built into the
+//! binary (no build step at install time). It is a thin client of the `/v1` API: the runs
+//! (filters, paging, a form to start one from a named spec), one run's live tree as a tree
+//! or a timeline (over `/v1/runs/{id}/events`, resumed after a drop), Approve, Reject and
+//! answers on what waits, Cancel, Resume, a transcript drawer read as a chat with tool cards,
+//! messages to a kept session and deleting a child. Served with a content security policy
+//! that allows only its own files.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -10,6 +12,13 @@ use axum::response::{IntoResponse, Response};
 const INDEX: &str = include_str!("../web/index.html");
 const SCRIPT: &str = include_str!("../web/app.js");
 const STYLE: &str = include_str!("../web/app.css");
+/// The modules `app.js` imports: `(path, source)`.
+pub(crate) const MODULES: [(&str, &str); 4] = [
+    ("/ui.js", include_str!("../web/ui.js")),
+    ("/tree.js", include_str!("../web/tree.js")),
+    ("/timeline.js", include_str!("../web/timeline.js")),
+    ("/transcript.js", include_str!("../web/transcript.js")),
+];
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
                    img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -40,4 +49,9 @@ pub(crate) async fn script() -> Response {
 /// Its stylesheet.
 pub(crate) async fn style() -> Response {
     file("text/css; charset=utf-8", STYLE)
+}
+
+/// One of the script's modules.
+pub(crate) fn module(source: &'static str) -> Response {
+    file("text/javascript; charset=utf-8", source)
 }

@@ -710,3 +710,75 @@ async fn a_body_that_never_finishes_gets_408_in_the_one_error_shape() {
         "{body}"
     );
 }
+
+/// A run whose root sleeps in a tool: the tree's snapshots name the tool while it runs, and
+/// no longer once it returned.
+async fn sleeping_start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionId, ApiError> {
+    let agent = Agent::builder("root")
+        .provider(ScriptedProvider::new(Script::new(vec![
+            ScriptedTurn::tool_call("sleep", json!({"ms": 700})),
+            ScriptedTurn::text("rested"),
+        ])))
+        .tool(arbor_core::tool::builtin::Sleep)
+        .build()
+        .map_err(ApiError::from)?;
+    let mut session = agent
+        .session()
+        .store(store)
+        .name("root")
+        .meta(json!({"tenant": run.tenant}))
+        .create()
+        .await
+        .map_err(ApiError::from)?;
+    let id = session.id();
+    tokio::spawn(async move {
+        let _ = session.run("rest a while", RunOptions::default()).await;
+    });
+    Ok(id)
+}
+
+#[tokio::test]
+async fn the_tree_names_the_tool_each_session_runs_now() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let for_launcher = store.clone();
+    let server = Server::builder(store.clone())
+        .launcher(launcher_fn(["sleepy"], move |run| {
+            sleeping_start(for_launcher.clone(), run)
+        }))
+        .tenants(tenants())
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(ACME)
+        .json(&json!({"spec": "sleepy"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    let resp = http
+        .get(format!("{base}/v1/runs/{root}/events"))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    let seen = read_sse(resp, |e| e.iter().any(|e| e.event == "end")).await;
+    let tools: Vec<Value> = seen
+        .iter()
+        .filter(|e| e.event == "tree")
+        .map(|e| e.data["nodes"][0]["running_tools"].clone())
+        .collect();
+    let during = tools.iter().position(|t| *t == json!(["sleep"]));
+    assert!(during.is_some(), "no snapshot named the tool: {tools:?}");
+    // After it returned, the last snapshot names none (the field is left out).
+    assert_eq!(tools.last(), Some(&Value::Null), "{tools:?}");
+    let last = seen.iter().rev().find(|e| e.event == "tree").unwrap();
+    assert_eq!(last.data["nodes"][0]["status"], "succeeded");
+}

@@ -1,90 +1,101 @@
-// arbor's web view: a thin client of the /v1 API. It lists the runs, follows one run's
-// tree over SSE (/v1/runs/{id}/events, whole-tree snapshots, resumed with Last-Event-ID
-// after a drop), and acts through the same API a host uses: approve or reject a call, resume
-// the tree, cancel a run, read a transcript. Every text is put in with textContent.
-"use strict";
+// arbor's web view: a thin client of the /v1 API. It lists the runs (filters, paging) and
+// starts one from a named spec; follows one run's tree over SSE (/v1/runs/{id}/events,
+// whole-tree snapshots, resumed with Last-Event-ID after a drop) as a tree or a timeline;
+// and acts through the same API a host uses: approve, reject or answer what waits, resume,
+// cancel, message a kept session, delete a child, read a transcript.
 
-const $ = (id) => document.getElementById(id);
-const state = { run: null, snapshot: null, stream: null, drawer: null, busy: new Set() };
+import { $, api, askToken, el, elapsed, headers, label, money, shortId, tokens, when, word } from "./ui.js";
+import { renderTree, treeKeys } from "./tree.js";
+import { renderTimeline } from "./timeline.js";
+import { renderTranscript } from "./transcript.js";
 
-function token() { return localStorage.getItem("arbor.token") || ""; }
-function headers(extra) {
-  const h = Object.assign({}, extra || {});
-  if (token()) h["Authorization"] = "Bearer " + token();
-  return h;
+const state = {
+  run: null, snapshot: null, stream: null, drawer: null, busy: new Set(), approvalsKey: null,
+  tab: "tree", cursor: null, shown: 25, listSeq: 0,
+  tree: { collapsed: new Set(), filter: "all", focus: null, onOpen: null, onCancel: null, onToggle: null },
+};
+
+// ---- runs: list, filters, paging, start ----
+// The list keeps the pages it has loaded (a refresh reads as many rows again), and a
+// response older than the last request is dropped.
+function runQuery(cursor, limit) {
+  const q = new URLSearchParams({ limit: String(limit) });
+  if ($("filter-status").value) q.set("status", $("filter-status").value);
+  if ($("filter-spec").value) q.set("spec", $("filter-spec").value);
+  const lbl = $("filter-label").value.trim();
+  if (lbl) q.set("label", lbl);
+  if (cursor) q.set("cursor", cursor);
+  return "/v1/runs?" + q;
 }
 
-async function api(method, path, body) {
-  const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
-  if (body) init.body = JSON.stringify(body);
-  const resp = await fetch(path, init);
-  const text = await resp.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch (_) { data = text; }
-  if (resp.status === 401) askToken();
-  if (!resp.ok) {
-    const message = data && data.error ? data.error.message : resp.statusText;
-    throw Object.assign(new Error(message), { status: resp.status, body: data });
-  }
-  return data;
-}
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") node.className = v;
-    else if (k === "text") node.textContent = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children) if (c !== null && c !== undefined) node.append(c);
-  return node;
-}
-
-const fmt = new Intl.NumberFormat();
-function tokens(n) { return fmt.format(n || 0); }
-// Micro-units of the spec's currency as units: 188400 as "0.1884" (at least two decimals).
-function money(micros) {
-  const units = Math.floor(micros / 1e6), frac = String(micros % 1e6).padStart(6, "0");
-  return fmt.format(units) + "." + frac.replace(/0{1,4}$/, (z) => z.slice(0, Math.max(0, 2 - (6 - z.length))));
-}
-function elapsed(node) {
-  const end = word(node) === "working" || word(node) === "needs-input" ? Date.now() : node.updated_at;
-  const s = Math.max(0, Math.round((end - node.created_at) / 1000));
-  if (s < 60) return s + "s";
-  if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
-  return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
-}
-
-// The state word a person reads.
-function word(node) {
-  switch (node.status) {
-    case "suspended": return "needs-input";
-    case "running": case "idle": case "queued": return "working";
-    case "succeeded": return "done";
-    default: return "failed";
-  }
-}
-const LABEL = { "needs-input": "Needs input", working: "Working", done: "Done", failed: "" };
-function label(node) {
-  const w = word(node);
-  return w === "failed" ? node.status[0].toUpperCase() + node.status.slice(1) : LABEL[w];
-}
-
-// ---- runs list ----
-async function loadRuns() {
-  let list;
-  try { list = await api("GET", "/v1/runs"); } catch (_) { return; }
-  const ol = $("runs");
-  ol.replaceChildren(...list.runs.map((r) => el("li", {
+function runRow(r) {
+  const labels = Object.entries(r.labels || {}).map(([k, v]) => el("span", { class: "label", text: k + ":" + v }));
+  const total = r.usage ? tokens(r.usage.aggregate.total_tokens) + " tok" : "";
+  const cost = r.cost && r.cost.aggregate_micros ? " · " + money(r.cost.aggregate_micros) : "";
+  return el("li", {
     "data-testid": "run", "data-id": r.id, "aria-current": state.run === r.id ? "true" : "false",
-    onclick: () => { location.hash = "run=" + r.id; },
   },
-    el("div", { class: "title" }, el("span", { class: "state", "data-state": word(r), text: label(r) }),
-      el("span", { text: r.name })),
-    el("div", { class: "sub", text: r.headline || r.id }))));
+    el("a", { href: "#run=" + r.id, class: "run-link" },
+      el("div", { class: "title" }, el("span", { class: "state", "data-state": word(r), text: label(r) }),
+        el("span", { class: "spec", "data-testid": "run-spec", text: r.spec || r.name }),
+        el("code", { class: "short", text: shortId(r.id) })),
+      el("div", { class: "sub", text: r.headline || r.id }),
+      el("div", { class: "meta" }, el("span", { text: when(r.created_at) }),
+        el("span", { class: "num", text: total + cost }), ...labels)));
+}
+
+const PAGE = 25;
+
+async function loadRuns(fresh) {
+  const seq = ++state.listSeq;
+  if (fresh === true) state.shown = PAGE;
+  let list;
+  try { list = await api("GET", runQuery(null, Math.min(200, Math.max(PAGE, state.shown)))); } catch (_) { return; }
+  if (seq !== state.listSeq) return;
+  $("runs").replaceChildren(...list.runs.map(runRow));
+  state.shown = Math.max(PAGE, list.runs.length);
+  state.cursor = list.next_cursor || null;
+  $("runs-more").hidden = !state.cursor;
   $("no-runs").hidden = list.runs.length > 0;
+}
+
+async function moreRuns() {
+  if (!state.cursor) return;
+  const seq = ++state.listSeq;
+  let list;
+  try { list = await api("GET", runQuery(state.cursor, PAGE)); } catch (_) { return; }
+  if (seq !== state.listSeq) return;
+  $("runs").append(...list.runs.map(runRow));
+  state.shown = $("runs").children.length;
+  state.cursor = list.next_cursor || null;
+  $("runs-more").hidden = !state.cursor;
+}
+
+async function loadSpecs() {
+  let specs;
+  try { specs = (await api("GET", "/v1/specs")).specs; } catch (_) { return; }
+  $("start-spec").replaceChildren(...specs.map((s) => el("option", { value: s, text: s })));
+  $("filter-spec").replaceChildren(el("option", { value: "", text: "Any spec" }),
+    ...specs.map((s) => el("option", { value: s, text: s })));
+  $("start-form").hidden = specs.length === 0;
+}
+
+async function startRun(e) {
+  e.preventDefault();
+  const body = { spec: $("start-spec").value };
+  const task = $("start-task").value.trim();
+  if (task) body.task = task;
+  const err = $("start-error");
+  err.hidden = true;
+  try {
+    const run = await api("POST", "/v1/runs", body);
+    $("start-task").value = "";
+    location.hash = "run=" + run.root_id;
+    loadRuns();
+  } catch (x) {
+    err.textContent = "Not started: " + x.message + (x.field ? " (" + x.field + ")" : "");
+    err.hidden = false;
+  }
 }
 
 // ---- one run's tree, over SSE ----
@@ -93,14 +104,15 @@ function follow(id) {
   state.run = id;
   state.snapshot = null;
   state.approvalsKey = null;
-  // Another run: the drawer showed a session of the last one.
+  state.tree.collapsed = new Set();
+  state.tree.focus = null;
   state.drawer = null;
   $("drawer").hidden = true;
   const ctrl = new AbortController();
   state.stream = ctrl;
   let last = null;
   let backoff = 500;
-  const conn = (s) => { $("conn").dataset.state = s; $("conn").textContent = s === "live" ? "live" : s; };
+  const conn = (s) => { $("conn").dataset.state = s; $("conn").textContent = s; };
   (async () => {
     while (!ctrl.signal.aborted) {
       // The server ends the stream once the tree has ended (`end`, reason finished): the
@@ -155,14 +167,17 @@ function render(snap) {
   $("pick").hidden = true;
   $("run").hidden = false;
   const root = snap.nodes[0];
+  const rootId = snap.root_id || root.id;
   $("run-name").textContent = root.name;
   $("run-headline").textContent = root.headline;
   $("run-status").textContent = label(root);
   $("run-status").dataset.state = word(root);
-  if (word(root) === "done") markCut(snap.root_id || root.id);
+  if (word(root) === "done") markCut(rootId);
   // A run a crash interrupted goes on from here, as `arbor resume` continues it.
   $("run-resume").hidden = root.status !== "interrupted";
-  $("run-resume").onclick = () => resumeRun(snap.root_id || root.id);
+  $("run-resume").onclick = () => resumeRun(rootId);
+  $("run-cancel").hidden = !["running", "idle", "queued", "suspended"].includes(root.status);
+  $("run-cancel").onclick = (e) => cancel(root, e.target);
   $("root-tokens").textContent = tokens(root.usage.own.total_tokens);
   $("tree-tokens").textContent = tokens(root.usage.aggregate.total_tokens);
   const cost = root.cost ? root.cost.aggregate_micros : 0;
@@ -183,44 +198,18 @@ function render(snap) {
   }));
   $("run-count").textContent = snap.nodes.length;
 
+  // What the filter chips count.
+  const counts = { all: snap.nodes.length, "needs-input": 0, working: 0, done: 0 };
+  for (const n of snap.nodes) counts[word(n) === "failed" ? "done" : word(n)] += 1;
+  for (const chip of document.querySelectorAll(".filters .chip")) {
+    chip.querySelector(".count").textContent = String(counts[chip.dataset.filter]);
+  }
+  drawView();
+
   const names = new Map(snap.nodes.map((n) => [n.id, n.name]));
-  const path = (n) => {
-    const parts = [];
-    for (let p = n.parent_id; p; ) {
-      const parent = snap.nodes.find((x) => x.id === p);
-      if (!parent) break;
-      parts.unshift(parent.name);
-      p = parent.parent_id;
-    }
-    return parts.join(" › ");
-  };
-  const groups = { "needs-input": [], working: [], done: [] };
-  for (const n of snap.nodes) groups[word(n) === "failed" ? "done" : word(n)].push(n);
-  const row = (n) => el("li", {
-    class: "node", "data-testid": "node", "data-name": n.name, "data-state": word(n),
-    onclick: () => openDrawer(n),
-  },
-    el("span", { class: "state", "data-state": word(n), text: label(n) }),
-    el("div", {}, el("div", { class: "name", text: n.name }),
-      el("div", { class: "path", text: n.parent_id ? path(n) : (n.agent + " · root") })),
-    el("span", { class: "what", text: n.headline }),
-    el("span", { class: "num", title: "own | subtree tokens" + (n.cost && n.cost.aggregate_micros
-        ? " (subtree cost " + money(n.cost.aggregate_micros) + ")" : ""),
-      text: tokens(n.usage.own.total_tokens) + " | " + tokens(n.usage.aggregate.total_tokens) }),
-    el("span", { class: "model", text: n.model }),
-    el("span", { class: "num elapsed", "data-created": n.created_at, "data-updated": n.updated_at,
-      "data-live": word(n) === "working" || word(n) === "needs-input" ? "1" : "0", text: elapsed(n) }),
-    word(n) === "working"
-      ? el("button", { class: "danger", type: "button", "data-testid": "cancel", text: "Cancel",
-          onclick: (e) => { e.stopPropagation(); cancel(n, e.target); } })
-      : el("span"));
-  $("needs-nodes").replaceChildren(...groups["needs-input"].map(row));
-  $("working-nodes").replaceChildren(...groups.working.map(row));
-  $("done-nodes").replaceChildren(...groups.done.map(row));
   const pending = snap.approvals.flatMap((s) => s.pending.map((p) => ({ s, p })));
+  $("needs").hidden = pending.length === 0;
   $("needs-count").textContent = pending.length ? "· " + pending.length + " waiting" : "";
-  $("working-count").textContent = groups.working.length ? "· " + groups.working.length : "";
-  $("done-count").textContent = groups.done.length ? "· " + groups.done.length : "";
   // Cards are rebuilt only when what waits changed: a reason being typed stays.
   const key = pending.map(({ p }) => p.id).join(",");
   if (key !== state.approvalsKey) {
@@ -229,6 +218,32 @@ function render(snap) {
   }
   if (state.drawer) loadTranscript(state.drawer);
   loadRuns();
+}
+
+function drawView() {
+  const snap = state.snapshot;
+  if (!snap) return;
+  if (state.tab === "tree") renderTree($("tree"), snap, state.tree);
+  else renderTimeline($("timeline-panel"), snap);
+}
+
+function showTab(tab) {
+  state.tab = tab;
+  for (const [name, panel] of [["tree", "tree-panel"], ["timeline", "timeline-panel"]]) {
+    const on = name === tab;
+    $("tab-" + name).setAttribute("aria-selected", String(on));
+    $("tab-" + name).tabIndex = on ? 0 : -1;
+    $(panel).hidden = !on;
+  }
+  drawView();
+}
+
+function setFilter(filter) {
+  state.tree.filter = filter;
+  for (const chip of document.querySelectorAll(".filters .chip")) {
+    chip.setAttribute("aria-pressed", String(chip.dataset.filter === filter));
+  }
+  if (state.tab !== "tree") showTab("tree"); else drawView();
 }
 
 async function resumeRun(id) {
@@ -258,28 +273,32 @@ function tick() {
   }
 }
 
+async function decideAndResume(snap, p, decision) {
+  state.busy.add(p.id);
+  const body = { decisions: [Object.assign({ id: p.id }, decision)], by: "web view" };
+  try {
+    const left = await api("POST", "/v1/sessions/" + snap.root_id + "/approvals", body);
+    if (left.pending.length === 0) {
+      await api("POST", "/v1/runs/" + snap.root_id + "/resume").catch(() => {});
+    }
+    return true;
+  } finally {
+    state.busy.delete(p.id);
+  }
+}
+
 // A question an agent asked (ask_human): its choices as buttons, or a box for the answer;
 // Decline rejects it. The answer is recorded once, then the tree goes on.
 function questionCard(snap, s, p, names) {
   const busy = state.busy.has(p.id);
   const send = async (decision, btn) => {
-    state.busy.add(p.id);
     btn.disabled = true;
-    const body = { decisions: [Object.assign({ id: p.id }, decision)], by: "web view" };
-    try {
-      const left = await api("POST", "/v1/sessions/" + snap.root_id + "/approvals", body);
-      if (left.pending.length === 0) {
-        await api("POST", "/v1/runs/" + snap.root_id + "/resume").catch(() => {});
-      }
-    } catch (e) {
-      alert("The answer was not recorded: " + e.message);
-      btn.disabled = false;
-    } finally {
-      state.busy.delete(p.id);
-    }
+    try { await decideAndResume(snap, p, decision); }
+    catch (e) { alert("The answer was not recorded: " + e.message); btn.disabled = false; }
   };
   const q = p.question;
-  const answerBox = el("input", { type: "text", "data-testid": "answer-input", placeholder: "Your answer" });
+  const answerBox = el("input", { type: "text", "data-testid": "answer-input", placeholder: "Your answer",
+    "aria-label": "Your answer" });
   const answers = q.choices.length
     ? q.choices.map((c) => el("button", { type: "button", "data-testid": "choice", disabled: busy, text: c,
         onclick: (e) => send({ answer: c }, e.target) }))
@@ -298,25 +317,16 @@ function questionCard(snap, s, p, names) {
 
 function approvalCard(snap, s, p, names) {
   if (p.question) return questionCard(snap, s, p, names);
-  const reason = el("input", { type: "text", placeholder: "Reason (optional; the model reads it on reject)" });
+  const reason = el("input", { type: "text", placeholder: "Reason (optional; the model reads it on reject)",
+    "aria-label": "Reason" });
   const forRun = el("input", { type: "checkbox", title: "Also later calls of this tool on this path, for the run" });
   const busy = state.busy.has(p.id);
-  const decide = async (allow, btn) => {
-    state.busy.add(p.id);
-    btn.disabled = true;
+  const decide = async (allow) => {
     const verdict = (allow ? "allow" : "reject") + (forRun.checked ? "_for_run" : "_once");
-    const body = { decisions: [{ id: p.id, verdict }], by: "web view" };
-    if (reason.value.trim()) body.decisions[0].reason = reason.value.trim();
-    try {
-      const left = await api("POST", "/v1/sessions/" + snap.root_id + "/approvals", body);
-      if (left.pending.length === 0) {
-        await api("POST", "/v1/runs/" + snap.root_id + "/resume").catch(() => {});
-      }
-    } catch (e) {
-      alert("The decision was not recorded: " + e.message);
-    } finally {
-      state.busy.delete(p.id);
-    }
+    const decision = { verdict };
+    if (reason.value.trim()) decision.reason = reason.value.trim();
+    try { await decideAndResume(snap, p, decision); }
+    catch (e) { alert("The decision was not recorded: " + e.message); }
   };
   return el("div", { class: "approval", "data-testid": "approval", "data-tool": p.tool },
     el("div", { class: "ask" },
@@ -326,9 +336,9 @@ function approvalCard(snap, s, p, names) {
     el("pre", { text: JSON.stringify(p.arguments, null, 2) }),
     el("div", { class: "actions" },
       el("button", { type: "button", "data-testid": "approve", disabled: busy, text: "Approve",
-        onclick: (e) => decide(true, e.target) }),
+        onclick: (e) => { e.target.disabled = true; decide(true); } }),
       el("button", { type: "button", class: "danger", "data-testid": "reject", disabled: busy, text: "Reject",
-        onclick: (e) => decide(false, e.target) }),
+        onclick: (e) => { e.target.disabled = true; decide(false); } }),
       el("label", { class: "who" }, forRun, " for the run"),
       reason));
 }
@@ -339,12 +349,18 @@ async function cancel(node, btn) {
   catch (e) { alert("Not cancelled: " + e.message); btn.disabled = false; }
 }
 
-// ---- transcript drawer ----
+// ---- the drawer: a session's transcript, and what can be done to it ----
+function nodeOf(id) { return state.snapshot && state.snapshot.nodes.find((n) => n.id === id); }
+
 function openDrawer(node) {
   state.drawer = node.id;
   $("drawer").hidden = false;
   $("drawer-title").textContent = node.name;
-  $("drawer-sub").textContent = node.id + " · " + node.model;
+  $("drawer-sub").textContent = node.id + " · " + node.agent + " · " + node.model;
+  $("drawer-note").textContent = "";
+  // A session not deleted takes messages (it runs on them); a child can be deleted.
+  $("message-form").hidden = node.deleted;
+  $("delete-button").hidden = !(node.parent_id && !node.deleted);
   loadTranscript(node.id);
 }
 
@@ -352,40 +368,50 @@ async function loadTranscript(id) {
   let page;
   try { page = await api("GET", "/v1/sessions/" + id + "/transcript?limit=500"); } catch (_) { return; }
   if (state.drawer !== id) return;
-  $("transcript").replaceChildren(...page.entries.map((e) => {
-    let text = "";
-    if (e.kind === "reasoning") {
-      // Folded: the model's thinking opens on a click.
-      const thought = e.blocks.map((b) => b.thinking || b.text || "").filter(Boolean).join("\n\n");
-      const sealed = e.blocks.filter((b) => b.type === "redacted_thinking").length;
-      const summary = "thinking, turn " + e.turn + " (" + tokens(thought.length) + " chars"
-        + (sealed ? ", " + sealed + " encrypted by the provider" : "") + ")";
-      return el("li", { class: "reasoning" },
-        el("div", { class: "kind", text: "#" + e.seq + " reasoning" }),
-        el("details", {}, el("summary", { text: summary }), el("pre", { text: thought })));
-    }
-    if (e.kind === "message") {
-      const m = e.message;
-      text = (m.role ? m.role + ": " : "") + (m.content || "");
-      if (m.tool_calls && m.tool_calls.length) text += "\n→ " + m.tool_calls.map((c) => c.name + " " + JSON.stringify(c.arguments)).join("\n→ ");
-    } else if (e.kind === "decision") {
-      const who = (e.by || "someone") + (e.tenant ? " (tenant " + e.tenant + ")" : "");
-      text = e.verdict + " " + e.tool + " by " + who + " at " + new Date(e.at).toISOString()
-        + (e.reason ? ": " + e.reason : "");
-    } else {
-      const rest = Object.assign({}, e);
-      delete rest.seq; delete rest.at; delete rest.run_id; delete rest.kind;
-      text = JSON.stringify(rest);
-    }
-    return el("li", {}, el("div", { class: "kind", text: "#" + e.seq + " " + e.kind.replace(/_/g, " ") }),
-      el("pre", { text }));
-  }));
+  renderTranscript($("transcript"), page.entries, id, state.snapshot, openDrawer);
 }
 
-// ---- token ----
-function askToken() {
-  const d = $("token-dialog");
-  if (!d.open) { $("token-input").value = token(); d.showModal(); }
+async function sendMessage(e) {
+  e.preventDefault();
+  const text = $("message-text").value.trim();
+  if (!text || !state.drawer) return;
+  try {
+    await api("POST", "/v1/sessions/" + state.drawer + "/messages", { text });
+    $("message-text").value = "";
+    $("drawer-note").textContent = "Sent.";
+  } catch (x) {
+    $("drawer-note").textContent = "Not sent: " + x.message;
+  }
+}
+
+// Deleting a child names what will stop: it and each descendant still working.
+function askDelete() {
+  const node = nodeOf(state.drawer);
+  if (!node) return;
+  const below = [];
+  const walk = (id) => {
+    for (const n of state.snapshot.nodes) if (n.parent_id === id) { below.push(n); walk(n.id); }
+  };
+  walk(node.id);
+  const stops = [node, ...below].filter((n) => ["running", "idle", "queued", "suspended"].includes(n.status));
+  $("delete-title").textContent = "Delete " + node.name + "?";
+  $("delete-what").textContent = stops.length
+    ? "Its transcript stays readable. These stop now:"
+    : "Nothing of it is working; its transcript stays readable.";
+  $("delete-stops").replaceChildren(...stops.map((n) => el("li", { text: n.name + " (" + label(n) + ")" })));
+  $("delete-dialog").showModal();
+}
+
+async function confirmDelete() {
+  if ($("delete-dialog").returnValue !== "ok" || !state.drawer) return;
+  try {
+    const done = await api("DELETE", "/v1/sessions/" + state.drawer + "?reason=" + encodeURIComponent("deleted in the web view"));
+    const names = done.stopped.map((s) => s.name).join(", ");
+    $("drawer-note").textContent = "Deleted" + (names ? "; stopped " + names : "") + ".";
+    $("delete-button").hidden = true;
+  } catch (x) {
+    $("drawer-note").textContent = "Not deleted: " + x.message;
+  }
 }
 
 function route() {
@@ -394,18 +420,58 @@ function route() {
   loadRuns();
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+function start() {
+  state.tree.onOpen = openDrawer;
+  state.tree.onCancel = cancel;
+  state.tree.onToggle = (id) => {
+    if (state.tree.collapsed.has(id)) state.tree.collapsed.delete(id); else state.tree.collapsed.add(id);
+    state.tree.focus = id;
+    drawView();
+    const item = $("tree").querySelector("[data-id='" + id + "']");
+    if (item) item.focus();
+  };
+  treeKeys($("tree"), state.tree);
   $("token-button").addEventListener("click", askToken);
   $("token-dialog").addEventListener("close", () => {
     if ($("token-dialog").returnValue === "ok") {
       localStorage.setItem("arbor.token", $("token-input").value.trim());
       if (state.run) follow(state.run);
+      loadSpecs();
       loadRuns();
     }
   });
   $("drawer-close").addEventListener("click", () => { state.drawer = null; $("drawer").hidden = true; });
+  $("start-form").addEventListener("submit", startRun);
+  $("message-form").addEventListener("submit", sendMessage);
+  $("delete-button").addEventListener("click", askDelete);
+  $("delete-dialog").addEventListener("close", confirmDelete);
+  $("runs-more").addEventListener("click", moreRuns);
+  for (const id of ["filter-status", "filter-spec"]) $(id).addEventListener("change", () => loadRuns(true));
+  $("filter-label").addEventListener("input", () => {
+    clearTimeout(state.labelTimer);
+    state.labelTimer = setTimeout(() => loadRuns(true), 250);
+  });
+  $("tab-tree").addEventListener("click", () => showTab("tree"));
+  $("tab-timeline").addEventListener("click", () => showTab("timeline"));
+  for (const tab of ["tab-tree", "tab-timeline"]) {
+    $(tab).addEventListener("keydown", (e) => {
+      if (e.key !== "ArrowLeft" && e.key !== "ArrowRight") return;
+      const next = state.tab === "tree" ? "timeline" : "tree";
+      showTab(next);
+      $("tab-" + next).focus();
+    });
+  }
+  for (const chip of document.querySelectorAll(".filters .chip")) {
+    chip.addEventListener("click", () => setFilter(chip.dataset.filter));
+  }
   window.addEventListener("hashchange", route);
+  loadSpecs();
   route();
   setInterval(loadRuns, 5000);
   setInterval(tick, 1000);
-});
+  // The timeline's live bars grow with time.
+  setInterval(() => { if (state.tab === "timeline") drawView(); }, 1000);
+}
+
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+else start();

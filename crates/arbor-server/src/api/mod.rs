@@ -14,6 +14,7 @@ pub(crate) mod listing;
 pub(crate) mod runs;
 pub(crate) mod sessions;
 pub(crate) mod tree;
+pub(crate) mod tree_tools;
 
 use std::time::Duration;
 

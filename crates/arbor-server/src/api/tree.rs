@@ -42,6 +42,10 @@ pub struct NodeView {
     pub session: SessionView,
     /// Its task, in one line.
     pub headline: String,
+    /// The tools it runs now (the calls its model asked for that have no result yet; empty
+    /// when it runs none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running_tools: Vec<String>,
 }
 
 /// A whole tree at one moment.
@@ -64,6 +68,10 @@ struct Watcher {
     root: SessionId,
     last: Option<String>,
     headlines: HashMap<SessionId, String>,
+    /// What each live session runs now.
+    tools: super::tree_tools::RunningTools,
+    /// The sessions' and checkpoints' part of the last fingerprint.
+    read_at: Option<String>,
     closing: Closing,
     /// Held while the stream is open.
     _slot: crate::state::StreamSlot,
@@ -94,7 +102,14 @@ impl Watcher {
         let versions: u64 = sessions.iter().map(|s| s.version).sum();
         let decided: u64 = waiting.iter().map(|w| w.version).sum();
         let pending: usize = waiting.iter().map(|w| w.pending.len()).sum();
-        let fingerprint = format!("{}.{versions}.{decided}.{pending}", sessions.len());
+        let changed = format!("{}.{versions}.{decided}.{pending}", sessions.len());
+        // The calls in flight are read again only when the tree changed (a call starts in a
+        // commit that changes its session's record).
+        if self.read_at.as_deref() != Some(changed.as_str()) {
+            self.tools.refresh(self.store.as_ref(), &sessions).await;
+            self.read_at = Some(changed.clone());
+        }
+        let fingerprint = format!("{changed}.{}", self.tools.mark());
         let mut nodes = Vec::with_capacity(sessions.len());
         for s in &sessions {
             let headline = match self.headlines.get(&s.id) {
@@ -108,6 +123,7 @@ impl Watcher {
             nodes.push(NodeView {
                 session: SessionView::of(s),
                 headline,
+                running_tools: self.tools.of(s.id),
             });
         }
         Ok(TreeSnapshot {
@@ -194,6 +210,8 @@ pub(crate) async fn stream(
         root: root.id,
         last,
         headlines: HashMap::new(),
+        tools: super::tree_tools::RunningTools::default(),
+        read_at: None,
         closing: Closing::new(state.closing.clone()),
         _slot: slot,
         status: None,

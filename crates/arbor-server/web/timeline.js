@@ -1,0 +1,45 @@
+// A run's timeline: a waterfall of the tree's sessions over time, nested in tree order, each
+// bar from its start to its end (to now while it runs), a wait for a person shaded from when
+// it began; an axis of elapsed time from the root's start.
+
+import { duration, el, label, live, word } from "./ui.js";
+
+// An axis label: tenths of a second below ten seconds.
+function tickLabel(ms) { return ms < 10000 ? (ms / 1000).toFixed(1) + "s" : duration(ms); }
+
+export function renderTimeline(host, snap) {
+  const nodes = snap.nodes;
+  if (!nodes.length) return;
+  const now = Date.now();
+  const start = Math.min(...nodes.map((n) => n.created_at));
+  const end = Math.max(...nodes.map((n) => (live(n) ? now : n.updated_at)), start + 1);
+  const span = end - start;
+  const pct = (t) => ((t - start) / span) * 100;
+  const axis = el("div", { class: "axis", "aria-hidden": "true" },
+    ...[0, 0.25, 0.5, 0.75, 1].map((f) => el("span", { style: null, class: "tick", "data-at": String(f * 100),
+      text: tickLabel(f * span) })));
+  const rows = nodes.map((n) => {
+    const stop = live(n) ? now : n.updated_at;
+    const left = pct(n.created_at), width = Math.max(pct(stop) - left, 0.4);
+    const bar = el("span", { class: "tl-bar", "data-state": word(n), "data-testid": "bar" });
+    bar.style.left = left + "%";
+    bar.style.width = width + "%";
+    const parts = [bar];
+    if (n.status === "suspended") {
+      // Waiting for a person since its record last changed (its suspension).
+      const wait = el("span", { class: "wait", "data-testid": "wait", title: "waiting for a decision" });
+      wait.style.left = pct(n.updated_at) + "%";
+      wait.style.width = Math.max(pct(now) - pct(n.updated_at), 0.4) + "%";
+      parts.push(wait);
+    }
+    const name = el("span", { class: "tl-name", text: n.name });
+    name.style.paddingLeft = (n.depth * 14) + "px";
+    return el("li", { class: "tl-row", "data-testid": "timeline-row", "data-name": n.name,
+      "aria-label": n.name + ": " + label(n) + ", " + duration(stop - n.created_at)
+        + ", from " + duration(n.created_at - start) },
+      name, el("span", { class: "track" }, ...parts));
+  });
+  for (const t of axis.children) t.style.left = t.dataset.at + "%";
+  host.replaceChildren(el("div", { class: "tl-axis-row" }, el("span", { class: "tl-name" }), axis),
+    el("ol", { class: "timeline", "aria-label": "Timeline" }, ...rows));
+}
