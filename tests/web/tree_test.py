@@ -172,6 +172,29 @@ def flows(page, base, out, checks, foreign, errors):
     expect(publisher_row.get_by_test_id("wait")).to_have_count(1, timeout=10000)
     checks += 1
     page.screenshot(path=os.path.join(out, "timeline-waiting.png"), full_page=True)
+    # Approved and resumed: the wait stays shaded where it was, now with its end.
+    [pending] = call(base, "GET", f"/v1/sessions/{waiting}/approvals")["suspensions"][0]["pending"]
+    call(base, "POST", f"/v1/sessions/{waiting}/approvals",
+         {"decisions": [{"id": pending["id"], "verdict": "allow_once"}]})
+    call(base, "POST", f"/v1/runs/{waiting}/resume")
+    expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+    waited = publisher_row.get_by_test_id("wait")
+    expect(waited).to_have_count(1, timeout=10000)
+    expect(waited).to_have_attribute("title", re.compile("^waited "), timeout=10000)
+    checks += 2
+    # Decided elsewhere and not resumed: the view offers Resume, which goes on.
+    held = call(base, "POST", "/v1/runs", {"spec": "approvals"})["root_id"]
+    until("the child to wait", lambda: call(base, "GET", f"/v1/runs/{held}")["status"] == "suspended")
+    [pending] = call(base, "GET", f"/v1/sessions/{held}/approvals")["suspensions"][0]["pending"]
+    call(base, "POST", f"/v1/sessions/{held}/approvals",
+         {"decisions": [{"id": pending["id"], "verdict": "reject_once", "reason": "not now"}]})
+    page.goto(f"{base}/#run={held}")
+    page.get_by_test_id("tab-tree").click()
+    expect(page.get_by_test_id("resume")).to_be_visible(timeout=10000)
+    page.get_by_test_id("resume").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("Done", timeout=20000)
+    expect(page.get_by_test_id("resume")).to_be_hidden()
+    checks += 3
     page.get_by_test_id("tab-tree").click()
     checks = axe(page, "a run waiting for approval", checks)
 
@@ -223,7 +246,7 @@ def flows(page, base, out, checks, foreign, errors):
     expect(runs).to_have_count(25, timeout=15000)
     expect(page.get_by_test_id("runs-more")).to_be_visible()
     page.get_by_test_id("runs-more").click()
-    expect(runs).to_have_count(35)
+    expect(runs).to_have_count(36)
     expect(page.get_by_test_id("runs-more")).to_be_hidden()
     page.get_by_test_id("filter-spec").select_option("deep")
     expect(runs).to_have_count(1)

@@ -6,12 +6,14 @@
 
 import { $, api, askToken, el, elapsed, headers, label, money, shortId, tokens, when, word } from "./ui.js";
 import { renderTree, treeKeys } from "./tree.js";
-import { renderTimeline } from "./timeline.js";
+import { renderTimeline, waitsOf } from "./timeline.js";
 import { renderTranscript } from "./transcript.js";
 
 const state = {
   run: null, snapshot: null, stream: null, drawer: null, busy: new Set(), approvalsKey: null,
   tab: "tree", cursor: null, shown: 25, listSeq: 0,
+  // The waits read from each session's transcript, by id: { at: its updated_at, spans }.
+  waits: new Map(),
   tree: { collapsed: new Set(), filter: "all", focus: null, onOpen: null, onCancel: null, onToggle: null },
 };
 
@@ -106,6 +108,7 @@ function follow(id) {
   state.approvalsKey = null;
   state.tree.collapsed = new Set();
   state.tree.focus = null;
+  state.waits = new Map();
   state.drawer = null;
   $("drawer").hidden = true;
   const ctrl = new AbortController();
@@ -173,8 +176,10 @@ function render(snap) {
   $("run-status").textContent = label(root);
   $("run-status").dataset.state = word(root);
   if (word(root) === "done") markCut(rootId);
-  // A run a crash interrupted goes on from here, as `arbor resume` continues it.
-  $("run-resume").hidden = root.status !== "interrupted";
+  // A run a crash interrupted goes on from here, as `arbor resume` continues it; so does one
+  // that waits with every call decided (decided elsewhere, say, and not resumed).
+  const decided = root.status === "suspended" && snap.approvals.every((s) => s.pending.length === 0);
+  $("run-resume").hidden = !(root.status === "interrupted" || decided);
   $("run-resume").onclick = () => resumeRun(rootId);
   $("run-cancel").hidden = !["running", "idle", "queued", "suspended"].includes(root.status);
   $("run-cancel").onclick = (e) => cancel(root, e.target);
@@ -223,8 +228,31 @@ function render(snap) {
 function drawView() {
   const snap = state.snapshot;
   if (!snap) return;
-  if (state.tab === "tree") renderTree($("tree"), snap, state.tree);
-  else renderTimeline($("timeline-panel"), snap);
+  if (state.tab === "tree") { renderTree($("tree"), snap, state.tree); return; }
+  const spans = new Map([...state.waits].map(([id, w]) => [id, w.spans.slice()]));
+  renderTimeline($("timeline-panel"), snap, spans);
+  readWaits(snap);
+}
+
+// Reads the transcripts of the sessions that changed since last read (for their past waits),
+// then draws the timeline again.
+async function readWaits(snap) {
+  const stale = snap.nodes.filter((n) => {
+    const w = state.waits.get(n.id);
+    return !w || w.at !== n.updated_at;
+  });
+  if (!stale.length || state.readingWaits) return;
+  state.readingWaits = true;
+  try {
+    for (const n of stale) {
+      let page;
+      try { page = await api("GET", "/v1/sessions/" + n.id + "/transcript?limit=500"); } catch (_) { continue; }
+      state.waits.set(n.id, { at: n.updated_at, spans: waitsOf(page.entries) });
+    }
+  } finally {
+    state.readingWaits = false;
+  }
+  if (state.tab === "timeline" && state.snapshot === snap) drawView();
 }
 
 function showTab(tab) {

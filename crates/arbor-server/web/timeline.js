@@ -7,7 +7,21 @@ import { duration, el, label, live, word } from "./ui.js";
 // An axis label: tenths of a second below ten seconds.
 function tickLabel(ms) { return ms < 10000 ? (ms / 1000).toFixed(1) + "s" : duration(ms); }
 
-export function renderTimeline(host, snap) {
+// The spans a session waited for a person, from its transcript: from each run's stop on
+// `suspended` to the next entry of that run other than a decision (its resume), or to now.
+export function waitsOf(entries) {
+  const out = [];
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i];
+    if (e.kind !== "run_finished" || e.status !== "suspended") continue;
+    const next = entries.slice(i + 1).find((x) => x.kind !== "decision");
+    out.push([e.at, next ? next.at : null]);
+  }
+  return out;
+}
+
+// waits: session id -> [[from, to or null]] (what waitsOf read; absent: not read yet).
+export function renderTimeline(host, snap, waits) {
   const nodes = snap.nodes;
   if (!nodes.length) return;
   const now = Date.now();
@@ -25,11 +39,14 @@ export function renderTimeline(host, snap) {
     bar.style.left = left + "%";
     bar.style.width = width + "%";
     const parts = [bar];
-    if (n.status === "suspended") {
-      // Waiting for a person since its record last changed (its suspension).
-      const wait = el("span", { class: "wait", "data-testid": "wait", title: "waiting for a decision" });
-      wait.style.left = pct(n.updated_at) + "%";
-      wait.style.width = Math.max(pct(now) - pct(n.updated_at), 0.4) + "%";
+    const spans = (waits && waits.get(n.id)) || [];
+    // Waiting now, before its transcript was read: since its record last changed.
+    if (n.status === "suspended" && !spans.some(([, to]) => to === null)) spans.push([n.updated_at, null]);
+    for (const [from, to] of spans) {
+      const wait = el("span", { class: "wait", "data-testid": "wait",
+        title: to === null ? "waiting for a decision" : "waited " + duration(to - from) + " for a decision" });
+      wait.style.left = pct(from) + "%";
+      wait.style.width = Math.max(pct(to === null ? now : to) - pct(from), 0.4) + "%";
       parts.push(wait);
     }
     const name = el("span", { class: "tl-name", text: n.name });
