@@ -11,10 +11,14 @@ node_tools="$_here/typescript"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-if ! cmp -s "$_here/python/requirements-dev.txt" "$venv/.requirements" 2>/dev/null; then
+# The marker names the pins and the venv's Python: a venv made again (another Python) gets
+# its packages again.
+_want="$("$venv/bin/python" -V 2>&1)
+$(cat "$_here/python/requirements-dev.txt")"
+if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$_want" ]; then
     echo "clients: installing the Python tools into $venv"
     "$venv/bin/python" -m pip install -q -r "$_here/python/requirements-dev.txt"
-    cp "$_here/python/requirements-dev.txt" "$venv/.requirements"
+    printf '%s' "$_want" > "$venv/.requirements"
 fi
 if ! cmp -s "$node_tools/package-lock.json" "$node_tools/node_modules/.arbor-lock" 2>/dev/null; then
     echo "clients: installing the TypeScript client's packages into $node_tools/node_modules"

@@ -279,6 +279,7 @@ def main():
                                    has_text="published v1.2 release notes")
             expect(results).to_have_count(1)
             expect(results).to_have_attribute("data-status", "ok")
+            expect(results.locator("pre.result")).to_contain_text("published v1.2 release notes")
             # The decision taken in the view, once, with who took it.
             decided = page.locator("#transcript li", has_text="allow_once echo by web view (tenant local)")
             expect(decided).to_have_count(1)

@@ -29,6 +29,8 @@ class Call:
     params: Mapping[str, Any] = field(default_factory=dict)
     json: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds, for a request the server may hold (a wait); else the client's own.
+    timeout: float | None = None
 
 
 def _model(cls: type[BaseModel]) -> Callable[[int, Any], Any]:
@@ -161,6 +163,11 @@ def delete(session_id: str, reason: str | None) -> Call:
     )
 
 
+#: The server's default and longest waits for a delegation's answer, in seconds.
+WAIT_DEFAULT_S = 10
+WAIT_MAX_S = 25
+
+
 def _spawned(status: int, body: Any) -> m.HandleView | m.AnswerView | m.DelegationState:
     if status == 200:
         return m.WaitAnswer.model_validate(body).root
@@ -178,6 +185,8 @@ def spawn(session_id: str, request: m.SpawnRequest | Mapping[str, Any]) -> Call:
         f"/v1/sessions/{_seg(session_id)}/children",
         _spawned,
         json=body.model_dump(mode="json", exclude_none=True),
+        # A sync spawn answers when its child does (at most the server's longest wait).
+        timeout=WAIT_MAX_S + 10,
     )
 
 
@@ -188,11 +197,13 @@ def _waited(status: int, body: Any) -> m.AnswerView | m.DelegationState:
 
 
 def delegation(session_id: str, delegation_id: str, wait_ms: int | None) -> Call:
+    waits = WAIT_DEFAULT_S if wait_ms is None else wait_ms / 1000
     return Call(
         "GET",
         f"/v1/sessions/{_seg(session_id)}/delegations/{_seg(delegation_id)}",
         _waited,
         params=_params(wait_ms=wait_ms),
+        timeout=min(waits, WAIT_MAX_S) + 10,
     )
 
 

@@ -25,9 +25,14 @@ class Parser:
         self._event = "message"
         self._data: list[str] = []
         self._id: str | None = None
+        #: The stream's last event id: set by every event that names one, with data or not
+        #: (what a reconnect sends as ``Last-Event-ID``).
+        self.last_id: str | None = None
 
     def feed(self, line: str) -> Event | None:
         if line == "":
+            if self._id is not None:
+                self.last_id = self._id
             if not self._data:
                 self._event, self._id = "message", None
                 return None

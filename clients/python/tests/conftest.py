@@ -72,7 +72,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         except httpx.TransportError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"arbor serve did not start: {(work / 'serve.log').read_text()}")
+            raise RuntimeError(
+                f"arbor serve did not start: {(work / 'serve.log').read_text()}"
+            )
         time.sleep(0.05)
     yield base
     proc.terminate()

@@ -53,7 +53,9 @@ class CuttingProxy:
                     cut = True
         upstream.sendall(head)
         if not cut:
-            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(
+                target=self._pipe, args=(client, upstream), daemon=True
+            ).start()
             self._pipe(upstream, client)
             return
         sent = 0

@@ -61,8 +61,11 @@ export const SETTLED: ReadonlySet<string> = new Set([
   "interrupted",
 ]);
 
-/** How many times a broken event stream is resumed (`Last-Event-ID`) before it fails. */
-export const RECONNECTS = 5;
+/** How long a broken event stream is resumed (`Last-Event-ID`) without progress, in ms. */
+export const RECONNECT_MS = 60_000;
+
+/** Answers to a stream request that a restarting server or proxy gives: retried. */
+const RETRIED = new Set([429, 502, 503, 504]);
 
 /** A request the server refused or failed: its `kind` (`validation`, `not_found`, `limit`,
  * …), the request `field` at fault when there is one, the `limit` that refused it, and the
@@ -136,7 +139,8 @@ export class ArborClient {
   constructor(options: ClientOptions = {}) {
     this.baseUrl = (options.baseUrl ?? "http://127.0.0.1:7700").replace(/\/$/, "");
     this.headers = options.token ? { Authorization: `Bearer ${options.token}` } : {};
-    this.fetcher = options.fetch ?? globalThis.fetch;
+    // Called as a plain function: a browser's fetch refuses another `this`.
+    this.fetcher = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     this.api = createClient<paths>({
       baseUrl: this.baseUrl,
       headers: this.headers,
@@ -183,7 +187,9 @@ export class ArborClient {
     const deadline = Date.now() + (options.timeoutMs ?? 60_000);
     for (;;) {
       const view = await this.run(id);
-      if (SETTLED.has(view.status) && view.result) return view;
+      // Its result is kept when its run ends (and dropped when a resume starts it again); a
+      // run a crash interrupted has none.
+      if (SETTLED.has(view.status) && (view.result || view.status === "interrupted")) return view;
       if (Date.now() >= deadline) {
         throw new Error(`run ${id} still ${view.status} after ${options.timeoutMs ?? 60_000} ms`);
       }
@@ -360,49 +366,66 @@ export class ArborClient {
   }
 
   private async *follow(path: string, lastEventId: string | undefined, signal?: AbortSignal): AsyncGenerator<ServerEvent> {
-    let failures = 0;
+    // Broken connections, closes without `end`, a server restarting (`end` with reason
+    // `shutdown`, 502/503/504, a 429 while the old stream still holds its slot) are resumed
+    // with the last id seen, for up to RECONNECT_MS without progress.
+    let tries = 0;
+    let stuckSince: number | undefined;
+    let why = "";
     let last = lastEventId;
     for (;;) {
-      const headers: Record<string, string> = { ...this.headers, Accept: "text/event-stream" };
-      if (last !== undefined) headers["Last-Event-ID"] = last;
-      let response: Response;
-      try {
-        response = await this.fetcher(`${this.baseUrl}${path}`, signal ? { headers, signal } : { headers });
-      } catch (e) {
-        if (signal?.aborted) throw e;
-        failures += 1;
-        if (failures > RECONNECTS) {
-          throw new ArborError(`the event stream ${path} broke ${failures} times: ${String(e)}`, {
-            kind: "unavailable",
-            status: 0,
-          });
-        }
-        await sleep(Math.min(100 * 2 ** failures, 2000));
-        continue;
-      }
-      if (!response.ok || !response.body) {
-        const body = await response.json().catch(() => undefined);
-        throw failure(response, body);
-      }
-      try {
-        for await (const event of parseEvents(response.body)) {
-          failures = 0;
-          if (event.id !== undefined) last = event.id;
-          yield event;
-          if (event.event === "end") return;
-        }
-      } catch (e) {
-        if (signal?.aborted) throw e;
-      }
-      // Closed without its end (a broken connection, a restart): resume from the last id.
-      failures += 1;
-      if (failures > RECONNECTS) {
-        throw new ArborError(`the event stream ${path} closed ${failures} times without its end`, {
+      if (stuckSince !== undefined && Date.now() - stuckSince > RECONNECT_MS) {
+        throw new ArborError(`the event stream ${path} could not be resumed for ${RECONNECT_MS} ms (${tries} tries): ${why}`, {
           kind: "unavailable",
           status: 0,
         });
       }
-      await sleep(Math.min(100 * 2 ** failures, 2000));
+      if (tries > 0) await sleep(Math.min(100 * 2 ** tries, 2000));
+      const headers: Record<string, string> = { ...this.headers, Accept: "text/event-stream" };
+      if (last) headers["Last-Event-ID"] = last;
+      let response: Response | undefined;
+      try {
+        response = await this.fetcher(`${this.baseUrl}${path}`, signal ? { headers, signal } : { headers });
+      } catch (e) {
+        if (signal?.aborted) throw e;
+        why = String(e);
+      }
+      // A 429 on the first try is the tenant's limit (thrown); on a reconnect it is the old
+      // stream still holding its slot (retried).
+      if (response && RETRIED.has(response.status) && (response.status !== 429 || tries > 0)) {
+        why = `HTTP ${response.status}`;
+        await response.body?.cancel().catch(() => undefined);
+      } else if (response && (!response.ok || !response.body)) {
+        const body = await response.json().catch(() => undefined);
+        throw failure(response, body);
+      } else if (response?.body) {
+        why = "the stream closed without its end";
+        try {
+          for await (const event of parseEvents(response.body)) {
+            if (event.id !== undefined && event.id !== last) {
+              // Progress: the budget starts again.
+              last = event.id;
+              tries = 0;
+              stuckSince = undefined;
+            }
+            if (event.event === "") continue;
+            if (event.event === "end") {
+              if ((event.data as { reason?: string } | undefined)?.reason === "shutdown") {
+                why = "the server shut down";
+                break;
+              }
+              yield event;
+              return;
+            }
+            yield event;
+          }
+        } catch (e) {
+          if (signal?.aborted) throw e;
+          why = String(e);
+        }
+      }
+      tries += 1;
+      stuckSince ??= Date.now();
     }
   }
 }

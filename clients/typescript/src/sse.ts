@@ -9,7 +9,8 @@ export interface ServerEvent {
   data: unknown;
 }
 
-/** The events of `body`, as they arrive. */
+/** The events of `body`, as they arrive (a block with an id and no data as an event named
+ * "", so a reader can keep its id). */
 export async function* parseEvents(
   body: ReadableStream<Uint8Array>,
 ): AsyncGenerator<ServerEvent> {
@@ -30,7 +31,10 @@ export async function* parseEvents(
         buffer = buffer.slice(newline + 1);
         if (line.endsWith("\r")) line = line.slice(0, -1);
         if (line === "") {
-          if (data.length > 0) {
+          if (data.length === 0 && id !== undefined) {
+            // An id with no data still moves the stream's last event id (named "").
+            yield { id, event: "", data: null };
+          } else if (data.length > 0) {
             const text = data.join("\n");
             let parsed: unknown = text;
             try {

@@ -209,3 +209,77 @@ test("errors carry kind, field and limit", async () => {
     for (const s of streams) await s.return(undefined);
   }
 });
+
+/** A loopback proxy to the server that cuts the first `cuts` event streams after `after`
+ * bytes, mid-event, as a broken network would; it counts the Last-Event-ID headers seen. */
+async function cuttingProxy(cuts: number, after: number) {
+  const { createServer: tcp, connect } = await import("node:net");
+  const upstream = Number(new URL(base).port);
+  const seen = { cut: 0, resumedWith: [] as string[] };
+  const server = tcp((client) => {
+    const up = connect(upstream, "127.0.0.1");
+    let head = "";
+    let decided = false;
+    let cut = false;
+    let sent = 0;
+    client.on("data", (chunk) => {
+      if (!decided) {
+        head += chunk.toString("latin1");
+        const end = head.indexOf("\r\n\r\n");
+        if (end >= 0) {
+          decided = true;
+          const first = head.slice(0, head.indexOf("\r\n"));
+          const resumed = /^last-event-id:\s*(.*)$/im.exec(head.slice(0, end));
+          if (resumed) seen.resumedWith.push(resumed[1]!.trim());
+          if (first.startsWith("GET ") && first.includes("/events") && seen.cut < cuts) {
+            seen.cut += 1;
+            cut = true;
+          }
+        }
+      }
+      up.write(chunk);
+    });
+    up.on("data", (chunk) => {
+      if (!cut) { client.write(chunk); return; }
+      const room = after - sent;
+      if (room > 0) client.write(chunk.subarray(0, room));
+      sent += chunk.length;
+      if (sent >= after) { client.destroy(); up.destroy(); }
+    });
+    up.on("end", () => client.end());
+    client.on("end", () => up.end());
+    up.on("error", () => client.destroy());
+    client.on("error", () => up.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const address = server.address();
+  const port = typeof address === "object" && address ? address.port : 0;
+  return { port, seen, close: () => server.close() };
+}
+
+test("a broken stream resumes with the last id and loses nothing", async () => {
+  const arbor = client();
+  const root = (await arbor.startRun({ spec: "approvals" })).root_id;
+  await arbor.waitRun(root, { timeoutMs: 20_000 });
+  const [call] = await arbor.pending(root);
+  await arbor.approve(root, call!.id);
+  await arbor.resume(root);
+  assert.equal((await arbor.waitRun(root, { timeoutMs: 20_000 })).status, "succeeded");
+  const whole: ServerEvent[] = [];
+  for await (const e of arbor.events(root, { since: 0 })) if (e.id !== undefined) whole.push(e);
+
+  const proxy = await cuttingProxy(2, 900);
+  try {
+    const cut = new ArborClient({ baseUrl: `http://127.0.0.1:${proxy.port}`, token: TOKEN });
+    const got: ServerEvent[] = [];
+    for await (const e of cut.events(root, { since: 0 })) got.push(e);
+    assert.equal(proxy.seen.cut, 2);
+    assert.equal(proxy.seen.resumedWith.length, 2, JSON.stringify(proxy.seen));
+    const numbered = got.filter((e) => e.id !== undefined);
+    assert.deepEqual(numbered.map((e) => e.id), whole.map((e) => e.id));
+    assert.deepEqual(numbered.map((e) => e.data), whole.map((e) => e.data));
+    assert.equal(got[got.length - 1]?.event, "end");
+  } finally {
+    proxy.close();
+  }
+});

@@ -717,7 +717,8 @@ async fn sleeping_start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionI
     let agent = Agent::builder("root")
         .provider(ScriptedProvider::new(Script::new(vec![
             ScriptedTurn::tool_call("sleep", json!({"ms": 700})),
-            ScriptedTurn::text("rested"),
+            // The next turn is slow: the tool has returned while the session still runs.
+            ScriptedTurn::text("rested").with_delay(std::time::Duration::from_millis(1000)),
         ])))
         .tool(arbor_core::tool::builtin::Sleep)
         .build()
@@ -777,6 +778,17 @@ async fn the_tree_names_the_tool_each_session_runs_now() {
         .collect();
     let during = tools.iter().position(|t| *t == json!(["sleep"]));
     assert!(during.is_some(), "no snapshot named the tool: {tools:?}");
+    // Once it returned, while the next turn is under way, the tool is no longer named (a
+    // result changes no record: the tree reads the running sessions' transcripts).
+    let trees: Vec<&Sse> = seen.iter().filter(|e| e.event == "tree").collect();
+    let after = trees
+        .iter()
+        .skip(during.unwrap() + 1)
+        .find(|e| e.data["nodes"][0]["status"] == "running");
+    assert!(
+        after.is_some_and(|e| e.data["nodes"][0]["running_tools"].is_null()),
+        "no running snapshot after the tool returned: {tools:?}"
+    );
     // After it returned, the last snapshot names none (the field is left out).
     assert_eq!(tools.last(), Some(&Value::Null), "{tools:?}");
     let last = seen.iter().rev().find(|e| e.event == "tree").unwrap();

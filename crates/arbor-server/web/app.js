@@ -12,8 +12,11 @@ import { renderTranscript } from "./transcript.js";
 const state = {
   run: null, snapshot: null, stream: null, drawer: null, busy: new Set(), approvalsKey: null,
   tab: "tree", cursor: null, shown: 25, listSeq: 0,
-  // The waits read from each session's transcript, by id: { at: its updated_at, spans }.
-  waits: new Map(),
+  // Each session's transcript read so far, by id: { entries, after } (read on from `after`).
+  transcripts: new Map(),
+  drawerSeq: 0, listAt: 0, cutChecked: null,
+  // The spans each session waited for a person, and the updated_at they were read at.
+  waits: new Map(), waitsAt: new Map(),
   tree: { collapsed: new Set(), filter: "all", focus: null, onOpen: null, onCancel: null, onToggle: null },
 };
 
@@ -52,7 +55,15 @@ async function loadRuns(fresh) {
   const seq = ++state.listSeq;
   if (fresh === true) state.shown = PAGE;
   let list;
-  try { list = await api("GET", runQuery(null, Math.min(200, Math.max(PAGE, state.shown)))); } catch (_) { return; }
+  try {
+    list = await api("GET", runQuery(null, Math.min(200, Math.max(PAGE, state.shown))));
+  } catch (x) {
+    if (seq !== state.listSeq) return;
+    // A filter the server refuses (a malformed label, say) shows no list, and why.
+    $("runs").replaceChildren(el("li", { class: "error", role: "alert", text: x.message }));
+    $("runs-more").hidden = true;
+    return;
+  }
   if (seq !== state.listSeq) return;
   $("runs").replaceChildren(...list.runs.map(runRow));
   state.shown = Math.max(PAGE, list.runs.length);
@@ -63,10 +74,8 @@ async function loadRuns(fresh) {
 
 async function moreRuns() {
   if (!state.cursor) return;
-  const seq = ++state.listSeq;
   let list;
   try { list = await api("GET", runQuery(state.cursor, PAGE)); } catch (_) { return; }
-  if (seq !== state.listSeq) return;
   $("runs").append(...list.runs.map(runRow));
   state.shown = $("runs").children.length;
   state.cursor = list.next_cursor || null;
@@ -108,7 +117,13 @@ function follow(id) {
   state.approvalsKey = null;
   state.tree.collapsed = new Set();
   state.tree.focus = null;
+  state.transcripts = new Map();
   state.waits = new Map();
+  state.waitsAt = new Map();
+  state.cutChecked = null;
+  $("transcript").replaceChildren();
+  $("run-status").removeAttribute("data-truncated");
+  $("run-cancel").disabled = false;
   state.drawer = null;
   $("drawer").hidden = true;
   const ctrl = new AbortController();
@@ -173,15 +188,17 @@ function render(snap) {
   const rootId = snap.root_id || root.id;
   $("run-name").textContent = root.name;
   $("run-headline").textContent = root.headline;
-  $("run-status").textContent = label(root);
+  $("run-status").textContent = label(root)
+    + ($("run-status").dataset.truncated === "1" && word(root) === "done" ? " · answer cut off" : "");
   $("run-status").dataset.state = word(root);
-  if (word(root) === "done") markCut(rootId);
+  if (word(root) === "done" && state.cutChecked !== rootId) { state.cutChecked = rootId; markCut(rootId); }
   // A run a crash interrupted goes on from here, as `arbor resume` continues it; so does one
   // that waits with every call decided (decided elsewhere, say, and not resumed).
   const decided = root.status === "suspended" && snap.approvals.every((s) => s.pending.length === 0);
   $("run-resume").hidden = !(root.status === "interrupted" || decided);
   $("run-resume").onclick = () => resumeRun(rootId);
-  $("run-cancel").hidden = !["running", "idle", "queued", "suspended"].includes(root.status);
+  // A root waiting for a decision has no run to cancel (reject what it waits on instead).
+  $("run-cancel").hidden = !["running", "idle", "queued"].includes(root.status);
   $("run-cancel").onclick = (e) => cancel(root, e.target);
   $("root-tokens").textContent = tokens(root.usage.own.total_tokens);
   $("tree-tokens").textContent = tokens(root.usage.aggregate.total_tokens);
@@ -222,14 +239,15 @@ function render(snap) {
     $("approvals").replaceChildren(...pending.map(({ s, p }) => approvalCard(snap, s, p, names)));
   }
   if (state.drawer) loadTranscript(state.drawer);
-  loadRuns();
+  // The list follows at most every two seconds (a busy tree sends several snapshots a second).
+  if (Date.now() - state.listAt > 2000) { state.listAt = Date.now(); loadRuns(); }
 }
 
 function drawView() {
   const snap = state.snapshot;
   if (!snap) return;
   if (state.tab === "tree") { renderTree($("tree"), snap, state.tree); return; }
-  const spans = new Map([...state.waits].map(([id, w]) => [id, w.spans.slice()]));
+  const spans = new Map([...state.waits].map(([id, w]) => [id, w.slice()]));
   renderTimeline($("timeline-panel"), snap, spans);
   readWaits(snap);
 }
@@ -238,16 +256,16 @@ function drawView() {
 // then draws the timeline again.
 async function readWaits(snap) {
   const stale = snap.nodes.filter((n) => {
-    const w = state.waits.get(n.id);
-    return !w || w.at !== n.updated_at;
+    const w = state.waitsAt.get(n.id);
+    return w !== n.updated_at;
   });
   if (!stale.length || state.readingWaits) return;
   state.readingWaits = true;
   try {
     for (const n of stale) {
-      let page;
-      try { page = await api("GET", "/v1/sessions/" + n.id + "/transcript?limit=500"); } catch (_) { continue; }
-      state.waits.set(n.id, { at: n.updated_at, spans: waitsOf(page.entries) });
+      const entries = await readTranscript(n.id);
+      state.waits.set(n.id, waitsOf(entries, n));
+      state.waitsAt.set(n.id, n.updated_at);
     }
   } finally {
     state.readingWaits = false;
@@ -286,7 +304,7 @@ async function resumeRun(id) {
 async function markCut(id) {
   let run;
   try { run = await api("GET", "/v1/runs/" + id); } catch (_) { return; }
-  if (state.snapshot && run.result && run.result.stop_reason === "completed_truncated") {
+  if (state.run === id && state.snapshot && run.result && run.result.stop_reason === "completed_truncated") {
     $("run-status").textContent = label(state.snapshot.nodes[0]) + " · answer cut off";
     $("run-status").dataset.truncated = "1";
   }
@@ -320,9 +338,10 @@ async function decideAndResume(snap, p, decision) {
 function questionCard(snap, s, p, names) {
   const busy = state.busy.has(p.id);
   const send = async (decision, btn) => {
-    btn.disabled = true;
+    const all = [...btn.closest(".actions").querySelectorAll("button")];
+    for (const b of all) b.disabled = true;
     try { await decideAndResume(snap, p, decision); }
-    catch (e) { alert("The answer was not recorded: " + e.message); btn.disabled = false; }
+    catch (e) { alert("The answer was not recorded: " + e.message); for (const b of all) b.disabled = false; }
   };
   const q = p.question;
   const answerBox = el("input", { type: "text", "data-testid": "answer-input", placeholder: "Your answer",
@@ -349,12 +368,17 @@ function approvalCard(snap, s, p, names) {
     "aria-label": "Reason" });
   const forRun = el("input", { type: "checkbox", title: "Also later calls of this tool on this path, for the run" });
   const busy = state.busy.has(p.id);
+  const buttons = [];
   const decide = async (allow) => {
     const verdict = (allow ? "allow" : "reject") + (forRun.checked ? "_for_run" : "_once");
     const decision = { verdict };
     if (reason.value.trim()) decision.reason = reason.value.trim();
+    for (const b of buttons) b.disabled = true;
     try { await decideAndResume(snap, p, decision); }
-    catch (e) { alert("The decision was not recorded: " + e.message); }
+    catch (e) {
+      alert("The decision was not recorded: " + e.message);
+      for (const b of buttons) b.disabled = false;
+    }
   };
   return el("div", { class: "approval", "data-testid": "approval", "data-tool": p.tool },
     el("div", { class: "ask" },
@@ -363,10 +387,11 @@ function approvalCard(snap, s, p, names) {
       el("code", { class: "who", text: p.id.slice(0, 16) + "…" })),
     el("pre", { text: JSON.stringify(p.arguments, null, 2) }),
     el("div", { class: "actions" },
-      el("button", { type: "button", "data-testid": "approve", disabled: busy, text: "Approve",
-        onclick: (e) => { e.target.disabled = true; decide(true); } }),
-      el("button", { type: "button", class: "danger", "data-testid": "reject", disabled: busy, text: "Reject",
-        onclick: (e) => { e.target.disabled = true; decide(false); } }),
+      ...(buttons.push(
+        el("button", { type: "button", "data-testid": "approve", disabled: busy, text: "Approve",
+          onclick: () => decide(true) }),
+        el("button", { type: "button", class: "danger", "data-testid": "reject", disabled: busy, text: "Reject",
+          onclick: () => decide(false) })), buttons),
       el("label", { class: "who" }, forRun, " for the run"),
       reason));
 }
@@ -381,6 +406,7 @@ async function cancel(node, btn) {
 function nodeOf(id) { return state.snapshot && state.snapshot.nodes.find((n) => n.id === id); }
 
 function openDrawer(node) {
+  if (state.drawer !== node.id) $("transcript").replaceChildren();
   state.drawer = node.id;
   $("drawer").hidden = false;
   $("drawer-title").textContent = node.name;
@@ -392,11 +418,35 @@ function openDrawer(node) {
   loadTranscript(node.id);
 }
 
+// Reads on from where the last read of session `id`'s transcript stopped, every page; the
+// whole transcript read so far. One read of a session at a time.
+async function readTranscript(id) {
+  let t = state.transcripts.get(id);
+  if (!t) { t = { entries: [], after: 0, reading: null }; state.transcripts.set(id, t); }
+  if (t.reading) return t.reading;
+  t.reading = (async () => {
+    try {
+      for (;;) {
+        const page = await api("GET", "/v1/sessions/" + id + "/transcript?limit=500&after=" + t.after);
+        t.entries.push(...page.entries);
+        if (page.entries.length) t.after = page.entries[page.entries.length - 1].seq;
+        if (page.next_after === undefined || page.next_after === null) break;
+      }
+    } catch (_) { /* kept what was read */ }
+    t.reading = null;
+    return t.entries;
+  })();
+  return t.reading;
+}
+
 async function loadTranscript(id) {
-  let page;
-  try { page = await api("GET", "/v1/sessions/" + id + "/transcript?limit=500"); } catch (_) { return; }
-  if (state.drawer !== id) return;
-  renderTranscript($("transcript"), page.entries, id, state.snapshot, openDrawer);
+  const seq = ++state.drawerSeq;
+  const entries = await readTranscript(id);
+  if (state.drawer !== id || seq !== state.drawerSeq) return;
+  // What the reader opened stays open.
+  const open = new Set([...$("transcript").querySelectorAll("details[open]")].map((d) => d.dataset.key));
+  renderTranscript($("transcript"), entries, id, state.snapshot, openDrawer);
+  for (const d of $("transcript").querySelectorAll("details")) if (open.has(d.dataset.key)) d.open = true;
 }
 
 async function sendMessage(e) {
@@ -422,6 +472,8 @@ function askDelete() {
   };
   walk(node.id);
   const stops = [node, ...below].filter((n) => ["running", "idle", "queued", "suspended"].includes(n.status));
+  state.deleting = node.id;
+  $("delete-dialog").returnValue = "";
   $("delete-title").textContent = "Delete " + node.name + "?";
   $("delete-what").textContent = stops.length
     ? "Its transcript stays readable. These stop now:"
@@ -431,9 +483,11 @@ function askDelete() {
 }
 
 async function confirmDelete() {
-  if ($("delete-dialog").returnValue !== "ok" || !state.drawer) return;
+  const id = state.deleting;
+  state.deleting = null;
+  if ($("delete-dialog").returnValue !== "ok" || !id) return;
   try {
-    const done = await api("DELETE", "/v1/sessions/" + state.drawer + "?reason=" + encodeURIComponent("deleted in the web view"));
+    const done = await api("DELETE", "/v1/sessions/" + id + "?reason=" + encodeURIComponent("deleted in the web view"));
     const names = done.stopped.map((s) => s.name).join(", ");
     $("drawer-note").textContent = "Deleted" + (names ? "; stopped " + names : "") + ".";
     $("delete-button").hidden = true;

@@ -7,15 +7,21 @@ import { duration, el, label, live, word } from "./ui.js";
 // An axis label: tenths of a second below ten seconds.
 function tickLabel(ms) { return ms < 10000 ? (ms / 1000).toFixed(1) + "s" : duration(ms); }
 
-// The spans a session waited for a person, from its transcript: from each run's stop on
-// `suspended` to the next entry of that run other than a decision (its resume), or to now.
-export function waitsOf(entries) {
+// Entries a session's transcript gets from elsewhere while it waits: they do not end a wait.
+const WHILE_WAITING = new Set(["decision", "inbox_received", "usage_attributed", "cost_attributed", "renamed"]);
+
+// The spans a session waited for a person, from its transcript: from a run's stop on
+// `suspended` to that run's next entry of its own (its resume going on), or to `null` while it
+// still waits. The node clamps a span to its record: one no longer suspended ended by then.
+export function waitsOf(entries, node) {
   const out = [];
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i];
     if (e.kind !== "run_finished" || e.status !== "suspended") continue;
-    const next = entries.slice(i + 1).find((x) => x.kind !== "decision");
-    out.push([e.at, next ? next.at : null]);
+    const next = entries.slice(i + 1).find((x) => x.run_id === e.run_id && !WHILE_WAITING.has(x.kind));
+    let to = next ? next.at : null;
+    if (to === null && node && node.status !== "suspended") to = node.updated_at;
+    out.push([e.at, to]);
   }
   return out;
 }
@@ -34,7 +40,8 @@ export function renderTimeline(host, snap, waits) {
       text: tickLabel(f * span) })));
   const rows = nodes.map((n) => {
     const stop = live(n) ? now : n.updated_at;
-    const left = pct(n.created_at), width = Math.max(pct(stop) - left, 0.4);
+    const left = Math.min(pct(n.created_at), 100);
+    const width = Math.min(Math.max(pct(stop) - left, 0.4), 100 - left);
     const bar = el("span", { class: "tl-bar", "data-state": word(n), "data-testid": "bar" });
     bar.style.left = left + "%";
     bar.style.width = width + "%";
@@ -45,8 +52,9 @@ export function renderTimeline(host, snap, waits) {
     for (const [from, to] of spans) {
       const wait = el("span", { class: "wait", "data-testid": "wait",
         title: to === null ? "waiting for a decision" : "waited " + duration(to - from) + " for a decision" });
-      wait.style.left = pct(from) + "%";
-      wait.style.width = Math.max(pct(to === null ? now : to) - pct(from), 0.4) + "%";
+      const from_ = Math.min(pct(from), 100);
+      wait.style.left = from_ + "%";
+      wait.style.width = Math.min(Math.max(pct(to === null ? now : to) - from_, 0.4), 100 - from_) + "%";
       parts.push(wait);
     }
     const name = el("span", { class: "tl-name", text: n.name });

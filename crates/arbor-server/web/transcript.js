@@ -14,11 +14,17 @@ function json(value) {
 // session: whose transcript; snap: the tree (to link a spawn to its child); open(node):
 // opens a child's transcript.
 export function renderTranscript(ol, entries, session, snap, open) {
+  // Each result pairs with its call in the nearest assistant message before it (call ids
+  // repeat across turns with some providers): keyed by that message's seq and the call id.
   const results = new Map();
+  let asked = null;
   for (const e of entries) {
-    if (e.kind === "message" && e.message.role === "tool") results.set(e.message.call_id, e.message);
+    if (e.kind !== "message") continue;
+    if (e.message.role === "assistant") asked = e.seq;
+    else if (e.message.role === "tool" && asked !== null) results.set(asked + "/" + e.message.call_id, e.message);
   }
   const carded = new Set();
+  let lastAsked = null;
   const byCall = new Map();
   for (const n of (snap && snap.nodes) || []) {
     if (n.spawned_by && n.spawned_by.call_id) byCall.set(n.spawned_by.session + "/" + n.spawned_by.call_id, n);
@@ -29,15 +35,16 @@ export function renderTranscript(ol, entries, session, snap, open) {
     if (e.kind === "message") {
       const m = e.message;
       if (m.role === "tool") {
-        if (carded.has(m.call_id)) continue;
+        if (carded.has(m.call_id + "@" + lastAsked)) continue;
         // A result whose call is on an earlier page.
         items.push(el("li", { class: "msg tool", "data-role": "tool" }, head("tool " + m.name),
           pre((m.is_error ? "error: " : "") + m.content)));
         continue;
       }
+      lastAsked = e.seq;
       const cards = (m.tool_calls || []).map((c) => {
-        carded.add(c.id);
-        const r = results.get(c.id);
+        carded.add(c.id + "@" + e.seq);
+        const r = results.get(e.seq + "/" + c.id);
         const status = r ? (r.is_error ? "error" : "ok") : "pending";
         const child = byCall.get(session + "/" + c.id);
         return el("div", { class: "card", "data-testid": "tool-card", "data-tool": c.name, "data-status": status },
@@ -45,7 +52,8 @@ export function renderTranscript(ol, entries, session, snap, open) {
             el("span", { class: "status", "data-status": status, text: status }),
             child ? el("button", { type: "button", class: "link", "data-testid": "open-child",
               text: "open " + child.name + " →", onclick: () => open(child) }) : null),
-          el("details", { class: "args" }, el("summary", { text: "arguments" }), pre(json(c.arguments))),
+          el("details", { class: "args", "data-key": e.seq + "/" + c.id }, el("summary", { text: "arguments" }),
+            pre(json(c.arguments))),
           r ? pre(r.content, "result") : el("div", { class: "muted", text: "no result yet" }));
       });
       items.push(el("li", { class: "msg " + m.role, "data-role": m.role },
@@ -67,10 +75,10 @@ export function renderTranscript(ol, entries, session, snap, open) {
       const summary = "thinking, turn " + e.turn + " (" + tokens(thought.length) + " chars"
         + (sealed ? ", " + sealed + " encrypted by the provider" : "") + ")";
       items.push(el("li", { class: "reasoning" }, head("reasoning"),
-        el("details", {}, el("summary", { text: summary }), pre(thought))));
+        el("details", { "data-key": String(e.seq) }, el("summary", { text: summary }), pre(thought))));
     } else if (e.kind === "usage") {
       const u = e.usage;
-      items.push(el("li", { class: "usage" }, el("details", {},
+      items.push(el("li", { class: "usage" }, el("details", { "data-key": String(e.seq) },
         el("summary", { text: "usage, turn " + e.turn + ": " + tokens(u.total_tokens) + " tokens" }),
         pre(json(u)))));
     } else if (e.kind === "run_started" || e.kind === "run_finished") {
@@ -82,7 +90,7 @@ export function renderTranscript(ol, entries, session, snap, open) {
     } else {
       const rest = Object.assign({}, e);
       delete rest.seq; delete rest.at; delete rest.run_id; delete rest.kind;
-      items.push(el("li", { class: "other" }, el("details", {},
+      items.push(el("li", { class: "other" }, el("details", { "data-key": String(e.seq) },
         el("summary", { text: "#" + e.seq + " " + e.kind.replace(/_/g, " ") }), pre(json(rest)))));
     }
   }

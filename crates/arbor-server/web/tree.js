@@ -47,7 +47,15 @@ export function renderTree(host, snap, view) {
     const cost = n.cost && n.cost.aggregate_micros ? " · " + money(n.cost.aggregate_micros) : "";
     const now = (n.running_tools || []).join(", ");
     item.append(el("div", { class: "row", "data-testid": "node", "data-name": n.name, "data-state": word(n),
-      onclick: () => { view.focus = n.id; view.onOpen(n); } },
+      onclick: (e) => {
+        view.focus = n.id;
+        const item = e.currentTarget.closest("[role=treeitem]");
+        for (const i of host.querySelectorAll("[role=treeitem]")) {
+          i.tabIndex = i === item ? 0 : -1;
+          i.setAttribute("aria-selected", i === item ? "true" : "false");
+        }
+        view.onOpen(n);
+      } },
       el("span", { class: "state", id: "n-" + n.id + "-state", "data-state": word(n), text: label(n) }),
       el("span", { class: "session" }, el("span", { class: "indent" }, ...guides, toggle),
         el("span", { class: "who" },
@@ -75,7 +83,9 @@ export function renderTree(host, snap, view) {
   const items = [...host.querySelectorAll("[role=treeitem]")];
   const current = items.find((i) => i.dataset.id === view.focus) || items[0];
   if (current) current.tabIndex = 0;
-  if (focusedBefore && current) current.focus();
+  if (focusedBefore && current) current.focus({ preventScroll: true });
+  // The filter hid the focused row: the focus is the first row now.
+  if (current && current.dataset.id !== view.focus) view.focus = current.dataset.id;
 }
 
 // Arrow keys, Home/End, Enter and Space on the tree (WAI-ARIA tree pattern).

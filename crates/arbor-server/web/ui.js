@@ -14,7 +14,7 @@ export function headers(extra) {
 
 export function askToken() {
   const d = $("token-dialog");
-  if (!d.open) { $("token-input").value = token(); d.showModal(); }
+  if (!d.open) { d.returnValue = ""; $("token-input").value = token(); d.showModal(); }
 }
 
 // One request; a failure throws an Error carrying the server's `kind` and `field`.

@@ -12,14 +12,20 @@ from time import monotonic
 from typing import Any
 
 import httpx
+import pydantic
 
 from .. import _ops as ops
 from .. import models as m
 from .._sse import Event, Parser
-from ..errors import ArborError, StreamError, raise_for
+from ..errors import ArborError, StreamError, Unavailable, raise_for
 
-#: How many times a broken event stream is resumed (``Last-Event-ID``) before it fails.
-RECONNECTS = 5
+#: How long a broken event stream is resumed (``Last-Event-ID``) without progress, seconds.
+RECONNECT_SECONDS = 60
+#: A stream silent this long (the server's keep-alive is every 15 s) is taken as broken.
+STREAM_SILENCE = 45.0
+#: Answers to a stream request that a restarting server or proxy gives: retried (a 429 only
+#: on a reconnect).
+RETRIED = frozenset({429, 502, 503, 504})
 
 
 class AsyncArborClient:
@@ -56,13 +62,22 @@ class AsyncArborClient:
         await self.close()
 
     async def _send(self, call: ops.Call) -> Any:
-        response = await self._http.request(
-            call.method,
-            call.path,
-            params=dict(call.params),
-            json=call.json,
-            headers=dict(call.headers),
-        )
+        extra = {"timeout": call.timeout} if call.timeout is not None else {}
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                params=dict(call.params),
+                json=call.json,
+                headers=dict(call.headers),
+                **extra,
+            )
+        except httpx.TransportError as e:
+            raise Unavailable(
+                f"{call.method} {call.path}: {e or type(e).__name__}",
+                kind="unavailable",
+                status=0,
+            ) from e
         raise_for(response)
         return call.parse(response.status_code, response.json())
 
@@ -137,7 +152,11 @@ class AsyncArborClient:
         deadline = monotonic() + timeout
         while True:
             view = await self.run(run_id)
-            if view.status in ops.SETTLED and view.result is not None:
+            # Its result is kept when its run ends (and dropped when a resume starts it
+            # again); a run a crash interrupted has none.
+            if view.status in ops.SETTLED and (
+                view.result is not None or view.status == "interrupted"
+            ):
                 return view
             if monotonic() >= deadline:
                 raise TimeoutError(
@@ -331,18 +350,41 @@ class AsyncArborClient:
 
     async def feed(
         self, *, since: int | None = None, last_event_id: str | None = None
-    ) -> AsyncIterator[m.FeedEntry]:
-        """The tenant's event feed (runs started and ended, approvals waiting), live."""
+    ) -> AsyncIterator[m.FeedEntry1 | m.FeedEntry2 | m.FeedEntry3]:
+        """The tenant's event feed (runs changing status, approvals waiting and decided),
+        live; pass ``since`` (0: from the start) to replay what was logged before. An event of
+        a kind this client does not know is skipped."""
         params = ops._params(since=since)
         async for event in self._follow("/v1/events", params, last_event_id):
-            if event.id is not None:
-                yield m.FeedEntry.model_validate(event.data)
+            if event.id is None:
+                continue
+            try:
+                yield m.FeedEntry.model_validate(event.data).root
+            except pydantic.ValidationError:
+                continue
 
     async def _follow(
         self, path: str, params: Mapping[str, Any], last_event_id: str | None
     ) -> AsyncIterator[Event]:
-        failures = 0
+        # Broken connections, closes without `end`, a server restarting (`end` with reason
+        # `shutdown`, 502/503/504, a 429 while the old stream still holds its slot) are
+        # resumed with the last id seen, for up to RECONNECT_SECONDS without progress.
+        tries = 0
+        stuck_since: float | None = None
+        why = ""
         while True:
+            if (
+                stuck_since is not None
+                and monotonic() - stuck_since > RECONNECT_SECONDS
+            ):
+                raise StreamError(
+                    f"the event stream {path} could not be resumed for "
+                    f"{RECONNECT_SECONDS} s ({tries} tries): {why}",
+                    kind="unavailable",
+                    status=0,
+                )
+            if tries:
+                await asyncio.sleep(min(0.1 * 2**tries, 2.0))
             headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
             try:
                 async with self._http.stream(
@@ -350,40 +392,51 @@ class AsyncArborClient:
                     path,
                     params=dict(params),
                     headers=headers,
-                    timeout=httpx.Timeout(30.0, read=None),
+                    # The server sends a keep-alive every 15 s: a silence past this is a
+                    # connection that died without closing.
+                    timeout=httpx.Timeout(30.0, read=STREAM_SILENCE),
                 ) as response:
-                    if not response.is_success:
+                    # A 429 on the first try is the tenant's limit (raised); on a reconnect
+                    # it is the old stream still holding its slot (retried).
+                    if response.status_code in RETRIED and (
+                        response.status_code != 429 or tries > 0
+                    ):
+                        await response.aread()
+                        why = f"HTTP {response.status_code}"
+                    elif not response.is_success:
                         await response.aread()
                         raise_for(response)
-                    parser = Parser()
-                    async for line in response.aiter_lines():
-                        event = parser.feed(line)
-                        if event is None:
-                            continue
-                        failures = 0
-                        if event.id is not None:
-                            last_event_id = event.id
-                        yield event
-                        if event.event == "end":
-                            return
+                    else:
+                        parser = Parser()
+                        async for line in response.aiter_lines():
+                            event = parser.feed(line)
+                            if (
+                                parser.last_id is not None
+                                and parser.last_id != last_event_id
+                            ):
+                                # Progress: the budget starts again.
+                                last_event_id = parser.last_id
+                                tries, stuck_since = 0, None
+                            if event is None:
+                                continue
+                            if event.event == "end":
+                                reason = (
+                                    event.data.get("reason")
+                                    if isinstance(event.data, dict)
+                                    else None
+                                )
+                                if reason == "shutdown":
+                                    why = "the server shut down"
+                                    break
+                                yield event
+                                return
+                            yield event
+                        else:
+                            why = "the stream closed without its end"
             except ArborError:
                 raise
             except httpx.TransportError as e:
-                failures += 1
-                if failures > RECONNECTS:
-                    raise StreamError(
-                        f"the event stream {path} broke {failures} times: {e}",
-                        kind="unavailable",
-                        status=0,
-                    ) from e
-                await asyncio.sleep(min(0.1 * 2**failures, 2.0))
-                continue
-            # The server closed the stream without `end` (a restart): resume from the last id.
-            failures += 1
-            if failures > RECONNECTS:
-                raise StreamError(
-                    f"the event stream {path} closed {failures} times without its end",
-                    kind="unavailable",
-                    status=0,
-                )
-            await asyncio.sleep(min(0.1 * 2**failures, 2.0))
+                why = str(e) or type(e).__name__
+            tries += 1
+            if stuck_since is None:
+                stuck_since = monotonic()

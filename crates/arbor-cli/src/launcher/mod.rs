@@ -381,6 +381,12 @@ impl SpecLauncher {
         let built = crate::tree::build(&spec, store.clone(), token.clone()).await?;
         let mut session = built.root.open_session(store.clone(), id).await?;
         claim.live(&token, &built);
+        // The root runs again: the result kept from its last run no longer says where it
+        // stands, so a reader waiting for the run to stop (a client's `wait_run`) does not
+        // take the suspension it was resumed from for its end.
+        if own.is_some() || session.record().status == arbor_protocol::SessionStatus::Interrupted {
+            forget_result(store, id).await;
+        }
         let store = store.clone();
         self.tracker.spawn(async move {
             let _lease = lease;
@@ -480,6 +486,24 @@ async fn keep_result(
     };
     if let Err(e) = crate::store::update_record(store.as_ref(), root, kept_result).await {
         tracing::warn!(root = %root, "could not keep the run's result: {e}");
+    }
+}
+
+/// Drops the result kept from the root's last run (`meta.result`), as a resume starts it
+/// again; the run's end keeps its new one.
+async fn forget_result(store: &Arc<dyn Store>, root: SessionId) {
+    let dropped = |record: &arbor_store::SessionRecord| {
+        let mut meta = record.meta.clone().into_value();
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("result");
+        }
+        arbor_store::SessionUpdate {
+            meta: Some(meta),
+            ..arbor_store::SessionUpdate::default()
+        }
+    };
+    if let Err(e) = crate::store::update_record(store.as_ref(), root, dropped).await {
+        tracing::warn!(root = %root, "could not drop the run's last result: {e}");
     }
 }
 

@@ -74,6 +74,9 @@ pub struct Session {
     /// Its fork of its parent's conversation, recorded with its first run
     /// ([`fork`]): written then, and never again.
     pub(crate) fork_entry: Option<EntryKind>,
+    /// Corrections its next run starts counting from: those a run a crash cut off had sent
+    /// back already, for the run that continues it ([`recover`]).
+    pub(crate) carried_corrections: u32,
 }
 
 impl Agent {
@@ -317,6 +320,7 @@ impl Session {
             beside_suspension: None,
             unsure: false,
             fork_entry: None,
+            carried_corrections: 0,
         })
     }
 

@@ -82,6 +82,27 @@ impl Session {
         }
     }
 
+    /// The corrections sent back since the conversation's last task (the last user message
+    /// that is not one): what a run continuing one a crash cut off counts on from.
+    pub(crate) fn corrections_since_task(&self) -> u32 {
+        if !matches!(OutputSchema::of_meta(&self.record.meta), Ok(Some(_))) {
+            return 0;
+        }
+        let mut sent = 0u32;
+        for m in self.messages().iter().rev() {
+            match m {
+                Message::User { content }
+                    if content.starts_with(crate::output::CORRECTION_PREFIX) =>
+                {
+                    sent = sent.saturating_add(1);
+                }
+                Message::User { .. } => break,
+                _ => {}
+            }
+        }
+        sent
+    }
+
     /// The corrections run `run_id` sent back already (its transcript's correction
     /// messages): a resumed run counts on from them rather than from none.
     pub(crate) async fn run_corrections(&self, run_id: RunId) -> CoreResult<u32> {

@@ -177,6 +177,9 @@ impl Session {
                 .collect();
             (closing, Turns::Next)
         };
+        // The corrections the cut-off run sent back count: its output retries are not
+        // granted again.
+        self.carried_corrections = self.corrections_since_task();
         let result = self.start_run(None, closing, from, options, before).await?;
         Ok((state, result))
     }

@@ -209,7 +209,7 @@ impl Session {
             new_loop: closing.is_empty() && !matches!(from, Turns::Rejoined { .. }),
             forced: input.is_some() && closing.is_empty(),
             cost: 0,
-            corrections: 0,
+            corrections: std::mem::take(&mut self.carried_corrections),
         });
         let run_id = state.run_id;
         // The run's span comes first: its start entry keeps its trace context, which a run

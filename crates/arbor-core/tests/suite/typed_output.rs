@@ -349,3 +349,45 @@ async fn a_resumed_run_counts_on_from_the_corrections_it_sent_back() {
     assert_eq!(done.status, RunStatus::Failed, "{:?}", done.text);
     assert_eq!(done.stop_reason, StopReason::InvalidOutput);
 }
+
+/// A run a crash cut off after it had sent a correction back: the run that continues it
+/// counts on from that correction rather than getting its output retries again.
+#[tokio::test]
+async fn a_run_continued_after_a_crash_counts_on_from_the_corrections_it_sent_back() {
+    use std::time::Duration;
+    let store: Arc<dyn arbor_store::Store> = Arc::new(arbor_store::MemoryStore::new());
+    let tool = super::support::Probe::default();
+    let script = Script::new([
+        ScriptedTurn::text("Ada, 36"),
+        ScriptedTurn::tool_call("probe", json!({"ms": 10_000, "tag": "t"})),
+        ScriptedTurn::text("still not JSON"),
+        ScriptedTurn::text(r#"{"name": "Ada", "age": 36}"#),
+    ]);
+    let agent = |tool: super::support::Probe| {
+        Agent::builder("clerk")
+            .provider(ScriptedProvider::new(script.clone()))
+            .tool(tool)
+            .build()
+            .unwrap()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (first, for_crash) = (agent(tool.clone()), store.clone());
+    super::recover::crash_after(Duration::from_millis(300), async move {
+        let mut s = first
+            .session()
+            .store(for_crash)
+            .output_schema(OutputSchema::new(person()).unwrap())
+            .create()
+            .await
+            .unwrap();
+        tx.send(s.id()).unwrap();
+        let _ = s.run("who?", RunOptions::default()).await;
+    });
+    let id = rx.recv().unwrap();
+    store.mark_interrupted().await.unwrap();
+    let mut s = agent(tool).open_session(store.clone(), id).await.unwrap();
+    let (_, done) = s.continue_interrupted(RunOptions::default()).await.unwrap();
+    // Its one correction was spent before the crash: the next mismatch ends it.
+    assert_eq!(done.status, RunStatus::Failed, "{:?}", done.text);
+    assert_eq!(done.stop_reason, StopReason::InvalidOutput);
+}

@@ -70,8 +70,6 @@ struct Watcher {
     headlines: HashMap<SessionId, String>,
     /// What each live session runs now.
     tools: super::tree_tools::RunningTools,
-    /// The sessions' and checkpoints' part of the last fingerprint.
-    read_at: Option<String>,
     closing: Closing,
     /// Held while the stream is open.
     _slot: crate::state::StreamSlot,
@@ -103,13 +101,9 @@ impl Watcher {
         let decided: u64 = waiting.iter().map(|w| w.version).sum();
         let pending: usize = waiting.iter().map(|w| w.pending.len()).sum();
         let changed = format!("{}.{versions}.{decided}.{pending}", sessions.len());
-        // The calls in flight are read again only when the tree changed (a call starts in a
-        // commit that changes its session's record).
-        if self.read_at.as_deref() != Some(changed.as_str()) {
-            self.tools.refresh(self.store.as_ref(), &sessions).await;
-            self.read_at = Some(changed.clone());
-        }
-        let fingerprint = format!("{changed}.{}", self.tools.mark());
+        // The running sessions' calls in flight, read on from where the last poll stopped.
+        self.tools.refresh(self.store.as_ref(), &sessions).await;
+        let fingerprint = format!("{changed}.{:x}", self.tools.mark());
         let mut nodes = Vec::with_capacity(sessions.len());
         for s in &sessions {
             let headline = match self.headlines.get(&s.id) {
@@ -211,7 +205,6 @@ pub(crate) async fn stream(
         last,
         headlines: HashMap::new(),
         tools: super::tree_tools::RunningTools::default(),
-        read_at: None,
         closing: Closing::new(state.closing.clone()),
         _slot: slot,
         status: None,

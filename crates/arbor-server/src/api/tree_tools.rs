@@ -1,7 +1,8 @@
 //! What each running session of a tree is doing right now, for the tree's snapshots: the
-//! tool calls its model asked for that have no result yet. Read incrementally from each live
-//! session's transcript (only the entries after the last one read), and only when the tree
-//! changed, so a quiet tree costs nothing.
+//! tool calls its model asked for that have no result yet. Read incrementally from each
+//! running session's transcript (only the entries after the last one read: a result lands
+//! without changing the session's record, so the tree's versions cannot say when to read).
+//! A quiet tree, whose sessions all wait or have ended, costs nothing.
 
 use std::collections::HashMap;
 
@@ -47,7 +48,13 @@ impl RunningTools {
                     EntryKind::Message {
                         message: Message::Tool(r),
                     } => state.calls.retain(|(id, _)| *id != r.call_id),
-                    EntryKind::RunFinished { .. } => state.calls.clear(),
+                    // A run that suspended keeps its calls: those approved run when it
+                    // resumes (the session is not running meanwhile, so none shows).
+                    EntryKind::RunFinished { status, .. }
+                        if status != arbor_protocol::RunStatus::Suspended =>
+                    {
+                        state.calls.clear();
+                    }
                     _ => {}
                 }
             }
@@ -62,8 +69,16 @@ impl RunningTools {
             .unwrap_or_default()
     }
 
-    /// What changes when any session's calls in flight change (for the fingerprint).
+    /// What changes when the tools shown change (for the fingerprint): a hash of each
+    /// running session's calls in flight, so entries that change nothing shown send no
+    /// snapshot.
     pub(crate) fn mark(&self) -> u64 {
-        self.0.values().map(|s| s.seq).sum()
+        use std::hash::{Hash, Hasher};
+        let mut shown: Vec<(&SessionId, &Vec<(String, String)>)> =
+            self.0.iter().map(|(id, s)| (id, &s.calls)).collect();
+        shown.sort_by_key(|(id, _)| **id);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        shown.hash(&mut h);
+        h.finish()
     }
 }
