@@ -463,6 +463,43 @@ fn entries(events: &[Sse]) -> Vec<u64> {
         .collect()
 }
 
+/// A live server whose one spec, `spec`, runs `start`, and a run of it started as ACME: the
+/// server's address, a client, the run's root and the store.
+async fn served_run<F, Fut>(
+    spec: &'static str,
+    start: F,
+) -> (String, reqwest::Client, String, Arc<dyn Store>)
+where
+    F: Fn(Arc<dyn Store>, StartRun) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<SessionId, ApiError>> + Send + 'static,
+{
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let for_launcher = store.clone();
+    let server = Server::builder(store.clone())
+        .launcher(launcher_fn([spec], move |run| {
+            start(for_launcher.clone(), run)
+        }))
+        .tenants(tenants())
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(ACME)
+        .json(&json!({"spec": spec}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let root = run["root_id"].as_str().unwrap().to_owned();
+    (base, http, root, store)
+}
+
 /// A run slow enough to be watched live: three turns, each 150 ms.
 async fn slow_start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionId, ApiError> {
     let slow = |t: &str| ScriptedTurn::text(t).with_delay(std::time::Duration::from_millis(150));
@@ -489,30 +526,7 @@ async fn slow_start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionId, A
 
 #[tokio::test]
 async fn events_stream_live_and_a_reconnect_with_last_event_id_loses_and_repeats_nothing() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let for_launcher = store.clone();
-    let server = Server::builder(store.clone())
-        .launcher(launcher_fn(["slow"], move |run| {
-            slow_start(for_launcher.clone(), run)
-        }))
-        .tenants(tenants())
-        .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(ACME)
-        .json(&json!({"spec": "slow"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let root = run["root_id"].as_str().unwrap().to_owned();
+    let (base, http, root, store) = served_run("slow", slow_start).await;
     let url = format!("{base}/v1/sessions/{root}/events");
 
     // Live: read the first three entries while the run is still going, then drop.
@@ -740,30 +754,7 @@ async fn sleeping_start(store: Arc<dyn Store>, run: StartRun) -> Result<SessionI
 
 #[tokio::test]
 async fn the_tree_names_the_tool_each_session_runs_now() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let for_launcher = store.clone();
-    let server = Server::builder(store.clone())
-        .launcher(launcher_fn(["sleepy"], move |run| {
-            sleeping_start(for_launcher.clone(), run)
-        }))
-        .tenants(tenants())
-        .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    let http = reqwest::Client::new();
-    let run: Value = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(ACME)
-        .json(&json!({"spec": "sleepy"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let root = run["root_id"].as_str().unwrap().to_owned();
+    let (base, http, root, _) = served_run("sleepy", sleeping_start).await;
     let resp = http
         .get(format!("{base}/v1/runs/{root}/events"))
         .bearer_auth(ACME)

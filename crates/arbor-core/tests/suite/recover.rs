@@ -562,18 +562,37 @@ async fn cancelling_a_continued_caller_cancels_the_child_it_continued() {
 /// A durable tree whose root spawns one sync `worker` child (named `w`) playing `script`
 /// with the probe `tool`.
 fn rejoin_tree(store: &Arc<dyn Store>, tool: Probe, script: Script) -> (Supervisor, Agent) {
+    tree_of(store, tool, script, false)
+}
+
+/// [`rejoin_tree`]; with `asks`, the worker may also ask the person at the root
+/// (`ask_human`), and children may suspend (a definition revision).
+pub(super) fn tree_of(
+    store: &Arc<dyn Store>,
+    tool: Probe,
+    script: Script,
+    asks: bool,
+) -> (Supervisor, Agent) {
     use arbor_core::supervisor::SpawnAgentTool;
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
+    let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
+    if asks {
+        b = b.definition_revision("rev-1");
+    }
+    let sup = b
         .child(ChildEntry::new(
             "worker",
             factory_fn(move |ctx| {
                 let (script, tool) = (script.clone(), tool.clone());
                 async move {
-                    Agent::builder(ctx.child_id.clone())
+                    let b = Agent::builder(ctx.child_id.clone())
                         .provider(ScriptedProvider::new(script))
-                        .tool(tool)
-                        .build()
+                        .tool(tool);
+                    let b = if asks {
+                        b.dyn_tool(Arc::new(arbor_core::tool::ask::AskHuman::new()))
+                    } else {
+                        b
+                    };
+                    b.build()
                 }
             }),
         ))

@@ -7,53 +7,16 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use arbor_core::supervisor::{
-    ChildEntry, Ownership, SpawnAgentTool, Supervisor, decide_at, factory_fn, waiting_at,
-};
-use arbor_core::tool::ask::{ASK_HUMAN, AskHuman, answer};
-use arbor_core::{Agent, RunOptions};
-use arbor_model::{Script, ScriptedProvider, ScriptedTurn};
+use arbor_core::RunOptions;
+use arbor_core::supervisor::{Supervisor, decide_at, waiting_at};
+use arbor_core::tool::ask::{ASK_HUMAN, answer};
+use arbor_model::{Script, ScriptedTurn};
 use arbor_protocol::{EntryKind, Message, RunStatus, SessionStatus};
 use arbor_store::{MemoryStore, SessionQuery, Store};
 use serde_json::json;
 
-use super::recover::crashed_with_its_child_in_flight;
+use super::recover::{crashed_with_its_child_in_flight, tree_of};
 use super::support::Probe;
-
-/// A tree whose root spawns one sync `worker` (named `w`) that plays `script` with the probe
-/// `tool` and `ask_human`; children may suspend (a definition revision).
-fn asking_tree(store: &Arc<dyn Store>, tool: Probe, script: Script) -> (Supervisor, Agent) {
-    let sup = Supervisor::builder(Ownership::user("t", "u"))
-        .store(store.clone())
-        .definition_revision("rev-1")
-        .child(ChildEntry::new(
-            "worker",
-            factory_fn(move |ctx| {
-                let (script, tool) = (script.clone(), tool.clone());
-                async move {
-                    Agent::builder(ctx.child_id.clone())
-                        .provider(ScriptedProvider::new(script))
-                        .tool(tool)
-                        .dyn_tool(Arc::new(AskHuman::new()))
-                        .build()
-                }
-            }),
-        ))
-        .build()
-        .unwrap();
-    let root = Agent::builder("root")
-        .provider(ScriptedProvider::new(Script::new([
-            ScriptedTurn::tool_call(
-                "spawn_agent",
-                json!({"child_id": "worker", "name": "w", "input": "work"}),
-            ),
-            ScriptedTurn::text("root done"),
-        ])))
-        .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
-        .build()
-        .unwrap();
-    (sup, root)
-}
 
 fn opts(sup: Supervisor) -> RunOptions {
     RunOptions::default().with_nested(Arc::new(sup))
@@ -71,7 +34,7 @@ async fn a_child_continued_for_its_caller_that_asks_has_its_answer_reach_the_cal
         ),
         ScriptedTurn::text("child done"),
     ]);
-    let tree = |tool: Probe| asking_tree(&store, tool, script.clone());
+    let tree = |tool: Probe| tree_of(&store, tool, script.clone(), true);
     let root_id = crashed_with_its_child_in_flight(&store, tree(tool.clone()));
     assert_eq!(store.mark_interrupted().await.unwrap().len(), 2);
 
