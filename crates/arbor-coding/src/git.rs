@@ -9,6 +9,25 @@ use crate::error::{CodingError, CodingResult};
 
 /// Runs `<program> -C dir args…` and returns its trimmed stdout, or the error it printed.
 pub(crate) async fn git(program: &Path, dir: &Path, args: &[&str]) -> CodingResult<String> {
+    let (ok, stdout, stderr) = run(program, dir, args).await?;
+    if ok {
+        Ok(stdout.trim().to_owned())
+    } else {
+        Err(CodingError::Git {
+            args: args.join(" "),
+            stderr,
+        })
+    }
+}
+
+/// Runs `<program> -C dir args…`: whether it succeeded, its stdout (trailing whitespace
+/// trimmed) and stderr (trimmed), for a command whose failure says something (`merge-tree`
+/// exits 1 on conflicts) or whose output starts with spaces (a diff).
+pub(crate) async fn run(
+    program: &Path,
+    dir: &Path,
+    args: &[&str],
+) -> CodingResult<(bool, String, String)> {
     let mut cmd = Command::new(program);
     // What a worktree's files (written by a model) could make git run on the host is
     // switched off, and the caller's GIT_* environment (inside a hook, say) cannot redirect
@@ -39,14 +58,11 @@ pub(crate) async fn git(program: &Path, dir: &Path, args: &[&str]) -> CodingResu
             std::io::ErrorKind::NotFound => CodingError::GitMissing,
             _ => CodingError::Io(format!("cannot run git: {e}")),
         })?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(CodingError::Git {
-            args: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
-    }
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    ))
 }
 
 /// The top of the work tree `dir` belongs to; a clear error when it is no git repository.

@@ -13,6 +13,8 @@
 //! - [`host`]: what such a command can read of the host: on Linux, unless the host opts out
 //!   ([`ToolOptions::protect_host`]), not its environment, memory or open files (the host
 //!   is made non-dumpable and commands start without the capabilities that bypass that).
+//! - [`merge`]: a child's work brought back into the main checkout: its diff, a merge
+//!   (fast-forward, merge commit or squash) done once and never half, or a discard.
 //! - [`bridge`]: supervisor events as `subagent_started` / `subagent_stopped` for a host's
 //!   timeline.
 //!
@@ -23,6 +25,7 @@ mod error;
 pub mod factory;
 mod git;
 pub mod host;
+pub mod merge;
 mod paths;
 pub mod run;
 pub mod tools;
@@ -32,6 +35,7 @@ pub use bridge::{BridgeOptions, LifecycleBridge, LifecycleEvent, StopStatus, obs
 pub use error::{CodingError, CodingErrorKind, CodingResult};
 pub use factory::{WorkspaceFactory, WorktreeChildFactory, workspace_factory};
 pub use host::protect_host;
+pub use merge::{Conflict, Diff, Discarded, FileChange, Merged, Strategy};
 pub use paths::Workdir;
 pub use tools::{
     CODING_TOOL_NAMES, ToolOptions, coding_tool, coding_tool_with, coding_tools, coding_tools_with,

@@ -59,6 +59,11 @@ impl WorkspaceConfig {
     pub fn repository(&self) -> &Path {
         &self.repository
     }
+
+    /// The git program.
+    pub(crate) fn git_path(&self) -> PathBuf {
+        self.git.clone()
+    }
 }
 
 /// A delegation's worktree.
@@ -174,6 +179,17 @@ impl Worktrees {
     /// Its configuration.
     pub fn config(&self) -> &WorkspaceConfig {
         &self.config
+    }
+
+    /// Held while git changes the repository's worktrees or its checkout's branch.
+    pub(crate) async fn admin_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.admin.lock().await
+    }
+
+    /// Forgets the worktree of `delegation_id` (it is being removed some other way).
+    pub(crate) fn forget(&self, delegation_id: &str) {
+        self.created().remove(delegation_id);
+        self.pending().remove(delegation_id);
     }
 
     fn created(&self) -> std::sync::MutexGuard<'_, HashMap<String, Worktree>> {
