@@ -9,8 +9,8 @@ use crate::error::{CodingError, CodingResult};
 
 /// Runs `<program> -C dir args…` and returns its trimmed stdout, or the error it printed.
 pub(crate) async fn git(program: &Path, dir: &Path, args: &[&str]) -> CodingResult<String> {
-    let (ok, stdout, stderr) = run(program, dir, args).await?;
-    if ok {
+    let (code, stdout, stderr) = run(program, dir, args).await?;
+    if code == Some(0) {
         Ok(stdout.trim().to_owned())
     } else {
         Err(CodingError::Git {
@@ -20,14 +20,14 @@ pub(crate) async fn git(program: &Path, dir: &Path, args: &[&str]) -> CodingResu
     }
 }
 
-/// Runs `<program> -C dir args…`: whether it succeeded, its stdout (trailing whitespace
-/// trimmed) and stderr (trimmed), for a command whose failure says something (`merge-tree`
-/// exits 1 on conflicts) or whose output starts with spaces (a diff).
+/// Runs `<program> -C dir args…`: its exit code (`None` when a signal ended it), its stdout
+/// as printed and its stderr (trimmed), for a command whose exit code says something
+/// (`merge-tree` exits 1 on conflicts) or whose output must stay whole (a patch).
 pub(crate) async fn run(
     program: &Path,
     dir: &Path,
     args: &[&str],
-) -> CodingResult<(bool, String, String)> {
+) -> CodingResult<(Option<i32>, String, String)> {
     let mut cmd = Command::new(program);
     // What a worktree's files (written by a model) could make git run on the host is
     // switched off, and the caller's GIT_* environment (inside a hook, say) cannot redirect
@@ -59,8 +59,8 @@ pub(crate) async fn run(
             _ => CodingError::Io(format!("cannot run git: {e}")),
         })?;
     Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim_end().to_owned(),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).trim().to_owned(),
     ))
 }

@@ -173,6 +173,16 @@ async fn two_children_merge_in_turn_onto_a_moving_base() {
     assert!(repo.join("one.txt").exists() && repo.join("two.txt").exists());
 }
 
+/// Writes the marker a merge of `branch`'s tip writes before git starts.
+fn marker(repo: &Path, branch: &str, start: &str) {
+    let tip = git(repo, &["rev-parse", branch]);
+    std::fs::write(
+        repo.join(".git/arbor-merge"),
+        format!("refs/heads/main {start} {tip}\n"),
+    )
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_merge_cut_off_half_way_is_undone_and_run_again_once() {
     let (dir, trees) = setup();
@@ -180,11 +190,7 @@ async fn a_merge_cut_off_half_way_is_undone_and_run_again_once() {
     child_commits(&trees, "k1", &[("c.txt", "gamma\n")]).await;
     let before = head(&repo);
     // A crash mid-merge: the marker written, a merge in progress not committed.
-    std::fs::write(
-        repo.join(".git/arbor-merge"),
-        format!("agent/k1 {before}\n"),
-    )
-    .unwrap();
+    marker(&repo, "agent/k1", &before);
     git(&repo, &["merge", "--no-ff", "--no-commit", "agent/k1"]);
     assert!(repo.join(".git/MERGE_HEAD").exists());
     let done = trees.merge("k1", Strategy::Merge).await.unwrap();
@@ -194,16 +200,27 @@ async fn a_merge_cut_off_half_way_is_undone_and_run_again_once() {
     assert!(!repo.join(".git/arbor-merge").exists());
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
 
+    // A crash mid-squash: the change staged, nothing committed.
+    let (dir, trees) = setup();
+    let repo = main_repo(&dir);
+    child_commits(&trees, "k3", &[("c.txt", "gamma\n")]).await;
+    let before = head(&repo);
+    marker(&repo, "agent/k3", &before);
+    git(&repo, &["merge", "--squash", "agent/k3"]);
+    let done = trees.merge("k3", Strategy::Squash).await.unwrap();
+    assert!(matches!(done, Merged::Done { .. }), "{done:?}");
+    assert_eq!(
+        git(&repo, &["rev-list", "--count", &format!("{before}..HEAD")]),
+        "1"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+
     // A crash after the merge committed but before its marker went: found done.
     let (dir, trees) = setup();
     let repo = main_repo(&dir);
     child_commits(&trees, "k2", &[("c.txt", "gamma\n")]).await;
     let before = head(&repo);
-    std::fs::write(
-        repo.join(".git/arbor-merge"),
-        format!("agent/k2 {before}\n"),
-    )
-    .unwrap();
+    marker(&repo, "agent/k2", &before);
     git(
         &repo,
         &["merge", "--no-ff", "-q", "-m", "Merge agent/k2", "agent/k2"],
@@ -215,26 +232,120 @@ async fn a_merge_cut_off_half_way_is_undone_and_run_again_once() {
 }
 
 #[tokio::test]
+async fn a_marker_found_after_the_checkout_moved_is_left_alone_and_reported() {
+    let (dir, trees) = setup();
+    let repo = main_repo(&dir);
+    child_commits(&trees, "u1", &[("c.txt", "gamma\n")]).await;
+    let before = head(&repo);
+    marker(&repo, "agent/u1", &before);
+    // The person committed since: nothing of theirs may be reset.
+    std::fs::write(repo.join("a.txt"), "the person's work\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "mine"]);
+    let theirs = head(&repo);
+    let e = trees.merge("u1", Strategy::Merge).await.unwrap_err();
+    assert!(e.to_string().contains("resolve it by hand"), "{e}");
+    assert!(e.to_string().contains("arbor-merge"), "{e}");
+    assert_eq!(head(&repo), theirs);
+    assert!(repo.join(".git/arbor-merge").exists());
+    // Nor is the branch discarded while the marker names it.
+    let e = trees.discard("u1").await.unwrap_err();
+    assert!(e.to_string().contains("was cut off"), "{e}");
+}
+
+#[tokio::test]
+async fn new_commits_after_a_squash_merge_again_and_the_users_config_changes_nothing() {
+    let (dir, trees) = setup();
+    let repo = main_repo(&dir);
+    // Settings that would stop a merge half way or refuse a squash.
+    git(&repo, &["config", "merge.ff", "false"]);
+    git(
+        &repo,
+        &["config", "branch.main.mergeOptions", "--no-commit"],
+    );
+    child_commits(&trees, "q1", &[("c.txt", "gamma\n")]).await;
+    assert!(matches!(
+        trees.merge("q1", Strategy::Squash).await.unwrap(),
+        Merged::Done { .. }
+    ));
+    // The child goes on: its new commit is not "already merged".
+    let tree = trees.create("q1").await.unwrap();
+    std::fs::write(tree.path.join("d.txt"), "delta\n").unwrap();
+    git(&tree.path, &["add", "."]);
+    git(&tree.path, &["commit", "-q", "-m", "more"]);
+    let again = trees.merge("q1", Strategy::Merge).await.unwrap();
+    assert!(matches!(again, Merged::Done { .. }), "{again:?}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("d.txt")).unwrap(),
+        "delta\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert!(!repo.join(".git/MERGE_HEAD").exists());
+}
+
+#[tokio::test]
+async fn uncommitted_child_work_and_a_detached_head_are_refused() {
+    let (dir, trees) = setup();
+    let repo = main_repo(&dir);
+    let tree = trees.create("w1").await.unwrap();
+    std::fs::write(tree.path.join("a.txt"), "not committed\n").unwrap();
+    let e = trees.merge("w1", Strategy::Merge).await.unwrap_err();
+    assert!(e.to_string().contains("uncommitted changes"), "{e}");
+    git(&tree.path, &["commit", "-q", "-am", "now committed"]);
+    git(&repo, &["checkout", "-q", "--detach"]);
+    let e = trees.merge("w1", Strategy::Merge).await.unwrap_err();
+    assert!(e.to_string().contains("detached"), "{e}");
+}
+
+#[tokio::test]
+async fn a_conflict_on_a_non_ascii_path_is_named_as_it_is() {
+    let (dir, trees) = setup();
+    let repo = main_repo(&dir);
+    std::fs::write(repo.join("é.txt"), "base\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "é"]);
+    child_commits(&trees, "n1", &[("é.txt", "child\n")]).await;
+    std::fs::write(repo.join("é.txt"), "main\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "main"]);
+    let Merged::Conflicts(c) = trees.merge("n1", Strategy::Merge).await.unwrap() else {
+        panic!("no conflict");
+    };
+    assert_eq!(c[0].path, "é.txt");
+    assert!(
+        c[0].hunks.contains("child") && c[0].hunks.contains("main"),
+        "{}",
+        c[0].hunks
+    );
+    let diff = trees.diff("n1", 0, 1 << 20).await.unwrap();
+    assert_eq!(diff.files[0].path, "é.txt");
+}
+
+#[tokio::test]
 async fn a_dirty_checkout_is_refused_and_a_symlink_writes_nothing_outside() {
     let (dir, trees) = setup();
     let repo = main_repo(&dir);
-    // A symbolic link to a folder outside the checkout, committed by the child.
+    // The main checkout holds a link `out` to a folder outside it; the child replaces the
+    // link with a folder holding a file: a merge that followed the link would write there.
     let outside = dir.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, repo.join("out")).unwrap();
+    git(&repo, &["add", "out"]);
+    git(&repo, &["commit", "-q", "-m", "a link"]);
     let tree = trees.create("s1").await.unwrap();
-    std::os::unix::fs::symlink(&outside, tree.path.join("out")).unwrap();
-    git(&tree.path, &["add", "out"]);
-    git(&tree.path, &["commit", "-q", "-m", "a link"]);
+    std::fs::remove_file(tree.path.join("out")).unwrap();
+    std::fs::create_dir(tree.path.join("out")).unwrap();
+    std::fs::write(tree.path.join("out/x.txt"), "through the link?\n").unwrap();
+    git(&tree.path, &["add", "-A"]);
+    git(
+        &tree.path,
+        &["commit", "-q", "-m", "a folder where the link was"],
+    );
     std::fs::write(repo.join("a.txt"), "edited, not committed\n").unwrap();
     let e = trees.merge("s1", Strategy::Merge).await.unwrap_err();
     assert!(e.to_string().contains("uncommitted changes"), "{e}");
     git(&repo, &["checkout", "--", "a.txt"]);
-    assert!(matches!(
-        trees.merge("s1", Strategy::Squash).await.unwrap(),
-        Merged::Done { .. }
-    ));
-    let link = repo.join("out");
-    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    let out = trees.merge("s1", Strategy::Squash).await.unwrap();
+    assert!(matches!(out, Merged::Done { .. }), "{out:?}");
+    assert!(repo.join("out").symlink_metadata().unwrap().is_dir());
     assert_eq!(
         std::fs::read_dir(&outside).unwrap().count(),
         0,

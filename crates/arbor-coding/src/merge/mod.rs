@@ -1,0 +1,549 @@
+//! Bringing a child's work back into the main checkout: what its branch changes
+//! ([`Worktrees::diff`]), merged in once ([`Worktrees::merge`]: a fast-forward, a merge commit
+//! or a squash), or thrown away ([`Worktrees::discard`]).
+//!
+//! A merge never leaves the main checkout half done:
+//! - it is refused while the checkout has uncommitted changes to tracked files, a detached
+//!   HEAD, or an operation of its own in progress (a merge, a rebase, a cherry-pick, a
+//!   bisect), and while the child's worktree holds uncommitted work;
+//! - the child's branch is read once, as a commit, and that commit is what is merged (a
+//!   child still committing, or a tag of the same name, changes nothing);
+//! - a conflict is found before anything is touched (`git merge-tree`), and returned with
+//!   the conflicting files and their hunks;
+//! - every option the merge depends on is given explicitly (never the user's `merge.ff`,
+//!   `mergeOptions` or signing), ignored files are never overwritten, and what git did is
+//!   checked after it: a merge that did not commit cleanly is undone;
+//! - a marker in the git directory names the merge in flight (the branch checked out, the
+//!   commit it started from, the commit merged), so a merge cut off by a crash is found
+//!   again: done (that commit is in the history), or undone and run again when the checkout
+//!   is still where it started; anything else (commits since, another branch checked out)
+//!   is left alone and reported, naming the marker;
+//! - its git commands run in a task of their own: a caller that stops waiting (a cancel,
+//!   a timeout) never kills git half way through writing the checkout;
+//! - a branch merged once is recognised (the commit is in the history, or a squash commit
+//!   names it with that commit), and merging it again changes nothing.
+//!
+//! git refuses to write through a symbolic link or outside the work tree whatever a
+//! branch holds, so a child's change lands inside the main checkout or not at all.
+
+use std::path::{Path, PathBuf};
+
+mod marker;
+mod reading;
+
+use marker::{read_marker, remove_marker, write_marker};
+pub use reading::{Conflict, FileChange};
+use reading::{checked, dry_run, numstat, page_of};
+
+use crate::error::{CodingError, CodingResult};
+use crate::git;
+use crate::workspace::Worktrees;
+
+/// How a child's branch is brought in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// Only when the checkout's branch is an ancestor of the child's: no new commit.
+    FastForward,
+    /// A merge commit with both histories.
+    Merge,
+    /// One new commit with the child's whole change (its own commits are not kept).
+    Squash,
+}
+
+impl Strategy {
+    /// Parses `ff`, `merge` or `squash`.
+    pub fn parse(s: &str) -> CodingResult<Self> {
+        match s {
+            "ff" | "fast_forward" => Ok(Self::FastForward),
+            "merge" => Ok(Self::Merge),
+            "squash" => Ok(Self::Squash),
+            other => Err(CodingError::Config(format!(
+                "strategy must be one of \"ff\", \"merge\", \"squash\" (got {other:?})"
+            ))),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::FastForward => "ff",
+            Self::Merge => "merge",
+            Self::Squash => "squash",
+        }
+    }
+}
+
+/// What a child's branch changes against the main checkout's branch, now: from their merge
+/// base, so a moved base shows only the child's own change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diff {
+    /// The child's branch.
+    pub branch: String,
+    /// The merge base it is read from.
+    pub base: String,
+    /// Every file it touches.
+    pub files: Vec<FileChange>,
+    /// A page of the patch: `max_bytes` from `offset` (cut at a line's end when one fits).
+    pub patch: String,
+    /// Where the next page starts, if the patch goes on.
+    pub next_offset: Option<usize>,
+    /// The whole patch's size, in bytes.
+    pub total_bytes: usize,
+}
+
+/// How a merge ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Merged {
+    /// Merged: the checkout's branch is at `commit` now.
+    Done {
+        /// The commit the checkout is at.
+        commit: String,
+        /// How.
+        strategy: Strategy,
+        /// The files it changed.
+        files: Vec<FileChange>,
+    },
+    /// It was merged before (this call or a crashed one), or it holds nothing the checkout
+    /// does not: nothing changed.
+    AlreadyMerged {
+        /// The commit the checkout is at.
+        commit: String,
+    },
+    /// It would conflict: the checkout is untouched.
+    Conflicts(Vec<Conflict>),
+}
+
+/// What a discard removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discarded {
+    /// The branch deleted (`None`: there was none).
+    pub branch: Option<String>,
+    /// The worktree removed (`None`: there was none).
+    pub worktree: Option<PathBuf>,
+}
+
+/// The squash commit's trailer naming the branch it brought in.
+const TRAILER: &str = "Arbor-Merged:";
+/// The marker of a merge in flight, in the main checkout's git directory.
+const MARKER: &str = "arbor-merge";
+/// What the checkout's git directory holds while an operation of its own is in progress.
+const IN_PROGRESS: [&str; 6] = [
+    "MERGE_HEAD",
+    "rebase-merge",
+    "rebase-apply",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "BISECT_LOG",
+];
+/// What git may not do on its own while merging a child's work.
+const EXPLICIT: [&str; 6] = [
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "merge.verifySignatures=false",
+    "-c",
+    "core.quotePath=false",
+];
+
+impl Worktrees {
+    /// The child branch of `delegation_id` and its tip, read once as a commit.
+    async fn child_tip(&self, delegation_id: &str) -> CodingResult<(String, String)> {
+        let branch = self.plan(delegation_id)?.branch;
+        let (g, repo) = (&self.config().git_path(), self.config().repository());
+        git::toplevel(g, repo).await?;
+        let refname = format!("refs/heads/{branch}^{{commit}}");
+        let (code, tip, _) =
+            git::run(g, repo, &["rev-parse", "--verify", "--quiet", &refname]).await?;
+        if code != Some(0) {
+            return Err(CodingError::Repository(format!(
+                "no branch {branch}: the child made no worktree, or it was discarded"
+            )));
+        }
+        Ok((branch, tip.trim().to_owned()))
+    }
+
+    /// What the child `delegation_id`'s branch changes against the main checkout's branch
+    /// (from their merge base): every file with its lines added and removed, and a page of
+    /// the patch of at most `max_bytes` from `offset`.
+    pub async fn diff(
+        &self,
+        delegation_id: &str,
+        offset: usize,
+        max_bytes: usize,
+    ) -> CodingResult<Diff> {
+        let (branch, tip) = self.child_tip(delegation_id).await?;
+        let (g, repo) = (&self.config().git_path(), self.config().repository());
+        let base = git::git(g, repo, &["merge-base", "HEAD", &tip]).await?;
+        let files = numstat(g, repo, &base, &tip).await?;
+        let patch = checked(
+            g,
+            repo,
+            &[
+                "diff",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                &base,
+                &tip,
+            ],
+        )
+        .await?;
+        let (page, next_offset) = page_of(&patch, offset, max_bytes);
+        Ok(Diff {
+            branch,
+            base,
+            files,
+            patch: page,
+            next_offset,
+            total_bytes: patch.len(),
+        })
+    }
+
+    /// Merges the child `delegation_id`'s branch into the main checkout's branch, once (see
+    /// the module docs): a conflict leaves the checkout untouched and comes back file by
+    /// file.
+    pub async fn merge(&self, delegation_id: &str, strategy: Strategy) -> CodingResult<Merged> {
+        let (branch, tip) = self.child_tip(delegation_id).await?;
+        let g = self.config().git_path();
+        let repo = self.config().repository().to_path_buf();
+        let plan = self.plan(delegation_id)?;
+        if plan.path.join(".git").exists() && git::has_tracked_changes(&g, &plan.path).await? {
+            return Err(CodingError::Repository(format!(
+                "the child's worktree {} has uncommitted changes (it is still working, or left \
+                 them uncommitted): they are not on {branch}",
+                plan.path.display()
+            )));
+        }
+        let _one_at_a_time = self.admin_lock().await;
+        let git_dir =
+            PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
+        let marker = git_dir.join(MARKER);
+        recover(&g, &repo, &marker).await?;
+        if merged_already(&g, &repo, &branch, &tip).await? {
+            let commit = git::git(&g, &repo, &["rev-parse", "HEAD"]).await?;
+            return Ok(Merged::AlreadyMerged { commit });
+        }
+        let on = ready(&g, &repo, &git_dir).await?;
+        let conflicts = dry_run(&g, &repo, &tip).await?;
+        if !conflicts.is_empty() {
+            return Ok(Merged::Conflicts(conflicts));
+        }
+        let start = git::git(&g, &repo, &["rev-parse", "HEAD"]).await?;
+        let base = git::git(&g, &repo, &["merge-base", "HEAD", &tip]).await?;
+        let files = numstat(&g, &repo, &base, &tip).await?;
+        write_marker(&marker, &on, &start, &tip).await?;
+        // In a task of its own: a caller that stops waiting does not kill git mid-write.
+        let job = Job {
+            g: g.clone(),
+            repo: repo.clone(),
+            branch: branch.clone(),
+            tip,
+            start: start.clone(),
+            strategy,
+        };
+        let merged = tokio::spawn(job.run())
+            .await
+            .unwrap_or_else(|e| Err(CodingError::Io(format!("the merge's task failed: {e}"))));
+        if let Err(e) = merged {
+            // Nothing half done stays: back to where it started, if anything moved.
+            if let Err(undone) = undo_if_moved(&g, &repo, &start).await {
+                return Err(CodingError::Repository(format!(
+                    "{e}; undoing it failed too ({undone}): see {}",
+                    marker.display()
+                )));
+            }
+            remove_marker(&marker).await?;
+            return Err(e);
+        }
+        remove_marker(&marker).await?;
+        let commit = git::git(&g, &repo, &["rev-parse", "HEAD"]).await?;
+        tracing::info!(%branch, %commit, strategy = strategy.as_str(), "child merged");
+        Ok(Merged::Done {
+            commit,
+            strategy,
+            files,
+        })
+    }
+
+    /// Throws the child `delegation_id`'s work away: its worktree (if one is left) and its
+    /// branch. Its transcript is not this crate's: it stays. Refused while a merge of that
+    /// branch was cut off (its marker names it).
+    pub async fn discard(&self, delegation_id: &str) -> CodingResult<Discarded> {
+        let plan = self.plan(delegation_id)?;
+        let g = self.config().git_path();
+        let repo = self.config().repository().to_path_buf();
+        git::toplevel(&g, &repo).await?;
+        let _one_at_a_time = self.admin_lock().await;
+        let git_dir =
+            PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
+        if let Some(m) = read_marker(&git_dir.join(MARKER)).await?
+            && m.tip_branch(&g, &repo, &plan.branch).await
+        {
+            return Err(CodingError::Repository(format!(
+                "a merge of {} was cut off: merge it again (or resolve {}) before discarding",
+                plan.branch,
+                git_dir.join(MARKER).display()
+            )));
+        }
+        let mut out = Discarded {
+            branch: None,
+            worktree: None,
+        };
+        if plan.path.exists() {
+            let path = plan.path.to_string_lossy().into_owned();
+            // Twice forced: a worktree git was killed while making is still locked.
+            let removed = git::git(
+                &g,
+                &repo,
+                &["worktree", "remove", "--force", "--force", &path],
+            )
+            .await;
+            if removed.is_err() && plan.path.exists() {
+                tokio::fs::remove_dir_all(&plan.path).await.map_err(|e| {
+                    CodingError::Io(format!("cannot remove {}: {e}", plan.path.display()))
+                })?;
+            }
+            out.worktree = Some(plan.path.clone());
+        }
+        git::git(&g, &repo, &["worktree", "prune"]).await?;
+        if git::branch_exists(&g, &repo, &plan.branch).await? {
+            git::git(&g, &repo, &["branch", "-D", &plan.branch]).await?;
+            out.branch = Some(plan.branch);
+        }
+        self.forget(delegation_id);
+        tracing::info!(delegation_id, ?out, "child's work discarded");
+        Ok(out)
+    }
+}
+
+/// The git commands of one merge, from its marker written to before its removal.
+struct Job {
+    g: PathBuf,
+    repo: PathBuf,
+    branch: String,
+    tip: String,
+    start: String,
+    strategy: Strategy,
+}
+
+impl Job {
+    async fn run(self) -> CodingResult<()> {
+        let Job {
+            g,
+            repo,
+            branch,
+            tip,
+            start,
+            strategy,
+        } = self;
+        let message = format!("Merge {branch}");
+        let mut args: Vec<&str> = EXPLICIT.to_vec();
+        match strategy {
+            Strategy::FastForward => {
+                args.extend([
+                    "merge",
+                    "--ff-only",
+                    "--no-squash",
+                    "--no-overwrite-ignore",
+                    "-q",
+                    &tip,
+                ]);
+                git::git(&g, &repo, &args).await?;
+            }
+            Strategy::Merge => {
+                args.extend([
+                    "merge",
+                    "--no-ff",
+                    "--commit",
+                    "--no-squash",
+                    "--no-overwrite-ignore",
+                    "--no-gpg-sign",
+                    "-q",
+                    "-m",
+                    &message,
+                    &tip,
+                ]);
+                committing(&g, &repo, &args).await?;
+            }
+            Strategy::Squash => {
+                args.extend([
+                    "merge",
+                    "--squash",
+                    "--ff",
+                    "--no-overwrite-ignore",
+                    "-q",
+                    &tip,
+                ]);
+                git::git(&g, &repo, &args).await?;
+                let message = format!("{message} (squashed)\n\n{TRAILER} {branch} {tip}");
+                let mut commit: Vec<&str> = EXPLICIT.to_vec();
+                commit.extend(["commit", "--no-gpg-sign", "-q", "-m", &message]);
+                committing(&g, &repo, &commit).await?;
+            }
+        }
+        // What git did is checked, not assumed: the merge is committed, nothing is left
+        // staged or in progress.
+        let now = git::git(&g, &repo, &["rev-parse", "HEAD"]).await?;
+        let landed = git::run(&g, &repo, &["merge-base", "--is-ancestor", &start, &now])
+            .await?
+            .0
+            == Some(0);
+        let left = git::has_tracked_changes(&g, &repo).await?
+            || git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"])
+                .await
+                .map(|d| PathBuf::from(d).join("MERGE_HEAD").exists())?;
+        if now == start || !landed || left {
+            return Err(CodingError::Repository(format!(
+                "git did not commit the merge of {branch} cleanly (the checkout is at {now})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The branch the checkout has out, refusing a detached HEAD, uncommitted changes to
+/// tracked files and an operation of the checkout's own in progress.
+async fn ready(g: &Path, repo: &Path, git_dir: &Path) -> CodingResult<String> {
+    let (code, on, _) = git::run(g, repo, &["symbolic-ref", "-q", "HEAD"]).await?;
+    if code != Some(0) {
+        return Err(CodingError::Repository(
+            "the main checkout's HEAD is detached: check out the branch to merge into first"
+                .to_owned(),
+        ));
+    }
+    if let Some(busy) = IN_PROGRESS.iter().find(|f| git_dir.join(f).exists()) {
+        return Err(CodingError::Repository(format!(
+            "the main checkout has an operation in progress ({busy}): finish or abort it first"
+        )));
+    }
+    if git::has_tracked_changes(g, repo).await? {
+        return Err(CodingError::Repository(format!(
+            "the main checkout {} has uncommitted changes: commit or stash them before merging",
+            repo.display()
+        )));
+    }
+    Ok(on.trim().to_owned())
+}
+
+/// Finds a merge a crash cut off through its marker: done (its commit is in the history),
+/// undone when the checkout is still on its branch at the commit it started from (only the
+/// merge's own changes go: `reset --merge` keeps a user's edits), and otherwise left alone
+/// and reported. The marker goes once it is resolved.
+async fn recover(g: &Path, repo: &Path, marker: &Path) -> CodingResult<()> {
+    let Some(m) = read_marker(marker).await? else {
+        return Ok(());
+    };
+    let head = git::git(g, repo, &["rev-parse", "HEAD"]).await?;
+    let (_, on, _) = git::run(g, repo, &["symbolic-ref", "-q", "HEAD"]).await?;
+    let landed = head != m.start
+        && git::run(g, repo, &["merge-base", "--is-ancestor", &m.tip, "HEAD"])
+            .await?
+            .0
+            == Some(0)
+        || squashed(g, repo, &m.tip, &m.start).await?;
+    if landed {
+        tracing::info!(commit = %m.tip, "a merge cut off had finished");
+    } else if head == m.start && on.trim() == m.on {
+        undo_if_moved(g, repo, &m.start).await?;
+        tracing::warn!(commit = %m.tip, start = %m.start, "a merge cut off was undone");
+    } else {
+        return Err(CodingError::Repository(format!(
+            "a merge cut off ({} into {} at {}) is neither done nor where it started (the \
+             checkout moved since): resolve it by hand, then remove {}",
+            m.tip,
+            m.on,
+            m.start,
+            marker.display()
+        )));
+    }
+    remove_marker(marker).await
+}
+
+/// Whether a squash of `tip` landed after `start`: a commit since names it in its trailer.
+async fn squashed(g: &Path, repo: &Path, tip: &str, start: &str) -> CodingResult<bool> {
+    let range = format!("{start}..HEAD");
+    let (code, out, _) = git::run(
+        g,
+        repo,
+        &[
+            "log",
+            "--format=%(trailers:key=Arbor-Merged,valueonly)",
+            &range,
+        ],
+    )
+    .await?;
+    Ok(code == Some(0)
+        && out
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(tip)))
+}
+
+/// Whether `tip` of `branch` is in the checkout already: in HEAD's history, or brought in
+/// by a squash commit naming both (since their merge base).
+async fn merged_already(g: &Path, repo: &Path, branch: &str, tip: &str) -> CodingResult<bool> {
+    if git::run(g, repo, &["merge-base", "--is-ancestor", tip, "HEAD"])
+        .await?
+        .0
+        == Some(0)
+    {
+        return Ok(true);
+    }
+    let base = git::git(g, repo, &["merge-base", "HEAD", tip]).await?;
+    let range = format!("{base}..HEAD");
+    let out = git::git(
+        g,
+        repo,
+        &[
+            "log",
+            "--format=%(trailers:key=Arbor-Merged,valueonly)",
+            &range,
+        ],
+    )
+    .await?;
+    Ok(out.lines().any(|l| {
+        let mut parts = l.split_whitespace();
+        parts.next() == Some(branch) && parts.next() == Some(tip)
+    }))
+}
+
+/// A git command that commits: with an identity only when git has none to use.
+async fn committing(g: &Path, repo: &Path, args: &[&str]) -> CodingResult<()> {
+    let named = git::run(g, repo, &["var", "GIT_COMMITTER_IDENT"]).await?.0 == Some(0)
+        && git::run(g, repo, &["var", "GIT_AUTHOR_IDENT"]).await?.0 == Some(0);
+    if named {
+        return git::git(g, repo, args).await.map(drop);
+    }
+    let mut with = vec!["-c", "user.name=arbor", "-c", "user.email=arbor@localhost"];
+    with.extend_from_slice(args);
+    git::git(g, repo, &with).await.map(drop)
+}
+
+/// Back to `start` when the merge moved HEAD or left something staged or in progress:
+/// `reset --merge` takes back only what the merge changed (and refuses rather than lose a
+/// user's edit).
+async fn undo_if_moved(g: &Path, repo: &Path, start: &str) -> CodingResult<()> {
+    let head = git::git(g, repo, &["rev-parse", "HEAD"]).await?;
+    let staged = git::run(g, repo, &["diff", "--cached", "--quiet"]).await?.0 != Some(0);
+    let git_dir = PathBuf::from(git::git(g, repo, &["rev-parse", "--absolute-git-dir"]).await?);
+    let merging = git_dir.join("MERGE_HEAD").exists() || git_dir.join("SQUASH_MSG").exists();
+    if head == start && !staged && !merging {
+        return Ok(());
+    }
+    git::git(g, repo, &["reset", "-q", "--merge", start]).await?;
+    let _ = tokio::fs::remove_file(git_dir.join("SQUASH_MSG")).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_parse_by_name() {
+        assert_eq!(Strategy::parse("squash").unwrap(), Strategy::Squash);
+        assert_eq!(Strategy::parse("ff").unwrap(), Strategy::FastForward);
+        let e = Strategy::parse("rebase").unwrap_err().to_string();
+        assert!(e.contains("\"ff\", \"merge\", \"squash\""), "{e}");
+    }
+}
