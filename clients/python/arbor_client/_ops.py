@@ -230,6 +230,8 @@ def message(session_id: str, request: m.MessageRequest | Mapping[str, Any]) -> C
 
 
 def verdict(
-    pending_id: str, verdict_: str, reason: str | None = None, answer: str | None = None
+    pending_id: str, allow_or_reject: str, for_run: bool, reason: str | None
 ) -> dict[str, Any]:
-    return _params(id=pending_id, verdict=verdict_, reason=reason, answer=answer)
+    """One decision: `allow`/`reject`, once or for the run."""
+    scope = "_for_run" if for_run else "_once"
+    return _params(id=pending_id, verdict=allow_or_reject + scope, reason=reason)

@@ -266,9 +266,8 @@ class AsyncArborClient:
         for_run: bool = False,
         by: str | None = None,
     ) -> m.SuspensionView:
-        verdict = "allow_for_run" if for_run else "allow_once"
         return await self.decide(
-            session_id, [ops.verdict(pending_id, verdict, reason)], by=by
+            session_id, [ops.verdict(pending_id, "allow", for_run, reason)], by=by
         )
 
     async def reject(
@@ -280,9 +279,8 @@ class AsyncArborClient:
         for_run: bool = False,
         by: str | None = None,
     ) -> m.SuspensionView:
-        verdict = "reject_for_run" if for_run else "reject_once"
         return await self.decide(
-            session_id, [ops.verdict(pending_id, verdict, reason)], by=by
+            session_id, [ops.verdict(pending_id, "reject", for_run, reason)], by=by
         )
 
     async def answer(

@@ -264,9 +264,8 @@ class ArborClient:
         for_run: bool = False,
         by: str | None = None,
     ) -> m.SuspensionView:
-        verdict = "allow_for_run" if for_run else "allow_once"
         return self.decide(
-            session_id, [ops.verdict(pending_id, verdict, reason)], by=by
+            session_id, [ops.verdict(pending_id, "allow", for_run, reason)], by=by
         )
 
     def reject(
@@ -278,9 +277,8 @@ class ArborClient:
         for_run: bool = False,
         by: str | None = None,
     ) -> m.SuspensionView:
-        verdict = "reject_for_run" if for_run else "reject_once"
         return self.decide(
-            session_id, [ops.verdict(pending_id, verdict, reason)], by=by
+            session_id, [ops.verdict(pending_id, "reject", for_run, reason)], by=by
         )
 
     def answer(

@@ -250,7 +250,6 @@ async fn continuing_a_run_cut_off_while_it_suspended_closes_its_checkpoint() {
 /// reported interrupted with the child never run.
 #[tokio::test]
 async fn a_spawn_cut_off_before_its_child_registered_is_issued_again_on_continue() {
-    use arbor_core::supervisor::SpawnAgentTool;
     use arbor_store::testing::{Call, FaultStore};
     let mem: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -273,17 +272,7 @@ async fn a_spawn_cut_off_before_its_child_registered_is_issued_again_on_continue
             ))
             .build()
             .unwrap();
-        let root = Agent::builder("root")
-            .provider(ScriptedProvider::new(Script::new([
-                ScriptedTurn::tool_call(
-                    "spawn_agent",
-                    json!({"child_id": "worker", "name": "w", "input": "work"}),
-                ),
-                ScriptedTurn::text("root done"),
-            ])))
-            .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
-            .build()
-            .unwrap();
+        let root = spawning_root(&sup);
         (sup, root)
     };
     let root_id = {
@@ -573,7 +562,6 @@ pub(super) fn tree_of(
     script: Script,
     asks: bool,
 ) -> (Supervisor, Agent) {
-    use arbor_core::supervisor::SpawnAgentTool;
     let mut b = Supervisor::builder(Ownership::user("t", "u")).store(store.clone());
     if asks {
         b = b.definition_revision("rev-1");
@@ -598,7 +586,14 @@ pub(super) fn tree_of(
         ))
         .build()
         .unwrap();
-    let root = Agent::builder("root")
+    let root = spawning_root(&sup);
+    (sup, root)
+}
+
+/// A root that spawns one sync `worker` (named `w`) of `sup`, then answers "root done".
+fn spawning_root(sup: &Supervisor) -> Agent {
+    use arbor_core::supervisor::SpawnAgentTool;
+    Agent::builder("root")
         .provider(ScriptedProvider::new(Script::new([
             ScriptedTurn::tool_call(
                 "spawn_agent",
@@ -608,8 +603,7 @@ pub(super) fn tree_of(
         ])))
         .dyn_tool(Arc::new(SpawnAgentTool::new(sup.delegator())))
         .build()
-        .unwrap();
-    (sup, root)
+        .unwrap()
 }
 
 /// Runs the root of `(sup, root_agent)` on `store` until a crash 200 ms in (its child's call
