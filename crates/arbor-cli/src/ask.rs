@@ -103,6 +103,7 @@ pub(crate) async fn decide_waiting(
     output::err(&format!(
         "\n{total} call(s) wait for your approval (Ctrl-C leaves them waiting: arbor approvals)"
     ));
+    let reviews = crate::render::report::reviews(store, &waiting.iter().collect::<Vec<_>>()).await;
     let mut asked = 0;
     let mut complete = true;
     for s in &waiting {
@@ -111,6 +112,13 @@ pub(crate) async fn decide_waiting(
             asked += 1;
             let question = arbor_core::tool::ask::Question::of(p);
             output::err(&describe(asked, total, p, question.as_ref()));
+            for line in reviews
+                .get(&p.id)
+                .map(crate::render::report::review_lines)
+                .unwrap_or_default()
+            {
+                output::err(&format!("    {line}"));
+            }
             let choice = match &question {
                 Some(q) => ask_question(q).await?,
                 None => ask_one().await?,

@@ -97,6 +97,17 @@ pub(crate) enum Command {
     /// Let SESSION's suspended run go on with its decisions.
     #[command(after_help = INSPECT_AFTER_HELP)]
     Resume(ResumeArgs),
+    /// Show what coding child CHILD's branch changes against the main checkout now: its
+    /// files with lines added and removed, then its patch.
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Diff(DiffArgs),
+    /// Merge coding child CHILD's branch into the main checkout (you are the approver): a
+    /// merge commit by default; a conflict changes nothing and lists the files (exit 1).
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Merge(MergeArgs),
+    /// Throw coding child CHILD's work away: its worktree and branch (its transcript stays).
+    #[command(after_help = INSPECT_AFTER_HELP)]
+    Discard(ChildArgs),
     /// List the models the providers configured in the environment offer.
     Models(ModelsArgs),
     /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`) over the store, running the
@@ -360,6 +371,46 @@ pub(crate) struct SessionArgs {
     pub(crate) session: Option<String>,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+}
+
+/// A coding child, for `arbor discard` (and the others).
+#[derive(Debug, Args)]
+pub(crate) struct ChildArgs {
+    /// The child's session: its id, a unique prefix of it, or the short id `arbor tree`
+    /// shows.
+    #[arg(value_name = "CHILD")]
+    pub(crate) child: String,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+/// Arguments of `arbor diff`.
+#[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    #[command(flatten)]
+    pub(crate) child: ChildArgs,
+    /// Bytes of the patch to skip (a page's `next_offset`).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) offset: usize,
+    /// Bytes of patch at most (1 to 65536).
+    #[arg(long, default_value_t = 65536)]
+    pub(crate) max_bytes: usize,
+}
+
+/// Arguments of `arbor merge`.
+#[derive(Debug, Args)]
+pub(crate) struct MergeArgs {
+    #[command(flatten)]
+    pub(crate) child: ChildArgs,
+    /// One commit with the child's whole change.
+    #[arg(long, conflicts_with = "ff")]
+    pub(crate) squash: bool,
+    /// Only a fast-forward (refused when the checkout moved on).
+    #[arg(long)]
+    pub(crate) ff: bool,
 }
 
 /// Arguments of `arbor resume`.

@@ -337,6 +337,12 @@ pub(crate) async fn drive_root(
         setting: built.root_limits.key(b.limit),
         described: built.root_limits.describe(b.limit),
     });
+    let waiting: Vec<&arbor_core::approval::Suspension> = result
+        .suspension
+        .iter()
+        .chain(children_waiting.iter())
+        .collect();
+    let reviews = crate::render::report::reviews(store.as_ref(), &waiting).await;
     let lines = crate::render::run_report::lines(
         view.json,
         view.store_name.kind(),
@@ -344,6 +350,7 @@ pub(crate) async fn drive_root(
         &result,
         &children_waiting,
         tree,
+        &reviews,
     );
     match view.asking {
         // The person is asked next: the report is held, for when something is left for later.

@@ -257,8 +257,11 @@ async fn continue_tree(
         built.close().await;
         let left = waiting_at(store.as_ref(), root.id).await?;
         if !left.is_empty() {
+            let reviews =
+                crate::render::report::reviews(store.as_ref(), &left.iter().collect::<Vec<_>>())
+                    .await;
             for s in &left {
-                output::out(&suspension_text(root.id, s));
+                output::out(&suspension_text(root.id, s, &reviews));
             }
             return Ok(crate::fail::EXIT_SUSPENDED);
         }

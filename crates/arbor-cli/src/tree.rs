@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use arbor_mcp::{Grant, McpServers};
 
-use arbor_coding::{Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFactory, Worktrees};
+use arbor_coding::{
+    ChildWork, Workdir, WorkspaceConfig, WorkspaceFactory, WorktreeChildFactory, Worktrees,
+};
 use arbor_core::builtin::{Echo, Sleep};
 use arbor_core::supervisor::{
     ChildContext, ChildEntry, ChildFactory, Delegator, Ownership, Supervisor,
@@ -113,6 +115,22 @@ fn base(name: &str, spec: &AgentSpec, model: Option<&str>) -> AgentBuilder {
     b
 }
 
+/// The tools over coding children's work the agent lists (`diff_child`, `merge_child`,
+/// `discard_child`).
+fn with_child_work(
+    mut b: AgentBuilder,
+    spec: &AgentSpec,
+    work: Option<&ChildWork>,
+) -> AgentBuilder {
+    let Some(work) = work else { return b };
+    for name in &spec.tools {
+        if let Some(t) = work.tool(name) {
+            b = b.dyn_tool(t);
+        }
+    }
+    b
+}
+
 fn with_delegation(
     b: AgentBuilder,
     spec: &AgentSpec,
@@ -137,6 +155,8 @@ struct SpecFactory {
     grants: Arc<BTreeMap<String, Vec<Grant>>>,
     /// The root agent's name.
     root: String,
+    /// The coding children's work, for its tools.
+    work: Option<ChildWork>,
 }
 
 impl SpecFactory {
@@ -162,8 +182,9 @@ impl ChildFactory for SpecFactory {
     async fn create(&self, ctx: ChildContext) -> CoreResult<Agent> {
         let model = ctx.model.clone();
         let tools = self.mcp_tools(&ctx.path).await?;
+        let b = base(&self.name, &self.spec, model.as_deref()).dyn_tools(tools);
         with_delegation(
-            base(&self.name, &self.spec, model.as_deref()).dyn_tools(tools),
+            with_child_work(b, &self.spec, self.work.as_ref()),
             &self.spec,
             &ctx.delegator,
         )?
@@ -178,8 +199,9 @@ impl WorkspaceFactory for SpecFactory {
         let dir = Workdir::new(&cwd).map_err(CoreError::from)?;
         let model = ctx.model.clone();
         let tools = self.mcp_tools(&ctx.path).await?;
+        let b = base_in(&self.name, &self.spec, model.as_deref(), Some(&dir)).dyn_tools(tools);
         with_delegation(
-            base_in(&self.name, &self.spec, model.as_deref(), Some(&dir)).dyn_tools(tools),
+            with_child_work(b, &self.spec, self.work.as_ref()),
             &self.spec,
             &ctx.delegator,
         )?
@@ -200,6 +222,40 @@ fn worktrees(spec: &Spec) -> CoreResult<Option<Arc<Worktrees>>> {
     Ok(Some(Arc::new(Worktrees::new(
         WorkspaceConfig::new(repository, w.id.clone()).worktree_root(w.worktrees.clone()),
     ))))
+}
+
+/// The coding children's work of the spec's tree, for `diff_child`, `merge_child` and
+/// `discard_child` (and the CLI's `arbor diff`, `merge`, `discard`).
+pub(crate) fn child_work(spec: &Spec, store: Arc<dyn Store>) -> CoreResult<Option<ChildWork>> {
+    work_of(spec, worktrees(spec)?, store)
+}
+
+/// The same over worktrees made already (one manager per tree: git's list of worktrees is
+/// changed by one command at a time).
+fn work_of(
+    spec: &Spec,
+    trees: Option<Arc<Worktrees>>,
+    store: Arc<dyn Store>,
+) -> CoreResult<Option<ChildWork>> {
+    let (Some(w), Some(trees)) = (&spec.workspace, trees) else {
+        return Ok(None);
+    };
+    let strategies = w.strategies().map_err(CoreError::Validation)?;
+    Ok(Some(ChildWork::new(trees, store).strategies(&strategies)))
+}
+
+/// Settles a merge into the spec's repository that a crash cut off (found done, or undone),
+/// before anything else runs: the checkout is never left half merged. A merge that can be
+/// neither is logged (a later merge names its marker).
+async fn settle_merges(spec: &Spec) {
+    let Ok(Some(trees)) = worktrees(spec) else {
+        return;
+    };
+    match trees.recover_merge().await {
+        Ok(true) => tracing::info!("a merge cut off by a crash was settled"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "a merge cut off by a crash could not be settled"),
+    }
 }
 
 /// The local owner: tenant `local` and the OS user.
@@ -244,6 +300,7 @@ pub(crate) async fn build(
     token: CancellationToken,
 ) -> CoreResult<Built> {
     let mcp = Arc::new(McpServers::new(spec.mcp_servers.clone())?);
+    settle_merges(spec).await;
     let root_name = spec.root_name().map_err(CoreError::Validation)?;
     let grants = spec.grants(root_name);
     let root_tools = if grants.is_empty() {
@@ -298,6 +355,8 @@ fn assemble(
     );
     let root_spec = &spec.agents[root_name];
     let redactor = spec.redaction.redactor()?;
+    let trees = worktrees(spec)?;
+    let work = work_of(spec, trees.clone(), store.clone())?;
     let supervisor = if spec.is_tree() {
         let store_for_effects = store.clone();
         let mut b = Supervisor::builder(local_ownership())
@@ -332,7 +391,6 @@ fn assemble(
             // Forced onto every child agent.
             b = b.redactor(r.clone());
         }
-        let trees = worktrees(spec)?;
         if let Some(trees) = &trees {
             // Removes each delegation's worktree when it ends (kept when dirty).
             b = b.after(trees.clone());
@@ -344,6 +402,7 @@ fn assemble(
                 mcp: mcp.clone(),
                 grants: grants.clone(),
                 root: root_name.to_owned(),
+                work: work.clone(),
             };
             let entry = match (&trees, agent.workspace) {
                 (Some(trees), true) => ChildEntry::new(
@@ -364,7 +423,11 @@ fn assemble(
     } else {
         None
     };
-    let mut root = base(root_name, root_spec, None).dyn_tools(root_tools);
+    let mut root = with_child_work(
+        base(root_name, root_spec, None).dyn_tools(root_tools),
+        root_spec,
+        work.as_ref(),
+    );
     if let Some(r) = &redactor {
         root = root.shared_redactor(r.clone());
     }

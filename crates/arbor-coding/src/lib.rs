@@ -15,12 +15,16 @@
 //!   is made non-dumpable and commands start without the capabilities that bypass that).
 //! - [`merge`]: a child's work brought back into the main checkout: its diff, a merge
 //!   (fast-forward, merge commit or squash) done once and never half, or a discard.
+//! - [`child_work`]: the same for a parent, family-scoped by child name or session id, and
+//!   as the model's `diff_child`, `merge_child` (behind a person's approval) and
+//!   `discard_child`.
 //! - [`bridge`]: supervisor events as `subagent_started` / `subagent_stopped` for a host's
 //!   timeline.
 //!
 //! git runs as a child process (`git -C …`); it must be installed.
 
 pub mod bridge;
+pub mod child_work;
 mod error;
 pub mod factory;
 mod git;
@@ -32,6 +36,7 @@ pub mod tools;
 pub mod workspace;
 
 pub use bridge::{BridgeOptions, LifecycleBridge, LifecycleEvent, StopStatus, observe};
+pub use child_work::{CHILD_WORK_TOOL_NAMES, ChildWork, Located};
 pub use error::{CodingError, CodingErrorKind, CodingResult};
 pub use factory::{WorkspaceFactory, WorktreeChildFactory, workspace_factory};
 pub use host::protect_host;

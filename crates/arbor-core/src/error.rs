@@ -255,8 +255,8 @@ impl CoreError {
         Self::Validation(message.into())
     }
 
-    /// An invalid `field`.
-    pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+    /// An invalid `field` (the message names it).
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid {
             field,
             message: message.into(),

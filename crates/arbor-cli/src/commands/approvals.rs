@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::answers::waiting_at;
 use crate::cli::{AnswerArgs, DecideArgs, SessionArgs};
 use crate::fail::Fail;
-use crate::render::report::{suspension_json, suspension_text};
+use crate::render::report::{reviews, suspension_json, suspension_text};
 use crate::store::open;
 use crate::{answers, render::output, resolve};
 
@@ -24,14 +24,15 @@ pub(crate) async fn list(args: SessionArgs) -> Result<u8, Fail> {
         .await
         .map_err(Fail::core)?;
     let all = waiting_at(store.as_ref(), id).await?;
+    let reviews = reviews(store.as_ref(), &all.iter().collect::<Vec<_>>()).await;
     if args.store.json {
-        let rows: Vec<Value> = all.iter().map(suspension_json).collect();
+        let rows: Vec<Value> = all.iter().map(|s| suspension_json(s, &reviews)).collect();
         output::out(&json!({ "session_id": id, "suspensions": rows }).to_string());
     } else if all.is_empty() {
         output::out(&format!("{id} waits for no decision"));
     } else {
         for s in &all {
-            output::out(&suspension_text(id, s));
+            output::out(&suspension_text(id, s, &reviews));
         }
     }
     Ok(0)
@@ -132,14 +133,15 @@ async fn record(
         | arbor_core::CoreErrorKind::Validation => Fail::usage(e.to_string()),
         _ => Fail::core(e),
     })?;
+    let reviews = reviews(store.as_ref(), &[&left]).await;
     if store_args.json {
-        output::out(&suspension_json(&left).to_string());
+        output::out(&suspension_json(&left, &reviews).to_string());
     } else if left.pending.is_empty() {
         output::out(&format!(
             "every call is decided; go on with: arbor resume {id}"
         ));
     } else {
-        output::out(&suspension_text(id, &left));
+        output::out(&suspension_text(id, &left, &reviews));
     }
     Ok(0)
 }

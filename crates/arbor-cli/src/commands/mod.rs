@@ -8,6 +8,7 @@
 //! | `arbor ls`, `tree`, `log`, `store check` | [`inspect::ls`], [`inspect::tree`], [`inspect::log`], [`inspect::check`] |
 //! | `arbor send`, `rm`, `rename` | [`children::send`], [`children::rm`], [`children::rename`] |
 //! | `arbor approvals`, `approve`, `reject` | [`approvals::list`], [`approvals::decide`] |
+//! | `arbor diff`, `merge`, `discard` | [`coding::diff`], [`coding::merge`], [`coding::discard`] |
 //! | `arbor models` | [`models::list`] |
 //! | `arbor serve` | [`serve::serve`] |
 //! | `arbor mcp` | [`mcp::serve`] |
@@ -18,6 +19,7 @@
 
 pub(crate) mod approvals;
 pub(crate) mod children;
+pub(crate) mod coding;
 pub(crate) mod inspect;
 pub(crate) mod mcp;
 pub(crate) mod models;
@@ -48,6 +50,9 @@ pub(crate) fn run(
         Command::Reject(args) => runtime.block_on(approvals::decide(args, false)),
         Command::Answer(args) => runtime.block_on(approvals::answer(args)),
         Command::Resume(args) => runtime.block_on(resume::resume(args)),
+        Command::Diff(args) => runtime.block_on(coding::diff(args)),
+        Command::Merge(args) => runtime.block_on(coding::merge(args)),
+        Command::Discard(args) => runtime.block_on(coding::discard(args)),
         Command::Models(args) => runtime.block_on(models::list(args)),
         Command::Serve(args) => runtime.block_on(serve::serve(args, metrics)),
         Command::Mcp(args) => runtime.block_on(mcp::serve(args)),

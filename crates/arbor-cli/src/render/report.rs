@@ -219,17 +219,62 @@ pub(crate) fn line(cells: [&str; COLS], widths: &[usize; COLS]) -> String {
 }
 
 /// A suspension as JSON.
-pub(crate) fn suspension_json(s: &Suspension) -> Value {
+pub(crate) fn suspension_json(s: &Suspension, reviews: &Reviews) -> Value {
+    let pending: Vec<Value> = s
+        .pending
+        .iter()
+        .map(|p| {
+            let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
+            if let (Some(obj), Some(r)) = (v.as_object_mut(), reviews.get(&p.id)) {
+                obj.insert("review".to_owned(), r.clone());
+            }
+            v
+        })
+        .collect();
     json!({
         "run_id": s.run_id,
         "session_id": s.session_id,
         "version": s.version,
-        "pending": s.pending,
+        "pending": pending,
     })
 }
 
+/// What the person deciding a pending call sees beyond its arguments, by decision id (see
+/// [`arbor_core::approval::review`]).
+pub(crate) type Reviews = std::collections::HashMap<String, Value>;
+
+/// The reviews of every call pending in `all` (none when the store cannot say).
+pub(crate) async fn reviews(store: &dyn arbor_store::Store, all: &[&Suspension]) -> Reviews {
+    let mut out = Reviews::new();
+    for s in all {
+        match arbor_core::approval::review::reviews_of(store, &s.pending).await {
+            Ok(found) => out.extend(found),
+            Err(e) => tracing::warn!(error = %e, "the reviews of pending calls could not be read"),
+        }
+    }
+    out
+}
+
+/// A review as lines under its pending call: its summary, then its files.
+pub(crate) fn review_lines(review: &Value) -> Vec<String> {
+    let mut lines = vec![match review["summary"].as_str() {
+        Some(s) => crate::render::output::one_line(s),
+        None => crate::render::output::one_line(&review.to_string()),
+    }];
+    for f in review["files"].as_array().into_iter().flatten().take(20) {
+        let n = |k: &str| f[k].as_u64().map_or("-".to_owned(), |n| n.to_string());
+        lines.push(format!(
+            "  {} +{} -{}",
+            crate::render::output::one_line(f["path"].as_str().unwrap_or_default()),
+            n("added"),
+            n("removed")
+        ));
+    }
+    lines
+}
+
 /// A suspension as lines for a person.
-pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
+pub(crate) fn suspension_text(session: SessionId, s: &Suspension, reviews: &Reviews) -> String {
     let mut out = format!(
         "suspended: {} call(s) wait for a decision (run {}, version {})",
         s.pending.len(),
@@ -255,6 +300,9 @@ pub(crate) fn suspension_text(session: SessionId, s: &Suspension) -> String {
             ),
         };
         out.push_str(&format!("\n  {}  {path}: {what}", p.id));
+        for line in reviews.get(&p.id).map(review_lines).unwrap_or_default() {
+            out.push_str(&format!("\n      {line}"));
+        }
     }
     out.push_str(&format!(
         "\ndecide with: arbor approve {session} ID... (or arbor reject), then: arbor resume {session}"

@@ -29,6 +29,7 @@ pub(crate) fn lines(
     result: &RunResult,
     children_waiting: &[Suspension],
     tree: crate::render::walk::Summary,
+    reviews: &crate::render::report::Reviews,
 ) -> Vec<String> {
     let root_id = result.session_id;
     let check = &tree.reconciliation;
@@ -54,10 +55,13 @@ pub(crate) fn lines(
             report["result"]["breach_setting"] = serde_json::json!(at.setting);
         }
         if let Some(s) = &result.suspension {
-            report["suspension"] = suspension_json(s);
+            report["suspension"] = suspension_json(s, reviews);
         }
         if !children_waiting.is_empty() {
-            report["child_suspensions"] = children_waiting.iter().map(suspension_json).collect();
+            report["child_suspensions"] = children_waiting
+                .iter()
+                .map(|s| suspension_json(s, reviews))
+                .collect();
         }
         lines.push(with_sessions(&report, tree.rows));
     } else {
@@ -96,10 +100,10 @@ pub(crate) fn lines(
             ));
         }
         if let Some(s) = &result.suspension {
-            lines.push(suspension_text(root_id, s));
+            lines.push(suspension_text(root_id, s, reviews));
         }
         for s in children_waiting {
-            lines.push(suspension_text(root_id, s));
+            lines.push(suspension_text(root_id, s, reviews));
         }
     }
     lines

@@ -28,6 +28,10 @@ pub(crate) const BUILTIN_TOOLS: &[&str] = &["echo", "sleep", "append_line", "ask
 /// Coding tools, for agents that work in a worktree (`workspace = true`).
 pub(crate) const CODING_TOOLS: [&str; 5] = arbor_coding::CODING_TOOL_NAMES;
 
+/// Tools over coding children's work (`diff_child`, `merge_child`, `discard_child`), for
+/// agents of a spec with a `[workspace]`.
+pub(crate) const CHILD_WORK_TOOLS: [&str; 3] = arbor_coding::CHILD_WORK_TOOL_NAMES;
+
 /// A parsed spec.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +101,23 @@ pub(crate) struct WorkspaceSpec {
     /// The repository's name in worktree paths (default `repo`).
     #[serde(default = "default_repository_id")]
     pub(crate) id: String,
+    /// How `merge_child` may merge a child's branch (`merge`, `squash`, `ff`), the first the
+    /// default (default: `["merge"]`).
+    #[serde(default)]
+    pub(crate) merge_strategies: Vec<String>,
+}
+
+impl WorkspaceSpec {
+    /// The merge strategies, parsed.
+    pub(crate) fn strategies(&self) -> Result<Vec<arbor_coding::Strategy>, String> {
+        self.merge_strategies
+            .iter()
+            .map(|s| {
+                arbor_coding::Strategy::parse(s)
+                    .map_err(|e| format!("[workspace] merge_strategies: {e}"))
+            })
+            .collect()
+    }
 }
 
 fn default_worktrees() -> std::path::PathBuf {
@@ -267,6 +288,79 @@ impl Spec {
         }
     }
 
+    /// Checks where an agent with `workspace = true` works: a child, of a `[workspace]`.
+    fn check_workspace(&self, name: &str, root: &str, agent: &AgentSpec) -> Result<(), SpecError> {
+        if !agent.workspace {
+            return Ok(());
+        }
+        if name == root {
+            return Err(SpecError::agent(
+                name,
+                "the root cannot work in a worktree (workspace = true is for children)",
+            ));
+        }
+        if self.workspace.is_none() {
+            return Err(SpecError::agent(
+                name,
+                "workspace = true needs a [workspace] table naming the repository",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks one tool an agent lists: known, and usable where it is.
+    fn check_tool(&self, name: &str, agent: &AgentSpec, tool: &str) -> Result<(), SpecError> {
+        if let Some(grant) = arbor_mcp::Grant::parse(tool) {
+            let grant = grant.map_err(|e| SpecError::agent(name, e))?;
+            if !self.mcp_servers.contains_key(&grant.server) {
+                return Err(SpecError::agent(
+                    name,
+                    format!(
+                        "{tool:?} names MCP server {:?}, which is not declared \
+                     ([mcp_servers.{}])",
+                        grant.server, grant.server
+                    ),
+                ));
+            }
+        } else if CODING_TOOLS.contains(&tool) {
+            if !agent.workspace {
+                return Err(SpecError::agent(
+                    name,
+                    format!(
+                        "tool {tool:?} needs workspace = true (coding tools \
+                     work in the agent's own worktree)"
+                    ),
+                ));
+            }
+        } else if CHILD_WORK_TOOLS.contains(&tool) {
+            if self.workspace.is_none() || !self.agents.values().any(|a| a.workspace) {
+                return Err(SpecError::agent(
+                    name,
+                    format!(
+                        "tool {tool:?} needs a [workspace] table and a child with \
+                     workspace = true (it works on coding children's worktrees)"
+                    ),
+                ));
+            }
+        } else if !BUILTIN_TOOLS.contains(&tool) {
+            let known: Vec<&str> = BUILTIN_TOOLS
+                .iter()
+                .chain(&CODING_TOOLS)
+                .chain(&CHILD_WORK_TOOLS)
+                .copied()
+                .collect();
+            return Err(SpecError::agent(
+                name,
+                format!(
+                    "unknown tool {tool:?} (known: {}, mcp:SERVER/*, \
+                 mcp:SERVER/TOOL)",
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), SpecError> {
         if self.agents.is_empty() {
             return Err(SpecError::plain(
@@ -332,55 +426,9 @@ impl Spec {
                 .validate()
                 .map_err(|e| SpecError::agent(name, e))?;
             for tool in &agent.tools {
-                if let Some(grant) = arbor_mcp::Grant::parse(tool) {
-                    let grant = grant.map_err(|e| SpecError::agent(name, e))?;
-                    if !self.mcp_servers.contains_key(&grant.server) {
-                        return Err(SpecError::agent(
-                            name,
-                            format!(
-                                "{tool:?} names MCP server {:?}, which is not declared \
-                             ([mcp_servers.{}])",
-                                grant.server, grant.server
-                            ),
-                        ));
-                    }
-                } else if CODING_TOOLS.contains(&tool.as_str()) {
-                    if !agent.workspace {
-                        return Err(SpecError::agent(
-                            name,
-                            format!(
-                                "tool {tool:?} needs workspace = true (coding tools \
-                             work in the agent's own worktree)"
-                            ),
-                        ));
-                    }
-                } else if !BUILTIN_TOOLS.contains(&tool.as_str()) {
-                    let known: Vec<&str> =
-                        BUILTIN_TOOLS.iter().chain(&CODING_TOOLS).copied().collect();
-                    return Err(SpecError::agent(
-                        name,
-                        format!(
-                            "unknown tool {tool:?} (known: {}, mcp:SERVER/*, \
-                         mcp:SERVER/TOOL)",
-                            known.join(", ")
-                        ),
-                    ));
-                }
+                self.check_tool(name, agent, tool)?;
             }
-            if agent.workspace {
-                if name == root {
-                    return Err(SpecError::agent(
-                        name,
-                        "the root cannot work in a worktree (workspace = true is for children)",
-                    ));
-                }
-                if self.workspace.is_none() {
-                    return Err(SpecError::agent(
-                        name,
-                        "workspace = true needs a [workspace] table naming the repository",
-                    ));
-                }
-            }
+            self.check_workspace(name, root, agent)?;
             for child in &agent.children {
                 if !self.agents.contains_key(child) {
                     return Err(SpecError::agent(
@@ -392,6 +440,9 @@ impl Spec {
                     return Err(SpecError::agent(name, "the root cannot be a child"));
                 }
             }
+        }
+        if let Some(w) = &self.workspace {
+            w.strategies().map_err(SpecError::plain)?;
         }
         for (name, server) in &self.mcp_servers {
             server.validate(name).map_err(|e| SpecError::mcp(name, e))?;

@@ -26,14 +26,16 @@
 //! git refuses to write through a symbolic link or outside the work tree whatever a
 //! branch holds, so a child's change lands inside the main checkout or not at all.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 mod marker;
 mod reading;
+mod settle;
 
-use marker::{read_marker, remove_marker, write_marker};
+use marker::{lock, read_marker, remove_marker, write_marker};
 pub use reading::{Conflict, FileChange};
 use reading::{checked, dry_run, numstat, page_of};
+use settle::{TRAILER, committing, merged_already, ready, recover, undo_if_moved};
 
 use crate::error::{CodingError, CodingResult};
 use crate::git;
@@ -64,7 +66,8 @@ impl Strategy {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    /// Its name: `ff`, `merge` or `squash`.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::FastForward => "ff",
             Self::Merge => "merge",
@@ -79,6 +82,8 @@ impl Strategy {
 pub struct Diff {
     /// The child's branch.
     pub branch: String,
+    /// Its tip: the commit read (and the one a merge now would bring in).
+    pub tip: String,
     /// The merge base it is read from.
     pub base: String,
     /// Every file it touches.
@@ -123,19 +128,8 @@ pub struct Discarded {
     pub worktree: Option<PathBuf>,
 }
 
-/// The squash commit's trailer naming the branch it brought in.
-const TRAILER: &str = "Arbor-Merged:";
 /// The marker of a merge in flight, in the main checkout's git directory.
 const MARKER: &str = "arbor-merge";
-/// What the checkout's git directory holds while an operation of its own is in progress.
-const IN_PROGRESS: [&str; 6] = [
-    "MERGE_HEAD",
-    "rebase-merge",
-    "rebase-apply",
-    "CHERRY_PICK_HEAD",
-    "REVERT_HEAD",
-    "BISECT_LOG",
-];
 /// What git may not do on its own while merging a child's work.
 const EXPLICIT: [&str; 6] = [
     "-c",
@@ -192,6 +186,7 @@ impl Worktrees {
         let (page, next_offset) = page_of(&patch, offset, max_bytes);
         Ok(Diff {
             branch,
+            tip,
             base,
             files,
             patch: page,
@@ -204,7 +199,29 @@ impl Worktrees {
     /// the module docs): a conflict leaves the checkout untouched and comes back file by
     /// file.
     pub async fn merge(&self, delegation_id: &str, strategy: Strategy) -> CodingResult<Merged> {
+        self.merge_expecting(delegation_id, strategy, None).await
+    }
+
+    /// [`Worktrees::merge`], only when the child's branch is still at `expected` (the tip a
+    /// person approved, [`Diff::tip`]): a branch that moved since is refused, nothing
+    /// touched.
+    pub async fn merge_expecting(
+        &self,
+        delegation_id: &str,
+        strategy: Strategy,
+        expected: Option<&str>,
+    ) -> CodingResult<Merged> {
         let (branch, tip) = self.child_tip(delegation_id).await?;
+        if let Some(want) = expected
+            && want != tip
+        {
+            return Err(CodingError::Repository(format!(
+                "{branch} moved since its merge was approved (approved {}, now {}): ask \
+                 again to merge what it holds now",
+                short(want),
+                short(&tip)
+            )));
+        }
         let g = self.config().git_path();
         let repo = self.config().repository().to_path_buf();
         let plan = self.plan(delegation_id)?;
@@ -218,6 +235,7 @@ impl Worktrees {
         let _one_at_a_time = self.admin_lock().await;
         let git_dir =
             PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
+        let _one_process_at_a_time = lock(&git_dir).await?;
         let marker = git_dir.join(MARKER);
         recover(&g, &repo, &marker).await?;
         if merged_already(&g, &repo, &branch, &tip).await? {
@@ -266,6 +284,27 @@ impl Worktrees {
         })
     }
 
+    /// Settles a merge a crash cut off, if its marker is there: found done, or undone when
+    /// the checkout is still where it started (see the module docs); an error names the
+    /// marker when neither holds. A host runs it when it starts again, so the checkout is
+    /// never left half merged whether or not the merge is asked for again. `false`: there
+    /// was nothing to settle.
+    pub async fn recover_merge(&self) -> CodingResult<bool> {
+        let g = self.config().git_path();
+        let repo = self.config().repository().to_path_buf();
+        git::toplevel(&g, &repo).await?;
+        let _one_at_a_time = self.admin_lock().await;
+        let git_dir =
+            PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
+        let marker = git_dir.join(MARKER);
+        if !tokio::fs::try_exists(&marker).await.unwrap_or(false) {
+            return Ok(false);
+        }
+        let _one_process_at_a_time = lock(&git_dir).await?;
+        recover(&g, &repo, &marker).await?;
+        Ok(true)
+    }
+
     /// Throws the child `delegation_id`'s work away: its worktree (if one is left) and its
     /// branch. Its transcript is not this crate's: it stays. Refused while a merge of that
     /// branch was cut off (its marker names it).
@@ -277,6 +316,7 @@ impl Worktrees {
         let _one_at_a_time = self.admin_lock().await;
         let git_dir =
             PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
+        let _one_process_at_a_time = lock(&git_dir).await?;
         if let Some(m) = read_marker(&git_dir.join(MARKER)).await?
             && m.tip_branch(&g, &repo, &plan.branch).await
         {
@@ -315,6 +355,11 @@ impl Worktrees {
         tracing::info!(delegation_id, ?out, "child's work discarded");
         Ok(out)
     }
+}
+
+/// A commit's first 12 hex digits, for messages.
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
 }
 
 /// The git commands of one merge, from its marker written to before its removal.
@@ -400,139 +445,6 @@ impl Job {
         }
         Ok(())
     }
-}
-
-/// The branch the checkout has out, refusing a detached HEAD, uncommitted changes to
-/// tracked files and an operation of the checkout's own in progress.
-async fn ready(g: &Path, repo: &Path, git_dir: &Path) -> CodingResult<String> {
-    let (code, on, _) = git::run(g, repo, &["symbolic-ref", "-q", "HEAD"]).await?;
-    if code != Some(0) {
-        return Err(CodingError::Repository(
-            "the main checkout's HEAD is detached: check out the branch to merge into first"
-                .to_owned(),
-        ));
-    }
-    if let Some(busy) = IN_PROGRESS.iter().find(|f| git_dir.join(f).exists()) {
-        return Err(CodingError::Repository(format!(
-            "the main checkout has an operation in progress ({busy}): finish or abort it first"
-        )));
-    }
-    if git::has_tracked_changes(g, repo).await? {
-        return Err(CodingError::Repository(format!(
-            "the main checkout {} has uncommitted changes: commit or stash them before merging",
-            repo.display()
-        )));
-    }
-    Ok(on.trim().to_owned())
-}
-
-/// Finds a merge a crash cut off through its marker: done (its commit is in the history),
-/// undone when the checkout is still on its branch at the commit it started from (only the
-/// merge's own changes go: `reset --merge` keeps a user's edits), and otherwise left alone
-/// and reported. The marker goes once it is resolved.
-async fn recover(g: &Path, repo: &Path, marker: &Path) -> CodingResult<()> {
-    let Some(m) = read_marker(marker).await? else {
-        return Ok(());
-    };
-    let head = git::git(g, repo, &["rev-parse", "HEAD"]).await?;
-    let (_, on, _) = git::run(g, repo, &["symbolic-ref", "-q", "HEAD"]).await?;
-    let landed = head != m.start
-        && git::run(g, repo, &["merge-base", "--is-ancestor", &m.tip, "HEAD"])
-            .await?
-            .0
-            == Some(0)
-        || squashed(g, repo, &m.tip, &m.start).await?;
-    if landed {
-        tracing::info!(commit = %m.tip, "a merge cut off had finished");
-    } else if head == m.start && on.trim() == m.on {
-        undo_if_moved(g, repo, &m.start).await?;
-        tracing::warn!(commit = %m.tip, start = %m.start, "a merge cut off was undone");
-    } else {
-        return Err(CodingError::Repository(format!(
-            "a merge cut off ({} into {} at {}) is neither done nor where it started (the \
-             checkout moved since): resolve it by hand, then remove {}",
-            m.tip,
-            m.on,
-            m.start,
-            marker.display()
-        )));
-    }
-    remove_marker(marker).await
-}
-
-/// Whether a squash of `tip` landed after `start`: a commit since names it in its trailer.
-async fn squashed(g: &Path, repo: &Path, tip: &str, start: &str) -> CodingResult<bool> {
-    let range = format!("{start}..HEAD");
-    let (code, out, _) = git::run(
-        g,
-        repo,
-        &[
-            "log",
-            "--format=%(trailers:key=Arbor-Merged,valueonly)",
-            &range,
-        ],
-    )
-    .await?;
-    Ok(code == Some(0)
-        && out
-            .lines()
-            .any(|l| l.split_whitespace().nth(1) == Some(tip)))
-}
-
-/// Whether `tip` of `branch` is in the checkout already: in HEAD's history, or brought in
-/// by a squash commit naming both (since their merge base).
-async fn merged_already(g: &Path, repo: &Path, branch: &str, tip: &str) -> CodingResult<bool> {
-    if git::run(g, repo, &["merge-base", "--is-ancestor", tip, "HEAD"])
-        .await?
-        .0
-        == Some(0)
-    {
-        return Ok(true);
-    }
-    let base = git::git(g, repo, &["merge-base", "HEAD", tip]).await?;
-    let range = format!("{base}..HEAD");
-    let out = git::git(
-        g,
-        repo,
-        &[
-            "log",
-            "--format=%(trailers:key=Arbor-Merged,valueonly)",
-            &range,
-        ],
-    )
-    .await?;
-    Ok(out.lines().any(|l| {
-        let mut parts = l.split_whitespace();
-        parts.next() == Some(branch) && parts.next() == Some(tip)
-    }))
-}
-
-/// A git command that commits: with an identity only when git has none to use.
-async fn committing(g: &Path, repo: &Path, args: &[&str]) -> CodingResult<()> {
-    let named = git::run(g, repo, &["var", "GIT_COMMITTER_IDENT"]).await?.0 == Some(0)
-        && git::run(g, repo, &["var", "GIT_AUTHOR_IDENT"]).await?.0 == Some(0);
-    if named {
-        return git::git(g, repo, args).await.map(drop);
-    }
-    let mut with = vec!["-c", "user.name=arbor", "-c", "user.email=arbor@localhost"];
-    with.extend_from_slice(args);
-    git::git(g, repo, &with).await.map(drop)
-}
-
-/// Back to `start` when the merge moved HEAD or left something staged or in progress:
-/// `reset --merge` takes back only what the merge changed (and refuses rather than lose a
-/// user's edit).
-async fn undo_if_moved(g: &Path, repo: &Path, start: &str) -> CodingResult<()> {
-    let head = git::git(g, repo, &["rev-parse", "HEAD"]).await?;
-    let staged = git::run(g, repo, &["diff", "--cached", "--quiet"]).await?.0 != Some(0);
-    let git_dir = PathBuf::from(git::git(g, repo, &["rev-parse", "--absolute-git-dir"]).await?);
-    let merging = git_dir.join("MERGE_HEAD").exists() || git_dir.join("SQUASH_MSG").exists();
-    if head == start && !staged && !merging {
-        return Ok(());
-    }
-    git::git(g, repo, &["reset", "-q", "--merge", start]).await?;
-    let _ = tokio::fs::remove_file(git_dir.join("SQUASH_MSG")).await;
-    Ok(())
 }
 
 #[cfg(test)]

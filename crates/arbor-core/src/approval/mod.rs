@@ -19,6 +19,7 @@
 pub use crate::outcome::Suspension;
 
 pub mod question;
+pub mod review;
 pub mod standing;
 mod stored;
 

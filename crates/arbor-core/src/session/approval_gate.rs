@@ -58,49 +58,15 @@ impl Session {
             caps: state.caps,
             trace: None,
         };
-        if state.gated {
-            let mut halted = None;
-            for call in calls {
-                // A question that may not wait (refused, malformed) is answered now; a policy
-                // that halts on it stops the run.
-                let state_now = match self.check_question(state.run_id, turn, &call) {
-                    Some(refused) => {
-                        halted = halted.or(refused.stop);
-                        CallState::Done {
-                            result: refused.result,
-                        }
-                    }
-                    None => CallState::Pending,
-                };
-                checkpoint.calls.push(CallSlot {
-                    approval_id: approval::own_id(state.run_id, &call.id),
-                    call,
-                    state: state_now,
-                });
-            }
-            if let Some(stop) = halted {
-                return self.stop_turn(state, checkpoint, stop).await;
-            }
-            checkpoint.apply_sticky();
-            // What the host decided once and for all runs (or is rejected) without asking.
-            let standing = crate::approval::standing::Standing::of_meta(&self.record.meta);
-            let written = checkpoint.apply_standing(&standing);
-            let max = state.caps.max_pending;
-            let waiting = checkpoint
-                .calls
-                .iter()
-                .filter(|s| s.state == CallState::Pending)
-                .count();
-            if waiting > max {
-                // More than a person can review at once: the run fails, nothing ran.
-                return Ok(Some(Outcome::ToolFatal(format!(
-                    "a turn may wait on at most {max} approvals (it asked for {waiting})"
-                ))));
-            }
-            if !written.is_empty() {
-                self.commit(state.run_id, &written, None).await?;
-            }
-            return self.settle_turn(state, checkpoint, token).await;
+        // A turn with a call whose tool always asks is held too (only that call waits).
+        let asks = |call: &ToolCall| {
+            self.agent
+                .tools()
+                .get(&call.name)
+                .is_some_and(|t| t.requires_approval())
+        };
+        if state.gated || calls.iter().any(asks) {
+            return self.hold_turn(state, checkpoint, calls, token).await;
         }
         let outcomes = self.dispatch(state.run_id, turn, &calls, token).await;
         let mut stop = None;

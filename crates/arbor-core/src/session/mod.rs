@@ -37,6 +37,7 @@ pub(crate) mod dispatch;
 pub mod events;
 pub(crate) mod finish;
 pub mod fork;
+mod hold;
 pub mod inbox;
 pub(crate) mod output_gate;
 pub(crate) mod provider_turn;

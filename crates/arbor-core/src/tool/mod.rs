@@ -192,6 +192,28 @@ pub trait DynTool: fmt::Debug + Send + Sync {
         false
     }
 
+    /// Whether every call waits for a person's decision before it runs, even in a run that
+    /// does not gate its calls (a merge into the person's checkout, say). Such a call is
+    /// held like any gated call: standing decisions and run-wide verdicts apply, the run
+    /// suspends with it pending (the turn's other calls are let through: they run at once),
+    /// and it runs once, when approved. Default: no.
+    fn requires_approval(&self) -> bool {
+        false
+    }
+
+    /// What a person deciding a held call should see beyond its arguments (a merge's
+    /// files and lines, say), as JSON; computed when the call starts waiting and kept
+    /// beside the run's checkpoint (see [`crate::approval::review`]), so every surface
+    /// lists it with the pending decision and the call, once approved, can check that what
+    /// it does is still what was shown. `None` (the default): nothing beyond the arguments.
+    async fn review(
+        &self,
+        _arguments: &serde_json::Value,
+        _ctx: &ToolContext,
+    ) -> Option<serde_json::Value> {
+        None
+    }
+
     /// Validates `arguments` and runs the call; returns the text the model reads.
     async fn call_json(
         &self,

@@ -46,6 +46,7 @@ mod stop;
 mod stop_report;
 mod supervisor;
 mod support;
+mod tool_approval;
 mod tool_arguments;
 mod tools;
 mod traces;
