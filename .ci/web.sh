@@ -2,7 +2,8 @@
 # The service's clients, as real users run them: the web view in Debian's chromium driven by
 # Playwright (tests/web/view_test.py: approvals, questions, reconnects, resume; and
 # tests/web/tree_test.py: the tree, the timeline, the transcript, the controls, the run list
-# and an axe-core accessibility check), and Schemathesis against /v1/openapi.json
+# and an axe-core accessibility check; tests/web/merge_test.py: a coding child's merge, its
+# files and hunks, approved with Merge), and Schemathesis against /v1/openapi.json
 # (tests/web/schema_test.sh). Installs what they need, idempotently: chromium by apt (once
 # per machine), Playwright and Schemathesis by pip into a venv under the CI cache (kept
 # between runs), axe-core by npm into tests/web/node_modules (from its package-lock.json).
@@ -47,5 +48,6 @@ mkdir -p "$artifacts"
 timeout 180 "$venv/bin/python" tests/web/view_test.py \
     --arbor target/debug/arbor --spec examples/approvals.toml --out "$artifacts"
 timeout 240 "$venv/bin/python" tests/web/tree_test.py --arbor target/debug/arbor --out "$artifacts"
+timeout 120 "$venv/bin/python" tests/web/merge_test.py --arbor target/debug/arbor --out "$artifacts"
 timeout 300 bash tests/web/schema_test.sh "$venv" target/debug/arbor
 echo "web: done in $((SECONDS - t0)) s"

@@ -22,6 +22,9 @@ Each transport and mode runs the same checks:
   answers `suspended` with the question, and decide_approval's `answer` goes on.
 - read_child, when the spec names it: the root reads the rest of a child's capped answer;
   another family's id answers as an unknown one.
+- coding children, when the root's spec lists diff_child, merge_child and discard_child:
+  the client reads a child's diff, merges it (once: a second merge changes nothing) and
+  discards it; an unknown child is a tool error.
 Over HTTP, two stateless clients see the same tree, and a bad token is refused.
 Afterwards `arbor tree` shows each client's root with its children.
 
@@ -302,6 +305,80 @@ async def read_child_checks(arbor, tmp):
               text_of(r))
 
 
+CODING_SPEC = """
+task = "code"
+root = "lead"
+[workspace]
+repository = "%(repo)s"
+worktrees = "%(worktrees)s"
+id = "mcp"
+[agents.lead]
+children = ["edit"]
+tools = ["diff_child", "merge_child", "discard_child"]
+[[agents.lead.turns]]
+text = "unused: the MCP client is the root"
+[agents.edit]
+workspace = true
+tools = ["edit_file", "run_command"]
+[[agents.edit.turns]]
+tool_calls = [{ name = "edit_file", arguments = { path = "greet.sh", old = "hello", new = "Hello" } }]
+[[agents.edit.turns]]
+tool_calls = [{ name = "run_command", arguments = { argv = ["git", "-c", "user.name=e", "-c", "user.email=e@example.invalid", "commit", "-q", "-am", "Capitalise"] } }]
+[[agents.edit.turns]]
+text = "committed"
+"""
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+async def coding_checks(arbor, tmp):
+    repo = os.path.join(tmp, "coding-repo")
+    os.makedirs(repo)
+    git(repo, "init", "-q", "-b", "main")
+    with open(os.path.join(repo, "greet.sh"), "w") as f:
+        f.write("greeting() { echo hello; }\n")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "init")
+    spec = os.path.join(tmp, "coding.toml")
+    with open(spec, "w") as f:
+        f.write(CODING_SPEC % {"repo": repo, "worktrees": os.path.join(tmp, "coding-worktrees")})
+    params = StdioServerParameters(command=arbor, args=["mcp", "--store",
+                                                       os.path.join(tmp, "coding.db"), spec])
+    async with Client(params, mode="auto") as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        check("coding: diff_child, merge_child and discard_child offered as the spec lists them",
+              {"diff_child", "merge_child", "discard_child"} <= names, names)
+        r = await c.call_tool("spawn_agent", {"child_id": "edit", "input": "go", "name": "edit"})
+        check("coding: the child committed its change", not r.is_error, text_of(r)[:300])
+        r = await c.call_tool("diff_child", {"child": "edit"})
+        diff = json.loads(text_of(r)) if not r.is_error else {}
+        check("coding: diff_child lists the child's files and lines",
+              diff.get("files") == [{"path": "greet.sh", "added": 1, "removed": 1}]
+              and "+greeting() { echo Hello; }" in diff.get("patch", ""), text_of(r)[:400])
+        r = await c.call_tool("merge_child", {"child": "edit"})
+        merged = json.loads(text_of(r)) if not r.is_error else {}
+        check("coding: merge_child merges the branch into the main checkout",
+              merged.get("merged") is True and git(repo, "rev-parse", "HEAD") == merged.get("commit"),
+              text_of(r)[:400])
+        r = await c.call_tool("merge_child", {"child": "edit"})
+        again = json.loads(text_of(r)) if not r.is_error else {}
+        check("coding: a second merge changes nothing",
+              again.get("already_merged") is True
+              and git(repo, "rev-list", "--merges", "--count", "main") == "1", text_of(r)[:400])
+        r = await c.call_tool("discard_child", {"child": "edit"})
+        gone = json.loads(text_of(r)) if not r.is_error else {}
+        check("coding: discard_child removes the branch",
+              gone.get("discarded") is True
+              and git(repo, "branch", "--list", gone.get("branch") or "agent/*") == "",
+              text_of(r)[:400])
+        r = await c.call_tool("diff_child", {"child": "ghost"})
+        check("coding: an unknown child is a tool error", r.is_error and "ghost" in text_of(r),
+              text_of(r)[:300])
+
+
 def arbor_json(arbor, *args):
     out = subprocess.run([arbor, *args, "--json"], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
@@ -435,6 +512,7 @@ async def main():
         await stdio(arbor, tmp)
         await question_checks(arbor, tmp)
         await read_child_checks(arbor, tmp)
+        await coding_checks(arbor, tmp)
         await http(arbor, tmp)
     return check.summary()
 

@@ -163,6 +163,30 @@ def delete(session_id: str, reason: str | None) -> Call:
     )
 
 
+def diff(session_id: str, offset: int | None, max_bytes: int | None) -> Call:
+    return Call(
+        "GET",
+        f"/v1/sessions/{_seg(session_id)}/diff",
+        _model(m.DiffView),
+        params=_params(offset=offset, max_bytes=max_bytes),
+    )
+
+
+def merge(session_id: str, strategy: str | None, expect_tip: str | None) -> Call:
+    return Call(
+        "POST",
+        f"/v1/sessions/{_seg(session_id)}/merge",
+        _model(m.MergeView),
+        json=_params(strategy=strategy, expect_tip=expect_tip),
+    )
+
+
+def discard(session_id: str) -> Call:
+    return Call(
+        "POST", f"/v1/sessions/{_seg(session_id)}/discard", _model(m.DiscardView)
+    )
+
+
 #: The server's default and longest waits for a delegation's answer, in seconds.
 WAIT_DEFAULT_S = 10
 WAIT_MAX_S = 25

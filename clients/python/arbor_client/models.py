@@ -80,6 +80,21 @@ class CancelView(BaseModel):
     """
 
 
+class ConflictView(BaseModel):
+    """
+    A file a merge would conflict on.
+    """
+
+    hunks: str
+    """
+    Its conflicting hunks, with git's markers (capped).
+    """
+    path: str
+    """
+    Its path.
+    """
+
+
 class CostTotals(BaseModel):
     """
     A session's own and aggregate cost, in micro-units (millionths) of its price table's
@@ -93,6 +108,33 @@ class CostTotals(BaseModel):
     own_micros: int = Field(..., ge=0)
     """
     Its own provider turns.
+    """
+
+
+class DiscardView(BaseModel):
+    """
+    What a discard removed.
+    """
+
+    branch: str | None = None
+    """
+    The branch deleted, if there was one.
+    """
+    child: str
+    """
+    The child's name.
+    """
+    discarded: bool
+    """
+    Always true: nothing of its work is left.
+    """
+    session_id: str
+    """
+    Its session.
+    """
+    worktree: str | None = None
+    """
+    The worktree removed, if there was one.
     """
 
 
@@ -247,6 +289,48 @@ class FeedEvent(RootModel[FeedEvent1 | FeedEvent2 | FeedEvent3]):
     """
 
 
+class FileView(BaseModel):
+    """
+    One file a change touches.
+    """
+
+    added: int | None = Field(None, ge=0)
+    """
+    Lines added (absent for a binary file).
+    """
+    path: str
+    """
+    Its path in the repository.
+    """
+    removed: int | None = Field(None, ge=0)
+    """
+    Lines removed (absent for a binary file).
+    """
+
+
+class FilesView(BaseModel):
+    """
+    Files (at most 200 listed) and their totals.
+    """
+
+    added: int = Field(..., ge=0)
+    """
+    Lines added in all.
+    """
+    files: list[FileView]
+    """
+    The files, at most 200.
+    """
+    files_total: int = Field(..., ge=0)
+    """
+    How many files in all.
+    """
+    removed: int = Field(..., ge=0)
+    """
+    Lines removed in all.
+    """
+
+
 class HandleView(BaseModel):
     """
     A child started: its handle.
@@ -294,6 +378,60 @@ class LimitBody(BaseModel):
     observed: int = Field(..., ge=0)
     """
     What was observed.
+    """
+
+
+class MergeRequest(BaseModel):
+    """
+    How to merge.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    expect_tip: str | None = None
+    """
+    The commit the caller saw (a diff's `tip`): refused (409) when the branch moved since.
+    """
+    strategy: str | None = None
+    """
+    `merge` (a merge commit, the default), `squash` (one commit) or `ff` (only a
+    fast-forward).
+    """
+
+
+class MergeView(FilesView):
+    """
+    How a merge ended.
+    """
+
+    already_merged: bool
+    """
+    It was merged before: nothing changed.
+    """
+    child: str
+    """
+    The child's name.
+    """
+    commit: str | None = None
+    """
+    The commit the checkout is at (absent on a conflict).
+    """
+    conflicts: list[ConflictView]
+    """
+    The files it would conflict on (nothing was changed), each with its hunks.
+    """
+    merged: bool
+    """
+    Whether the checkout holds the child's change now (merged now or before).
+    """
+    session_id: str
+    """
+    Its session.
+    """
+    strategy: str | None = None
+    """
+    How it was merged now (`merge`, `squash`, `ff`).
     """
 
 
@@ -710,6 +848,45 @@ class DeletedView(BaseModel):
     """
 
 
+class DiffView(FilesView):
+    """
+    What a coding child's branch changes against the main checkout now.
+    """
+
+    base: str
+    """
+    The merge base the change is read from.
+    """
+    branch: str
+    """
+    Its branch.
+    """
+    child: str
+    """
+    The child's name.
+    """
+    next_offset: int | None = Field(None, ge=0)
+    """
+    Where the next page starts (`offset=`); none on the last.
+    """
+    patch: str
+    """
+    A page of the patch.
+    """
+    session_id: str
+    """
+    Its session.
+    """
+    tip: str
+    """
+    The branch's tip: the commit a merge now brings in (pass it as `expect_tip`).
+    """
+    total_bytes: int = Field(..., ge=0)
+    """
+    The whole patch's size, in bytes.
+    """
+
+
 class ErrorBody(BaseModel):
     """
     The body of an error.
@@ -807,6 +984,12 @@ class PendingView(BaseModel):
     Child ids from the session down to the run that made the call (empty: its own).
     """
     question: QuestionView | None = None
+    review: dict[str, Any] | None = None
+    """
+    What the person deciding sees beyond the arguments, when the call's tool shows
+    something (a `merge_child`: `summary`, `branch`, `tip`, `files`, `added`, `removed`);
+    once approved, the call does what was shown or nothing.
+    """
     session_id: str | None = None
     """
     The session whose run made the call (its transcript records the decision).

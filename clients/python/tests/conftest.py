@@ -20,6 +20,30 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 TOKEN = "client-test-token"
 
+#: A lead whose one coding child commits a change to ``greet.sh``.
+CODING = """task = "t"
+root = "lead"
+[workspace]
+repository = "REPO"
+worktrees = "WORKTREES"
+id = "client"
+[agents.lead]
+children = ["edit"]
+[[agents.lead.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "edit", name = "edit", input = "go" } }]
+[[agents.lead.turns]]
+text = "done"
+[agents.edit]
+workspace = true
+tools = ["edit_file", "run_command"]
+[[agents.edit.turns]]
+tool_calls = [{ name = "edit_file", arguments = { path = "greet.sh", old = "hello", new = "Hello" } }]
+[[agents.edit.turns]]
+tool_calls = [{ name = "run_command", arguments = { argv = ["git", "-c", "user.name=e", "-c", "user.email=e@example.invalid", "commit", "-q", "-am", "Capitalise"] } }]
+[[agents.edit.turns]]
+text = "committed"
+"""
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -35,6 +59,21 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     specs.mkdir()
     for name in ("approvals", "question", "review", "quickstart"):
         shutil.copy(ROOT / "examples" / f"{name}.toml", specs / f"{name}.toml")
+    # A coding child's repository (its merge, diff and discard).
+    repo = work / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    (repo / "greet.sh").write_text("greeting() { echo hello; }\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run(
+        [*git, "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+        + ["commit", "-q", "-m", "init"],
+        check=True,
+    )
+    (specs / "coding.toml").write_text(
+        CODING.replace("REPO", str(repo)).replace("WORKTREES", str(work / "worktrees"))
+    )
     line = subprocess.run(
         [arbor, "serve", "--hash-token", "tests"],
         input=TOKEN,

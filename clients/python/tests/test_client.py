@@ -324,3 +324,28 @@ def test_a_host_spawns_waits_and_messages_through_the_client(
     assert receipt.status == "delivered", receipt
     with pytest.raises(NotFound):
         arbor.delegation(root, "no-such-delegation")
+
+
+def test_a_coding_childs_work_is_diffed_merged_once_and_discarded(
+    arbor: ArborClient,
+) -> None:
+    root = arbor.start_run("coding").root_id
+    assert arbor.wait_run(root, timeout=20).status == "succeeded"
+    child = arbor.children(root).children[0].id
+    diff = arbor.diff(child, max_bytes=65536)
+    assert isinstance(diff, models.DiffView)
+    assert [(f.path, f.added, f.removed) for f in diff.files] == [("greet.sh", 1, 1)]
+    assert "+greeting() { echo Hello; }" in diff.patch and diff.next_offset is None
+    with pytest.raises(Conflict):
+        arbor.merge(child, expect_tip="0" * 40)
+    with pytest.raises(ValidationError) as bad:
+        arbor.merge(child, strategy="rebase")
+    assert bad.value.field == "strategy"
+    merged = arbor.merge(child, expect_tip=diff.tip)
+    assert merged.merged and not merged.already_merged and merged.strategy == "merge"
+    again = arbor.merge(child)
+    assert again.already_merged and again.commit == merged.commit
+    gone = arbor.discard(child)
+    assert gone.discarded and gone.branch == diff.branch
+    with pytest.raises(Conflict):
+        arbor.diff(child)

@@ -48,6 +48,10 @@ export type MessageRequest = S["MessageRequest"];
 export type ReceiptView = S["ReceiptView"];
 export type TreeSnapshot = S["TreeSnapshot"];
 export type FeedEntry = S["FeedEntry"];
+export type DiffView = S["DiffView"];
+export type MergeView = S["MergeView"];
+export type DiscardView = S["DiscardView"];
+export type MergeRequest = S["MergeRequest"];
 export type ErrorKind = S["ErrorKind"];
 export type LimitBody = S["LimitBody"];
 
@@ -250,6 +254,23 @@ export class ArborClient {
   async delete(id: string, reason?: string): Promise<DeletedView> {
     const query = reason === undefined ? {} : { reason };
     return ok(await this.api.DELETE("/v1/sessions/{id}", { params: { path: { id }, query } }));
+  }
+
+  // Coding children's work: the caller is the approver.
+
+  /** What a coding child's branch changes against the main checkout now, a page of its patch at a time. */
+  async diff(id: string, query: { offset?: number; max_bytes?: number } = {}): Promise<DiffView> {
+    return ok(await this.api.GET("/v1/sessions/{id}/diff", { params: { path: { id }, query } }));
+  }
+
+  /** Merges a finished coding child's branch (only while it is at `expect_tip`, when given). */
+  async merge(id: string, body: MergeRequest = {}): Promise<MergeView> {
+    return ok(await this.api.POST("/v1/sessions/{id}/merge", { params: { path: { id } }, body }));
+  }
+
+  /** Throws a finished coding child's worktree and branch away (its transcript stays). */
+  async discard(id: string): Promise<DiscardView> {
+    return ok(await this.api.POST("/v1/sessions/{id}/discard", { params: { path: { id } } }));
   }
 
   // Approvals and questions.

@@ -311,6 +311,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What a coding child's branch changes against the main checkout now (from their merge
+         *     base): its files with lines added and removed, and a page of its patch.
+         */
+        get: operations["child_diff"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/discard": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Throws a finished coding child's work away: its worktree and branch (its transcript
+         *     stays).
+         */
+        post: operations["child_discard"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/events": {
         parameters: {
             query?: never;
@@ -322,6 +362,27 @@ export interface paths {
         get: operations["session_events"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/merge": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Merges a finished coding child's branch into the main checkout: the caller approves it.
+         *     A conflict changes nothing and comes back (`merged: false`, `conflicts`: each file with
+         *     its hunks); a branch merged already changes nothing (`already_merged`).
+         */
+        post: operations["child_merge"];
         delete?: never;
         options?: never;
         head?: never;
@@ -480,6 +541,13 @@ export interface components {
             /** @description The parent. */
             session_id: string;
         };
+        /** @description A file a merge would conflict on. */
+        ConflictView: {
+            /** @description Its conflicting hunks, with git's markers (capped). */
+            hunks: string;
+            /** @description Its path. */
+            path: string;
+        };
         /** @description A model call's controls; each one left out is the provider's default (or the agent's). */
         ControlsSchema: {
             /**
@@ -587,6 +655,38 @@ export interface components {
             /** @description Who, when, why, its final status and usage. */
             tombstone: Record<string, never>;
         };
+        /** @description What a coding child's branch changes against the main checkout now. */
+        DiffView: components["schemas"]["FilesView"] & {
+            /** @description The merge base the change is read from. */
+            base: string;
+            /** @description Its branch. */
+            branch: string;
+            /** @description The child's name. */
+            child: string;
+            /** @description Where the next page starts (`offset=`); none on the last. */
+            next_offset?: number | null;
+            /** @description A page of the patch. */
+            patch: string;
+            /** @description Its session. */
+            session_id: string;
+            /** @description The branch's tip: the commit a merge now brings in (pass it as `expect_tip`). */
+            tip: string;
+            /** @description The whole patch's size, in bytes. */
+            total_bytes: number;
+        };
+        /** @description What a discard removed. */
+        DiscardView: {
+            /** @description The branch deleted, if there was one. */
+            branch?: string | null;
+            /** @description The child's name. */
+            child: string;
+            /** @description Always true: nothing of its work is left. */
+            discarded: boolean;
+            /** @description Its session. */
+            session_id: string;
+            /** @description The worktree removed, if there was one. */
+            worktree?: string | null;
+        };
         /** @description The body of an error. */
         ErrorBody: {
             /** @description The request field at fault (`task`, `spec`, a query parameter), when one is. */
@@ -649,6 +749,38 @@ export interface components {
             /** @enum {string} */
             type: "approval_decided";
         };
+        /** @description One file a change touches. */
+        FileView: {
+            /**
+             * Format: int64
+             * @description Lines added (absent for a binary file).
+             */
+            added?: number | null;
+            /** @description Its path in the repository. */
+            path: string;
+            /**
+             * Format: int64
+             * @description Lines removed (absent for a binary file).
+             */
+            removed?: number | null;
+        };
+        /** @description Files (at most 200 listed) and their totals. */
+        FilesView: {
+            /**
+             * Format: int64
+             * @description Lines added in all.
+             */
+            added: number;
+            /** @description The files, at most 200. */
+            files: components["schemas"]["FileView"][];
+            /** @description How many files in all. */
+            files_total: number;
+            /**
+             * Format: int64
+             * @description Lines removed in all.
+             */
+            removed: number;
+        };
         /** @description A child started: its handle. */
         HandleView: {
             /** @description The catalog entry. */
@@ -678,6 +810,33 @@ export interface components {
              * @description What was observed.
              */
             observed: number;
+        };
+        /** @description How to merge. */
+        MergeRequest: {
+            /** @description The commit the caller saw (a diff's `tip`): refused (409) when the branch moved since. */
+            expect_tip?: string | null;
+            /**
+             * @description `merge` (a merge commit, the default), `squash` (one commit) or `ff` (only a
+             *     fast-forward).
+             */
+            strategy?: string | null;
+        };
+        /** @description How a merge ended. */
+        MergeView: components["schemas"]["FilesView"] & {
+            /** @description It was merged before: nothing changed. */
+            already_merged: boolean;
+            /** @description The child's name. */
+            child: string;
+            /** @description The commit the checkout is at (absent on a conflict). */
+            commit?: string | null;
+            /** @description The files it would conflict on (nothing was changed), each with its hunks. */
+            conflicts: components["schemas"]["ConflictView"][];
+            /** @description Whether the checkout holds the child's change now (merged now or before). */
+            merged: boolean;
+            /** @description Its session. */
+            session_id: string;
+            /** @description How it was merged now (`merge`, `squash`, `ff`). */
+            strategy?: string | null;
         };
         /** @description A message to a session. */
         MessageRequest: {
@@ -719,6 +878,12 @@ export interface components {
             /** @description Child ids from the session down to the run that made the call (empty: its own). */
             path: string[];
             question?: null | components["schemas"]["QuestionView"];
+            /**
+             * @description What the person deciding sees beyond the arguments, when the call's tool shows
+             *     something (a `merge_child`: `summary`, `branch`, `tip`, `files`, `added`, `removed`);
+             *     once approved, the call does what was shown or nothing.
+             */
+            review?: Record<string, never> | null;
             /** @description The session whose run made the call (its transcript records the decision). */
             session_id?: string | null;
             /** @description The tool. */
@@ -2173,6 +2338,116 @@ export interface operations {
             };
         };
     };
+    child_diff: {
+        parameters: {
+            query?: {
+                /** @description Bytes of the patch already read (a page's `next_offset`; default 0). */
+                offset?: number;
+                /** @description Bytes of patch at most (1 to 65536, default 16384). */
+                max_bytes?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The coding child's session */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DiffView"];
+                };
+            };
+            /** @description A bad offset or max_bytes (named) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description Unknown or foreign */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description No worktree: not a coding child, or its work was discarded */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+        };
+    };
+    child_discard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The coding child's session */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DiscardView"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description Unknown or foreign */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description The child still works, or a merge of its branch was cut off */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+        };
+    };
     session_events: {
         parameters: {
             query?: {
@@ -2239,6 +2514,68 @@ export interface operations {
             };
             /** @description The server holds its most streams open (max_streams) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+        };
+    };
+    child_merge: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The coding child's session */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MergeRequest"];
+            };
+        };
+        responses: {
+            /** @description Merged now, merged before (`already_merged`), or not at all for a conflict (`merged: false`, `conflicts`) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MergeView"];
+                };
+            };
+            /** @description A bad strategy (named) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description Unknown or foreign */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description The child still works, its branch moved past expect_tip, or the checkout cannot take a merge now (uncommitted changes, another operation) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

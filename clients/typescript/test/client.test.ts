@@ -18,6 +18,30 @@ const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 const arborBin = process.env.ARBOR ?? join(repo, "target", "debug", "arbor");
 const TOKEN = "ts-client-test-token";
 
+/** A lead whose one coding child commits a change to greet.sh. */
+const CODING = `task = "t"
+root = "lead"
+[workspace]
+repository = "REPO"
+worktrees = "WORKTREES"
+id = "client"
+[agents.lead]
+children = ["edit"]
+[[agents.lead.turns]]
+tool_calls = [{ name = "spawn_agent", arguments = { child_id = "edit", name = "edit", input = "go" } }]
+[[agents.lead.turns]]
+text = "done"
+[agents.edit]
+workspace = true
+tools = ["edit_file", "run_command"]
+[[agents.edit.turns]]
+tool_calls = [{ name = "edit_file", arguments = { path = "greet.sh", old = "hello", new = "Hello" } }]
+[[agents.edit.turns]]
+tool_calls = [{ name = "run_command", arguments = { argv = ["git", "-c", "user.name=e", "-c", "user.email=e@example.invalid", "commit", "-q", "-am", "Capitalise"] } }]
+[[agents.edit.turns]]
+text = "committed"
+`;
+
 let server: ChildProcess;
 let base = "";
 
@@ -38,6 +62,16 @@ before(async () => {
   for (const name of ["approvals", "question", "review"]) {
     copyFileSync(join(repo, "examples", `${name}.toml`), join(specs, `${name}.toml`));
   }
+  // A coding child's repository (its merge, diff and discard).
+  const gitRepo = join(work, "repo");
+  mkdirSync(gitRepo);
+  const git = (...args: string[]) => execFileSync("git", ["-C", gitRepo, ...args]).toString().trim();
+  git("init", "-q", "-b", "main");
+  writeFileSync(join(gitRepo, "greet.sh"), "greeting() { echo hello; }\n");
+  git("add", ".");
+  git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "init");
+  writeFileSync(join(specs, "coding.toml"),
+    CODING.replace("REPO", gitRepo).replace("WORKTREES", join(work, "worktrees")));
   const line = execFileSync(arborBin, ["serve", "--hash-token", "tests"], { input: TOKEN }).toString().trim();
   writeFileSync(join(work, "tokens"), `${line}\n`);
   const port = await freePort();
@@ -282,4 +316,28 @@ test("a broken stream resumes with the last id and loses nothing", async () => {
   } finally {
     proxy.close();
   }
+});
+
+test("a coding child's work is diffed, merged once and discarded", async () => {
+  const arbor = client();
+  const run = await arbor.startRun({ spec: "coding" });
+  const root = run.root_id;
+  const done = await arbor.waitRun(root, { timeoutMs: 20_000 });
+  assert.equal(done.status, "succeeded");
+  const kid = (await arbor.children(root)).children[0];
+  assert.ok(kid);
+  const child = kid.id;
+  const diff = await arbor.diff(child, { max_bytes: 65536 });
+  assert.deepEqual(diff.files.map((f) => [f.path, f.added, f.removed]), [["greet.sh", 1, 1]]);
+  assert.ok(diff.patch.includes("+greeting() { echo Hello; }"));
+  await assert.rejects(arbor.merge(child, { expect_tip: "0".repeat(40) }),
+    (e: unknown) => e instanceof ArborError && e.status === 409);
+  const merged = await arbor.merge(child, { expect_tip: diff.tip });
+  assert.equal(merged.merged, true);
+  assert.equal(merged.already_merged, false);
+  const again = await arbor.merge(child);
+  assert.equal(again.already_merged, true);
+  assert.equal(again.commit, merged.commit);
+  const gone = await arbor.discard(child);
+  assert.equal(gone.branch, diff.branch);
 });

@@ -50,6 +50,12 @@ pub(crate) async fn open_root(
         .get(&root_name)
         .map(|a| a.delegation.clone())
         .unwrap_or_default();
+    let listed = prepared
+        .spec
+        .agents
+        .get(&root_name)
+        .map(|a| a.tools.clone())
+        .unwrap_or_default();
     let root = HostedRoot::offering(
         supervisor,
         SessionRef::from(session.record()),
@@ -59,6 +65,13 @@ pub(crate) async fn open_root(
         token.clone(),
     )
     .map_err(|e| Fail::usage(e.to_string()))?;
+    // The root's tools over its coding children's work, as its spec lists them (the client
+    // stands in for the root: its own host asks its user before a call).
+    let work = crate::tree::child_work(&prepared.spec, store.clone()).map_err(Fail::core)?;
+    let root = root.with_tools(
+        work.iter()
+            .flat_map(|w| listed.iter().filter_map(|n| w.tool(n))),
+    );
     Ok(Opened {
         built,
         session,

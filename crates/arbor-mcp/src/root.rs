@@ -107,6 +107,22 @@ impl HostedRoot {
         })
     }
 
+    /// The same root, also offering `tools` (a host's own, such as coding children's
+    /// `diff_child`, `merge_child` and `discard_child`), run as the root agent's would, as
+    /// the root session. A tool named like one offered already is left out. Only before the
+    /// root is shared (cloned): a shared one is returned as it is.
+    #[must_use]
+    pub fn with_tools(mut self, tools: impl IntoIterator<Item = Arc<dyn DynTool>>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            for t in tools {
+                if !inner.tools.iter().any(|h| h.spec().name == t.spec().name) {
+                    inner.tools.push(t);
+                }
+            }
+        }
+        self
+    }
+
     /// The tree's supervisor.
     pub fn supervisor(&self) -> &Supervisor {
         &self.inner.supervisor

@@ -11,7 +11,8 @@ use tower_http::compression::CompressionLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::api::{
-    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, host, listing, runs, sessions, tree,
+    MAX_BODY_BYTES, REQUEST_TIMEOUT, approvals, events, health, host, listing, runs, sessions,
+    tree, work,
 };
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -60,6 +61,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{id}/events", get(events::stream))
         .route("/v1/sessions/{id}/cancel", post(sessions::cancel))
+        .route("/v1/sessions/{id}/diff", get(work::diff))
+        .route("/v1/sessions/{id}/merge", post(work::merge))
+        .route("/v1/sessions/{id}/discard", post(work::discard))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

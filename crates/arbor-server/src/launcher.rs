@@ -118,6 +118,17 @@ pub trait Launcher: fmt::Debug + Send + Sync + 'static {
         ))
     }
 
+    /// The coding children's work of the tree of `root` (its repository and worktrees, from
+    /// the definition the tree was started with), for `diff`, `merge` and `discard`. `None`:
+    /// the tree has none. Default: none.
+    async fn child_work(
+        &self,
+        root: SessionId,
+    ) -> Result<Option<arbor_coding::ChildWork>, ApiError> {
+        let _ = root;
+        Ok(None)
+    }
+
     /// Deletes the child `child` of `parent` in a tree this process does not run (a live
     /// tree's supervisor deletes its own): writes its tombstone once no other process runs
     /// the tree. Default: refused.

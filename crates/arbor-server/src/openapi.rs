@@ -50,6 +50,9 @@ use crate::views::{
         api::approvals::list,
         api::approvals::decide,
         api::approvals::resume,
+        api::work::diff,
+        api::work::merge,
+        api::work::discard,
         openapi_json,
     ),
     components(schemas(
@@ -60,6 +63,9 @@ use crate::views::{
         HandleView, AnswerView, WaitAnswer, DelegationState, MessageRequest, ReceiptView, DeletedView,
         crate::feed::FeedEntry, crate::feed::FeedEvent, arbor_core::budget::PoolView,
         arbor_core::budget::Budget, arbor_core::budget::Amount, arbor_core::supervisor::Stopped,
+        crate::api::work::MergeRequest, crate::api::work::DiffView, crate::api::work::MergeView,
+        crate::api::work::DiscardView, crate::api::work::FilesView, crate::api::work::FileView,
+        crate::api::work::ConflictView,
     )),
     modifiers(&Bearer),
     tags(
@@ -68,6 +74,7 @@ use crate::views::{
         (name = "sessions", description = "Sessions, their children and transcripts"),
         (name = "host", description = "A host acting as a parent: spawn, wait, cancel, message, delete"),
         (name = "approvals", description = "Calls waiting for a person's decision, and resuming"),
+        (name = "coding", description = "Coding children's work: diff, merge, discard"),
     )
 )]
 pub struct ApiDoc;

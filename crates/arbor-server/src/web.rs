@@ -2,7 +2,8 @@
 //! binary (no build step at install time). It is a thin client of the `/v1` API: the runs
 //! (filters, paging, a form to start one from a named spec), one run's live tree as a tree
 //! or a timeline (over `/v1/runs/{id}/events`, resumed after a drop), Approve, Reject and
-//! answers on what waits, Cancel, Resume, a transcript drawer read as a chat with tool cards,
+//! answers on what waits (a merge with its files and hunks, and a Merge button), Cancel,
+//! Resume, a transcript drawer read as a chat with tool cards,
 //! messages to a kept session and deleting a child. Served with a content security policy
 //! that allows only its own files.
 
@@ -13,11 +14,12 @@ const INDEX: &str = include_str!("../web/index.html");
 const SCRIPT: &str = include_str!("../web/app.js");
 const STYLE: &str = include_str!("../web/app.css");
 /// The modules `app.js` imports: `(path, source)`.
-pub(crate) const MODULES: [(&str, &str); 4] = [
+pub(crate) const MODULES: [(&str, &str); 5] = [
     ("/ui.js", include_str!("../web/ui.js")),
     ("/tree.js", include_str!("../web/tree.js")),
     ("/timeline.js", include_str!("../web/timeline.js")),
     ("/transcript.js", include_str!("../web/transcript.js")),
+    ("/review.js", include_str!("../web/review.js")),
 ];
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \

@@ -8,6 +8,7 @@ import { $, api, askToken, el, elapsed, headers, label, money, shortId, tokens, 
 import { renderTree, treeKeys } from "./tree.js";
 import { renderTimeline, waitsOf } from "./timeline.js";
 import { renderTranscript } from "./transcript.js";
+import { changesToggle, reviewBlock } from "./review.js";
 
 const state = {
   run: null, snapshot: null, stream: null, drawer: null, busy: new Set(), approvalsKey: null,
@@ -380,16 +381,23 @@ function approvalCard(snap, s, p, names) {
       for (const b of buttons) b.disabled = false;
     }
   };
+  // A merge shows what it brings in (files, lines; the hunks on demand) and is approved
+  // with Merge: exactly the commit shown is merged, or nothing.
+  const review = p.review ? [reviewBlock(p.review)] : [];
+  const changes = p.review && p.review.session_id ? changesToggle(p.review.session_id) : null;
   return el("div", { class: "approval", "data-testid": "approval", "data-tool": p.tool },
     el("div", { class: "ask" },
       el("span", {}, el("span", { class: "tool", text: p.tool }),
         el("span", { class: "who", text: "  asked by " + (p.path.length ? p.path.join(" › ") : names.get(s.session_id) || "root") })),
       el("code", { class: "who", text: p.id.slice(0, 16) + "…" })),
     el("pre", { text: JSON.stringify(p.arguments, null, 2) }),
+    ...review,
+    ...(changes ? [changes.box] : []),
     el("div", { class: "actions" },
+      ...(changes ? [changes.toggle] : []),
       ...(buttons.push(
-        el("button", { type: "button", "data-testid": "approve", disabled: busy, text: "Approve",
-          onclick: () => decide(true) }),
+        el("button", { type: "button", "data-testid": "approve", disabled: busy,
+          text: p.tool === "merge_child" ? "Merge" : "Approve", onclick: () => decide(true) }),
         el("button", { type: "button", class: "danger", "data-testid": "reject", disabled: busy, text: "Reject",
           onclick: () => decide(false) })), buttons),
       el("label", { class: "who" }, forRun, " for the run"),

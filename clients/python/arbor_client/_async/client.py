@@ -228,6 +228,32 @@ class AsyncArborClient:
     ) -> m.DeletedView:
         return await self._send(ops.delete(session_id, reason))
 
+    # Coding children's work: the caller is the approver.
+
+    async def diff(
+        self,
+        session_id: str,
+        *,
+        offset: int | None = None,
+        max_bytes: int | None = None,
+    ) -> m.DiffView:
+        """What a coding child's branch changes against the main checkout now."""
+        return await self._send(ops.diff(session_id, offset, max_bytes))
+
+    async def merge(
+        self,
+        session_id: str,
+        *,
+        strategy: str | None = None,
+        expect_tip: str | None = None,
+    ) -> m.MergeView:
+        """Merges a finished coding child's branch (only at ``expect_tip``, when given)."""
+        return await self._send(ops.merge(session_id, strategy, expect_tip))
+
+    async def discard(self, session_id: str) -> m.DiscardView:
+        """Throws a finished coding child's worktree and branch away."""
+        return await self._send(ops.discard(session_id))
+
     # Approvals and questions.
 
     async def approvals(

@@ -160,6 +160,19 @@ impl Launcher for SpecLauncher {
         self.resume_tree(root).await
     }
 
+    async fn child_work(
+        &self,
+        root: SessionId,
+    ) -> Result<Option<arbor_coding::ChildWork>, ApiError> {
+        let record = arbor_core::registry::session(self.store.as_ref(), root).await?;
+        let Some(spec) = crate::spec::Spec::from_definition(&record.meta["definition"])
+            .map_err(|e| ApiError::internal(&e))?
+        else {
+            return Ok(None);
+        };
+        Ok(crate::tree::child_work(&spec, self.store.clone())?)
+    }
+
     async fn cancel(&self, root: SessionId, session: SessionId) -> Result<bool, ApiError> {
         let Some(tree) = trees(&self.running).get(&root).cloned() else {
             return Ok(false);

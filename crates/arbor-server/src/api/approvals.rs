@@ -39,6 +39,12 @@ pub struct PendingView {
     /// a decision's `answer`; `reject_once` declines it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub question: Option<QuestionView>,
+    /// What the person deciding sees beyond the arguments, when the call's tool shows
+    /// something (a `merge_child`: `summary`, `branch`, `tip`, `files`, `added`, `removed`);
+    /// once approved, the call does what was shown or nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub review: Option<serde_json::Value>,
 }
 
 /// A question an agent asked the person at the root.
@@ -83,9 +89,30 @@ impl From<&arbor_core::Suspension> for SuspensionView {
                         question: q.question,
                         choices: q.choices,
                     }),
+                    review: None,
                 })
                 .collect(),
         }
+    }
+}
+
+impl SuspensionView {
+    /// The same, each pending call with its review (what its tool showed), if any.
+    pub(crate) async fn reviewed(
+        mut self,
+        s: &arbor_core::Suspension,
+        store: &dyn arbor_store::Store,
+    ) -> Self {
+        let reviews = arbor_core::approval::review::reviews_of(store, &s.pending)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the reviews of pending calls could not be read");
+                Default::default()
+            });
+        for p in &mut self.pending {
+            p.review = reviews.get(&p.id).cloned();
+        }
+        self
     }
 }
 
@@ -199,12 +226,17 @@ pub(crate) async fn list(
     let next_cursor = more
         .then(|| keyed.last().map(|((own, run), _)| format!("{own}.{run}")))
         .flatten();
+    let mut suspensions = Vec::with_capacity(keyed.len());
+    for (_, s) in &keyed {
+        suspensions.push(
+            SuspensionView::from(*s)
+                .reviewed(s, state.store.as_ref())
+                .await,
+        );
+    }
     Ok(Json(ApprovalsView {
         session_id: record.id.to_string(),
-        suspensions: keyed
-            .iter()
-            .map(|(_, s)| SuspensionView::from(*s))
-            .collect(),
+        suspensions,
         next_cursor,
     }))
 }
@@ -274,7 +306,11 @@ pub(crate) async fn decide(
         }
         _ => ApiError::from(e),
     })?;
-    Ok(Json(SuspensionView::from(&left)))
+    Ok(Json(
+        SuspensionView::from(&left)
+            .reviewed(&left, state.store.as_ref())
+            .await,
+    ))
 }
 
 /// The verdict and reason of decision `i` (an answer is its reason), each error naming the

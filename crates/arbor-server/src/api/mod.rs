@@ -15,6 +15,7 @@ pub(crate) mod runs;
 pub(crate) mod sessions;
 pub(crate) mod tree;
 pub(crate) mod tree_tools;
+pub(crate) mod work;
 
 use std::time::Duration;
 

@@ -120,11 +120,19 @@ impl Watcher {
                 running_tools: self.tools.of(s.id),
             });
         }
+        let mut approvals = Vec::with_capacity(waiting.len());
+        for w in &waiting {
+            approvals.push(
+                SuspensionView::from(w)
+                    .reviewed(w, self.store.as_ref())
+                    .await,
+            );
+        }
         Ok(TreeSnapshot {
             root_id: self.root.to_string(),
             fingerprint,
             nodes,
-            approvals: waiting.iter().map(SuspensionView::from).collect(),
+            approvals,
             pools: arbor_core::budget::pools(self.store.as_ref(), self.root)
                 .await
                 .map_err(|e| ApiError::internal(&e.to_string()))?,
