@@ -15,9 +15,14 @@ arbor=${ARBOR:-arbor}
 spec=$(cd "$(dirname "$0")" && pwd)/coding-team.toml
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
+work=$(cd "$work" && pwd)
 cd "$work"
 
 repo=$work/repo
+if [ -e "$repo" ]; then
+  echo "coding-team.sh: $repo exists already: pick a new DIR" >&2
+  exit 2
+fi
 mkdir -p "$repo"
 git -C "$repo" init -q -b main
 cat > "$repo/greet.sh" <<'SH'
@@ -42,8 +47,12 @@ if $yes; then
   # Each stop: the merges waiting, approved as a person would, then the run goes on.
   while [ "$code" = 4 ]; do
     "$arbor" approvals
-    ids=$("$arbor" approvals --json | sed -n 's/.*"pending":\[\(.*\)\]}.*/\1/p' \
-      | grep -o '"id":"[a-z]*_[0-9a-f]*"' | cut -d'"' -f4)
+    # Every pending call's id (apr_… its own, sub_… a child's), from every suspension.
+    ids=$("$arbor" approvals --json | grep -o '"id":"\(apr\|sub\)_[0-9a-f]*"' | cut -d'"' -f4 || true)
+    if [ -z "$ids" ]; then
+      echo "coding-team.sh: the run waits, but no pending call was listed" >&2
+      exit 1
+    fi
     # shellcheck disable=SC2086
     "$arbor" approve @latest $ids
     code=0

@@ -2548,7 +2548,7 @@ export interface operations {
                     "application/json": components["schemas"]["MergeView"];
                 };
             };
-            /** @description A bad strategy (named) */
+            /** @description A bad strategy or expect_tip (named) */
             400: {
                 headers: {
                     [name: string]: unknown;

@@ -380,9 +380,6 @@ pub(crate) struct ChildArgs {
     /// shows.
     #[arg(value_name = "CHILD")]
     pub(crate) child: String,
-    /// One JSON object instead of text.
-    #[arg(long)]
-    pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
@@ -411,6 +408,10 @@ pub(crate) struct MergeArgs {
     /// Only a fast-forward (refused when the checkout moved on).
     #[arg(long)]
     pub(crate) ff: bool,
+    /// Only if the child's branch is still at this commit (the tip `arbor diff` showed,
+    /// whole); refused, nothing changed, when it moved.
+    #[arg(long, value_name = "COMMIT")]
+    pub(crate) expect_tip: Option<String>,
 }
 
 /// Arguments of `arbor resume`.

@@ -65,12 +65,13 @@ pub(crate) async fn open_root(
         token.clone(),
     )
     .map_err(|e| Fail::usage(e.to_string()))?;
-    // The root's tools over its coding children's work, as its spec lists them (the client
-    // stands in for the root: its own host asks its user before a call).
-    let work = crate::tree::child_work(&prepared.spec, store.clone()).map_err(Fail::core)?;
+    // The root's tools over its coding children's work, as its spec lists them: the client
+    // stands in for the root and is the approver (as a caller of /v1 is), its merges run at
+    // once.
+    let work = built.work.clone();
     let root = root.with_tools(
         work.iter()
-            .flat_map(|w| listed.iter().filter_map(|n| w.tool(n))),
+            .flat_map(|w| listed.iter().filter_map(|n| w.host_tool(n))),
     );
     Ok(Opened {
         built,

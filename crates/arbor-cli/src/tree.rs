@@ -46,6 +46,9 @@ pub(crate) struct Built {
     pub(crate) root_limits: crate::spec::limits::Provenance,
     /// Where each child agent's limits come from, by agent name.
     pub(crate) child_limits: crate::spec::limits::Limits,
+    /// The coding children's work, over the tree's own worktrees (none without a
+    /// `[workspace]`).
+    pub(crate) work: Option<ChildWork>,
 }
 
 impl Built {
@@ -357,6 +360,7 @@ fn assemble(
     let redactor = spec.redaction.redactor()?;
     let trees = worktrees(spec)?;
     let work = work_of(spec, trees.clone(), store.clone())?;
+    let root_effects = arbor_core::StoreEffects::new(store.clone());
     let supervisor = if spec.is_tree() {
         let store_for_effects = store.clone();
         let mut b = Supervisor::builder(local_ownership())
@@ -423,21 +427,21 @@ fn assemble(
     } else {
         None
     };
-    let mut root = with_child_work(
+    // The root's idempotent effects (a merge) are recorded like its children's: a resume
+    // never repeats one.
+    let root = with_child_work(
         base(root_name, root_spec, None).dyn_tools(root_tools),
         root_spec,
         work.as_ref(),
-    );
-    if let Some(r) = &redactor {
-        root = root.shared_redactor(r.clone());
-    }
-    if let Some(sup) = &supervisor {
-        root = with_delegation(root, root_spec, &sup.delegator())?;
-    }
-    let root = root.build().map_err(|e| match e {
-        CoreError::Validation(m) => CoreError::Validation(format!("agent {root_name:?}: {m}")),
-        other => other,
-    })?;
+    )
+    .effect_store(root_effects);
+    let root = finish_root(
+        root,
+        root_name,
+        root_spec,
+        redactor.as_ref(),
+        supervisor.as_ref(),
+    )?;
     Ok(Built {
         root,
         supervisor,
@@ -449,6 +453,27 @@ fn assemble(
             child: false,
         },
         child_limits: children_limits(spec, root_name),
+        work,
+    })
+}
+
+/// The root agent: its redactor, its delegation tools, built (an error names it).
+fn finish_root(
+    mut root: AgentBuilder,
+    root_name: &str,
+    root_spec: &AgentSpec,
+    redactor: Option<&Arc<dyn arbor_core::redact::Redactor>>,
+    supervisor: Option<&Supervisor>,
+) -> CoreResult<Agent> {
+    if let Some(r) = redactor {
+        root = root.shared_redactor(r.clone());
+    }
+    if let Some(sup) = supervisor {
+        root = with_delegation(root, root_spec, &sup.delegator())?;
+    }
+    root.build().map_err(|e| match e {
+        CoreError::Validation(m) => CoreError::Validation(format!("agent {root_name:?}: {m}")),
+        other => other,
     })
 }
 

@@ -312,6 +312,128 @@ fn a_branch_moved_after_its_approval_is_not_merged() {
     assert!(log.contains("moved since its merge was approved"), "{log}");
 }
 
+#[test]
+fn a_merge_whose_change_could_not_be_shown_merges_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let repo_dir = work.path().join("repo");
+    repo(&repo_dir);
+    let start = git(&repo_dir, &["rev-parse", "HEAD"]);
+    spec(
+        work.path(),
+        &["{ name = \"merge_child\", arguments = { child = \"ghost\" } }"],
+    );
+    let run = arbor(work.path(), &["run", "s.toml", "--no-input", "-q"]);
+    assert_eq!(run.status.code(), Some(4), "{}", text(&run));
+    let p = pending(work.path()).remove(0);
+    // The person is told why there is nothing to see.
+    let summary = p["review"]["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("cannot show the change of \"ghost\""),
+        "{summary}"
+    );
+    let ok = arbor(
+        work.path(),
+        &["approve", "@latest", p["id"].as_str().unwrap()],
+    );
+    assert!(ok.status.success(), "{}", text(&ok));
+    let resumed = arbor(work.path(), &["resume", "@latest", "--no-input"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(git(&repo_dir, &["rev-parse", "HEAD"]), start);
+    let log = text(&arbor(work.path(), &["log"]));
+    assert!(
+        log.contains("tool merge_child error: nothing was merged: the change could not be shown"),
+        "{log}"
+    );
+}
+
+/// The id of the session named `name` in the latest root's tree.
+fn session_named(dir: &Path, name: &str) -> String {
+    let out = arbor(dir, &["tree", "--json"]);
+    let tree: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    tree["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {tree}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn the_cli_diffs_merges_and_discards_a_child_with_the_person_as_approver() {
+    let work = tempfile::tempdir().unwrap();
+    let repo_dir = work.path().join("repo");
+    repo(&repo_dir);
+    spec(work.path(), &[]);
+    let run = arbor(work.path(), &["run", "s.toml", "--no-input", "-q"]);
+    assert!(run.status.success(), "{}", text(&run));
+    let child = session_named(work.path(), "edit");
+    let root = session_named(work.path(), "lead");
+
+    let diff = arbor(work.path(), &["diff", &child]);
+    let shown = text(&diff);
+    assert!(diff.status.success(), "{shown}");
+    assert!(shown.contains("  greet.sh +1 -1"), "{shown}");
+    assert!(shown.contains("+greeting() { echo Hello; }"), "{shown}");
+    let json: Value =
+        serde_json::from_slice(&arbor(work.path(), &["diff", &child, "--json"]).stdout).unwrap();
+    let tip = json["tip"].as_str().unwrap().to_owned();
+    assert_eq!(json["files_total"], 1);
+
+    // A root has no branch; a commit that is not the branch's tip is refused.
+    let refused = arbor(work.path(), &["diff", &root]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let moved = arbor(
+        work.path(),
+        &["merge", &child, "--expect-tip", &"0".repeat(40)],
+    );
+    assert_eq!(moved.status.code(), Some(1), "{}", text(&moved));
+    assert!(text(&moved).contains("moved since"), "{}", text(&moved));
+    assert_eq!(
+        git(&repo_dir, &["rev-list", "--merges", "--count", "main"]),
+        "0"
+    );
+
+    let merged = arbor(work.path(), &["merge", &child, "--expect-tip", &tip]);
+    assert!(merged.status.success(), "{}", text(&merged));
+    assert!(
+        text(&merged).starts_with("merged edit into the main checkout: "),
+        "{}",
+        text(&merged)
+    );
+    assert_eq!(
+        git(&repo_dir, &["rev-list", "--merges", "--count", "main"]),
+        "1"
+    );
+    let again = arbor(work.path(), &["merge", &child]);
+    assert!(
+        text(&again).contains("edit was merged already"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        git(&repo_dir, &["rev-list", "--merges", "--count", "main"]),
+        "1"
+    );
+
+    let gone = arbor(work.path(), &["discard", &child]);
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert!(
+        text(&gone).starts_with("discarded edit: branch agent/"),
+        "{}",
+        text(&gone)
+    );
+    assert_eq!(git(&repo_dir, &["branch", "--list", "agent/*"]), "");
+    let after = arbor(work.path(), &["diff", &child]);
+    assert_eq!(after.status.code(), Some(1), "{}", text(&after));
+    // Its transcript stays.
+    let log = arbor(work.path(), &["log", &child]);
+    assert!(text(&log).contains("committed"), "{}", text(&log));
+}
+
 /// Kills the whole process group of `child` (arbor, git and the hook git started).
 fn kill_group(child: &std::process::Child) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();

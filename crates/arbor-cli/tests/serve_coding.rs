@@ -221,6 +221,19 @@ async fn a_childs_work_is_diffed_merged_once_and_discarded_over_http() {
         (400, Some("strategy")),
         "{bad}"
     );
+    let (status, bad) = call_as(
+        &http,
+        Method::POST,
+        url.clone(),
+        TOKEN_A,
+        Some(json!({"expect_tip": "c2fb1836"})),
+    )
+    .await;
+    assert_eq!(
+        (status, bad["error"]["field"].as_str()),
+        (400, Some("expect_tip")),
+        "{bad}"
+    );
     let (status, moved) = call_as(
         &http,
         Method::POST,

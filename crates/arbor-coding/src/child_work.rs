@@ -13,7 +13,12 @@
 //!   its hunks and the checkout untouched;
 //! - `discard_child`: its worktree and branch go (its transcript stays).
 //!
-//! A child still running (or queued) is neither merged nor discarded: its work is not done.
+//! A child still running, queued, waiting for a decision or cut off by a crash is neither
+//! merged nor discarded: its work is not done (it goes on in its worktree when resumed).
+//!
+//! A host that stands in for the parent (an MCP client driving a root) gets the same tools
+//! without the approval ([`ChildWork::host_tool`]): it is the approver, as a person calling
+//! `/v1` or the CLI is.
 
 use std::sync::Arc;
 
@@ -91,7 +96,10 @@ impl ChildWork {
     pub async fn locate(&self, parent: SessionId, child: &str) -> CoreResult<Located> {
         let record = registry::find_descendant(self.store.as_ref(), parent, child).await?;
         let Some(delegation_id) = record.meta["delegation_id"].as_str() else {
-            return Err(registry::no_such_child(child));
+            return Err(CoreError::Conflict(format!(
+                "{:?} was not delegated: it has no branch",
+                record.name
+            )));
         };
         Ok(Located {
             session_id: record.id,
@@ -183,10 +191,17 @@ impl ChildWork {
     /// The child, refused while it still runs.
     async fn settled(&self, parent: SessionId, child: &str, what: &str) -> CoreResult<Located> {
         let found = self.locate(parent, child).await?;
-        if matches!(found.status, SessionStatus::Running | SessionStatus::Queued) {
+        if matches!(
+            found.status,
+            SessionStatus::Running
+                | SessionStatus::Queued
+                | SessionStatus::Suspended
+                | SessionStatus::Interrupted
+        ) {
             return Err(CoreError::Conflict(format!(
-                "child {:?} is still working: wait for it before its work is {what}",
-                found.name
+                "child {:?} is not done ({}): its work is {what} once it has finished",
+                found.name,
+                status_word(found.status)
             )));
         }
         Ok(found)
@@ -200,8 +215,19 @@ impl ChildWork {
             .collect()
     }
 
-    /// One of [`CHILD_WORK_TOOL_NAMES`], by name.
+    /// One of [`CHILD_WORK_TOOL_NAMES`], by name, for an agent: its `merge_child` waits
+    /// for a person.
     pub fn tool(&self, name: &str) -> Option<Arc<dyn DynTool>> {
+        self.make(name, false)
+    }
+
+    /// The same for a host standing in for the parent (an MCP client): it is the approver,
+    /// so its `merge_child` merges at once (what the branch holds when it runs).
+    pub fn host_tool(&self, name: &str) -> Option<Arc<dyn DynTool>> {
+        self.make(name, true)
+    }
+
+    fn make(&self, name: &str, host: bool) -> Option<Arc<dyn DynTool>> {
         let kind = match name {
             "diff_child" => Kind::Diff,
             "merge_child" => Kind::Merge,
@@ -209,10 +235,21 @@ impl ChildWork {
             _ => return None,
         };
         Some(Arc::new(WorkTool {
-            spec: spec(kind, &self.names()),
+            spec: spec(kind, &self.names(), host),
             kind,
+            host,
             work: self.clone(),
         }))
+    }
+}
+
+fn status_word(s: SessionStatus) -> &'static str {
+    match s {
+        SessionStatus::Running => "running",
+        SessionStatus::Queued => "queued",
+        SessionStatus::Suspended => "waiting for a decision",
+        SessionStatus::Interrupted => "cut off by a crash: resume it first",
+        _ => "not finished",
     }
 }
 
@@ -316,7 +353,16 @@ enum Kind {
     Discard,
 }
 
-fn spec(kind: Kind, strategies: &[&str]) -> ToolSpec {
+fn spec(kind: Kind, strategies: &[&str], host: bool) -> ToolSpec {
+    let merge_says = if host {
+        "Merge a finished coding child's branch into the main checkout, now (you are the \
+         approver). On a conflict nothing changes and the conflicting files come back with \
+         their hunks."
+    } else {
+        "Merge a finished coding child's branch into the main checkout. A person approves each \
+         merge first. On a conflict nothing changes and the conflicting files come back with \
+         their hunks."
+    };
     let child = json!({"type": "string", "description": "Your child's name or session id (a deeper descendant: its session id)."});
     match kind {
         Kind::Diff => ToolSpec {
@@ -338,10 +384,7 @@ fn spec(kind: Kind, strategies: &[&str]) -> ToolSpec {
         },
         Kind::Merge => ToolSpec {
             name: "merge_child".to_owned(),
-            description: "Merge a finished coding child's branch into the main checkout. A person \
-                          approves each merge first. On a conflict nothing changes and the \
-                          conflicting files come back with their hunks."
-                .to_owned(),
+            description: merge_says.to_owned(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -372,6 +415,8 @@ fn spec(kind: Kind, strategies: &[&str]) -> ToolSpec {
 struct WorkTool {
     spec: ToolSpec,
     kind: Kind,
+    /// A host's: no approval (the host is the approver).
+    host: bool,
     work: ChildWork,
 }
 
@@ -446,7 +491,7 @@ impl DynTool for WorkTool {
     }
 
     fn requires_approval(&self) -> bool {
-        self.kind == Kind::Merge
+        self.kind == Kind::Merge && !self.host
     }
 
     async fn review(&self, arguments: &Value, ctx: &ToolContext) -> Option<Value> {
@@ -479,8 +524,12 @@ impl DynTool for WorkTool {
                 );
                 Some(v)
             }
-            // Nothing to show: the call fails the same way when it runs.
-            Err(_) => None,
+            // Shown as it is: the person sees why, and the call, if approved, merges
+            // nothing (what it would merge was never shown).
+            Err(e) => Some(json!({
+                "summary": format!("cannot show the change of {:?}: {e}", args.child),
+                "error": e.to_string(),
+            })),
         }
     }
 
@@ -506,10 +555,21 @@ impl DynTool for WorkTool {
                 )
                 .await
                 .map_err(|e| ToolError::Fatal(e.to_string()))?;
-                let tip = approved
-                    .as_ref()
-                    .and_then(|r| r["tip"].as_str())
-                    .map(str::to_owned);
+                // A call held for a person has a review; without its commit (the change
+                // could not be shown) nothing is merged. A host's call (never held) has none.
+                let tip = match &approved {
+                    Some(r) => match r["tip"].as_str() {
+                        Some(t) => Some(t.to_owned()),
+                        None => {
+                            return Err(ToolError::ToModel(format!(
+                                "nothing was merged: the change could not be shown when the \
+                                 merge was asked ({}); call merge_child again",
+                                r["error"].as_str().unwrap_or("no commit was read")
+                            )));
+                        }
+                    },
+                    None => None,
+                };
                 let (found, merged) = self
                     .work
                     .merge(parent, &args.child, args.strategy, tip.as_deref())

@@ -29,6 +29,7 @@ mod error;
 pub mod factory;
 mod git;
 pub mod host;
+mod lock;
 pub mod merge;
 mod paths;
 pub mod run;

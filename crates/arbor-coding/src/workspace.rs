@@ -142,7 +142,9 @@ pub struct Worktrees {
     /// Held around git's commands that change the repository's list of worktrees (`worktree
     /// add`, `remove`, `prune`): git does not lock that list, and two run at once fail
     /// (`failed to read .git/worktrees/<other>/commondir` while the other is being made).
-    admin: tokio::sync::Mutex<()>,
+    admin: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// The main checkout's git directory, once read (where the repository's lock is).
+    git_dir: tokio::sync::OnceCell<Option<PathBuf>>,
 }
 
 /// Armed while `git worktree add` may have made something: dropped armed (the creation's
@@ -172,7 +174,8 @@ impl Worktrees {
             created: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             warned: std::sync::atomic::AtomicBool::new(false),
-            admin: tokio::sync::Mutex::new(()),
+            admin: std::sync::Arc::new(tokio::sync::Mutex::new(())),
+            git_dir: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -181,9 +184,29 @@ impl Worktrees {
         &self.config
     }
 
-    /// Held while git changes the repository's worktrees or its checkout's branch.
-    pub(crate) async fn admin_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.admin.lock().await
+    /// Held while git changes the repository's worktrees or its checkout's branch, across
+    /// processes too (see [`crate::lock`]).
+    pub(crate) async fn repo_lock(&self) -> crate::lock::RepoLock {
+        let dir = self
+            .git_dir
+            .get_or_init(|| async {
+                let g = &self.config.git;
+                match git::git(
+                    g,
+                    &self.config.repository,
+                    &["rev-parse", "--absolute-git-dir"],
+                )
+                .await
+                {
+                    Ok(d) => Some(PathBuf::from(d)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no git directory to lock yet");
+                        None
+                    }
+                }
+            })
+            .await;
+        crate::lock::repo_lock(&self.admin, dir.as_deref()).await
     }
 
     /// Forgets the worktree of `delegation_id` (it is being removed some other way).
@@ -294,7 +317,7 @@ impl Worktrees {
             tree: Some(plan.clone()),
         };
         let added = {
-            let _one_at_a_time = self.admin.lock().await;
+            let _one_at_a_time = self.repo_lock().await;
             git::git(
                 g,
                 repo,
@@ -350,7 +373,7 @@ impl Worktrees {
     async fn remove_half_made(&self, tree: &Worktree) -> CodingResult<()> {
         let (g, repo) = (&self.config.git, &self.config.repository);
         let path = tree.path.to_string_lossy().into_owned();
-        let _one_at_a_time = self.admin.lock().await;
+        let _one_at_a_time = self.repo_lock().await;
         // Twice forced: a worktree git was killed while making is still locked.
         if git::git(
             g,
@@ -409,7 +432,7 @@ impl Worktrees {
         }
         let path = tree.path.to_string_lossy().into_owned();
         let removed = {
-            let _one_at_a_time = self.admin.lock().await;
+            let _one_at_a_time = self.repo_lock().await;
             git::git(g, &self.config.repository, &["worktree", "remove", &path]).await
         };
         if let Err(e) = removed {

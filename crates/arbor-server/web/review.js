@@ -33,10 +33,13 @@ function patchLines(text) {
 export function changesToggle(session) {
   const box = el("div", { class: "changes", "data-testid": "changes", hidden: true });
   let next = 0;
+  let reading = false;
   const more = el("button", { type: "button", "data-testid": "changes-more", text: "More", hidden: true });
   const pre = el("pre", { class: "patch", "data-testid": "patch" });
   const note = el("p", { class: "who" });
   const read = async () => {
+    if (reading) return;
+    reading = true;
     more.disabled = true;
     try {
       const d = await api("GET", "/v1/sessions/" + session + "/diff?max_bytes=65536&offset=" + next);
@@ -46,8 +49,8 @@ export function changesToggle(session) {
       next = d.next_offset == null ? null : d.next_offset;
       more.hidden = next == null;
     } catch (e) {
-      note.textContent = "No changes to show: " + e.message;
-    } finally { more.disabled = false; }
+      pre.append(el("span", { class: "line hunk", text: "No more to show: " + e.message + "\n" }));
+    } finally { more.disabled = false; reading = false; }
   };
   more.onclick = read;
   box.append(note, pre, more);

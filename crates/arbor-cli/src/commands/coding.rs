@@ -55,7 +55,7 @@ fn files_text(v: &Value) -> Vec<String> {
             let n = |k: &str| f[k].as_u64().map_or("-".to_owned(), |n| n.to_string());
             format!(
                 "  {} +{} -{}",
-                f["path"].as_str().unwrap_or_default(),
+                output::inert(f["path"].as_str().unwrap_or_default()),
                 n("added"),
                 n("removed")
             )
@@ -68,6 +68,16 @@ fn files_text(v: &Value) -> Vec<String> {
     lines
 }
 
+/// A patch or hunks, line by line, with every control character shown inert (a file's
+/// content cannot draw on the terminal either).
+fn inert_lines(text: &str) -> String {
+    text.trim_end_matches('\n')
+        .split('\n')
+        .map(output::inert)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `arbor diff CHILD`.
 pub(crate) async fn diff(args: DiffArgs) -> Result<u8, Fail> {
     let (work, root, child) = work_of(&args.child).await?;
@@ -76,25 +86,20 @@ pub(crate) async fn diff(args: DiffArgs) -> Result<u8, Fail> {
         .await
         .map_err(Fail::core)?;
     let v = diff_json(&found, &diff);
-    if args.child.json {
+    if args.child.store.json {
         output::out(&v.to_string());
         return Ok(0);
     }
     output::out(&format!(
         "{} ({}) at {}: {} files, +{} -{}",
-        found.name,
-        diff.branch,
-        &diff.tip[..diff.tip.len().min(12)],
-        v["files_total"],
-        v["added"],
-        v["removed"]
+        found.name, diff.branch, diff.tip, v["files_total"], v["added"], v["removed"]
     ));
     for line in files_text(&v) {
         output::out(&line);
     }
     if !diff.patch.is_empty() {
         output::out("");
-        output::out(diff.patch.trim_end_matches('\n'));
+        output::out(&inert_lines(&diff.patch));
     }
     if let Some(next) = diff.next_offset {
         output::err(&format!(
@@ -118,11 +123,11 @@ pub(crate) async fn merge(args: MergeArgs) -> Result<u8, Fail> {
     // The person at the terminal chose the strategy: the spec's list binds the model only.
     let work = work.strategies(&[strategy.unwrap_or(Strategy::Merge)]);
     let (found, merged) = work
-        .merge(root, &child, strategy, None)
+        .merge(root, &child, strategy, args.expect_tip.as_deref())
         .await
         .map_err(Fail::core)?;
     let v = merged_json(&found, &merged);
-    if args.child.json {
+    if args.child.store.json {
         output::out(&v.to_string());
     } else {
         match &merged {
@@ -146,12 +151,12 @@ pub(crate) async fn merge(args: MergeArgs) -> Result<u8, Fail> {
                     conflicts.len()
                 ));
                 for c in conflicts {
-                    output::out(&format!("  {}", c.path));
+                    output::out(&format!("  {}", output::inert(&c.path)));
                 }
                 output::out("");
                 for c in conflicts {
-                    output::out(&format!("--- {}", c.path));
-                    output::out(c.hunks.trim_end_matches('\n'));
+                    output::out(&format!("--- {}", output::inert(&c.path)));
+                    output::out(&inert_lines(&c.hunks));
                 }
             }
             _ => output::out(&v.to_string()),
@@ -168,7 +173,7 @@ pub(crate) async fn merge(args: MergeArgs) -> Result<u8, Fail> {
 pub(crate) async fn discard(args: ChildArgs) -> Result<u8, Fail> {
     let (work, root, child) = work_of(&args).await?;
     let (found, gone) = work.discard(root, &child).await.map_err(Fail::core)?;
-    if args.json {
+    if args.store.json {
         output::out(&discarded_json(&found, &gone).to_string());
         return Ok(0);
     }

@@ -123,6 +123,20 @@ pub(crate) fn one_line(text: &str) -> String {
         .join(" ")
 }
 
+/// `text` on one line with every control character but a tab (escape sequences included)
+/// shown as `\u{…}`: a name a model or a repository chose cannot draw on the terminal.
+pub(crate) fn inert(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The first line of `text`, at most `max` characters (an ellipsis marks a cut).
 pub(crate) fn short(text: &str, max: usize) -> String {
     let line = text

@@ -258,14 +258,14 @@ pub(crate) async fn reviews(store: &dyn arbor_store::Store, all: &[&Suspension])
 /// A review as lines under its pending call: its summary, then its files.
 pub(crate) fn review_lines(review: &Value) -> Vec<String> {
     let mut lines = vec![match review["summary"].as_str() {
-        Some(s) => crate::render::output::one_line(s),
-        None => crate::render::output::one_line(&review.to_string()),
+        Some(s) => crate::render::output::inert(s),
+        None => crate::render::output::inert(&review.to_string()),
     }];
     for f in review["files"].as_array().into_iter().flatten().take(20) {
         let n = |k: &str| f[k].as_u64().map_or("-".to_owned(), |n| n.to_string());
         lines.push(format!(
             "  {} +{} -{}",
-            crate::render::output::one_line(f["path"].as_str().unwrap_or_default()),
+            crate::render::output::inert(f["path"].as_str().unwrap_or_default()),
             n("added"),
             n("removed")
         ));

@@ -22,8 +22,23 @@ fn references_are_checked() {
     assert_eq!(
         err,
         "s.toml:2: agent \"root\": unknown tool \"rm\" (known: echo, sleep, append_line, \
-         ask_human, read_file, write_file, list_dir, edit_file, run_command, mcp:SERVER/*, \
-         mcp:SERVER/TOOL)"
+         ask_human, read_file, write_file, list_dir, edit_file, run_command, diff_child, \
+         merge_child, discard_child, mcp:SERVER/*, mcp:SERVER/TOOL)"
+    );
+    // The tools over coding children's work need a [workspace] and a coding child.
+    let text = "task = \"x\"\n[agents.root]\ntools = [\"merge_child\"]\n[[agents.root.turns]]\n";
+    let err = Spec::parse("s.toml", text).unwrap_err();
+    assert_eq!(
+        err,
+        "s.toml:2: agent \"root\": tool \"merge_child\" needs a [workspace] table and a child \
+         with workspace = true (it works on coding children's worktrees)"
+    );
+    let text = "task = \"x\"\n[workspace]\nmerge_strategies = [\"rebase\"]\n[agents.root]\n\
+                [[agents.root.turns]]\n";
+    let err = Spec::parse("s.toml", text).unwrap_err();
+    assert!(
+        err.contains("[workspace] merge_strategies: strategy must be one of"),
+        "{err}"
     );
     let text = "task = \"x\"\n[agents.root]\nlimits = { max_steps = 100 }\n[[agents.root.turns]]\n";
     let err = Spec::parse("s.toml", text).unwrap_err();

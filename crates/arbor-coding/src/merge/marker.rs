@@ -79,33 +79,3 @@ pub(super) async fn remove_marker(marker: &Path) -> CodingResult<()> {
         ))),
     }
 }
-
-/// The file whose lock one merge or discard holds at a time, across processes.
-const LOCK: &str = "arbor-merge.lock";
-
-/// An exclusive lock on the main checkout's merges (`flock` on `<git-dir>/arbor-merge.lock`),
-/// held across processes: released when dropped, or when its process dies.
-#[derive(Debug)]
-pub(super) struct MergeLock {
-    _file: std::fs::File,
-}
-
-/// Waits for the lock of the merges into the checkout whose git directory is `git_dir`.
-/// Dropped while waiting, the lock taken later is let go at once.
-pub(super) async fn lock(git_dir: &Path) -> CodingResult<MergeLock> {
-    let path = git_dir.join(LOCK);
-    let shown = path.display().to_string();
-    tokio::task::spawn_blocking(move || -> std::io::Result<MergeLock> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        #[cfg(unix)]
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
-        Ok(MergeLock { _file: file })
-    })
-    .await
-    .map_err(|e| CodingError::Io(format!("the lock's task failed: {e}")))?
-    .map_err(|e| CodingError::Io(format!("cannot lock {shown}: {e}")))
-}

@@ -32,7 +32,7 @@ mod marker;
 mod reading;
 mod settle;
 
-use marker::{lock, read_marker, remove_marker, write_marker};
+use marker::{read_marker, remove_marker, write_marker};
 pub use reading::{Conflict, FileChange};
 use reading::{checked, dry_run, numstat, page_of};
 use settle::{TRAILER, committing, merged_already, ready, recover, undo_if_moved};
@@ -232,10 +232,9 @@ impl Worktrees {
                 plan.path.display()
             )));
         }
-        let _one_at_a_time = self.admin_lock().await;
+        let held = self.repo_lock().await;
         let git_dir =
             PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
-        let _one_process_at_a_time = lock(&git_dir).await?;
         let marker = git_dir.join(MARKER);
         recover(&g, &repo, &marker).await?;
         if merged_already(&g, &repo, &branch, &tip).await? {
@@ -251,31 +250,24 @@ impl Worktrees {
         let base = git::git(&g, &repo, &["merge-base", "HEAD", &tip]).await?;
         let files = numstat(&g, &repo, &base, &tip).await?;
         write_marker(&marker, &on, &start, &tip).await?;
-        // In a task of its own: a caller that stops waiting does not kill git mid-write.
+        // In a task of its own, holding the locks until the merge is settled: a caller that
+        // stops waiting (a cancel, a timeout) neither kills git mid-write nor lets another
+        // change of the repository in before this one is done or undone.
         let job = Job {
-            g: g.clone(),
-            repo: repo.clone(),
+            g,
+            repo,
             branch: branch.clone(),
             tip,
-            start: start.clone(),
+            start,
             strategy,
+            marker,
         };
-        let merged = tokio::spawn(job.run())
-            .await
-            .unwrap_or_else(|e| Err(CodingError::Io(format!("the merge's task failed: {e}"))));
-        if let Err(e) = merged {
-            // Nothing half done stays: back to where it started, if anything moved.
-            if let Err(undone) = undo_if_moved(&g, &repo, &start).await {
-                return Err(CodingError::Repository(format!(
-                    "{e}; undoing it failed too ({undone}): see {}",
-                    marker.display()
-                )));
-            }
-            remove_marker(&marker).await?;
-            return Err(e);
-        }
-        remove_marker(&marker).await?;
-        let commit = git::git(&g, &repo, &["rev-parse", "HEAD"]).await?;
+        let commit = tokio::spawn(async move {
+            let _held = held;
+            job.settle().await
+        })
+        .await
+        .unwrap_or_else(|e| Err(CodingError::Io(format!("the merge's task failed: {e}"))))?;
         tracing::info!(%branch, %commit, strategy = strategy.as_str(), "child merged");
         Ok(Merged::Done {
             commit,
@@ -293,14 +285,13 @@ impl Worktrees {
         let g = self.config().git_path();
         let repo = self.config().repository().to_path_buf();
         git::toplevel(&g, &repo).await?;
-        let _one_at_a_time = self.admin_lock().await;
         let git_dir =
             PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
         let marker = git_dir.join(MARKER);
         if !tokio::fs::try_exists(&marker).await.unwrap_or(false) {
             return Ok(false);
         }
-        let _one_process_at_a_time = lock(&git_dir).await?;
+        let _one_at_a_time = self.repo_lock().await;
         recover(&g, &repo, &marker).await?;
         Ok(true)
     }
@@ -313,10 +304,9 @@ impl Worktrees {
         let g = self.config().git_path();
         let repo = self.config().repository().to_path_buf();
         git::toplevel(&g, &repo).await?;
-        let _one_at_a_time = self.admin_lock().await;
+        let _one_at_a_time = self.repo_lock().await;
         let git_dir =
             PathBuf::from(git::git(&g, &repo, &["rev-parse", "--absolute-git-dir"]).await?);
-        let _one_process_at_a_time = lock(&git_dir).await?;
         if let Some(m) = read_marker(&git_dir.join(MARKER)).await?
             && m.tip_branch(&g, &repo, &plan.branch).await
         {
@@ -370,9 +360,35 @@ struct Job {
     tip: String,
     start: String,
     strategy: Strategy,
+    /// Its marker: removed once the merge is done or undone.
+    marker: PathBuf,
 }
 
 impl Job {
+    /// Runs the merge and settles it: done (the commit the checkout is at), or undone back
+    /// to where it started; the marker goes either way (it stays only when undoing failed).
+    async fn settle(self) -> CodingResult<String> {
+        let (g, repo, start, marker) = (
+            self.g.clone(),
+            self.repo.clone(),
+            self.start.clone(),
+            self.marker.clone(),
+        );
+        if let Err(e) = self.run().await {
+            // Nothing half done stays: back to where it started, if anything moved.
+            if let Err(undone) = undo_if_moved(&g, &repo, &start).await {
+                return Err(CodingError::Repository(format!(
+                    "{e}; undoing it failed too ({undone}): see {}",
+                    marker.display()
+                )));
+            }
+            remove_marker(&marker).await?;
+            return Err(e);
+        }
+        remove_marker(&marker).await?;
+        git::git(&g, &repo, &["rev-parse", "HEAD"]).await
+    }
+
     async fn run(self) -> CodingResult<()> {
         let Job {
             g,
@@ -381,6 +397,7 @@ impl Job {
             tip,
             start,
             strategy,
+            marker: _,
         } = self;
         let message = format!("Merge {branch}");
         let mut args: Vec<&str> = EXPLICIT.to_vec();

@@ -4,8 +4,8 @@
 //! pending decision by every surface, and read by the call once approved to check that what
 //! it is about to do is still what was shown.
 //!
-//! A review is written once: the first one stands (a call held again after a crash keeps
-//! what the person may already have seen).
+//! The newest review of a call id stands: a call is held once per turn, and a model that
+//! repeats an id in a later turn gets that call's own review, never an older one.
 //!
 //! [`DynTool::review`]: crate::tool::DynTool::review
 
@@ -21,15 +21,27 @@ use crate::error::{CoreError, CoreResult};
 /// The store namespace of reviews.
 pub const REVIEW_NAMESPACE: &str = "review";
 
-/// Keeps `review` for the call whose own approval id is `approval_id` (the first stands).
+/// Keeps `review` for the call whose own approval id is `approval_id` (over an older one).
 pub(crate) async fn record(store: &dyn Store, approval_id: &str, review: &Value) -> CoreResult<()> {
-    match store
-        .put_checkpoint(REVIEW_NAMESPACE, approval_id, review, 0)
-        .await
-    {
-        Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(CoreError::Store(e)),
+    // Compare-and-swap over whatever version is there (two writers of one call id do not
+    // exist: a call is held by the one process running its turn).
+    for _ in 0..3 {
+        let version = store
+            .checkpoint(REVIEW_NAMESPACE, approval_id)
+            .await?
+            .map_or(0, |c| c.version);
+        match store
+            .put_checkpoint(REVIEW_NAMESPACE, approval_id, review, version)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(CoreError::Store(e)),
+        }
     }
+    Err(CoreError::Conflict(format!(
+        "the review of {approval_id} kept changing while it was written"
+    )))
 }
 
 /// The review kept for call `call_id` of run `run`, if its tool computed one when it was

@@ -58,36 +58,58 @@ impl Session {
             caps: state.caps,
             trace: None,
         };
-        // A turn with a call whose tool always asks is held too (only that call waits).
-        let asks = |call: &ToolCall| {
-            self.agent
-                .tools()
-                .get(&call.name)
-                .is_some_and(|t| t.requires_approval())
-        };
-        if state.gated || calls.iter().any(asks) {
-            return self.hold_turn(state, checkpoint, calls, token).await;
+        if state.gated {
+            // Boxed: a held turn's future (its settling, its children resumed) stays off the
+            // stack of every turn that holds nothing.
+            return Box::pin(self.hold_turn(state, checkpoint, calls, token)).await;
         }
-        let outcomes = self.dispatch(state.run_id, turn, &calls, token).await;
+        // The calls of a tool that always asks wait for a person, as a question does; the
+        // others run now, as in any turn.
+        let asks: Vec<bool> = calls
+            .iter()
+            .map(|c| {
+                self.agent
+                    .tools()
+                    .get(&c.name)
+                    .is_some_and(|t| t.requires_approval())
+            })
+            .collect();
+        let asking = asks.contains(&true);
+        let mut outcomes = if asking {
+            let run: Vec<ToolCall> = calls
+                .iter()
+                .zip(&asks)
+                .filter(|(_, a)| !**a)
+                .map(|(c, _)| c.clone())
+                .collect();
+            self.dispatch(state.run_id, turn, &run, token).await
+        } else {
+            self.dispatch(state.run_id, turn, &calls, token).await
+        }
+        .into_iter();
         let mut stop = None;
-        for (call, outcome) in calls.into_iter().zip(outcomes) {
-            let slot_state = match outcome.stop {
-                // A question waits for the person at the root.
-                Some(CallStop::Ask) => CallState::Pending,
-                Some(CallStop::Suspended(nested)) => CallState::Nested {
-                    run_id: nested.run_id,
-                    session_id: nested.session_id,
-                    pending: nested.pending,
-                    decisions: Vec::new(),
+        for (call, asks) in calls.into_iter().zip(asks) {
+            let outcome = if asks { None } else { outcomes.next() };
+            let slot_state = match outcome {
+                None => CallState::Pending,
+                Some(outcome) => match outcome.stop {
+                    // A question waits for the person at the root.
+                    Some(CallStop::Ask) => CallState::Pending,
+                    Some(CallStop::Suspended(nested)) => CallState::Nested {
+                        run_id: nested.run_id,
+                        session_id: nested.session_id,
+                        pending: nested.pending,
+                        decisions: Vec::new(),
+                    },
+                    other => {
+                        if stop.is_none() {
+                            stop = other;
+                        }
+                        CallState::Done {
+                            result: outcome.result,
+                        }
+                    }
                 },
-                other => {
-                    if stop.is_none() {
-                        stop = other;
-                    }
-                    CallState::Done {
-                        result: outcome.result,
-                    }
-                }
             };
             checkpoint.calls.push(CallSlot {
                 // Named only if the turn suspends (hashing every call's id costs).
@@ -105,6 +127,10 @@ impl Session {
         }
         for slot in &mut checkpoint.calls {
             slot.approval_id = approval::own_id(state.run_id, &slot.call.id);
+        }
+        if asking {
+            // Rules may decide what asks; the rest waits, with what the person is shown.
+            return Box::pin(self.gate(state, checkpoint, token)).await;
         }
         self.suspend(state, checkpoint, 0).await.map(Some)
     }

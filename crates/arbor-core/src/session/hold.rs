@@ -1,7 +1,8 @@
-//! Holding a turn's calls for decisions: every call of a gated run, or only the calls of
-//! tools that always ask ([`DynTool::requires_approval`]); standing and run-wide decisions
-//! applied, the cap on waiting calls checked, and each waiting call's review kept for the
-//! person ([`crate::approval::review`]).
+//! Holding a turn's calls for decisions: every call of a gated run, or (in any run) the calls
+//! of tools that always ask ([`DynTool::requires_approval`]), the turn's other calls having
+//! run; standing and run-wide decisions applied, the cap on waiting calls checked, each
+//! waiting call's review kept for the person ([`crate::approval::review`]), and the
+//! checkpoint claimed while what is decided runs.
 //!
 //! [`DynTool::requires_approval`]: crate::tool::DynTool::requires_approval
 
@@ -14,9 +15,8 @@ use crate::session::Session;
 use crate::session::run::{Outcome, RunState};
 
 impl Session {
-    /// A turn held for decisions: every call (a gated run), or only those whose tool always
-    /// asks (the others are let through and run now); standing and run-wide decisions
-    /// apply; what is decided runs, the rest waits.
+    /// A gated run's turn: every call waits for a decision (a question that may not wait is
+    /// answered now); then [`Session::gate`].
     pub(super) async fn hold_turn(
         &mut self,
         state: &mut RunState,
@@ -25,13 +25,6 @@ impl Session {
         token: &CancellationToken,
     ) -> CoreResult<Option<Outcome>> {
         let turn = checkpoint.turn;
-        let whole = state.gated;
-        let asking = |call: &ToolCall| {
-            self.agent
-                .tools()
-                .get(&call.name)
-                .is_some_and(|t| t.requires_approval())
-        };
         let mut halted = None;
         for call in calls {
             // A question that may not wait (refused, malformed) is answered now; a policy
@@ -43,13 +36,7 @@ impl Session {
                         result: refused.result,
                     }
                 }
-                None if whole || asking(&call) || self.is_question(&call) => CallState::Pending,
-                // Let through: it runs now, as in a turn that holds nothing.
-                None => CallState::Decided {
-                    verdict: arbor_protocol::Verdict::AllowOnce,
-                    reason: None,
-                    decided_by: None,
-                },
+                None => CallState::Pending,
             };
             checkpoint.calls.push(CallSlot {
                 approval_id: approval::own_id(state.run_id, &call.id),
@@ -60,6 +47,27 @@ impl Session {
         if let Some(stop) = halted {
             return self.stop_turn(state, checkpoint, stop).await;
         }
+        self.gate(state, checkpoint, token).await
+    }
+
+    /// The calls of a turn that wait: run-wide and standing decisions decide what they
+    /// cover, the cap on waiting calls is checked, the review of each call whose tool shows
+    /// one is kept; then what is decided runs (the checkpoint claimed meanwhile, so nobody
+    /// decides under it) and the run suspends with the rest.
+    pub(super) async fn gate(
+        &mut self,
+        state: &mut RunState,
+        mut checkpoint: RunCheckpoint,
+        token: &CancellationToken,
+    ) -> CoreResult<Option<Outcome>> {
+        let turn = checkpoint.turn;
+        // What is decided by a rule of a tool that always asks still has its review kept:
+        // what it acts on is what it was called on.
+        let asked: Vec<bool> = checkpoint
+            .calls
+            .iter()
+            .map(|s| s.state == CallState::Pending)
+            .collect();
         checkpoint.apply_sticky();
         // What the host decided once and for all runs (or is rejected) without asking.
         let standing = crate::approval::standing::Standing::of_meta(&self.record.meta);
@@ -79,27 +87,35 @@ impl Session {
         if !written.is_empty() {
             self.commit(state.run_id, &written, None).await?;
         }
-        self.record_reviews(state.run_id, turn, &checkpoint, token)
+        self.record_reviews(state.run_id, turn, &checkpoint, &asked, token)
             .await?;
-        return self.settle_turn(state, checkpoint, token).await;
+        checkpoint.claim(arbor_protocol::Timestamp::now().0);
+        self.settle_turn(state, checkpoint, token).await
     }
 
-    /// Keeps, for each call still waiting whose tool computes one, what the person deciding
-    /// it sees beyond its arguments ([`crate::approval::review`]).
+    /// Keeps, for each call that waited (`asked`) and is still waiting (or was decided by a
+    /// rule, for a tool that always asks) whose tool computes one, what the person deciding
+    /// it sees beyond its arguments ([`crate::approval::review`]). The newest review of a
+    /// call id stands (an id a model repeats in a later turn gets its own).
     async fn record_reviews(
         &self,
         run_id: RunId,
         turn: u32,
         checkpoint: &RunCheckpoint,
+        asked: &[bool],
         token: &CancellationToken,
     ) -> CoreResult<()> {
-        for slot in &checkpoint.calls {
-            if slot.state != CallState::Pending {
-                continue;
-            }
+        for (slot, asked) in checkpoint.calls.iter().zip(asked) {
             let Some(tool) = self.agent.tools().get(&slot.call.name) else {
                 continue;
             };
+            let keep = slot.state == CallState::Pending
+                || (*asked
+                    && tool.requires_approval()
+                    && matches!(slot.state, CallState::Decided { .. }));
+            if !keep {
+                continue;
+            }
             let ctx = crate::tool::ToolContext::new(
                 self.agent.name(),
                 self.as_ref(),

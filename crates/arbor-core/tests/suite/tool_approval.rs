@@ -234,7 +234,63 @@ async fn a_standing_allow_lets_the_asking_call_through_without_waiting() {
     assert_eq!(s.log.lock().unwrap().len(), 3);
     assert_eq!(
         s.seen.lock().unwrap().clone(),
-        None,
-        "nobody was asked, so nothing was shown"
+        Some(json!({"summary": "merge of {\"id\":\"m1\"}", "call": "m1"})),
+        "nobody was asked, but what the call acts on was read when it was made"
     );
+}
+
+#[tokio::test]
+async fn a_call_id_repeated_in_a_later_turn_gets_its_own_review() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let merge = Logged::new("merge", true, &log, &store);
+    let seen = merge.seen.clone();
+    let call = |what: &str| ScriptedTurn {
+        tool_calls: vec![ScriptedToolCall {
+            id: Some("call_1".to_owned()),
+            name: "merge".to_owned(),
+            arguments: json!({ "what": what }),
+        }],
+        ..ScriptedTurn::default()
+    };
+    let agent = Agent::builder("lead")
+        .provider(ScriptedProvider::new(Script::new(vec![
+            call("first"),
+            call("second"),
+            ScriptedTurn::text("finished"),
+        ])))
+        .dyn_tool(Arc::new(merge))
+        .build()
+        .unwrap();
+    let mut session = agent.session().store(store.clone()).create().await.unwrap();
+    let mut r = session.run("go", RunOptions::default()).await.unwrap();
+    for what in ["first", "second"] {
+        let waiting = r.suspension.clone().unwrap();
+        let reviews = reviews_of(store.as_ref(), &waiting.pending).await.unwrap();
+        let want =
+            json!({"summary": format!("merge of {{\"what\":\"{what}\"}}"), "call": "call_1"});
+        assert_eq!(
+            reviews[&waiting.pending[0].id], want,
+            "the person sees this turn's call"
+        );
+        r = session
+            .approve(
+                r.run_id,
+                waiting.version,
+                &[ApprovalDecision::new(
+                    waiting.pending[0].id.clone(),
+                    Verdict::AllowOnce,
+                )],
+                RunOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.lock().unwrap().clone(),
+            Some(want),
+            "and the call reads it"
+        );
+    }
+    assert_eq!(r.status, RunStatus::Succeeded);
+    assert_eq!(log.lock().unwrap().len(), 2);
 }

@@ -192,6 +192,11 @@ fn merge_view(found: &Located, merged: &Merged) -> MergeView {
     v
 }
 
+/// Whether `tip` is a whole commit id (SHA-1 or SHA-256, lowercase hex).
+fn full_commit(tip: &str) -> bool {
+    matches!(tip.len(), 40 | 64) && tip.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The child and its tree's coding work, for a caller of this tenant.
 async fn work(
     state: &AppState,
@@ -265,7 +270,7 @@ pub(crate) async fn diff(
     params(("id" = String, Path, description = "The coding child's session")),
     responses(
         (status = 200, description = "Merged now, merged before (`already_merged`), or not at all for a conflict (`merged: false`, `conflicts`)", body = MergeView),
-        (status = 400, description = "A bad strategy (named)", body = ApiError),
+        (status = 400, description = "A bad strategy or expect_tip (named)", body = ApiError),
         (status = 401, body = ApiError),
         (status = 404, description = "Unknown or foreign", body = ApiError),
         (status = 409, description = "The child still works, its branch moved past expect_tip, or the checkout cannot take a merge now (uncommitted changes, another operation)", body = ApiError)))]
@@ -282,6 +287,14 @@ pub(crate) async fn merge(
         ),
         None => None,
     };
+    if let Some(tip) = &req.expect_tip
+        && !full_commit(tip)
+    {
+        return Err(ApiError::field(
+            "expect_tip",
+            "expect_tip must be a whole commit id (40 or 64 hex digits), as a diff's tip",
+        ));
+    }
     let (work, root, child) = work(&state, &tenant, &id).await?;
     let root = root.parse().map_err(|_| ApiError::not_found("session"))?;
     // The caller chose the strategy: the spec's list binds the model only.

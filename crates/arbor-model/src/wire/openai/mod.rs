@@ -301,7 +301,15 @@ impl ChunkDecoder {
                 .enumerate()
                 .map(|(i, p)| {
                     ModelEvent::ToolCall(ToolCall {
-                        id: p.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                        // A server that names no id gets one unique in the run: a call id
+                        // a later turn repeated would share its effect record and review.
+                        id: p.id.unwrap_or_else(|| {
+                            format!(
+                                "call_{}_{}",
+                                i + 1,
+                                arbor_protocol::RunId::new().as_uuid().simple()
+                            )
+                        }),
                         name: p.name,
                         arguments: p.object.unwrap_or_else(|| super::arguments(&p.args)),
                     })
