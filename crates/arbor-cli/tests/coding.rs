@@ -13,6 +13,18 @@ const EXAMPLE: &str = concat!(
     "/../../examples/coding-loop.toml"
 );
 
+#[allow(dead_code)]
+mod git_support;
+use git_support::{git, init_repo};
+
+/// The test repository: a.txt and b.txt, on `main`.
+fn repo(dir: &Path) {
+    init_repo(
+        dir,
+        &[("a.txt", "hello from a\n"), ("b.txt", "hello from b\n")],
+    );
+}
+
 fn arbor(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_arbor"))
         .args(args)
@@ -20,42 +32,6 @@ fn arbor(dir: &Path, args: &[&str]) -> Output {
         .env_remove("ARBOR_LOG")
         .output()
         .unwrap()
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    std::fs::write(dir.join("a.txt"), "hello from a\n").unwrap();
-    std::fs::write(dir.join("b.txt"), "hello from b\n").unwrap();
-    git(dir, &["add", "."]);
-    git(
-        dir,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "init",
-        ],
-    );
 }
 
 #[test]

@@ -13,6 +13,15 @@ use serde_json::Value;
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
 
+#[allow(dead_code)]
+mod git_support;
+use git_support::{git, init_repo};
+
+/// The test repository: greet.sh, on `main`.
+fn repo(dir: &Path) {
+    init_repo(dir, &[("greet.sh", "greeting() { echo hello; }\n")]);
+}
+
 fn arbor(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_arbor"))
         .args(args)
@@ -29,21 +38,6 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// The lines of `git log --format=%s` of `main`.
@@ -141,27 +135,6 @@ fn the_coding_team_merges_two_redoes_a_conflict_and_its_tests_pass() {
         .to_owned();
     let tested = text(&arbor(work.path(), &["log", &tester]));
     assert!(tested.contains("all tests pass"), "{tested}");
-}
-
-/// A repository with greet.sh, on `main`.
-fn repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    std::fs::write(dir.join("greet.sh"), "greeting() { echo hello; }\n").unwrap();
-    git(dir, &["add", "."]);
-    git(
-        dir,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "init",
-        ],
-    );
 }
 
 /// A lead with one coding child `edit` (it capitalises the greeting and commits), then the

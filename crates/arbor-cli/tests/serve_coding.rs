@@ -6,30 +6,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
-use std::process::Command;
 
 use reqwest::Method;
 use serde_json::{Value, json};
 
 #[allow(dead_code)]
+mod git_support;
+#[allow(dead_code)]
 mod serve_support;
+use git_support::{git, init_repo};
 use serve_support::tenants::{TOKEN_A, TOKEN_B};
 use serve_support::{call_as, client, serve_env, status_becomes_as};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn spec(repo: &Path, worktrees: &Path) -> String {
     format!(
@@ -69,23 +56,7 @@ text = "committed"
 async fn a_childs_work_is_diffed_merged_once_and_discarded_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("greet.sh"), "greeting() { echo hello; }\n").unwrap();
-    git(&repo, &["add", "."]);
-    git(
-        &repo,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "init",
-        ],
-    );
+    init_repo(&repo, &[("greet.sh", "greeting() { echo hello; }\n")]);
     let start = git(&repo, &["rev-parse", "HEAD"]);
     std::fs::create_dir(dir.path().join("specs")).unwrap();
     std::fs::write(
