@@ -6,7 +6,6 @@
 use arbor_coding::child_work::{diff_json, discarded_json, merged_json};
 use arbor_coding::{ChildWork, Merged, Strategy};
 use arbor_core::registry;
-use arbor_protocol::SessionId;
 use serde_json::Value;
 
 use crate::cli::{ChildArgs, DiffArgs, MergeArgs};
@@ -15,8 +14,10 @@ use crate::render::output;
 use crate::store::open;
 use crate::{resolve, spec, tree};
 
-/// The child's root and the tree's coding children's work.
-async fn work_of(args: &ChildArgs) -> Result<(ChildWork, SessionId, String), Fail> {
+/// The tree's coding children's work, the child's root (its record) and the child's id.
+async fn work_of(
+    args: &ChildArgs,
+) -> Result<(ChildWork, arbor_store::SessionRecord, String), Fail> {
     let store = open(&args.store).await?;
     let child = resolve::session(store.as_ref(), &args.child).await?;
     let record = registry::session(store.as_ref(), child)
@@ -43,7 +44,7 @@ async fn work_of(args: &ChildArgs) -> Result<(ChildWork, SessionId, String), Fai
             root.id
         )));
     };
-    Ok((work, root.id, child.to_string()))
+    Ok((work, root, child.to_string()))
 }
 
 fn files_text(v: &Value) -> Vec<String> {
@@ -82,7 +83,7 @@ fn inert_lines(text: &str) -> String {
 pub(crate) async fn diff(args: DiffArgs) -> Result<u8, Fail> {
     let (work, root, child) = work_of(&args.child).await?;
     let (found, diff) = work
-        .diff(root, &child, args.offset, args.max_bytes)
+        .diff(root.id, &child, args.offset, args.max_bytes)
         .await
         .map_err(Fail::core)?;
     let v = diff_json(&found, &diff);
@@ -113,6 +114,7 @@ pub(crate) async fn diff(args: DiffArgs) -> Result<u8, Fail> {
 /// `arbor merge CHILD [--squash | --ff]`.
 pub(crate) async fn merge(args: MergeArgs) -> Result<u8, Fail> {
     let (work, root, child) = work_of(&args.child).await?;
+    let root = root.id;
     let strategy = if args.squash {
         Some(Strategy::Squash)
     } else if args.ff {
@@ -172,7 +174,9 @@ pub(crate) async fn merge(args: MergeArgs) -> Result<u8, Fail> {
 /// `arbor discard CHILD`.
 pub(crate) async fn discard(args: ChildArgs) -> Result<u8, Fail> {
     let (work, root, child) = work_of(&args).await?;
-    let (found, gone) = work.discard(root, &child).await.map_err(Fail::core)?;
+    // Never under a live run of another process: a message could wake the child there.
+    crate::owner::not_run_elsewhere(&root)?;
+    let (found, gone) = work.discard(root.id, &child).await.map_err(Fail::core)?;
     if args.store.json {
         output::out(&discarded_json(&found, &gone).to_string());
         return Ok(0);
