@@ -65,16 +65,20 @@ impl Session {
         }
         // The calls of a tool that always asks wait for a person, as a question does; the
         // others run now, as in any turn.
-        let asks: Vec<bool> = calls
-            .iter()
-            .map(|c| {
-                self.agent
-                    .tools()
-                    .get(&c.name)
-                    .is_some_and(|t| t.requires_approval())
-            })
-            .collect();
-        let asking = asks.contains(&true);
+        let asks_of = |c: &ToolCall| {
+            self.agent
+                .tools()
+                .get(&c.name)
+                .is_some_and(|t| t.requires_approval())
+        };
+        let asking = calls.iter().any(asks_of);
+        // Which calls ask (built only when one does: a turn that holds nothing allocates
+        // nothing more).
+        let asks: Vec<bool> = if asking {
+            calls.iter().map(asks_of).collect()
+        } else {
+            Vec::new()
+        };
         let mut outcomes = if asking {
             let run: Vec<ToolCall> = calls
                 .iter()
@@ -88,7 +92,8 @@ impl Session {
         }
         .into_iter();
         let mut stop = None;
-        for (call, asks) in calls.into_iter().zip(asks) {
+        for (i, call) in calls.into_iter().enumerate() {
+            let asks = asks.get(i).copied().unwrap_or(false);
             let outcome = if asks { None } else { outcomes.next() };
             let slot_state = match outcome {
                 None => CallState::Pending,
