@@ -114,10 +114,26 @@ impl OutputSchema {
         }
     }
 
-    /// The schema a session's meta keeps, as stored, without reading it into a checked
+    /// The schema a session record's meta keeps (its `output_schema` field alone is read:
+    /// a child's typed meta is not turned into JSON for it).
+    pub(crate) fn of_record(meta: &arbor_store::Meta) -> CoreResult<Option<Self>> {
+        match meta.field(OUTPUT_SCHEMA) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v.into_owned())
+                .map(Some)
+                .map_err(|e| invalid(&format!("stored in the session is unreadable: {e}"))),
+        }
+    }
+
+    /// A session record's `output_schema` field, as stored (read alone).
+    pub(crate) fn field_of(meta: &arbor_store::Meta) -> Option<std::borrow::Cow<'_, Value>> {
+        meta.field(OUTPUT_SCHEMA)
+    }
+
+    /// The schema inside a stored `output_schema` field, without reading it into a checked
     /// value: what a provider turn sends the wire (the answer's check reads it whole).
-    pub(crate) fn raw_in(meta: &Value) -> Option<&Value> {
-        meta.get(OUTPUT_SCHEMA)?.get("schema")
+    pub(crate) fn raw_in(field: Option<&Value>) -> Option<&Value> {
+        field?.get("schema")
     }
 
     /// The checker of this schema.
@@ -216,9 +232,9 @@ fn unfenced(text: &str) -> &str {
 
 /// The value a finished run of a session with `meta` answered: its text read as JSON when
 /// the session has an output schema and the run succeeded (the run checked it).
-pub(crate) fn value_of(meta: &Value, result: &crate::RunResult) -> Option<Value> {
-    if result.status != arbor_protocol::RunStatus::Succeeded
-        || meta.get(OUTPUT_SCHEMA).is_none_or(Value::is_null)
+pub(crate) fn value_of(meta: &arbor_store::Meta, result: &crate::RunResult) -> Option<Value> {
+    // Its `output_schema` field alone is read: a child's typed meta is not turned into JSON.
+    if result.status != arbor_protocol::RunStatus::Succeeded || meta.field(OUTPUT_SCHEMA).is_none()
     {
         return None;
     }

@@ -13,6 +13,7 @@
 mod error;
 mod memory;
 mod meta;
+mod meta_field;
 mod page;
 mod record;
 pub mod row;

@@ -7,6 +7,7 @@
 //! reads, indexes, serializes and compares as the `serde_json::Value` it holds.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, OnceLock};
@@ -37,11 +38,12 @@ struct Typed {
     value: OnceLock<Value>,
 }
 
-/// What a typed meta can do: become JSON, as a value or as text.
+/// What a typed meta can do: become JSON, as a value or as text, or give one field.
 trait Source: Send + Sync {
     fn to_value(&self) -> Value;
     fn to_json(&self) -> serde_json::Result<String>;
     fn as_any(&self) -> &dyn Any;
+    fn field(&self, key: &str) -> Result<Option<Value>, crate::meta_field::NotPicked>;
 }
 
 impl<T: Serialize + Send + Sync + 'static> Source for T {
@@ -57,6 +59,10 @@ impl<T: Serialize + Send + Sync + 'static> Source for T {
 
     fn to_json(&self) -> serde_json::Result<String> {
         serde_json::to_string(self)
+    }
+
+    fn field(&self, key: &str) -> Result<Option<Value>, crate::meta_field::NotPicked> {
+        crate::meta_field::field_of(self, key)
     }
 }
 
@@ -77,6 +83,27 @@ impl Meta {
     /// has not been changed since: read without building its JSON.
     pub fn typed_as<T: 'static>(&self) -> Option<&T> {
         self.typed.as_ref()?.source.as_any().downcast_ref()
+    }
+
+    /// The field `key` of its top-level object, or `None` when absent or `null` (as
+    /// `meta[key]` reads `null`). A typed meta whose JSON was never built gives it without
+    /// building the rest: only that field is serialized.
+    pub fn field(&self, key: &str) -> Option<Cow<'_, Value>> {
+        fn of<'a>(v: &'a Value, key: &str) -> Option<Cow<'a, Value>> {
+            v.get(key).filter(|f| !f.is_null()).map(Cow::Borrowed)
+        }
+        match (&self.value, &self.typed) {
+            (Some(v), _) => of(v, key),
+            (None, Some(t)) => match t.value.get() {
+                Some(v) => of(v, key),
+                None => match t.source.field(key) {
+                    Ok(found) => found.filter(|f| !f.is_null()).map(Cow::Owned),
+                    // Not a struct at its top: read from its whole JSON.
+                    Err(_) => of(self.deref(), key),
+                },
+            },
+            (None, None) => None,
+        }
     }
 
     /// The JSON value, copied out (shared no more).
@@ -191,6 +218,42 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_typed_metas_field_is_read_without_building_its_json() {
+        #[derive(Serialize)]
+        struct Child {
+            mode: &'static str,
+            budgeted: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            fork: Option<u8>,
+        }
+        let meta = Meta::typed(Child {
+            mode: "sync",
+            budgeted: true,
+            fork: None,
+        });
+        assert_eq!(meta.field("budgeted").as_deref(), Some(&json!(true)));
+        assert_eq!(meta.field("mode").as_deref(), Some(&json!("sync")));
+        assert_eq!(
+            meta.field("fork"),
+            None,
+            "skipped, as its JSON has no such key"
+        );
+        assert_eq!(meta.field("nothing"), None);
+        let typed = meta.typed.as_ref().unwrap();
+        assert!(
+            typed.value.get().is_none(),
+            "the whole JSON was never built"
+        );
+        // Once it is, fields come from it; a JSON meta's too; null reads as absent.
+        assert_eq!(meta["budgeted"], json!(true));
+        assert_eq!(meta.field("budgeted").as_deref(), Some(&json!(true)));
+        let plain = Meta::from(json!({"a": 1, "b": null}));
+        assert_eq!(plain.field("a").as_deref(), Some(&json!(1)));
+        assert_eq!(plain.field("b"), None);
+        assert_eq!(Meta::default().field("a"), None);
+    }
 
     #[test]
     fn a_copy_shares_until_one_side_changes() {

@@ -199,7 +199,17 @@ impl Standing {
     /// The standing decisions a record's meta keeps (none without; an unreadable value is
     /// none too, logged: a call then waits for a person, which is never less safe).
     pub fn of_meta(meta: &Value) -> Self {
-        match meta.get(STANDING) {
+        Self::of_field(meta.get(STANDING))
+    }
+
+    /// The standing decisions a session record's meta keeps (its `standing` field alone is
+    /// read: a child's typed meta is not turned into JSON for it).
+    pub(crate) fn of_record(meta: &arbor_store::Meta) -> Self {
+        Self::of_field(meta.field(STANDING).as_deref())
+    }
+
+    fn of_field(field: Option<&Value>) -> Self {
+        match field {
             None | Some(Value::Null) => Self::default(),
             Some(v) => serde_json::from_value(v.clone()).unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "a session's standing decisions are unreadable; its calls wait");

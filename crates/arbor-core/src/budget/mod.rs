@@ -222,13 +222,18 @@ pub struct Granted {
 impl Granted {
     /// What a child's record says it was granted (`meta.budget`, `meta.budget_clamped`).
     pub fn of(record: &arbor_store::SessionRecord) -> Option<Self> {
-        let budget: Budget = serde_json::from_value(record.meta["budget"].clone()).ok()?;
+        // Two fields read alone: a child's typed meta is not turned into JSON for them.
+        let budget: Budget =
+            serde_json::from_value(record.meta.field("budget")?.into_owned()).ok()?;
         (!budget.is_empty()).then(|| Self {
             max_tree_tokens: budget.max_tree_tokens,
             max_tree_cost: budget
                 .max_tree_cost_micros
                 .map(|m| m as f64 / crate::pricing::MICROS as f64),
-            clamped: record.meta["budget_clamped"].as_bool() == Some(true),
+            clamped: record
+                .meta
+                .field("budget_clamped")
+                .is_some_and(|v| v.as_bool() == Some(true)),
         })
     }
 }

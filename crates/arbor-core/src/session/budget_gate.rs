@@ -12,7 +12,10 @@ use crate::session::Session;
 impl Session {
     /// Whether the session spends from a pool (its record says so, durably).
     pub(crate) fn budgeted(&self) -> bool {
-        self.record.meta[budget::BUDGETED].as_bool() == Some(true)
+        self.record
+            .meta
+            .field(budget::BUDGETED)
+            .is_some_and(|v| v.as_bool() == Some(true))
     }
 
     /// The session, then its ancestors, nearest first.
@@ -29,7 +32,8 @@ impl Session {
     fn worst_case(&self) -> Amount {
         // The schema the answer is checked against, for a wire that can constrain it (as
         // stored: nothing is compiled on a turn).
-        let schema = crate::output::OutputSchema::raw_in(&self.record.meta);
+        let output = crate::output::OutputSchema::field_of(&self.record.meta);
+        let schema = crate::output::OutputSchema::raw_in(output.as_deref());
         let request = ModelRequest::new(self.agent.model(), &self.messages)
             .system(self.agent.system())
             .tools(self.agent.tools().specs())

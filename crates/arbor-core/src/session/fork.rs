@@ -204,12 +204,15 @@ impl ForkPoint {
     }
 
     /// The point a record's meta holds (`None` without one; an unreadable one is an error).
-    pub(crate) fn of_meta(meta: &serde_json::Value) -> CoreResult<Option<Self>> {
-        match meta.get(FORK) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| {
-                CoreError::Validation(format!("the session's fork is unreadable: {e}"))
-            }),
+    pub(crate) fn of_meta(meta: &arbor_store::Meta) -> CoreResult<Option<Self>> {
+        // Its `fork` field alone is read: a child's typed meta is not turned into JSON.
+        match meta.field(FORK) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v.into_owned())
+                .map(Some)
+                .map_err(|e| {
+                    CoreError::Validation(format!("the session's fork is unreadable: {e}"))
+                }),
         }
     }
 

@@ -70,7 +70,7 @@ impl Session {
             .collect();
         checkpoint.apply_sticky();
         // What the host decided once and for all runs (or is rejected) without asking.
-        let standing = crate::approval::standing::Standing::of_meta(&self.record.meta);
+        let standing = crate::approval::standing::Standing::of_record(&self.record.meta);
         let written = checkpoint.apply_standing(&standing);
         let max = state.caps.max_pending;
         let waiting = checkpoint

@@ -213,7 +213,10 @@ impl SessionBuilder {
             record.parent_id = Some(stored.id);
             record.root_id = stored.root_id;
             record.depth = stored.depth + 1;
-            under_pool = stored.meta[crate::budget::BUDGETED].as_bool() == Some(true);
+            under_pool = stored
+                .meta
+                .field(crate::budget::BUDGETED)
+                .is_some_and(|v| v.as_bool() == Some(true));
         }
         record.spawned_by = self.spawned_by;
         let mut meta = self.meta;

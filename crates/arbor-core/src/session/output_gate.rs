@@ -72,7 +72,7 @@ impl Session {
     /// reads is a mismatch no correction can fix.
     pub(crate) fn check_output(&self, text: &str) -> Option<(Result<Value, Mismatch>, u32)> {
         let unusable = |e: crate::CoreError| Some((Err(Mismatch(vec![format!("/: {e}")])), 0));
-        match OutputSchema::of_meta(&self.record.meta) {
+        match OutputSchema::of_record(&self.record.meta) {
             Ok(None) => None,
             Ok(Some(schema)) => match schema.checker() {
                 Ok(checker) => Some((checker.check(text), checker.retries)),
@@ -85,7 +85,7 @@ impl Session {
     /// The corrections sent back since the conversation's last task (the last user message
     /// that is not one): what a run continuing one a crash cut off counts on from.
     pub(crate) fn corrections_since_task(&self) -> u32 {
-        if !matches!(OutputSchema::of_meta(&self.record.meta), Ok(Some(_))) {
+        if !matches!(OutputSchema::of_record(&self.record.meta), Ok(Some(_))) {
             return 0;
         }
         let mut sent = 0u32;
@@ -106,7 +106,7 @@ impl Session {
     /// The corrections run `run_id` sent back already (its transcript's correction
     /// messages): a resumed run counts on from them rather than from none.
     pub(crate) async fn run_corrections(&self, run_id: RunId) -> CoreResult<u32> {
-        if !matches!(OutputSchema::of_meta(&self.record.meta), Ok(Some(_))) {
+        if !matches!(OutputSchema::of_record(&self.record.meta), Ok(Some(_))) {
             return Ok(0);
         }
         let entries = self.store.transcript(self.id(), 0, None).await?;

@@ -105,7 +105,8 @@ impl Session {
             .flatten();
         // The schema the answer is checked against, for a wire that can constrain it (as
         // stored: nothing is compiled on a turn).
-        let schema = crate::output::OutputSchema::raw_in(&self.record.meta);
+        let output = crate::output::OutputSchema::field_of(&self.record.meta);
+        let schema = crate::output::OutputSchema::raw_in(output.as_deref());
         let request = ModelRequest::new(self.agent.model(), &self.messages)
             .system(self.agent.system())
             .tools(self.agent.tools().specs())

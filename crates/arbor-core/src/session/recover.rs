@@ -320,7 +320,10 @@ impl Session {
             .list_sessions(arbor_store::SessionQuery::Children(self.id()))
             .await?;
         let registered = children.iter().any(|c| {
-            c.meta["spawn_call"] == call_id && c.spawned_by.is_some_and(|s| s.run_id == run)
+            c.meta
+                .field("spawn_call")
+                .is_some_and(|v| v.as_str() == Some(call_id))
+                && c.spawned_by.is_some_and(|s| s.run_id == run)
         });
         Ok((!registered).then_some(call))
     }

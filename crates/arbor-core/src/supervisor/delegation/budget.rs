@@ -33,7 +33,11 @@ impl Supervisor {
         let Some(parent) = parent else {
             return Ok(ChildPool::default());
         };
-        let under_pool = parent.meta[budget::BUDGETED].as_bool() == Some(true);
+        // Read alone: a parent child's typed meta is not turned into JSON for it.
+        let under_pool = parent
+            .meta
+            .field(budget::BUDGETED)
+            .is_some_and(|v| v.as_bool() == Some(true));
         let Some(asked) = a.terms.budget else {
             return Ok(ChildPool {
                 budgeted: under_pool,

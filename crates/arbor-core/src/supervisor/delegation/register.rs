@@ -161,7 +161,7 @@ impl Supervisor {
             // A child's own: never the supervisor's again (that could widen what its entry
             // narrowed).
             Some(p) if p.parent_id.is_some() => {
-                crate::approval::standing::Standing::of_meta(&p.meta)
+                crate::approval::standing::Standing::of_record(&p.meta)
             }
             // A root's children take the supervisor's (a root's meta is its host's to fill:
             // never a way around the supervisor's).
