@@ -54,6 +54,10 @@ pub(crate) struct Row {
     /// Store reads per operation, where an operation is a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) store_reads_per_op: Option<f64>,
+    /// SQLite: writes per commit over the timed runs (group commit shares one commit between
+    /// the writes that wait at the same moment; 1.0 where nothing overlaps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) writes_per_commit: Option<f64>,
 }
 
 impl Row {
@@ -211,6 +215,7 @@ mod tests {
             tracked_sessions: None,
             store_writes_per_op: Some(4.0),
             store_reads_per_op: Some(1.0),
+            writes_per_commit: None,
         }
     }
 

@@ -179,10 +179,15 @@ pub(crate) async fn measure(
     let mut samples = Vec::new();
     let mut tokens: Option<u64> = None;
     let mut life = None;
+    let (mut writes, mut commits) = (0, 0);
     for _ in 0..runs {
         let bench = kind.open().await?;
         let store = bench.store.clone();
         let out = run_once(scenario, &store, ops).await?;
+        if let Some(stats) = bench.write_stats() {
+            writes += stats.writes;
+            commits += stats.commits;
+        }
         walls.push(out.elapsed.as_secs_f64() * 1e3);
         per_op.push(out.elapsed.as_secs_f64() * 1e6 / ops as f64);
         samples.extend(out.samples);
@@ -227,6 +232,7 @@ pub(crate) async fn measure(
         tracked_sessions: None,
         store_writes_per_op: None,
         store_reads_per_op: None,
+        writes_per_commit: (commits > 0).then(|| writes as f64 / commits as f64),
     };
     // Throughput: of the whole run where operations overlap (P), else one per latency.
     row.ops_per_sec = match scenario {

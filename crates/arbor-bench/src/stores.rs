@@ -24,9 +24,17 @@ pub(crate) struct BenchStore {
     _dir: Option<tempfile::TempDir>,
     /// The PostgreSQL store and its schema, dropped by [`close`](Self::close).
     postgres: Option<(PostgresStore, String)>,
+    /// The SQLite store, for its commit counts.
+    sqlite: Option<Arc<SqliteStore>>,
 }
 
 impl BenchStore {
+    /// The writes and commits of a SQLite store so far (group commit shares one commit
+    /// between the writes that wait at the same moment); `None` on the other stores.
+    pub(crate) fn write_stats(&self) -> Option<arbor_store_sqlite::WriteStats> {
+        self.sqlite.as_ref().map(|s| s.write_stats())
+    }
+
     /// Removes what the run left on a server (a PostgreSQL schema); a file goes with `self`.
     pub(crate) async fn close(self) -> Result<(), String> {
         if let Some((store, schema)) = self.postgres {
@@ -79,6 +87,7 @@ impl StoreKind {
             counts: None,
             _dir: None,
             postgres: None,
+            sqlite: None,
         };
         match self {
             StoreKind::Memory => {}
@@ -86,7 +95,9 @@ impl StoreKind {
                 let dir = tempfile::tempdir().map_err(|e| format!("temporary folder: {e}"))?;
                 let store = SqliteStore::open(dir.path().join("bench.db"))
                     .map_err(|e| format!("sqlite: {e}"))?;
-                bench.store = Arc::new(store);
+                let store = Arc::new(store);
+                bench.store = store.clone();
+                bench.sqlite = Some(store);
                 bench._dir = Some(dir);
             }
             StoreKind::Postgres => {

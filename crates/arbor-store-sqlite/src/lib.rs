@@ -6,7 +6,11 @@
 //! `PRAGMA user_version`; a file written by a newer arbor, or one that is not an arbor store,
 //! is refused without being modified.
 //!
-//! The connection sits behind a mutex. An operation runs on the calling thread when the
+//! The writer's connection sits behind a mutex. A file opened read-write has a second
+//! connection that only reads: a read runs on the writer's connection when that is free (its
+//! page cache is warm), else on the reader, so reads never wait for a batch of writes being
+//! committed, nor it for them (WAL mode: a read sees every write reported stored, never one
+//! half done). An operation runs on the calling thread when the
 //! connection and the file are free (SQLite work on an uncontended file takes microseconds),
 //! and on tokio's blocking pool when it has to wait for another process's lock (up to the
 //! busy timeout), so timers, timeouts and other tasks stay on time. Every write is part of
@@ -37,6 +41,7 @@
 mod batch;
 mod codec;
 mod error;
+mod exec;
 mod open;
 mod ops;
 mod options;

@@ -52,6 +52,22 @@ pub(crate) fn connect(
     Ok(conn)
 }
 
+/// A second connection to the store file at `path`, already opened and migrated by
+/// [`connect`], that only reads (`query_only`): in WAL mode its reads see every committed
+/// write and never wait for the writer's transaction, nor it for them.
+pub(crate) fn connect_reader(
+    path: &Path,
+    display: &str,
+    options: &SqliteOptions,
+) -> StoreResult<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(display, e))?;
+    conn.busy_timeout(options.busy_timeout).at(display)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.pragma_update(None, "query_only", true).at(display)?;
+    Ok(conn)
+}
+
 /// A private in-memory store's connection.
 pub(crate) fn connect_in_memory(display: &str, options: &SqliteOptions) -> StoreResult<Connection> {
     let conn = Connection::open_in_memory().map_err(|e| open_error(display, e))?;

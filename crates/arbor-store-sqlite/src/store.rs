@@ -4,7 +4,8 @@
 //!
 //! Where operations run: waiting for another process never happens on the async runtime's
 //! threads. An operation is first tried on the calling task's thread with SQLite's busy wait
-//! off, if the connection is free at once; SQLite work on an uncontended file takes
+//! off, if the connection is free at once (a read whose writer's connection is taken uses the
+//! reader connection instead, see [`SqliteStore`]'s `call_read`); SQLite work on an uncontended file takes
 //! microseconds, and a handoff to another thread would cost more than the work. If the file
 //! or the connection is busy, the operation (rolled back if it had begun) runs on tokio's
 //! blocking pool instead, waiting up to the busy timeout there, so timers, timeouts and other
@@ -16,20 +17,19 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use arbor_protocol::{EntryKind, RunId, SessionId, SessionStatus, Timestamp, TranscriptEntry};
 use arbor_store::{
     Attribution, Checkpoint, SessionQuery, SessionRecord, SessionUpdate, Store, StoreError,
-    StoreErrorKind, StoreResult,
+    StoreResult,
 };
 use async_trait::async_trait;
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, params};
 
 use crate::batch::{Shared, WriteStats};
 use crate::codec::{Columns, entry_from_row, insert_session, to_sql, write_session};
-use crate::error::{SqlResultExt, damaged, unavailable};
+use crate::error::{SqlResultExt, damaged};
 use crate::open;
 use crate::ops::{
     append_in, apply_update, checkpoint_from_row, checkpoint_version, encode, exists, load,
@@ -43,9 +43,13 @@ use crate::sql;
 pub struct SqliteStore {
     /// The connection, its path, its waits and the writes waiting for the next commit (see
     /// [`crate::batch`]): what a flush task needs too.
-    shared: Shared,
+    pub(crate) shared: Shared,
+    /// The connection reads use when the store is a file opened read-write: reads then
+    /// neither wait for a batch being committed nor hold it up. `None` for an in-memory or
+    /// read-only store, whose reads use the one connection.
+    pub(crate) reader: Option<Arc<Mutex<Connection>>>,
     /// Whether the store was opened read-only (every write is refused).
-    read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -86,7 +90,13 @@ impl SqliteStore {
         let path = path.as_ref();
         let display = path.display().to_string();
         let conn = open::connect(path, &display, options)?;
-        Ok(Self::new(conn, display, options))
+        let file = !display.starts_with("file:") && display != ":memory:";
+        let mut store = Self::new(conn, display, options);
+        if file && !options.read_only {
+            let reader = open::connect_reader(path, &store.shared.path, options)?;
+            store.reader = Some(Arc::new(Mutex::new(reader)));
+        }
+        Ok(store)
     }
 
     /// Opens the existing store file at `path` read-only, for inspection; see
@@ -117,6 +127,7 @@ impl SqliteStore {
                 inline_first: options.synchronous != Synchronous::Full,
                 batcher: Arc::default(),
             },
+            reader: None,
             read_only: options.read_only,
         }
     }
@@ -130,98 +141,6 @@ impl SqliteStore {
     /// The store's location as errors name it (`:memory:` for an in-memory store).
     pub fn path(&self) -> &str {
         &self.shared.path
-    }
-
-    /// Runs `f` on the connection: on this thread without waiting if nothing is busy, else
-    /// on tokio's blocking pool (see the module docs). `f` may run twice: its first try is
-    /// rolled back when it meets a busy file.
-    async fn call<T, F>(&self, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
-    {
-        self.run(self.shared.inline_first, f).await
-    }
-
-    /// [`call`](Self::call), trying this thread first only if `inline_first`.
-    async fn run<T, F>(&self, inline_first: bool, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: Fn(&mut Connection, &str) -> StoreResult<T> + Send + 'static,
-    {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            let mut conn = lock(&self.shared.conn);
-            conn.busy_timeout(self.shared.busy_timeout)
-                .at(&self.shared.path)?;
-            return f(&mut conn, &self.shared.path);
-        };
-        if inline_first && let Some(mut conn) = try_lock(&self.shared.conn) {
-            // Never wait for another connection here: a busy file sends `f` to the pool.
-            conn.busy_timeout(Duration::ZERO).at(&self.shared.path)?;
-            match f(&mut conn, &self.shared.path) {
-                Err(err) if err.kind() == StoreErrorKind::Locked => {}
-                out => return out,
-            }
-        }
-        let conn = Arc::clone(&self.shared.conn);
-        let path = Arc::clone(&self.shared.path);
-        let busy_timeout = self.shared.busy_timeout;
-        let job = move || {
-            let mut conn = lock(&conn);
-            conn.busy_timeout(busy_timeout).at(&path)?;
-            f(&mut conn, &path)
-        };
-        match runtime.spawn_blocking(job).await {
-            Ok(out) => out,
-            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-            Err(err) => Err(unavailable(
-                &self.shared.path,
-                format_args!("the store operation did not run: {err}"),
-            )),
-        }
-    }
-
-    /// Runs `f` in one transaction of `behavior`, committed only if `f` succeeds.
-    async fn transaction<T, F>(&self, behavior: TransactionBehavior, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
-    {
-        self.call(move |conn, path| {
-            let tx = conn.transaction_with_behavior(behavior).at(path)?;
-            let out = f(&tx, path)?;
-            tx.commit().at(path)?;
-            Ok(out)
-        })
-        .await
-    }
-
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed only if `f` succeeds.
-    async fn write<T, F>(&self, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
-    {
-        if self.read_only {
-            return Err(StoreError::Invalid(format!(
-                "store {} is open read-only: it cannot be written",
-                self.shared.path
-            )));
-        }
-        match tokio::runtime::Handle::try_current() {
-            // Writes waiting at the same moment share one commit.
-            Ok(runtime) => self.shared.write(&runtime, Box::new(f)).await,
-            Err(_) => self.transaction(TransactionBehavior::Immediate, f).await,
-        }
-    }
-
-    /// Runs `f` in one read transaction, so its statements see one snapshot.
-    async fn read<T, F>(&self, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
-    {
-        self.transaction(TransactionBehavior::Deferred, f).await
     }
 }
 
@@ -265,21 +184,6 @@ impl SqliteStore {
     }
 }
 
-// A panic inside an operation drops its transaction, which rolls back: the connection is
-// usable even if the lock is poisoned.
-fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
-    conn.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The connection if no other operation holds it.
-fn try_lock(conn: &Mutex<Connection>) -> Option<MutexGuard<'_, Connection>> {
-    match conn.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-        Err(TryLockError::WouldBlock) => None,
-    }
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_session(&self, record: &SessionRecord) -> StoreResult<()> {
@@ -307,7 +211,7 @@ impl Store for SqliteStore {
     }
 
     async fn session(&self, id: SessionId) -> StoreResult<Option<SessionRecord>> {
-        self.call(move |conn, path| load(conn, path, id)).await
+        self.call_read(move |conn, path| load(conn, path, id)).await
     }
 
     async fn update_session(
@@ -328,7 +232,7 @@ impl Store for SqliteStore {
             SessionQuery::Status(status) => (sql::WITH_STATUS, Some(status.as_str().to_owned())),
             SessionQuery::LatestRoots(n) => (sql::LATEST_ROOTS, Some(n.to_string())),
         };
-        self.call(move |conn, path| select_sessions(conn, path, filter, param.clone()))
+        self.call_read(move |conn, path| select_sessions(conn, path, filter, param.clone()))
             .await
     }
 
@@ -467,7 +371,7 @@ impl Store for SqliteStore {
 
     async fn checkpoint(&self, namespace: &str, key: &str) -> StoreResult<Option<Checkpoint>> {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
-        self.call(move |conn, path| {
+        self.call_read(move |conn, path| {
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT namespace, key, version, value, updated_at FROM checkpoints \
@@ -482,7 +386,7 @@ impl Store for SqliteStore {
 
     async fn list_checkpoints(&self, namespace: &str) -> StoreResult<Vec<Checkpoint>> {
         let namespace = namespace.to_owned();
-        self.call(move |conn, path| {
+        self.call_read(move |conn, path| {
             let mut stmt = conn.prepare_cached(sql::CHECKPOINTS_OF).at(path)?;
             let mut rows = stmt.query(params![namespace]).at(path)?;
             let mut out = Vec::new();
@@ -528,7 +432,7 @@ impl Store for SqliteStore {
     async fn roots_page(&self, page: &arbor_store::RootPage) -> StoreResult<Vec<SessionRecord>> {
         page.check()?;
         let page = page.clone();
-        self.call(move |conn, path| crate::ops::roots_page(conn, path, &page))
+        self.call_read(move |conn, path| crate::ops::roots_page(conn, path, &page))
             .await
     }
 
@@ -539,7 +443,7 @@ impl Store for SqliteStore {
             )));
         }
         let group = format!("$.{key}");
-        self.call(move |conn, path| crate::ops::census(conn, path, &group))
+        self.call_read(move |conn, path| crate::ops::census(conn, path, &group))
             .await
     }
 

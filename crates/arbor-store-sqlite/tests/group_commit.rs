@@ -200,3 +200,66 @@ async fn racing_writers_on_two_threads_each_land_once() {
     assert_eq!(stats.writes, 401);
     assert!(stats.commits <= stats.writes, "{stats:?}");
 }
+
+/// A read never waits for a batch being committed: while the writer's connection waits for
+/// the file (another process holds its write lock), the session, its transcript and the
+/// listings are read on the reader connection at once, and see what was committed; the
+/// waiting write lands once the file is free, and is read back then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_on_while_a_batch_waits_for_the_file() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("arbor.db");
+    let options = arbor_store_sqlite::SqliteOptions::new().busy_timeout(Duration::from_secs(20));
+    let store = Arc::new(options.open(&path).unwrap());
+    let root = SessionRecord::new_root("root", "planner", "model-a");
+    store.create_session(&root).await.unwrap();
+    store
+        .append(root.id, RunId::new(), &[note("committed")], None)
+        .await
+        .unwrap();
+
+    // Another process takes the file's write lock and keeps it.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let writer = store.clone();
+    let waiting = tokio::spawn(async move {
+        writer
+            .append(root.id, RunId::new(), &[note("waited")], None)
+            .await
+    });
+    // The batch has found the file busy and waits for it on the pool, holding the writer's
+    // connection.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the write did not wait for the file"
+    );
+
+    let reads = async {
+        let record = store.session(root.id).await.unwrap().unwrap();
+        let entries = store.transcript(root.id, 0, None).await.unwrap();
+        let roots = store
+            .list_sessions(arbor_store::SessionQuery::Roots)
+            .await
+            .unwrap();
+        (record, entries, roots)
+    };
+    let (record, entries, roots) = tokio::time::timeout(Duration::from_secs(5), reads)
+        .await
+        .expect("a read waited for the batch being committed");
+    assert_eq!(record.id, root.id);
+    assert_eq!(entries.len(), 1, "only what was committed is seen");
+    assert_eq!(roots.len(), 1);
+    assert!(!waiting.is_finished(), "the file is still held");
+
+    other.execute_batch("ROLLBACK").unwrap();
+    let seq = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiting write never landed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(seq, 2);
+    let entries = store.transcript(root.id, 0, None).await.unwrap();
+    assert_eq!(entries.len(), 2, "the write reported stored is read back");
+}
