@@ -15,6 +15,7 @@
 //! - [`report`]: the rows, as a table or JSON.
 //! - [`big_store`]: `--big-store N`, the `arbor` commands on a store of many finished trees.
 //! - [`serve_load`]: `--serve-load RUNS`, `arbor serve` under a bounded load.
+//! - [`workers`]: `--workers N`, children handed to `arbor worker` processes over PostgreSQL.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -30,6 +31,7 @@ mod serve_load;
 mod service;
 mod stores;
 mod trees;
+mod workers;
 
 use std::process::{Command, ExitCode};
 
@@ -79,6 +81,13 @@ struct Args {
     /// clients at once, on a store of 10,000 sessions) and check it (exits 1 past the bounds).
     #[arg(long, value_name = "RUNS")]
     serve_load: Option<u64>,
+    /// Instead of the scenarios: the hand-over of a child to this many `arbor worker`
+    /// processes and back (a tree of 16 sync children one after another, in process and on
+    /// the workers), and children per second through them (256 children, 32 at a time), on
+    /// the PostgreSQL server ARBOR_BENCH_POSTGRES_URL names (the `arbor` binary beside this
+    /// program)
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
     /// Internal: run one scenario on one store and print its row as JSON.
     #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
     worker: Option<Vec<String>>,
@@ -101,6 +110,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     if let Some(runs) = args.serve_load {
         return serve_load_check(runs, args.json);
+    }
+    if let Some(n) = args.workers {
+        return workers_check(n, args.json, args.quick);
     }
     if let Some(worker) = &args.worker {
         let (scenario, kind) = match worker.as_slice() {
@@ -340,6 +352,36 @@ fn serve_load_check(runs: u64, json: bool) -> Result<ExitCode, String> {
         r.errors.join("; ")
     );
     Ok(ExitCode::FAILURE)
+}
+
+/// `--workers N`: prints the hand-over and the throughput; fails if a run failed.
+fn workers_check(n: usize, json: bool, quick: bool) -> Result<ExitCode, String> {
+    let runs = if quick { 1 } else { workers::RUNS };
+    if !json {
+        eprintln!(
+            "{runs} run(s) of each tree in process, then on {n} worker(s) of {} runs each",
+            workers::PER_WORKER
+        );
+    }
+    let m = workers::run(n, runs)?;
+    if json {
+        println!("{}", serde_json::to_string(&m).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "{} sync children in turn: {:.1} ms in process, {:.1} ms on workers: hand-over \
+             {:.2} ms a child\n{} children, 32 at a time: {:.1} ms in process, {:.1} ms on \
+             {n} workers: {:.0} children/s",
+            workers::SEQUENTIAL,
+            m.sequential_in_process_ms,
+            m.sequential_on_workers_ms,
+            m.handover_ms,
+            workers::WIDE,
+            m.wide_in_process_ms,
+            m.wide_on_workers_ms,
+            m.children_per_sec
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
