@@ -23,13 +23,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arbor_store::{StoreError, StoreErrorKind, StoreResult};
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use crate::error::{SqlResultExt, unavailable};
+use crate::tx::{Begin, Tx};
 
 /// What a write is: its work inside the transaction it is given.
-pub(crate) type WriteFn<T> = dyn Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send;
+pub(crate) type WriteFn<T> = dyn Fn(&Connection, &str) -> StoreResult<T> + Send;
 
 /// How one queued write went inside a batch's transaction.
 enum Step {
@@ -53,7 +54,7 @@ enum End {
 /// A queued write, its result type erased.
 trait Job: Send {
     /// Runs the write in `tx`, inside a savepoint when `alone` is false.
-    fn run(&mut self, tx: &Transaction<'_>, path: &str, alone: bool) -> Step;
+    fn run(&mut self, tx: &Tx<'_>, path: &str, alone: bool) -> Step;
     /// Answers the caller: its own result if the batch committed or it was refused, else
     /// the batch's error.
     fn answer(&mut self, failed: Option<&StoreError>);
@@ -66,9 +67,9 @@ struct Queued<T> {
 }
 
 impl<T: Send> Job for Queued<T> {
-    fn run(&mut self, tx: &Transaction<'_>, path: &str, alone: bool) -> Step {
+    fn run(&mut self, tx: &Tx<'_>, path: &str, alone: bool) -> Step {
         self.result = None;
-        if !alone && let Err(e) = tx.execute_batch("SAVEPOINT arbor_write").at(path) {
+        if !alone && let Err(e) = tx.savepoint(path) {
             return Step::Abort(e);
         }
         let result = (self.write)(tx, path);
@@ -76,15 +77,12 @@ impl<T: Send> Job for Queued<T> {
             Err(e) if e.kind() == StoreErrorKind::Locked => Step::Busy,
             // Alone, a refused write ends the transaction: nothing of it is kept.
             Err(e) if alone => Step::Abort(e.clone()),
-            Err(_) => match tx
-                .execute_batch("ROLLBACK TO arbor_write; RELEASE arbor_write")
-                .at(path)
-            {
+            Err(_) => match tx.roll_back_to_savepoint(path) {
                 Ok(()) => Step::Refused,
                 Err(e) => Step::Abort(e),
             },
             Ok(_) if alone => Step::Done,
-            Ok(_) => match tx.execute_batch("RELEASE arbor_write").at(path) {
+            Ok(_) => match tx.release(path) {
                 Ok(()) => Step::Done,
                 Err(e) => Step::Abort(e),
             },
@@ -206,11 +204,11 @@ impl Shared {
             }
             tracing::trace!(writes = jobs.len(), "one commit for a batch of writes");
             if self.inline_first
-                && let Some(mut conn) = try_lock(&self.conn)
+                && let Some(conn) = try_lock(&self.conn)
             {
                 // Never wait for another connection here: a busy file sends it to the pool.
                 let end = match conn.busy_timeout(Duration::ZERO).at(&self.path) {
-                    Ok(()) => run(&mut conn, &self.path, &mut jobs),
+                    Ok(()) => run(&conn, &self.path, &mut jobs),
                     Err(e) => End::Failed(e),
                 };
                 drop(conn);
@@ -229,9 +227,9 @@ impl Shared {
                 self.batcher.clone(),
             );
             let pooled = tokio::task::spawn_blocking(move || {
-                let mut conn = lock(&conn);
+                let conn = lock(&conn);
                 let end = match conn.busy_timeout(busy_timeout).at(&path) {
-                    Ok(()) => run(&mut conn, &path, &mut jobs),
+                    Ok(()) => run(&conn, &path, &mut jobs),
                     Err(e) => End::Failed(e),
                 };
                 if matches!(end, End::Committed) {
@@ -281,11 +279,8 @@ fn try_lock(conn: &Mutex<Connection>) -> Option<MutexGuard<'_, Connection>> {
 }
 
 /// Runs `jobs` in one transaction and commits it.
-fn run(conn: &mut Connection, path: &str, jobs: &mut [Box<dyn Job>]) -> End {
-    let tx = match conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .at(path)
-    {
+fn run(conn: &Connection, path: &str, jobs: &mut [Box<dyn Job>]) -> End {
+    let tx = match Tx::begin(conn, Begin::Immediate, path) {
         Ok(tx) => tx,
         Err(e) if e.kind() == StoreErrorKind::Locked => return End::Busy,
         Err(e) => return End::Failed(e),
@@ -299,7 +294,7 @@ fn run(conn: &mut Connection, path: &str, jobs: &mut [Box<dyn Job>]) -> End {
             Step::Abort(e) => return End::Failed(e),
         }
     }
-    match tx.commit().at(path) {
+    match tx.commit(path) {
         Ok(()) => End::Committed,
         Err(e) if e.kind() == StoreErrorKind::Locked => End::Busy,
         Err(e) => End::Failed(e),

@@ -16,9 +16,6 @@ use crate::error::{SqlResultExt, corrupt};
 /// The columns [`session_from_row`] reads, in order.
 pub(crate) use arbor_store::row::SESSION_COLUMNS;
 
-/// The columns [`entry_from_row`] reads, in order.
-pub(crate) use arbor_store::row::ENTRY_COLUMNS;
-
 pub(crate) use arbor_store::row::to_sql;
 
 fn column<T: FromSql>(row: &Row<'_>, idx: usize, name: &str) -> StoreResult<T> {
@@ -59,13 +56,8 @@ pub(crate) fn insert_session(
     record: &SessionRecord,
 ) -> StoreResult<()> {
     let r = SessionRow::of(record)?;
-    let sql = format!(
-        "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-         ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
-         ?27, ?28, ?29, ?30)"
-    );
     let (own, attr) = (r.own_usage, r.attributed_usage);
-    conn.prepare_cached(&sql)
+    conn.prepare_cached(&crate::sql::INSERT_SESSION)
         .and_then(|mut stmt| {
             stmt.execute(params![
                 r.id,
@@ -156,6 +148,26 @@ impl Columns {
     }
 }
 
+/// A session's own cost and usage columns, in the order [`write_session`] sets them.
+pub(crate) const OWN_COLUMNS: [&str; 6] = [
+    "own_cost",
+    "own_input_tokens",
+    "own_output_tokens",
+    "own_total_tokens",
+    "own_cache_read_tokens",
+    "own_cache_write_tokens",
+];
+
+/// A session's attributed cost and usage columns, in the same order.
+pub(crate) const ATTRIBUTED_COLUMNS: [&str; 6] = [
+    "attributed_cost",
+    "attributed_input_tokens",
+    "attributed_output_tokens",
+    "attributed_total_tokens",
+    "attributed_cache_read_tokens",
+    "attributed_cache_write_tokens",
+];
+
 /// Writes `columns` of `record` (and its `version` and `updated_at`) to its existing row.
 pub(crate) fn write_session(
     conn: &Connection,
@@ -163,41 +175,43 @@ pub(crate) fn write_session(
     record: &SessionRecord,
     columns: Columns,
 ) -> StoreResult<()> {
-    let mut sql = String::from("UPDATE sessions SET version = ?2, updated_at = ?3");
+    let mut sql = String::with_capacity(256);
+    sql.push_str("UPDATE sessions SET version = ?2, updated_at = ?3");
     let mut values: Vec<Value> = vec![
         Value::Text(record.id.to_string()),
         Value::Integer(to_sql(record.version)),
         Value::Integer(to_sql(record.updated_at.0)),
     ];
+    // Static names, numbered in place: nothing but the statement itself is built.
     let mut set = |column: &str, value: Value| {
+        use std::fmt::Write as _;
         values.push(value);
-        sql.push_str(&format!(", {column} = ?{}", values.len()));
+        let _ = write!(sql, ", {column} = ?{}", values.len());
     };
     if columns.status {
         set("status", Value::Text(record.status.as_str().to_owned()));
     }
-    for (on, prefix, usage, cost) in [
-        (columns.own_usage, "own", &record.own_usage, record.own_cost),
+    for (on, names, usage, cost) in [
+        (
+            columns.own_usage,
+            &OWN_COLUMNS,
+            &record.own_usage,
+            record.own_cost,
+        ),
         (
             columns.attributed_usage,
-            "attributed",
+            &ATTRIBUTED_COLUMNS,
             &record.attributed_usage,
             record.attributed_cost,
         ),
     ] {
         if on {
-            set(&format!("{prefix}_cost"), int(cost));
-            set(&format!("{prefix}_input_tokens"), int(usage.input_tokens));
-            set(&format!("{prefix}_output_tokens"), int(usage.output_tokens));
-            set(&format!("{prefix}_total_tokens"), int(usage.total_tokens));
-            set(
-                &format!("{prefix}_cache_read_tokens"),
-                int(usage.cache_read_tokens),
-            );
-            set(
-                &format!("{prefix}_cache_write_tokens"),
-                int(usage.cache_write_tokens),
-            );
+            set(names[0], int(cost));
+            set(names[1], int(usage.input_tokens));
+            set(names[2], int(usage.output_tokens));
+            set(names[3], int(usage.total_tokens));
+            set(names[4], int(usage.cache_read_tokens));
+            set(names[5], int(usage.cache_write_tokens));
         }
     }
     if columns.context_tokens {
@@ -228,11 +242,11 @@ pub(crate) fn write_session(
         .map(drop)
 }
 
-fn int(n: u64) -> Value {
+pub(crate) fn int(n: u64) -> Value {
     Value::Integer(to_sql(n))
 }
 
-/// Decodes a row selected with [`ENTRY_COLUMNS`] (see [`arbor_store::row::read_entry`]).
+/// Decodes a row selected with [`ENTRY_COLUMNS`](arbor_store::row::ENTRY_COLUMNS) (see [`arbor_store::row::read_entry`]).
 pub(crate) fn entry_from_row(row: &Row<'_>) -> StoreResult<TranscriptEntry> {
     read_entry(&Cols(row))
 }

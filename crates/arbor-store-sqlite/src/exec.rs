@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 use arbor_store::{StoreError, StoreErrorKind, StoreResult};
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
 
 use crate::error::{SqlResultExt, unavailable};
 use crate::store::SqliteStore;
+use crate::tx::{Begin, Tx};
 
 impl SqliteStore {
     /// Runs `f` on the connection: on this thread without waiting if nothing is busy, else
@@ -102,19 +103,15 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one transaction of `behavior`, committed only if `f` succeeds.
-    pub(crate) async fn transaction<T, F>(
-        &self,
-        behavior: TransactionBehavior,
-        f: F,
-    ) -> StoreResult<T>
+    pub(crate) async fn transaction<T, F>(&self, begin: Begin, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
+        F: Fn(&Connection, &str) -> StoreResult<T> + Send + 'static,
     {
         self.call(move |conn, path| {
-            let tx = conn.transaction_with_behavior(behavior).at(path)?;
+            let tx = Tx::begin(conn, begin, path)?;
             let out = f(&tx, path)?;
-            tx.commit().at(path)?;
+            tx.commit(path)?;
             Ok(out)
         })
         .await
@@ -124,7 +121,7 @@ impl SqliteStore {
     pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
+        F: Fn(&Connection, &str) -> StoreResult<T> + Send + 'static,
     {
         if self.read_only {
             return Err(StoreError::Invalid(format!(
@@ -135,7 +132,7 @@ impl SqliteStore {
         match tokio::runtime::Handle::try_current() {
             // Writes waiting at the same moment share one commit.
             Ok(runtime) => self.shared.write(&runtime, Box::new(f)).await,
-            Err(_) => self.transaction(TransactionBehavior::Immediate, f).await,
+            Err(_) => self.transaction(Begin::Immediate, f).await,
         }
     }
 
@@ -143,14 +140,12 @@ impl SqliteStore {
     pub(crate) async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: Fn(&Transaction<'_>, &str) -> StoreResult<T> + Send + 'static,
+        F: Fn(&Connection, &str) -> StoreResult<T> + Send + 'static,
     {
         self.call_read(move |conn, path| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .at(path)?;
+            let tx = Tx::begin(conn, Begin::Deferred, path)?;
             let out = f(&tx, path)?;
-            tx.commit().at(path)?;
+            tx.commit(path)?;
             Ok(out)
         })
         .await

@@ -50,6 +50,7 @@ mod repair;
 mod schema;
 mod sql;
 mod store;
+mod tx;
 
 pub use batch::WriteStats;
 pub use options::{CHECKPOINT_PAGES, SqliteOptions, Synchronous};

@@ -3,10 +3,15 @@
 
 use arbor_protocol::{RunId, SessionId, Timestamp};
 use arbor_store::{Checkpoint, SessionRecord, SessionUpdate, StoreError, StoreResult};
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, params};
 
-use crate::codec::{Columns, SESSION_COLUMNS, session_from_row, to_sql, write_session};
-use crate::error::SqlResultExt;
+use rusqlite::types::Value;
+
+use crate::codec::{
+    ATTRIBUTED_COLUMNS, Columns, OWN_COLUMNS, SESSION_COLUMNS, int, session_from_row, to_sql,
+    write_session,
+};
+use crate::error::{SqlResultExt, corrupt};
 
 pub(crate) fn exists(conn: &Connection, path: &str, id: SessionId) -> StoreResult<bool> {
     conn.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
@@ -19,8 +24,7 @@ pub(crate) fn load(
     path: &str,
     id: SessionId,
 ) -> StoreResult<Option<SessionRecord>> {
-    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1");
-    let mut stmt = conn.prepare_cached(&sql).at(path)?;
+    let mut stmt = conn.prepare_cached(&crate::sql::LOAD_SESSION).at(path)?;
     let mut rows = stmt.query([id.to_string()]).at(path)?;
     rows.next().at(path)?.map(session_from_row).transpose()
 }
@@ -78,7 +82,7 @@ pub(crate) use arbor_store::row::entry_rows as encode;
 /// Applies `update` (if any) and appends `bodies` to `session`, inside the caller's
 /// transaction; returns the last sequence number.
 pub(crate) fn append_in(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     path: &str,
     session: SessionId,
     run: RunId,
@@ -86,7 +90,13 @@ pub(crate) fn append_in(
     update: Option<&SessionUpdate>,
 ) -> StoreResult<u64> {
     match update {
-        Some(update) => drop(apply_update(tx, path, session, update)?),
+        // Nothing of the record is needed back: written without reading it, if it can be.
+        Some(update) => {
+            let written = update_in_place(tx, path, session, update)?;
+            if !written {
+                drop(apply_update(tx, path, session, update)?);
+            }
+        }
         None if !exists(tx, path, session)? => {
             return Err(StoreError::session_not_found(session));
         }
@@ -114,11 +124,7 @@ pub(crate) fn append_in(
     u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("transcript seq {seq}")))
 }
 
-pub(crate) fn name_taken(
-    tx: &Transaction<'_>,
-    path: &str,
-    record: &SessionRecord,
-) -> StoreResult<bool> {
+pub(crate) fn name_taken(tx: &Connection, path: &str, record: &SessionRecord) -> StoreResult<bool> {
     let Some(parent) = record.parent_id else {
         return Ok(false);
     };
@@ -133,7 +139,7 @@ pub(crate) fn name_taken(
 }
 
 pub(crate) fn checkpoint_version(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     path: &str,
     namespace: &str,
     key: &str,
@@ -283,4 +289,93 @@ fn json_path(keys: &[String]) -> String {
         .chain(keys.iter().map(|k| format!("\"{k}\"")))
         .collect::<Vec<_>>()
         .join(".")
+}
+
+/// Applies `update` to session `id`'s row in one `UPDATE`, without reading the row first,
+/// where nothing in it depends on the row: `Ok(false)` (nothing written) for an update that
+/// renames (its new name is checked against its siblings first), which the caller applies
+/// by reading the record. The version check and `live_only` are conditions of the same
+/// statement; when it changes no row, the record is read to say why (not found, deleted or
+/// a conflict), as [`SessionRecord::check_version`] says it.
+pub(crate) fn update_in_place(
+    conn: &Connection,
+    path: &str,
+    id: arbor_protocol::SessionId,
+    update: &SessionUpdate,
+) -> StoreResult<bool> {
+    use std::fmt::Write as _;
+    if update.name.is_some() {
+        return Ok(false);
+    }
+    let mut sql = String::with_capacity(256);
+    sql.push_str("UPDATE sessions SET version = version + 1, updated_at = MAX(updated_at, ?2)");
+    let mut values: Vec<Value> = vec![
+        Value::Text(id.to_string()),
+        int(arbor_protocol::Timestamp::now().0),
+    ];
+    let mut set = |column: &str, value: Value| {
+        values.push(value);
+        let _ = write!(sql, ", {column} = ?{}", values.len());
+    };
+    if let Some(status) = update.status {
+        set("status", Value::Text(status.as_str().to_owned()));
+    }
+    for (names, usage, cost) in [
+        (&OWN_COLUMNS, update.own_usage, update.own_cost),
+        (
+            &ATTRIBUTED_COLUMNS,
+            update.attributed_usage,
+            update.attributed_cost,
+        ),
+    ] {
+        if let Some(cost) = cost {
+            set(names[0], int(cost));
+        }
+        if let Some(usage) = usage {
+            set(names[1], int(usage.input_tokens));
+            set(names[2], int(usage.output_tokens));
+            set(names[3], int(usage.total_tokens));
+            set(names[4], int(usage.cache_read_tokens));
+            set(names[5], int(usage.cache_write_tokens));
+        }
+    }
+    if let Some(tokens) = update.context_tokens {
+        set("context_tokens", int(tokens));
+    }
+    if let Some(meta) = &update.meta {
+        let text = serde_json::to_string(meta).map_err(|e| corrupt(format_args!("meta: {e}")))?;
+        set("meta", Value::Text(text));
+    }
+    if let Some(replies) = update.replies {
+        set("replies", Value::Integer(i64::from(replies)));
+    }
+    if let Some(artifacts) = update.artifacts {
+        set("artifacts", Value::Integer(i64::from(artifacts)));
+    }
+    if let Some(tombstone) = &update.tombstone {
+        let text = serde_json::to_string(tombstone)
+            .map_err(|e| corrupt(format_args!("tombstone: {e}")))?;
+        set("tombstone", Value::Text(text));
+    }
+    sql.push_str(" WHERE id = ?1");
+    if let Some(expected) = update.expected_version {
+        values.push(int(expected));
+        let _ = write!(sql, " AND version = ?{}", values.len());
+    }
+    if update.live_only {
+        sql.push_str(" AND tombstone IS NULL");
+    }
+    let changed = conn
+        .prepare_cached(&sql)
+        .and_then(|mut stmt| stmt.execute(rusqlite::params_from_iter(values)))
+        .at(path)?;
+    if changed == 1 {
+        return Ok(true);
+    }
+    // Why not: the record says.
+    let record = load(conn, path, id)?.ok_or_else(|| StoreError::session_not_found(id))?;
+    record.check_version(update)?;
+    Err(corrupt(format_args!(
+        "session {id}: an update changed {changed} rows"
+    )))
 }

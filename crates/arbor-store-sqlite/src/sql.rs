@@ -7,19 +7,34 @@
 //! 10 % of a root run's time on a file store. Casting each such parameter to its column's
 //! type pins the plan; the values and results are the same.
 
-use crate::codec::{ENTRY_COLUMNS, SESSION_COLUMNS};
+use std::sync::LazyLock;
+
+use arbor_store::row::{ENTRY_COLUMNS, SESSION_COLUMNS};
+
+/// One session by id: `?1` the id.
+pub(crate) static LOAD_SESSION: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"));
+
+/// A new session row, its values in [`SESSION_COLUMNS`] order.
+pub(crate) static INSERT_SESSION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+         ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
+         ?27, ?28, ?29, ?30)"
+    )
+});
 
 /// The last `seq` of a session's transcript (0 when empty): `?1` the session.
 pub(crate) const LAST_SEQ: &str =
     "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = CAST(?1 AS TEXT)";
 
 /// A session's entries after `?2`, in order, at most `?3` (negative: all): `?1` the session.
-pub(crate) fn entries_after() -> String {
+pub(crate) static ENTRIES_AFTER: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {ENTRY_COLUMNS} FROM transcript_entries WHERE session_id = CAST(?1 AS TEXT) \
          AND seq > CAST(?2 AS INTEGER) ORDER BY seq LIMIT CAST(?3 AS INTEGER)"
     )
-}
+});
 
 /// A namespace's checkpoints by key: `?1` the namespace.
 pub(crate) const CHECKPOINTS_OF: &str = "SELECT namespace, key, version, value, updated_at \
@@ -74,8 +89,8 @@ mod tests {
         let (id, n, all) = ("0190f1e2-0000-7000-8000-000000000001", 3_i64, -1_i64);
         let cases: Vec<(String, Vec<&dyn ToSql>)> = vec![
             (LAST_SEQ.to_owned(), vec![&id]),
-            (entries_after(), vec![&id, &n, &all]),
-            (entries_after(), vec![&id, &n, &n]),
+            (ENTRIES_AFTER.clone(), vec![&id, &n, &all]),
+            (ENTRIES_AFTER.clone(), vec![&id, &n, &n]),
             (CHECKPOINTS_OF.to_owned(), vec![&"approvals"]),
             (sessions_where(CHILDREN_OF), vec![&id]),
             (sessions_where(TREE_OF), vec![&id]),

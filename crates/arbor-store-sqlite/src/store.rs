@@ -295,7 +295,7 @@ impl Store for SqliteStore {
             if !exists(tx, path, session)? {
                 return Err(StoreError::session_not_found(session));
             }
-            let mut stmt = tx.prepare_cached(&sql::entries_after()).at(path)?;
+            let mut stmt = tx.prepare_cached(&sql::ENTRIES_AFTER).at(path)?;
             let mut rows = stmt
                 .query(params![session.to_string(), after, limit])
                 .at(path)?;

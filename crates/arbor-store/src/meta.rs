@@ -66,7 +66,48 @@ impl<T: Serialize + Send + Sync + 'static> Source for T {
     }
 }
 
+/// A meta read from a store as JSON text: checked to be JSON when read, parsed only when
+/// something reads it, and written back as the same text.
+struct JsonText(Box<str>);
+
+impl Source for JsonText {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn to_value(&self) -> Value {
+        // Checked to be JSON when it was made.
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+
+    fn to_json(&self) -> serde_json::Result<String> {
+        Ok(self.0.clone().into())
+    }
+
+    fn field(&self, _key: &str) -> Result<Option<Value>, crate::meta_field::NotPicked> {
+        // Read from the whole value, parsed once.
+        Err(crate::meta_field::NotPicked)
+    }
+}
+
 impl Meta {
+    /// Host data kept as the JSON `text` a store read, checked to be JSON (without building
+    /// it) and parsed only when something reads it: a record read to be updated, or listed,
+    /// never parses a meta nobody looks at. `null` is the empty meta.
+    pub fn from_json_text(text: String) -> serde_json::Result<Self> {
+        serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
+        if text.trim() == "null" {
+            return Ok(Self::default());
+        }
+        Ok(Self {
+            value: None,
+            typed: Some(Arc::new(Typed {
+                source: Box::new(JsonText(text.into_boxed_str())),
+                value: OnceLock::new(),
+            })),
+        })
+    }
+
     /// Host data kept as `value` and turned into JSON only when read. Its JSON is what
     /// `serde_json` makes of `value` (field order as declared, for the text).
     pub fn typed<T: Serialize + Send + Sync + 'static>(value: T) -> Self {
@@ -329,6 +370,40 @@ mod tests {
         assert_eq!(typed, expected, "a copy's change leaves the others alone");
         assert_eq!(changed.clone().into_value()["path"], json!(["a", "b"]));
         assert_eq!(format!("{typed}"), expected.to_string());
+    }
+
+    /// A meta read as text is checked at once, parsed only when read, written back as the
+    /// same text until changed, and reads, compares and changes as the JSON it holds.
+    #[test]
+    fn a_meta_read_as_text_is_parsed_only_when_read() {
+        let text = r#"{"mode":"sync","budget":{"tokens":5},"n":[1,2]}"#;
+        let meta = Meta::from_json_text(text.to_owned()).unwrap();
+        let shared = meta.clone();
+        assert!(meta.typed.as_ref().unwrap().value.get().is_none());
+        assert_eq!(meta.to_json().unwrap(), text, "written back as it was read");
+        assert!(
+            meta.typed.as_ref().unwrap().value.get().is_none(),
+            "not parsed"
+        );
+        assert_eq!(meta.field("mode").as_deref(), Some(&json!("sync")));
+        assert_eq!(meta.field("missing"), None);
+        assert_eq!(
+            meta,
+            json!({"mode": "sync", "budget": {"tokens": 5}, "n": [1, 2]})
+        );
+        let mut changed = meta;
+        changed["mode"] = json!("async");
+        assert_eq!(
+            changed.to_json().unwrap(),
+            r#"{"budget":{"tokens":5},"mode":"async","n":[1,2]}"#
+        );
+        assert_eq!(shared["mode"], json!("sync"), "a copy keeps what it read");
+
+        assert!(Meta::from_json_text("{".to_owned()).is_err());
+        assert!(Meta::from_json_text("{} trailing".to_owned()).is_err());
+        let null = Meta::from_json_text("null".to_owned()).unwrap();
+        assert!(null.is_null());
+        assert_eq!(null.to_json().unwrap(), "null");
     }
 
     #[test]

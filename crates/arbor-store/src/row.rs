@@ -231,15 +231,28 @@ impl SessionRow {
 
     /// The row `row` holds, its columns in [`SESSION_COLUMNS`] order.
     pub fn read(row: &impl ReadColumns) -> StoreResult<Self> {
-        let usage = |first: usize, prefix: &str| -> StoreResult<[i64; 5]> {
-            let field =
-                |offset: usize, name: &str| row.int(first + offset, &format!("{prefix}_{name}"));
+        // The column names, for the errors only: nothing is built for a row that decodes.
+        const OWN: [&str; 5] = [
+            "own_input_tokens",
+            "own_output_tokens",
+            "own_total_tokens",
+            "own_cache_read_tokens",
+            "own_cache_write_tokens",
+        ];
+        const ATTRIBUTED: [&str; 5] = [
+            "attributed_input_tokens",
+            "attributed_output_tokens",
+            "attributed_total_tokens",
+            "attributed_cache_read_tokens",
+            "attributed_cache_write_tokens",
+        ];
+        let usage = |first: usize, names: &[&str; 5]| -> StoreResult<[i64; 5]> {
             Ok([
-                field(0, "input_tokens")?,
-                field(1, "output_tokens")?,
-                field(2, "total_tokens")?,
-                field(3, "cache_read_tokens")?,
-                field(4, "cache_write_tokens")?,
+                row.int(first, names[0])?,
+                row.int(first + 1, names[1])?,
+                row.int(first + 2, names[2])?,
+                row.int(first + 3, names[3])?,
+                row.int(first + 4, names[4])?,
             ])
         };
         Ok(Self {
@@ -251,8 +264,8 @@ impl SessionRow {
             model: row.text(5, "model")?,
             depth: row.int(6, "depth")?,
             status: row.text(7, "status")?,
-            own_usage: usage(8, "own")?,
-            attributed_usage: usage(13, "attributed")?,
+            own_usage: usage(8, &OWN)?,
+            attributed_usage: usage(13, &ATTRIBUTED)?,
             context_tokens: row.int(18, "context_tokens")?,
             created_at: row.int(19, "created_at")?,
             updated_at: row.int(20, "updated_at")?,
@@ -295,9 +308,8 @@ impl SessionRow {
             context_tokens: from_sql(self.context_tokens),
             created_at: Timestamp(from_sql(self.created_at)),
             updated_at: Timestamp(from_sql(self.updated_at)),
-            meta: serde_json::from_str::<serde_json::Value>(&self.meta)
-                .map_err(|e| corrupt(format_args!("column meta: {e}")))?
-                .into(),
+            meta: crate::Meta::from_json_text(self.meta)
+                .map_err(|e| corrupt(format_args!("column meta: {e}")))?,
             version: from_sql(self.version),
             spawned_by: match (self.spawned_run, self.spawned_turn) {
                 (Some(run), Some(turn)) => Some(SpawnPoint {
