@@ -114,24 +114,6 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
-    /// What an [`Attribution`](arbor_store::Attribution) writes to an ancestor.
-    pub(crate) const ATTRIBUTED_USAGE: Self = Self {
-        attributed_usage: true,
-        ..Self::NONE
-    };
-
-    const NONE: Self = Self {
-        status: false,
-        own_usage: false,
-        attributed_usage: false,
-        context_tokens: false,
-        meta: false,
-        replies: false,
-        artifacts: false,
-        tombstone: false,
-        name: false,
-    };
-
     /// The columns `update` sets.
     pub(crate) fn of(update: &SessionUpdate) -> Self {
         Self {

@@ -379,3 +379,62 @@ pub(crate) fn update_in_place(
         "session {id}: an update changed {changed} rows"
     )))
 }
+
+/// Adds `attribution` to ancestor `target`'s attributed usage and cost, reading only its
+/// usage and cost columns (not the whole record), and returns the entries for its
+/// transcript, as [`Attribution::apply_to`] does on a record: the sums saturate as there,
+/// and the version and time are bumped.
+pub(crate) fn attribute(
+    conn: &Connection,
+    path: &str,
+    attribution: &arbor_store::Attribution,
+    target: &arbor_store::AttributionTarget,
+) -> StoreResult<Vec<arbor_protocol::EntryKind>> {
+    let id = target.session.to_string();
+    let read = conn
+        .prepare_cached(crate::sql::USAGE_OF)
+        .and_then(|mut stmt| {
+            stmt.query_row([&id], |row| {
+                let mut v = [0_i64; 12];
+                for (i, slot) in v.iter_mut().enumerate() {
+                    *slot = row.get(i)?;
+                }
+                Ok(v)
+            })
+        });
+    let v = match read {
+        Err(rusqlite::Error::QueryReturnedNoRows) => {
+            return Err(StoreError::session_not_found(target.session));
+        }
+        other => other.at(path)?,
+    };
+    let usage = |a: &[i64]| arbor_protocol::Usage {
+        input_tokens: arbor_store::row::from_sql(a[0]),
+        output_tokens: arbor_store::row::from_sql(a[1]),
+        total_tokens: arbor_store::row::from_sql(a[2]),
+        cache_read_tokens: arbor_store::row::from_sql(a[3]),
+        cache_write_tokens: arbor_store::row::from_sql(a[4]),
+    };
+    let (own, own_cost) = (usage(&v[0..5]), arbor_store::row::from_sql(v[5]));
+    let attributed = usage(&v[6..11]) + attribution.usage;
+    let attributed_cost = arbor_store::row::from_sql(v[11]).saturating_add(attribution.cost);
+    conn.prepare_cached(crate::sql::ADD_ATTRIBUTED)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                id,
+                to_sql(attributed.input_tokens),
+                to_sql(attributed.output_tokens),
+                to_sql(attributed.total_tokens),
+                to_sql(attributed.cache_read_tokens),
+                to_sql(attributed.cache_write_tokens),
+                to_sql(attributed_cost),
+                to_sql(Timestamp::now().0),
+            ])
+        })
+        .at(path)?;
+    Ok(attribution.entries(
+        target,
+        own + attributed,
+        own_cost.saturating_add(attributed_cost),
+    ))
+}

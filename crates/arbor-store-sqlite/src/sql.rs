@@ -24,6 +24,21 @@ pub(crate) static INSERT_SESSION: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// A session's own usage and cost, then its attributed usage and cost: `?1` the id.
+pub(crate) const USAGE_OF: &str = "SELECT own_input_tokens, own_output_tokens, \
+     own_total_tokens, own_cache_read_tokens, own_cache_write_tokens, own_cost, \
+     attributed_input_tokens, attributed_output_tokens, attributed_total_tokens, \
+     attributed_cache_read_tokens, attributed_cache_write_tokens, attributed_cost \
+     FROM sessions WHERE id = ?1";
+
+/// Sets a session's attributed usage (`?2`–`?6`) and cost (`?7`), bumping its version and
+/// time (`?8`): `?1` the id.
+pub(crate) const ADD_ATTRIBUTED: &str = "UPDATE sessions SET attributed_input_tokens = ?2, \
+     attributed_output_tokens = ?3, attributed_total_tokens = ?4, \
+     attributed_cache_read_tokens = ?5, attributed_cache_write_tokens = ?6, \
+     attributed_cost = ?7, version = version + 1, updated_at = MAX(updated_at, ?8) \
+     WHERE id = ?1";
+
 /// The last `seq` of a session's transcript (0 when empty): `?1` the session.
 pub(crate) const LAST_SEQ: &str =
     "SELECT COALESCE(MAX(seq), 0) FROM transcript_entries WHERE session_id = CAST(?1 AS TEXT)";

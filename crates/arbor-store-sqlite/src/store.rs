@@ -263,10 +263,7 @@ impl Store for SqliteStore {
         self.write(move |tx, path| {
             let seq = append_in(tx, path, session, run, &bodies, update.as_ref())?;
             for target in &attribution.targets {
-                let mut record = load(tx, path, target.session)?
-                    .ok_or_else(|| StoreError::session_not_found(target.session))?;
-                let added = attribution.apply_to(target, &mut record);
-                write_session(tx, path, &record, Columns::ATTRIBUTED_USAGE)?;
+                let added = crate::ops::attribute(tx, path, &attribution, target)?;
                 let body = encode(&added)?;
                 append_in(
                     tx,

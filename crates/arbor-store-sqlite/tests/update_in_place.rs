@@ -138,3 +138,79 @@ async fn an_update_written_in_place_leaves_what_a_read_and_write_leaves() {
         "no entry of a refused write was kept"
     );
 }
+
+/// Usage attributed to an ancestor is added to its columns without reading its record:
+/// the sums, the version, the entries' aggregates are what `Attribution::apply_to` gives on
+/// the record, a sum past `u64::MAX` saturates there as it does on the record, and an
+/// unknown ancestor refuses the whole write.
+#[tokio::test]
+async fn attributed_usage_adds_up_and_saturates_as_on_the_record() {
+    use arbor_store::{Attribution, AttributionTarget};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("arbor.db")).unwrap();
+    let root = SessionRecord::new_root("root", "planner", "model-a");
+    store.create_session(&root).await.unwrap();
+    let own = SessionUpdate {
+        own_usage: Some(Usage::new(100, 10)),
+        own_cost: Some(1_000),
+        ..SessionUpdate::default()
+    };
+    let root_now = store.update_session(root.id, &own).await.unwrap();
+    let child = SessionRecord::new_child(&root, "kid", "worker", "model-a");
+    store.create_session(&child).await.unwrap();
+    let attribution = |usage: Usage, cost: u64| Attribution {
+        from: child.id,
+        usage,
+        cost,
+        targets: vec![AttributionTarget {
+            session: root.id,
+            via: child.id,
+            target: None,
+        }],
+    };
+    // What the record-level rule gives, step by step.
+    let mut expected = root_now.clone();
+    let mut expected_entries = Vec::new();
+    let steps = [
+        attribution(Usage::new(7, 3), 250),
+        attribution(Usage::new(5, 1), 0),
+        attribution(Usage::new(u64::MAX, 2), u64::MAX),
+    ];
+    for step in &steps {
+        expected_entries.extend(step.apply_to(&step.targets[0], &mut expected));
+        store
+            .append_attributed(child.id, RunId::new(), &note(), None, step)
+            .await
+            .unwrap();
+    }
+    let got = store.session(root.id).await.unwrap().unwrap();
+    assert_eq!(got.attributed_usage, expected.attributed_usage);
+    assert_eq!(got.attributed_usage.input_tokens, u64::MAX, "saturated");
+    assert_eq!(got.attributed_cost, expected.attributed_cost);
+    assert_eq!(got.attributed_cost, u64::MAX, "saturated");
+    assert_eq!(got.own_usage, Usage::new(100, 10));
+    assert_eq!(got.version, expected.version);
+    let written: Vec<EntryKind> = store
+        .transcript(root.id, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(written, expected_entries);
+
+    let ghost = SessionRecord::new_root("ghost", "planner", "model-a");
+    let mut lost = attribution(Usage::new(1, 1), 0);
+    lost.targets[0].session = ghost.id;
+    let before = store.transcript(child.id, 0, None).await.unwrap().len();
+    let err = store
+        .append_attributed(child.id, RunId::new(), &note(), None, &lost)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::NotFound, "{err}");
+    assert_eq!(
+        store.transcript(child.id, 0, None).await.unwrap().len(),
+        before,
+        "the child's own entries were not kept either"
+    );
+}

@@ -285,19 +285,31 @@ impl Attribution {
             attributed_cost: (self.cost > 0).then_some(cost),
             ..SessionUpdate::default()
         });
+        self.entries(target, record.aggregate_usage(), record.aggregate_cost())
+    }
+
+    /// The entries [`apply_to`](Self::apply_to) returns, for a target whose aggregate usage
+    /// and cost are `aggregate` and `aggregate_cost` once this is added: for a backend that
+    /// adds it to the record's columns without reading the whole record.
+    pub fn entries(
+        &self,
+        target: &AttributionTarget,
+        aggregate: Usage,
+        aggregate_cost: u64,
+    ) -> Vec<EntryKind> {
         let mut out = vec![EntryKind::UsageAttributed {
             from: self.from,
             via: target.via,
             target: target.target,
             child_usage: self.usage,
-            aggregate: record.aggregate_usage(),
+            aggregate,
         }];
         if self.cost > 0 {
             out.push(EntryKind::CostAttributed {
                 from: self.from,
                 via: target.via,
                 micros: self.cost,
-                aggregate_micros: record.aggregate_cost(),
+                aggregate_micros: aggregate_cost,
             });
         }
         out
