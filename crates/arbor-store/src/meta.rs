@@ -84,9 +84,44 @@ impl Source for JsonText {
         Ok(self.0.clone().into())
     }
 
-    fn field(&self, _key: &str) -> Result<Option<Value>, crate::meta_field::NotPicked> {
-        // Read from the whole value, parsed once.
-        Err(crate::meta_field::NotPicked)
+    fn field(&self, key: &str) -> Result<Option<Value>, crate::meta_field::NotPicked> {
+        // One pass over the text that builds only the field asked for; anything it cannot
+        // read so (not an object, a key with escapes) is read from the whole value.
+        let mut de = serde_json::Deserializer::from_str(&self.0);
+        serde::de::DeserializeSeed::deserialize(PickField(key), &mut de)
+            .map_err(|_| crate::meta_field::NotPicked)
+    }
+}
+
+/// Reads one top-level field of a JSON object, skipping the others without building them.
+/// As `serde_json::Map` keeps the last of two equal keys, so does this.
+struct PickField<'k>(&'k str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for PickField<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for PickField<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<&'de str>()? {
+            if key == self.0 {
+                found = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -401,6 +436,21 @@ mod tests {
 
         assert!(Meta::from_json_text("{".to_owned()).is_err());
         assert!(Meta::from_json_text("{} trailing".to_owned()).is_err());
+        // A field read from the text, without parsing the rest; equal keys: the last.
+        let text = Meta::from_json_text(r#"{"a":1,"k":{"x":[1]},"k":"last","z":null}"#.to_owned())
+            .unwrap();
+        assert_eq!(text.field("k").as_deref(), Some(&json!("last")));
+        assert_eq!(text.field("z"), None);
+        assert_eq!(text.field("nope"), None);
+        assert!(
+            text.typed.as_ref().unwrap().value.get().is_none(),
+            "not parsed whole"
+        );
+        let escaped = Meta::from_json_text(r#"{"a\u0062":2,"k":3}"#.to_owned()).unwrap();
+        assert_eq!(escaped.field("k").as_deref(), Some(&json!(3)));
+        assert_eq!(escaped.field("ab").as_deref(), Some(&json!(2)));
+        let list = Meta::from_json_text("[1,2]".to_owned()).unwrap();
+        assert_eq!(list.field("k"), None);
         let null = Meta::from_json_text("null".to_owned()).unwrap();
         assert!(null.is_null());
         assert_eq!(null.to_json().unwrap(), "null");

@@ -20,7 +20,10 @@ pub(crate) fn stored(record: &SessionRecord) -> Option<u32> {
     {
         return child.max_depth;
     }
-    record.meta["max_depth"]
+    // One field, without parsing the rest of a record read from the store.
+    record
+        .meta
+        .field("max_depth")?
         .as_u64()
         .and_then(|d| u32::try_from(d).ok())
 }
