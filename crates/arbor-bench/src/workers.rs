@@ -260,7 +260,8 @@ fn start_worker(arbor: &Path, dir: &Path, target: &Target, n: usize) -> Result<W
     let start = Instant::now();
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("arbor worker:") {
+        // Its start line (`arbor worker: N spec(s), up to …`) comes once it listens.
+        if text.contains("spec(s), up to") {
             return Ok(worker);
         }
         if start.elapsed() > Duration::from_secs(20) {

@@ -68,6 +68,13 @@ pub(crate) fn connect_reader(
     Ok(conn)
 }
 
+/// Whether `conn`'s database is in WAL mode (what [`connect`] asks for; a file system that
+/// cannot share memory, say, leaves it in another mode).
+pub(crate) fn in_wal_mode(conn: &Connection) -> bool {
+    conn.pragma_query_value(None, "journal_mode", |row| row.get::<_, String>(0))
+        .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"))
+}
+
 /// A private in-memory store's connection.
 pub(crate) fn connect_in_memory(display: &str, options: &SqliteOptions) -> StoreResult<Connection> {
     let conn = Connection::open_in_memory().map_err(|e| open_error(display, e))?;

@@ -90,9 +90,13 @@ impl SqliteStore {
         let path = path.as_ref();
         let display = path.display().to_string();
         let conn = open::connect(path, &display, options)?;
-        let file = !display.starts_with("file:") && display != ":memory:";
+        // Only a named file in WAL mode gets a reader: another connection to `""` or
+        // `:memory:` would open another, empty database, and outside WAL mode the reader
+        // and the writer would wait for each other.
+        let file = !display.is_empty() && !display.starts_with("file:") && display != ":memory:";
+        let wal = open::in_wal_mode(&conn);
         let mut store = Self::new(conn, display, options);
-        if file && !options.read_only {
+        if file && wal && !options.read_only {
             let reader = open::connect_reader(path, &store.shared.path, options)?;
             store.reader = Some(Arc::new(Mutex::new(reader)));
         }

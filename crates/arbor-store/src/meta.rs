@@ -93,6 +93,70 @@ impl Source for JsonText {
     }
 }
 
+/// Checks JSON text as strictly as parsing it into a [`Value`] does (numbers in range, no
+/// lone surrogate in an escape, at most serde_json's nesting depth), without building it:
+/// everything goes through `deserialize_any`, where serde_json applies those checks, which
+/// its `IgnoredAny` skips.
+struct Check;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Check {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Deserialize<'de> for Check {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Check).map(|()| Check)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Check {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<Check>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key::<Check>()?.is_some() {
+            map.next_value::<Check>()?;
+        }
+        Ok(())
+    }
+}
+
 /// Reads one top-level field of a JSON object, skipping the others without building them.
 /// As `serde_json::Map` keeps the last of two equal keys, so does this.
 struct PickField<'k>(&'k str);
@@ -130,7 +194,9 @@ impl Meta {
     /// it) and parsed only when something reads it: a record read to be updated, or listed,
     /// never parses a meta nobody looks at. `null` is the empty meta.
     pub fn from_json_text(text: String) -> serde_json::Result<Self> {
-        serde_json::from_str::<serde::de::IgnoredAny>(&text)?;
+        let mut de = serde_json::Deserializer::from_str(&text);
+        serde::de::DeserializeSeed::deserialize(Check, &mut de)?;
+        de.end()?;
         if text.trim() == "null" {
             return Ok(Self::default());
         }
@@ -435,6 +501,31 @@ mod tests {
         assert_eq!(shared["mode"], json!("sync"), "a copy keeps what it read");
 
         assert!(Meta::from_json_text("{".to_owned()).is_err());
+        // Refused as a `Value` parse refuses them, not taken and read later as `null`.
+        let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        for bad in [
+            r#"{"n":1e400}"#,
+            r#"{"s":"\ud800"}"#,
+            deep.as_str(),
+            "",
+            " ",
+        ] {
+            assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
+            assert!(Meta::from_json_text(bad.to_owned()).is_err(), "{bad}");
+        }
+        let fine = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        for good in [
+            r#"{"n":1e300,"i":-5,"u":18446744073709551615}"#,
+            fine.as_str(),
+            " {} ",
+        ] {
+            let parsed: Value = serde_json::from_str(good).unwrap();
+            assert_eq!(
+                Meta::from_json_text(good.to_owned()).unwrap(),
+                parsed,
+                "{good}"
+            );
+        }
         assert!(Meta::from_json_text("{} trailing".to_owned()).is_err());
         // A field read from the text, without parsing the rest; equal keys: the last.
         let text = Meta::from_json_text(r#"{"a":1,"k":{"x":[1]},"k":"last","z":null}"#.to_owned())
