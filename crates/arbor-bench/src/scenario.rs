@@ -281,7 +281,8 @@ async fn store_calls(scenario: Scenario, kind: StoreKind) -> Result<Option<(f64,
     )))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The median of `v` (sorted in place; 0 when empty).
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,

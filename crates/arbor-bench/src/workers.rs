@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::scenario::median;
 use crate::stores::POSTGRES_URL_ENV;
 
 /// Runs of each tree, each way (the medians are reported); one with `--quick`.
@@ -165,15 +166,6 @@ fn measure(
             "wide": {"in_process": wide_in, "on_workers": wide_w},
         }),
     })
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// `arbor` in `dir` on the target's schema.
