@@ -15,6 +15,14 @@ use crate::counted::{Counted, Counts};
 /// The environment variable naming the PostgreSQL server of `--store postgres`.
 pub(crate) const POSTGRES_URL_ENV: &str = "ARBOR_BENCH_POSTGRES_URL";
 
+/// The PostgreSQL server to measure on: [`POSTGRES_URL_ENV`], else `ARBOR_STORE_URL`; the
+/// error says that `option` needs one.
+pub(crate) fn postgres_url(option: &str) -> Result<String, String> {
+    std::env::var(POSTGRES_URL_ENV)
+        .or_else(|_| std::env::var("ARBOR_STORE_URL"))
+        .map_err(|_| format!("{option} needs a PostgreSQL server: set {POSTGRES_URL_ENV}"))
+}
+
 /// A run's store, and what is removed after it.
 #[derive(Debug)]
 pub(crate) struct BenchStore {
@@ -101,11 +109,7 @@ impl StoreKind {
                 bench._dir = Some(dir);
             }
             StoreKind::Postgres => {
-                let url = std::env::var(POSTGRES_URL_ENV)
-                    .or_else(|_| std::env::var("ARBOR_STORE_URL"))
-                    .map_err(|_| {
-                        format!("--store postgres needs a server: set {POSTGRES_URL_ENV}")
-                    })?;
+                let url = postgres_url("--store postgres")?;
                 static NEXT: AtomicU32 = AtomicU32::new(0);
                 let schema = format!(
                     "arbor_bench_{}_{}",

@@ -1,6 +1,6 @@
 //! `--workers N`: children handed to `arbor worker` processes over PostgreSQL, and back.
 //!
-//! On a schema of its own on the server [`POSTGRES_URL_ENV`] names (else `ARBOR_STORE_URL`),
+//! On a schema of its own on the server [`crate::stores::POSTGRES_URL_ENV`] names (else `ARBOR_STORE_URL`),
 //! with the `arbor` binary beside this program, two trees of the scripted model (every turn
 //! 10 input and 5 output tokens) each run [`RUNS`] times in this process's `arbor run` and
 //! [`RUNS`] times with `--workers` while `N` `arbor worker` processes run:
@@ -21,7 +21,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::scenario::median;
-use crate::stores::POSTGRES_URL_ENV;
 
 /// Runs of each tree, each way (the medians are reported); one with `--quick`.
 pub(crate) const RUNS: usize = 3;
@@ -98,9 +97,7 @@ pub(crate) fn run(workers: usize, runs: usize) -> Result<Measured, String> {
         return Err("--workers must be at least 1".to_owned());
     }
     let arbor = crate::big_store::arbor_binary()?;
-    let url = std::env::var(POSTGRES_URL_ENV)
-        .or_else(|_| std::env::var("ARBOR_STORE_URL"))
-        .map_err(|_| format!("--workers needs a PostgreSQL server: set {POSTGRES_URL_ENV}"))?;
+    let url = crate::stores::postgres_url("--workers")?;
     let target = Target {
         url,
         schema: format!("arbor_bench_workers_{}", std::process::id()),
