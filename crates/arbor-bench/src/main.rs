@@ -16,12 +16,15 @@
 //! - [`big_store`]: `--big-store N`, the `arbor` commands on a store of many finished trees.
 //! - [`serve_load`]: `--serve-load RUNS`, `arbor serve` under a bounded load.
 //! - [`workers`]: `--workers N`, children handed to `arbor worker` processes over PostgreSQL.
+//! - [`modes`]: those three modes' reports, and `--all`, every mode in one document.
+//! - [`targets`]: round 3's targets beside the figures `--all` measured.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod big_store;
 mod counted;
 mod long_life;
+mod modes;
 mod parallel;
 mod pump;
 mod report;
@@ -30,6 +33,7 @@ mod scenario;
 mod serve_load;
 mod service;
 mod stores;
+mod targets;
 mod trees;
 mod workers;
 
@@ -88,6 +92,12 @@ struct Args {
     /// program)
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// Every mode, one after another: the scenarios, `--big-store` (1,000,000 sessions;
+    /// 10,000 with --quick), `--serve-load` (200 runs), and `--workers` (4; 2 with --quick;
+    /// only when a PostgreSQL server is named), each size overridden by its own option. With
+    /// --json, one document holding every figure and round 3's targets beside them.
+    #[arg(long)]
+    all: bool,
     /// Internal: run one scenario on one store and print its row as JSON.
     #[arg(long, hide = true, num_args = 2, value_names = ["SCENARIO", "STORE"])]
     worker: Option<Vec<String>>,
@@ -105,14 +115,31 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
+    if args.all {
+        let plan = modes::All {
+            big_store: args
+                .big_store
+                .unwrap_or(if args.quick { 10_000 } else { 1_000_000 }),
+            serve_load: args.serve_load.unwrap_or(200),
+            workers: match args.workers {
+                Some(n) => Some(n),
+                None => stores::postgres_url("--workers")
+                    .ok()
+                    .map(|_| if args.quick { 2 } else { 4 }),
+            },
+            quick: args.quick,
+        };
+        let scenarios = scenarios(&args)?;
+        return Ok(modes::all(scenarios, &plan, args.json)?.finish(args.json));
+    }
     if let Some(sessions) = args.big_store {
-        return big_store_check(sessions, args.json);
+        return Ok(modes::big_store(sessions, args.json)?.finish(args.json));
     }
     if let Some(runs) = args.serve_load {
-        return serve_load_check(runs, args.json);
+        return Ok(modes::serve_load(runs, args.json)?.finish(args.json));
     }
     if let Some(n) = args.workers {
-        return workers_check(n, args.json, args.quick);
+        return Ok(modes::workers(n, args.json, args.quick)?.finish(args.json));
     }
     if let Some(worker) = &args.worker {
         let (scenario, kind) = match worker.as_slice() {
@@ -130,6 +157,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    Ok(scenarios(&args)?.finish(args.json))
+}
+
+/// The scenarios asked for on the stores asked for: a table printed, or their document.
+fn scenarios(args: &Args) -> Result<modes::Outcome, String> {
     let scenarios = if args.scenarios.is_empty() {
         Scenario::ALL.to_vec()
     } else {
@@ -142,23 +174,20 @@ fn run(args: Args) -> Result<ExitCode, String> {
         Some(s) => vec![parse_store(s)?],
         None => vec![StoreKind::Memory, StoreKind::Sqlite],
     };
-    let rows = run_workers(&args, &stores, &scenarios)?;
-    if args.json {
-        let doc = serde_json::json!({
+    let rows = run_workers(args, &stores, &scenarios)?;
+    let doc = serde_json::json!({
             "quick": args.quick,
             "runtime": if args.multi_thread { "multi_thread" } else { "current_thread" },
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             "allocator": if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" },
             "rows": rows,
-        });
-        println!("{doc}");
-    } else {
+    });
+    if !args.json {
         print!("{}", report::table(&rows));
     }
-    Ok(if judge(&rows) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    Ok(modes::Outcome {
+        ok: judge(&rows),
+        doc,
     })
 }
 
@@ -259,129 +288,6 @@ fn judge(rows: &[Row]) -> bool {
         );
     }
     wrong.is_empty() && unbounded.is_empty() && growing.is_empty()
-}
-
-/// `--big-store N`: prints what each command cost on both stores; exits 1 when one grew past
-/// the bounds.
-fn big_store_check(sessions: u64, json: bool) -> Result<ExitCode, String> {
-    if !json {
-        eprintln!("seeding a store of {sessions} sessions, and one of a single tree");
-    }
-    let measured = big_store::run(sessions)?;
-    if json {
-        let doc = serde_json::json!({"sessions": sessions, "commands": measured});
-        println!("{doc}");
-    } else {
-        println!(
-            "{:<24} {:>9} {:>9} {:>9} {:>9}",
-            "command",
-            "small MB",
-            format!("{sessions} MB"),
-            "small ms",
-            format!("{sessions} ms")
-        );
-        for m in &measured {
-            println!(
-                "{:<24} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
-                m.command, m.small_mb, m.big_mb, m.small_ms, m.big_ms
-            );
-        }
-    }
-    let over: Vec<&str> = measured
-        .iter()
-        .filter(|m| !m.ok())
-        .map(|m| m.command.as_str())
-        .collect();
-    if over.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!(
-            "arbor-bench: on a store of {sessions} sessions these cost more than {} MB more \
-             (a wider tree: {} KB more per session), or {}x the time plus {} ms: {}",
-            big_store::MAX_EXTRA_MB,
-            big_store::TREE_KB_PER_SESSION,
-            big_store::MAX_SLOWER,
-            big_store::SLACK_MS,
-            over.join(", ")
-        );
-        Ok(ExitCode::FAILURE)
-    }
-}
-
-/// `--serve-load RUNS`: prints what the load measured; exits 1 past the bounds.
-fn serve_load_check(runs: u64, json: bool) -> Result<ExitCode, String> {
-    if !json {
-        eprintln!(
-            "serve load: {runs} runs by {} clients, {} probes, {} slow-header and {} \
-             event-stream clients, on a store of {} sessions",
-            serve_load::CLIENTS,
-            serve_load::PROBES,
-            serve_load::SLOW_CLIENTS,
-            serve_load::SSE_CLIENTS,
-            serve_load::SEED_SESSIONS
-        );
-    }
-    let r = serve_load::run(runs)?;
-    if json {
-        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
-    } else {
-        println!(
-            "runs/s {:.0}  start p50 {:.1} ms  p99 {:.1} ms  probes {} (p99 {:.1} ms)  \
-             slow clients cut {}  streams ended {}  peak RSS {:.0} MB  shutdown {:.1} s",
-            r.runs_per_s,
-            r.start_p50_ms,
-            r.start_p99_ms,
-            r.probes,
-            r.probe_p99_ms,
-            r.slow_cut,
-            r.streams_ended,
-            r.peak_rss_mb,
-            r.shutdown_s
-        );
-    }
-    if r.ok() {
-        return Ok(ExitCode::SUCCESS);
-    }
-    eprintln!(
-        "arbor-bench: the served load broke its bounds (no error, a start's p99 at most {} \
-         ms, a probe's at most {} ms, peak RSS at most {} MB, shutdown within {} s): {}",
-        serve_load::MAX_START_P99_MS,
-        serve_load::MAX_PROBE_P99_MS,
-        serve_load::MAX_RSS_MB,
-        serve_load::MAX_SHUTDOWN_S,
-        r.errors.join("; ")
-    );
-    Ok(ExitCode::FAILURE)
-}
-
-/// `--workers N`: prints the hand-over and the throughput; fails if a run failed.
-fn workers_check(n: usize, json: bool, quick: bool) -> Result<ExitCode, String> {
-    let runs = if quick { 1 } else { workers::RUNS };
-    if !json {
-        eprintln!(
-            "{runs} run(s) of each tree in process, then on {n} worker(s) of {} runs each",
-            workers::PER_WORKER
-        );
-    }
-    let m = workers::run(n, runs)?;
-    if json {
-        println!("{}", serde_json::to_string(&m).map_err(|e| e.to_string())?);
-    } else {
-        println!(
-            "{} sync children in turn: {:.1} ms in process, {:.1} ms on workers: hand-over \
-             {:.2} ms a child\n{} children, 32 at a time: {:.1} ms in process, {:.1} ms on \
-             {n} workers: {:.0} children/s",
-            workers::SEQUENTIAL,
-            m.sequential_in_process_ms,
-            m.sequential_on_workers_ms,
-            m.handover_ms,
-            workers::WIDE,
-            m.wide_in_process_ms,
-            m.wide_on_workers_ms,
-            m.children_per_sec
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {

@@ -23,6 +23,8 @@ pub(crate) enum Kind {
     Openai,
     /// Messages.
     Anthropic,
+    /// A remote agent over A2A v1.0 (JSON-RPC): it stands in for the agent's model.
+    A2a,
 }
 
 /// A `[providers.<name>]` table.
@@ -100,6 +102,8 @@ pub(crate) enum Http {
     Openai(OpenAiProvider),
     /// Messages.
     Anthropic(AnthropicProvider),
+    /// A remote A2A agent.
+    A2a(arbor_a2a::A2aProvider),
 }
 
 impl Http {
@@ -108,6 +112,7 @@ impl Http {
         match self {
             Self::Openai(p) => Arc::new(p.clone()),
             Self::Anthropic(p) => Arc::new(p.clone()),
+            Self::A2a(p) => Arc::new(p.clone()),
         }
     }
 
@@ -115,6 +120,12 @@ impl Http {
         match self {
             Self::Openai(p) => p.models().await,
             Self::Anthropic(p) => p.models().await,
+            Self::A2a(p) => p
+                .client()
+                .card()
+                .await
+                .map(|card| vec![card.name.clone()])
+                .map_err(|e| e.into_model_error(p.name())),
         }
         .map_err(|e| e.to_string())
     }
@@ -150,6 +161,7 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
             "provider {name:?}: cache applies to kind = \"anthropic\" (OpenAI-compatible \
              servers cache on their own; what they report as cached is read either way)"
         )),
+        Kind::A2a => a2a(name, table),
         Kind::Openai => {
             let mut c = match table.and_then(|t| t.base_url.as_deref()) {
                 Some(url) => OpenAiConfig::new(url),
@@ -198,6 +210,51 @@ pub(crate) fn build(name: &str, tables: &BTreeMap<String, ProviderSpec>) -> Resu
                 .map_err(|e| e.to_string())
         }
     }
+}
+
+/// A remote A2A agent: `base_url` (required), `api_key_env` (its bearer token), the
+/// timeouts and `max_turn_bytes` (what one streamed answer may take); the other fields are
+/// a model server's and are refused by name.
+fn a2a(name: &str, table: Option<&ProviderSpec>) -> Result<Http, String> {
+    let Some(t) = table else {
+        return Err(format!("provider {name:?} is not defined"));
+    };
+    let refused = [
+        ("headers", !t.headers.is_empty()),
+        ("include_usage", t.include_usage.is_some()),
+        ("max_tokens", t.max_tokens.is_some()),
+        ("max_retries", t.max_retries.is_some()),
+        ("cache", t.cache.is_some()),
+        ("send_reasoning", t.send_reasoning.is_some()),
+        ("structured_output", t.structured_output.is_some()),
+    ];
+    if let Some((field, _)) = refused.iter().find(|(_, set)| *set) {
+        return Err(format!(
+            "provider {name:?}: {field} does not apply to kind = \"a2a\" (a remote agent is \
+             not a model server; a message to it is sent once, never retried)"
+        ));
+    }
+    let Some(url) = t.base_url.as_deref() else {
+        return Err(format!(
+            "provider {name:?}: kind = \"a2a\" needs base_url, the agent's base URL (its card \
+             is at /.well-known/agent-card.json under it)"
+        ));
+    };
+    let times = timeouts(t);
+    let mut config = arbor_a2a::A2aConfig::new(url)
+        .token(t.api_key_env.as_deref().and_then(ApiKey::from_env))
+        .timeouts(times.response, times.idle);
+    if let Some(n) = t.max_turn_bytes {
+        config = config.max_stream_bytes(n);
+    }
+    let client =
+        arbor_a2a::A2aClient::new(config).map_err(|e| format!("provider {name:?}: {e}"))?;
+    Ok(Http::A2a(arbor_a2a::A2aProvider::new(name, client)))
+}
+
+/// Whether provider `name` is a remote A2A agent (it takes no controls).
+pub(crate) fn is_a2a(name: &str, declared: &BTreeMap<String, ProviderSpec>) -> bool {
+    declared.get(name).is_some_and(|p| p.kind == Kind::A2a)
 }
 
 pub(crate) fn configured(vars: &[&str]) -> bool {

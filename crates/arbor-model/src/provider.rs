@@ -49,6 +49,9 @@ pub struct ModelRequest<'a> {
     /// can constrain the answer to it sends it (OpenAI's `response_format`); the runtime
     /// checks the answer either way.
     pub output_schema: Option<&'a serde_json::Value>,
+    /// The session the turn is of, when the runtime says: a provider that keeps state per
+    /// conversation on its side (a remote A2A agent's `contextId`) keys it by this.
+    pub session: Option<arbor_protocol::SessionId>,
 }
 
 /// Reasoning blocks by the id of the first tool call of the assistant message they
@@ -67,7 +70,15 @@ impl<'a> ModelRequest<'a> {
             controls: None,
             reasoning: None,
             output_schema: None,
+            session: None,
         }
+    }
+
+    /// Of this session.
+    #[must_use]
+    pub fn session(mut self, session: Option<arbor_protocol::SessionId>) -> Self {
+        self.session = session;
+        self
     }
 
     /// With the JSON Schema the final answer must match.
@@ -145,6 +156,15 @@ pub enum ModelEvent {
     /// The model the provider says answered (OpenAI's `model`, Anthropic's
     /// `message.model`), sent once, just before `Finished`, when the provider names it.
     ResponseModel(String),
+    /// Where the provider's work stands, when it says (a remote A2A agent's task status:
+    /// its state, such as `TASK_STATE_WORKING`, and its message, if any). Not part of the
+    /// answer.
+    Status {
+        /// The state, as the provider names it.
+        state: String,
+        /// What the provider says about it.
+        message: Option<String>,
+    },
     /// The turn is over.
     Finished(FinishReason),
 }

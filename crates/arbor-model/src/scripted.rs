@@ -382,6 +382,7 @@ mod tests {
             controls: None,
             reasoning: None,
             output_schema: None,
+            session: None,
         }
     }
 

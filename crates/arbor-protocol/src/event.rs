@@ -54,6 +54,17 @@ pub enum AgentEvent {
         /// The new text.
         delta: String,
     },
+    /// Where the provider's work stands, as it said while the turn ran (a remote A2A
+    /// agent's task status). Not part of the answer.
+    ProviderStatus {
+        /// Turn number.
+        turn: u32,
+        /// The state, as the provider names it (`TASK_STATE_WORKING`).
+        state: String,
+        /// What the provider said about it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// The provider call of a turn ended.
     ProviderTurnFinished {
         /// Turn number.
@@ -168,6 +179,7 @@ impl AgentEvent {
             Self::TurnStarted { .. } => "turn_started",
             Self::ProviderTurnStarted { .. } => "provider_turn_started",
             Self::MessageDelta { .. } => "message_delta",
+            Self::ProviderStatus { .. } => "provider_status",
             Self::ProviderTurnFinished { .. } => "provider_turn_finished",
             Self::BudgetLow { .. } => "budget_low",
             Self::ToolExecutionStarted { .. } => "tool_execution_started",

@@ -89,6 +89,10 @@ impl RootProgress {
                 usage,
                 tool_calls,
             } => self.turn_line(*turn, usage, *tool_calls),
+            AgentEvent::ProviderStatus { state, message, .. } => match message {
+                Some(m) => format!("{name}: {state}: {}", first_line(m)),
+                None => format!("{name}: {state}"),
+            },
             AgentEvent::ToolExecutionStarted { name: tool, .. } => {
                 format!("{name}: tool {tool} started")
             }

@@ -385,6 +385,18 @@ impl Spec {
                 .controls
                 .check()
                 .map_err(|(field, e)| SpecError::agent(name, format!("controls.{field}: {e}")))?;
+            if crate::providers::is_a2a(&agent.provider, &self.providers)
+                && !agent.controls.is_empty()
+            {
+                return Err(SpecError::agent(
+                    name,
+                    format!(
+                        "controls: provider {:?} is a remote A2A agent, which takes no \
+                         sampling or tool controls",
+                        agent.provider
+                    ),
+                ));
+            }
             if let Some((field, why)) = agent.controls.refused_by(
                 crate::providers::wire(&agent.provider, &self.providers),
                 false,

@@ -113,7 +113,8 @@ impl Session {
             .thinking(self.agent.thinking())
             .controls(after_call.as_ref().or(self.agent.controls()))
             .reasoning((!self.reasoning.is_empty()).then_some(&self.reasoning))
-            .output_schema(schema);
+            .output_schema(schema)
+            .session(Some(self.record.id));
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut usage = None;
@@ -158,6 +159,16 @@ impl Session {
                     reasoning.push(r);
                 }
                 Ok(ModelEvent::Usage(u)) => usage = Some(u.normalized()),
+                Ok(ModelEvent::Status { state, message }) => {
+                    self.bus.publish(
+                        run_id,
+                        AgentEvent::ProviderStatus {
+                            turn,
+                            state,
+                            message,
+                        },
+                    );
+                }
                 Ok(ModelEvent::ResponseModel(m)) => *answered_by = Some(m),
                 Ok(ModelEvent::Finished(reason)) => {
                     *finish = Some(reason);

@@ -45,6 +45,7 @@ fn is_streamed(event: &AgentEvent) -> bool {
             AgentEvent::TurnStarted { .. }
                 | AgentEvent::TurnFinished { .. }
                 | AgentEvent::ProviderTurnStarted { .. }
+                | AgentEvent::ProviderStatus { .. }
                 | AgentEvent::ProviderTurnFinished { .. }
         )
 }

@@ -183,6 +183,7 @@ fn request_bodies_group_tool_results_before_the_inbox_text() {
             controls: None,
             reasoning: None,
             output_schema: None,
+            session: None,
         },
         4096,
     );
@@ -221,6 +222,7 @@ fn thinking_is_a_budget_outside_tool_loops() {
                 controls: None,
                 reasoning: None,
                 output_schema: None,
+                session: None,
             },
             4096,
         )

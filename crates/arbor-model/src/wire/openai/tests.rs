@@ -248,6 +248,7 @@ fn messages_read_between_tool_results_wait_for_the_last_result() {
             controls: None,
             reasoning: None,
             output_schema: None,
+            session: None,
         },
         false,
         None,
@@ -311,6 +312,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
         controls: None,
         reasoning: None,
         output_schema: None,
+        session: None,
     };
     let body = request_body(&req, true, Some(64));
     assert_eq!(body["max_tokens"], 64);
@@ -345,6 +347,7 @@ fn request_bodies_carry_tools_results_and_raw_arguments() {
             controls: None,
             reasoning: None,
             output_schema: None,
+            session: None,
         },
         false,
         None,
@@ -429,6 +432,7 @@ fn thinking_is_sent_as_reasoning_effort() {
                 controls: None,
                 reasoning: None,
                 output_schema: None,
+                session: None,
             },
             true,
             None,

@@ -1,0 +1,429 @@
+//! [`A2aProvider`]: a remote A2A agent standing in for an agent's model, so that a catalog
+//! entry whose agent uses it is a child like any other: admitted under the same limits,
+//! spawned sync, async or by message, timed out, cancelled, its usage attributed.
+//!
+//! One turn is one message to the remote agent:
+//! - fresh input (the conversation ends with a user message) starts a task in the
+//!   conversation named after the arbor session (`contextId` = the session id, so that a
+//!   message-mode child's later messages share the remote context);
+//! - the answer to a question goes back to the task that asked it (its `taskId`, in the
+//!   same context).
+//!
+//! What the task streams becomes the turn's events: its status messages
+//! [`ModelEvent::Status`], its artifacts' text the answer ([`ModelEvent::TextDelta`]),
+//! `metadata.usage` (if the agent reports any, [`usage_in`]) the turn's usage. How it ends:
+//! - `TASK_STATE_COMPLETED`: the answer;
+//! - `TASK_STATE_INPUT_REQUIRED`: when the agent may ask (its tools include `ask_human`), an
+//!   `ask_human` call with the agent's question, whose id (`a2a:TASK`) names the task, so the
+//!   answer (recorded once, after a restart too) continues it; otherwise an error naming the
+//!   state, and the task is cancelled;
+//! - failed, rejected, canceled or `TASK_STATE_AUTH_REQUIRED`: an error naming the state;
+//! - a stream that ends before any of these: the task is read once (`GetTask`), then an
+//!   error naming the state it was left in.
+//!
+//! A turn dropped before its task ended or asked (the delegation cancelled, timed out, or
+//! deleted) cancels the remote task (`CancelTask`, in the background, within 5 s).
+
+use std::time::Duration;
+
+use arbor_model::{FinishReason, ModelError, ModelEvent, ModelProvider, ModelRequest, ModelStream};
+use arbor_protocol::{Message as ArborMessage, ToolCall};
+use async_trait::async_trait;
+use futures::StreamExt;
+
+use crate::client::{A2aClient, EventStream};
+use crate::wire::{
+    Message, SendConfiguration, SendMessageRequest, StreamEvent, Task, TaskState, text_of, usage_in,
+};
+
+/// The tool a question goes to (`arbor_core`'s `ask_human`).
+const ASK_HUMAN: &str = "ask_human";
+/// The prefix of the id of a question's call: the rest is the task's id.
+pub const CALL_PREFIX: &str = "a2a:";
+/// Bytes of a question passed on (`arbor_core`'s `MAX_QUESTION_BYTES`); a longer one is cut.
+const MAX_QUESTION_BYTES: usize = 2048;
+/// How long a cancel sent for a dropped turn may take.
+const CANCEL_WITHIN: Duration = Duration::from_secs(5);
+
+/// A remote A2A agent as a model provider (see the module docs).
+#[derive(Debug, Clone)]
+pub struct A2aProvider {
+    name: String,
+    client: A2aClient,
+}
+
+impl A2aProvider {
+    /// The agent `client` reaches, named `name` in reports and errors.
+    pub fn new(name: impl Into<String>, client: A2aClient) -> Self {
+        Self {
+            name: name.into(),
+            client,
+        }
+    }
+
+    /// Its client.
+    pub fn client(&self) -> &A2aClient {
+        &self.client
+    }
+
+    fn error(&self, message: String) -> ModelError {
+        ModelError::Provider {
+            message: format!("{}: {message}", self.name),
+        }
+    }
+
+    /// What this turn sends: a fresh message, or the answer to the task that asked.
+    async fn message(&self, request: &ModelRequest<'_>) -> Result<Message, ModelError> {
+        match request.messages.last() {
+            Some(ArborMessage::User { content }) => {
+                let mut m = Message::user(content.clone());
+                m.context_id = request.session.map(|s| s.to_string());
+                Ok(m)
+            }
+            Some(ArborMessage::Tool(result)) if result.call_id.starts_with(CALL_PREFIX) => {
+                let task = &result.call_id[CALL_PREFIX.len()..];
+                if result.is_error {
+                    let _ =
+                        tokio::time::timeout(CANCEL_WITHIN, self.client.cancel_task(task)).await;
+                    return Err(self.error(format!(
+                        "its question was not answered ({}); task {task} was cancelled",
+                        result.content
+                    )));
+                }
+                let mut m = Message::user(result.content.clone());
+                m.task_id = Some(task.to_owned());
+                m.context_id = request.session.map(|s| s.to_string());
+                Ok(m)
+            }
+            _ => Err(ModelError::Config {
+                provider: self.name.clone(),
+                message: "a remote A2A agent takes a turn on fresh input or on the answer to \
+                          its question, and the conversation ends with neither"
+                    .to_owned(),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl ModelProvider for A2aProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        let message = self.message(&request).await?;
+        let send = SendMessageRequest {
+            message,
+            configuration: Some(SendConfiguration {
+                accepted_output_modes: vec!["text/plain".to_owned(), "application/json".to_owned()],
+                ..SendConfiguration::default()
+            }),
+            metadata: None,
+        };
+        let events = self
+            .client
+            .send(send)
+            .await
+            .map_err(|e| e.into_model_error(&self.name))?;
+        let turn = Turn {
+            name: self.name.clone(),
+            client: self.client.clone(),
+            events,
+            may_ask: request.tools.iter().any(|t| t.name == ASK_HUMAN),
+            task: None,
+            state: TaskState::Unspecified,
+            last_artifact: None,
+            answered: false,
+            out: std::collections::VecDeque::new(),
+            ended: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(
+            turn,
+            |mut t| async move { t.next().await.map(|item| (item, t)) },
+        )))
+    }
+
+    /// Fetches and checks the agent's card.
+    async fn preflight(&self, _model: &str) -> Result<(), ModelError> {
+        self.client
+            .card()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.into_model_error(&self.name))
+    }
+
+    async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
+        let card = self
+            .client
+            .card()
+            .await
+            .map_err(|e| e.into_model_error(&self.name))?;
+        Ok(Some(vec![card.name.clone()]))
+    }
+}
+
+/// One turn's reading of the remote task.
+struct Turn {
+    name: String,
+    client: A2aClient,
+    events: EventStream,
+    may_ask: bool,
+    /// The task, once named; cancelled if the turn is dropped while it is armed.
+    task: Option<CancelOnDrop>,
+    state: TaskState,
+    last_artifact: Option<String>,
+    /// Some answer text was sent.
+    answered: bool,
+    out: std::collections::VecDeque<Result<ModelEvent, ModelError>>,
+    ended: bool,
+}
+
+impl Turn {
+    async fn next(&mut self) -> Option<Result<ModelEvent, ModelError>> {
+        loop {
+            if let Some(item) = self.out.pop_front() {
+                return Some(item);
+            }
+            if self.ended {
+                return None;
+            }
+            match self.events.next().await {
+                Some(Ok(event)) => self.read(event),
+                Some(Err(e)) => self.fail(e.into_model_error(&self.name)),
+                None => self.closed().await,
+            }
+        }
+    }
+
+    fn name_task(&mut self, id: &str) {
+        if self.task.is_none() && !id.is_empty() {
+            self.task = Some(CancelOnDrop {
+                client: self.client.clone(),
+                task: id.to_owned(),
+                armed: true,
+            });
+        }
+    }
+
+    fn read(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::Task(task) => {
+                self.name_task(&task.id);
+                self.usage(task.metadata.as_ref());
+                self.state = task.status.state;
+                if task.status.state.is_terminal() || task.status.state.is_interrupted() {
+                    self.end(task);
+                } else {
+                    self.status(&task.status);
+                }
+            }
+            StreamEvent::Message(m) => {
+                self.text(text_of(&m.parts));
+                self.out
+                    .push_back(Ok(ModelEvent::Finished(FinishReason::Stop)));
+                self.disarm();
+                self.ended = true;
+            }
+            StreamEvent::Status(update) => {
+                self.name_task(&update.task_id);
+                self.usage(update.metadata.as_ref());
+                self.state = update.status.state;
+                if update.status.state.is_terminal() || update.status.state.is_interrupted() {
+                    let task = Task {
+                        id: update.task_id,
+                        context_id: update.context_id,
+                        status: update.status,
+                        ..Task::default()
+                    };
+                    self.end(task);
+                } else {
+                    self.status(&update.status);
+                }
+            }
+            StreamEvent::Artifact(update) => {
+                self.name_task(&update.task_id);
+                let text = text_of(&update.artifact.parts);
+                let new = self.last_artifact.as_deref() != Some(&update.artifact.artifact_id);
+                if new && self.answered && !text.is_empty() {
+                    self.text("\n".to_owned());
+                }
+                self.last_artifact = Some(update.artifact.artifact_id);
+                self.text(text);
+            }
+        }
+    }
+
+    fn status(&mut self, status: &crate::wire::TaskStatus) {
+        let message = status
+            .message
+            .as_ref()
+            .map(|m| text_of(&m.parts))
+            .filter(|t| !t.is_empty());
+        self.out.push_back(Ok(ModelEvent::Status {
+            state: status.state.name().to_owned(),
+            message,
+        }));
+    }
+
+    fn text(&mut self, text: String) {
+        if !text.is_empty() {
+            self.answered = true;
+            self.out.push_back(Ok(ModelEvent::TextDelta(text)));
+        }
+    }
+
+    fn usage(&mut self, metadata: Option<&serde_json::Value>) {
+        if let Some(u) = usage_in(metadata) {
+            self.out.push_back(Ok(ModelEvent::Usage(u)));
+        }
+    }
+
+    fn disarm(&mut self) {
+        if let Some(t) = &mut self.task {
+            t.armed = false;
+        }
+    }
+
+    fn fail(&mut self, e: ModelError) {
+        self.out.push_back(Err(e));
+        self.ended = true;
+    }
+
+    /// The task ended or waits: the turn's last events.
+    fn end(&mut self, task: Task) {
+        self.ended = true;
+        let id = task.id.clone();
+        let said = task
+            .status
+            .message
+            .as_ref()
+            .map(|m| text_of(&m.parts))
+            .unwrap_or_default();
+        match task.status.state {
+            TaskState::Completed => {
+                self.disarm();
+                if !self.answered {
+                    let text = task
+                        .artifacts
+                        .iter()
+                        .map(|a| text_of(&a.parts))
+                        .filter(|t| !t.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    self.text(if text.is_empty() { said } else { text });
+                }
+                self.out
+                    .push_back(Ok(ModelEvent::Finished(FinishReason::Stop)));
+            }
+            TaskState::InputRequired if self.may_ask && !id.is_empty() => {
+                self.disarm();
+                let mut question = if said.trim().is_empty() {
+                    "The remote agent needs input to go on.".to_owned()
+                } else {
+                    said
+                };
+                if question.len() > MAX_QUESTION_BYTES {
+                    let mut cut = MAX_QUESTION_BYTES;
+                    while !question.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    question.truncate(cut);
+                }
+                self.out.push_back(Ok(ModelEvent::ToolCall(ToolCall {
+                    id: format!("{CALL_PREFIX}{id}"),
+                    name: ASK_HUMAN.to_owned(),
+                    arguments: serde_json::json!({ "question": question }),
+                })));
+                self.out
+                    .push_back(Ok(ModelEvent::Finished(FinishReason::ToolCalls)));
+            }
+            state => {
+                // Interrupted without a way to ask: the task is cancelled when the turn
+                // drops it. A terminal one needs nothing.
+                if state.is_terminal() {
+                    self.disarm();
+                }
+                let how = match state {
+                    TaskState::InputRequired => {
+                        " (this child cannot ask: give its agent the ask_human tool)".to_owned()
+                    }
+                    _ => String::new(),
+                };
+                let said = if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                };
+                self.out.push_back(Err(ModelError::Provider {
+                    message: format!(
+                        "{}: the remote task {id} ended {state}{how}{said}",
+                        self.name
+                    ),
+                }));
+            }
+        }
+    }
+
+    /// The stream ended: if the task has not ended or asked, read it once.
+    async fn closed(&mut self) {
+        let Some(id) = self.task.as_ref().map(|t| t.task.clone()) else {
+            self.fail(ModelError::Connection {
+                provider: self.name.clone(),
+                message: "the agent's stream ended before it named a task".to_owned(),
+            });
+            return;
+        };
+        match self.client.get_task(&id).await {
+            Ok(task) if task.status.state.is_terminal() || task.status.state.is_interrupted() => {
+                self.usage(task.metadata.as_ref());
+                self.end(task);
+            }
+            Ok(task) => self.fail(ModelError::Connection {
+                provider: self.name.clone(),
+                message: format!(
+                    "the agent's stream ended while its task {id} was {}",
+                    task.status.state
+                ),
+            }),
+            Err(e) => self.fail(ModelError::Connection {
+                provider: self.name.clone(),
+                message: format!(
+                    "the agent's stream ended while its task {id} was {}, and the task \
+                     cannot be read: {e}",
+                    self.state
+                ),
+            }),
+        }
+    }
+}
+
+/// Cancels the remote task when dropped armed: the turn was dropped before the task ended
+/// or asked.
+struct CancelOnDrop {
+    client: A2aClient,
+    task: String,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        let task = std::mem::take(&mut self.task);
+        handle.spawn(async move {
+            match tokio::time::timeout(CANCEL_WITHIN, client.cancel_task(&task)).await {
+                Ok(Ok(t)) => {
+                    tracing::debug!(task, state = %t.status.state, "remote task cancelled")
+                }
+                Ok(Err(e)) => tracing::debug!(task, error = %e, "remote task not cancelled"),
+                Err(_) => tracing::debug!(task, "remote task's cancel timed out"),
+            }
+        });
+    }
+}
