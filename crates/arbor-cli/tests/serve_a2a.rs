@@ -1,0 +1,196 @@
+//! `arbor serve` as an A2A server, at its edges, with a plain HTTP client (issue 43, item 2;
+//! the official SDK's client drives the whole flow in `tests/interop/a2a_server_test.py`):
+//! every refusal is a JSON-RPC error with HTTP 200 and the code A2A names; another tenant's
+//! task is the one `TaskNotFoundError`; a spec the tenant may not start has no card; a
+//! reply to a task that does not ask is refused and starts nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use serde_json::{Value, json};
+
+#[allow(dead_code)]
+mod serve_support;
+use serve_support::client;
+use serve_support::tenants::{TOKEN_A, TOKEN_B, two_tenants};
+
+async fn rpc(http: &reqwest::Client, url: &str, token: &str, body: &str) -> (u16, Value) {
+    let resp = http
+        .post(url)
+        .bearer_auth(token)
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn call(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": "r1", "method": method, "params": params}).to_string()
+}
+
+fn code(v: &Value) -> i64 {
+    v["error"]["code"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test]
+#[allow(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
+async fn every_refusal_is_the_json_rpc_error_a2a_names() {
+    let (_dir, served) = two_tenants(&[]);
+    let (base, http) = (served.base.clone(), client());
+    let url = format!("{base}/a2a/slow");
+
+    // A card per spec; none without a token, none for a spec not offered.
+    let card = http
+        .get(format!("{url}/.well-known/agent-card.json"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(card.status().as_u16(), 200);
+    let card: Value = card.json().await.unwrap();
+    assert_eq!(card["supportedInterfaces"][0]["url"], url);
+    assert_eq!(card["capabilities"]["streaming"], true);
+    let anonymous = http
+        .get(format!("{url}/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    let (status, _) = rpc(
+        &http,
+        &format!("{base}/a2a/nope"),
+        TOKEN_A,
+        &call("GetTask", json!({"id": "x"})),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // The envelope and the version.
+    let (status, v) = rpc(&http, &url, TOKEN_A, "{not json").await;
+    assert_eq!((status, code(&v)), (200, -32700));
+    assert_eq!(v["id"], Value::Null);
+    let (_, v) = rpc(&http, &url, TOKEN_A, r#"{"id": 7, "method": "GetTask"}"#).await;
+    assert_eq!((code(&v), v["id"].clone()), (-32600, json!(7)));
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("message/send", json!({}))).await;
+    assert_eq!(code(&v), -32601);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("message/send"),
+        "{v}"
+    );
+    let old = http
+        .post(&url)
+        .bearer_auth(TOKEN_A)
+        .header("A2A-Version", "0.3")
+        .body(call("GetTask", json!({"id": "x"})))
+        .send()
+        .await
+        .unwrap();
+    let old: Value = old.json().await.unwrap();
+    assert_eq!(code(&old), -32009);
+    assert_eq!(old["error"]["data"][0]["reason"], "VERSION_NOT_SUPPORTED");
+
+    // Params, named.
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("GetTask", json!({"id": 5}))).await;
+    assert_eq!(code(&v), -32602);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("GetTask"),
+        "{v}"
+    );
+    let agent_says =
+        json!({"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x"}]}});
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("SendMessage", agent_says)).await;
+    assert_eq!(code(&v), -32602);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("message.role"),
+        "{v}"
+    );
+    let empty = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}});
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("SendMessage", empty)).await;
+    assert_eq!(code(&v), -32602);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("message.parts"),
+        "{v}"
+    );
+
+    // A task that runs: tenant B cannot see it, a reply is refused, a cancel ends it.
+    let start = json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "go"}]},
+                       "configuration": {"returnImmediately": true}});
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("SendMessage", start)).await;
+    let task = v["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["result"]["task"]["metadata"]["arbor"]["spec"], "slow");
+    for (token, id) in [
+        (TOKEN_B, task.as_str()),
+        (TOKEN_A, "0190b4a4-0000-7000-8000-000000000000"),
+    ] {
+        let (_, v) = rpc(&http, &url, token, &call("GetTask", json!({"id": id}))).await;
+        assert_eq!(code(&v), -32001, "{v}");
+        assert_eq!(v["error"]["message"], "Task not found");
+        let (_, v) = rpc(&http, &url, token, &call("CancelTask", json!({"id": id}))).await;
+        assert_eq!(code(&v), -32001, "{v}");
+    }
+    let reply = json!({"message": {"messageId": "m2", "role": "ROLE_USER", "taskId": task, "parts": [{"text": "approve"}]}});
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("SendMessage", reply.clone())).await;
+    assert_eq!(code(&v), -32004, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("TASK_STATE_WORKING"),
+        "{v}"
+    );
+    let (_, v) = rpc(
+        &http,
+        &url,
+        TOKEN_A,
+        &call("CancelTask", json!({"id": task})),
+    )
+    .await;
+    assert_eq!(v["result"]["status"]["state"], "TASK_STATE_CANCELED", "{v}");
+    let (_, v) = rpc(
+        &http,
+        &url,
+        TOKEN_A,
+        &call("CancelTask", json!({"id": task})),
+    )
+    .await;
+    assert_eq!(code(&v), -32002, "{v}");
+    let (_, v) = rpc(&http, &url, TOKEN_A, &call("SendMessage", reply)).await;
+    assert_eq!(code(&v), -32004, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("terminal state"),
+        "{v}"
+    );
+    let (_, v) = rpc(
+        &http,
+        &url,
+        TOKEN_A,
+        &call("SubscribeToTask", json!({"id": task})),
+    )
+    .await;
+    assert_eq!(code(&v), -32004, "{v}");
+    // The run is the tenant's, as /v1 shows it.
+    let run: Value = http
+        .get(format!("{base}/v1/runs/{task}"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "aborted", "{run}");
+}

@@ -1,0 +1,340 @@
+//! A2A v1.0 over JSON-RPC: each spec the launcher offers is an agent at `/a2a/{spec}`, its
+//! card at `/a2a/{spec}/.well-known/agent-card.json`, behind the same tenant tokens as `/v1`
+//! (a spec the tenant may not start is unknown to it: 404).
+//!
+//! One task is one root run of the spec ([`task`]): `SendMessage` and
+//! `SendStreamingMessage` start one with the message's text as its task (the run counts
+//! against the tenant's quotas like `POST /v1/runs`), `GetTask` reads it, `CancelTask`
+//! cancels it, `SubscribeToTask` follows it ([`follow`]). A tree that stops for decisions
+//! (an approval, a question from any depth) is `TASK_STATE_INPUT_REQUIRED`, its message
+//! listing what waits; the client's reply to the task records the decisions and resumes the
+//! tree ([`reply`]). Another tenant's task and an unknown one get the same
+//! `TaskNotFoundError`. Errors are JSON-RPC errors with HTTP 200, as the SDKs read them; a
+//! request without a token, or with a wrong one, is the `/v1` 401.
+
+mod follow;
+mod reply;
+mod task;
+
+use std::time::Duration;
+
+use arbor_a2a::wire::{
+    AgentCard, AgentInterface, AgentSkill, Capabilities, JSONRPC_BINDING, PROTOCOL_VERSION,
+    RpcError, RpcRequest, RpcResponse, SendMessageRequest, StreamEvent, StreamResponse,
+    TaskIdParams, TaskState, VERSION_HEADER, codes,
+};
+use arbor_protocol::SessionId;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::Value;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::state::AppState;
+
+/// How long `CancelTask` waits for the run to end before it answers.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// The A2A routes.
+pub(crate) fn router(state: &AppState) -> Router {
+    Router::new()
+        .route("/a2a/{spec}/.well-known/agent-card.json", get(card))
+        .route("/a2a/{spec}", post(rpc))
+        .layer(DefaultBodyLimit::max(crate::api::MAX_BODY_BYTES))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state.clone())
+}
+
+/// 404 unless the launcher offers `spec` and the tenant may start it.
+fn check_spec(state: &AppState, tenant: &Tenant, spec: &str) -> ApiResult<()> {
+    let offered = state
+        .launcher
+        .as_ref()
+        .is_some_and(|l| l.specs().iter().any(|s| s == spec));
+    if offered && state.policies.may_start(&tenant.0, spec) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found("spec"))
+    }
+}
+
+/// The agent card of a spec: where it is reached, and that it streams.
+async fn card(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(spec): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<axum::Json<AgentCard>> {
+    check_spec(&state, &tenant, &spec)?;
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    let scheme = match headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+    {
+        Some("https") => "https",
+        _ => "http",
+    };
+    let mut card = AgentCard {
+        name: spec.clone(),
+        description: format!(
+            "The arbor tree of spec {spec:?}: its root agent takes the message as its task \
+             and delegates under arbor's limits; a call that waits for a decision (an \
+             approval, a question) is TASK_STATE_INPUT_REQUIRED."
+        ),
+        supported_interfaces: vec![AgentInterface {
+            url: format!("{scheme}://{host}/a2a/{spec}"),
+            protocol_binding: JSONRPC_BINDING.to_owned(),
+            protocol_version: PROTOCOL_VERSION.to_owned(),
+            tenant: None,
+        }],
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        capabilities: Capabilities {
+            streaming: Some(true),
+            push_notifications: Some(false),
+        },
+        default_input_modes: vec!["text/plain".to_owned(), "application/json".to_owned()],
+        default_output_modes: vec!["text/plain".to_owned(), "application/json".to_owned()],
+        skills: vec![AgentSkill {
+            id: spec.clone(),
+            name: spec.clone(),
+            description: "Runs the spec's tree on the message.".to_owned(),
+            tags: vec!["arbor".to_owned()],
+            examples: Vec::new(),
+        }],
+        ..AgentCard::default()
+    };
+    if !state.tenants.is_open() {
+        card.security_schemes.insert(
+            "bearer".to_owned(),
+            serde_json::json!({"httpAuthSecurityScheme": {"scheme": "Bearer"}}),
+        );
+        card.security_requirements = vec![serde_json::json!({"schemes": {"bearer": {}}})];
+    }
+    Ok(axum::Json(card))
+}
+
+/// A JSON-RPC error for request `id`, with HTTP 200.
+fn error(id: Value, e: RpcError) -> Response {
+    axum::Json(RpcResponse::error(id, e)).into_response()
+}
+
+/// An `ApiError` of the runtime or the store as a JSON-RPC error.
+pub(crate) fn from_api(e: ApiError) -> RpcError {
+    let code = match e.kind() {
+        ErrorKind::Validation => codes::INVALID_PARAMS,
+        ErrorKind::NotFound => codes::TASK_NOT_FOUND,
+        ErrorKind::Conflict => codes::UNSUPPORTED_OPERATION,
+        _ => codes::INTERNAL_ERROR,
+    };
+    RpcError::new(code, e.error.message)
+}
+
+fn params_of<T: serde::de::DeserializeOwned>(p: Value, method: &str) -> Result<T, RpcError> {
+    serde_json::from_value(p).map_err(|e| {
+        RpcError::new(
+            codes::INVALID_PARAMS,
+            format!("{method}'s params are malformed: {e}"),
+        )
+    })
+}
+
+/// Every JSON-RPC call.
+async fn rpc(
+    tenant: Tenant,
+    State(state): State<AppState>,
+    Path(spec): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = check_spec(&state, &tenant, &spec) {
+        return e.into_response();
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(&body) else {
+        return error(
+            Value::Null,
+            RpcError::new(codes::PARSE_ERROR, "the body is not JSON"),
+        );
+    };
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let request = match serde_json::from_value::<RpcRequest>(value) {
+        Ok(r) if r.jsonrpc == "2.0" => r,
+        _ => {
+            return error(
+                id,
+                RpcError::new(
+                    codes::INVALID_REQUEST,
+                    "not a JSON-RPC 2.0 request (jsonrpc \"2.0\", method, params)",
+                ),
+            );
+        }
+    };
+    // A missing version header is taken as 1.0 (the SDKs always send one).
+    if let Some(v) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
+        && !(v == "1" || v.starts_with("1."))
+    {
+        return error(
+            id,
+            RpcError::new(
+                codes::VERSION_NOT_SUPPORTED,
+                format!("A2A version {v:?} is not supported: this server speaks 1.0"),
+            ),
+        );
+    }
+    let call = Call {
+        state,
+        tenant,
+        spec,
+        id: id.clone(),
+    };
+    let answer = match request.method.as_str() {
+        "SendMessage" => call.send(request.params).await,
+        "SendStreamingMessage" => return call.send_streaming(request.params).await,
+        "SubscribeToTask" => return call.subscribe(request.params).await,
+        "GetTask" => call.get(request.params).await,
+        "CancelTask" => call.cancel(request.params).await,
+        other => Err(RpcError::new(
+            codes::METHOD_NOT_FOUND,
+            format!(
+                "method {other:?} is not served (SendMessage, SendStreamingMessage, GetTask, \
+                 CancelTask, SubscribeToTask)"
+            ),
+        )),
+    };
+    match answer {
+        Ok(result) => axum::Json(RpcResponse::result(id, result)).into_response(),
+        Err(e) => error(id, e),
+    }
+}
+
+/// One call's context.
+struct Call {
+    state: AppState,
+    tenant: Tenant,
+    spec: String,
+    id: Value,
+}
+
+impl Call {
+    /// The task `id` of this spec, if the tenant may see it; else the one not-found.
+    async fn snapshot(&self, id: &str) -> Result<task::Snapshot, RpcError> {
+        let not_found = || RpcError::new(codes::TASK_NOT_FOUND, "Task not found");
+        let root = self
+            .state
+            .visible(&self.tenant, id)
+            .await
+            .map_err(|_| not_found())?;
+        if root.parent_id.is_some()
+            || root.meta.to_value()["spec"].as_str() != Some(self.spec.as_str())
+        {
+            return Err(not_found());
+        }
+        follow::read(&self.state, root.id)
+            .await
+            .map_err(from_api)?
+            .ok_or_else(not_found)
+    }
+
+    /// Starts a task, or replies to the one the message names: the root to follow, and
+    /// whether it is new.
+    async fn begin(&self, req: &SendMessageRequest) -> Result<(SessionId, bool), RpcError> {
+        if !task::from_user(&req.message) {
+            return Err(RpcError::new(
+                codes::INVALID_PARAMS,
+                "message.role must be ROLE_USER",
+            ));
+        }
+        match req.message.task_id.as_deref().filter(|t| !t.is_empty()) {
+            Some(task_id) => {
+                let snap = self.snapshot(task_id).await?;
+                reply::reply(&self.state, &self.tenant, &snap, &req.message).await?;
+                Ok((snap.root.id, false))
+            }
+            None => {
+                let root =
+                    reply::start(&self.state, &self.tenant, &self.spec, &req.message).await?;
+                Ok((root, true))
+            }
+        }
+    }
+
+    async fn send(&self, params: Value) -> Result<Value, RpcError> {
+        let req: SendMessageRequest = params_of(params, "SendMessage")?;
+        let (root, _) = self.begin(&req).await?;
+        let immediate = req
+            .configuration
+            .as_ref()
+            .and_then(|c| c.return_immediately)
+            .unwrap_or(false);
+        let snap = if immediate {
+            follow::read(&self.state, root).await.map_err(from_api)?
+        } else {
+            follow::settled(&self.state, root).await.map_err(from_api)?
+        };
+        let task = snap
+            .ok_or_else(|| RpcError::new(codes::TASK_NOT_FOUND, "Task not found"))?
+            .task();
+        serde_json::to_value(StreamResponse::of(StreamEvent::Task(task)))
+            .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))
+    }
+
+    async fn send_streaming(self, params: Value) -> Response {
+        let req: SendMessageRequest = match params_of(params, "SendStreamingMessage") {
+            Ok(r) => r,
+            Err(e) => return error(self.id, e),
+        };
+        match self.begin(&req).await {
+            Ok((root, new)) => follow::stream(self.state, self.tenant, self.id, root, new),
+            Err(e) => error(self.id, e),
+        }
+    }
+
+    async fn subscribe(self, params: Value) -> Response {
+        let p: TaskIdParams = match params_of(params, "SubscribeToTask") {
+            Ok(p) => p,
+            Err(e) => return error(self.id, e),
+        };
+        match self.snapshot(&p.id).await {
+            Ok(s) if s.state().is_terminal() => error(
+                self.id,
+                RpcError::new(
+                    codes::UNSUPPORTED_OPERATION,
+                    format!("Task {} is in terminal state: {}", p.id, s.state()),
+                ),
+            ),
+            Ok(s) => follow::stream(self.state, self.tenant, self.id, s.root.id, true),
+            Err(e) => error(self.id, e),
+        }
+    }
+
+    async fn get(&self, params: Value) -> Result<Value, RpcError> {
+        let p: TaskIdParams = params_of(params, "GetTask")?;
+        let task = self.snapshot(&p.id).await?.task();
+        serde_json::to_value(task).map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))
+    }
+
+    async fn cancel(&self, params: Value) -> Result<Value, RpcError> {
+        let p: TaskIdParams = params_of(params, "CancelTask")?;
+        let snap = self.snapshot(&p.id).await?;
+        if snap.state().is_terminal() {
+            return Err(RpcError::new(
+                codes::TASK_NOT_CANCELABLE,
+                format!("Task {} cannot be canceled: it is {}", p.id, snap.state()),
+            ));
+        }
+        let snap = reply::cancel(&self.state, &self.tenant, snap, CANCEL_WAIT).await?;
+        serde_json::to_value(snap.task())
+            .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))
+    }
+}
+
+/// Whether a state ends what a stream or a blocking send follows.
+pub(crate) fn settles(state: TaskState) -> bool {
+    state.is_terminal() || state.is_interrupted()
+}
