@@ -286,6 +286,55 @@ def hostile_checks(run):
         proc.kill()
 
 
+def arbor_to_arbor_checks(run):
+    """A child that is another arbor's tree (`arbor serve`'s A2A agent): the remote tree's
+    question reaches this root, its answer goes back, and the usage the remote reports (its
+    tree's cumulative tokens) is counted once."""
+    import re
+    specs = os.path.join(run.dir, "remote-specs")
+    os.makedirs(specs, exist_ok=True)
+    with open(os.path.join(HERE, "..", "..", "examples", "question.toml")) as src, \
+            open(os.path.join(specs, "question.toml"), "w") as dst:
+        dst.write(src.read())
+    env = dict(run.env, ARBOR_TOKENS=f"remote={TOKEN}")
+    serve = subprocess.Popen([run.binary, "serve", "--store", os.path.join(run.dir, "remote.db"),
+                              "--specs", specs, "--listen", "127.0.0.1:0"],
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        m = re.search(r"127\.0\.0\.1:(\d+)", serve.stderr.readline())
+        port = int(m.group(1)) if m else 0
+        out, report, _ = run.run("Paint the fence.", "remote-arbor", port=port,
+                                 url_path="/a2a/question")
+        check("arbor to arbor: the remote tree's question suspends this tree (exit 4)",
+              out.returncode == 4, (out.returncode, out.stderr[-600:]))
+        root = report.get("root_session_id", "")
+        listed = run.arbor("approvals", root, "--json")
+        pending = (json.loads(listed.stdout)["suspensions"][0]["pending"][0]
+                   if listed.returncode == 0 else {})
+        question = pending.get("arguments", {}).get("question", "")
+        check("arbor to arbor: it waits here, naming the remote call that asks",
+              "Which colour for the fence?" in question and "blue | green" in question, pending)
+        # The remote tree takes its answer as text: one question waits there.
+        answered = run.arbor("answer", root, pending.get("id", "?"), "green")
+        resumed = run.arbor("resume", root, "--json")
+        report = json.loads(resumed.stdout) if resumed.stdout.strip().startswith("{") else {}
+        check("arbor to arbor: the answer completes both trees",
+              answered.returncode == 0 and resumed.returncode == 0
+              and answer_text(run, report) == "The fence is painted.",
+              (answered.stderr[-300:], resumed.stderr[-300:], answer_text(run, report)))
+        rec = report.get("reconciliation", {})
+        own = child(report).get("usage", {}).get("own", {}).get("total_tokens")
+        check("arbor to arbor: the remote tree's tokens are counted once, and reconcile",
+              rec.get("consistent") is True and own is not None and own > 0,
+              (own, rec))
+    finally:
+        serve.terminate()
+        try:
+            serve.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arbor", required=True)
@@ -302,6 +351,7 @@ def main():
         proc.kill()
     vanish_checks(run)
     hostile_checks(run)
+    arbor_to_arbor_checks(run)
     return check.summary()
 
 

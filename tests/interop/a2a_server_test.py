@@ -14,7 +14,8 @@ Checked:
 - a slow task is cancelled (CancelTask: TASK_STATE_CANCELED), so is one that waits for
   input (its calls rejected, none run); cancelling again is TaskNotCancelableError;
 - another tenant's task and an unknown id are both TaskNotFoundError; a wrong token is a
-  401 on the card.
+  401 on the card;
+- the same flow through the HTTP+JSON binding (the client choosing it from the card).
 
 Usage: a2a_server_test.py --arbor target/debug/arbor
 """
@@ -248,6 +249,36 @@ async def cancel_checks(base, acme, other):
                 check(f"tenancy: {label} is TaskNotFoundError", "Task not found" in str(e), e)
 
 
+async def rest_checks(base, acme):
+    """The same through the HTTP+JSON binding (the client picks it from the card)."""
+    config = ClientConfig(streaming=True, httpx_client=acme,
+                          supported_protocol_bindings=["HTTP+JSON"])
+    client = await create_client(f"{base}/a2a/approvals", client_config=config)
+    async with client:
+        items, tid, cid = await consume(client, msg("Publish over REST."))
+        check("rest: a streamed task asks (INPUT_REQUIRED)",
+              items and items[0][0] == "task"
+              and states(items)[-1] == TaskState.TASK_STATE_INPUT_REQUIRED, items[-1:])
+        items, _, _ = await consume(client, msg("approve", tid, cid))
+        check("rest: the reply completes it with its answer",
+              states(items)[-1] == TaskState.TASK_STATE_COMPLETED
+              and [i[2] for i in items if i[0] == "artifact"] == ["The release notes are out."],
+              items)
+        task = await client.get_task(GetTaskRequest(id=tid))
+        check("rest: GetTask reads it", task.status.state == TaskState.TASK_STATE_COMPLETED,
+              task.status)
+        try:
+            await client.cancel_task(CancelTaskRequest(id=tid))
+            check("rest: cancelling an ended task is TaskNotCancelableError", False, "accepted")
+        except TaskNotCancelableError:
+            check("rest: cancelling an ended task is TaskNotCancelableError", True)
+        try:
+            await client.get_task(GetTaskRequest(id=str(uuid.uuid4())))
+            check("rest: an unknown id is TaskNotFoundError", False, "found")
+        except TaskNotFoundError:
+            check("rest: an unknown id is TaskNotFoundError", True)
+
+
 async def main_async(arbor):
     tmp = tempfile.mkdtemp(prefix="a2a-server-")
     proc, base, _ = start_serve(arbor, tmp)
@@ -269,6 +300,7 @@ async def main_async(arbor):
         await question_checks(base, acme)
         await blocking_checks(base, acme)
         await cancel_checks(base, acme, other)
+        await rest_checks(base, acme)
         await acme.aclose()
         await other.aclose()
     finally:

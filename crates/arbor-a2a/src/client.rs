@@ -116,6 +116,15 @@ impl A2aClient {
                 "url {base:?} must be http or https"
             )));
         }
+        if let Some(t) = &config.token
+            && HeaderValue::from_str(&format!("Bearer {}", t.expose())).is_err()
+        {
+            return Err(A2aError::Config(
+                "the token cannot be sent as an Authorization header (a control character \
+                 or a line break in it?)"
+                    .to_owned(),
+            ));
+        }
         let http =
             arbor_model::http::tls_client(config.connect_timeout).map_err(A2aError::Config)?;
         Ok(Self {
@@ -153,12 +162,19 @@ impl A2aClient {
                     )));
                 };
                 let endpoint = interface.url.clone();
-                reqwest::Url::parse(&endpoint).map_err(|e| {
+                let parsed = reqwest::Url::parse(&endpoint).map_err(|e| {
                     A2aError::Card(format!(
                         "the agent card at {url} names a JSON-RPC url {endpoint:?} that is \
                          not a URL: {e}"
                     ))
                 })?;
+                // The token goes where the card says, but never from https down to http.
+                if url.starts_with("https:") && parsed.scheme() != "https" {
+                    return Err(A2aError::Card(format!(
+                        "the agent card at {url} names a JSON-RPC url {endpoint:?} that is not \
+                         https: refused (the token would travel in the clear)"
+                    )));
+                }
                 Ok(Resolved { card, endpoint })
             })
             .await
@@ -188,8 +204,8 @@ impl A2aClient {
             .await
             .map_err(|_| {
                 A2aError::Timeout(format!(
-                    "no answer from {url} within {} s",
-                    self.config.response_timeout.as_secs()
+                    "no answer from {url} within {} ms",
+                    self.config.response_timeout.as_millis()
                 ))
             })?
             .map_err(|e| A2aError::Connection(format!("cannot reach {url}: {e}")))?;
@@ -257,8 +273,8 @@ impl A2aClient {
             .await
             .ok_or_else(|| {
                 A2aError::Timeout(format!(
-                    "{what} did not arrive within {} s",
-                    self.config.response_timeout.as_secs()
+                    "{what} did not arrive within {} ms",
+                    self.config.response_timeout.as_millis()
                 ))
             })?;
         if body.len() > MAX_JSON_BYTES {
@@ -459,8 +475,8 @@ async fn next_item(r: &mut Reader) -> Result<Option<StreamEvent>, A2aError> {
             .await
             .map_err(|_| {
                 A2aError::Timeout(format!(
-                    "the agent's stream was silent for {} s",
-                    r.idle.as_secs()
+                    "the agent's stream was silent for {} ms",
+                    r.idle.as_millis()
                 ))
             })?
             .map_err(|e| A2aError::Connection(format!("the agent's stream broke: {e}")))?;

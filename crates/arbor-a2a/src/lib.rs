@@ -81,4 +81,4 @@ pub use error::{A2aError, A2aErrorKind};
 #[cfg(feature = "client")]
 pub use client::{A2aClient, A2aConfig, EventStream};
 #[cfg(feature = "client")]
-pub use provider::A2aProvider;
+pub use provider::{A2aProvider, settle};

@@ -11,12 +11,14 @@
 //!
 //! What the task streams becomes the turn's events: its status messages
 //! [`ModelEvent::Status`], its artifacts' text the answer ([`ModelEvent::TextDelta`]),
-//! `metadata.usage` (if the agent reports any, [`usage_in`]) the turn's usage. How it ends:
+//! `metadata.usage` (if the agent reports any, [`usage_in`]: the task's cumulative usage, as
+//! `arbor serve` reports it) the turn's usage. How it ends:
 //! - `TASK_STATE_COMPLETED`: the answer;
 //! - `TASK_STATE_INPUT_REQUIRED`: when the agent may ask (its tools include `ask_human`), an
-//!   `ask_human` call with the agent's question, whose id (`a2a:TASK`) names the task, so the
-//!   answer (recorded once, after a restart too) continues it; otherwise an error naming the
-//!   state, and the task is cancelled;
+//!   `ask_human` call with the agent's question, whose id (`a2a:INPUT:OUTPUT:TASK`) names
+//!   the task and the usage it had reported, so the answer (recorded once, after a restart
+//!   too) continues it and the next turn counts only what the task adds; otherwise an error
+//!   naming the state, and the task is cancelled;
 //! - failed, rejected, canceled or `TASK_STATE_AUTH_REQUIRED`: an error naming the state;
 //! - a stream that ends before any of these: the task is read once (`GetTask`), then an
 //!   error naming the state it was left in.
@@ -27,7 +29,7 @@
 use std::time::Duration;
 
 use arbor_model::{FinishReason, ModelError, ModelEvent, ModelProvider, ModelRequest, ModelStream};
-use arbor_protocol::{Message as ArborMessage, ToolCall};
+use arbor_protocol::{Message as ArborMessage, ToolCall, Usage};
 use async_trait::async_trait;
 use futures::StreamExt;
 
@@ -44,6 +46,19 @@ pub const CALL_PREFIX: &str = "a2a:";
 const MAX_QUESTION_BYTES: usize = 2048;
 /// How long a cancel sent for a dropped turn may take.
 const CANCEL_WITHIN: Duration = Duration::from_secs(5);
+
+/// The cancels sent for dropped turns, still under way: a process waits for them before it
+/// ends ([`settle`]), so a run's timeout or a Ctrl-C still cancels its remote tasks.
+static CANCELS: std::sync::LazyLock<tokio_util::task::TaskTracker> =
+    std::sync::LazyLock::new(tokio_util::task::TaskTracker::new);
+
+/// Waits (at most `within`) for the `CancelTask`s sent for dropped turns to be answered: a
+/// host calls it before its runtime ends (each is bounded by 5 s on its own).
+pub async fn settle(within: Duration) {
+    CANCELS.close();
+    let _ = tokio::time::timeout(within, CANCELS.wait()).await;
+    CANCELS.reopen();
+}
 
 /// A remote A2A agent as a model provider (see the module docs).
 #[derive(Debug, Clone)]
@@ -72,36 +87,86 @@ impl A2aProvider {
         }
     }
 
-    /// What this turn sends: a fresh message, or the answer to the task that asked.
-    async fn message(&self, request: &ModelRequest<'_>) -> Result<Message, ModelError> {
-        match request.messages.last() {
-            Some(ArborMessage::User { content }) => {
-                let mut m = Message::user(content.clone());
-                m.context_id = request.session.map(|s| s.to_string());
-                Ok(m)
+    /// What this turn sends: the conversation's new input (every user message since the
+    /// model's last turn: a run's input, or the messages of its inbox, joined), as a fresh
+    /// message; or, when the answer to the agent's question is among it, all of it to the
+    /// task that asked, with the usage the task had reported when it asked.
+    async fn message(&self, request: &ModelRequest<'_>) -> Result<(Message, Usage), ModelError> {
+        let start = request
+            .messages
+            .iter()
+            .rposition(|m| {
+                matches!(
+                    m,
+                    ArborMessage::Assistant { .. } | ArborMessage::System { .. }
+                )
+            })
+            .map_or(0, |i| i + 1);
+        let tail = &request.messages[start..];
+        let texts: Vec<&str> = tail
+            .iter()
+            .filter_map(|m| match m {
+                ArborMessage::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        let answer = tail.iter().find_map(|m| match m {
+            ArborMessage::Tool(r) => Question::of_call(&r.call_id).map(|q| (r, q)),
+            _ => None,
+        });
+        let context = request.session.map(|s| s.to_string());
+        if let Some((result, (task, baseline))) = answer {
+            if result.is_error {
+                let _ = tokio::time::timeout(CANCEL_WITHIN, self.client.cancel_task(task)).await;
+                return Err(self.error(format!(
+                    "its question was not answered ({}); task {task} was cancelled",
+                    result.content
+                )));
             }
-            Some(ArborMessage::Tool(result)) if result.call_id.starts_with(CALL_PREFIX) => {
-                let task = &result.call_id[CALL_PREFIX.len()..];
-                if result.is_error {
-                    let _ =
-                        tokio::time::timeout(CANCEL_WITHIN, self.client.cancel_task(task)).await;
-                    return Err(self.error(format!(
-                        "its question was not answered ({}); task {task} was cancelled",
-                        result.content
-                    )));
-                }
-                let mut m = Message::user(result.content.clone());
-                m.task_id = Some(task.to_owned());
-                m.context_id = request.session.map(|s| s.to_string());
-                Ok(m)
+            let mut text = result.content.clone();
+            for t in texts {
+                text.push_str("\n\n");
+                text.push_str(t);
             }
-            _ => Err(ModelError::Config {
+            let mut m = Message::user(text);
+            m.task_id = Some(task.to_owned());
+            m.context_id = context;
+            return Ok((m, baseline));
+        }
+        if texts.is_empty() {
+            return Err(ModelError::Config {
                 provider: self.name.clone(),
                 message: "a remote A2A agent takes a turn on fresh input or on the answer to \
                           its question, and the conversation ends with neither"
                     .to_owned(),
-            }),
+            });
         }
+        let mut m = Message::user(texts.join("\n\n"));
+        m.context_id = context;
+        Ok((m, Usage::default()))
+    }
+}
+
+/// The id of a question's `ask_human` call: `a2a:INPUT:OUTPUT:TASK`, the task that asked and
+/// the usage it had reported by then (reported usage is the task's cumulative figure, so a
+/// later turn of the same task counts only what it adds).
+struct Question;
+
+impl Question {
+    fn call_id(task: &str, reported: Usage) -> String {
+        format!(
+            "{CALL_PREFIX}{}:{}:{task}",
+            reported.input_tokens, reported.output_tokens
+        )
+    }
+
+    /// The task and the usage reported by the time it asked, from a call's id.
+    fn of_call(id: &str) -> Option<(&str, Usage)> {
+        let mut parts = id.strip_prefix(CALL_PREFIX)?.splitn(3, ':');
+        let input = parts.next()?.parse().ok()?;
+        let output = parts.next()?.parse().ok()?;
+        let task = parts.next().filter(|t| !t.is_empty())?;
+        Some((task, Usage::new(input, output)))
     }
 }
 
@@ -112,7 +177,7 @@ impl ModelProvider for A2aProvider {
     }
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
-        let message = self.message(&request).await?;
+        let (message, baseline) = self.message(&request).await?;
         let send = SendMessageRequest {
             message,
             configuration: Some(SendConfiguration {
@@ -135,6 +200,8 @@ impl ModelProvider for A2aProvider {
             state: TaskState::Unspecified,
             last_artifact: None,
             answered: false,
+            baseline,
+            reported: None,
             out: std::collections::VecDeque::new(),
             ended: false,
         };
@@ -175,6 +242,10 @@ struct Turn {
     last_artifact: Option<String>,
     /// Some answer text was sent.
     answered: bool,
+    /// What the task had reported before this turn (its answer's call id says).
+    baseline: Usage,
+    /// The task's cumulative usage, as last reported in this turn.
+    reported: Option<Usage>,
     out: std::collections::VecDeque<Result<ModelEvent, ModelError>>,
     ended: bool,
 }
@@ -273,9 +344,16 @@ impl Turn {
         }
     }
 
+    /// A reported usage: the task's cumulative figure, of which this turn used what it
+    /// adds to the baseline.
     fn usage(&mut self, metadata: Option<&serde_json::Value>) {
         if let Some(u) = usage_in(metadata) {
-            self.out.push_back(Ok(ModelEvent::Usage(u)));
+            self.reported = Some(u);
+            let turn = Usage::new(
+                u.input_tokens.saturating_sub(self.baseline.input_tokens),
+                u.output_tokens.saturating_sub(self.baseline.output_tokens),
+            );
+            self.out.push_back(Ok(ModelEvent::Usage(turn)));
         }
     }
 
@@ -330,8 +408,9 @@ impl Turn {
                     }
                     question.truncate(cut);
                 }
+                let reported = self.reported.unwrap_or(self.baseline);
                 self.out.push_back(Ok(ModelEvent::ToolCall(ToolCall {
-                    id: format!("{CALL_PREFIX}{id}"),
+                    id: Question::call_id(&id, reported),
                     name: ASK_HUMAN.to_owned(),
                     arguments: serde_json::json!({ "question": question }),
                 })));
@@ -345,6 +424,9 @@ impl Turn {
                     self.disarm();
                 }
                 let how = match state {
+                    TaskState::InputRequired if id.is_empty() => {
+                        " (the agent named no task to answer)".to_owned()
+                    }
                     TaskState::InputRequired => {
                         " (this child cannot ask: give its agent the ask_human tool)".to_owned()
                     }
@@ -416,14 +498,17 @@ impl Drop for CancelOnDrop {
         };
         let client = self.client.clone();
         let task = std::mem::take(&mut self.task);
-        handle.spawn(async move {
-            match tokio::time::timeout(CANCEL_WITHIN, client.cancel_task(&task)).await {
-                Ok(Ok(t)) => {
-                    tracing::debug!(task, state = %t.status.state, "remote task cancelled")
+        CANCELS.spawn_on(
+            async move {
+                match tokio::time::timeout(CANCEL_WITHIN, client.cancel_task(&task)).await {
+                    Ok(Ok(t)) => {
+                        tracing::debug!(task, state = %t.status.state, "remote task cancelled")
+                    }
+                    Ok(Err(e)) => tracing::debug!(task, error = %e, "remote task not cancelled"),
+                    Err(_) => tracing::debug!(task, "remote task's cancel timed out"),
                 }
-                Ok(Err(e)) => tracing::debug!(task, error = %e, "remote task not cancelled"),
-                Err(_) => tracing::debug!(task, "remote task's cancel timed out"),
-            }
-        });
+            },
+            &handle,
+        );
     }
 }

@@ -289,7 +289,7 @@ async fn a_question_becomes_an_ask_human_call_and_its_answer_goes_back_to_the_ta
             _ => None,
         })
         .unwrap();
-    assert_eq!(call.id, "a2a:t2");
+    assert_eq!(call.id, "a2a:0:0:t2");
     assert_eq!(call.name, "ask_human");
     assert_eq!(call.arguments, json!({"question": "Which city?"}));
     assert_eq!(
@@ -355,7 +355,7 @@ async fn a_declined_question_cancels_the_task_and_fails_the_turn() {
     let declined = [
         Message::user("book"),
         Message::Tool(ToolResult {
-            call_id: "a2a:t4".into(),
+            call_id: "a2a:0:0:t4".into(),
             name: "ask_human".into(),
             content: "declined: not now".into(),
             is_error: true,
@@ -533,4 +533,81 @@ async fn an_agent_without_streaming_is_sent_one_message() {
         ]
     );
     assert_eq!(a.seen.lock().unwrap()[0].0, "SendMessage");
+}
+
+#[tokio::test]
+async fn a_continued_task_counts_only_what_it_adds_and_carries_the_inbox_with_the_answer() {
+    let mut asking = status("t12", "TASK_STATE_INPUT_REQUIRED", Some("Which city?"));
+    asking["statusUpdate"]["metadata"] = json!({"usage": {"inputTokens": 10, "outputTokens": 5}});
+    let mut done = status("t12", "TASK_STATE_COMPLETED", None);
+    done["statusUpdate"]["metadata"] = json!({"usage": {"inputTokens": 25, "outputTokens": 12}});
+    let a = agent(vec![
+        Answer::Sse(vec![task("t12", "TASK_STATE_WORKING"), asking], false),
+        Answer::Sse(vec![artifact("t12", "a", "Booked", false), done], false),
+    ]);
+    let p = provider(&serve(a.clone()).await, |c| c);
+    let first = turn(&p, &[Message::user("book")], &ask_human()).await;
+    assert!(
+        first.contains(&Ok(ModelEvent::Usage(Usage::new(10, 5)))),
+        "{first:?}"
+    );
+    let call = first
+        .iter()
+        .find_map(|e| match e {
+            Ok(ModelEvent::ToolCall(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // The id carries what the task had reported when it asked.
+    assert_eq!(call.id, "a2a:10:5:t12");
+    // The answer, then a message the inbox added meanwhile: both go to the task.
+    let answered = [
+        Message::user("book"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![call.clone()],
+        },
+        Message::Tool(ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: "Paris".into(),
+            is_error: false,
+        }),
+        Message::user("A window seat, please."),
+    ];
+    let second = turn(&p, &answered, &ask_human()).await;
+    assert!(
+        second.contains(&Ok(ModelEvent::Usage(Usage::new(15, 7)))),
+        "the second turn counts only what the task added: {second:?}"
+    );
+    let seen = a.seen.lock().unwrap();
+    assert_eq!(seen[1].1["message"]["taskId"], "t12");
+    assert_eq!(
+        seen[1].1["message"]["parts"],
+        json!([{"text": "Paris\n\nA window seat, please."}])
+    );
+}
+
+#[tokio::test]
+async fn every_new_message_of_a_turn_reaches_the_agent() {
+    let a = agent(vec![Answer::Sse(
+        vec![
+            task("t13", "TASK_STATE_WORKING"),
+            status("t13", "TASK_STATE_COMPLETED", None),
+        ],
+        false,
+    )]);
+    let p = provider(&serve(a.clone()).await, |c| c);
+    let inbox = [
+        Message::user("first"),
+        Message::assistant("ok"),
+        Message::user("second"),
+        Message::user("third"),
+    ];
+    turn(&p, &inbox, &[]).await;
+    let seen = a.seen.lock().unwrap();
+    assert_eq!(
+        seen[0].1["message"]["parts"],
+        json!([{"text": "second\n\nthird"}])
+    );
 }

@@ -82,6 +82,9 @@ pub fn main() -> ExitCode {
         logging::init(serving)
     };
     let outcome = commands::run(cli.command, &runtime, telemetry.runtime.clone());
+    // A remote A2A child's task that a dropped turn cancels is told so before the process
+    // ends (each cancel bounded by 5 s).
+    runtime.block_on(arbor_a2a::settle(std::time::Duration::from_secs(6)));
     telemetry.shutdown();
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -86,6 +86,7 @@ async fn every_refusal_is_the_json_rpc_error_a2a_names() {
         .post(&url)
         .bearer_auth(TOKEN_A)
         .header("A2A-Version", "0.3")
+        .header("content-type", "application/json")
         .body(call("GetTask", json!({"id": "x"})))
         .send()
         .await
@@ -93,6 +94,33 @@ async fn every_refusal_is_the_json_rpc_error_a2a_names() {
     let old: Value = old.json().await.unwrap();
     assert_eq!(code(&old), -32009);
     assert_eq!(old["error"]["data"][0]["reason"], "VERSION_NOT_SUPPORTED");
+
+    // A body that is not JSON by its type is refused before anything runs: a web page
+    // cannot send one without a preflight.
+    let plain = http
+        .post(&url)
+        .bearer_auth(TOKEN_A)
+        .header("content-type", "text/plain")
+        .body(call(
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status().as_u16(), 400);
+    let plain: Value = plain.json().await.unwrap();
+    assert_eq!(plain["error"]["field"], "Content-Type", "{plain}");
+    let runs: Value = http
+        .get(format!("{base}/v1/runs"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "{runs}");
 
     // Params, named.
     let (_, v) = rpc(&http, &url, TOKEN_A, &call("GetTask", json!({"id": 5}))).await;
@@ -193,4 +221,102 @@ async fn every_refusal_is_the_json_rpc_error_a2a_names() {
         .await
         .unwrap();
     assert_eq!(run["status"], "aborted", "{run}");
+}
+
+/// A root whose sync child and message-mode child both stop on a gated call: two runs wait.
+const TWO_RUNS: &str = r#"
+task = "two runs"
+root = "root"
+
+[supervisor]
+approvals = true
+
+[agents.root]
+children = ["messenger", "worker"]
+
+[[agents.root.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "messenger", name = "messenger", input = "go", mode = "message" } },
+  { name = "spawn_agent", arguments = { child_id = "worker", name = "worker", input = "go" } },
+]
+
+[[agents.root.turns]]
+text = "done"
+
+[agents.messenger]
+tools = ["echo"]
+
+[[agents.messenger.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "messenger's" } }]
+
+[[agents.messenger.turns]]
+text = "sent"
+
+# The worker asks later: by the time the root stops on its call, the messenger's waits too.
+[agents.worker]
+tools = ["echo"]
+
+[[agents.worker.turns]]
+delay_ms = 1000
+tool_calls = [{ name = "echo", arguments = { text = "worker's" } }]
+
+[[agents.worker.turns]]
+text = "worked"
+"#;
+
+#[tokio::test]
+async fn one_reply_decides_the_calls_of_every_run_that_waits() {
+    let (_dir, served) = serve_support::serving("tworuns", TWO_RUNS);
+    let (base, http) = (served.base.clone(), client());
+    let url = format!("{base}/a2a/tworuns");
+    let start =
+        json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "go"}]}});
+    let (_, v) = rpc(&http, &url, "unused", &call("SendMessage", start)).await;
+    let id = v["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // The worker's call stops the root's run; the messenger's stops its own a moment later
+    // (nobody awaits it): the task asks until both are listed.
+    let mut v = v;
+    for _ in 0..100 {
+        let pending = v["result"]["status"]["message"]["parts"][1]["data"]["pending"]
+            .as_array()
+            .or_else(|| {
+                v["result"]["task"]["status"]["message"]["parts"][1]["data"]["pending"].as_array()
+            })
+            .map_or(0, Vec::len);
+        if pending == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        v = rpc(&http, &url, "unused", &call("GetTask", json!({"id": id})))
+            .await
+            .1;
+    }
+    let task = v["result"].get("task").unwrap_or(&v["result"]);
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{v}");
+    let runs = task["status"]["message"]["parts"][1]["data"]["pending"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(runs, 2, "two runs wait: {v}");
+    let reply = json!({"message": {"messageId": "m2", "role": "ROLE_USER", "taskId": id, "parts": [{"text": "approve"}]}});
+    let (_, v) = rpc(&http, &url, "unused", &call("SendMessage", reply)).await;
+    let task = &v["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    // Completed only with its answer kept.
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "done", "{v}");
+    let run: Value = http
+        .get(format!("{base}/v1/runs/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let statuses: Vec<&str> = run["tree"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["succeeded"; 3], "{run}");
 }

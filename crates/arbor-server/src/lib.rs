@@ -49,7 +49,7 @@
 //! | `POST /v1/sessions/{id}/cancel` | cancel a session's run going on in this server |
 //! | `GET`, `POST /v1/sessions/{id}/approvals` | what waits for a decision there; decide |
 //! | `POST /v1/runs/{id}/resume` | let the tree go on with its decisions |
-//! | `GET /a2a/{spec}/.well-known/agent-card.json`, `POST /a2a/{spec}` | A2A v1.0 (JSON-RPC, SSE): a task is a root run of the spec; `INPUT_REQUIRED` while it waits for decisions |
+//! | `GET /a2a/{spec}/.well-known/agent-card.json`, `POST /a2a/{spec}`, `/a2a/{spec}/rest/…` | A2A v1.0 (JSON-RPC and HTTP+JSON, SSE): a task is a root run of the spec; `INPUT_REQUIRED` while it waits for decisions |
 
 mod a2a;
 mod api;

@@ -21,7 +21,6 @@ use super::settles;
 use super::task::Snapshot;
 use crate::api::approvals::SuspensionView;
 use crate::api::ending::Closing;
-use crate::auth::Tenant;
 use crate::error::ApiResult;
 use crate::state::AppState;
 
@@ -63,7 +62,8 @@ pub(crate) async fn settled(state: &AppState, root: SessionId) -> ApiResult<Opti
 struct Follower {
     state: AppState,
     root: SessionId,
-    id: Value,
+    /// The JSON-RPC request its items answer (none over HTTP+JSON: bare items).
+    envelope: Option<Value>,
     /// The first item is the whole task (a new task, a subscription), else a status update.
     whole_first: bool,
     last: Option<(TaskState, String)>,
@@ -77,11 +77,12 @@ impl Follower {
     async fn next(mut self) -> Option<(Result<Event, Infallible>, Self)> {
         loop {
             if let Some(item) = self.queue.pop_front() {
-                let body = RpcResponse::result(
-                    self.id.clone(),
-                    serde_json::to_value(StreamResponse::of(item)).unwrap_or(Value::Null),
-                );
-                let data = serde_json::to_string(&body).unwrap_or_default();
+                let item = serde_json::to_value(StreamResponse::of(item)).unwrap_or(Value::Null);
+                let data = match &self.envelope {
+                    Some(id) => serde_json::to_string(&RpcResponse::result(id.clone(), item)),
+                    None => serde_json::to_string(&item),
+                }
+                .unwrap_or_default();
                 return Some((Ok(Event::default().data(data)), self));
             }
             if self.done {
@@ -135,23 +136,20 @@ impl Follower {
     }
 }
 
-/// The task of `root` as an SSE stream of JSON-RPC responses to request `id`.
+/// The task of `root` as an SSE stream: JSON-RPC responses to request `envelope`, or bare
+/// items (HTTP+JSON).
 pub(crate) fn stream(
     state: AppState,
-    tenant: Tenant,
-    id: Value,
+    slot: crate::state::StreamSlot,
+    envelope: Option<Value>,
     root: SessionId,
     whole_first: bool,
 ) -> Response {
-    let slot = match state.streams.open(&tenant.0) {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
-    };
     let follower = Follower {
         closing: Closing::new(state.closing.clone()),
         state,
         root,
-        id,
+        envelope,
         whole_first,
         last: None,
         queue: VecDeque::new(),

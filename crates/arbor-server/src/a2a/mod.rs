@@ -1,6 +1,7 @@
-//! A2A v1.0 over JSON-RPC: each spec the launcher offers is an agent at `/a2a/{spec}`, its
-//! card at `/a2a/{spec}/.well-known/agent-card.json`, behind the same tenant tokens as `/v1`
-//! (a spec the tenant may not start is unknown to it: 404).
+//! A2A v1.0: each spec the launcher offers is an agent at `/a2a/{spec}` (JSON-RPC) and
+//! `/a2a/{spec}/rest` (HTTP+JSON, [`rest`]), its card at
+//! `/a2a/{spec}/.well-known/agent-card.json`, behind the same tenant tokens as `/v1` (a spec
+//! the tenant may not start is unknown to it: 404).
 //!
 //! One task is one root run of the spec ([`task`]): `SendMessage` and
 //! `SendStreamingMessage` start one with the message's text as its task (the run counts
@@ -14,6 +15,7 @@
 
 mod follow;
 mod reply;
+mod rest;
 mod task;
 
 use std::time::Duration;
@@ -26,7 +28,7 @@ use arbor_a2a::wire::{
 use arbor_protocol::SessionId;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -44,13 +46,64 @@ pub(crate) fn router(state: &AppState) -> Router {
     Router::new()
         .route("/a2a/{spec}/.well-known/agent-card.json", get(card))
         .route("/a2a/{spec}", post(rpc))
-        .layer(DefaultBodyLimit::max(crate::api::MAX_BODY_BYTES))
+        .route("/a2a/{spec}/rest/message:send", post(rest::send))
+        .route("/a2a/{spec}/rest/message:stream", post(rest::stream))
+        .route(
+            "/a2a/{spec}/rest/tasks/{task}",
+            get(rest::task_get).post(rest::task_post),
+        )
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state.clone())
 }
 
+/// A request a web page could not have made: JSON (`Content-Type`, which a cross-origin
+/// page cannot send without a preflight), and, when no token is required (a loopback
+/// server), a `Host` of loopback or one `--mcp-host` names (DNS rebinding).
+pub(crate) fn check_origin(state: &AppState, headers: &HeaderMap, body: bool) -> ApiResult<()> {
+    if state.tenants.is_open() {
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+        };
+        let known = ["localhost", "127.0.0.1", "::1"].contains(&name)
+            || state.mcp.hosts.iter().any(|h| h == name);
+        if !known {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "Host {host:?} is not served without a token (loopback, or a name given \
+                     with --mcp-host)"
+                ),
+            ));
+        }
+    }
+    if body {
+        let kind = headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let essence = kind
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::field(
+                "Content-Type",
+                format!("an A2A request is JSON: Content-Type {kind:?} must be application/json"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// 404 unless the launcher offers `spec` and the tenant may start it.
-fn check_spec(state: &AppState, tenant: &Tenant, spec: &str) -> ApiResult<()> {
+pub(crate) fn check_spec(state: &AppState, tenant: &Tenant, spec: &str) -> ApiResult<()> {
     let offered = state
         .launcher
         .as_ref()
@@ -69,6 +122,7 @@ async fn card(
     Path(spec): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<axum::Json<AgentCard>> {
+    check_origin(&state, &headers, false)?;
     check_spec(&state, &tenant, &spec)?;
     let host = headers
         .get(axum::http::header::HOST)
@@ -88,12 +142,20 @@ async fn card(
              and delegates under arbor's limits; a call that waits for a decision (an \
              approval, a question) is TASK_STATE_INPUT_REQUIRED."
         ),
-        supported_interfaces: vec![AgentInterface {
-            url: format!("{scheme}://{host}/a2a/{spec}"),
-            protocol_binding: JSONRPC_BINDING.to_owned(),
-            protocol_version: PROTOCOL_VERSION.to_owned(),
-            tenant: None,
-        }],
+        supported_interfaces: vec![
+            AgentInterface {
+                url: format!("{scheme}://{host}/a2a/{spec}"),
+                protocol_binding: JSONRPC_BINDING.to_owned(),
+                protocol_version: PROTOCOL_VERSION.to_owned(),
+                tenant: None,
+            },
+            AgentInterface {
+                url: format!("{scheme}://{host}/a2a/{spec}/rest"),
+                protocol_binding: "HTTP+JSON".to_owned(),
+                protocol_version: PROTOCOL_VERSION.to_owned(),
+                tenant: None,
+            },
+        ],
         version: env!("CARGO_PKG_VERSION").to_owned(),
         capabilities: Capabilities {
             streaming: Some(true),
@@ -125,6 +187,33 @@ fn error(id: Value, e: RpcError) -> Response {
     axum::Json(RpcResponse::error(id, e)).into_response()
 }
 
+/// How a call came, and so how it is answered.
+#[derive(Debug, Clone)]
+pub(crate) enum Binding {
+    /// JSON-RPC, request `id`: results and errors in its envelope, errors with HTTP 200.
+    JsonRpc(Value),
+    /// HTTP+JSON: bare results, errors as a `google.rpc.Status` with their HTTP status.
+    Rest,
+}
+
+impl Binding {
+    /// The error, as this binding answers one.
+    pub(crate) fn fail(&self, e: RpcError) -> Response {
+        match self {
+            Self::JsonRpc(id) => error(id.clone(), e),
+            Self::Rest => rest::status(e),
+        }
+    }
+
+    /// The request id a stream's items answer (JSON-RPC), if any.
+    fn envelope(&self) -> Option<Value> {
+        match self {
+            Self::JsonRpc(id) => Some(id.clone()),
+            Self::Rest => None,
+        }
+    }
+}
+
 /// An `ApiError` of the runtime or the store as a JSON-RPC error.
 pub(crate) fn from_api(e: ApiError) -> RpcError {
     let code = match e.kind() {
@@ -145,17 +234,62 @@ fn params_of<T: serde::de::DeserializeOwned>(p: Value, method: &str) -> Result<T
     })
 }
 
+/// The body within the time and size `/v1` gives one (a blocking `SendMessage` then waits
+/// as long as its task takes); else the error answered.
+pub(crate) async fn read_body(body: axum::body::Body) -> Result<Bytes, Response> {
+    let limit = crate::api::MAX_BODY_BYTES;
+    match tokio::time::timeout(
+        crate::api::REQUEST_TIMEOUT,
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError::new(
+            ErrorKind::TooLarge,
+            format!("The body is larger than {limit} bytes, or broke off"),
+        )
+        .into_response()),
+        Err(_) => Err(ApiError::new(
+            ErrorKind::Timeout,
+            format!(
+                "The body did not arrive within {} s",
+                crate::api::REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+        .into_response()),
+    }
+}
+
+/// The `A2A-Version` a request names, if it is not 1.x (a missing one is taken as 1.0: the
+/// SDKs always send it).
+pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), RpcError> {
+    match headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
+        Some(v) if !(v == "1" || v.starts_with("1.")) => Err(RpcError::new(
+            codes::VERSION_NOT_SUPPORTED,
+            format!("A2A version {v:?} is not supported: this server speaks 1.0"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Every JSON-RPC call.
 async fn rpc(
     tenant: Tenant,
     State(state): State<AppState>,
     Path(spec): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
-    if let Err(e) = check_spec(&state, &tenant, &spec) {
+    if let Err(e) =
+        check_origin(&state, &headers, true).and_then(|()| check_spec(&state, &tenant, &spec))
+    {
         return e.into_response();
     }
+    let body = match read_body(body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
     let Ok(value) = serde_json::from_slice::<Value>(&body) else {
         return error(
             Value::Null,
@@ -175,23 +309,14 @@ async fn rpc(
             );
         }
     };
-    // A missing version header is taken as 1.0 (the SDKs always send one).
-    if let Some(v) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
-        && !(v == "1" || v.starts_with("1."))
-    {
-        return error(
-            id,
-            RpcError::new(
-                codes::VERSION_NOT_SUPPORTED,
-                format!("A2A version {v:?} is not supported: this server speaks 1.0"),
-            ),
-        );
+    if let Err(e) = check_version(&headers) {
+        return error(id, e);
     }
     let call = Call {
         state,
         tenant,
         spec,
-        id: id.clone(),
+        binding: Binding::JsonRpc(id.clone()),
     };
     let answer = match request.method.as_str() {
         "SendMessage" => call.send(request.params).await,
@@ -214,11 +339,11 @@ async fn rpc(
 }
 
 /// One call's context.
-struct Call {
-    state: AppState,
-    tenant: Tenant,
-    spec: String,
-    id: Value,
+pub(crate) struct Call {
+    pub(crate) state: AppState,
+    pub(crate) tenant: Tenant,
+    pub(crate) spec: String,
+    pub(crate) binding: Binding,
 }
 
 impl Call {
@@ -264,7 +389,7 @@ impl Call {
         }
     }
 
-    async fn send(&self, params: Value) -> Result<Value, RpcError> {
+    pub(crate) async fn send(&self, params: Value) -> Result<Value, RpcError> {
         let req: SendMessageRequest = params_of(params, "SendMessage")?;
         let (root, _) = self.begin(&req).await?;
         let immediate = req
@@ -284,42 +409,49 @@ impl Call {
             .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))
     }
 
-    async fn send_streaming(self, params: Value) -> Response {
+    pub(crate) async fn send_streaming(self, params: Value) -> Response {
         let req: SendMessageRequest = match params_of(params, "SendStreamingMessage") {
             Ok(r) => r,
-            Err(e) => return error(self.id, e),
+            Err(e) => return self.binding.fail(e),
+        };
+        // The stream's slot first: a task is never started for a stream that cannot open.
+        let slot = match self.state.streams.open(&self.tenant.0) {
+            Ok(slot) => slot,
+            Err(e) => return self.binding.fail(from_api(e)),
         };
         match self.begin(&req).await {
-            Ok((root, new)) => follow::stream(self.state, self.tenant, self.id, root, new),
-            Err(e) => error(self.id, e),
+            Ok((root, new)) => follow::stream(self.state, slot, self.binding.envelope(), root, new),
+            Err(e) => self.binding.fail(e),
         }
     }
 
-    async fn subscribe(self, params: Value) -> Response {
+    pub(crate) async fn subscribe(self, params: Value) -> Response {
         let p: TaskIdParams = match params_of(params, "SubscribeToTask") {
             Ok(p) => p,
-            Err(e) => return error(self.id, e),
+            Err(e) => return self.binding.fail(e),
         };
         match self.snapshot(&p.id).await {
-            Ok(s) if s.state().is_terminal() => error(
-                self.id,
-                RpcError::new(
-                    codes::UNSUPPORTED_OPERATION,
-                    format!("Task {} is in terminal state: {}", p.id, s.state()),
-                ),
-            ),
-            Ok(s) => follow::stream(self.state, self.tenant, self.id, s.root.id, true),
-            Err(e) => error(self.id, e),
+            Ok(s) if s.state().is_terminal() => self.binding.fail(RpcError::new(
+                codes::UNSUPPORTED_OPERATION,
+                format!("Task {} is in terminal state: {}", p.id, s.state()),
+            )),
+            Ok(s) => match self.state.streams.open(&self.tenant.0) {
+                Ok(slot) => {
+                    follow::stream(self.state, slot, self.binding.envelope(), s.root.id, true)
+                }
+                Err(e) => self.binding.fail(from_api(e)),
+            },
+            Err(e) => self.binding.fail(e),
         }
     }
 
-    async fn get(&self, params: Value) -> Result<Value, RpcError> {
+    pub(crate) async fn get(&self, params: Value) -> Result<Value, RpcError> {
         let p: TaskIdParams = params_of(params, "GetTask")?;
         let task = self.snapshot(&p.id).await?.task();
         serde_json::to_value(task).map_err(|e| RpcError::new(codes::INTERNAL_ERROR, e.to_string()))
     }
 
-    async fn cancel(&self, params: Value) -> Result<Value, RpcError> {
+    pub(crate) async fn cancel(&self, params: Value) -> Result<Value, RpcError> {
         let p: TaskIdParams = params_of(params, "CancelTask")?;
         let snap = self.snapshot(&p.id).await?;
         if snap.state().is_terminal() {

@@ -21,6 +21,7 @@ use super::task::{CONTEXT_LABEL, Snapshot, read_message};
 use super::{follow, from_api};
 use crate::api::approvals::DecisionInput;
 use crate::auth::Tenant;
+use crate::error::ErrorKind;
 use crate::launcher::StartRun;
 use crate::state::AppState;
 
@@ -83,7 +84,8 @@ pub(crate) async fn start(
 }
 
 /// Records the reply's decisions on what waits at `snap`'s root, then resumes the tree
-/// once nothing waits.
+/// once nothing waits. A task whose decisions are all recorded but whose tree did not
+/// resume (a resume refused for a moment) takes any reply as a retry of the resume.
 pub(crate) async fn reply(
     state: &AppState,
     tenant: &Tenant,
@@ -101,6 +103,7 @@ pub(crate) async fn reply(
     }
     match snap.state() {
         TaskState::InputRequired => {}
+        TaskState::Working if snap.decided() => return resume(state, id).await,
         s if s.is_terminal() => {
             return Err(RpcError::new(
                 codes::UNSUPPORTED_OPERATION,
@@ -117,33 +120,18 @@ pub(crate) async fn reply(
             ));
         }
     }
-    let decisions = decisions_of(snap, message)?;
     let decided_by = DecidedBy::new(Some(tenant.0.clone()), Some("a2a".to_owned()));
-    let (answers, verdicts): (Vec<_>, Vec<_>) = decisions
+    let decisions = decisions_of(snap, message)?
         .into_iter()
         .map(|(d, answered)| {
-            (
-                ApprovalDecision {
-                    decided_by: Some(decided_by.clone()),
-                    ..d
-                },
-                answered,
-            )
+            let d = ApprovalDecision {
+                decided_by: Some(decided_by.clone()),
+                ..d
+            };
+            (d, answered)
         })
-        .partition(|(_, answered)| *answered);
-    let store = state.store.as_ref();
-    for (group, answered) in [(answers, true), (verdicts, false)] {
-        if group.is_empty() {
-            continue;
-        }
-        let group: Vec<ApprovalDecision> = group.into_iter().map(|(d, _)| d).collect();
-        let recorded = if answered {
-            arbor_core::supervisor::answer_at(store, id, &group).await
-        } else {
-            arbor_core::supervisor::decide_at(store, id, &group).await
-        };
-        recorded.map_err(|e| invalid(e.to_string()))?;
-    }
+        .collect();
+    record(state, snap, decisions).await?;
     state.watcher.follow(id, None);
     let after = follow::read(state, id).await.map_err(from_api)?;
     if after.is_some_and(|s| s.state() == TaskState::InputRequired) {
@@ -153,6 +141,52 @@ pub(crate) async fn reply(
     resume(state, id).await
 }
 
+/// Records `decisions`, one batch per suspended run their ids are in (a batch is one run's,
+/// as the runtime takes it); a batch with an answer is recorded as answers whole (every id
+/// must then name a question), as `POST /v1/sessions/{id}/approvals` does. A decision the
+/// runtime refuses (unknown, decided, not fitting its call) is `-32602` with its reason.
+async fn record(
+    state: &AppState,
+    snap: &Snapshot,
+    decisions: Vec<(ApprovalDecision, bool)>,
+) -> Result<(), RpcError> {
+    let mut batches: Vec<(Option<String>, Vec<ApprovalDecision>, bool)> = Vec::new();
+    for (d, answered) in decisions {
+        let run = snap
+            .waiting
+            .iter()
+            .find(|s| s.pending.iter().any(|p| p.id == d.id))
+            .map(|s| s.run_id.clone());
+        match batches.iter_mut().find(|(r, _, _)| *r == run) {
+            Some((_, batch, any_answer)) => {
+                batch.push(d);
+                *any_answer |= answered;
+            }
+            None => batches.push((run, vec![d], answered)),
+        }
+    }
+    let store = state.store.as_ref();
+    for (_, batch, answers) in batches {
+        let recorded = if answers {
+            arbor_core::supervisor::answer_at(store, snap.root.id, &batch).await
+        } else {
+            arbor_core::supervisor::decide_at(store, snap.root.id, &batch).await
+        };
+        recorded.map_err(|e| {
+            let e = crate::error::ApiError::from(e);
+            match e.kind() {
+                ErrorKind::Validation | ErrorKind::Conflict | ErrorKind::NotFound => {
+                    invalid(e.error.message)
+                }
+                _ => RpcError::new(codes::INTERNAL_ERROR, e.error.message),
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Resumes the tree, retrying a refusal for a moment (another request running or hosting
+/// it); a tree already going on again (resumed by a concurrent reply) is resumed.
 async fn resume(state: &AppState, root: SessionId) -> Result<(), RpcError> {
     let launcher = state.launcher.as_ref().ok_or_else(|| {
         RpcError::new(
@@ -160,18 +194,38 @@ async fn resume(state: &AppState, root: SessionId) -> Result<(), RpcError> {
             "This server cannot resume runs",
         )
     })?;
-    launcher.resume(root).await.map_err(from_api)?;
-    // The stream that follows must not read the suspension the reply ended.
     let deadline = tokio::time::Instant::now() + RESUME_WAIT;
-    while tokio::time::Instant::now() < deadline {
-        match state.store.session(root).await {
-            Ok(Some(r)) if r.status == SessionStatus::Suspended => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            _ => break,
+    loop {
+        let Some(e) = launcher.resume(root).await.err() else {
+            return Ok(());
+        };
+        let status = state
+            .store
+            .session(root)
+            .await
+            .ok()
+            .flatten()
+            .map(|r| r.status);
+        if s_going_on(status) {
+            return Ok(());
         }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(RpcError::new(
+                codes::INTERNAL_ERROR,
+                format!(
+                    "the decisions are recorded, but the tree could not be resumed ({}); \
+                     reply again (any text) to retry",
+                    e.error.message
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(())
+}
+
+/// Whether the root left its suspension (its tree goes on, or ended).
+fn s_going_on(status: Option<SessionStatus>) -> bool {
+    status.is_some_and(|s| s != SessionStatus::Suspended)
 }
 
 /// The decisions a reply makes, each with whether it is an answer.
@@ -260,8 +314,8 @@ fn decisions_of(
 }
 
 /// Cancels the task's run and waits (up to `wait`) for it to end. A task that waits for
-/// input has no run going on: every call that waits is rejected (none of them runs), the
-/// tree is resumed and its run cancelled at once.
+/// input (or for its resume) has no run going on: every call that waits is rejected (none
+/// of them runs), the tree resumed and its run cancelled at once.
 pub(crate) async fn cancel(
     state: &AppState,
     tenant: &Tenant,
@@ -275,7 +329,7 @@ pub(crate) async fn cancel(
             "This server cannot cancel runs",
         )
     })?;
-    if snap.state() == TaskState::InputRequired {
+    if snap.state() == TaskState::InputRequired || snap.decided() {
         let decided_by = DecidedBy::new(Some(tenant.0.clone()), Some("a2a".to_owned()));
         for s in &snap.waiting {
             let decisions: Vec<ApprovalDecision> = s
@@ -291,19 +345,18 @@ pub(crate) async fn cancel(
             // A call decided meanwhile keeps its decision.
             let _ = arbor_core::supervisor::decide_at(state.store.as_ref(), root, &decisions).await;
         }
-        launcher.resume(root).await.map_err(from_api)?;
+        // A concurrent reply may have resumed it already: the cancel goes on either way.
+        let _ = launcher.resume(root).await;
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
+        // The run may not be going on yet (a resume starting it): asked again each time.
+        let _ = launcher.cancel(root, root).await;
         let now = follow::read(state, root).await.map_err(from_api)?;
         match now {
             Some(s) if s.state().is_terminal() => return Ok(s),
             Some(s) if tokio::time::Instant::now() >= deadline => return Ok(s),
-            Some(_) => {
-                // The run may not be going on yet (a resume starting it): asked again.
-                let _ = launcher.cancel(root, root).await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             None => return Err(RpcError::new(codes::TASK_NOT_FOUND, "Task not found")),
         }
     }

@@ -4,7 +4,10 @@
 //! The task's id is the root session's. Its state follows the root: idle or queued is
 //! `SUBMITTED`; running (or suspended with nothing waiting yet) `WORKING`; suspended with
 //! calls waiting for a decision `INPUT_REQUIRED`; succeeded `COMPLETED`; aborted
-//! `CANCELED`; failed, denied or interrupted `FAILED`.
+//! `CANCELED`; failed or denied `FAILED`. A root whose run ended is settled only once its
+//! result is kept (`meta.result`, written after the tree's end: a tree whose message-mode
+//! children still report may run its root again); until then it is `WORKING`. An
+//! interrupted root (its process died) is `FAILED` at once.
 
 use arbor_a2a::wire::{
     Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
@@ -37,10 +40,25 @@ impl Snapshot {
             SessionStatus::Running => TaskState::Working,
             SessionStatus::Suspended if self.pending() > 0 => TaskState::InputRequired,
             SessionStatus::Suspended => TaskState::Working,
+            SessionStatus::Interrupted => TaskState::Failed,
+            _ if !self.kept() => TaskState::Working,
             SessionStatus::Succeeded => TaskState::Completed,
             SessionStatus::Aborted => TaskState::Canceled,
             _ => TaskState::Failed,
         }
+    }
+
+    /// Whether the root's result is kept for the run that ended (not a suspension's).
+    fn kept(&self) -> bool {
+        self.root.meta.to_value()["result"]["status"]
+            .as_str()
+            .is_some_and(|s| s != "suspended")
+    }
+
+    /// Suspended with nothing left to decide: decisions were recorded and the tree awaits
+    /// its resume (a reply or a cancel retries it).
+    pub(crate) fn decided(&self) -> bool {
+        self.root.status == SessionStatus::Suspended && self.pending() == 0
     }
 
     fn pending(&self) -> usize {
