@@ -389,3 +389,70 @@ async fn the_sink_gets_exactly_what_the_stream_carries_and_secrets_never_leave()
         other => panic!("{other:?}"),
     }
 }
+
+/// A provider that says where its work stands before it answers (as a remote A2A agent
+/// does with its task's status updates).
+#[derive(Debug)]
+struct Progressing;
+
+#[async_trait::async_trait]
+impl arbor_model::ModelProvider for Progressing {
+    fn name(&self) -> &str {
+        "progressing"
+    }
+
+    async fn stream(
+        &self,
+        _request: arbor_model::ModelRequest<'_>,
+    ) -> Result<arbor_model::ModelStream, arbor_model::ModelError> {
+        use arbor_model::{FinishReason, ModelEvent};
+        let events = [
+            ModelEvent::Status {
+                state: "TASK_STATE_WORKING".into(),
+                message: Some("looking up flights".into()),
+            },
+            ModelEvent::TextDelta("booked".into()),
+            ModelEvent::Finished(FinishReason::Stop),
+        ];
+        Ok(Box::pin(futures::stream::iter(events.map(Ok))))
+    }
+}
+
+#[tokio::test]
+async fn a_providers_status_is_a_child_event_the_stream_carries_and_not_its_answer() {
+    let agent = Agent::builder("travel")
+        .provider(Progressing)
+        .limits(arbor_protocol::RunLimits::HARD)
+        .build()
+        .unwrap();
+    let sup = Supervisor::builder(Ownership::user("t", "u"))
+        .child(ChildEntry::agent("travel", agent).policy(stream()))
+        .build()
+        .unwrap();
+    let mut sub = sup.subscribe();
+    let out = sup
+        .delegate(DelegationRequest::new("travel", "book"))
+        .await
+        .unwrap();
+    assert_eq!(out.result.text, "booked");
+    let all = events(&mut sub);
+    let t = types(&all);
+    let at = |name: &str| t.iter().position(|x| x == name);
+    let status = at("child:provider_status").expect("the status is projected");
+    assert!(at("child:provider_turn_started").unwrap() < status);
+    assert!(status < at("child:provider_turn_finished").unwrap());
+    let projected = all.iter().find_map(|e| match e {
+        SupervisorEvent::DelegationChildEvent { child_event, .. } => match &child_event.event {
+            AgentEvent::ProviderStatus { state, message, .. } => Some((state, message)),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert_eq!(
+        projected,
+        Some((
+            &"TASK_STATE_WORKING".to_owned(),
+            &Some("looking up flights".to_owned())
+        ))
+    );
+}
