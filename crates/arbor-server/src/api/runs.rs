@@ -60,16 +60,7 @@ pub(crate) async fn start(
     Body(mut req): Body<StartRunRequest>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let key = idempotency::key_of(&headers)?;
-    if state.draining() {
-        return Err(ApiError::new(
-            ErrorKind::Unavailable,
-            "The server is shutting down",
-        ));
-    }
-    let launcher = state
-        .launcher
-        .as_ref()
-        .ok_or_else(|| ApiError::not_found("spec").at("spec"))?;
+    let launcher = launcher_for_a_start(&state)?;
     let (spec, spec_text) = check_start(&mut req, launcher.accepts_inline())?;
     let labels = check_labels(req.labels.take().unwrap_or_default())?;
     let controls = crate::controls::checked(req.controls.take())?;
@@ -163,6 +154,23 @@ pub(crate) async fn start(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
+/// The launcher a new run starts on: 503 while the server shuts down, 404 naming `spec`
+/// when it has none.
+fn launcher_for_a_start(
+    state: &AppState,
+) -> ApiResult<&std::sync::Arc<dyn crate::launcher::Launcher>> {
+    if state.draining() {
+        return Err(ApiError::new(
+            ErrorKind::Unavailable,
+            "The server is shutting down",
+        ));
+    }
+    state
+        .launcher
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("spec").at("spec"))
+}
+
 /// Starts a run as `POST /v1/runs` does once its request is checked (no idempotency key):
 /// the tenant's policy and quotas, the launch, the metrics and the feed. For the adapters
 /// that start runs (A2A).
@@ -171,16 +179,7 @@ pub(crate) async fn launch(
     tenant: &Tenant,
     run: StartRun,
 ) -> ApiResult<arbor_protocol::SessionId> {
-    if state.draining() {
-        return Err(ApiError::new(
-            ErrorKind::Unavailable,
-            "The server is shutting down",
-        ));
-    }
-    let launcher = state
-        .launcher
-        .as_ref()
-        .ok_or_else(|| ApiError::not_found("spec").at("spec"))?;
+    let launcher = launcher_for_a_start(state)?;
     state.policies.check_start(&tenant.0, false, None, None)?;
     let policy = state.policies.of(&tenant.0);
     let place = state
