@@ -28,6 +28,8 @@ use crate::wire::{
 
 /// The most a card or a JSON answer may take, in bytes.
 pub const MAX_JSON_BYTES: usize = 1024 * 1024;
+/// How often a task of an agent without streaming is read.
+pub const POLL: Duration = Duration::from_millis(500);
 /// The start of an error body kept for a message, in bytes.
 const MAX_ERROR_BYTES: usize = 2048;
 
@@ -326,15 +328,28 @@ impl A2aClient {
     }
 
     /// Sends a message: `SendStreamingMessage` when the card offers streaming (the items as
-    /// they come), else `SendMessage` (its one result, when the task ends or waits).
-    pub async fn send(&self, request: SendMessageRequest) -> Result<EventStream, A2aError> {
+    /// they come), else `SendMessage` asked to answer at once (`returnImmediately`), the task
+    /// then read every [`POLL`] (`GetTask`) until it ends or asks: each change of its state is
+    /// an item, so the task is named (and can be cancelled) from the start.
+    pub async fn send(&self, mut request: SendMessageRequest) -> Result<EventStream, A2aError> {
         let resolved = self.resolved().await?;
         if resolved.card.capabilities.streaming != Some(true) {
+            request
+                .configuration
+                .get_or_insert_with(Default::default)
+                .return_immediately = Some(true);
             let item: StreamResponse = self.call("SendMessage", request).await?;
             let event = item.into_event().ok_or_else(|| {
                 A2aError::Protocol("SendMessage's result holds neither a task nor a message".into())
             })?;
-            return Ok(Box::pin(futures::stream::iter([Ok(event)])));
+            return Ok(match event {
+                StreamEvent::Task(task)
+                    if !task.status.state.is_terminal() && !task.status.state.is_interrupted() =>
+                {
+                    Box::pin(self.polled(task))
+                }
+                event => Box::pin(futures::stream::iter([Ok(event)])),
+            });
         }
         let params = serde_json::to_value(&request).map_err(|e| {
             A2aError::Protocol(format!("cannot write SendStreamingMessage's params: {e}"))
@@ -366,6 +381,45 @@ impl A2aClient {
             self.config.idle_timeout,
             self.config.max_stream_bytes,
         )))
+    }
+}
+
+impl A2aClient {
+    /// `task`, then each change of its state read every [`POLL`], until it ends or asks.
+    fn polled(
+        &self,
+        task: Task,
+    ) -> impl Stream<Item = Result<StreamEvent, A2aError>> + Send + use<> {
+        let client = self.clone();
+        let first = Some(task.clone());
+        futures::stream::unfold(
+            (client, first, task.id.clone(), task.status.state, false),
+            |(client, first, id, mut last, done)| async move {
+                if let Some(t) = first {
+                    return Some((Ok(StreamEvent::Task(t)), (client, None, id, last, false)));
+                }
+                if done {
+                    return None;
+                }
+                loop {
+                    tokio::time::sleep(POLL).await;
+                    match client.get_task(&id).await {
+                        Ok(t) => {
+                            let state = t.status.state;
+                            let settled = state.is_terminal() || state.is_interrupted();
+                            if state != last || settled {
+                                last = state;
+                                return Some((
+                                    Ok(StreamEvent::Task(t)),
+                                    (client, None, id, last, settled),
+                                ));
+                            }
+                        }
+                        Err(e) => return Some((Err(e), (client, None, id, last, true))),
+                    }
+                }
+            },
+        )
     }
 }
 

@@ -611,3 +611,68 @@ async fn every_new_message_of_a_turn_reaches_the_agent() {
         json!([{"text": "second\n\nthird"}])
     );
 }
+
+fn not_streaming(answers: Vec<Answer>) -> Arc<Agent> {
+    Arc::new(Agent {
+        answers: Mutex::new(answers.into()),
+        state: Mutex::new("TASK_STATE_WORKING".to_owned()),
+        streaming: false,
+        ..Agent::default()
+    })
+}
+
+#[tokio::test]
+async fn an_agent_without_streaming_names_its_task_at_once_and_is_read_until_it_ends() {
+    let a = not_streaming(vec![Answer::Sse(
+        vec![task("t14", "TASK_STATE_WORKING")],
+        false,
+    )]);
+    let p = provider(&serve(a.clone()).await, |c| c);
+    let agent = a.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        *agent.state.lock().unwrap() = "TASK_STATE_COMPLETED".into();
+    });
+    let events: Vec<ModelEvent> = turn(&p, &[Message::user("x")], &[])
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ModelEvent::Status {
+                state: "TASK_STATE_WORKING".into(),
+                message: None
+            },
+            ModelEvent::Finished(FinishReason::Stop)
+        ]
+    );
+    let seen = a.seen.lock().unwrap();
+    assert_eq!(seen[0].0, "SendMessage");
+    assert_eq!(seen[0].1["configuration"]["returnImmediately"], true);
+    assert!(
+        seen.iter().skip(1).all(|s| s.0 == "GetTask"),
+        "read, never sent again"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_turn_cancels_the_task_of_an_agent_without_streaming() {
+    let a = not_streaming(vec![Answer::Sse(
+        vec![task("t15", "TASK_STATE_WORKING")],
+        false,
+    )]);
+    let p = provider(&serve(a.clone()).await, |c| c);
+    let messages = [Message::user("x")];
+    let mut stream = p
+        .stream(ModelRequest::new("remote", &messages))
+        .await
+        .unwrap();
+    assert!(matches!(
+        stream.next().await.unwrap().unwrap(),
+        ModelEvent::Status { .. }
+    ));
+    drop(stream);
+    assert_eq!(cancels(&a).await, [json!({"id": "t15"})]);
+}
