@@ -171,7 +171,9 @@ impl A2aClient {
                     ))
                 })?;
                 // The token goes where the card says, but never from https down to http.
-                if url.starts_with("https:") && parsed.scheme() != "https" {
+                let base_is_https =
+                    reqwest::Url::parse(self.base_url()).is_ok_and(|u| u.scheme() == "https");
+                if base_is_https && parsed.scheme() != "https" {
                     return Err(A2aError::Card(format!(
                         "the agent card at {url} names a JSON-RPC url {endpoint:?} that is not \
                          https: refused (the token would travel in the clear)"

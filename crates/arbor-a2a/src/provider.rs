@@ -116,21 +116,40 @@ impl A2aProvider {
         });
         let context = request.session.map(|s| s.to_string());
         if let Some((result, (task, baseline))) = answer {
-            if result.is_error {
+            if result.is_error && texts.is_empty() {
                 let _ = tokio::time::timeout(CANCEL_WITHIN, self.client.cancel_task(task)).await;
                 return Err(self.error(format!(
                     "its question was not answered ({}); task {task} was cancelled",
                     result.content
                 )));
             }
+            if result.is_error {
+                // Declined, and new input came after (the turn that read the decline failed,
+                // and the child was sent more): the old task is done with; the new input
+                // starts a new one.
+                let _ = tokio::time::timeout(CANCEL_WITHIN, self.client.cancel_task(task)).await;
+                let mut m = Message::user(texts.join("\n\n"));
+                m.context_id = context;
+                return Ok((m, Usage::default()));
+            }
             let mut text = result.content.clone();
-            for t in texts {
+            for t in &texts {
                 text.push_str("\n\n");
                 text.push_str(t);
             }
             let mut m = Message::user(text);
             m.task_id = Some(task.to_owned());
-            m.context_id = context;
+            m.context_id = context.clone();
+            // If the task is gone (its answer was sent before, by a turn that then failed,
+            // and it ended), the new input starts a new task instead.
+            if !texts.is_empty()
+                && let Ok(t) = self.client.get_task(task).await
+                && t.status.state != crate::wire::TaskState::InputRequired
+            {
+                let mut fresh = Message::user(texts.join("\n\n"));
+                fresh.context_id = context;
+                return Ok((fresh, Usage::default()));
+            }
             return Ok((m, baseline));
         }
         if texts.is_empty() {

@@ -354,6 +354,14 @@ async fn a_declined_question_cancels_the_task_and_fails_the_turn() {
     let p = provider(&serve(a.clone()).await, |c| c);
     let declined = [
         Message::user("book"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![arbor_protocol::ToolCall {
+                id: "a2a:0:0:t4".into(),
+                name: "ask_human".into(),
+                arguments: json!({"question": "?"}),
+            }],
+        },
         Message::Tool(ToolResult {
             call_id: "a2a:0:0:t4".into(),
             name: "ask_human".into(),
@@ -560,7 +568,9 @@ async fn a_continued_task_counts_only_what_it_adds_and_carries_the_inbox_with_th
         .unwrap();
     // The id carries what the task had reported when it asked.
     assert_eq!(call.id, "a2a:10:5:t12");
-    // The answer, then a message the inbox added meanwhile: both go to the task.
+    // The answer, then a message the inbox added meanwhile: both go to the task, which
+    // still asks.
+    *a.state.lock().unwrap() = "TASK_STATE_INPUT_REQUIRED".into();
     let answered = [
         Message::user("book"),
         Message::Assistant {
@@ -581,11 +591,85 @@ async fn a_continued_task_counts_only_what_it_adds_and_carries_the_inbox_with_th
         "the second turn counts only what the task added: {second:?}"
     );
     let seen = a.seen.lock().unwrap();
-    assert_eq!(seen[1].1["message"]["taskId"], "t12");
+    let sent: Vec<&Value> = seen
+        .iter()
+        .filter(|s| s.0 == "SendStreamingMessage")
+        .map(|s| &s.1)
+        .collect();
+    assert_eq!(sent[1]["message"]["taskId"], "t12");
     assert_eq!(
-        seen[1].1["message"]["parts"],
+        sent[1]["message"]["parts"],
         json!([{"text": "Paris\n\nA window seat, please."}])
     );
+}
+
+#[tokio::test]
+async fn new_input_after_an_answer_whose_task_ended_starts_a_new_task() {
+    // The answer was sent by a turn that then failed; the task ended; the child is sent more.
+    let a = agent(vec![Answer::Sse(
+        vec![
+            task("t16", "TASK_STATE_WORKING"),
+            status("t16", "TASK_STATE_COMPLETED", None),
+        ],
+        false,
+    )]);
+    *a.state.lock().unwrap() = "TASK_STATE_COMPLETED".into();
+    let p = provider(&serve(a.clone()).await, |c| c);
+    let call = arbor_protocol::ToolCall {
+        id: "a2a:3:2:t9".into(),
+        name: "ask_human".into(),
+        arguments: json!({"question": "?"}),
+    };
+    let messages = [
+        Message::user("book"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![call.clone()],
+        },
+        Message::Tool(ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: "Paris".into(),
+            is_error: false,
+        }),
+        Message::user("Now a hotel."),
+    ];
+    turn(&p, &messages, &ask_human()).await;
+    {
+        let seen = a.seen.lock().unwrap();
+        let sent = seen.iter().find(|s| s.0 == "SendStreamingMessage").unwrap();
+        assert!(sent.1["message"].get("taskId").is_none(), "{:?}", sent.1);
+        assert_eq!(
+            sent.1["message"]["parts"],
+            json!([{"text": "Now a hotel."}])
+        );
+    }
+    // A declined question followed by new input: the old task is cancelled, a new one starts.
+    let declined = [
+        messages[0].clone(),
+        messages[1].clone(),
+        Message::Tool(ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: "declined".into(),
+            is_error: true,
+        }),
+        Message::user("Now a hotel."),
+    ];
+    let a2 = agent(vec![Answer::Sse(
+        vec![
+            task("t17", "TASK_STATE_WORKING"),
+            status("t17", "TASK_STATE_COMPLETED", None),
+        ],
+        false,
+    )]);
+    let p2 = provider(&serve(a2.clone()).await, |c| c);
+    let events = turn(&p2, &declined, &ask_human()).await;
+    assert_eq!(
+        events.last().unwrap().as_ref().unwrap(),
+        &ModelEvent::Finished(FinishReason::Stop)
+    );
+    assert_eq!(cancels(&a2).await, [json!({"id": "t9"})]);
 }
 
 #[tokio::test]

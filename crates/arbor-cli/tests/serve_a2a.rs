@@ -320,3 +320,66 @@ async fn one_reply_decides_the_calls_of_every_run_that_waits() {
         .collect();
     assert_eq!(statuses, ["succeeded"; 3], "{run}");
 }
+
+#[tokio::test]
+async fn the_http_json_binding_answers_errors_as_a_google_rpc_status() {
+    let (_dir, served) = two_tenants(&[]);
+    let (base, http) = (served.base.clone(), client());
+    let rest = format!("{base}/a2a/quick/rest");
+    let unknown = http
+        .get(format!("{rest}/tasks/0190b4a4-0000-7000-8000-000000000000"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status().as_u16(), 404);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(body["error"]["status"], "NOT_FOUND", "{body}");
+    assert_eq!(
+        body["error"]["details"][0]["reason"], "TASK_NOT_FOUND",
+        "{body}"
+    );
+    // A cancel changes something: JSON only, refused in the same shape otherwise.
+    let plain = http
+        .post(format!(
+            "{rest}/tasks/0190b4a4-0000-7000-8000-000000000000:cancel"
+        ))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status().as_u16(), 400);
+    let body: Value = plain.json().await.unwrap();
+    assert_eq!(body["error"]["status"], "INVALID_ARGUMENT", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Content-Type"),
+        "{body}"
+    );
+    // A task started over REST answers bare, as application/a2a+json.
+    let sent = http
+        .post(format!("{rest}/message:send"))
+        .bearer_auth(TOKEN_A)
+        .json(
+            &json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status().as_u16(), 200);
+    assert_eq!(
+        sent.headers()["content-type"].to_str().unwrap(),
+        "application/a2a+json"
+    );
+    let body: Value = sent.json().await.unwrap();
+    assert_eq!(
+        body["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+    assert_eq!(
+        body["task"]["artifacts"][0]["parts"][0]["text"], "hello",
+        "{body}"
+    );
+}

@@ -149,8 +149,10 @@ impl Launcher for SpecLauncher {
                 sup.attach(&mut session);
             }
             let result = drive_tree(&built, &mut session, Start::Task(task), &token).await;
-            let hosted = claim.as_ref().is_some_and(Running::run_ended);
+            // The result is kept while the tree still counts as running here, so a reader
+            // that sees it no longer live sees its result (an A2A task settles by it).
             keep_result(&store, id, built.root.redactor(), &result).await;
+            let hosted = claim.as_ref().is_some_and(Running::run_ended);
             wind_down(&built, hosted, &token).await;
         });
         Ok(id)
@@ -445,8 +447,8 @@ impl SpecLauncher {
                 }
             };
             let result = drive_tree(&built, &mut session, start, &token).await;
-            let hosted = claim.run_ended();
             keep_result(&store, id, built.root.redactor(), &result).await;
+            let hosted = claim.run_ended();
             wind_down(&built, hosted, &token).await;
         });
         Ok(())

@@ -41,9 +41,14 @@ pub(crate) async fn read(state: &AppState, root: SessionId) -> ApiResult<Option<
     } else {
         Vec::new()
     };
+    let live = state
+        .launcher
+        .as_ref()
+        .is_some_and(|l| l.supervisor(root).is_some());
     Ok(Some(Snapshot {
         root: record,
         waiting,
+        live,
     }))
 }
 

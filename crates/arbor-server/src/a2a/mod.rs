@@ -214,15 +214,29 @@ impl Binding {
     }
 }
 
-/// An `ApiError` of the runtime or the store as a JSON-RPC error.
+/// An `ApiError` of the runtime or the store as a JSON-RPC error: a refusal of the
+/// caller's is `-32602`, an unknown id `-32001`, a conflict `-32004`; a quota or a limit
+/// (`RESOURCE_EXHAUSTED`) and a server shutting down (`UNAVAILABLE`) are `-32603` with that
+/// reason in their details, so a client can tell "later" from a fault.
 pub(crate) fn from_api(e: ApiError) -> RpcError {
-    let code = match e.kind() {
-        ErrorKind::Validation => codes::INVALID_PARAMS,
-        ErrorKind::NotFound => codes::TASK_NOT_FOUND,
-        ErrorKind::Conflict => codes::UNSUPPORTED_OPERATION,
-        _ => codes::INTERNAL_ERROR,
+    let (code, reason) = match e.kind() {
+        ErrorKind::Validation => (codes::INVALID_PARAMS, None),
+        ErrorKind::NotFound => (codes::TASK_NOT_FOUND, None),
+        ErrorKind::Conflict => (codes::UNSUPPORTED_OPERATION, None),
+        ErrorKind::Limit => (codes::INTERNAL_ERROR, Some("RESOURCE_EXHAUSTED")),
+        ErrorKind::Unavailable => (codes::INTERNAL_ERROR, Some("UNAVAILABLE")),
+        _ => (codes::INTERNAL_ERROR, None),
     };
-    RpcError::new(code, e.error.message)
+    let mut out = RpcError::new(code, e.error.message);
+    if let Some(reason) = reason {
+        out.data = Some(serde_json::json!([{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": reason,
+            "domain": "arbor",
+            "metadata": {},
+        }]));
+    }
+    out
 }
 
 fn params_of<T: serde::de::DeserializeOwned>(p: Value, method: &str) -> Result<T, RpcError> {
@@ -236,7 +250,7 @@ fn params_of<T: serde::de::DeserializeOwned>(p: Value, method: &str) -> Result<T
 
 /// The body within the time and size `/v1` gives one (a blocking `SendMessage` then waits
 /// as long as its task takes); else the error answered.
-pub(crate) async fn read_body(body: axum::body::Body) -> Result<Bytes, Response> {
+pub(crate) async fn read_body(body: axum::body::Body) -> Result<Bytes, ApiError> {
     let limit = crate::api::MAX_BODY_BYTES;
     match tokio::time::timeout(
         crate::api::REQUEST_TIMEOUT,
@@ -248,16 +262,14 @@ pub(crate) async fn read_body(body: axum::body::Body) -> Result<Bytes, Response>
         Ok(Err(_)) => Err(ApiError::new(
             ErrorKind::TooLarge,
             format!("The body is larger than {limit} bytes, or broke off"),
-        )
-        .into_response()),
+        )),
         Err(_) => Err(ApiError::new(
             ErrorKind::Timeout,
             format!(
                 "The body did not arrive within {} s",
                 crate::api::REQUEST_TIMEOUT.as_secs()
             ),
-        )
-        .into_response()),
+        )),
     }
 }
 
@@ -288,7 +300,7 @@ async fn rpc(
     }
     let body = match read_body(body).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let Ok(value) = serde_json::from_slice::<Value>(&body) else {
         return error(

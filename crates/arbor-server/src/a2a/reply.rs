@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arbor_a2a::wire::{Message, RpcError, TaskState, codes};
-use arbor_protocol::{ApprovalDecision, DecidedBy, SessionId, SessionStatus, Verdict};
+use arbor_protocol::{ApprovalDecision, DecidedBy, SessionId, Verdict};
 
 use super::task::{CONTEXT_LABEL, Snapshot, read_message};
 use super::{follow, from_api};
@@ -141,32 +141,37 @@ pub(crate) async fn reply(
     resume(state, id).await
 }
 
-/// Records `decisions`, one batch per suspended run their ids are in (a batch is one run's,
-/// as the runtime takes it); a batch with an answer is recorded as answers whole (every id
-/// must then name a question), as `POST /v1/sessions/{id}/approvals` does. A decision the
-/// runtime refuses (unknown, decided, not fitting its call) is `-32602` with its reason.
+/// Records `decisions`, one batch per suspended run their ids are in and per kind (the
+/// runtime takes one run's calls at a time; answers go to questions only, as `POST
+/// /v1/sessions/{id}/approvals` records them). Every id is checked against what waits
+/// before anything is written; a decision the runtime refuses (decided meanwhile, not
+/// fitting its call) is `-32602` with its reason.
 async fn record(
     state: &AppState,
     snap: &Snapshot,
     decisions: Vec<(ApprovalDecision, bool)>,
 ) -> Result<(), RpcError> {
-    let mut batches: Vec<(Option<String>, Vec<ApprovalDecision>, bool)> = Vec::new();
+    let mut batches: Vec<((String, bool), Vec<ApprovalDecision>)> = Vec::new();
     for (d, answered) in decisions {
-        let run = snap
+        let Some(run) = snap
             .waiting
             .iter()
             .find(|s| s.pending.iter().any(|p| p.id == d.id))
-            .map(|s| s.run_id.clone());
-        match batches.iter_mut().find(|(r, _, _)| *r == run) {
-            Some((_, batch, any_answer)) => {
-                batch.push(d);
-                *any_answer |= answered;
-            }
-            None => batches.push((run, vec![d], answered)),
+            .map(|s| s.run_id.clone())
+        else {
+            return Err(invalid(format!(
+                "message.parts: decisions: {:?} names no call that waits (Unknown approval)",
+                d.id
+            )));
+        };
+        let key = (run, answered);
+        match batches.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, batch)) => batch.push(d),
+            None => batches.push((key, vec![d])),
         }
     }
     let store = state.store.as_ref();
-    for (_, batch, answers) in batches {
+    for ((_, answers), batch) in batches {
         let recorded = if answers {
             arbor_core::supervisor::answer_at(store, snap.root.id, &batch).await
         } else {
@@ -199,15 +204,11 @@ async fn resume(state: &AppState, root: SessionId) -> Result<(), RpcError> {
         let Some(e) = launcher.resume(root).await.err() else {
             return Ok(());
         };
-        let status = state
-            .store
-            .session(root)
-            .await
-            .ok()
-            .flatten()
-            .map(|r| r.status);
-        if s_going_on(status) {
-            return Ok(());
+        // Going on again, or asking again (a concurrent reply resumed it meanwhile): done.
+        match follow::read(state, root).await {
+            Ok(Some(now)) if !now.decided() => return Ok(()),
+            Ok(None) => return Ok(()),
+            _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(RpcError::new(
@@ -221,11 +222,6 @@ async fn resume(state: &AppState, root: SessionId) -> Result<(), RpcError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Whether the root left its suspension (its tree goes on, or ended).
-fn s_going_on(status: Option<SessionStatus>) -> bool {
-    status.is_some_and(|s| s != SessionStatus::Suspended)
 }
 
 /// The decisions a reply makes, each with whether it is an answer.
@@ -315,7 +311,8 @@ fn decisions_of(
 
 /// Cancels the task's run and waits (up to `wait`) for it to end. A task that waits for
 /// input (or for its resume) has no run going on: every call that waits is rejected (none
-/// of them runs), the tree resumed and its run cancelled at once.
+/// of them runs), the tree resumed and its run cancelled at once; a tree that stops to ask
+/// again meanwhile is answered the same way, until it ends or `wait` is over.
 pub(crate) async fn cancel(
     state: &AppState,
     tenant: &Tenant,
@@ -329,35 +326,38 @@ pub(crate) async fn cancel(
             "This server cannot cancel runs",
         )
     })?;
-    if snap.state() == TaskState::InputRequired || snap.decided() {
-        let decided_by = DecidedBy::new(Some(tenant.0.clone()), Some("a2a".to_owned()));
-        for s in &snap.waiting {
-            let decisions: Vec<ApprovalDecision> = s
-                .pending
-                .iter()
-                .map(|p| ApprovalDecision {
-                    id: p.id.clone(),
-                    verdict: Verdict::RejectOnce,
-                    reason: Some("the task was cancelled (A2A CancelTask)".to_owned()),
-                    decided_by: Some(decided_by.clone()),
-                })
-                .collect();
-            // A call decided meanwhile keeps its decision.
-            let _ = arbor_core::supervisor::decide_at(state.store.as_ref(), root, &decisions).await;
-        }
-        // A concurrent reply may have resumed it already: the cancel goes on either way.
-        let _ = launcher.resume(root).await;
-    }
+    let decided_by = DecidedBy::new(Some(tenant.0.clone()), Some("a2a".to_owned()));
     let deadline = tokio::time::Instant::now() + wait;
+    let mut now = snap;
     loop {
+        if now.state() == TaskState::InputRequired || now.decided() {
+            for s in &now.waiting {
+                let decisions: Vec<ApprovalDecision> = s
+                    .pending
+                    .iter()
+                    .map(|p| ApprovalDecision {
+                        id: p.id.clone(),
+                        verdict: Verdict::RejectOnce,
+                        reason: Some("the task was cancelled (A2A CancelTask)".to_owned()),
+                        decided_by: Some(decided_by.clone()),
+                    })
+                    .collect();
+                // A call decided meanwhile keeps its decision.
+                let _ =
+                    arbor_core::supervisor::decide_at(state.store.as_ref(), root, &decisions).await;
+            }
+            // Refused for a moment (another request holds the tree): tried again below.
+            let _ = launcher.resume(root).await;
+        }
         // The run may not be going on yet (a resume starting it): asked again each time.
         let _ = launcher.cancel(root, root).await;
-        let now = follow::read(state, root).await.map_err(from_api)?;
-        match now {
-            Some(s) if s.state().is_terminal() => return Ok(s),
-            Some(s) if tokio::time::Instant::now() >= deadline => return Ok(s),
-            Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            None => return Err(RpcError::new(codes::TASK_NOT_FOUND, "Task not found")),
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        now = follow::read(state, root)
+            .await
+            .map_err(from_api)?
+            .ok_or_else(|| RpcError::new(codes::TASK_NOT_FOUND, "Task not found"))?;
+        if now.state().is_terminal() || tokio::time::Instant::now() >= deadline {
+            return Ok(now);
         }
     }
 }

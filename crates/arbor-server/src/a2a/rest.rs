@@ -26,21 +26,64 @@ use crate::state::AppState;
 
 /// An error as HTTP+JSON answers it.
 pub(crate) fn status(e: RpcError) -> Response {
-    let (http, status) = match e.code {
+    let reason = e
+        .data
+        .as_ref()
+        .and_then(|d| d.get(0))
+        .and_then(|d| d.get("reason"))
+        .and_then(Value::as_str);
+    let (http, status) = match (e.code, reason) {
+        (_, Some("RESOURCE_EXHAUSTED")) => (StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED"),
+        (_, Some("UNAVAILABLE")) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
+        _ => by_code(e.code),
+    };
+    body(http, status, e.message, e.data)
+}
+
+/// A refusal of the server's own (a host, a content type, a body, a spec not there) in the
+/// same `google.rpc.Status` shape, with its HTTP status.
+fn refused(e: crate::error::ApiError) -> Response {
+    let message = e.error.message.clone();
+    let http = e.into_response().status();
+    let status = match http.as_u16() {
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        404 => "NOT_FOUND",
+        408 => "DEADLINE_EXCEEDED",
+        413 => "OUT_OF_RANGE",
+        429 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        _ => "INTERNAL",
+    };
+    let details = json!([{
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": status,
+        "domain": "arbor",
+        "metadata": {},
+    }]);
+    body(http, status, message, Some(details))
+}
+
+fn body(http: StatusCode, status: &str, message: String, details: Option<Value>) -> Response {
+    let body = json!({"error": {
+        "code": http.as_u16(),
+        "status": status,
+        "message": message,
+        "details": details.unwrap_or_else(|| json!([])),
+    }});
+    (http, axum::Json(body)).into_response()
+}
+
+/// The HTTP status and `google.rpc` status of an A2A error code.
+fn by_code(code: i64) -> (StatusCode, &'static str) {
+    match code {
         codes::TASK_NOT_FOUND | codes::METHOD_NOT_FOUND => (StatusCode::NOT_FOUND, "NOT_FOUND"),
         codes::INTERNAL_ERROR => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         codes::TASK_NOT_CANCELABLE | codes::UNSUPPORTED_OPERATION => {
             (StatusCode::BAD_REQUEST, "FAILED_PRECONDITION")
         }
         _ => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
-    };
-    let body = json!({"error": {
-        "code": http.as_u16(),
-        "status": status,
-        "message": e.message,
-        "details": e.data.unwrap_or_else(|| json!([])),
-    }});
-    (http, axum::Json(body)).into_response()
+    }
 }
 
 /// A result, as `application/a2a+json`.
@@ -66,11 +109,11 @@ async fn open(
 ) -> Result<(Call, Value), Response> {
     check_origin(&state, headers, body.is_some())
         .and_then(|()| check_spec(&state, &tenant, &spec))
-        .map_err(IntoResponse::into_response)?;
+        .map_err(refused)?;
     check_version(headers).map_err(status)?;
     let params = match body {
         Some(body) => {
-            let bytes = read_body(body).await?;
+            let bytes = read_body(body).await.map_err(refused)?;
             serde_json::from_slice::<Value>(&bytes)
                 .map_err(|_| status(RpcError::new(codes::INVALID_PARAMS, "the body is not JSON")))?
         }

@@ -4,10 +4,12 @@
 //! The task's id is the root session's. Its state follows the root: idle or queued is
 //! `SUBMITTED`; running (or suspended with nothing waiting yet) `WORKING`; suspended with
 //! calls waiting for a decision `INPUT_REQUIRED`; succeeded `COMPLETED`; aborted
-//! `CANCELED`; failed or denied `FAILED`. A root whose run ended is settled only once its
-//! result is kept (`meta.result`, written after the tree's end: a tree whose message-mode
-//! children still report may run its root again); until then it is `WORKING`. An
-//! interrupted root (its process died) is `FAILED` at once.
+//! `CANCELED`; failed or denied `FAILED`. A root whose run ended while its tree is live in
+//! this server is settled only once its result is kept (`meta.result`, written after the
+//! tree's end: a tree whose message-mode children still report may run its root again);
+//! until then it is `WORKING`. A tree not live here (ended, or driven by another process:
+//! `arbor resume`) is settled by the root's status. An interrupted root (its process died)
+//! is `FAILED` at once.
 
 use arbor_a2a::wire::{
     Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
@@ -30,18 +32,28 @@ pub(crate) struct Snapshot {
     pub(crate) root: SessionRecord,
     /// What waits for a decision at the root (empty unless suspended).
     pub(crate) waiting: Vec<SuspensionView>,
+    /// The tree is live in this server (its launcher holds it): a root whose run ended may
+    /// still run again, and its result is kept once the tree is done.
+    pub(crate) live: bool,
 }
 
 impl Snapshot {
     /// The task's state.
     pub(crate) fn state(&self) -> TaskState {
         match self.root.status {
+            // A run that failed before it started leaves the root idle, its result kept.
+            SessionStatus::Idle | SessionStatus::Queued
+                if self.kept() && self.result_status().as_deref() == Some("failed") =>
+            {
+                TaskState::Failed
+            }
             SessionStatus::Idle | SessionStatus::Queued => TaskState::Submitted,
             SessionStatus::Running => TaskState::Working,
             SessionStatus::Suspended if self.pending() > 0 => TaskState::InputRequired,
             SessionStatus::Suspended => TaskState::Working,
             SessionStatus::Interrupted => TaskState::Failed,
-            _ if !self.kept() => TaskState::Working,
+            // Ended, but the tree goes on here (its result not kept yet): it may run again.
+            _ if self.live && !self.kept() => TaskState::Working,
             SessionStatus::Succeeded => TaskState::Completed,
             SessionStatus::Aborted => TaskState::Canceled,
             _ => TaskState::Failed,
@@ -50,9 +62,16 @@ impl Snapshot {
 
     /// Whether the root's result is kept for the run that ended (not a suspension's).
     fn kept(&self) -> bool {
-        self.root.meta.to_value()["result"]["status"]
+        self.result_status().is_some_and(|s| s != "suspended")
+    }
+
+    fn result_status(&self) -> Option<String> {
+        self.root
+            .meta
+            .field("result")?
+            .get("status")?
             .as_str()
-            .is_some_and(|s| s != "suspended")
+            .map(str::to_owned)
     }
 
     /// Suspended with nothing left to decide: decisions were recorded and the tree awaits
