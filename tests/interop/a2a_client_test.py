@@ -286,6 +286,24 @@ def hostile_checks(run):
         proc.kill()
 
 
+def remote_tree_tokens(port):
+    """The aggregate tokens of the one run the remote `arbor serve` holds."""
+    import urllib.request
+
+    def get(path):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    runs = get("/v1/runs").get("runs", [])
+    if len(runs) != 1:
+        return None
+    run = get(f"/v1/runs/{runs[0]['root_id']}")
+    root = next((s for s in run["tree"]["sessions"] if s["id"] == run["root_id"]), {})
+    return root.get("usage", {}).get("aggregate", {}).get("total_tokens")
+
+
 def arbor_to_arbor_checks(run):
     """A child that is another arbor's tree (`arbor serve`'s A2A agent): the remote tree's
     question reaches this root, its answer goes back, and the usage the remote reports (its
@@ -324,9 +342,10 @@ def arbor_to_arbor_checks(run):
               (answered.stderr[-300:], resumed.stderr[-300:], answer_text(run, report)))
         rec = report.get("reconciliation", {})
         own = child(report).get("usage", {}).get("own", {}).get("total_tokens")
-        check("arbor to arbor: the remote tree's tokens are counted once, and reconcile",
-              rec.get("consistent") is True and own is not None and own > 0,
-              (own, rec))
+        remote = remote_tree_tokens(port)
+        check("arbor to arbor: the remote tree's tokens are the child's own, counted once",
+              rec.get("consistent") is True and own is not None and own > 0 and own == remote,
+              (own, remote, rec))
     finally:
         serve.terminate()
         try:
