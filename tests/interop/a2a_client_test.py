@@ -12,6 +12,8 @@ Checked, each through `arbor run` / `arbor answer` / `arbor resume` as a user dr
 - a question of the remote task (INPUT_REQUIRED) waits at the root; its answer, recorded by
   `arbor answer` and delivered by `arbor resume` (a later process), goes back to the same
   task, which completes;
+- a child deleted (`arbor rm`) while its question waits at the root: the agent receives
+  CancelTask for the task that asked, and nothing of it waits at the root;
 - a child's timeout ends a slow remote task: the agent receives CancelTask;
 - a tree budget too small for the child's turn refuses it before any message is sent;
 - an agent that disappears mid-task fails the child with a connection error, at once;
@@ -221,6 +223,25 @@ def demo_checks(run, port, log):
     asks = [e for e in read_log(log) if e["event"] == "execute" and e["text"] in ("ask", "Paris")]
     check("the answer went to the task that asked",
           len(asks) == 2 and asks[0]["task"] == asks[1]["task"], asks)
+
+    # A child deleted while its question waits at the root: the remote task is cancelled.
+    out, report, _ = run.run("ask", "ask-rm", port=port)
+    root = report.get("root_session_id", "")
+    asked = [e for e in read_log(log) if e["event"] == "execute" and e["text"] == "ask"]
+    check("a second remote question suspends its tree", out.returncode == 4 and asked,
+          (out.returncode, out.stderr[-600:]))
+    removed = run.arbor("rm", root, "travel", "--reason", "not needed", "--json")
+    check("arbor rm deletes the waiting child", removed.returncode == 0,
+          (removed.returncode, removed.stdout[-400:], removed.stderr[-400:]))
+    task = asked[-1]["task"] if asked else "?"
+    check("...and the agent receives CancelTask for the task that asked",
+          wait_for(lambda: any(e["event"] == "cancel" and e["task"] == task
+                               for e in read_log(log))), read_log(log)[-3:])
+    listed = run.arbor("approvals", root, "--json")
+    left = json.loads(listed.stdout).get("suspensions", []) if listed.returncode == 0 else None
+    check("...and nothing of it waits at the root",
+          left is not None and not any(p for s in left for p in s.get("pending", [])),
+          (listed.returncode, listed.stdout[-400:], listed.stderr[-300:]))
 
     # A timeout cancels the remote task.
     out, report, took = run.run("slow", "slow", port=port, timeout_ms=1500)

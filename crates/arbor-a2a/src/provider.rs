@@ -24,7 +24,9 @@
 //!   error naming the state it was left in.
 //!
 //! A turn dropped before its task ended or asked (the delegation cancelled, timed out, or
-//! deleted) cancels the remote task (`CancelTask`, in the background, within 5 s).
+//! deleted) cancels the remote task (`CancelTask`, in the background, within 5 s); so does a
+//! question nobody will answer ([`ModelProvider::abandon`]: the child was deleted while it
+//! waited at the root, or the run that carried the question ended).
 
 use std::time::Duration;
 
@@ -237,6 +239,23 @@ impl ModelProvider for A2aProvider {
             .await
             .map(|_| ())
             .map_err(|e| e.into_model_error(&self.name))
+    }
+
+    /// Cancels the tasks whose questions `call_ids` name (`a2a:…` ids; others are not its
+    /// own): their child was deleted, or the run that carried the question ended, so no
+    /// answer will come. Sent in the background, each within 5 s ([`settle`] waits for them).
+    async fn abandon(&self, call_ids: &[String]) -> Result<(), ModelError> {
+        let mut tasks: Vec<&str> = call_ids
+            .iter()
+            .filter_map(|id| Question::of_call(id).map(|(task, _)| task))
+            .collect();
+        tasks.sort_unstable();
+        tasks.dedup();
+        for task in tasks {
+            tracing::info!(agent = %self.name, task, "cancelling a remote task whose question nobody will answer");
+            cancel_in_background(self.client.clone(), task.to_owned());
+        }
+        Ok(())
     }
 
     async fn list_models(&self) -> Result<Option<Vec<String>>, ModelError> {
@@ -512,22 +531,26 @@ impl Drop for CancelOnDrop {
         if !self.armed {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.client.clone();
-        let task = std::mem::take(&mut self.task);
-        CANCELS.spawn_on(
-            async move {
-                match tokio::time::timeout(CANCEL_WITHIN, client.cancel_task(&task)).await {
-                    Ok(Ok(t)) => {
-                        tracing::debug!(task, state = %t.status.state, "remote task cancelled")
-                    }
-                    Ok(Err(e)) => tracing::debug!(task, error = %e, "remote task not cancelled"),
-                    Err(_) => tracing::debug!(task, "remote task's cancel timed out"),
-                }
-            },
-            &handle,
-        );
+        cancel_in_background(self.client.clone(), std::mem::take(&mut self.task));
     }
+}
+
+/// Sends `CancelTask` for `task` on the current runtime, tracked by [`settle`], within 5 s
+/// (nothing when no runtime runs).
+fn cancel_in_background(client: A2aClient, task: String) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    CANCELS.spawn_on(
+        async move {
+            match tokio::time::timeout(CANCEL_WITHIN, client.cancel_task(&task)).await {
+                Ok(Ok(t)) => {
+                    tracing::debug!(task, state = %t.status.state, "remote task cancelled")
+                }
+                Ok(Err(e)) => tracing::debug!(task, error = %e, "remote task not cancelled"),
+                Err(_) => tracing::debug!(task, "remote task's cancel timed out"),
+            }
+        },
+        &handle,
+    );
 }

@@ -760,3 +760,42 @@ async fn a_dropped_turn_cancels_the_task_of_an_agent_without_streaming() {
     drop(stream);
     assert_eq!(cancels(&a).await, [json!({"id": "t15"})]);
 }
+
+/// A question nobody will answer (its child deleted while it waited at the root): the
+/// provider is told its call, and cancels the task that asked, once, in the background; ids
+/// that are not its own are left alone.
+#[tokio::test]
+async fn an_abandoned_question_cancels_the_task_that_asked() {
+    let a = agent(vec![Answer::Sse(
+        vec![
+            task("t16", "TASK_STATE_WORKING"),
+            status("t16", "TASK_STATE_INPUT_REQUIRED", Some("Which city?")),
+        ],
+        false,
+    )]);
+    let p = provider(&serve(a.clone()).await, |c| c);
+    let first = turn(&p, &[Message::user("book")], &ask_human()).await;
+    let call = first
+        .iter()
+        .find_map(|e| match e {
+            Ok(ModelEvent::ToolCall(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // Asking cancelled nothing.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!a.seen.lock().unwrap().iter().any(|s| s.0 == "CancelTask"));
+    p.abandon(&[
+        "call_1".to_owned(),
+        call.id.clone(),
+        call.id.clone(),
+        "a2a:x:0:t99".to_owned(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(cancels(&a).await, [json!({"id": "t16"})]);
+    // The process waits for it before it ends.
+    arbor_a2a::settle(Duration::from_secs(5)).await;
+    let seen = a.seen.lock().unwrap();
+    assert_eq!(seen.iter().filter(|s| s.0 == "CancelTask").count(), 1);
+}

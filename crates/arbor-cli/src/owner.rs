@@ -318,7 +318,9 @@ pub(crate) async fn sweep(store: &Arc<dyn Store>) -> Result<usize, Fail> {
 /// Deletes the child `selector` names under `parent` in the tree of `root`, run by no live
 /// process (this one takes the tree's lease while it writes): the tombstone, then whatever
 /// of the tree waited for approval and nobody can resume now (also after a crash cut an
-/// earlier delete short). Returns the child, its tombstone and whether it was deleted
+/// earlier delete short), whose calls that will never be answered go to the providers of
+/// the agents that made them (a remote A2A task waiting for input is cancelled). Returns the
+/// child, its tombstone and whether it was deleted
 /// before. `arbor rm` and `arbor serve` (a delete on a tree it does not run) share it.
 pub(crate) async fn delete_stored(
     store: &std::sync::Arc<dyn arbor_store::Store>,
@@ -367,10 +369,48 @@ pub(crate) async fn delete_stored(
             deleted(child.id, t, false, waiting)
         }
     };
-    arbor_core::process::close_dead_suspensions(store.as_ref(), root.id)
+    let abandoned = arbor_core::process::abandon_dead_suspensions(store.as_ref(), root.id)
         .await
         .map_err(Fail::core)?;
+    let_go(store.as_ref(), root, abandoned).await;
     Ok(deleted)
+}
+
+/// Hands the calls a delete left unanswered for good to the providers of the agents that
+/// made them, rebuilt from the definition the tree was started with
+/// ([`ModelProvider::abandon`](arbor_model::ModelProvider::abandon): a remote A2A agent's
+/// task waiting for an answer is cancelled). Best effort: what fails is logged.
+async fn let_go(
+    store: &dyn arbor_store::Store,
+    root: &arbor_store::SessionRecord,
+    abandoned: Vec<arbor_core::process::AbandonedCalls>,
+) {
+    if abandoned.is_empty() {
+        return;
+    }
+    let spec = match crate::spec::Spec::from_definition(&root.meta["definition"]) {
+        Ok(Some(spec)) => spec,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(root = %root.id, error = %e, "could not rebuild the agents whose calls a delete abandoned");
+            return;
+        }
+    };
+    for a in abandoned {
+        let Ok(Some(record)) = store.session(a.session_id).await else {
+            continue;
+        };
+        let Some(provider) = record.meta["child_id"]
+            .as_str()
+            .and_then(|id| spec.agents.get(id))
+            .and_then(|agent| agent.http.clone())
+        else {
+            continue;
+        };
+        if let Err(e) = provider.abandon(&a.call_ids).await {
+            tracing::warn!(session = %a.session_id, error = %e, "a provider could not let go of abandoned calls");
+        }
+    }
 }
 
 /// What a delete of the stored tree did (nothing of it ran here: no run was cancelled).

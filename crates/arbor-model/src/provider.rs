@@ -218,6 +218,17 @@ pub trait ModelProvider: fmt::Debug + Send + Sync {
     fn max_output_tokens(&self) -> Option<u32> {
         None
     }
+
+    /// The run that made the calls `call_ids` (tool calls this provider's turns produced)
+    /// will never be resumed: its session was deleted, or the run that carried it ended,
+    /// while they waited for their answers. A provider that keeps work waiting on its side
+    /// for those answers lets go of it (a remote A2A agent's task in `input-required` is
+    /// cancelled). Best effort: a failure is the caller's to log, never to fail on. The
+    /// default keeps nothing and does nothing.
+    async fn abandon(&self, call_ids: &[String]) -> Result<(), ModelError> {
+        let _ = call_ids;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -248,6 +259,10 @@ impl<T: ModelProvider + ?Sized> ModelProvider for std::sync::Arc<T> {
 
     fn max_output_tokens(&self) -> Option<u32> {
         (**self).max_output_tokens()
+    }
+
+    async fn abandon(&self, call_ids: &[String]) -> Result<(), ModelError> {
+        (**self).abandon(call_ids).await
     }
 }
 

@@ -9,7 +9,8 @@
 //! - [`usage`]: the reconciliation of a tree's two token totals.
 //! - A child whose run another process claimed ([`ClaimedRun`], run by
 //!   [`SupervisorProcess::run_claimed`]); children waiting for approval that nobody awaits
-//!   ([`detached_suspensions`], [`close_dead_suspensions`]); the resume of a delegated run ([`NestedResumer`]); the
+//!   ([`detached_suspensions`], [`close_dead_suspensions`], and [`abandon_dead_suspensions`]
+//!   with the [`AbandonedCalls`] a deleted child left to its providers); the resume of a delegated run ([`NestedResumer`]); the
 //!   projection of a child's events ([`ChildEventProjector`]).
 //! - [`SupervisorProcess`]: a supervisor's verbs for those processes (a worker's claimed
 //!   runs and mail, bookkeeping counters a long-lived process watches), kept off
@@ -24,7 +25,10 @@ use std::future::Future;
 use arbor_protocol::SessionId;
 
 pub use crate::session::resumer::{NestedOutcome, NestedResumer};
-pub use crate::supervisor::delegation::detached::{close_dead_suspensions, detached_suspensions};
+pub use crate::supervisor::delegation::abandoned::AbandonedCalls;
+pub use crate::supervisor::delegation::detached::{
+    abandon_dead_suspensions, close_dead_suspensions, detached_suspensions,
+};
 pub use crate::supervisor::delegation::pump::ChildEventProjector;
 pub use crate::supervisor::delegation::remote::ClaimedRun;
 

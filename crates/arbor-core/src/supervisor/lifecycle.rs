@@ -179,17 +179,19 @@ impl Supervisor {
     }
 
     /// Closes the suspensions nobody can resume under the deleted `id` (logged on failure:
-    /// the next delete, or `close_dead_suspensions`, finishes it).
+    /// the next delete, or `close_dead_suspensions`, finishes it); the calls they left
+    /// unanswered go to their providers.
     async fn close_dead(&self, id: SessionId) {
         let store = self.live().store().as_ref();
         let root = match store.session(id).await {
             Ok(Some(r)) => r.root_id,
             _ => return,
         };
-        if let Err(e) =
-            crate::supervisor::delegation::detached::close_dead_suspensions(store, root).await
-        {
-            tracing::warn!(session = %id, error = %e, "could not close the suspensions of a deleted child");
+        match crate::supervisor::delegation::detached::abandon_dead_suspensions(store, root).await {
+            Ok(abandoned) => self.let_go(abandoned).await,
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "could not close the suspensions of a deleted child");
+            }
         }
     }
 

@@ -15,6 +15,7 @@ mod fork;
 mod fuzz_inputs;
 mod host_api;
 mod identity;
+mod let_go;
 mod limits;
 mod messages;
 mod models;

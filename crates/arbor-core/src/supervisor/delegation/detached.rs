@@ -14,6 +14,7 @@ use arbor_store::{SessionQuery, Store};
 use crate::approval::{self, RunCheckpoint};
 use crate::error::{CoreError, CoreResult};
 use crate::outcome::Suspension;
+use crate::supervisor::delegation::abandoned::AbandonedCalls;
 use crate::supervisor::delegation::nested::{DELEGATION_NAMESPACE, Rebuilt, abandon_suspension};
 use crate::supervisor::delegation::pipeline::Registered;
 use crate::supervisor::request::DelegationResult;
@@ -34,6 +35,27 @@ async fn is_detached(store: &dyn Store, run: arbor_protocol::RunId) -> CoreResul
 /// record marked `aborted`); returns how many were closed. A delete calls it; it is safe
 /// to call again (after a crash cut a delete short, say).
 pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreResult<usize> {
+    Ok(close_dead(store, root).await?.0)
+}
+
+/// [`close_dead_suspensions`], returning the calls that wait in the deleted sessions'
+/// suspensions and will never be answered (those it closed, and those a caller's run
+/// carries and closes when it goes on): a process that can reach the providers of the children that made them hands
+/// them over ([`ModelProvider::abandon`](arbor_model::ModelProvider::abandon)), so what
+/// waits on the other side for an answer (a remote A2A task) is let go of too.
+pub async fn abandon_dead_suspensions(
+    store: &dyn Store,
+    root: SessionId,
+) -> CoreResult<Vec<AbandonedCalls>> {
+    Ok(close_dead(store, root).await?.1)
+}
+
+/// How many suspensions [`close_dead_suspensions`] closed, and the calls they left
+/// unanswered.
+async fn close_dead(
+    store: &dyn Store,
+    root: SessionId,
+) -> CoreResult<(usize, Vec<AbandonedCalls>)> {
     let tree = store.list_sessions(SessionQuery::Tree(root)).await?;
     // Deleted sessions and everything below them (tree order: parents first).
     let mut dead = std::collections::HashSet::new();
@@ -48,9 +70,10 @@ pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreR
         .map(|s| s.id)
         .collect();
     if suspended.is_empty() {
-        return Ok(0);
+        return Ok((0, Vec::new()));
     }
     let mut closed = 0;
+    let mut abandoned = Vec::new();
     // The dead suspended sessions that still keep a suspended run (closed here when nobody
     // awaits it; a caller's run closes the ones it carries when it resumes).
     let mut kept = std::collections::HashSet::new();
@@ -62,11 +85,16 @@ pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreR
             continue;
         }
         if is_detached(store, checkpoint.run_id).await? {
-            abandon_suspension(store, checkpoint.run_id, checkpoint.session_id, 0).await;
+            abandoned.extend(
+                abandon_suspension(store, checkpoint.run_id, checkpoint.session_id, 0).await,
+            );
             tracing::info!(session = %checkpoint.session_id, run = %checkpoint.run_id, "closed the suspension of a deleted child");
             closed += 1;
         } else {
+            // Its caller's run closes it when it goes on; its calls are never answered
+            // either way (a dead session's are refused), so they are let go of now.
             kept.insert(checkpoint.session_id);
+            abandoned.extend(AbandonedCalls::of(&checkpoint));
         }
     }
     // A close that a crash cut short removed the run's checkpoint but left the record
@@ -95,7 +123,7 @@ pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreR
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(closed)
+    Ok((closed, AbandonedCalls::merged(abandoned)))
 }
 
 /// The suspended runs below `session` that nobody awaits (see [`Supervisor::resume_child`]),

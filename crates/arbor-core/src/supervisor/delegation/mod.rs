@@ -13,6 +13,7 @@
 //! one another process handed over; [`stored`] rebuilds a delegation from a child's record
 //! (a worker's claimed run, a follow-up, a continued run).
 
+pub(crate) mod abandoned;
 pub(crate) mod admitted;
 pub(crate) mod answer;
 pub(crate) mod budget;

@@ -22,6 +22,7 @@ use crate::outcome::NestedSuspension;
 use crate::session::resumer::{NestedOutcome, NestedResumer};
 use crate::supervisor::config::limits::SupervisorLimits;
 use crate::supervisor::config::policy::{EffectivePolicy, PolicyInput, Report};
+use crate::supervisor::delegation::abandoned::AbandonedCalls;
 use crate::supervisor::delegation::admitted::{Admitted, Control, Start, Terms, child_identity};
 use crate::supervisor::delegation::answer::finished;
 use crate::supervisor::delegation::pipeline::Registered;
@@ -475,33 +476,40 @@ impl NestedResumer for Supervisor {
 
 impl Supervisor {
     /// Closes a child's suspension nobody will resume (its parent's run ended, or it was
-    /// deleted): see [`abandon_suspension`].
+    /// deleted): see [`abandon_suspension`]; the calls it left unanswered go to their
+    /// providers ([`Supervisor::let_go`]).
     fn abandon(
         &self,
         run_id: RunId,
         session_id: SessionId,
         depth: usize,
     ) -> futures::future::BoxFuture<'_, ()> {
-        abandon_suspension(self.live().store().as_ref(), run_id, session_id, depth)
+        Box::pin(async move {
+            let abandoned =
+                abandon_suspension(self.live().store().as_ref(), run_id, session_id, depth).await;
+            self.let_go(abandoned).await;
+        })
     }
 }
 
 /// Closes the suspended run `run_id` of `session_id` that nobody will resume: its own
 /// suspended children first, then its checkpoint and mapping; a `suspended` record is marked
-/// `aborted`. Only the store is touched.
+/// `aborted`. Only the store is touched. Returns the calls it left unanswered, the deepest
+/// children's first.
 pub(crate) fn abandon_suspension(
     store: &dyn arbor_store::Store,
     run_id: RunId,
     session_id: SessionId,
     depth: usize,
-) -> futures::future::BoxFuture<'_, ()> {
+) -> futures::future::BoxFuture<'_, Vec<AbandonedCalls>> {
     Box::pin(async move {
+        let mut abandoned = Vec::new();
         if depth > approval::MAX_PATH {
-            return;
+            return abandoned;
         }
         if let Ok(Some((version, checkpoint))) = approval::load(store, run_id).await {
             if checkpoint.session_id != session_id {
-                return;
+                return abandoned;
             }
             for slot in &checkpoint.calls {
                 if let approval::CallState::Nested {
@@ -510,14 +518,18 @@ pub(crate) fn abandon_suspension(
                     ..
                 } = &slot.state
                 {
-                    abandon_suspension(store, *child_run, *child, depth + 1).await;
+                    abandoned
+                        .extend(abandon_suspension(store, *child_run, *child, depth + 1).await);
                 }
             }
-            if let Err(e) = store
+            match store
                 .delete_checkpoint(approval::RUN_NAMESPACE, &run_id.to_string(), version)
                 .await
             {
-                tracing::warn!(run = %run_id, error = %e, "could not close an abandoned suspension");
+                Ok(()) => abandoned.extend(AbandonedCalls::of(&checkpoint)),
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "could not close an abandoned suspension");
+                }
             }
         }
         let key = run_id.to_string();
@@ -535,5 +547,6 @@ pub(crate) fn abandon_suspension(
             };
             let _ = store.update_session(session_id, &update).await;
         }
+        abandoned
     })
 }
