@@ -486,6 +486,15 @@ pub(crate) async fn drive_tree(
             follow_ups += 1;
             result = session.run_inbox(options()).await;
         }
+        // A root that stopped on a call waiting for a decision leaves its message-mode
+        // children's runs going: each reaches its own end or suspension (listed with the
+        // root's) before the tree is ended, rather than being cancelled with it.
+        if matches!(&result, Ok(r) if r.status == RunStatus::Suspended) {
+            tokio::select! {
+                () = sup.wait_for_quiet() => {}
+                () = token.cancelled() => {}
+            }
+        }
     }
     result
 }

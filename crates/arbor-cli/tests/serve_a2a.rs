@@ -252,12 +252,10 @@ tool_calls = [{ name = "echo", arguments = { text = "messenger's" } }]
 [[agents.messenger.turns]]
 text = "sent"
 
-# The worker asks later: by the time the root stops on its call, the messenger's waits too.
 [agents.worker]
 tools = ["echo"]
 
 [[agents.worker.turns]]
-delay_ms = 1000
 tool_calls = [{ name = "echo", arguments = { text = "worker's" } }]
 
 [[agents.worker.turns]]
@@ -273,8 +271,9 @@ async fn one_reply_decides_the_calls_of_every_run_that_waits() {
         json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "go"}]}});
     let (_, v) = rpc(&http, &url, "unused", &call("SendMessage", start)).await;
     let id = v["result"]["task"]["id"].as_str().unwrap().to_owned();
-    // The worker's call stops the root's run; the messenger's stops its own a moment later
-    // (nobody awaits it): the task asks until both are listed.
+    // The worker's call stops the root's run; the messenger's stops its own (nobody awaits
+    // it), before or after: the tree is not ended under a run still going, and the task asks
+    // until both are listed.
     let mut v = v;
     for _ in 0..100 {
         let pending = v["result"]["status"]["message"]["parts"][1]["data"]["pending"]

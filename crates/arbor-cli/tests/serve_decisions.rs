@@ -173,3 +173,105 @@ async fn a_decider_name_out_of_bounds_is_refused_naming_the_field() {
         "nothing decided"
     );
 }
+
+/// A root whose sync `worker` stops it on a gated call at once, while its message-mode
+/// `messenger` (spawned in the same turn) is still on its first turn and reaches its own
+/// gated call later.
+const LATE_MESSENGER: &str = r#"
+task = "two runs"
+root = "root"
+
+[supervisor]
+approvals = true
+
+[agents.root]
+children = ["messenger", "worker"]
+
+[[agents.root.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "messenger", name = "messenger", input = "go", mode = "message" } },
+  { name = "spawn_agent", arguments = { child_id = "worker", name = "worker", input = "go" } },
+]
+
+[[agents.root.turns]]
+text = "done"
+
+[agents.messenger]
+tools = ["echo"]
+
+[[agents.messenger.turns]]
+delay_ms = 700
+tool_calls = [{ name = "echo", arguments = { text = "messenger's" } }]
+
+[[agents.messenger.turns]]
+text = "sent"
+
+[agents.worker]
+tools = ["echo"]
+
+[[agents.worker.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "worker's" } }]
+
+[[agents.worker.turns]]
+text = "worked"
+"#;
+
+/// The root's run suspends while a message-mode child's run is still going: the tree is not
+/// ended under it (which cancelled it, `aborted`, as often as not, found through A2A); it
+/// reaches its own gated call, and both calls wait at the root. Approved, all three finish.
+#[tokio::test]
+async fn a_message_child_still_running_when_the_root_suspends_reaches_its_own_suspension() {
+    let (_dir, served) = serving("late", LATE_MESSENGER);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "late").await;
+    let run = status_becomes(&http, &base, &root, "suspended").await;
+    assert_eq!(node(&run, "worker")["status"], "suspended", "{run}");
+    let started = std::time::Instant::now();
+    let pending = loop {
+        let pending = pending_at(&http, &base, &root).await;
+        if pending.len() == 2 || started.elapsed() > std::time::Duration::from_secs(10) {
+            break pending;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+    assert_eq!(node(&run, "messenger")["status"], "suspended", "{run}");
+    let mut paths: Vec<&str> = pending
+        .iter()
+        .map(|p| p["path"][0].as_str().unwrap())
+        .collect();
+    paths.sort_unstable();
+    assert_eq!(paths, ["messenger", "worker"], "{pending:?}");
+    // Two runs wait (the root's, carrying the worker's call, and the messenger's own): one
+    // request decides the calls of one run.
+    for p in &pending {
+        let allow = json!({"decisions": [{"id": p["id"], "verdict": "allow_once"}], "by": "alice"});
+        let (status, left) = decide(&http, &base, &root, allow).await;
+        assert_eq!(status, 200, "{left}");
+    }
+    assert!(pending_at(&http, &base, &root).await.is_empty());
+    let (status, resumed) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "{status} {resumed}");
+    let started = std::time::Instant::now();
+    loop {
+        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        let statuses: Vec<&str> = ["root", "messenger", "worker"]
+            .iter()
+            .map(|n| node(&run, n)["status"].as_str().unwrap())
+            .collect();
+        if statuses == ["succeeded"; 3] {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{run}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

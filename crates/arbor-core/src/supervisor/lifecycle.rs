@@ -91,6 +91,21 @@ impl Supervisor {
         }
     }
 
+    /// Waits until no run the runtime started is in flight: each has ended or stopped on a
+    /// call waiting for a decision. A host whose root's run suspended calls it before it
+    /// shuts the supervisor down, so a message-mode child still running (spawned in the
+    /// same turn, say) reaches its own end or suspension instead of being cancelled with the
+    /// tree. Mail that arrives meanwhile stays in the inbox.
+    pub async fn wait_for_quiet(&self) {
+        loop {
+            let changed = self.live().hub().changed.notified();
+            if !self.live().hub().any_running() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Deletes the child of `parent` that `selector` names: cancels its run and its live
     /// descendants' runs, writes its tombstone (who, when, why, final status and usage), and
     /// drops it from listings and messaging. Its transcript stays readable. Deleting a child

@@ -440,3 +440,41 @@ async fn a_crash_as_a_message_child_suspends_leaves_it_listed_and_resumable() {
     // The dead process never goes on.
     std::mem::forget(held.release);
 }
+
+/// `wait_for_quiet` returns once no run the runtime started is in flight: a message-mode
+/// child still on a slow first turn when its root's run ended is waited for, and it reaches
+/// its own suspension (a host that shut the supervisor down at once would cancel it).
+#[tokio::test(start_paused = true)]
+async fn waiting_for_quiet_lets_a_running_message_child_reach_its_own_suspension() {
+    let t = tree(
+        vec![(
+            "writer",
+            vec![
+                write("x").with_delay(std::time::Duration::from_secs(5)),
+                ScriptedTurn::text("written"),
+            ],
+        )],
+        None,
+    );
+    let mut root = root(&t, vec![spawn_message("writer"), ScriptedTurn::text("ok")]).await;
+    t.sup.attach(&mut root);
+    let r = root.run("go", opts(&t)).await.unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+    assert_eq!(
+        t.sup.active_children(),
+        1,
+        "the writer's turn is still going"
+    );
+    let before = tokio::time::Instant::now();
+    t.sup.wait_for_quiet().await;
+    assert!(before.elapsed() >= std::time::Duration::from_secs(4));
+    let waiting = detached_suspensions(t.store.as_ref(), root.id())
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0].pending[0].tool, "write");
+    // Quiet already: it returns at once.
+    tokio::time::timeout(std::time::Duration::from_millis(1), t.sup.wait_for_quiet())
+        .await
+        .unwrap();
+}
