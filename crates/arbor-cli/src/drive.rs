@@ -6,14 +6,14 @@
 //! full text and its SHA-256 fingerprint; never environment variables or credentials).
 //! A termination signal (Ctrl-C, SIGTERM, SIGHUP) cancels the run through its cancellation
 //! token and the process exits with the signal's code; a second one exits at once (see
-//! [`crate::interrupt`]).
+//! [`crate::interrupt`]). The tree's run itself (root, follow-ups, quiet, end) is [`follow`]'s.
 
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use arbor_core::{RunOptions, Session};
-use arbor_protocol::{RunId, RunStatus};
+use arbor_core::Session;
+use arbor_protocol::RunStatus;
 use arbor_store::Store;
 
 use tokio::task::JoinHandle;
@@ -26,10 +26,12 @@ use crate::render::progress::{self, RootProgress};
 use crate::store::{StoreChoice, StoreName};
 use crate::{answers, input, owner, render::output, spec, tree};
 
+mod follow;
+
+pub(crate) use follow::{Start, drive_tree, end_tree, run_tree};
+
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many times the root runs again on its children's replies before the run stops.
-const MAX_ROOT_FOLLOW_UPS: u32 = 64;
 
 /// A root run that went as far as it could without a person: its exit code, and what a
 /// caller needs to go on with it ([`crate::commands::run::run`] asks about what waits and resumes).
@@ -245,21 +247,6 @@ pub(crate) async fn create_root(
     Ok((built, session))
 }
 
-/// How a root run starts.
-#[derive(Debug)]
-pub(crate) enum Start {
-    /// On the spec's task.
-    Task(String),
-    /// A suspended run going on with its decisions.
-    Resume(RunId),
-    /// An interrupted run (its process died) going on from its transcript; what its
-    /// continuation closed is sent on the channel given, once the run is over (to report
-    /// what happened, not what was predicted).
-    Continue(Option<tokio::sync::oneshot::Sender<arbor_core::Continued>>),
-    /// A run on what waits in the root's inbox (notices of children continued).
-    Inbox,
-}
-
 /// A report held while the person is asked (see [`View::asking`]).
 pub(crate) type Held = std::sync::Mutex<Vec<String>>;
 
@@ -412,91 +399,6 @@ fn start_followers(
         }
     }
     followers
-}
-
-/// Runs (or resumes) the root of an attached tree, runs it again on its children's replies
-/// until the tree is quiet, and stops what still runs. Prints nothing: `drive_root` and the
-/// server's launcher both use it.
-pub(crate) async fn run_tree(
-    built: &tree::Built,
-    session: &mut Session,
-    start: Start,
-    token: &CancellationToken,
-) -> arbor_core::CoreResult<arbor_core::RunResult> {
-    let result = drive_tree(built, session, start, token).await;
-    end_tree(built).await;
-    result
-}
-
-/// Ends a tree whose run is over: children still live end with it (nothing keeps running
-/// unwatched), and so do its MCP servers.
-pub(crate) async fn end_tree(built: &tree::Built) {
-    if let Some(sup) = &built.supervisor {
-        sup.shutdown().await;
-    }
-    built.close().await;
-}
-
-/// Runs the root from `start`, then again on each batch of its message-mode children's
-/// replies until the tree is quiet; the tree stays up (see [`end_tree`]).
-pub(crate) async fn drive_tree(
-    built: &tree::Built,
-    session: &mut Session,
-    start: Start,
-    token: &CancellationToken,
-) -> arbor_core::CoreResult<arbor_core::RunResult> {
-    let options = || {
-        let o = RunOptions::default().with_cancel(token.clone());
-        match &built.supervisor {
-            Some(sup) => o.with_nested(Arc::new(sup.clone())),
-            None => o,
-        }
-    };
-    let mut result = match start {
-        Start::Task(task) => session.run(task, options()).await,
-        Start::Resume(run) => session.resume(run, options()).await,
-        Start::Continue(report) => {
-            session
-                .continue_interrupted(options())
-                .await
-                .map(|(continued, r)| {
-                    if let Some(report) = report {
-                        let _ = report.send(continued);
-                    }
-                    r
-                })
-        }
-        Start::Inbox => session.run_inbox(options()).await,
-    };
-    if let Some(sup) = &built.supervisor {
-        // Children spawned in message mode answer after the root's turn ended: the root runs
-        // again on each batch of replies and notices until the tree is quiet.
-        let mut follow_ups = 0;
-        while matches!(&result, Ok(r) if r.status == RunStatus::Succeeded)
-            && !token.is_cancelled()
-            && follow_ups < MAX_ROOT_FOLLOW_UPS
-        {
-            tokio::select! {
-                () = sup.wait_for_mail_or_quiet(session.inbox()) => {}
-                () = token.cancelled() => break,
-            }
-            if session.inbox().is_empty() {
-                break;
-            }
-            follow_ups += 1;
-            result = session.run_inbox(options()).await;
-        }
-        // A root that stopped on a call waiting for a decision leaves its message-mode
-        // children's runs going: each reaches its own end or suspension (listed with the
-        // root's) before the tree is ended, rather than being cancelled with it.
-        if matches!(&result, Ok(r) if r.status == RunStatus::Suspended) {
-            tokio::select! {
-                () = sup.wait_for_quiet() => {}
-                () = token.cancelled() => {}
-            }
-        }
-    }
-    result
 }
 
 /// The root record's `meta`: what a later process needs to rebuild the same agents, and the
