@@ -241,8 +241,8 @@ impl ModelProvider for A2aProvider {
             .map_err(|e| e.into_model_error(&self.name))
     }
 
-    /// Cancels the tasks whose questions `call_ids` name (`a2a:…` ids; others are not its
-    /// own): their child was deleted, or the run that carried the question ended, so no
+    /// Cancels the tasks whose questions `call_ids` name (ids of the form
+    /// `a2a:INPUT:OUTPUT:TASK`; others are ignored): their child was deleted, or the run that carried the question ended, so no
     /// answer will come. Sent in the background, each within 5 s ([`settle`] waits for them).
     async fn abandon(&self, call_ids: &[String]) -> Result<(), ModelError> {
         let mut tasks: Vec<&str> = call_ids

@@ -28,7 +28,7 @@ use crate::{answers, input, owner, render::output, spec, tree};
 
 mod follow;
 
-pub(crate) use follow::{Start, drive_tree, end_tree, run_tree};
+pub(crate) use follow::{Start, drive_tree, end_tree, run_tree, suspended_run};
 
 /// How long the progress printers may take to drain after the run ended.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);

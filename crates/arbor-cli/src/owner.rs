@@ -350,6 +350,7 @@ pub(crate) async fn delete_stored(
     }
     let _lease = take_over(store, root, &tokio_util::sync::CancellationToken::new()).await?;
     // Read again under the lease: it may have been deleted meanwhile.
+    let mut abandoned = Vec::new();
     let deleted = match arbor_core::registry::delete_target(store.as_ref(), parent, selector)
         .await
         .map_err(Fail::core)?
@@ -363,15 +364,21 @@ pub(crate) async fn delete_stored(
                 .await
                 .map_err(|e| Fail::store(e.to_string()))?;
             let waiting = arbor_core::supervisor::waiting_under(&tree, child.id);
+            abandoned = arbor_core::process::calls_left_by_delete(store.as_ref(), &tree, child.id)
+                .await
+                .map_err(Fail::core)?;
             let t = arbor_core::registry::write_tombstone(store.as_ref(), &child, by, reason)
                 .await
                 .map_err(Fail::core)?;
             deleted(child.id, t, false, waiting)
         }
     };
-    let abandoned = arbor_core::process::abandon_dead_suspensions(store.as_ref(), root.id)
-        .await
-        .map_err(Fail::core)?;
+    abandoned.extend(
+        arbor_core::process::abandon_dead_suspensions(store.as_ref(), root.id)
+            .await
+            .map_err(Fail::core)?,
+    );
+    let abandoned = arbor_core::process::AbandonedCalls::merged(abandoned);
     let_go(store.as_ref(), root, abandoned).await;
     Ok(deleted)
 }
@@ -380,7 +387,7 @@ pub(crate) async fn delete_stored(
 /// made them, rebuilt from the definition the tree was started with
 /// ([`ModelProvider::abandon`](arbor_model::ModelProvider::abandon): a remote A2A agent's
 /// task waiting for an answer is cancelled). Best effort: what fails is logged.
-async fn let_go(
+pub(crate) async fn let_go(
     store: &dyn arbor_store::Store,
     root: &arbor_store::SessionRecord,
     abandoned: Vec<arbor_core::process::AbandonedCalls>,
@@ -397,8 +404,13 @@ async fn let_go(
         }
     };
     for a in abandoned {
-        let Ok(Some(record)) = store.session(a.session_id).await else {
-            continue;
+        let record = match store.session(a.session_id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(session = %a.session_id, error = %e, "could not read whose calls a delete abandoned");
+                continue;
+            }
         };
         let Some(provider) = record.meta["child_id"]
             .as_str()

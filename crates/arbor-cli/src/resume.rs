@@ -84,9 +84,10 @@ pub(crate) async fn resume_at(view: View<'_>, id: SessionId) -> Result<u8, Fail>
     };
     owner::not_run_elsewhere(&root)?;
     // A delete a crash cut short leaves what its child waited on open: nothing resumes it.
-    arbor_core::process::close_dead_suspensions(store.as_ref(), root.id)
+    let closed = arbor_core::process::abandon_dead_suspensions(store.as_ref(), root.id)
         .await
         .map_err(Fail::core)?;
+    owner::let_go(store.as_ref(), &root, closed).await;
     let own = approval::suspensions(store.as_ref(), id)
         .await
         .map_err(Fail::core)?

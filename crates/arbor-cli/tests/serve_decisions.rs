@@ -275,3 +275,112 @@ async fn a_message_child_still_running_when_the_root_suspends_reaches_its_own_su
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// A root whose sync `worker` stops it on a gated call while its message-mode `messenger`
+/// works for 3 s more and then answers.
+const SLOW_MESSENGER: &str = r#"
+task = "two runs"
+root = "root"
+
+[supervisor]
+approvals = true
+
+[agents.root]
+children = ["messenger", "worker"]
+
+[[agents.root.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "messenger", name = "messenger", input = "go", mode = "message" } },
+  { name = "spawn_agent", arguments = { child_id = "worker", name = "worker", input = "go" } },
+]
+
+[[agents.root.turns]]
+text = "done"
+
+[[agents.root.turns]]
+text = "heard the messenger"
+
+[agents.messenger]
+
+[[agents.messenger.turns]]
+delay_ms = 3000
+text = "sent"
+
+[agents.worker]
+tools = ["echo"]
+
+[[agents.worker.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "worker's" } }]
+
+[[agents.worker.turns]]
+text = "worked"
+"#;
+
+/// While a suspended root's message-mode child still works, the root's decided call is
+/// resumed at once, in the tree that still runs (not refused as "still going" until the
+/// child ends): the worker finishes while the messenger still runs, and the root, gone on,
+/// hears the messenger's answer when it comes.
+#[tokio::test]
+async fn a_resume_while_a_message_child_still_runs_goes_on_in_that_tree() {
+    let (_dir, served) = serving("slow", SLOW_MESSENGER);
+    let (base, http) = (served.base.clone(), client());
+    let root = start_run(&http, &base, "slow").await;
+    let run = status_becomes(&http, &base, &root, "suspended").await;
+    assert_eq!(node(&run, "messenger")["status"], "running", "{run}");
+    let pending = pending_at(&http, &base, &root).await;
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    // Undecided, it is not resumed: refused naming what waits.
+    let (status, refused) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "1 call(s) still wait for a decision: decide them first"
+    );
+    let allow = json!({"decisions": [{"id": pending[0]["id"], "verdict": "allow_once"}]});
+    let (status, left) = decide(&http, &base, &root, allow).await;
+    assert_eq!(status, 200, "{left}");
+    let (status, resumed) = call(
+        &http,
+        Method::POST,
+        format!("{base}/v1/runs/{root}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "{resumed}");
+    // The worker's approved call ran, and it finished, while the messenger still works.
+    let started = std::time::Instant::now();
+    loop {
+        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        if node(&run, "worker")["status"] == "succeeded" {
+            assert_eq!(node(&run, "messenger")["status"], "running", "{run}");
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{run}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The run's result is kept once the tree is at rest: after the root heard the answer.
+    let started = std::time::Instant::now();
+    let run = loop {
+        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        if !run["result"].is_null() {
+            break run;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "{run}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(run["result"]["status"], "succeeded", "{run}");
+    assert_eq!(run["result"]["text"], "heard the messenger", "{run}");
+    assert_eq!(node(&run, "messenger")["status"], "succeeded", "{run}");
+}

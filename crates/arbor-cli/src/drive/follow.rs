@@ -31,7 +31,7 @@ pub(crate) enum Start {
 }
 
 /// Runs (or resumes) the root of an attached tree, runs it again on its children's replies
-/// until the tree is quiet, and stops what still runs. Prints nothing: `drive_root` and the
+/// until the tree is quiet (a suspended root's too), and stops what still runs. Prints nothing: `drive_root` and the
 /// server's launcher both use it.
 pub(crate) async fn run_tree(
     built: &tree::Built,
@@ -40,6 +40,11 @@ pub(crate) async fn run_tree(
     token: &CancellationToken,
 ) -> arbor_core::CoreResult<arbor_core::RunResult> {
     let result = drive_tree(built, session, start, token).await;
+    // A root that stopped on a call waiting for a decision leaves its message-mode
+    // children's runs going: each reaches its own end or suspension before the tree ends.
+    if suspended_run(&result).is_some() {
+        settle_suspended(built, token).await;
+    }
     end_tree(built).await;
     result
 }
@@ -102,15 +107,29 @@ pub(crate) async fn drive_tree(
             follow_ups += 1;
             result = session.run_inbox(options()).await;
         }
-        // A root that stopped on a call waiting for a decision leaves its message-mode
-        // children's runs going: each reaches its own end or suspension (listed with the
-        // root's) before the tree is ended, rather than being cancelled with it.
-        if matches!(&result, Ok(r) if r.status == RunStatus::Suspended) {
-            tokio::select! {
-                () = sup.wait_for_quiet() => {}
-                () = token.cancelled() => {}
-            }
-        }
     }
     result
+}
+
+/// Whether `result` is a root's run that stopped on a call waiting for a decision: the run
+/// to resume, if so.
+pub(crate) fn suspended_run(
+    result: &arbor_core::CoreResult<arbor_core::RunResult>,
+) -> Option<RunId> {
+    match result {
+        Ok(r) if r.status == RunStatus::Suspended => r.suspension.as_ref().map(|s| s.run_id),
+        _ => None,
+    }
+}
+
+/// Waits until the runs a suspended root left going (its message-mode children's) have
+/// each reached their own end or suspension (listed with the root's), or `token` is
+/// cancelled: the tree is then ended without cancelling any of them.
+async fn settle_suspended(built: &tree::Built, token: &CancellationToken) {
+    if let Some(sup) = &built.supervisor {
+        tokio::select! {
+            () = sup.wait_for_quiet() => {}
+            () = token.cancelled() => {}
+        }
+    }
 }

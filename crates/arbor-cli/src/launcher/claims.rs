@@ -26,6 +26,23 @@ pub(super) struct LiveTree {
     host_wanted: bool,
     /// The run has ended and its tree is being released: a new claim waits for it.
     closing: bool,
+    /// The root's run stopped on a call waiting for a decision while runs of its tree go
+    /// on: a resume meanwhile is taken here, in place ([`Running::wake_quieting`]).
+    quieting: bool,
+    /// A resume was asked for while the tree quieted.
+    resume_wanted: bool,
+    /// Wakes the quieting run for it (a new one each time the tree quiets).
+    wake: Arc<tokio::sync::Notify>,
+}
+
+/// How a quieting tree's wait ended ([`Running::settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settled {
+    /// A resume was asked for: the root goes on here.
+    Resume,
+    /// Nothing more runs: the run has ended, hosted (`true`) or being released, as
+    /// [`Running::run_ended`] says.
+    Ended(bool),
 }
 
 pub(super) type Trees = Arc<std::sync::Mutex<HashMap<SessionId, LiveTree>>>;
@@ -158,16 +175,64 @@ impl Running {
     /// hosted from now on, until idle), `false` when it is being released.
     pub(super) fn run_ended(&self) -> bool {
         let mut map = trees(&self.set);
+        map.get_mut(&self.root).is_some_and(ended)
+    }
+
+    /// The root's run stopped on a call waiting for a decision while runs of its tree go
+    /// on: until [`settle`](Self::settle), a resume of the tree wakes what this returns
+    /// instead of waiting for the tree's release.
+    pub(super) fn quiet_down(&self) -> Arc<tokio::sync::Notify> {
+        let mut map = trees(&self.set);
         let Some(t) = map.get_mut(&self.root) else {
+            return Arc::default();
+        };
+        t.quieting = true;
+        t.resume_wanted = false;
+        t.wake = Arc::default();
+        t.wake.clone()
+    }
+
+    /// Ends the tree's quieting: [`Settled::Resume`] when a resume was asked for meanwhile
+    /// (it goes on here), else the run has ended ([`run_ended`](Self::run_ended)), in the
+    /// same step, so a resume asked for now waits for the release instead of being lost.
+    pub(super) fn settle(&self) -> Settled {
+        let mut map = trees(&self.set);
+        let Some(t) = map.get_mut(&self.root) else {
+            return Settled::Ended(false);
+        };
+        t.quieting = false;
+        if std::mem::take(&mut t.resume_wanted) {
+            return Settled::Resume;
+        }
+        Settled::Ended(ended(t))
+    }
+
+    /// Whether `root`'s tree quiets now (its root's run suspended, runs of it still going).
+    pub(super) fn quieting(set: &Trees, root: SessionId) -> bool {
+        trees(set).get(&root).is_some_and(|t| t.quieting)
+    }
+
+    /// Asks `root`'s quieting tree to resume its root in place; `false` when it no longer
+    /// quiets (its run has ended meanwhile: a claim waits for its release).
+    pub(super) fn wake_quieting(set: &Trees, root: SessionId) -> bool {
+        let mut map = trees(set);
+        let Some(t) = map.get_mut(&root).filter(|t| t.quieting) else {
             return false;
         };
-        if t.host_wanted {
-            t.hosted = true;
-        } else {
-            t.closing = true;
-        }
-        t.host_wanted
+        t.resume_wanted = true;
+        t.wake.notify_one();
+        true
     }
+}
+
+/// Marks `t`'s run ended: hosted when a host's call reached it, else being released.
+fn ended(t: &mut LiveTree) -> bool {
+    if t.host_wanted {
+        t.hosted = true;
+    } else {
+        t.closing = true;
+    }
+    t.host_wanted
 }
 
 impl Drop for Running {

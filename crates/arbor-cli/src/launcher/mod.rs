@@ -16,15 +16,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::drive::{
-    Overrides, Start, create_root, drive_tree, end_tree, preflight_root, prepare, prepare_with,
+    Overrides, Start, create_root, end_tree, preflight_root, prepare, prepare_with,
 };
 use crate::fail::Fail;
 use crate::owner;
 
 mod claims;
+mod settle;
 
 use crate::store::io_reason;
 use claims::{Busy, Joined, Running, Trees, hold_until_idle, host_idle, trees};
+use settle::{forget_result, run_to_rest};
 
 /// Runs the specs of `--specs` for the server.
 #[derive(Debug)]
@@ -148,11 +150,15 @@ impl Launcher for SpecLauncher {
             if let Some(sup) = &built.supervisor {
                 sup.attach(&mut session);
             }
-            let result = drive_tree(&built, &mut session, Start::Task(task), &token).await;
-            // The result is kept while the tree still counts as running here, so a reader
-            // that sees it no longer live sees its result (an A2A task settles by it).
-            keep_result(&store, id, built.root.redactor(), &result).await;
-            let hosted = claim.as_ref().is_some_and(Running::run_ended);
+            let hosted = run_to_rest(
+                &built,
+                &mut session,
+                Start::Task(task),
+                &token,
+                claim.as_ref(),
+                &store,
+            )
+            .await;
             wind_down(&built, hosted, &token).await;
         });
         Ok(id)
@@ -304,7 +310,50 @@ impl Launcher for SpecLauncher {
     }
 }
 
+/// What [`SpecLauncher::resume_in_place`] did.
+enum InPlace {
+    /// The root goes on in the tree that quieted.
+    Resumed,
+    /// The tree does not quiet: its run goes on, or it is held for a host.
+    NotQuieting,
+    /// It quieted until a moment ago: its run has ended, and the tree is being released.
+    Ended,
+}
+
 impl SpecLauncher {
+    /// While the tree quiets here (its root's run stopped on a call waiting for a decision,
+    /// runs of its message-mode children still going): resumes the root in that tree once
+    /// its own calls are all decided (refused, naming how many wait, before), and the
+    /// decided children nobody awaits with it.
+    async fn resume_in_place(&self, root: SessionId) -> Result<InPlace, ApiError> {
+        if !Running::quieting(&self.running, root) {
+            return Ok(InPlace::NotQuieting);
+        }
+        let store = self.store.as_ref();
+        match arbor_core::approval::suspensions(store, root)
+            .await?
+            .into_iter()
+            .next()
+        {
+            Some(w) if !w.pending.is_empty() => {
+                return Err(conflict(format!(
+                    "{} call(s) still wait for a decision: decide them first",
+                    w.pending.len()
+                )));
+            }
+            Some(_) => {}
+            None => return Ok(InPlace::NotQuieting),
+        }
+        if !Running::wake_quieting(&self.running, root) {
+            return Ok(InPlace::Ended);
+        }
+        tracing::info!(root = %root, "resuming the root in its tree, whose runs still go on");
+        // The decided children nobody awaits go on in it too (held past the run's end until
+        // idle, as while a run goes on).
+        self.resume_detached_live(root).await?;
+        Ok(InPlace::Resumed)
+    }
+
     /// While the tree's run goes on here: resumes, in the background, the children below it
     /// nobody awaits whose suspended runs have everything decided (an async child whose
     /// question was answered, say). Whether there was any.
@@ -337,7 +386,16 @@ impl SpecLauncher {
     /// The tree claimed for a resume; `None` when its run goes on here and the decided
     /// children nobody awaits were resumed in it instead.
     async fn claim_for_resume(&self, id: SessionId) -> Result<Option<Running>, ApiError> {
-        match Running::claim_when_released(&self.running, id).await {
+        let mut claimed = Running::claim_when_released(&self.running, id).await;
+        if matches!(claimed, Err(Busy::Running)) {
+            match self.resume_in_place(id).await? {
+                InPlace::Resumed => return Ok(None),
+                // Its run ended meanwhile: the tree is released in a moment.
+                InPlace::Ended => claimed = Running::claim_when_released(&self.running, id).await,
+                InPlace::NotQuieting => {}
+            }
+        }
+        match claimed {
             Ok(claim) => Ok(Some(claim)),
             // The run goes on: the decided children nobody awaits go on in it now.
             Err(Busy::Running) if self.resume_detached_live(id).await? => Ok(None),
@@ -363,7 +421,10 @@ impl SpecLauncher {
             .map_err(|e| ApiError::internal(&e))?
             .ok_or_else(|| conflict("The run keeps no definition to rebuild its agents from"))?;
         owner::not_run_elsewhere(&root).map_err(|f| conflict(f.message))?;
-        arbor_core::process::close_dead_suspensions(store.as_ref(), id).await?;
+        // A delete a crash cut short leaves what its child waited on open: closed now, its
+        // calls handed over.
+        let closed = arbor_core::process::abandon_dead_suspensions(store.as_ref(), id).await?;
+        owner::let_go(store.as_ref(), &root, closed).await;
         let own = arbor_core::approval::suspensions(store.as_ref(), id)
             .await?
             .into_iter()
@@ -446,9 +507,8 @@ impl SpecLauncher {
                     return;
                 }
             };
-            let result = drive_tree(&built, &mut session, start, &token).await;
-            keep_result(&store, id, built.root.redactor(), &result).await;
-            let hosted = claim.run_ended();
+            let hosted =
+                run_to_rest(&built, &mut session, start, &token, Some(&claim), &store).await;
             wind_down(&built, hosted, &token).await;
         });
         Ok(())
@@ -464,62 +524,6 @@ async fn wind_down(built: &crate::tree::Built, hosted: bool, token: &Cancellatio
         hold_until_idle(sup, token).await;
     }
     end_tree(built).await;
-}
-
-/// Keeps how the root's run ended in its record (`meta.result`: status, stop reason, its
-/// answer and error, redacted), for `GET /v1/runs/{id}`. Written with the record's version,
-/// so the owner's heartbeat (also in `meta`) is never overwritten.
-async fn keep_result(
-    store: &Arc<dyn Store>,
-    root: SessionId,
-    redactor: Option<&Arc<dyn arbor_core::Redactor>>,
-    result: &arbor_core::CoreResult<arbor_core::RunResult>,
-) {
-    let redact = |t: &str| redactor.map_or_else(|| t.to_owned(), |r| r.redact(t).into_owned());
-    let kept = match result {
-        Ok(r) => {
-            tracing::info!(root = %root, status = ?r.status, "run ended");
-            serde_json::json!({
-                "status": r.status,
-                "stop_reason": r.stop_reason,
-                "text": redact(&r.text),
-                "error": r.error.as_deref().map(redact),
-            })
-        }
-        Err(e) => {
-            tracing::warn!(root = %root, "run failed: {e}");
-            serde_json::json!({"status": "failed", "error": redact(&e.to_string())})
-        }
-    };
-    let kept_result = |record: &arbor_store::SessionRecord| {
-        let mut meta = record.meta.clone();
-        meta["result"] = kept.clone();
-        arbor_store::SessionUpdate {
-            meta: Some(meta.into_value()),
-            ..arbor_store::SessionUpdate::default()
-        }
-    };
-    if let Err(e) = crate::store::update_record(store.as_ref(), root, kept_result).await {
-        tracing::warn!(root = %root, "could not keep the run's result: {e}");
-    }
-}
-
-/// Drops the result kept from the root's last run (`meta.result`), as a resume starts it
-/// again; the run's end keeps its new one.
-async fn forget_result(store: &Arc<dyn Store>, root: SessionId) {
-    let dropped = |record: &arbor_store::SessionRecord| {
-        let mut meta = record.meta.clone().into_value();
-        if let Some(m) = meta.as_object_mut() {
-            m.remove("result");
-        }
-        arbor_store::SessionUpdate {
-            meta: Some(meta),
-            ..arbor_store::SessionUpdate::default()
-        }
-    };
-    if let Err(e) = crate::store::update_record(store.as_ref(), root, dropped).await {
-        tracing::warn!(root = %root, "could not drop the run's last result: {e}");
-    }
 }
 
 /// A tree that could not be built or its root created. Building starts the root's MCP

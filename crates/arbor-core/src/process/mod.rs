@@ -25,7 +25,7 @@ use std::future::Future;
 use arbor_protocol::SessionId;
 
 pub use crate::session::resumer::{NestedOutcome, NestedResumer};
-pub use crate::supervisor::delegation::abandoned::AbandonedCalls;
+pub use crate::supervisor::delegation::abandoned::{AbandonedCalls, calls_left_by_delete};
 pub use crate::supervisor::delegation::detached::{
     abandon_dead_suspensions, close_dead_suspensions, detached_suspensions,
 };

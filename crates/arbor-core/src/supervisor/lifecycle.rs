@@ -123,7 +123,8 @@ impl Supervisor {
             registry::DeleteTarget::Live(child) => child,
             registry::DeleteTarget::Deleted(session_id, tombstone) => {
                 // A delete cut short before it closed what waited is finished now.
-                self.close_dead(session_id).await;
+                let closed = self.close_dead(session_id).await;
+                self.let_go(closed).await;
                 return Ok(Deleted {
                     session_id,
                     tombstone,
@@ -145,6 +146,17 @@ impl Supervisor {
                 Vec::new()
             });
         let waiting = crate::supervisor::stopped::waiting_under(&tree, child.id);
+        // The calls it leaves unanswered for good, handed over once it is deleted.
+        let left = crate::supervisor::delegation::abandoned::calls_left_by_delete(
+            store.as_ref(),
+            &tree,
+            child.id,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(child = %child.id, error = %e, "could not read the calls a delete leaves unanswered");
+            Vec::new()
+        });
         let closed = self.live().hub().close(child.id);
         let reason = self.redact(&reason);
         let tombstone = match registry::write_tombstone(store.as_ref(), &child, by, &reason).await {
@@ -164,7 +176,10 @@ impl Supervisor {
         };
         tracing::info!(child = %child.id, parent = %parent, by, "child deleted");
         // What of it waited for approval nobody can resume now.
-        self.close_dead(child.id).await;
+        let mut abandoned = left;
+        abandoned.extend(self.close_dead(child.id).await);
+        self.let_go(crate::supervisor::delegation::abandoned::AbandonedCalls::merged(abandoned))
+            .await;
         let mut stopped = self
             .describe_stopped(
                 closed
@@ -194,20 +209,23 @@ impl Supervisor {
     }
 
     /// Closes the suspensions nobody can resume under the deleted `id` (logged on failure:
-    /// the next delete, or `close_dead_suspensions`, finishes it); the calls they left
-    /// unanswered go to their providers.
-    async fn close_dead(&self, id: SessionId) {
+    /// the next delete, or `close_dead_suspensions`, finishes it); returns the calls they
+    /// left unanswered.
+    async fn close_dead(
+        &self,
+        id: SessionId,
+    ) -> Vec<crate::supervisor::delegation::abandoned::AbandonedCalls> {
         let store = self.live().store().as_ref();
         let root = match store.session(id).await {
             Ok(Some(r)) => r.root_id,
-            _ => return,
+            _ => return Vec::new(),
         };
-        match crate::supervisor::delegation::detached::abandon_dead_suspensions(store, root).await {
-            Ok(abandoned) => self.let_go(abandoned).await,
-            Err(e) => {
+        crate::supervisor::delegation::detached::abandon_dead_suspensions(store, root)
+            .await
+            .unwrap_or_else(|e| {
                 tracing::warn!(session = %id, error = %e, "could not close the suspensions of a deleted child");
-            }
-        }
+                Vec::new()
+            })
     }
 
     /// Retries the teardowns whose tombstone could not be written; returns how many are still

@@ -197,7 +197,11 @@ impl ChildEntry {
         self
     }
 
-    /// The provider that preflights a requested model before the child is admitted.
+    /// The provider that preflights a requested model before the child is admitted; it is
+    /// also told of the child's calls that will never be answered (the child deleted while
+    /// they waited for a decision, or its caller's run ended:
+    /// [`ModelProvider::abandon`](arbor_model::ModelProvider::abandon)), so an entry whose
+    /// factory builds agents on a provider that keeps work waiting remotely names it here.
     #[must_use]
     pub fn preflight_with(mut self, provider: Arc<dyn ModelProvider>) -> Self {
         self.preflight = Some(provider);

@@ -4,9 +4,10 @@
 //! work waiting on its side for an answer (a remote A2A agent's task in `input-required`)
 //! lets go of it instead of waiting forever.
 
-use arbor_protocol::SessionId;
+use arbor_protocol::{SessionId, SessionStatus};
 
-use crate::approval::{CallState, RunCheckpoint};
+use crate::approval::{self, CallState, RunCheckpoint};
+use crate::error::CoreResult;
 use crate::supervisor::runtime::Supervisor;
 
 /// The calls of one closed suspension that will never get their answers: the session whose
@@ -21,17 +22,18 @@ pub struct AbandonedCalls {
 }
 
 impl AbandonedCalls {
-    /// The calls of `checkpoint` that had not run when it was closed: waiting for a
-    /// decision, decided, or cut off mid-call (a child's delegation is not one of them: the
-    /// child's own run reports its calls). `None` when there are none.
+    /// The calls of `checkpoint`, whose results its provider will never read now (the
+    /// run does not go on): waiting for a decision, decided, cut off mid-call, or run with
+    /// a result not delivered yet. A call resuming or running a child's delegation is not
+    /// one of them: the child's own run reports its calls. `None` when there are none.
     pub(crate) fn of(checkpoint: &RunCheckpoint) -> Option<Self> {
         let call_ids: Vec<String> = checkpoint
             .calls
             .iter()
             .filter(|slot| {
-                matches!(
+                !matches!(
                     slot.state,
-                    CallState::Pending | CallState::Decided { .. } | CallState::InFlight { .. }
+                    CallState::Nested { .. } | CallState::InFlight { child: Some(_), .. }
                 )
             })
             .map(|slot| slot.call.id.clone())
@@ -44,7 +46,7 @@ impl AbandonedCalls {
 
     /// `all` with one entry per session, each call once (a suspension may be reached both
     /// through its caller's and on its own).
-    pub(crate) fn merged(all: Vec<Self>) -> Vec<Self> {
+    pub fn merged(all: Vec<Self>) -> Vec<Self> {
         let mut out: Vec<Self> = Vec::with_capacity(all.len());
         for a in all {
             match out.iter_mut().find(|o| o.session_id == a.session_id) {
@@ -60,6 +62,45 @@ impl AbandonedCalls {
         }
         out
     }
+}
+
+/// The calls waiting in the suspended runs of `child` and of its descendants not deleted
+/// before (`tree` is its tree, parents first, read before the delete): what a delete of
+/// `child` leaves unanswered for good, whether a run waits on its own or under its caller's
+/// suspended run (which closes it only when it goes on). Read before the tombstone is
+/// written, handed over after ([`ModelProvider::abandon`](arbor_model::ModelProvider::abandon)),
+/// once per delete.
+pub async fn calls_left_by_delete(
+    store: &dyn arbor_store::Store,
+    tree: &[arbor_store::SessionRecord],
+    child: SessionId,
+) -> CoreResult<Vec<AbandonedCalls>> {
+    let mut under = std::collections::HashSet::new();
+    let mut suspended = std::collections::HashSet::new();
+    for r in tree {
+        let inside = r.id == child || r.parent_id.is_some_and(|p| under.contains(&p));
+        // A descendant deleted before: its own delete handed its calls over.
+        if !inside || r.tombstone.is_some() {
+            continue;
+        }
+        under.insert(r.id);
+        if r.status == SessionStatus::Suspended {
+            suspended.insert(r.id);
+        }
+    }
+    if suspended.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for c in store.list_checkpoints(approval::RUN_NAMESPACE).await? {
+        let Ok(checkpoint) = serde_json::from_value::<RunCheckpoint>(c.value) else {
+            continue;
+        };
+        if suspended.contains(&checkpoint.session_id) {
+            out.extend(AbandonedCalls::of(&checkpoint));
+        }
+    }
+    Ok(AbandonedCalls::merged(out))
 }
 
 impl Supervisor {

@@ -38,9 +38,9 @@ pub async fn close_dead_suspensions(store: &dyn Store, root: SessionId) -> CoreR
     Ok(close_dead(store, root).await?.0)
 }
 
-/// [`close_dead_suspensions`], returning the calls that wait in the deleted sessions'
-/// suspensions and will never be answered (those it closed, and those a caller's run
-/// carries and closes when it goes on): a process that can reach the providers of the children that made them hands
+/// [`close_dead_suspensions`], returning the calls the suspensions it closed left
+/// unanswered (those a caller's run carries are closed, and handed over, by the delete:
+/// [`calls_left_by_delete`](crate::process::calls_left_by_delete)): a process that can reach the providers of the children that made them hands
 /// them over ([`ModelProvider::abandon`](arbor_model::ModelProvider::abandon)), so what
 /// waits on the other side for an answer (a remote A2A task) is let go of too.
 pub async fn abandon_dead_suspensions(
@@ -91,10 +91,7 @@ async fn close_dead(
             tracing::info!(session = %checkpoint.session_id, run = %checkpoint.run_id, "closed the suspension of a deleted child");
             closed += 1;
         } else {
-            // Its caller's run closes it when it goes on; its calls are never answered
-            // either way (a dead session's are refused), so they are let go of now.
             kept.insert(checkpoint.session_id);
-            abandoned.extend(AbandonedCalls::of(&checkpoint));
         }
     }
     // A close that a crash cut short removed the run's checkpoint but left the record

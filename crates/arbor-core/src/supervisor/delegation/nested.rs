@@ -269,7 +269,8 @@ impl Supervisor {
         if record.tombstone.is_some() {
             // Deleted while it waited: the decisions have nothing to resume, and the parent's
             // call fails so the parent goes on (rather than waiting on it forever).
-            self.abandon_nested(run_id, session_id).await;
+            // Its delete handed its calls over.
+            abandon_suspension(store, run_id, session_id, 0).await;
             return Ok(Rebuilt::Deleted(deleted_text(&record.name)));
         }
         let (limits, policy) = resumed_terms(sup, entry, &record, &mapping)?;
@@ -462,7 +463,8 @@ impl NestedResumer for Supervisor {
         let record = self.live().store().session(session_id).await?;
         match record {
             Some(r) if r.tombstone.is_some() => {
-                self.abandon_nested(run_id, session_id).await;
+                // Its delete handed its calls over.
+                abandon_suspension(self.live().store().as_ref(), run_id, session_id, 0).await;
                 Ok(Some(deleted_text(&r.name)))
             }
             _ => Ok(None),

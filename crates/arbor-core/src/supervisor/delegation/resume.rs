@@ -413,10 +413,13 @@ impl Supervisor {
         }
         // Teardowns a store failure left unfinished are tried again now.
         self.retry_cleanups().await;
-        if self.live().hub().end_run(record.id) {
+        // Its follow-up (mail waits) and the deferred ones are claimed before anyone
+        // waiting for quiet hears the run ended: the tree is never quiet in between.
+        if self.live().hub().end_run_unannounced(record.id) {
             self.wake(record.id);
         }
         self.wake_waiting();
+        self.live().hub().announce();
     }
 
     /// Releases a child cancelled through its handle: closed (nothing of it starts again)

@@ -250,7 +250,16 @@ impl Hub {
     /// with nothing pending, whose inbox nobody else holds, leaves the hub (a later delivery
     /// reloads its inbox from its transcript).
     pub(crate) fn end_run(&self, id: SessionId) -> bool {
-        let mail = {
+        let mail = self.end_run_unannounced(id);
+        self.changed.notify_waiters();
+        mail
+    }
+
+    /// [`end_run`](Self::end_run) without waking the waiters: the caller starts the
+    /// session's follow-up (and those deferred) first, then [`announce`](Self::announce)s,
+    /// so a waiter for quiet never sees the gap between the run's end and its follow-up.
+    pub(crate) fn end_run_unannounced(&self, id: SessionId) -> bool {
+        {
             let mut state = self.lock();
             let sweep = !state.closed_trees.is_empty();
             let (mail, idle) = match state.live.get_mut(&id) {
@@ -275,9 +284,12 @@ impl Hub {
                 forget_closed_trees(&mut state);
             }
             mail
-        };
+        }
+    }
+
+    /// Wakes whoever waits for a change of what runs ([`end_run_unannounced`](Self::end_run_unannounced)).
+    pub(crate) fn announce(&self) {
         self.changed.notify_waiters();
-        mail
     }
 
     /// Remembers that the first run of `id` could not start, and why.
