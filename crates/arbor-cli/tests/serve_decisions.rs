@@ -277,7 +277,7 @@ async fn a_message_child_still_running_when_the_root_suspends_reaches_its_own_su
 }
 
 /// A root whose sync `worker` stops it on a gated call while its message-mode `messenger`
-/// works for 3 s more and then answers.
+/// works for 5 s more and then answers.
 const SLOW_MESSENGER: &str = r#"
 task = "two runs"
 root = "root"
@@ -303,7 +303,7 @@ text = "heard the messenger"
 [agents.messenger]
 
 [[agents.messenger.turns]]
-delay_ms = 3000
+delay_ms = 5000
 text = "sent"
 
 [agents.worker]
@@ -325,7 +325,20 @@ async fn a_resume_while_a_message_child_still_runs_goes_on_in_that_tree() {
     let (_dir, served) = serving("slow", SLOW_MESSENGER);
     let (base, http) = (served.base.clone(), client());
     let root = start_run(&http, &base, "slow").await;
-    let run = status_becomes(&http, &base, &root, "suspended").await;
+    status_becomes(&http, &base, &root, "suspended").await;
+    // Its result is kept as the tree starts to quiet (a resume is taken in place then).
+    let started = std::time::Instant::now();
+    let run = loop {
+        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        if run["result"]["status"] == "suspended" {
+            break run;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{run}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!(node(&run, "messenger")["status"], "running", "{run}");
     let pending = pending_at(&http, &base, &root).await;
     assert_eq!(pending.len(), 1, "{pending:?}");
@@ -353,6 +366,9 @@ async fn a_resume_while_a_message_child_still_runs_goes_on_in_that_tree() {
     )
     .await;
     assert_eq!(status, 202, "{resumed}");
+    // Answered once the resume has begun: the suspension's result is no longer shown.
+    let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+    assert_ne!(run["result"]["status"], "suspended", "{run}");
     // The worker's approved call ran, and it finished, while the messenger still works.
     let started = std::time::Instant::now();
     loop {
@@ -362,7 +378,7 @@ async fn a_resume_while_a_message_child_still_runs_goes_on_in_that_tree() {
             break;
         }
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(2),
+            started.elapsed() < std::time::Duration::from_secs(4),
             "{run}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;

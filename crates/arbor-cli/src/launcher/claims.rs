@@ -33,13 +33,17 @@ pub(super) struct LiveTree {
     resume_wanted: bool,
     /// Wakes the quieting run for it (a new one each time the tree quiets).
     wake: Arc<tokio::sync::Notify>,
+    /// Told by the quieting run once a resume it took has begun (the run's last result
+    /// dropped): the request that asked answers then.
+    begun: Arc<tokio::sync::Notify>,
 }
 
 /// How a quieting tree's wait ended ([`Running::settle`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum Settled {
-    /// A resume was asked for: the root goes on here.
-    Resume,
+    /// A resume was asked for: the root goes on here; the request that asked waits for
+    /// this to be told it has begun.
+    Resume(Arc<tokio::sync::Notify>),
     /// Nothing more runs: the run has ended, hosted (`true`) or being released, as
     /// [`Running::run_ended`] says.
     Ended(bool),
@@ -189,6 +193,7 @@ impl Running {
         t.quieting = true;
         t.resume_wanted = false;
         t.wake = Arc::default();
+        t.begun = Arc::default();
         t.wake.clone()
     }
 
@@ -202,7 +207,7 @@ impl Running {
         };
         t.quieting = false;
         if std::mem::take(&mut t.resume_wanted) {
-            return Settled::Resume;
+            return Settled::Resume(t.begun.clone());
         }
         Settled::Ended(ended(t))
     }
@@ -212,16 +217,15 @@ impl Running {
         trees(set).get(&root).is_some_and(|t| t.quieting)
     }
 
-    /// Asks `root`'s quieting tree to resume its root in place; `false` when it no longer
-    /// quiets (its run has ended meanwhile: a claim waits for its release).
-    pub(super) fn wake_quieting(set: &Trees, root: SessionId) -> bool {
+    /// Asks `root`'s quieting tree to resume its root in place: what tells when the resume
+    /// has begun, or `None` when it no longer quiets (its run has ended meanwhile: a claim
+    /// waits for its release).
+    pub(super) fn wake_quieting(set: &Trees, root: SessionId) -> Option<Arc<tokio::sync::Notify>> {
         let mut map = trees(set);
-        let Some(t) = map.get_mut(&root).filter(|t| t.quieting) else {
-            return false;
-        };
+        let t = map.get_mut(&root).filter(|t| t.quieting)?;
         t.resume_wanted = true;
         t.wake.notify_one();
-        true
+        Some(t.begun.clone())
     }
 }
 

@@ -310,6 +310,9 @@ impl Launcher for SpecLauncher {
     }
 }
 
+/// How long a resume in place may take to begin before its request is answered anyway.
+const RESUME_BEGINS: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What [`SpecLauncher::resume_in_place`] did.
 enum InPlace {
     /// The root goes on in the tree that quieted.
@@ -344,13 +347,21 @@ impl SpecLauncher {
             Some(_) => {}
             None => return Ok(InPlace::NotQuieting),
         }
-        if !Running::wake_quieting(&self.running, root) {
-            return Ok(InPlace::Ended);
-        }
-        tracing::info!(root = %root, "resuming the root in its tree, whose runs still go on");
         // The decided children nobody awaits go on in it too (held past the run's end until
-        // idle, as while a run goes on).
+        // idle, as while a run goes on), before the root does: its end cannot outrun them.
         self.resume_detached_live(root).await?;
+        let Some(begun) = Running::wake_quieting(&self.running, root) else {
+            return Ok(InPlace::Ended);
+        };
+        tracing::info!(root = %root, "resuming the root in its tree, whose runs still go on");
+        // Answered once the resume has begun (its last result dropped): a reader after this
+        // answer never takes the suspension it was resumed from for its end.
+        if tokio::time::timeout(RESUME_BEGINS, begun.notified())
+            .await
+            .is_err()
+        {
+            tracing::warn!(root = %root, "a resume in place had not begun within its bound");
+        }
         Ok(InPlace::Resumed)
     }
 
@@ -387,7 +398,8 @@ impl SpecLauncher {
     /// children nobody awaits were resumed in it instead.
     async fn claim_for_resume(&self, id: SessionId) -> Result<Option<Running>, ApiError> {
         let mut claimed = Running::claim_when_released(&self.running, id).await;
-        if matches!(claimed, Err(Busy::Running)) {
+        // A host's call while it quiets marks it hosted-to-be: it still quiets.
+        if matches!(claimed, Err(Busy::Running | Busy::Hosted)) {
             match self.resume_in_place(id).await? {
                 InPlace::Resumed => return Ok(None),
                 // Its run ended meanwhile: the tree is released in a moment.

@@ -30,30 +30,37 @@ pub(super) async fn run_to_rest(
     let id = session.id();
     let mut result = drive_tree(built, session, start, token).await;
     loop {
-        keep_result(store, id, built.root.redactor(), &result).await;
         let (Some(run), Some(sup)) = (suspended_run(&result), &built.supervisor) else {
+            keep_result(store, id, built.root.redactor(), &result).await;
             return claim.is_some_and(Running::run_ended);
         };
         let Some(claim) = claim else {
             // Not claimed here (nothing resumes it in place): it quiets all the same.
+            keep_result(store, id, built.root.redactor(), &result).await;
             tokio::select! {
                 () = sup.wait_for_quiet() => {}
                 () = token.cancelled() => {}
             }
             return false;
         };
+        // Quieting before the result is kept: a reader that sees it can resume in place.
         let wake = claim.quiet_down();
+        keep_result(store, id, built.root.redactor(), &result).await;
         tokio::select! {
             () = sup.wait_for_quiet() => {}
             () = wake.notified() => {}
             () = token.cancelled() => {}
         }
         match claim.settle() {
-            Settled::Resume if !token.is_cancelled() => {
+            Settled::Resume(begun) if !token.is_cancelled() => {
                 forget_result(store, id).await;
+                begun.notify_one();
                 result = drive_tree(built, session, Start::Resume(run), token).await;
             }
-            Settled::Resume => return claim.run_ended(),
+            Settled::Resume(begun) => {
+                begun.notify_one();
+                return claim.run_ended();
+            }
             Settled::Ended(hosted) => return hosted,
         }
     }

@@ -111,9 +111,20 @@ impl Supervisor {
     /// [`ChildEntry::preflight_with`]: crate::supervisor::ChildEntry::preflight_with
     /// [`ChildEntry::agent`]: crate::supervisor::ChildEntry::agent
     pub(crate) async fn let_go(&self, abandoned: Vec<AbandonedCalls>) {
+        self.hand_over(abandoned, false).await;
+    }
+
+    /// [`let_go`](Self::let_go) for what a caller's run closed as it ended: the calls of a
+    /// deleted session are left out (its delete handed them over).
+    pub(crate) async fn let_go_live(&self, abandoned: Vec<AbandonedCalls>) {
+        self.hand_over(abandoned, true).await;
+    }
+
+    async fn hand_over(&self, abandoned: Vec<AbandonedCalls>, skip_deleted: bool) {
         let store = self.live().store().as_ref();
         for a in abandoned {
             let record = match store.session(a.session_id).await {
+                Ok(Some(r)) if skip_deleted && r.tombstone.is_some() => continue,
                 Ok(Some(r)) => r,
                 Ok(None) => continue,
                 Err(e) => {

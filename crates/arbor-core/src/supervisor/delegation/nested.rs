@@ -489,7 +489,7 @@ impl Supervisor {
         Box::pin(async move {
             let abandoned =
                 abandon_suspension(self.live().store().as_ref(), run_id, session_id, depth).await;
-            self.let_go(abandoned).await;
+            self.let_go_live(abandoned).await;
         })
     }
 }

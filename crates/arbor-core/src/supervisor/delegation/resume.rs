@@ -31,6 +31,22 @@ impl Supervisor {
         {
             return;
         }
+        self.follow_up(id);
+    }
+
+    /// Starts the follow-up of `id`, which its run's end claimed
+    /// ([`Hub::end_run_claiming`](crate::supervisor::tree::hub::Hub::end_run_claiming));
+    /// released when the supervisor is shutting down.
+    fn start_claimed(&self, id: SessionId) {
+        if self.live().session_token().is_cancelled() || self.live().abandoned().is_cancelled() {
+            self.live().hub().end_run(id);
+            return;
+        }
+        self.follow_up(id);
+    }
+
+    /// Runs the follow-up of `id` (claimed: marked running) in the background.
+    fn follow_up(&self, id: SessionId) {
         let this = self.clone();
         // Boxed: a follow-up run's state is large, and a task moves its future several times.
         self.live()
@@ -413,10 +429,11 @@ impl Supervisor {
         }
         // Teardowns a store failure left unfinished are tried again now.
         self.retry_cleanups().await;
-        // Its follow-up (mail waits) and the deferred ones are claimed before anyone
-        // waiting for quiet hears the run ended: the tree is never quiet in between.
-        if self.live().hub().end_run_unannounced(record.id) {
-            self.wake(record.id);
+        // Its follow-up (mail waits) is claimed as the run ends, in one step, and the
+        // deferred ones before anyone waiting for quiet hears of it: the tree is never
+        // quiet in between.
+        if self.live().hub().end_run_claiming(record.id) {
+            self.start_claimed(record.id);
         }
         self.wake_waiting();
         self.live().hub().announce();

@@ -250,44 +250,53 @@ impl Hub {
     /// with nothing pending, whose inbox nobody else holds, leaves the hub (a later delivery
     /// reloads its inbox from its transcript).
     pub(crate) fn end_run(&self, id: SessionId) -> bool {
-        let mail = self.end_run_unannounced(id);
+        let mail = self.end(id, false).0;
         self.changed.notify_waiters();
         mail
     }
 
-    /// [`end_run`](Self::end_run) without waking the waiters: the caller starts the
-    /// session's follow-up (and those deferred) first, then [`announce`](Self::announce)s,
-    /// so a waiter for quiet never sees the gap between the run's end and its follow-up.
-    pub(crate) fn end_run_unannounced(&self, id: SessionId) -> bool {
-        {
-            let mut state = self.lock();
-            let sweep = !state.closed_trees.is_empty();
-            let (mail, idle) = match state.live.get_mut(&id) {
-                Some(live) => {
-                    live.running = false;
-                    live.token = None;
-                    live.starting = false;
-                    let mail = !live.inbox.is_empty();
-                    let idle = !mail
-                        && !live.host_owned
-                        && live.start_failure.is_none()
-                        && Arc::strong_count(&live.inbox) == 1;
-                    (mail, idle)
-                }
-                None => (false, false),
-            };
-            if idle {
-                state.live.remove(&id);
-                state.deferred.remove(&id);
-            }
-            if sweep {
-                forget_closed_trees(&mut state);
-            }
-            mail
-        }
+    /// [`end_run`](Self::end_run) that, when messages wait and a follow-up may start (not
+    /// the host's, not closed), keeps `id` marked running for it in the same step: `true`
+    /// then, and the caller starts it. Wakes no waiter: the caller
+    /// [`announce`](Self::announce)s once it has started what else goes on, so a waiter for
+    /// quiet never sees the gap between a run's end and its follow-up.
+    pub(crate) fn end_run_claiming(&self, id: SessionId) -> bool {
+        self.end(id, true).1
     }
 
-    /// Wakes whoever waits for a change of what runs ([`end_run_unannounced`](Self::end_run_unannounced)).
+    /// Ends the run of `id`: whether mail waits, and whether its follow-up was claimed
+    /// (`claim`).
+    fn end(&self, id: SessionId, claim: bool) -> (bool, bool) {
+        let mut state = self.lock();
+        let sweep = !state.closed_trees.is_empty();
+        let closed = state.closed.contains(&id);
+        let (mail, idle, claimed) = match state.live.get_mut(&id) {
+            Some(live) => {
+                live.running = false;
+                live.token = None;
+                live.starting = false;
+                let mail = !live.inbox.is_empty();
+                let idle = !mail
+                    && !live.host_owned
+                    && live.start_failure.is_none()
+                    && Arc::strong_count(&live.inbox) == 1;
+                let claimed = claim && mail && !live.host_owned && !closed;
+                live.running = claimed;
+                (mail, idle, claimed)
+            }
+            None => (false, false, false),
+        };
+        if idle {
+            state.live.remove(&id);
+            state.deferred.remove(&id);
+        }
+        if sweep {
+            forget_closed_trees(&mut state);
+        }
+        (mail, claimed)
+    }
+
+    /// Wakes whoever waits for a change of what runs ([`end_run_claiming`](Self::end_run_claiming)).
     pub(crate) fn announce(&self) {
         self.changed.notify_waiters();
     }
