@@ -103,3 +103,64 @@ async fn refilled_rate_buckets_are_swept() {
     hub.take_token(None, SessionId::new()).unwrap();
     assert_eq!(hub.buckets(), 1);
 }
+
+fn mail(hub: &Hub, to: SessionId) {
+    hub.inbox(to).unwrap().push(arbor_protocol::InboxMessage {
+        id: "m".into(),
+        from: None,
+        from_name: "host".into(),
+        relationship: arbor_protocol::Relationship::Host,
+        text: "more".into(),
+        notice: None,
+        at: arbor_protocol::Timestamp(1),
+    });
+}
+
+/// A run that ends with mail waiting claims its follow-up in the same step: a waiter for
+/// quiet woken by any other change, or checking first at that moment, never sees the tree
+/// quiet between the run and its follow-up (it did between `end_run` and the `claim_idle`
+/// that followed). Without mail, or for the host's session, or once closed, nothing is
+/// claimed and the tree is quiet at once.
+#[test]
+fn a_run_ending_with_mail_claims_its_follow_up_in_the_same_step() {
+    let hub = Hub::default();
+    let (with_mail, without, host, closed) = (
+        SessionId::new(),
+        SessionId::new(),
+        SessionId::new(),
+        SessionId::new(),
+    );
+    for (id, host_owned) in [
+        (with_mail, false),
+        (without, false),
+        (host, true),
+        (closed, false),
+    ] {
+        hub.register(id, None, Arc::new(Inbox::new()), host_owned);
+        assert!(hub.start_run(id, &CancellationToken::new()));
+    }
+    mail(&hub, with_mail);
+    mail(&hub, host);
+    mail(&hub, closed);
+    hub.close(closed);
+
+    // The forced interleaving: the check a waiter makes comes right after the run's end,
+    // before anything else runs.
+    assert!(hub.end_run_claiming(with_mail));
+    assert!(hub.any_running(), "the follow-up holds the tree busy");
+    assert!(hub.is_running(with_mail));
+    assert!(!hub.claim_idle(with_mail), "claimed once, not twice");
+
+    assert!(!hub.end_run_claiming(without));
+    assert!(!hub.is_running(without));
+    assert!(!hub.end_run_claiming(host), "the host runs its own session");
+    assert!(
+        !hub.end_run_claiming(closed),
+        "nothing of a closed session starts again"
+    );
+
+    // The follow-up's own end, without more mail: quiet.
+    hub.inbox(with_mail).unwrap().drain();
+    assert!(!hub.end_run_claiming(with_mail));
+    assert!(!hub.any_running());
+}
