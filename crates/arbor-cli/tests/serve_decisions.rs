@@ -41,6 +41,28 @@ async fn decide(http: &reqwest::Client, base: &str, session: &str, body: Value) 
     .await
 }
 
+/// The run of `root` once `done` holds of it (polled; fails after `secs` seconds).
+async fn run_when(
+    http: &reqwest::Client,
+    base: &str,
+    root: &str,
+    secs: u64,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let (_, run) = call(http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
+        if done(&run) {
+            return run;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(secs),
+            "{run}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_rejection_at_the_root_holds_against_an_allow_at_the_child_in_both_orders() {
     for root_first in [true, false] {
@@ -258,22 +280,12 @@ async fn a_message_child_still_running_when_the_root_suspends_reaches_its_own_su
     )
     .await;
     assert!(status < 300, "{status} {resumed}");
-    let started = std::time::Instant::now();
-    loop {
-        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
-        let statuses: Vec<&str> = ["root", "messenger", "worker"]
+    run_when(&http, &base, &root, 20, |run| {
+        ["root", "messenger", "worker"]
             .iter()
-            .map(|n| node(&run, n)["status"].as_str().unwrap())
-            .collect();
-        if statuses == ["succeeded"; 3] {
-            break;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "{run}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+            .all(|n| node(run, n)["status"] == "succeeded")
+    })
+    .await;
 }
 
 /// A root whose sync `worker` stops it on a gated call while its message-mode `messenger`
@@ -327,18 +339,10 @@ async fn a_resume_while_a_message_child_still_runs_goes_on_in_that_tree() {
     let root = start_run(&http, &base, "slow").await;
     status_becomes(&http, &base, &root, "suspended").await;
     // Its result is kept as the tree starts to quiet (a resume is taken in place then).
-    let started = std::time::Instant::now();
-    let run = loop {
-        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
-        if run["result"]["status"] == "suspended" {
-            break run;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(3),
-            "{run}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    };
+    let run = run_when(&http, &base, &root, 3, |run| {
+        run["result"]["status"] == "suspended"
+    })
+    .await;
     assert_eq!(node(&run, "messenger")["status"], "running", "{run}");
     let pending = pending_at(&http, &base, &root).await;
     assert_eq!(pending.len(), 1, "{pending:?}");
@@ -370,32 +374,13 @@ async fn a_resume_while_a_message_child_still_runs_goes_on_in_that_tree() {
     let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
     assert_ne!(run["result"]["status"], "suspended", "{run}");
     // The worker's approved call ran, and it finished, while the messenger still works.
-    let started = std::time::Instant::now();
-    loop {
-        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
-        if node(&run, "worker")["status"] == "succeeded" {
-            assert_eq!(node(&run, "messenger")["status"], "running", "{run}");
-            break;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(4),
-            "{run}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let run = run_when(&http, &base, &root, 4, |run| {
+        node(run, "worker")["status"] == "succeeded"
+    })
+    .await;
+    assert_eq!(node(&run, "messenger")["status"], "running", "{run}");
     // The run's result is kept once the tree is at rest: after the root heard the answer.
-    let started = std::time::Instant::now();
-    let run = loop {
-        let (_, run) = call(&http, Method::GET, format!("{base}/v1/runs/{root}"), None).await;
-        if !run["result"].is_null() {
-            break run;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(15),
-            "{run}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let run = run_when(&http, &base, &root, 15, |run| !run["result"].is_null()).await;
     assert_eq!(run["result"]["status"], "succeeded", "{run}");
     assert_eq!(run["result"]["text"], "heard the messenger", "{run}");
     assert_eq!(node(&run, "messenger")["status"], "succeeded", "{run}");
