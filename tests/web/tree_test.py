@@ -162,6 +162,14 @@ def flows(page, base, out, checks, foreign, errors):
     page.get_by_test_id("tab-timeline").click()
     rows = page.get_by_test_id("timeline-row")
     expect(rows).to_have_count(3)
+    # Measured once laid out (the panel shown, on a loaded machine a moment after the click).
+    try:
+        page.wait_for_function(
+            "() => { const bs = [...document.querySelectorAll('[data-testid=bar]')];"
+            " return bs.length === 3 && bs.every(b => b.getBoundingClientRect().width > 0); }",
+            timeout=10000)
+    except Exception:
+        pass  # the assertion below names the widths
     widths = page.eval_on_selector_all("[data-testid=bar]", "bs => bs.map(b => b.getBoundingClientRect().width)")
     assert len(widths) == 3 and all(w > 0 for w in widths), widths
     page.screenshot(path=os.path.join(out, "timeline.png"), full_page=True)
