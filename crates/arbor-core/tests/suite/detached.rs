@@ -478,3 +478,57 @@ async fn waiting_for_quiet_lets_a_running_message_child_reach_its_own_suspension
         .await
         .unwrap();
 }
+
+/// `wait_for_quiet` waits through what a message sent to a running child starts: the
+/// child's run reads it (or a follow-up run does), and only then is the tree quiet.
+#[tokio::test(start_paused = true)]
+async fn waiting_for_quiet_waits_for_the_work_a_message_starts() {
+    let t = tree(
+        vec![(
+            "writer",
+            vec![
+                ScriptedTurn::text("first").with_delay(std::time::Duration::from_secs(2)),
+                ScriptedTurn::text("second").with_delay(std::time::Duration::from_secs(3)),
+            ],
+        )],
+        None,
+    );
+    let mut root = root(&t, vec![spawn_message("writer"), ScriptedTurn::text("ok")]).await;
+    t.sup.attach(&mut root);
+    let r = root.run("go", opts(&t)).await.unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+    let child = t
+        .store
+        .list_sessions(arbor_store::SessionQuery::Tree(root.id()))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "writer")
+        .unwrap()
+        .id;
+    let before = tokio::time::Instant::now();
+    t.sup
+        .send_message(Sender::Host, child, "one more thing")
+        .await
+        .unwrap();
+    t.sup.wait_for_quiet().await;
+    assert!(
+        before.elapsed() >= std::time::Duration::from_secs(5),
+        "quiet after {:?}",
+        before.elapsed()
+    );
+    let answers: Vec<String> = t
+        .store
+        .transcript(child, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            arbor_protocol::EntryKind::Message {
+                message: arbor_protocol::Message::Assistant { content, .. },
+            } => Some(content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, ["first", "second"]);
+}
