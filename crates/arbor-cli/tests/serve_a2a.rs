@@ -223,48 +223,23 @@ async fn every_refusal_is_the_json_rpc_error_a2a_names() {
     assert_eq!(run["status"], "aborted", "{run}");
 }
 
-/// A root whose sync child and message-mode child both stop on a gated call: two runs wait.
-const TWO_RUNS: &str = r#"
-task = "two runs"
-root = "root"
-
-[supervisor]
-approvals = true
-
-[agents.root]
-children = ["messenger", "worker"]
-
-[[agents.root.turns]]
-tool_calls = [
-  { name = "spawn_agent", arguments = { child_id = "messenger", name = "messenger", input = "go", mode = "message" } },
-  { name = "spawn_agent", arguments = { child_id = "worker", name = "worker", input = "go" } },
-]
-
-[[agents.root.turns]]
-text = "done"
-
-[agents.messenger]
-tools = ["echo"]
+/// A message-mode child that stops on a gated call of its own: with the worker's, two runs
+/// wait.
+const MESSENGER_ASKS: &str = r#"tools = ["echo"]
 
 [[agents.messenger.turns]]
 tool_calls = [{ name = "echo", arguments = { text = "messenger's" } }]
 
 [[agents.messenger.turns]]
 text = "sent"
-
-[agents.worker]
-tools = ["echo"]
-
-[[agents.worker.turns]]
-tool_calls = [{ name = "echo", arguments = { text = "worker's" } }]
-
-[[agents.worker.turns]]
-text = "worked"
 "#;
 
 #[tokio::test]
 async fn one_reply_decides_the_calls_of_every_run_that_waits() {
-    let (_dir, served) = serve_support::serving("tworuns", TWO_RUNS);
+    let (_dir, served) = serve_support::serving(
+        "tworuns",
+        &serve_support::messenger_and_worker(MESSENGER_ASKS, &["done"]),
+    );
     let (base, http) = (served.base.clone(), client());
     let url = format!("{base}/a2a/tworuns");
     let start =

@@ -227,6 +227,48 @@ pub(crate) fn serving(name: &str, text: &str) -> (tempfile::TempDir, Served) {
     (dir, served)
 }
 
+/// A spec whose root spawns, in one turn, a message-mode `messenger` (its section given
+/// whole: its tools and turns) and a sync `worker` that stops on a gated `echo` at once
+/// (`approvals = true`); the root then answers each of `root_texts` in turn.
+pub(crate) fn messenger_and_worker(messenger: &str, root_texts: &[&str]) -> String {
+    let mut spec = String::from(
+        r#"
+task = "two runs"
+root = "root"
+
+[supervisor]
+approvals = true
+
+[agents.root]
+children = ["messenger", "worker"]
+
+[[agents.root.turns]]
+tool_calls = [
+  { name = "spawn_agent", arguments = { child_id = "messenger", name = "messenger", input = "go", mode = "message" } },
+  { name = "spawn_agent", arguments = { child_id = "worker", name = "worker", input = "go" } },
+]
+"#,
+    );
+    for text in root_texts {
+        spec.push_str(&format!("\n[[agents.root.turns]]\ntext = {text:?}\n"));
+    }
+    spec.push_str("\n[agents.messenger]\n");
+    spec.push_str(messenger);
+    spec.push_str(
+        r#"
+[agents.worker]
+tools = ["echo"]
+
+[[agents.worker.turns]]
+tool_calls = [{ name = "echo", arguments = { text = "worker's" } }]
+
+[[agents.worker.turns]]
+text = "worked"
+"#,
+    );
+    spec
+}
+
 /// The session named `name` in a run's tree.
 pub(crate) fn node<'a>(run: &'a Value, name: &str) -> &'a Value {
     run["tree"]["sessions"]
